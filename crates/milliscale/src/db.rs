@@ -1,0 +1,180 @@
+//! The database: tables, the CSN counter, the transaction table and GC state.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use parking_lot::RwLock;
+
+use crate::error::{Error, Result};
+use crate::index::OrderedIndex;
+use crate::limits::{TABLE_NAME_BYTES_MAX, TABLES_MAX};
+use crate::mvcc::oid_array::OidArray;
+use crate::mvcc::{CSN_FIRST, Csn};
+use crate::options::{Options, TxnOptions};
+use crate::table::{Table, TableInner};
+use crate::txn::Transaction;
+use crate::txn::table::TxnTable;
+
+/// Commits between two recomputations of the GC horizon.
+pub(crate) const GC_HORIZON_REFRESH_COMMITS: u64 = 32;
+
+static NEXT_DB_ID: AtomicU64 = AtomicU64::new(1);
+
+/// An open database. Share it between threads by reference (`&Database`, for
+/// example with `std::thread::scope`) or in an `Arc`.
+pub struct Database {
+    pub(crate) inner: DbInner,
+}
+
+pub(crate) struct DbInner {
+    pub(crate) id: u64,
+    pub(crate) options: Options,
+    /// The next CSN to hand out (invariant 1: one counter, dense CSNs).
+    pub(crate) next_csn: AtomicU64,
+    /// A lower bound on every running and future snapshot (see `mvcc::gc`).
+    pub(crate) gc_horizon: AtomicU64,
+    pub(crate) versions_retired: AtomicU64,
+    pub(crate) txns: TxnTable,
+    tables: RwLock<Catalog>,
+    closed: AtomicBool,
+}
+
+#[derive(Default)]
+struct Catalog {
+    by_name: HashMap<String, Arc<TableInner>>,
+    by_id: Vec<Arc<TableInner>>,
+}
+
+/// Counters for monitoring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DbStats {
+    /// The next CSN to be handed out.
+    pub next_csn: Csn,
+    /// The current GC horizon.
+    pub gc_horizon: Csn,
+    /// Versions unlinked by garbage collection so far.
+    pub versions_retired: u64,
+    /// Tables in the database.
+    pub tables: usize,
+}
+
+impl Database {
+    /// Open a database with `options`.
+    pub fn open(options: Options) -> Result<Database> {
+        options.validate()?;
+        let txns = TxnTable::new(options.max_transactions);
+        Ok(Database {
+            inner: DbInner {
+                id: NEXT_DB_ID.fetch_add(1, Ordering::Relaxed),
+                options,
+                next_csn: AtomicU64::new(CSN_FIRST),
+                gc_horizon: AtomicU64::new(0),
+                versions_retired: AtomicU64::new(0),
+                txns,
+                tables: RwLock::new(Catalog::default()),
+                closed: AtomicBool::new(false),
+            },
+        })
+    }
+
+    /// Create a table. Fails with `TableExists` if the name is taken.
+    pub fn create_table(&self, name: &str) -> Result<Table> {
+        self.inner.check_open()?;
+        check_table_name(name)?;
+        let mut cat = self.inner.tables.write();
+        if cat.by_name.contains_key(name) {
+            return Err(Error::TableExists(name.to_owned()));
+        }
+        if cat.by_id.len() >= TABLES_MAX {
+            return Err(Error::InvalidArgument(format!("at most {TABLES_MAX} tables")));
+        }
+        let inner = Arc::new(TableInner {
+            id: cat.by_id.len() as u32,
+            name: name.to_owned(),
+            db_id: self.inner.id,
+            index: OrderedIndex::new(),
+            records: OidArray::new(),
+        });
+        cat.by_id.push(Arc::clone(&inner));
+        cat.by_name.insert(name.to_owned(), Arc::clone(&inner));
+        Ok(Table { inner })
+    }
+
+    /// Open an existing table by name.
+    pub fn open_table(&self, name: &str) -> Result<Table> {
+        self.inner.check_open()?;
+        let cat = self.inner.tables.read();
+        cat.by_name
+            .get(name)
+            .map(|inner| Table { inner: Arc::clone(inner) })
+            .ok_or_else(|| Error::TableNotFound(name.to_owned()))
+    }
+
+    /// Names of all tables, in creation order.
+    pub fn table_names(&self) -> Vec<String> {
+        self.inner.tables.read().by_id.iter().map(|t| t.name.clone()).collect()
+    }
+
+    /// Begin a transaction at the default isolation level.
+    pub fn begin(&self) -> Result<Transaction<'_>> {
+        self.begin_with(TxnOptions::default())
+    }
+
+    /// Begin a transaction with explicit options.
+    pub fn begin_with(&self, opts: TxnOptions) -> Result<Transaction<'_>> {
+        self.inner.check_open()?;
+        let isolation = opts.isolation.unwrap_or(self.inner.options.isolation);
+        let (lease, snapshot) = self
+            .inner
+            .txns
+            .begin(&self.inner.next_csn)
+            .ok_or(Error::TooManyTransactions(self.inner.txns.capacity()))?;
+        Ok(Transaction::new(&self.inner, lease, snapshot, isolation, opts.read_only))
+    }
+
+    /// Refuse all further work. Running transactions fail with `Closed` at
+    /// their next operation or commit.
+    pub fn close(&self) {
+        self.inner.closed.store(true, Ordering::SeqCst);
+    }
+
+    /// Monitoring counters.
+    pub fn stats(&self) -> DbStats {
+        DbStats {
+            next_csn: self.inner.next_csn.load(Ordering::Acquire),
+            gc_horizon: self.inner.gc_horizon.load(Ordering::Acquire),
+            versions_retired: self.inner.versions_retired.load(Ordering::Relaxed),
+            tables: self.inner.tables.read().by_id.len(),
+        }
+    }
+}
+
+impl DbInner {
+    pub(crate) fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) { Err(Error::Closed) } else { Ok(()) }
+    }
+
+    /// Recompute the cached GC horizon (cheap: one pass over the slots in use).
+    pub(crate) fn refresh_gc_horizon(&self) -> Csn {
+        let h = self.txns.horizon(&self.next_csn);
+        self.gc_horizon.fetch_max(h, Ordering::AcqRel);
+        h
+    }
+}
+
+fn check_table_name(name: &str) -> Result<()> {
+    if name.is_empty() || name.len() > TABLE_NAME_BYTES_MAX {
+        return Err(Error::InvalidArgument(format!(
+            "table names must be 1..={TABLE_NAME_BYTES_MAX} bytes, got {}",
+            name.len()
+        )));
+    }
+    Ok(())
+}
+
+impl std::fmt::Debug for Database {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Database").field("stats", &self.stats()).finish()
+    }
+}

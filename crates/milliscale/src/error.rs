@@ -1,0 +1,74 @@
+//! The engine's one public error type.
+//!
+//! Each variant tells the caller what to do: `Conflict` means retry the
+//! transaction; `InvalidArgument`, `NotFound`, `TableNotFound` and
+//! `TableExists` mean fix the call; `Closed` means the database is gone;
+//! `TooManyTransactions` means wait for other transactions to finish.
+
+use std::fmt;
+
+/// Result alias used throughout the crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Why an operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// A concurrent transaction touched the same data first. The transaction
+    /// is finished: drop it and run it again.
+    #[error("transaction conflict: {0}; retry the transaction")]
+    Conflict(ConflictKind),
+    /// The caller passed something out of range (a key or value too large, an
+    /// offset past the end of a value, a table of another database, ...).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// `update_range` on a key that has no visible value.
+    #[error("key not found")]
+    NotFound,
+    /// No table with this name exists.
+    #[error("table {0:?} does not exist")]
+    TableNotFound(String),
+    /// `create_table` with a name already taken.
+    #[error("table {0:?} already exists")]
+    TableExists(String),
+    /// Every transaction slot is in use (see [`crate::Options::max_transactions`]).
+    #[error("all {0} transaction slots are in use; finish some transactions or raise Options::max_transactions")]
+    TooManyTransactions(usize),
+    /// The database was closed; no further work is accepted.
+    #[error("the database is closed")]
+    Closed,
+}
+
+/// What kind of conflict aborted a transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConflictKind {
+    /// Another transaction holds an uncommitted version of the record
+    /// (first-updater-wins).
+    WriteWrite,
+    /// A version committed after this transaction's snapshot was found where
+    /// this transaction wanted to write (first-updater-wins under snapshot isolation).
+    SnapshotTooOld,
+    /// Serializable validation found that a record or range read by this
+    /// transaction changed before its commit point.
+    ReadValidation,
+    /// An earlier operation of this transaction already failed with a conflict.
+    Doomed,
+}
+
+impl fmt::Display for ConflictKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = match self {
+            ConflictKind::WriteWrite => "another transaction is writing this record",
+            ConflictKind::SnapshotTooOld => "the record changed after this transaction's snapshot",
+            ConflictKind::ReadValidation => "serializable validation failed",
+            ConflictKind::Doomed => "an earlier operation of this transaction conflicted",
+        };
+        f.write_str(s)
+    }
+}
+
+impl Error {
+    /// True if running the same transaction again may succeed.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Error::Conflict(_) | Error::TooManyTransactions(_))
+    }
+}

@@ -1,0 +1,50 @@
+//! Milliscale: a memory-optimized multi-version transactional record store
+//! whose write-ahead log commits directly to object storage.
+//!
+//! ```
+//! use milliscale::{Database, Options};
+//! # fn main() -> milliscale::Result<()> {
+//! let db = Database::open(Options::new())?;
+//! let users = db.create_table("users")?;
+//! let mut tx = db.begin()?;                      // snapshot isolation by default
+//! tx.put(&users, b"k1", b"v1")?;
+//! tx.update_range(&users, b"k1", 1, b"2")?;      // partial update: logged as a delta
+//! let ack = tx.commit()?;                        // pre-committed: visible, worker free
+//! ack.wait()?;                                   // returns once committed
+//! assert_eq!(db.begin()?.get(&users, b"k1")?, Some(b"v2".to_vec()));
+//! # Ok(()) }
+//! ```
+//!
+//! The tree follows the Milliscale paper: `mvcc/` (versions, visibility, GC),
+//! `txn/` (transactions, isolation), `index/` (the ordered index), `commit/`
+//! (pre-commit and acknowledgment). See ARCHITECTURE.md.
+
+#![forbid(unsafe_op_in_unsafe_fn)]
+#![deny(missing_docs, clippy::unwrap_used, rust_2018_idioms)]
+#![warn(clippy::undocumented_unsafe_blocks)]
+
+mod commit;
+mod db;
+mod error;
+mod index;
+pub mod limits;
+mod mvcc;
+mod options;
+mod table;
+mod txn;
+
+pub use commit::{CommitAck, CommitInfo};
+pub use db::{Database, DbStats};
+pub use error::{ConflictKind, Error, Result};
+pub use index::Direction;
+pub use mvcc::Csn;
+pub use options::{Isolation, Options, TxnOptions};
+pub use table::Table;
+pub use txn::Transaction;
+
+/// Raw access to the ordered index implementation, for benchmarks that
+/// compare the engine with the bare index ("raw index" lookups).
+#[doc(hidden)]
+pub mod raw {
+    pub use crate::index::IndexKey;
+}

@@ -1,0 +1,45 @@
+//! Tables: a name, an ordered index and an indirection array.
+
+use std::sync::Arc;
+
+use crate::index::OrderedIndex;
+use crate::mvcc::oid_array::OidArray;
+
+/// A handle to a table. Cheap to clone; valid only with the database that
+/// created or opened it.
+#[derive(Clone)]
+pub struct Table {
+    pub(crate) inner: Arc<TableInner>,
+}
+
+pub(crate) struct TableInner {
+    pub(crate) id: u32,
+    pub(crate) name: String,
+    /// Identifies the owning database, so a handle from another one is refused.
+    pub(crate) db_id: u64,
+    pub(crate) index: OrderedIndex,
+    pub(crate) records: OidArray,
+}
+
+impl Table {
+    /// The table's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The table's id, stable for the database's lifetime.
+    pub fn id(&self) -> u32 {
+        self.inner.id
+    }
+
+    /// Keys ever inserted (deleted keys included: they keep a tombstone).
+    pub fn approximate_len(&self) -> usize {
+        self.inner.index.len()
+    }
+}
+
+impl std::fmt::Debug for Table {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Table").field("id", &self.inner.id).field("name", &self.inner.name).finish()
+    }
+}

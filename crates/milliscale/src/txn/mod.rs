@@ -1,0 +1,544 @@
+//! Transactions: reads at a snapshot, first-updater-wins writes, DSN
+//! tracking, pre-commit, and abort.
+//!
+//! Life of a transaction (no log yet; see ARCHITECTURE.md for the full path):
+//! 1. `begin` takes a slot in the transaction table and a snapshot.
+//! 2. Reads walk version chains (`mvcc::visibility`); every version read that
+//!    another transaction created raises the DSN to its CSN.
+//! 3. Writes install an uncommitted version at the head of the chain, stamped
+//!    with the owner marker; the overwritten version's CSN raises the DSN.
+//! 4. `commit` pre-commits: state COMMITTING, take the CSN, (serializable:
+//!    VALIDATING and re-check reads), state COMMITTED(csn), stamp the versions,
+//!    trim chains, release the slot.
+
+pub(crate) mod table;
+mod validate;
+
+use std::ops::Bound;
+use std::sync::atomic::Ordering;
+
+use crossbeam_epoch::{Guard, Owned, Shared};
+use crossbeam_utils::Backoff;
+
+use crate::commit::{CommitAck, CommitInfo};
+use crate::db::{DbInner, GC_HORIZON_REFRESH_COMMITS};
+use crate::error::{ConflictKind, Error, Result};
+use crate::index::Direction;
+use crate::limits::{KEY_BYTES_MAX, VALUE_BYTES_MAX};
+use crate::mvcc::oid_array::Rid;
+use crate::mvcc::version::Version;
+use crate::mvcc::visibility::{self, Creator, View, WriteCheck};
+use crate::mvcc::{Csn, gc};
+use crate::options::Isolation;
+use crate::table::{Table, TableInner};
+use table::{SlotLease, TxnState};
+use validate::{ReadEntry, ScanEntry};
+
+/// How a write changed a record; the log records it this way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WriteKind {
+    /// A full new value (insert or replace).
+    Put,
+    /// `len` bytes at `offset` changed; the rest is the previous version.
+    Delta { offset: u32, len: u32 },
+    /// A tombstone.
+    Delete,
+}
+
+pub(crate) struct WriteEntry<'db> {
+    pub(crate) table: &'db TableInner,
+    pub(crate) rid: Rid,
+    /// Our uncommitted version, at the head of the record's chain until we
+    /// commit or abort (nobody installs over an uncommitted version).
+    pub(crate) version: *const Version,
+    #[allow(dead_code)] // read by the log record encoder
+    pub(crate) kind: WriteKind,
+}
+
+/// A running transaction. Dropping it without `commit` aborts it.
+pub struct Transaction<'db> {
+    db: &'db DbInner,
+    lease: Option<SlotLease>,
+    isolation: Isolation,
+    read_only: bool,
+    snapshot: Csn,
+    dsn: Csn,
+    doomed: Option<ConflictKind>,
+    writes: Vec<WriteEntry<'db>>,
+    reads: Vec<ReadEntry<'db>>,
+    scans: Vec<ScanEntry<'db>>,
+}
+
+// SAFETY: the raw version pointers in the write/read sets point into chains
+// owned by the database (which outlives 'db); they are only dereferenced
+// under an epoch guard or while the version is provably alive (see
+// `WriteEntry::version`). Moving the transaction to another thread is fine.
+unsafe impl Send for Transaction<'_> {}
+
+impl<'db> Transaction<'db> {
+    pub(crate) fn new(
+        db: &'db DbInner,
+        lease: SlotLease,
+        snapshot: Csn,
+        isolation: Isolation,
+        read_only: bool,
+    ) -> Transaction<'db> {
+        Transaction {
+            db,
+            lease: Some(lease),
+            isolation,
+            read_only,
+            snapshot,
+            dsn: 0,
+            doomed: None,
+            writes: Vec::new(),
+            reads: Vec::new(),
+            scans: Vec::new(),
+        }
+    }
+
+    /// The isolation level.
+    pub fn isolation(&self) -> Isolation {
+        self.isolation
+    }
+
+    /// The begin snapshot: versions with a smaller CSN are visible.
+    pub fn snapshot(&self) -> Csn {
+        self.snapshot
+    }
+
+    /// The largest CSN among versions read or overwritten so far (0 if none).
+    pub fn dsn(&self) -> Csn {
+        self.dsn
+    }
+
+    /// Read `key`; `None` if absent or deleted.
+    pub fn get(&mut self, table: &Table, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.get_with(table, key, <[u8]>::to_vec)
+    }
+
+    /// Read `key` and pass the value to `f` without copying it.
+    pub fn get_with<R>(
+        &mut self,
+        table: &Table,
+        key: &[u8],
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<Option<R>> {
+        let t = self.check_op(table, key)?;
+        let view = self.read_view();
+        let guard = crossbeam_epoch::pin();
+        let found = t.index.get(key).and_then(|rid| {
+            visibility::find_visible(t.records.slot(rid), view, &self.db.txns, &guard)
+        });
+        if self.isolation == Isolation::Serializable {
+            self.track_read(t, key, &guard);
+        }
+        let Some((v, creator)) = found else { return Ok(None) };
+        self.note_dependency(creator);
+        Ok(v.value().map(f))
+    }
+
+    /// Insert or replace `key` with `value`.
+    pub fn put(&mut self, table: &Table, key: &[u8], value: &[u8]) -> Result<()> {
+        check_value(value)?;
+        self.write(table, key, true, WriteKind::Put, &mut |_| Ok(Some(Some(value.into()))))
+            .map(|_| ())
+    }
+
+    /// Overwrite `bytes.len()` bytes of the value of `key` at `offset`; the
+    /// log records only the changed bytes. Fails with `NotFound` if the key
+    /// has no value, and `InvalidArgument` if the range passes its end.
+    pub fn update_range(
+        &mut self,
+        table: &Table,
+        key: &[u8],
+        offset: usize,
+        bytes: &[u8],
+    ) -> Result<()> {
+        let end = offset.checked_add(bytes.len()).filter(|&e| e <= VALUE_BYTES_MAX);
+        let Some(end) = end else {
+            return Err(Error::InvalidArgument(format!(
+                "update_range past the largest value ({VALUE_BYTES_MAX} bytes)"
+            )));
+        };
+        let kind = WriteKind::Delta { offset: offset as u32, len: bytes.len() as u32 };
+        let outcome = self.write(table, key, false, kind, &mut |base| {
+            let Some(base) = base else { return Err(Error::NotFound) };
+            if end > base.len() {
+                return Err(Error::InvalidArgument(format!(
+                    "update_range {offset}..{end} is past the end of a {}-byte value",
+                    base.len()
+                )));
+            }
+            let mut v = base.to_vec().into_boxed_slice();
+            v[offset..end].copy_from_slice(bytes);
+            Ok(Some(Some(v)))
+        })?;
+        match outcome {
+            Written::Yes => Ok(()),
+            Written::NoRecord => Err(Error::NotFound),
+        }
+    }
+
+    /// Delete `key`. Returns whether it had a visible value.
+    pub fn delete(&mut self, table: &Table, key: &[u8]) -> Result<bool> {
+        let mut existed = false;
+        let outcome = self.write(table, key, false, WriteKind::Delete, &mut |base| {
+            existed = base.is_some();
+            Ok(base.map(|_| None))
+        })?;
+        Ok(outcome == Written::Yes && existed)
+    }
+
+    /// Up to `limit` visible key/value pairs with keys in `(lower, upper)`, in
+    /// `direction` order.
+    pub fn scan(
+        &mut self,
+        table: &Table,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        direction: Direction,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let t = self.check_op(table, &[])?;
+        for b in [lower, upper] {
+            if let Bound::Included(k) | Bound::Excluded(k) = b {
+                check_key(k)?;
+            }
+        }
+        let view = self.read_view();
+        let guard = crossbeam_epoch::pin();
+        let mut out = Vec::new();
+        let mut deps = Vec::new();
+        let mut stopped_at = None;
+        if limit > 0 {
+            t.index.scan(lower, upper, direction, |key, rid| {
+                let found =
+                    visibility::find_visible(t.records.slot(rid), view, &self.db.txns, &guard);
+                if let Some((v, creator)) = found {
+                    deps.push(creator);
+                    if let Some(value) = v.value() {
+                        out.push((key.to_vec(), value.to_vec()));
+                    }
+                }
+                if out.len() >= limit {
+                    stopped_at = Some(key.to_vec());
+                    return false;
+                }
+                true
+            });
+        }
+        for c in deps {
+            self.note_dependency(c);
+        }
+        if self.isolation == Isolation::Serializable {
+            self.track_scan(t, lower, upper, direction, stopped_at.as_deref(), &guard);
+        }
+        Ok(out)
+    }
+
+    /// Pre-commit: take a CSN, make the writes visible, free this thread.
+    /// The returned ack resolves once the transaction is durably committed.
+    pub fn commit(mut self) -> Result<CommitAck> {
+        if let Err(e) = self.db.check_open() {
+            self.abort_inner();
+            return Err(e);
+        }
+        if let Some(kind) = self.doomed {
+            self.abort_inner();
+            return Err(Error::Conflict(kind));
+        }
+        if self.writes.is_empty() {
+            // Read-only: no CSN (invariant 1).
+            let info = CommitInfo { csn: None, dsn: self.dsn };
+            self.finish();
+            return Ok(CommitAck::resolved(info));
+        }
+        let lease = self.lease.as_ref().expect("a running transaction holds its slot");
+        // Pin before the state says COMMITTED: once it does, other writers may
+        // install over our versions and retire them, and we still stamp them.
+        let guard = crossbeam_epoch::pin();
+        self.db.txns.set_state(lease, TxnState::Committing);
+        let csn = self.db.next_csn.fetch_add(1, Ordering::SeqCst);
+        if self.isolation == Isolation::Serializable {
+            self.db.txns.set_state(lease, TxnState::Validating(csn));
+            if !self.validate(csn, &guard) {
+                self.db.txns.set_state(lease, TxnState::Aborted);
+                self.abort_inner();
+                return Err(Error::Conflict(ConflictKind::ReadValidation));
+            }
+        }
+        self.db.txns.set_state(lease, TxnState::Committed(csn));
+        for w in &self.writes {
+            // SAFETY: pinned since before COMMITTED, so not yet freed.
+            unsafe { &*w.version }.set_committed(csn);
+        }
+        self.collect_garbage(csn, &guard);
+        let info = CommitInfo { csn: Some(csn), dsn: self.dsn };
+        self.finish();
+        Ok(CommitAck::resolved(info))
+    }
+
+    /// Pre-commit and wait for the acknowledgment.
+    pub fn commit_and_wait(self) -> Result<CommitInfo> {
+        self.commit()?.wait()
+    }
+
+    /// Abort: unlink every version this transaction installed.
+    pub fn abort(mut self) {
+        self.abort_inner();
+    }
+
+    // ---- internals ----
+
+    fn read_view(&self) -> View {
+        let snapshot = match self.isolation {
+            Isolation::ReadCommitted => self.db.next_csn.load(Ordering::SeqCst),
+            Isolation::Snapshot | Isolation::Serializable => self.snapshot,
+        };
+        View { snapshot, me: self.lease.as_ref().map(|l| l.tid) }
+    }
+
+    fn note_dependency(&mut self, creator: Creator) {
+        if let Creator::Committed(c) = creator {
+            self.dsn = self.dsn.max(c);
+        }
+    }
+
+    fn check_op(&self, table: &Table, key: &[u8]) -> Result<&'db TableInner> {
+        self.db.check_open()?;
+        if let Some(kind) = self.doomed {
+            return Err(Error::Conflict(kind));
+        }
+        if table.inner.db_id != self.db.id {
+            return Err(Error::InvalidArgument(format!(
+                "table {:?} belongs to another database",
+                table.inner.name
+            )));
+        }
+        check_key(key)?;
+        // SAFETY: tables are never removed from a database, and the catalog
+        // holds an Arc to each for the database's lifetime ('db).
+        Ok(unsafe { &*std::sync::Arc::as_ptr(&table.inner) })
+    }
+
+    /// Install a new version of `key`. `make` maps the current value (`None`
+    /// if absent or deleted) to the new one: `Ok(None)` means "nothing to
+    /// write", `Ok(Some(None))` a tombstone.
+    #[allow(clippy::type_complexity)]
+    fn write(
+        &mut self,
+        table: &Table,
+        key: &[u8],
+        create: bool,
+        kind: WriteKind,
+        make: &mut dyn FnMut(Option<&[u8]>) -> Result<Option<Option<Box<[u8]>>>>,
+    ) -> Result<Written> {
+        let t = self.check_op(table, key)?;
+        if self.read_only {
+            return Err(Error::InvalidArgument("write in a read-only transaction".into()));
+        }
+        let rid = match (t.index.get(key), create) {
+            (Some(rid), _) => rid,
+            (None, true) => {
+                let rid = t.records.allocate()?;
+                // A concurrent insert of the same key may win; use its RID
+                // (ours stays empty forever, see ARCHITECTURE.md).
+                t.index.insert(key, rid).err().unwrap_or(rid)
+            }
+            (None, false) => {
+                if self.isolation == Isolation::Serializable {
+                    let guard = crossbeam_epoch::pin();
+                    self.track_read(t, key, &guard);
+                }
+                make(None)?;
+                return Ok(Written::NoRecord);
+            }
+        };
+        let me = self.lease.as_ref().expect("running").tid;
+        let ww_snapshot = match self.isolation {
+            Isolation::ReadCommitted => None,
+            _ => Some(self.snapshot),
+        };
+        let slot = t.records.slot(rid);
+        let backoff = Backoff::new();
+        loop {
+            let guard = crossbeam_epoch::pin();
+            let head = slot.load(Ordering::Acquire, &guard);
+            let check = match visibility::check_write(head, me, ww_snapshot, &self.db.txns) {
+                Ok(c) => c,
+                Err(kind) => {
+                    self.doomed = Some(kind);
+                    return Err(Error::Conflict(kind));
+                }
+            };
+            // SAFETY: pinned by `guard`.
+            let head_ref = unsafe { head.as_ref() };
+            let (base, next) = match check {
+                WriteCheck::Retry => {
+                    backoff.snooze();
+                    continue;
+                }
+                WriteCheck::Empty => (None, Shared::null()),
+                WriteCheck::Overwrite(_) => (head_ref.and_then(Version::value), head),
+                WriteCheck::ReplaceOwn => {
+                    let h = head_ref.expect("own head exists");
+                    (h.value(), h.next.load(Ordering::Acquire, &guard))
+                }
+            };
+            let Some(value) = make(base)? else {
+                if self.isolation == Isolation::Serializable {
+                    self.track_read(t, key, &guard);
+                }
+                return Ok(Written::NoRecord);
+            };
+            let new = Owned::new(Version::new_owned(me, value));
+            new.next.store(next, Ordering::Relaxed);
+            match slot.compare_exchange(head, new, Ordering::AcqRel, Ordering::Acquire, &guard) {
+                Ok(installed) => {
+                    self.record_write(t, rid, installed.as_raw(), kind, check, head, &guard);
+                    return Ok(Written::Yes);
+                }
+                Err(_) => continue, // the head moved; look again
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn record_write(
+        &mut self,
+        t: &'db TableInner,
+        rid: Rid,
+        version: *const Version,
+        kind: WriteKind,
+        check: WriteCheck,
+        old_head: Shared<'_, Version>,
+        guard: &Guard,
+    ) {
+        match check {
+            WriteCheck::ReplaceOwn => {
+                let old = old_head.as_raw();
+                let entry = self
+                    .writes
+                    .iter_mut()
+                    .rev()
+                    .find(|w| w.version == old)
+                    .expect("our own head version is in the write set");
+                entry.version = version;
+                entry.kind = merge_kinds(entry.kind, kind);
+                // SAFETY: unlinked by our CAS; only reachable by pinned readers.
+                unsafe { guard.defer_destroy(old_head) };
+            }
+            WriteCheck::Overwrite(c) => {
+                self.dsn = self.dsn.max(c);
+                self.writes.push(WriteEntry { table: t, rid, version, kind });
+            }
+            WriteCheck::Empty => self.writes.push(WriteEntry { table: t, rid, version, kind }),
+            WriteCheck::Retry => unreachable!("retry never installs"),
+        }
+    }
+
+    fn collect_garbage(&self, csn: Csn, guard: &Guard) {
+        if csn.is_multiple_of(GC_HORIZON_REFRESH_COMMITS) {
+            self.db.refresh_gc_horizon();
+        }
+        let horizon = self.db.gc_horizon.load(Ordering::Acquire);
+        if horizon <= crate::mvcc::CSN_FIRST {
+            return;
+        }
+        let mut retired = 0;
+        for w in &self.writes {
+            retired += gc::trim_chain(w.table.records.slot(w.rid), horizon, guard);
+        }
+        if retired > 0 {
+            self.db.versions_retired.fetch_add(retired as u64, Ordering::Relaxed);
+        }
+    }
+
+    fn abort_inner(&mut self) {
+        if self.lease.is_none() {
+            return;
+        }
+        let guard = crossbeam_epoch::pin();
+        // Newest first, so a record written twice is unlinked in order.
+        for w in self.writes.drain(..).rev() {
+            // SAFETY: our uncommitted version is alive and at the head of its chain.
+            let v = unsafe { &*w.version };
+            v.set_aborted();
+            let slot = w.table.records.slot(w.rid);
+            let ours = Shared::from(w.version);
+            let next = v.next.load(Ordering::Acquire, &guard);
+            let unlinked =
+                slot.compare_exchange(ours, next, Ordering::AcqRel, Ordering::Acquire, &guard);
+            assert!(unlinked.is_ok(), "an uncommitted version stays at the head of its chain");
+            // SAFETY: unlinked above; only pinned readers can still hold it.
+            unsafe { guard.defer_destroy(ours) };
+        }
+        self.finish();
+    }
+
+    fn finish(&mut self) {
+        if let Some(lease) = self.lease.take() {
+            self.db.txns.end(lease);
+        }
+        self.writes.clear();
+        self.reads.clear();
+        self.scans.clear();
+    }
+}
+
+impl Drop for Transaction<'_> {
+    fn drop(&mut self) {
+        self.abort_inner();
+    }
+}
+
+impl std::fmt::Debug for Transaction<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Transaction")
+            .field("isolation", &self.isolation)
+            .field("snapshot", &self.snapshot)
+            .field("dsn", &self.dsn)
+            .field("writes", &self.writes.len())
+            .finish()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Written {
+    Yes,
+    NoRecord,
+}
+
+/// A record written twice in one transaction is logged as one write.
+fn merge_kinds(first: WriteKind, second: WriteKind) -> WriteKind {
+    match (first, second) {
+        (WriteKind::Delta { offset: a, len: la }, WriteKind::Delta { offset: b, len: lb }) => {
+            let start = a.min(b);
+            let end = (a + la).max(b + lb);
+            WriteKind::Delta { offset: start, len: end - start }
+        }
+        (_, WriteKind::Delete) => WriteKind::Delete,
+        _ => WriteKind::Put,
+    }
+}
+
+fn check_key(key: &[u8]) -> Result<()> {
+    if key.len() > KEY_BYTES_MAX {
+        return Err(Error::InvalidArgument(format!(
+            "key of {} bytes exceeds the {KEY_BYTES_MAX}-byte limit",
+            key.len()
+        )));
+    }
+    Ok(())
+}
+
+fn check_value(value: &[u8]) -> Result<()> {
+    if value.len() > VALUE_BYTES_MAX {
+        return Err(Error::InvalidArgument(format!(
+            "value of {} bytes exceeds the {VALUE_BYTES_MAX}-byte limit",
+            value.len()
+        )));
+    }
+    Ok(())
+}
