@@ -31,7 +31,9 @@ pub enum Error {
     #[error("table {0:?} already exists")]
     TableExists(String),
     /// Every transaction slot is in use (see [`crate::Options::max_transactions`]).
-    #[error("all {0} transaction slots are in use; finish some transactions or raise Options::max_transactions")]
+    #[error(
+        "all {0} transaction slots are in use; finish some transactions or raise Options::max_transactions"
+    )]
     TooManyTransactions(usize),
     /// The database was closed; no further work is accepted.
     #[error("the database is closed")]

@@ -173,7 +173,11 @@ impl TxnTable {
     /// Wait until `tid` has a CSN (COMMITTING is a window of a few
     /// instructions; VALIDATING lasts one validation pass) and return its
     /// state, or `None` if it finished meanwhile.
-    pub(crate) fn wait_while(&self, tid: Tid, mut pending: impl FnMut(TxnState) -> bool) -> Option<TxnState> {
+    pub(crate) fn wait_while(
+        &self,
+        tid: Tid,
+        mut pending: impl FnMut(TxnState) -> bool,
+    ) -> Option<TxnState> {
         let backoff = Backoff::new();
         loop {
             let state = self.state_of(tid)?;
