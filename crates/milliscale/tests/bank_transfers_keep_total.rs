@@ -35,7 +35,7 @@ fn audit(db: &Database, t: &Table) -> u64 {
     let total = (0..ACCOUNTS)
         .map(|i| balance(&tx.get(t, &i.to_be_bytes()).expect("get").expect("account exists")))
         .sum();
-    tx.commit().expect("read-only commit");
+    tx.commit_and_wait().expect("read-only commit");
     total
 }
 

@@ -21,7 +21,7 @@ fn updates_are_reclaimed_and_old_snapshots_stay_readable() {
     let held = db.stats().versions_retired;
     assert!(held < 100, "the old snapshot pins the chain below it: {held} retired");
     assert_eq!(old.get(&t, b"hot").expect("get"), Some(0u64.to_le_bytes().to_vec()));
-    old.commit().expect("commit");
+    old.commit_and_wait().expect("commit");
     for v in N + 1..=2 * N {
         put(v);
     }
