@@ -1,1 +1,233 @@
-fn main() {}
+//! The `milliscale` command: benchmarks now; recovery, inspection and the
+//! object-store emulator join as they are built.
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use milliscale::Isolation;
+use milliscale_bench::index_bench::{self, IndexBenchConfig};
+use milliscale_bench::keys::KeyDist;
+use milliscale_bench::report::Report;
+use milliscale_bench::ycsb::{self, Engine, Workload, YcsbConfig};
+
+#[derive(Parser)]
+#[command(
+    name = "milliscale",
+    version,
+    about = "Milliscale: an OLTP engine that commits to object storage"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a benchmark.
+    #[command(subcommand)]
+    Bench(Bench),
+}
+
+#[derive(Subcommand)]
+enum Bench {
+    /// YCSB transactions (the paper's §5 setup) against the engine.
+    Ycsb(YcsbArgs),
+    /// Compare ordered-index candidates on inserts, lookups and scans.
+    Index(IndexArgs),
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum WorkloadArg {
+    A,
+    B,
+    C,
+    U,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum DistArg {
+    Uniform,
+    Zipfian,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum IsolationArg {
+    ReadCommitted,
+    Snapshot,
+    Serializable,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum EngineArg {
+    Milliscale,
+    RawIndex,
+}
+
+#[derive(Args)]
+struct YcsbArgs {
+    /// Records in the table.
+    #[arg(long, default_value_t = 1_000_000)]
+    records: u64,
+    /// Worker threads [default: the number of cores].
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Measured seconds.
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    /// Seconds of warmup before measuring.
+    #[arg(long, default_value_t = 2.0)]
+    warmup: f64,
+    /// a: 50/50 read/update txns, b: 95/5, c: read-only, u: update-only.
+    #[arg(long, value_enum, default_value = "a")]
+    workload: WorkloadArg,
+    #[arg(long, value_enum, default_value = "uniform")]
+    dist: DistArg,
+    /// Zipfian skew.
+    #[arg(long, default_value_t = 0.99)]
+    theta: f64,
+    /// Operations per transaction.
+    #[arg(long, default_value_t = 10)]
+    ops_per_txn: usize,
+    /// Where the log goes; "none" disables logging (the only store in this version).
+    #[arg(long, default_value = "none")]
+    store: String,
+    #[arg(long, value_enum, default_value = "snapshot")]
+    isolation: IsolationArg,
+    /// milliscale, or raw-index: the same lookups on the bare index (workload c).
+    #[arg(long, value_enum, default_value = "milliscale")]
+    engine: EngineArg,
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Print the report as JSON only.
+    #[arg(long)]
+    json: bool,
+    /// Print a CSV header and the report as one row.
+    #[arg(long, conflicts_with = "json")]
+    csv: bool,
+}
+
+#[derive(Args)]
+struct IndexArgs {
+    /// Key counts, comma separated.
+    #[arg(long, value_delimiter = ',', default_value = "1000000")]
+    keys: Vec<u64>,
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+    /// Seconds per lookup and scan phase.
+    #[arg(long, default_value_t = 3.0)]
+    phase_secs: f64,
+    #[arg(long)]
+    json: bool,
+}
+
+fn seconds(name: &str, s: f64) -> Result<Duration, String> {
+    Duration::try_from_secs_f64(s)
+        .map_err(|_| format!("--{name} must be a non-negative number of seconds, got {s}"))
+}
+
+fn bench_ycsb(a: YcsbArgs) -> Result<(), String> {
+    let cfg = YcsbConfig {
+        records: a.records,
+        threads: a
+            .threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+        duration: seconds("duration", a.duration)?,
+        warmup: seconds("warmup", a.warmup)?,
+        workload: match a.workload {
+            WorkloadArg::A => Workload::A,
+            WorkloadArg::B => Workload::B,
+            WorkloadArg::C => Workload::C,
+            WorkloadArg::U => Workload::U,
+        },
+        dist: match a.dist {
+            DistArg::Uniform => KeyDist::Uniform,
+            DistArg::Zipfian => KeyDist::Zipfian { theta: a.theta },
+        },
+        ops_per_txn: a.ops_per_txn,
+        store: a.store,
+        isolation: match a.isolation {
+            IsolationArg::ReadCommitted => Isolation::ReadCommitted,
+            IsolationArg::Snapshot => Isolation::Snapshot,
+            IsolationArg::Serializable => Isolation::Serializable,
+        },
+        engine: match a.engine {
+            EngineArg::Milliscale => Engine::Milliscale,
+            EngineArg::RawIndex => Engine::RawIndex,
+        },
+        seed: a.seed,
+        progress: !a.json && !a.csv && std::io::stderr().is_terminal(),
+    };
+    let report = ycsb::run(&cfg)?;
+    print_report(&report, a.json, a.csv);
+    Ok(())
+}
+
+fn print_report(r: &Report, json: bool, csv: bool) {
+    if json {
+        println!("{}", r.to_json());
+    } else if csv {
+        println!("{}", Report::CSV_HEADER);
+        println!("{}", r.csv_row());
+    } else {
+        print!("{}", r.to_human());
+    }
+}
+
+fn bench_index(a: IndexArgs) -> Result<(), String> {
+    if a.threads == 0 || a.keys.iter().any(|&k| k == 0) {
+        return Err("--threads and every --keys value must be positive".into());
+    }
+    let cfg = IndexBenchConfig {
+        keys: a.keys,
+        threads: a.threads,
+        phase_duration: seconds("phase-secs", a.phase_secs)?,
+        seed: 42,
+    };
+    if !a.json {
+        println!(
+            "{:<30}{:>12}{:>8}{:>14}{:>14}{:>16}{:>12}",
+            "candidate",
+            "keys",
+            "threads",
+            "insert Mop/s",
+            "lookup Mop/s",
+            "scan100 Kop/s",
+            "RSS MiB"
+        );
+    }
+    let results = index_bench::run(&cfg, |r| {
+        if !a.json {
+            println!(
+                "{:<30}{:>12}{:>8}{:>14.2}{:>14.2}{:>16.1}{:>12.0}",
+                r.candidate,
+                r.keys,
+                r.threads,
+                r.insert_mops,
+                r.lookup_mops,
+                r.scan100_kops,
+                r.rss_mib_after_insert
+            );
+        }
+    });
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&results).map_err(|e| e.to_string())?);
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Bench(Bench::Ycsb(a)) => bench_ycsb(a),
+        Command::Bench(Bench::Index(a)) => bench_index(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("milliscale: error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

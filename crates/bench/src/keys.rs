@@ -1,0 +1,85 @@
+//! Key choice for YCSB: uniform, or zipfian scrambled the way YCSB's
+//! `ScrambledZipfianGenerator` does it, so hot keys are spread over the key
+//! space instead of clustering at the low end.
+
+use rand::Rng;
+use rand_distr::{Distribution, Zipf};
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum KeyDist {
+    Uniform,
+    Zipfian { theta: f64 },
+}
+
+pub struct KeyChooser {
+    n: u64,
+    zipf: Option<Zipf<f64>>,
+}
+
+impl KeyChooser {
+    pub fn new(n: u64, dist: KeyDist) -> Result<KeyChooser, String> {
+        if n == 0 {
+            return Err("at least one record is needed".into());
+        }
+        let zipf = match dist {
+            KeyDist::Uniform => None,
+            KeyDist::Zipfian { theta } => {
+                if !(theta > 0.0 && theta.is_finite()) {
+                    return Err(format!("theta must be a positive number, got {theta}"));
+                }
+                Some(Zipf::new(n as f64, theta).map_err(|e| format!("zipf: {e}"))?)
+            }
+        };
+        Ok(KeyChooser { n, zipf })
+    }
+
+    /// A record number in `0..n`.
+    pub fn next(&self, rng: &mut impl Rng) -> u64 {
+        match &self.zipf {
+            None => rng.random_range(0..self.n),
+            Some(z) => {
+                let rank = (z.sample(rng) as u64).saturating_sub(1).min(self.n - 1);
+                fnv1a_64(rank) % self.n
+            }
+        }
+    }
+}
+
+/// FNV-1a over the 8 bytes of `v`, as YCSB scrambles zipfian ranks.
+pub fn fnv1a_64(v: u64) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in v.to_le_bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    #[test]
+    fn zipfian_is_skewed_and_scrambled() {
+        let n = 10_000;
+        let c = KeyChooser::new(n, KeyDist::Zipfian { theta: 0.99 }).expect("chooser");
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
+        let mut counts = vec![0u32; n as usize];
+        for _ in 0..200_000 {
+            counts[c.next(&mut rng) as usize] += 1;
+        }
+        let hottest =
+            counts.iter().enumerate().max_by_key(|(_, c)| **c).map(|(i, _)| i).expect("some");
+        let top = *counts.iter().max().expect("some");
+        assert!(top > 10_000, "the hottest key gets >5% of accesses: {top}");
+        assert_ne!(hottest, 0, "rank 1 is scrambled away from key 0");
+        let u = KeyChooser::new(n, KeyDist::Uniform).expect("chooser");
+        let mut counts = vec![0u32; n as usize];
+        for _ in 0..200_000 {
+            counts[u.next(&mut rng) as usize] += 1;
+        }
+        assert!(*counts.iter().max().expect("some") < 100);
+        assert!(KeyChooser::new(n, KeyDist::Zipfian { theta: -1.0 }).is_err());
+    }
+}

@@ -1,0 +1,220 @@
+//! The one report format shared by every benchmark: a human table, JSON,
+//! and a CSV row. Later benchmarks (TPC-C, sweeps, store accounting) add
+//! fields here rather than inventing their own output.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+/// Latency percentiles, in microseconds.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Percentiles {
+    pub count: u64,
+    pub mean_us: f64,
+    pub p50_us: f64,
+    pub p90_us: f64,
+    pub p99_us: f64,
+    pub p999_us: f64,
+    pub p9999_us: f64,
+    pub max_us: f64,
+}
+
+impl Percentiles {
+    /// From a histogram recorded in nanoseconds.
+    pub fn from_nanos(h: &Histogram<u64>) -> Percentiles {
+        let us = |v: u64| v as f64 / 1_000.0;
+        Percentiles {
+            count: h.len(),
+            mean_us: h.mean() / 1_000.0,
+            p50_us: us(h.value_at_quantile(0.50)),
+            p90_us: us(h.value_at_quantile(0.90)),
+            p99_us: us(h.value_at_quantile(0.99)),
+            p999_us: us(h.value_at_quantile(0.999)),
+            p9999_us: us(h.value_at_quantile(0.9999)),
+            max_us: us(h.max()),
+        }
+    }
+}
+
+/// Counts per transaction type (YCSB: read-only / read-modify-write).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct KindStats {
+    pub committed: u64,
+    pub aborted: u64,
+}
+
+/// Resident memory over the run.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct MemoryReport {
+    /// (seconds since the measured phase began, resident MiB), one sample per second.
+    pub rss_mib_samples: Vec<(f64, f64)>,
+    pub rss_mib_at_10s: Option<f64>,
+    pub rss_mib_end: f64,
+    pub rss_mib_max: f64,
+}
+
+/// Where and what was measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct Environment {
+    pub cores: usize,
+    pub cpu: String,
+    pub os: String,
+    pub commit: String,
+}
+
+impl Environment {
+    pub fn detect() -> Environment {
+        let cpu = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("model name"))
+                    .and_then(|l| l.split(':').nth(1))
+                    .map(|m| m.trim().to_owned())
+            })
+            .unwrap_or_else(|| "unknown".into());
+        let commit = std::process::Command::new("git")
+            .args(["rev-parse", "--short=12", "HEAD"])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+            .unwrap_or_else(|| "unknown".into());
+        Environment {
+            cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            cpu,
+            os: std::env::consts::OS.into(),
+            commit,
+        }
+    }
+}
+
+/// The result of one benchmark run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub benchmark: String,
+    pub engine: String,
+    /// Every knob, as given on the command line (after defaults).
+    pub config: BTreeMap<String, String>,
+    pub env: Environment,
+    pub threads: usize,
+    pub duration_s: f64,
+    pub committed: u64,
+    pub aborted: u64,
+    pub operations: u64,
+    pub txn_per_s: f64,
+    pub ops_per_s: f64,
+    pub abort_rate: f64,
+    /// From `begin` to acknowledgment, committed transactions only.
+    pub txn_latency: Percentiles,
+    /// From pre-commit (`commit()`) to acknowledgment.
+    pub commit_latency: Percentiles,
+    pub by_kind: BTreeMap<String, KindStats>,
+    pub memory: Option<MemoryReport>,
+    /// Free-form remarks the run wants a reader to see (e.g. "no log").
+    pub notes: Vec<String>,
+}
+
+impl Report {
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a report always serializes")
+    }
+
+    pub const CSV_HEADER: &'static str = "benchmark,engine,workload,dist,records,threads,duration_s,committed,aborted,txn_per_s,ops_per_s,abort_rate,commit_p50_us,commit_p99_us,commit_p999_us,commit_p9999_us,txn_p50_us,txn_p99_us,commit";
+
+    pub fn csv_row(&self) -> String {
+        let c = |k: &str| self.config.get(k).cloned().unwrap_or_default();
+        format!(
+            "{},{},{},{},{},{},{:.3},{},{},{:.1},{:.1},{:.5},{:.2},{:.2},{:.2},{:.2},{:.2},{:.2},{}",
+            self.benchmark,
+            self.engine,
+            c("workload"),
+            c("dist"),
+            c("records"),
+            self.threads,
+            self.duration_s,
+            self.committed,
+            self.aborted,
+            self.txn_per_s,
+            self.ops_per_s,
+            self.abort_rate,
+            self.commit_latency.p50_us,
+            self.commit_latency.p99_us,
+            self.commit_latency.p999_us,
+            self.commit_latency.p9999_us,
+            self.txn_latency.p50_us,
+            self.txn_latency.p99_us,
+            self.env.commit,
+        )
+    }
+
+    pub fn to_human(&self) -> String {
+        let mut s = String::new();
+        let cfg: Vec<String> = self.config.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let _ = writeln!(s, "{} on {} — {}", self.benchmark, self.engine, cfg.join(" "));
+        let _ = writeln!(
+            s,
+            "machine: {} cores, {} ({}), commit {}",
+            self.env.cores, self.env.cpu, self.env.os, self.env.commit
+        );
+        let _ = writeln!(s, "{:<22}{:>16}", "threads", self.threads);
+        let _ = writeln!(s, "{:<22}{:>16.2}", "measured seconds", self.duration_s);
+        let _ = writeln!(s, "{:<22}{:>16}", "committed txns", self.committed);
+        let _ = writeln!(s, "{:<22}{:>16}", "aborted txns", self.aborted);
+        let _ = writeln!(s, "{:<22}{:>16.4}", "abort rate", self.abort_rate);
+        let _ = writeln!(s, "{:<22}{:>16.0}", "throughput txn/s", self.txn_per_s);
+        let _ = writeln!(s, "{:<22}{:>16.0}", "throughput ops/s", self.ops_per_s);
+        for (kind, k) in &self.by_kind {
+            let _ = writeln!(
+                s,
+                "  {:<20}{:>16} committed {:>10} aborted",
+                kind, k.committed, k.aborted
+            );
+        }
+        let _ = writeln!(
+            s,
+            "latency µs            {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            "mean", "p50", "p90", "p99", "p99.9", "p99.99", "max"
+        );
+        for (name, p) in
+            [("txn (begin→ack)", &self.txn_latency), ("commit (pre→ack)", &self.commit_latency)]
+        {
+            let _ = writeln!(
+                s,
+                "  {:<20}{:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1}",
+                name, p.mean_us, p.p50_us, p.p90_us, p.p99_us, p.p999_us, p.p9999_us, p.max_us
+            );
+        }
+        if let Some(m) = &self.memory {
+            let at10 = m.rss_mib_at_10s.map_or("n/a".to_owned(), |v| format!("{v:.1}"));
+            let _ = writeln!(
+                s,
+                "resident MiB          at 10 s {at10}, end {:.1}, max {:.1}",
+                m.rss_mib_end, m.rss_mib_max
+            );
+        }
+        for n in &self.notes {
+            let _ = writeln!(s, "note: {n}");
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_are_in_microseconds() {
+        let mut h = Histogram::<u64>::new(3).expect("histogram");
+        for v in 1..=1000u64 {
+            h.record(v * 1_000).expect("record");
+        }
+        let p = Percentiles::from_nanos(&h);
+        assert_eq!(p.count, 1000);
+        assert!((p.p50_us - 500.0).abs() < 2.0, "{}", p.p50_us);
+        assert!((p.max_us - 1000.0).abs() < 2.0, "{}", p.max_us);
+    }
+}

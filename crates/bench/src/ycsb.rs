@@ -1,0 +1,505 @@
+//! YCSB as the Milliscale paper runs it (§5.1): a table of 80-byte records
+//! (ten 8-byte fields; field 0 holds the record's key), transactions of
+//! `ops_per_txn` operations that are either all point reads or all
+//! read-modify-writes (read the record, rewrite one random field 1..=9 with
+//! `update_range`). Workloads mix the two kinds: A 50/50, B 95/5, C 100/0,
+//! U 0/100.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use milliscale::{Database, Error, Isolation, Options, Table, TxnOptions};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use crate::keys::{KeyChooser, KeyDist};
+use crate::report::{Environment, KindStats, Percentiles, Report};
+use crate::rss::RssSampler;
+
+pub const FIELDS: usize = 10;
+pub const FIELD_BYTES: usize = 8;
+pub const RECORD_BYTES: usize = FIELDS * FIELD_BYTES;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workload {
+    A,
+    B,
+    C,
+    U,
+}
+
+impl Workload {
+    /// Fraction of transactions that are read-only.
+    pub fn read_fraction(self) -> f64 {
+        match self {
+            Workload::A => 0.5,
+            Workload::B => 0.95,
+            Workload::C => 1.0,
+            Workload::U => 0.0,
+        }
+    }
+}
+
+/// What executes the operations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    /// The milliscale engine: transactions, MVCC, the works.
+    Milliscale,
+    /// The same key stream as bare lookups on the engine's index type
+    /// (`scc::TreeIndex`), no transactions: the ceiling for workload C.
+    RawIndex,
+}
+
+#[derive(Debug, Clone)]
+pub struct YcsbConfig {
+    pub records: u64,
+    pub threads: usize,
+    pub duration: Duration,
+    pub warmup: Duration,
+    pub workload: Workload,
+    pub dist: KeyDist,
+    pub ops_per_txn: usize,
+    pub store: String,
+    pub isolation: Isolation,
+    pub engine: Engine,
+    pub seed: u64,
+    /// Draw a progress bar on stderr (only if it is a terminal).
+    pub progress: bool,
+}
+
+impl YcsbConfig {
+    fn describe(&self) -> BTreeMap<String, String> {
+        let mut m = BTreeMap::new();
+        m.insert("records".into(), self.records.to_string());
+        m.insert("workload".into(), format!("{:?}", self.workload).to_lowercase());
+        let dist = match self.dist {
+            KeyDist::Uniform => "uniform".to_owned(),
+            KeyDist::Zipfian { theta } => format!("zipfian({theta})"),
+        };
+        m.insert("dist".into(), dist);
+        m.insert("ops_per_txn".into(), self.ops_per_txn.to_string());
+        m.insert("store".into(), self.store.clone());
+        m.insert("isolation".into(), format!("{:?}", self.isolation).to_lowercase());
+        m.insert("warmup_s".into(), self.warmup.as_secs_f64().to_string());
+        m.insert("seed".into(), self.seed.to_string());
+        m
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        if self.threads == 0 || self.threads > 1024 {
+            return Err(format!("threads must be in 1..=1024, got {}", self.threads));
+        }
+        if self.ops_per_txn == 0 || self.ops_per_txn > 10_000 {
+            return Err(format!("ops-per-txn must be in 1..=10000, got {}", self.ops_per_txn));
+        }
+        if self.duration.is_zero() {
+            return Err("duration must be positive".into());
+        }
+        if self.engine == Engine::RawIndex && self.workload != Workload::C {
+            return Err("the raw-index engine only runs lookups: use --workload c".into());
+        }
+        Ok(())
+    }
+}
+
+const PHASE_WARMUP: u8 = 0;
+const PHASE_MEASURE: u8 = 1;
+const PHASE_STOP: u8 = 2;
+
+/// Per-thread results, merged at the end.
+struct WorkerStats {
+    committed: [u64; 2],
+    aborted: [u64; 2],
+    txn_ns: Histogram<u64>,
+    commit_ns: Histogram<u64>,
+}
+
+impl WorkerStats {
+    fn new() -> WorkerStats {
+        let h = || Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid bounds");
+        WorkerStats { committed: [0; 2], aborted: [0; 2], txn_ns: h(), commit_ns: h() }
+    }
+}
+
+fn key_bytes(id: u64) -> [u8; 8] {
+    id.to_be_bytes()
+}
+
+/// The initial value of record `id`.
+pub fn initial_record(id: u64) -> [u8; RECORD_BYTES] {
+    let mut r = [0u8; RECORD_BYTES];
+    for (f, chunk) in r.chunks_exact_mut(FIELD_BYTES).enumerate() {
+        chunk.copy_from_slice(&id.wrapping_mul(f as u64 + 1).to_le_bytes());
+    }
+    r
+}
+
+fn load(db: &Database, table: &Table, cfg: &YcsbConfig) -> Result<(), Error> {
+    const BATCH: u64 = 1_000;
+    let threads = cfg.threads as u64;
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|w| {
+                s.spawn(move || -> Result<(), Error> {
+                    let mut start = w * BATCH;
+                    while start < cfg.records {
+                        let end = (start + BATCH).min(cfg.records);
+                        let mut tx = db.begin()?;
+                        for id in start..end {
+                            tx.put(table, &key_bytes(id), &initial_record(id))?;
+                        }
+                        tx.commit()?.wait()?;
+                        start += threads * BATCH;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        handles.into_iter().try_for_each(|h| h.join().expect("loader thread panicked"))
+    })
+}
+
+/// Run the benchmark and produce its report.
+pub fn run(cfg: &YcsbConfig) -> Result<Report, String> {
+    cfg.validate()?;
+    let chooser = KeyChooser::new(cfg.records, cfg.dist)?;
+    let phase = AtomicU8::new(PHASE_WARMUP);
+    let mut notes = Vec::new();
+    let (stats, measured) = match cfg.engine {
+        Engine::Milliscale => {
+            let db =
+                Database::open(Options::new().store(cfg.store.clone()).isolation(cfg.isolation))
+                    .map_err(|e| e.to_string())?;
+            if cfg.store == "none" {
+                notes.push("store none: no log; a commit is acknowledged at pre-commit".into());
+            }
+            let table = db.create_table("usertable").map_err(|e| e.to_string())?;
+            let t0 = Instant::now();
+            load(&db, &table, cfg).map_err(|e| format!("load failed: {e}"))?;
+            notes.push(format!(
+                "loaded {} records in {:.2} s",
+                cfg.records,
+                t0.elapsed().as_secs_f64()
+            ));
+            drive(cfg, &phase, |w| engine_worker(&db, &table, cfg, &chooser, &phase, w))?
+        }
+        Engine::RawIndex => {
+            let tree = scc::TreeIndex::<milliscale::raw::IndexKey, u64>::new();
+            for id in 0..cfg.records {
+                let _ = tree.insert_sync(milliscale::raw::IndexKey::from_slice(&key_bytes(id)), id);
+            }
+            drive(cfg, &phase, |w| raw_worker(&tree, cfg, &chooser, &phase, w))?
+        }
+    };
+    Ok(build_report(cfg, stats, measured, notes))
+}
+
+type Drive = (Vec<WorkerStats>, (Duration, Option<crate::report::MemoryReport>));
+
+/// Start the workers, run warmup then the measured phase, stop them.
+fn drive<F>(cfg: &YcsbConfig, phase: &AtomicU8, worker: F) -> Result<Drive, String>
+where
+    F: Fn(u64) -> Result<WorkerStats, String> + Sync,
+{
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..cfg.threads as u64)
+            .map(|w| {
+                s.spawn({
+                    let worker = &worker;
+                    move || worker(w)
+                })
+            })
+            .collect();
+        let sampler = RssSampler::start();
+        let bar = progress_bar(cfg);
+        sleep_with_progress(cfg.warmup, &bar, "warmup");
+        phase.store(PHASE_MEASURE, Ordering::SeqCst);
+        let t0 = Instant::now();
+        sleep_with_progress(cfg.duration, &bar, "measure");
+        phase.store(PHASE_STOP, Ordering::SeqCst);
+        let measured = t0.elapsed();
+        bar.finish_and_clear();
+        let memory = sampler.finish();
+        let stats: Result<Vec<_>, String> = handles
+            .into_iter()
+            .map(|h| h.join().map_err(|_| "worker panicked".to_owned())?)
+            .collect();
+        Ok((stats?, (measured, memory)))
+    })
+}
+
+fn progress_bar(cfg: &YcsbConfig) -> indicatif::ProgressBar {
+    if !cfg.progress {
+        return indicatif::ProgressBar::hidden();
+    }
+    let total = (cfg.warmup + cfg.duration).as_millis() as u64;
+    let bar = indicatif::ProgressBar::new(total);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{msg:>8} [{bar:40}] {elapsed}/{duration}")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    bar
+}
+
+fn sleep_with_progress(d: Duration, bar: &indicatif::ProgressBar, msg: &'static str) {
+    bar.set_message(msg);
+    let end = Instant::now() + d;
+    while let Some(left) = end.checked_duration_since(Instant::now()) {
+        let step = left.min(Duration::from_millis(100));
+        std::thread::sleep(step);
+        bar.inc(step.as_millis() as u64);
+    }
+}
+
+fn engine_worker(
+    db: &Database,
+    table: &Table,
+    cfg: &YcsbConfig,
+    chooser: &KeyChooser,
+    phase: &AtomicU8,
+    w: u64,
+) -> Result<WorkerStats, String> {
+    let mut rng =
+        SmallRng::seed_from_u64(cfg.seed.wrapping_add(w.wrapping_mul(0x9E37_79B9_7F4A_7C15)));
+    let mut stats = WorkerStats::new();
+    let read_fraction = cfg.workload.read_fraction();
+    let mut keys = vec![0u64; cfg.ops_per_txn];
+    loop {
+        let p = phase.load(Ordering::Relaxed);
+        if p == PHASE_STOP {
+            return Ok(stats);
+        }
+        let rmw = rng.random::<f64>() >= read_fraction;
+        for k in keys.iter_mut() {
+            *k = chooser.next(&mut rng);
+        }
+        let started = Instant::now();
+        let outcome = one_txn(db, table, cfg, rmw, &keys, &mut rng);
+        let kind = usize::from(rmw);
+        let measuring = p == PHASE_MEASURE && phase.load(Ordering::Relaxed) == PHASE_MEASURE;
+        match outcome {
+            Ok(precommit) => {
+                if measuring {
+                    let done = Instant::now();
+                    stats.committed[kind] += 1;
+                    let _ = stats.txn_ns.record((done - started).as_nanos().max(1) as u64);
+                    let _ = stats.commit_ns.record((done - precommit).as_nanos().max(1) as u64);
+                }
+            }
+            Err(Error::Conflict(_)) => {
+                if measuring {
+                    stats.aborted[kind] += 1;
+                }
+            }
+            Err(e) => return Err(format!("transaction failed: {e}")),
+        }
+    }
+}
+
+/// One YCSB transaction; returns the instant it entered pre-commit.
+fn one_txn(
+    db: &Database,
+    table: &Table,
+    cfg: &YcsbConfig,
+    rmw: bool,
+    keys: &[u64],
+    rng: &mut SmallRng,
+) -> Result<Instant, Error> {
+    let opts = TxnOptions { isolation: Some(cfg.isolation), read_only: !rmw };
+    let mut tx = db.begin_with(opts)?;
+    for &id in keys {
+        let key = key_bytes(id);
+        let record = tx.get(table, &key)?;
+        let record =
+            record.ok_or_else(|| Error::InvalidArgument(format!("record {id} is missing")))?;
+        std::hint::black_box(&record);
+        if rmw {
+            let field = rng.random_range(1..FIELDS);
+            let value: u64 = rng.random();
+            tx.update_range(table, &key, field * FIELD_BYTES, &value.to_le_bytes())?;
+        }
+    }
+    let precommit = Instant::now();
+    tx.commit()?.wait()?;
+    Ok(precommit)
+}
+
+fn raw_worker(
+    tree: &scc::TreeIndex<milliscale::raw::IndexKey, u64>,
+    cfg: &YcsbConfig,
+    chooser: &KeyChooser,
+    phase: &AtomicU8,
+    w: u64,
+) -> Result<WorkerStats, String> {
+    let mut rng =
+        SmallRng::seed_from_u64(cfg.seed.wrapping_add(w.wrapping_mul(0x9E37_79B9_7F4A_7C15)));
+    let mut stats = WorkerStats::new();
+    loop {
+        let p = phase.load(Ordering::Relaxed);
+        if p == PHASE_STOP {
+            return Ok(stats);
+        }
+        let started = Instant::now();
+        for _ in 0..cfg.ops_per_txn {
+            let key = key_bytes(chooser.next(&mut rng));
+            let guard = scc::Guard::new();
+            let v = tree.peek(&key[..], &guard).copied();
+            if v.is_none() {
+                return Err("raw index lost a key".into());
+            }
+            std::hint::black_box(v);
+        }
+        if p == PHASE_MEASURE && phase.load(Ordering::Relaxed) == PHASE_MEASURE {
+            stats.committed[0] += 1;
+            let _ = stats.txn_ns.record(started.elapsed().as_nanos().max(1) as u64);
+        }
+    }
+}
+
+fn build_report(
+    cfg: &YcsbConfig,
+    stats: Vec<WorkerStats>,
+    (measured, memory): (Duration, Option<crate::report::MemoryReport>),
+    notes: Vec<String>,
+) -> Report {
+    let mut all = WorkerStats::new();
+    for s in &stats {
+        for k in 0..2 {
+            all.committed[k] += s.committed[k];
+            all.aborted[k] += s.aborted[k];
+        }
+        all.txn_ns.add(&s.txn_ns).expect("same bounds");
+        all.commit_ns.add(&s.commit_ns).expect("same bounds");
+    }
+    let committed: u64 = all.committed.iter().sum();
+    let aborted: u64 = all.aborted.iter().sum();
+    let secs = measured.as_secs_f64();
+    let operations = committed * cfg.ops_per_txn as u64;
+    let mut by_kind = BTreeMap::new();
+    by_kind.insert(
+        "read-only".to_owned(),
+        KindStats { committed: all.committed[0], aborted: all.aborted[0] },
+    );
+    if cfg.engine == Engine::Milliscale {
+        by_kind.insert(
+            "read-modify-write".to_owned(),
+            KindStats { committed: all.committed[1], aborted: all.aborted[1] },
+        );
+    }
+    Report {
+        benchmark: "ycsb".into(),
+        engine: match cfg.engine {
+            Engine::Milliscale => "milliscale".into(),
+            Engine::RawIndex => "raw-index".into(),
+        },
+        config: cfg.describe(),
+        env: Environment::detect(),
+        threads: cfg.threads,
+        duration_s: secs,
+        committed,
+        aborted,
+        operations,
+        txn_per_s: committed as f64 / secs,
+        ops_per_s: operations as f64 / secs,
+        abort_rate: if committed + aborted == 0 {
+            0.0
+        } else {
+            aborted as f64 / (committed + aborted) as f64
+        },
+        txn_latency: Percentiles::from_nanos(&all.txn_ns),
+        commit_latency: Percentiles::from_nanos(&all.commit_ns),
+        by_kind,
+        memory,
+        notes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(workload: Workload, dist: KeyDist) -> YcsbConfig {
+        YcsbConfig {
+            records: 2_000,
+            threads: 2,
+            duration: Duration::from_millis(300),
+            warmup: Duration::from_millis(50),
+            workload,
+            dist,
+            ops_per_txn: 10,
+            store: "none".into(),
+            isolation: Isolation::Snapshot,
+            engine: Engine::Milliscale,
+            seed: 7,
+            progress: false,
+        }
+    }
+
+    #[test]
+    fn every_workload_commits_and_reports() {
+        for w in [Workload::A, Workload::B, Workload::C, Workload::U] {
+            let r = run(&cfg(w, KeyDist::Zipfian { theta: 0.99 })).expect("run");
+            assert!(r.committed > 0, "{w:?} committed nothing");
+            assert_eq!(r.operations, r.committed * 10);
+            let rmw = r.by_kind["read-modify-write"].committed;
+            match w {
+                Workload::C => assert_eq!(rmw, 0),
+                Workload::U => assert_eq!(r.by_kind["read-only"].committed, 0),
+                _ => assert!(rmw > 0),
+            }
+            assert!(r.txn_latency.count == r.committed);
+            let row = r.csv_row();
+            assert_eq!(row.split(',').count(), Report::CSV_HEADER.split(',').count());
+            let json: serde_json::Value = serde_json::from_str(&r.to_json()).expect("valid json");
+            assert_eq!(json["committed"].as_u64(), Some(r.committed));
+        }
+    }
+
+    #[test]
+    fn raw_index_runs_only_lookups() {
+        let mut c = cfg(Workload::C, KeyDist::Uniform);
+        c.engine = Engine::RawIndex;
+        assert!(run(&c).expect("run").committed > 0);
+        c.workload = Workload::A;
+        assert!(run(&c).is_err());
+    }
+
+    #[test]
+    fn bad_configs_are_refused() {
+        let mut c = cfg(Workload::A, KeyDist::Uniform);
+        c.threads = 0;
+        assert!(run(&c).is_err());
+        let mut c = cfg(Workload::A, KeyDist::Uniform);
+        c.records = 0;
+        assert!(run(&c).is_err());
+        let mut c = cfg(Workload::A, KeyDist::Uniform);
+        c.store = "s3://nowhere".into();
+        assert!(run(&c).is_err());
+    }
+
+    #[test]
+    fn rmw_updates_change_exactly_one_field() {
+        let db = Database::open(Options::new()).expect("open");
+        let t = db.create_table("usertable").expect("table");
+        let c = cfg(Workload::U, KeyDist::Uniform);
+        let mut c1 = c.clone();
+        c1.records = 10;
+        load(&db, &t, &c1).expect("load");
+        let mut rng = SmallRng::seed_from_u64(3);
+        one_txn(&db, &t, &c1, true, &[4], &mut rng).expect("txn");
+        let after =
+            db.begin().expect("begin").get(&t, &key_bytes(4)).expect("get").expect("exists");
+        let before = initial_record(4);
+        let changed = (0..FIELDS)
+            .filter(|f| {
+                after[f * FIELD_BYTES..(f + 1) * FIELD_BYTES]
+                    != before[f * FIELD_BYTES..(f + 1) * FIELD_BYTES]
+            })
+            .count();
+        assert!(changed <= 1);
+        assert_eq!(after[..8], before[..8], "field 0 (the key) is never rewritten");
+    }
+}
