@@ -176,7 +176,7 @@ fn print_report(r: &Report, json: bool, csv: bool) {
 }
 
 fn bench_index(a: IndexArgs) -> Result<(), String> {
-    if a.threads == 0 || a.keys.iter().any(|&k| k == 0) {
+    if a.threads == 0 || a.keys.contains(&0) {
         return Err("--threads and every --keys value must be positive".into());
     }
     let cfg = IndexBenchConfig {

@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use crossbeam_utils::CachePadded;
 use parking_lot::RwLock;
 
 use crate::error::{Error, Result};
@@ -30,14 +31,16 @@ pub struct Database {
 pub(crate) struct DbInner {
     pub(crate) id: u64,
     pub(crate) options: Options,
+    /// Read on every operation; on its own cache line so that writes to the
+    /// counters below never evict it.
+    closed: CachePadded<AtomicBool>,
     /// The next CSN to hand out (invariant 1: one counter, dense CSNs).
-    pub(crate) next_csn: AtomicU64,
+    pub(crate) next_csn: CachePadded<AtomicU64>,
     /// A lower bound on every running and future snapshot (see `mvcc::gc`).
-    pub(crate) gc_horizon: AtomicU64,
-    pub(crate) versions_retired: AtomicU64,
+    pub(crate) gc_horizon: CachePadded<AtomicU64>,
+    pub(crate) versions_retired: CachePadded<AtomicU64>,
     pub(crate) txns: TxnTable,
     tables: RwLock<Catalog>,
-    closed: AtomicBool,
 }
 
 #[derive(Default)]
@@ -68,12 +71,12 @@ impl Database {
             inner: DbInner {
                 id: NEXT_DB_ID.fetch_add(1, Ordering::Relaxed),
                 options,
-                next_csn: AtomicU64::new(CSN_FIRST),
-                gc_horizon: AtomicU64::new(0),
-                versions_retired: AtomicU64::new(0),
+                closed: CachePadded::new(AtomicBool::new(false)),
+                next_csn: CachePadded::new(AtomicU64::new(CSN_FIRST)),
+                gc_horizon: CachePadded::new(AtomicU64::new(0)),
+                versions_retired: CachePadded::new(AtomicU64::new(0)),
                 txns,
                 tables: RwLock::new(Catalog::default()),
-                closed: AtomicBool::new(false),
             },
         })
     }

@@ -54,14 +54,13 @@ fn retire_below(v: &Version, guard: &Guard) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crossbeam_epoch::Owned;
 
     fn chain(csns: &[Csn]) -> Atomic<Version> {
         // csns newest first
         let head = Atomic::null();
         let guard = crossbeam_epoch::pin();
         for &c in csns.iter().rev() {
-            let v = Owned::new(Version::new_committed(c, Some(vec![c as u8].into())));
+            let v = Version::committed(c, Some(&[c as u8]));
             v.next.store(head.load(Ordering::Relaxed, &guard), Ordering::Relaxed);
             head.store(v, Ordering::Release);
         }

@@ -8,16 +8,27 @@
 //!
 //! A version's value is immutable once published. Only its stamp changes,
 //! from owner marker to CSN or to aborted, exactly once.
+//!
+//! Layout: a version is one allocation, header then value bytes
+//! (`[stamp u64][next ptr][len u32][bytes...]`), so a reader that finds the
+//! version finds the value in the same cache lines: one miss, not two.
+//! crossbeam-epoch manages it through the [`Pointable`] impl below.
 
+use std::alloc::{Layout, alloc_zeroed, dealloc, handle_alloc_error};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crossbeam_epoch::Atomic;
+use crossbeam_epoch::{Atomic, Owned, Pointable};
 
 use super::Csn;
+use crate::limits::VALUE_BYTES_MAX;
 use crate::txn::table::Tid;
 
 pub(crate) const OWNER_MARKER: u64 = 1 << 63;
 pub(crate) const STAMP_ABORTED: u64 = u64::MAX;
+/// `len` of a tombstone.
+const TOMBSTONE: u32 = u32::MAX;
+
+const _: () = assert!(VALUE_BYTES_MAX < TOMBSTONE as usize);
 
 /// What a stamp says about a version's creator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,26 +50,134 @@ impl Stamp {
     }
 }
 
+/// A version: fixed header plus the value's bytes, in one allocation.
+#[repr(C)]
 pub(crate) struct Version {
     stamp: AtomicU64,
     /// The next older version, or null.
     pub(crate) next: Atomic<Version>,
-    /// `None` is a tombstone: the record was deleted by this version's creator.
-    value: Option<Box<[u8]>>,
+    /// Value length, or `TOMBSTONE`.
+    len: u32,
+    data: [u8],
+}
+
+/// The header as a sized struct, to compute the offset of `data`.
+#[repr(C)]
+struct Header {
+    stamp: AtomicU64,
+    next: usize,
+    len: u32,
+}
+const DATA_OFFSET: usize = std::mem::size_of::<u64>() * 2 + std::mem::size_of::<u32>();
+const _: () = assert!(std::mem::offset_of!(Header, len) + 4 == DATA_OFFSET);
+
+/// How to build a version; passed to `Owned::init`.
+pub(crate) struct VersionInit {
+    stamp: u64,
+    len: u32,
+}
+
+fn layout(data_len: usize) -> Layout {
+    Layout::from_size_align(DATA_OFFSET + data_len, 8)
+        .expect("value sizes are bounded by VALUE_BYTES_MAX")
+        .pad_to_align()
+}
+
+/// Read the data length stored at `ptr`.
+///
+/// # Safety
+/// `ptr` must point to a live version allocated by `Pointable::init`.
+unsafe fn data_len(ptr: usize) -> usize {
+    // SAFETY: the header is initialized by `init` and `len` never changes.
+    let len = unsafe { (*(ptr as *const Header)).len };
+    if len == TOMBSTONE { 0 } else { len as usize }
+}
+
+impl Pointable for Version {
+    const ALIGN: usize = 8;
+    type Init = VersionInit;
+
+    unsafe fn init(init: VersionInit) -> usize {
+        let n = if init.len == TOMBSTONE { 0 } else { init.len as usize };
+        let lay = layout(n);
+        // SAFETY: the layout has non-zero size (the header).
+        let p = unsafe { alloc_zeroed(lay) };
+        if p.is_null() {
+            handle_alloc_error(lay);
+        }
+        // SAFETY: `p` is a fresh allocation large and aligned enough for the header.
+        unsafe {
+            (p as *mut Header).write(Header {
+                stamp: AtomicU64::new(init.stamp),
+                next: 0,
+                len: init.len,
+            })
+        };
+        p as usize
+    }
+
+    unsafe fn deref<'a>(ptr: usize) -> &'a Version {
+        // SAFETY: caller guarantees `ptr` is live; the metadata is the data length.
+        unsafe {
+            &*(std::ptr::slice_from_raw_parts(ptr as *const u8, data_len(ptr)) as *const Version)
+        }
+    }
+
+    unsafe fn deref_mut<'a>(ptr: usize) -> &'a mut Version {
+        // SAFETY: as in `deref`, and the caller has exclusive access.
+        unsafe {
+            &mut *(std::ptr::slice_from_raw_parts_mut(ptr as *mut u8, data_len(ptr))
+                as *mut Version)
+        }
+    }
+
+    unsafe fn drop(ptr: usize) {
+        // SAFETY: no field has drop glue (atomics, an epoch pointer that does
+        // not own, plain bytes); free with the layout `init` used.
+        unsafe { dealloc(ptr as *mut u8, layout(data_len(ptr))) }
+    }
 }
 
 impl Version {
-    pub(crate) fn new_owned(owner: Tid, value: Option<Box<[u8]>>) -> Version {
+    /// A new uncommitted version owned by `owner` holding `value` (`None`: tombstone).
+    pub(crate) fn owned(owner: Tid, value: Option<&[u8]>) -> Owned<Version> {
         debug_assert!(owner.0 & OWNER_MARKER == 0, "tid must not use the marker bit");
-        Version { stamp: AtomicU64::new(OWNER_MARKER | owner.0), next: Atomic::null(), value }
+        Version::with_stamp(OWNER_MARKER | owner.0, value)
     }
 
-    /// A version committed before any running transaction (used by tests and,
-    /// later, by recovery).
+    /// A new uncommitted version: `base` with `bytes` written at `offset`.
+    /// The caller has checked that the range lies inside `base`.
+    pub(crate) fn owned_patched(
+        owner: Tid,
+        base: &[u8],
+        offset: usize,
+        bytes: &[u8],
+    ) -> Owned<Version> {
+        let mut v = Version::with_stamp(OWNER_MARKER | owner.0, Some(base));
+        v.data[offset..offset + bytes.len()].copy_from_slice(bytes);
+        v
+    }
+
+    fn with_stamp(stamp: u64, value: Option<&[u8]>) -> Owned<Version> {
+        let len = match value {
+            None => TOMBSTONE,
+            Some(v) => {
+                assert!(v.len() <= VALUE_BYTES_MAX, "callers check value sizes");
+                v.len() as u32
+            }
+        };
+        let mut o = Owned::<Version>::init(VersionInit { stamp, len });
+        if let Some(v) = value {
+            o.data.copy_from_slice(v);
+        }
+        o
+    }
+
+    /// A version committed before any running transaction (tests, and later recovery).
     #[cfg(test)]
-    pub(crate) fn new_committed(csn: Csn, value: Option<Box<[u8]>>) -> Version {
+    pub(crate) fn committed(csn: Csn, value: Option<&[u8]>) -> Owned<Version> {
         assert!(csn & OWNER_MARKER == 0);
-        Version { stamp: AtomicU64::new(csn), next: Atomic::null(), value }
+        Version::with_stamp(csn, value)
     }
 
     pub(crate) fn stamp(&self) -> Stamp {
@@ -80,30 +199,83 @@ impl Version {
     }
 
     pub(crate) fn value(&self) -> Option<&[u8]> {
-        self.value.as_deref()
+        (self.len != TOMBSTONE).then_some(&self.data)
     }
 
     pub(crate) fn is_tombstone(&self) -> bool {
-        self.value.is_none()
+        self.len == TOMBSTONE
+    }
+
+    /// The version at `addr`.
+    ///
+    /// # Safety
+    /// `addr` must come from [`Version::addr`] (or `Pointer::into_usize`) of
+    /// a version that has not been freed yet.
+    pub(crate) unsafe fn from_addr<'a>(addr: usize) -> &'a Version {
+        // SAFETY: forwarded to the caller.
+        unsafe { <Version as Pointable>::deref(addr) }
+    }
+
+    /// The version's address, used as an identity token.
+    pub(crate) fn addr(&self) -> usize {
+        self as *const Version as *const u8 as usize
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crossbeam_epoch::Shared;
 
     #[test]
     fn stamps_round_trip() {
         assert_eq!(Stamp::decode(42), Stamp::Committed(42));
         assert_eq!(Stamp::decode(OWNER_MARKER | 7), Stamp::Owner(Tid(7)));
         assert_eq!(Stamp::decode(STAMP_ABORTED), Stamp::Aborted);
-        let v = Version::new_owned(Tid(9), Some(b"x".to_vec().into()));
+        let v = Version::owned(Tid(9), Some(b"x"));
         assert_eq!(v.stamp(), Stamp::Owner(Tid(9)));
         v.set_committed(5);
         assert_eq!(v.stamp(), Stamp::Committed(5));
-        let w = Version::new_owned(Tid(9), None);
+        let w = Version::owned(Tid(9), None);
         assert!(w.is_tombstone());
+        assert_eq!(w.value(), None);
         w.set_aborted();
         assert_eq!(w.stamp(), Stamp::Aborted);
+    }
+
+    #[test]
+    fn values_live_inline_and_patch() {
+        for n in [0usize, 1, 7, 8, 80, 4096] {
+            let base: Vec<u8> = (0..n).map(|i| i as u8).collect();
+            let v = Version::owned(Tid(1), Some(&base));
+            assert_eq!(v.value(), Some(&base[..]));
+            assert!(!v.is_tombstone());
+            if n >= 4 {
+                let p = Version::owned_patched(Tid(1), &base, 1, &[9, 9]);
+                let mut want = base.clone();
+                want[1..3].copy_from_slice(&[9, 9]);
+                assert_eq!(p.value(), Some(&want[..]));
+            }
+            // Through an Atomic and back, as chains use it.
+            let a: Atomic<Version> = Atomic::from(v);
+            let guard = crossbeam_epoch::pin();
+            let s = a.load(Ordering::Acquire, &guard);
+            // SAFETY: just stored, still owned by `a`.
+            let r: &Version = unsafe { s.deref() };
+            assert_eq!(r.value().map(<[u8]>::len), Some(n));
+            assert_eq!(r.addr(), s.into_usize_for_test());
+            // SAFETY: `a` is the only reference.
+            drop(unsafe { a.into_owned() });
+        }
+    }
+
+    trait IntoUsize {
+        fn into_usize_for_test(self) -> usize;
+    }
+    impl IntoUsize for Shared<'_, Version> {
+        fn into_usize_for_test(self) -> usize {
+            use crossbeam_epoch::Pointer;
+            self.into_usize()
+        }
     }
 }

@@ -17,7 +17,7 @@ mod validate;
 use std::ops::Bound;
 use std::sync::atomic::Ordering;
 
-use crossbeam_epoch::{Guard, Owned, Shared};
+use crossbeam_epoch::{Guard, Pointer, Shared};
 use crossbeam_utils::Backoff;
 
 use crate::commit::{CommitAck, CommitInfo};
@@ -48,9 +48,9 @@ pub(crate) enum WriteKind {
 pub(crate) struct WriteEntry<'db> {
     pub(crate) table: &'db TableInner,
     pub(crate) rid: Rid,
-    /// Our uncommitted version, at the head of the record's chain until we
-    /// commit or abort (nobody installs over an uncommitted version).
-    pub(crate) version: *const Version,
+    /// Address of our uncommitted version, at the head of the record's chain
+    /// until we commit or abort (nobody installs over an uncommitted version).
+    pub(crate) version: usize,
     #[allow(dead_code)] // read by the log record encoder
     pub(crate) kind: WriteKind,
 }
@@ -141,8 +141,7 @@ impl<'db> Transaction<'db> {
     /// Insert or replace `key` with `value`.
     pub fn put(&mut self, table: &Table, key: &[u8], value: &[u8]) -> Result<()> {
         check_value(value)?;
-        self.write(table, key, true, WriteKind::Put, &mut |_| Ok(Some(Some(value.into()))))
-            .map(|_| ())
+        self.write(table, key, Mutation::Put(value)).map(|_| ())
     }
 
     /// Overwrite `bytes.len()` bytes of the value of `key` at `offset`; the
@@ -155,26 +154,12 @@ impl<'db> Transaction<'db> {
         offset: usize,
         bytes: &[u8],
     ) -> Result<()> {
-        let end = offset.checked_add(bytes.len()).filter(|&e| e <= VALUE_BYTES_MAX);
-        let Some(end) = end else {
+        if offset.checked_add(bytes.len()).is_none_or(|e| e > VALUE_BYTES_MAX) {
             return Err(Error::InvalidArgument(format!(
                 "update_range past the largest value ({VALUE_BYTES_MAX} bytes)"
             )));
-        };
-        let kind = WriteKind::Delta { offset: offset as u32, len: bytes.len() as u32 };
-        let outcome = self.write(table, key, false, kind, &mut |base| {
-            let Some(base) = base else { return Err(Error::NotFound) };
-            if end > base.len() {
-                return Err(Error::InvalidArgument(format!(
-                    "update_range {offset}..{end} is past the end of a {}-byte value",
-                    base.len()
-                )));
-            }
-            let mut v = base.to_vec().into_boxed_slice();
-            v[offset..end].copy_from_slice(bytes);
-            Ok(Some(Some(v)))
-        })?;
-        match outcome {
+        }
+        match self.write(table, key, Mutation::Patch { offset, bytes })? {
             Written::Yes => Ok(()),
             Written::NoRecord => Err(Error::NotFound),
         }
@@ -182,12 +167,7 @@ impl<'db> Transaction<'db> {
 
     /// Delete `key`. Returns whether it had a visible value.
     pub fn delete(&mut self, table: &Table, key: &[u8]) -> Result<bool> {
-        let mut existed = false;
-        let outcome = self.write(table, key, false, WriteKind::Delete, &mut |base| {
-            existed = base.is_some();
-            Ok(base.map(|_| None))
-        })?;
-        Ok(outcome == Written::Yes && existed)
+        Ok(self.write(table, key, Mutation::Delete)? == Written::Yes)
     }
 
     /// Up to `limit` visible key/value pairs with keys in `(lower, upper)`, in
@@ -271,7 +251,7 @@ impl<'db> Transaction<'db> {
         self.db.txns.set_state(lease, TxnState::Committed(csn));
         for w in &self.writes {
             // SAFETY: pinned since before COMMITTED, so not yet freed.
-            unsafe { &*w.version }.set_committed(csn);
+            unsafe { Version::from_addr(w.version) }.set_committed(csn);
         }
         self.collect_garbage(csn, &guard);
         let info = CommitInfo { csn: Some(csn), dsn: self.dsn };
@@ -322,38 +302,22 @@ impl<'db> Transaction<'db> {
         Ok(unsafe { &*std::sync::Arc::as_ptr(&table.inner) })
     }
 
-    /// Install a new version of `key`. `make` maps the current value (`None`
-    /// if absent or deleted) to the new one: `Ok(None)` means "nothing to
-    /// write", `Ok(Some(None))` a tombstone.
-    #[allow(clippy::type_complexity)]
-    fn write(
-        &mut self,
-        table: &Table,
-        key: &[u8],
-        create: bool,
-        kind: WriteKind,
-        make: &mut dyn FnMut(Option<&[u8]>) -> Result<Option<Option<Box<[u8]>>>>,
-    ) -> Result<Written> {
+    /// Install a new version of `key`, or find there is nothing to do
+    /// (`Written::NoRecord`: delete or patch of a key without a value).
+    fn write(&mut self, table: &Table, key: &[u8], m: Mutation<'_>) -> Result<Written> {
         let t = self.check_op(table, key)?;
         if self.read_only {
             return Err(Error::InvalidArgument("write in a read-only transaction".into()));
         }
-        let rid = match (t.index.get(key), create) {
+        let rid = match (t.index.get(key), m) {
             (Some(rid), _) => rid,
-            (None, true) => {
+            (None, Mutation::Put(_)) => {
                 let rid = t.records.allocate()?;
                 // A concurrent insert of the same key may win; use its RID
                 // (ours stays empty forever, see ARCHITECTURE.md).
                 t.index.insert(key, rid).err().unwrap_or(rid)
             }
-            (None, false) => {
-                if self.isolation == Isolation::Serializable {
-                    let guard = crossbeam_epoch::pin();
-                    self.track_read(t, key, &guard);
-                }
-                make(None)?;
-                return Ok(Written::NoRecord);
-            }
+            (None, _) => return self.nothing_to_write(t, key, m),
         };
         let me = self.lease.as_ref().expect("running").tid;
         let ww_snapshot = match self.isolation {
@@ -386,21 +350,44 @@ impl<'db> Transaction<'db> {
                     (h.value(), h.next.load(Ordering::Acquire, &guard))
                 }
             };
-            let Some(value) = make(base)? else {
-                if self.isolation == Isolation::Serializable {
-                    self.track_read(t, key, &guard);
+            let new = match (m, base) {
+                (Mutation::Put(v), _) => Version::owned(me, Some(v)),
+                (Mutation::Delete, Some(_)) => Version::owned(me, None),
+                (Mutation::Patch { offset, bytes }, Some(b)) => {
+                    check_patch(b, offset, bytes)?;
+                    Version::owned_patched(me, b, offset, bytes)
                 }
-                return Ok(Written::NoRecord);
+                (Mutation::Delete | Mutation::Patch { .. }, None) => {
+                    return self.nothing_to_write(t, key, m);
+                }
             };
-            let new = Owned::new(Version::new_owned(me, value));
             new.next.store(next, Ordering::Relaxed);
             match slot.compare_exchange(head, new, Ordering::AcqRel, Ordering::Acquire, &guard) {
                 Ok(installed) => {
-                    self.record_write(t, rid, installed.as_raw(), kind, check, head, &guard);
+                    let kind = m.kind();
+                    self.record_write(t, rid, installed.into_usize(), kind, check, head, &guard);
                     return Ok(Written::Yes);
                 }
                 Err(_) => continue, // the head moved; look again
             }
+        }
+    }
+
+    /// A delete or patch found no value: a read of "absent" (tracked under
+    /// serializable), and `NotFound` for a patch.
+    fn nothing_to_write(
+        &mut self,
+        t: &'db TableInner,
+        key: &[u8],
+        m: Mutation<'_>,
+    ) -> Result<Written> {
+        if self.isolation == Isolation::Serializable {
+            let guard = crossbeam_epoch::pin();
+            self.track_read(t, key, &guard);
+        }
+        match m {
+            Mutation::Patch { .. } => Err(Error::NotFound),
+            _ => Ok(Written::NoRecord),
         }
     }
 
@@ -409,7 +396,7 @@ impl<'db> Transaction<'db> {
         &mut self,
         t: &'db TableInner,
         rid: Rid,
-        version: *const Version,
+        version: usize,
         kind: WriteKind,
         check: WriteCheck,
         old_head: Shared<'_, Version>,
@@ -417,7 +404,7 @@ impl<'db> Transaction<'db> {
     ) {
         match check {
             WriteCheck::ReplaceOwn => {
-                let old = old_head.as_raw();
+                let old = old_head.into_usize();
                 let entry = self
                     .writes
                     .iter_mut()
@@ -463,10 +450,11 @@ impl<'db> Transaction<'db> {
         // Newest first, so a record written twice is unlinked in order.
         for w in self.writes.drain(..).rev() {
             // SAFETY: our uncommitted version is alive and at the head of its chain.
-            let v = unsafe { &*w.version };
+            let v = unsafe { Version::from_addr(w.version) };
             v.set_aborted();
             let slot = w.table.records.slot(w.rid);
-            let ours = Shared::from(w.version);
+            // SAFETY: `w.version` came from `into_usize` of a live version.
+            let ours = unsafe { Shared::<Version>::from_usize(w.version) };
             let next = v.next.load(Ordering::Acquire, &guard);
             let unlinked =
                 slot.compare_exchange(ours, next, Ordering::AcqRel, Ordering::Acquire, &guard);
@@ -508,6 +496,37 @@ impl std::fmt::Debug for Transaction<'_> {
 enum Written {
     Yes,
     NoRecord,
+}
+
+/// A requested change to one record.
+#[derive(Debug, Clone, Copy)]
+enum Mutation<'a> {
+    Put(&'a [u8]),
+    Patch { offset: usize, bytes: &'a [u8] },
+    Delete,
+}
+
+impl Mutation<'_> {
+    fn kind(self) -> WriteKind {
+        match self {
+            Mutation::Put(_) => WriteKind::Put,
+            Mutation::Patch { offset, bytes } => {
+                WriteKind::Delta { offset: offset as u32, len: bytes.len() as u32 }
+            }
+            Mutation::Delete => WriteKind::Delete,
+        }
+    }
+}
+
+fn check_patch(base: &[u8], offset: usize, bytes: &[u8]) -> Result<()> {
+    let end = offset + bytes.len(); // no overflow: checked against VALUE_BYTES_MAX
+    if end > base.len() {
+        return Err(Error::InvalidArgument(format!(
+            "update_range {offset}..{end} is past the end of a {}-byte value",
+            base.len()
+        )));
+    }
+    Ok(())
 }
 
 /// A record written twice in one transaction is logged as one write.

@@ -91,10 +91,10 @@ struct Slot {
 pub(crate) struct TxnTable {
     slots: Box<[CachePadded<Slot>]>,
     /// Free slot indexes, used as a stack so low indexes are reused and the
-    /// horizon scan stays short.
-    free: Mutex<Vec<u32>>,
-    /// One past the highest slot index ever handed out.
-    high_water: AtomicU32,
+    /// horizon scan stays short. Padded: written by every begin and end.
+    free: CachePadded<Mutex<Vec<u32>>>,
+    /// One past the highest slot index ever handed out (read-mostly).
+    high_water: CachePadded<AtomicU32>,
 }
 
 /// What the owner of a slot holds; returned to the table on drop of the txn.
@@ -115,7 +115,11 @@ impl TxnTable {
             })
             .collect();
         let free = (0..capacity as u32).rev().collect();
-        TxnTable { slots, free: Mutex::new(free), high_water: AtomicU32::new(0) }
+        TxnTable {
+            slots,
+            free: CachePadded::new(Mutex::new(free)),
+            high_water: CachePadded::new(AtomicU32::new(0)),
+        }
     }
 
     pub(crate) fn capacity(&self) -> usize {
@@ -129,7 +133,9 @@ impl TxnTable {
     /// counter before our final read (see [`TxnTable::horizon`]).
     pub(crate) fn begin(&self, counter: &AtomicU64) -> Option<(SlotLease, Csn)> {
         let index = self.free.lock().pop()?;
-        self.high_water.fetch_max(index + 1, Ordering::AcqRel);
+        if self.high_water.load(Ordering::Acquire) <= index {
+            self.high_water.fetch_max(index + 1, Ordering::AcqRel);
+        }
         let slot = &self.slots[index as usize];
         let tid = Tid(slot.tid.load(Ordering::Relaxed));
         debug_assert_eq!(tid.slot_index(), index as usize);

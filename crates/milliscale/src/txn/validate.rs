@@ -50,7 +50,7 @@ fn token(t: &TableInner, key: &[u8], as_of: Csn, txns: &TxnTable, guard: &Guard)
     t.index
         .get(key)
         .and_then(|rid| visibility::find_visible(t.records.slot(rid), view, txns, guard))
-        .and_then(|(v, _)| (!v.is_tombstone()).then_some(v as *const _ as usize))
+        .and_then(|(v, _)| (!v.is_tombstone()).then_some(v.addr()))
         .unwrap_or(0)
 }
 
@@ -68,7 +68,7 @@ fn range_tokens(
         if let Some((v, _)) = visibility::find_visible(t.records.slot(rid), view, txns, guard)
             && !v.is_tombstone()
         {
-            out.push((rid, v as *const _ as usize));
+            out.push((rid, v.addr()));
         }
         true
     });
