@@ -413,7 +413,15 @@ impl<'db> Transaction<'db> {
                     .expect("our own head version is in the write set");
                 entry.version = version;
                 entry.kind = merge_kinds(entry.kind, kind);
+                // A reader that loaded the replaced version before our CAS
+                // must skip it: it would otherwise keep our owner marker
+                // forever and the reader would wait on it after we finish.
+                // Skipping is right: we take our CSN after that reader took
+                // its snapshot, so none of our versions is visible to it.
                 // SAFETY: unlinked by our CAS; only reachable by pinned readers.
+                let replaced = unsafe { old_head.deref() };
+                replaced.set_aborted();
+                // SAFETY: as above.
                 unsafe { guard.defer_destroy(old_head) };
             }
             WriteCheck::Overwrite(c) => {
