@@ -1,6 +1,9 @@
 //! Benchmarks for milliscale: workloads, the harness, and the one report
 //! format every benchmark prints (human table, JSON, CSV row).
 
+#![forbid(unsafe_code)]
+#![deny(clippy::unwrap_used, rust_2018_idioms)]
+
 pub mod index_bench;
 pub mod keys;
 pub mod report;

@@ -1,6 +1,9 @@
 //! The `milliscale` command: benchmarks now; recovery, inspection and the
 //! object-store emulator join as they are built.
 
+#![forbid(unsafe_code)]
+#![deny(clippy::unwrap_used, rust_2018_idioms)]
+
 use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::Duration;
