@@ -15,6 +15,13 @@ use milliscale_bench::keys::KeyDist;
 use milliscale_bench::report::Report;
 use milliscale_bench::ycsb::{self, Engine, Workload, YcsbConfig};
 
+/// The binary uses mimalloc: versions are freed by epoch reclamation on
+/// whichever thread advances the epoch, a cross-thread free pattern that
+/// costs glibc malloc ~10% of an update-heavy run (BENCHMARKS.md). The
+/// library itself does not choose an allocator.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "milliscale",

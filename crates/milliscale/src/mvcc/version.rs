@@ -14,7 +14,7 @@
 //! version finds the value in the same cache lines: one miss, not two.
 //! crossbeam-epoch manages it through the [`Pointable`] impl below.
 
-use std::alloc::{Layout, alloc_zeroed, dealloc, handle_alloc_error};
+use std::alloc::{Layout, alloc, dealloc, handle_alloc_error};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crossbeam_epoch::{Atomic, Owned, Pointable};
@@ -71,10 +71,14 @@ struct Header {
 const DATA_OFFSET: usize = std::mem::size_of::<u64>() * 2 + std::mem::size_of::<u32>();
 const _: () = assert!(std::mem::offset_of!(Header, len) + 4 == DATA_OFFSET);
 
-/// How to build a version; passed to `Owned::init`.
+/// How to build a version; passed to `Owned::init`. Only this module builds
+/// one, from slices that outlive the `init` call.
 pub(crate) struct VersionInit {
     stamp: u64,
-    len: u32,
+    /// The value (or the base of a patch); `None` for a tombstone.
+    value: Option<(*const u8, usize)>,
+    /// Bytes to write over the value at an offset.
+    patch: Option<(usize, *const u8, usize)>,
 }
 
 fn layout(data_len: usize) -> Layout {
@@ -98,21 +102,30 @@ impl Pointable for Version {
     type Init = VersionInit;
 
     unsafe fn init(init: VersionInit) -> usize {
-        let n = if init.len == TOMBSTONE { 0 } else { init.len as usize };
+        let (n, len) = match init.value {
+            None => (0, TOMBSTONE),
+            Some((_, n)) => (n, n as u32),
+        };
         let lay = layout(n);
         // SAFETY: the layout has non-zero size (the header).
-        let p = unsafe { alloc_zeroed(lay) };
+        let p = unsafe { alloc(lay) };
         if p.is_null() {
             handle_alloc_error(lay);
         }
-        // SAFETY: `p` is a fresh allocation large and aligned enough for the header.
+        // SAFETY: `p` is a fresh allocation of `DATA_OFFSET + n` bytes (at
+        // least), aligned for the header. The value and patch pointers come
+        // from slices alive for this call (see `build`), and the patch
+        // range lies inside the value (checked by `owned_patched`).
         unsafe {
-            (p as *mut Header).write(Header {
-                stamp: AtomicU64::new(init.stamp),
-                next: 0,
-                len: init.len,
-            })
-        };
+            (p as *mut Header).write(Header { stamp: AtomicU64::new(init.stamp), next: 0, len });
+            if let Some((src, n)) = init.value {
+                std::ptr::copy_nonoverlapping(src, p.add(DATA_OFFSET), n);
+            }
+            if let Some((off, src, m)) = init.patch {
+                debug_assert!(off + m <= n);
+                std::ptr::copy_nonoverlapping(src, p.add(DATA_OFFSET + off), m);
+            }
+        }
         p as usize
     }
 
@@ -153,24 +166,25 @@ impl Version {
         offset: usize,
         bytes: &[u8],
     ) -> Owned<Version> {
-        let mut v = Version::with_stamp(OWNER_MARKER | owner.0, Some(base));
-        v.data[offset..offset + bytes.len()].copy_from_slice(bytes);
-        v
+        let end = offset.checked_add(bytes.len()).expect("callers check patch ranges");
+        assert!(end <= base.len(), "callers check patch ranges");
+        Version::build(OWNER_MARKER | owner.0, Some(base), Some((offset, bytes)))
     }
 
     fn with_stamp(stamp: u64, value: Option<&[u8]>) -> Owned<Version> {
-        let len = match value {
-            None => TOMBSTONE,
-            Some(v) => {
-                assert!(v.len() <= VALUE_BYTES_MAX, "callers check value sizes");
-                v.len() as u32
-            }
-        };
-        let mut o = Owned::<Version>::init(VersionInit { stamp, len });
+        Version::build(stamp, value, None)
+    }
+
+    fn build(stamp: u64, value: Option<&[u8]>, patch: Option<(usize, &[u8])>) -> Owned<Version> {
         if let Some(v) = value {
-            o.data.copy_from_slice(v);
+            assert!(v.len() <= VALUE_BYTES_MAX, "callers check value sizes");
         }
-        o
+        // The slices outlive `init`, which copies them.
+        Owned::<Version>::init(VersionInit {
+            stamp,
+            value: value.map(|v| (v.as_ptr(), v.len())),
+            patch: patch.map(|(off, b)| (off, b.as_ptr(), b.len())),
+        })
     }
 
     /// A version committed before any running transaction (tests, and later recovery).

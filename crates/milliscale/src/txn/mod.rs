@@ -67,6 +67,10 @@ pub struct Transaction<'db> {
     writes: Vec<WriteEntry<'db>>,
     reads: Vec<ReadEntry<'db>>,
     scans: Vec<ScanEntry<'db>>,
+    /// The last key looked up and its RID. Index entries are never removed,
+    /// so a key's RID never changes: a read-modify-write of one key descends
+    /// the index once, not twice.
+    last_lookup: Option<(u32, smallvec::SmallVec<[u8; 16]>, Rid)>,
 }
 
 // SAFETY: the raw version pointers in the write/read sets point into chains
@@ -94,6 +98,7 @@ impl<'db> Transaction<'db> {
             writes: Vec::new(),
             reads: Vec::new(),
             scans: Vec::new(),
+            last_lookup: None,
         }
     }
 
@@ -127,7 +132,7 @@ impl<'db> Transaction<'db> {
         let t = self.check_op(table, key)?;
         let view = self.read_view();
         let guard = crossbeam_epoch::pin();
-        let found = t.index.get(key).and_then(|rid| {
+        let found = self.lookup(t, key).and_then(|rid| {
             visibility::find_visible(t.records.slot(rid), view, &self.db.txns, &guard)
         });
         if self.isolation == Isolation::Serializable {
@@ -279,6 +284,19 @@ impl<'db> Transaction<'db> {
         View { snapshot, me: self.lease.as_ref().map(|l| l.tid) }
     }
 
+    /// The RID of `key` in `t`, through the one-entry lookup cache.
+    fn lookup(&mut self, t: &TableInner, key: &[u8]) -> Option<Rid> {
+        if let Some((id, k, rid)) = &self.last_lookup
+            && *id == t.id
+            && k[..] == *key
+        {
+            return Some(*rid);
+        }
+        let rid = t.index.get(key)?;
+        self.last_lookup = Some((t.id, key.into(), rid));
+        Some(rid)
+    }
+
     fn note_dependency(&mut self, creator: Creator) {
         if let Creator::Committed(c) = creator {
             self.dsn = self.dsn.max(c);
@@ -309,13 +327,15 @@ impl<'db> Transaction<'db> {
         if self.read_only {
             return Err(Error::InvalidArgument("write in a read-only transaction".into()));
         }
-        let rid = match (t.index.get(key), m) {
+        let rid = match (self.lookup(t, key), m) {
             (Some(rid), _) => rid,
             (None, Mutation::Put(_)) => {
                 let rid = t.records.allocate()?;
                 // A concurrent insert of the same key may win; use its RID
                 // (ours stays empty forever, see ARCHITECTURE.md).
-                t.index.insert(key, rid).err().unwrap_or(rid)
+                let rid = t.index.insert(key, rid).err().unwrap_or(rid);
+                self.last_lookup = Some((t.id, key.into(), rid));
+                rid
             }
             (None, _) => return self.nothing_to_write(t, key, m),
         };
