@@ -22,11 +22,11 @@ print(f"Machine: {env['cores']} cores, {env['cpu']}, {env['os']}; commit `{env['
       f"{rounds} alternating rounds, medians shown.\n")
 
 print("### Ordered index candidates (2 threads)\n")
-print("| candidate | keys | insert Mop/s | lookup Mop/s | scan-100 Kop/s | RSS MiB after insert |")
+print("| candidate | keys | insert Mop/s | lookup Mop/s | scan-100 Kop/s | RSS growth MiB |")
 print("|---|---:|---:|---:|---:|---:|")
 for r in json.loads((out / "index.json").read_text()):
     print(f"| {r['candidate']} | {r['keys']:,} | {r['insert_mops']:.2f} | {r['lookup_mops']:.2f} | "
-          f"{r['scan100_kops']:.1f} | {r['rss_mib_after_insert']:.0f} |")
+          f"{r['scan100_kops']:.1f} | {r['rss_mib_growth']:.0f} |")
 
 print("\n### YCSB, 1M records, 2 threads, 10 ops/txn, snapshot isolation, no log\n")
 print("| workload | dist | engine | txn/s | ops/s | abort rate | txn p50 µs | txn p99 µs |")

@@ -76,7 +76,9 @@ pub struct IndexResult {
     pub insert_mops: f64,
     pub lookup_mops: f64,
     pub scan100_kops: f64,
-    pub rss_mib_after_insert: f64,
+    /// Resident memory growth while inserting (the structure's footprint,
+    /// plus allocator slack; memory freed by an earlier candidate may be reused).
+    pub rss_mib_growth: f64,
 }
 
 #[derive(Debug, Clone)]
@@ -104,6 +106,7 @@ pub fn run(cfg: &IndexBenchConfig, mut on_result: impl FnMut(&IndexResult)) -> V
 fn measure(c: &dyn Candidate, n: u64, cfg: &IndexBenchConfig) -> IndexResult {
     let mut order: Vec<u64> = (0..n).collect();
     order.shuffle(&mut SmallRng::seed_from_u64(cfg.seed));
+    let rss_before = rss_mib().unwrap_or(0.0);
     let t0 = Instant::now();
     std::thread::scope(|s| {
         for w in 0..cfg.threads {
@@ -117,7 +120,7 @@ fn measure(c: &dyn Candidate, n: u64, cfg: &IndexBenchConfig) -> IndexResult {
     });
     let insert_secs = t0.elapsed().as_secs_f64();
     drop(order);
-    let rss = rss_mib().unwrap_or(0.0);
+    let rss_growth = rss_mib().unwrap_or(0.0) - rss_before;
     let lookups = timed(cfg, |rng| {
         let k = rng.random_range(0..n);
         assert_eq!(c.get(&k.to_be_bytes()), Some(k), "lookup of a present key");
@@ -133,7 +136,7 @@ fn measure(c: &dyn Candidate, n: u64, cfg: &IndexBenchConfig) -> IndexResult {
         insert_mops: n as f64 / insert_secs / 1e6,
         lookup_mops: lookups / 1e6,
         scan100_kops: scans / 1e3,
-        rss_mib_after_insert: rss,
+        rss_mib_growth: rss_growth,
     }
 }
 

@@ -217,7 +217,7 @@ fn bench_index(a: IndexArgs) -> Result<(), String> {
                 r.insert_mops,
                 r.lookup_mops,
                 r.scan100_kops,
-                r.rss_mib_after_insert
+                r.rss_mib_growth
             );
         }
     });

@@ -53,9 +53,11 @@ fn total_balance_never_changes() {
     let conflicts = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
     let audits = AtomicU64::new(0);
+    let mid_run_audits = AtomicU64::new(0);
     std::thread::scope(|s| {
         for w in 0..THREADS {
             let (db, t, done, conflicts) = (&db, &t, &done, &conflicts);
+            let mid_run_audits = &mid_run_audits;
             s.spawn(move || {
                 let mut rng = rand::rngs::StdRng::seed_from_u64(w);
                 for _ in 0..TRANSFERS / THREADS {
@@ -70,7 +72,16 @@ fn total_balance_never_changes() {
                             Err(e) => panic!("unexpected error {e}"),
                         }
                     }
-                    done.fetch_add(1, Ordering::Relaxed);
+                    let n = done.fetch_add(1, Ordering::Relaxed);
+                    // Workers audit too, so audits interleave with transfers.
+                    if n % 10 == 0 {
+                        assert_eq!(
+                            audit(db, t),
+                            ACCOUNTS * INITIAL,
+                            "a worker saw a partial transfer"
+                        );
+                        mid_run_audits.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
             });
         }
@@ -91,6 +102,8 @@ fn total_balance_never_changes() {
     assert_eq!(done.load(Ordering::Relaxed), TRANSFERS);
     assert_eq!(audit(&db, &t), ACCOUNTS * INITIAL);
     assert!(audits.load(Ordering::Relaxed) > 0, "auditors ran");
+    // Every tenth transfer is followed by an audit while the others run.
+    assert_eq!(mid_run_audits.load(Ordering::Relaxed), TRANSFERS / 10);
     // 64 accounts and 8 writers: conflicts must have happened and been retried.
     eprintln!("conflicts retried: {}", conflicts.load(Ordering::Relaxed));
 }
