@@ -8,7 +8,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use milliscale::raw::IndexKey;
+use milliscale::raw::{IndexKey, KeyQuery};
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -37,6 +37,30 @@ impl Candidate for SccTree {
     }
     fn get(&self, key: &[u8]) -> Option<u64> {
         let guard = scc::Guard::new();
+        self.0.peek(&KeyQuery(key), &guard).copied()
+    }
+    fn scan(&self, from: &[u8], n: usize) -> u64 {
+        let guard = scc::Guard::new();
+        self.0
+            .range((std::ops::Bound::Included(KeyQuery(from)), std::ops::Bound::Unbounded), &guard)
+            .take(n)
+            .fold(0, |acc, (_, v)| acc ^ v)
+    }
+}
+
+/// scc::TreeIndex with plain byte-string keys (`memcmp` on every compare),
+/// to measure what `IndexKey`'s integer comparison buys.
+pub struct SccTreeBytes(scc::TreeIndex<smallvec::SmallVec<[u8; 16]>, u64>);
+
+impl Candidate for SccTreeBytes {
+    fn name(&self) -> &'static str {
+        "scc::TreeIndex (memcmp keys)"
+    }
+    fn insert(&self, key: &[u8], value: u64) -> bool {
+        self.0.insert_sync(smallvec::SmallVec::from_slice(key), value).is_ok()
+    }
+    fn get(&self, key: &[u8]) -> Option<u64> {
+        let guard = scc::Guard::new();
         self.0.peek(key, &guard).copied()
     }
     fn scan(&self, from: &[u8], n: usize) -> u64 {
@@ -58,11 +82,14 @@ impl Candidate for SkipList {
         *e.value() == value
     }
     fn get(&self, key: &[u8]) -> Option<u64> {
-        self.0.get(key).map(|e| *e.value())
+        self.0.get(&IndexKey::from_slice(key)).map(|e| *e.value())
     }
     fn scan(&self, from: &[u8], n: usize) -> u64 {
         self.0
-            .range::<[u8], _>((std::ops::Bound::Included(from), std::ops::Bound::Unbounded))
+            .range((
+                std::ops::Bound::Included(IndexKey::from_slice(from)),
+                std::ops::Bound::Unbounded,
+            ))
             .take(n)
             .fold(0, |acc, e| acc ^ *e.value())
     }
@@ -94,6 +121,9 @@ pub fn run(cfg: &IndexBenchConfig, mut on_result: impl FnMut(&IndexResult)) -> V
     let mut out = Vec::new();
     for &n in &cfg.keys {
         let r = measure(&SccTree(scc::TreeIndex::new()), n, cfg);
+        on_result(&r);
+        out.push(r);
+        let r = measure(&SccTreeBytes(scc::TreeIndex::new()), n, cfg);
         on_result(&r);
         out.push(r);
         let r = measure(&SkipList(crossbeam_skiplist::SkipMap::new()), n, cfg);
@@ -179,7 +209,7 @@ mod tests {
             seed: 1,
         };
         let rs = run(&cfg, |_| {});
-        assert_eq!(rs.len(), 2);
+        assert_eq!(rs.len(), 3);
         assert!(rs.iter().all(|r| r.lookup_mops > 0.0 && r.scan100_kops > 0.0));
         let a = SccTree(scc::TreeIndex::new());
         let b = SkipList(crossbeam_skiplist::SkipMap::new());

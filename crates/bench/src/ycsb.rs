@@ -349,7 +349,7 @@ fn raw_worker(
         for _ in 0..cfg.ops_per_txn {
             let key = key_bytes(chooser.next(&mut rng));
             let guard = scc::Guard::new();
-            let v = tree.peek(&key[..], &guard).copied();
+            let v = tree.peek(&milliscale::raw::KeyQuery(&key), &guard).copied();
             if v.is_none() {
                 return Err("raw index lost a key".into());
             }

@@ -46,5 +46,5 @@ pub use txn::Transaction;
 /// compare the engine with the bare index ("raw index" lookups).
 #[doc(hidden)]
 pub mod raw {
-    pub use crate::index::IndexKey;
+    pub use crate::index::{IndexKey, KeyQuery};
 }

@@ -10,13 +10,70 @@
 
 use std::ops::Bound;
 
-use scc::{Guard, TreeIndex};
+use std::cmp::Ordering;
+
+use scc::{Comparable, Equivalent, Guard, TreeIndex};
 use smallvec::SmallVec;
 
 use crate::mvcc::oid_array::Rid;
 
-/// A key as stored in the index: inline up to 16 bytes, heap beyond.
-pub type IndexKey = SmallVec<[u8; 16]>;
+/// A key as stored in the index: its bytes, inline up to 16 bytes. Ordered
+/// exactly like the byte strings (see [`key_cmp`]).
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct IndexKey(SmallVec<[u8; 16]>);
+
+/// A borrowed key to search with.
+#[derive(Clone, Copy, Debug)]
+pub struct KeyQuery<'a>(pub &'a [u8]);
+
+impl IndexKey {
+    /// The key for `bytes`.
+    pub fn from_slice(bytes: &[u8]) -> IndexKey {
+        IndexKey(SmallVec::from_slice(bytes))
+    }
+
+    /// The key's bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// Lexicographic byte order, with the first 8 bytes compared as one
+/// big-endian integer when both keys have them: for the common short key
+/// this is two loads and a compare instead of a `memcmp` call. The integer
+/// order of big-endian words is the byte order, so the result equals
+/// `a.cmp(b)` (a unit test checks it).
+pub fn key_cmp(a: &[u8], b: &[u8]) -> Ordering {
+    if let (Some(x), Some(y)) = (a.first_chunk::<8>(), b.first_chunk::<8>()) {
+        let (x, y) = (u64::from_be_bytes(*x), u64::from_be_bytes(*y));
+        if x != y {
+            return x.cmp(&y);
+        }
+        return a[8..].cmp(&b[8..]);
+    }
+    a.cmp(b)
+}
+
+impl Ord for IndexKey {
+    fn cmp(&self, other: &Self) -> Ordering {
+        key_cmp(&self.0, &other.0)
+    }
+}
+impl PartialOrd for IndexKey {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Equivalent<IndexKey> for KeyQuery<'_> {
+    fn equivalent(&self, key: &IndexKey) -> bool {
+        self.0 == &key.0[..]
+    }
+}
+impl Comparable<IndexKey> for KeyQuery<'_> {
+    fn compare(&self, key: &IndexKey) -> Ordering {
+        key_cmp(self.0, &key.0)
+    }
+}
 
 /// Scan order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -39,14 +96,16 @@ impl OrderedIndex {
 
     pub(crate) fn get(&self, key: &[u8]) -> Option<Rid> {
         let guard = Guard::new();
-        self.tree.peek(key, &guard).copied()
+        self.tree.peek(&KeyQuery(key), &guard).copied()
     }
 
     /// Insert `key -> rid`; if the key is already present, return its RID.
     pub(crate) fn insert(&self, key: &[u8], rid: Rid) -> Result<(), Rid> {
         match self.tree.insert_sync(IndexKey::from_slice(key), rid) {
             Ok(()) => Ok(()),
-            Err((k, _)) => Err(self.get(&k).expect("insert failed because the key exists")),
+            Err((k, _)) => {
+                Err(self.get(k.as_bytes()).expect("insert failed because the key exists"))
+            }
         }
     }
 
@@ -62,18 +121,18 @@ impl OrderedIndex {
             return;
         }
         let guard = Guard::new();
-        let range = self.tree.range::<[u8], _>((lower, upper), &guard);
+        let range = self.tree.range((lower.map(KeyQuery), upper.map(KeyQuery)), &guard);
         match dir {
             Direction::Forward => {
                 for (k, rid) in range {
-                    if !f(k, *rid) {
+                    if !f(k.as_bytes(), *rid) {
                         break;
                     }
                 }
             }
             Direction::Backward => {
                 for (k, rid) in range.rev() {
-                    if !f(k, *rid) {
+                    if !f(k.as_bytes(), *rid) {
                         break;
                     }
                 }
@@ -102,6 +161,31 @@ fn is_empty_range(lower: Bound<&[u8]>, upper: Bound<&[u8]>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn key_order_is_byte_order(
+            a in proptest::collection::vec(prop_oneof![Just(0u8), Just(255u8), any::<u8>()], 0..20),
+            b in proptest::collection::vec(prop_oneof![Just(0u8), Just(255u8), any::<u8>()], 0..20),
+        ) {
+            prop_assert_eq!(key_cmp(&a, &b), a.cmp(&b));
+            prop_assert_eq!(IndexKey::from_slice(&a).cmp(&IndexKey::from_slice(&b)), a.cmp(&b));
+            prop_assert_eq!(KeyQuery(&a).compare(&IndexKey::from_slice(&b)), a.cmp(&b));
+            prop_assert_eq!(KeyQuery(&a).equivalent(&IndexKey::from_slice(&b)), a == b);
+        }
+    }
+
+    #[test]
+    fn shared_prefixes_order_like_bytes() {
+        let keys: [&[u8]; 7] =
+            [b"", b"\0", b"ab", b"ab\0", b"ab\0\0\0\0\0\0", b"ab\0\0\0\0\0\0\0", b"abcdefgh\xff"];
+        for a in keys {
+            for b in keys {
+                assert_eq!(key_cmp(a, b), a.cmp(b), "{a:?} {b:?}");
+            }
+        }
+    }
 
     #[test]
     fn scans_both_ways_and_rejects_duplicates() {
