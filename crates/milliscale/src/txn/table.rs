@@ -5,6 +5,9 @@
 //! - `state`: ACTIVE, COMMITTING, VALIDATING(csn), COMMITTED(csn) or ABORTED;
 //! - `snapshot`: the transaction's begin snapshot, for the GC horizon.
 //!
+//! Slots are claimed with a CAS on a per-slot flag, starting from the slot
+//! the calling thread used last (see [`TxnTable`]).
+//!
 //! A reader that meets a version stamped `Owner(tid)` reads the slot like a
 //! seqlock: tid, state, tid again. The owner stamps all its versions before it
 //! changes the slot's tid, so a reader that sees a changed tid re-reads the
@@ -19,10 +22,10 @@
 //!   with a snapshot above csn wait for the outcome; waits only ever go to a
 //!   smaller CSN, so they cannot form a cycle.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use crossbeam_utils::{Backoff, CachePadded};
-use parking_lot::Mutex;
 
 use crate::mvcc::Csn;
 
@@ -83,18 +86,31 @@ impl TxnState {
 }
 
 struct Slot {
+    /// Claimed by a running transaction (CAS false -> true at begin).
+    in_use: AtomicBool,
     tid: AtomicU64,
     state: AtomicU64,
     snapshot: AtomicU64,
 }
 
+/// Slots are claimed by CAS on their own `in_use` flag, starting from the
+/// slot this thread used last. A thread that runs one transaction after
+/// another keeps reclaiming the same slot, touching only that slot's cache
+/// line: no shared free list bounces between workers.
 pub(crate) struct TxnTable {
+    /// Identifies this table in the per-thread hint.
+    id: u64,
     slots: Box<[CachePadded<Slot>]>,
-    /// Free slot indexes, used as a stack so low indexes are reused and the
-    /// horizon scan stays short. Padded: written by every begin and end.
-    free: CachePadded<Mutex<Vec<u32>>>,
-    /// One past the highest slot index ever handed out (read-mostly).
+    /// One past the highest slot index ever claimed (read-mostly), bounding
+    /// the horizon scan.
     high_water: CachePadded<AtomicU32>,
+}
+
+static NEXT_TABLE_ID: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// (table id, slot index) this thread claimed last.
+    static SLOT_HINT: Cell<(u64, u32)> = const { Cell::new((0, 0)) };
 }
 
 /// What the owner of a slot holds; returned to the table on drop of the txn.
@@ -108,16 +124,16 @@ impl TxnTable {
         let slots = (0..capacity)
             .map(|i| {
                 CachePadded::new(Slot {
+                    in_use: AtomicBool::new(false),
                     tid: AtomicU64::new(i as u64),
                     state: AtomicU64::new(TAG_ACTIVE),
                     snapshot: AtomicU64::new(NO_SNAPSHOT),
                 })
             })
             .collect();
-        let free = (0..capacity as u32).rev().collect();
         TxnTable {
+            id: NEXT_TABLE_ID.fetch_add(1, Ordering::Relaxed),
             slots,
-            free: CachePadded::new(Mutex::new(free)),
             high_water: CachePadded::new(AtomicU32::new(0)),
         }
     }
@@ -132,7 +148,7 @@ impl TxnTable {
     /// so a concurrent horizon computation either sees the slot or read the
     /// counter before our final read (see [`TxnTable::horizon`]).
     pub(crate) fn begin(&self, counter: &AtomicU64) -> Option<(SlotLease, Csn)> {
-        let index = self.free.lock().pop()?;
+        let index = self.claim()?;
         if self.high_water.load(Ordering::Acquire) <= index {
             self.high_water.fetch_max(index + 1, Ordering::AcqRel);
         }
@@ -159,7 +175,29 @@ impl TxnTable {
         // the reset state also sees the new tid and retries (see module docs).
         slot.tid.store(lease.tid.0 + (1 << SLOT_BITS), Ordering::Release);
         slot.state.store(TAG_ACTIVE, Ordering::Release);
-        self.free.lock().push(index as u32);
+        slot.in_use.store(false, Ordering::Release);
+    }
+
+    /// Claim a free slot: this thread's last one if free, else the first
+    /// free one after it. `None` if all are in use.
+    fn claim(&self) -> Option<u32> {
+        let n = self.slots.len();
+        let (table, hint) = SLOT_HINT.get();
+        let start = if table == self.id { hint as usize % n } else { 0 };
+        for i in 0..n {
+            let index = (start + i) % n;
+            let slot = &self.slots[index];
+            if !slot.in_use.load(Ordering::Relaxed)
+                && slot
+                    .in_use
+                    .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+            {
+                SLOT_HINT.set((self.id, index as u32));
+                return Some(index as u32);
+            }
+        }
+        None
     }
 
     /// The state of transaction `tid`, or `None` if it has finished and
