@@ -254,6 +254,11 @@ fn sleep_with_progress(d: Duration, bar: &indicatif::ProgressBar, msg: &'static 
     }
 }
 
+/// Worker `w`'s random stream: distinct per worker, reproducible per seed.
+fn worker_rng(cfg: &YcsbConfig, w: u64) -> SmallRng {
+    SmallRng::seed_from_u64(cfg.seed.wrapping_add(w.wrapping_mul(0x9E37_79B9_7F4A_7C15)))
+}
+
 fn engine_worker(
     db: &Database,
     table: &Table,
@@ -262,8 +267,7 @@ fn engine_worker(
     phase: &AtomicU8,
     w: u64,
 ) -> Result<WorkerStats, String> {
-    let mut rng =
-        SmallRng::seed_from_u64(cfg.seed.wrapping_add(w.wrapping_mul(0x9E37_79B9_7F4A_7C15)));
+    let mut rng = worker_rng(cfg, w);
     let mut stats = WorkerStats::new();
     let read_fraction = cfg.workload.read_fraction();
     let mut keys = vec![0u64; cfg.ops_per_txn];
@@ -337,8 +341,7 @@ fn raw_worker(
     phase: &AtomicU8,
     w: u64,
 ) -> Result<WorkerStats, String> {
-    let mut rng =
-        SmallRng::seed_from_u64(cfg.seed.wrapping_add(w.wrapping_mul(0x9E37_79B9_7F4A_7C15)));
+    let mut rng = worker_rng(cfg, w);
     let mut stats = WorkerStats::new();
     loop {
         let p = phase.load(Ordering::Relaxed);
