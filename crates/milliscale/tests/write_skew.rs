@@ -123,3 +123,58 @@ fn concurrent_write_skew_never_breaks_the_invariant_under_serializable() {
     });
     assert!(commits.load(Ordering::Relaxed) > 1000);
 }
+
+/// Phantoms under concurrency: in each round, 4 threads start together on a
+/// fresh key range; each transaction counts the rows in the range and
+/// inserts one only if it found fewer than `CAP`. Serializable must never
+/// let a range grow past `CAP`, whatever the interleaving.
+#[test]
+fn concurrent_phantoms_never_overfill_a_range_under_serializable() {
+    use std::ops::Bound::{Excluded, Included};
+    const CAP: usize = 3;
+    const ROUNDS: u64 = 200;
+    const THREADS: u64 = 4;
+    let db = Database::open(Options::new().isolation(Isolation::Serializable)).expect("open");
+    let t = db.create_table("slots").expect("table");
+    let barrier = std::sync::Barrier::new(THREADS as usize);
+    std::thread::scope(|s| {
+        for w in 0..THREADS {
+            let (db, t, barrier) = (&db, &t, &barrier);
+            s.spawn(move || {
+                for round in 0..ROUNDS {
+                    barrier.wait();
+                    let (lo, hi) = (round.to_be_bytes(), (round + 1).to_be_bytes());
+                    for i in 0..CAP as u64 + 2 {
+                        let mut tx = db.begin().expect("begin");
+                        let rows = tx
+                            .scan(
+                                t,
+                                Included(&lo),
+                                Excluded(&hi),
+                                milliscale::Direction::Forward,
+                                usize::MAX,
+                            )
+                            .expect("scan");
+                        if rows.len() >= CAP {
+                            break;
+                        }
+                        let key = [round.to_be_bytes(), (w << 32 | i).to_be_bytes()].concat();
+                        match tx.put(t, &key, b"x").and_then(|_| tx.commit().map(|_| ())) {
+                            Ok(()) | Err(Error::Conflict(_)) => {}
+                            Err(e) => panic!("{e}"),
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let mut tx = db.begin().expect("begin");
+    for round in 0..ROUNDS {
+        let (lo, hi) = (round.to_be_bytes(), (round + 1).to_be_bytes());
+        let n = tx
+            .scan(&t, Included(&lo), Excluded(&hi), milliscale::Direction::Forward, usize::MAX)
+            .expect("scan")
+            .len();
+        assert!(n <= CAP, "round {round}: {n} rows, serializable let a phantom overfill the range");
+    }
+}

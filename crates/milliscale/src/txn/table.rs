@@ -149,8 +149,10 @@ impl TxnTable {
     /// counter before our final read (see [`TxnTable::horizon`]).
     pub(crate) fn begin(&self, counter: &AtomicU64) -> Option<(SlotLease, Csn)> {
         let index = self.claim()?;
-        if self.high_water.load(Ordering::Acquire) <= index {
-            self.high_water.fetch_max(index + 1, Ordering::AcqRel);
+        // SeqCst with the stores and loads below and in `horizon`: the
+        // horizon proof needs all of them in one total order.
+        if self.high_water.load(Ordering::SeqCst) <= index {
+            self.high_water.fetch_max(index + 1, Ordering::SeqCst);
         }
         let slot = &self.slots[index as usize];
         let tid = Tid(slot.tid.load(Ordering::Relaxed));
@@ -237,11 +239,13 @@ impl TxnTable {
     /// committed below it can be reclaimed.
     ///
     /// Reads the counter first, then the slots. A transaction whose
-    /// provisional snapshot this scan missed reads its final snapshot after
-    /// our counter read, so its snapshot is >= the counter value we use.
+    /// provisional snapshot this scan missed (because its store, or its
+    /// `high_water` update, came after our read in the SeqCst order) reads
+    /// its final snapshot after our counter read, so its snapshot is >= the
+    /// counter value we use.
     pub(crate) fn horizon(&self, counter: &AtomicU64) -> Csn {
         let mut min = counter.load(Ordering::SeqCst);
-        let high = self.high_water.load(Ordering::Acquire) as usize;
+        let high = self.high_water.load(Ordering::SeqCst) as usize;
         for slot in &self.slots[..high.min(self.slots.len())] {
             min = min.min(slot.snapshot.load(Ordering::SeqCst));
         }
