@@ -5,4 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo fmt --all -- --check
 cargo clippy --all-targets --release -- -D warnings
-cargo test --workspace --release
+# A hang (e.g. a livelock bug) must fail the run, not stall CI.
+timeout 1500 cargo test --workspace --release
