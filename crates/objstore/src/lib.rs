@@ -1,0 +1,103 @@
+//! One object-store interface for the whole project.
+//!
+//! [`ObjectStore`] is **synchronous**: the engine runs on its own threads
+//! (workers, one flusher per log group), and a flusher blocks on its store
+//! call just as the Milliscale prototype's flusher threads block on the
+//! synchronous SDK call. Backends that speak async protocols (the S3 SDK)
+//! own a runtime and block on it inside the call; async callers (the
+//! emulator's HTTP layer) call the store from a blocking task. The
+//! sync/async boundary is therefore inside the backend, and the engine never
+//! sees a future.
+//!
+//! Semantics follow S3 Express One Zone: `append` writes at an offset that
+//! must equal the object's size, each successful write adds a part, and an
+//! object holds at most [`PARTS_MAX`] parts.
+
+#![forbid(unsafe_code)]
+#![deny(missing_docs, clippy::unwrap_used, rust_2018_idioms)]
+
+use std::fmt::Debug;
+use std::ops::Range;
+use std::sync::Arc;
+
+pub use bytes::Bytes;
+
+pub mod conformance;
+mod error;
+mod memory;
+
+pub use error::{Result, StoreError};
+pub use memory::MemoryStore;
+
+/// Parts per object on S3 Express One Zone.
+pub const PARTS_MAX: u32 = 10_000;
+/// Longest key S3 accepts, in bytes.
+pub const KEY_BYTES_MAX: usize = 1024;
+
+/// What a store knows about one object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectMeta {
+    /// The object's key.
+    pub key: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Changes with every write; use with `put_if_match`.
+    pub etag: String,
+    /// Writes that make up the object (a put is one part, each append one more).
+    pub parts: u32,
+}
+
+/// An object store: S3 Express One Zone semantics.
+pub trait ObjectStore: Send + Sync + Debug {
+    /// Create or replace `key` (one part).
+    fn put(&self, key: &str, body: Bytes) -> Result<ObjectMeta>;
+    /// Create `key` only if it does not exist (`If-None-Match: *`); else
+    /// `AlreadyExists`. Atomic under concurrency.
+    fn put_if_absent(&self, key: &str, body: Bytes) -> Result<ObjectMeta>;
+    /// Replace `key` only if its ETag is `etag` (`If-Match`); else
+    /// `PreconditionFailed` (or `NotFound`). Atomic under concurrency.
+    fn put_if_match(&self, key: &str, body: Bytes, etag: &str) -> Result<ObjectMeta>;
+    /// Append `body` at `offset`, which must equal the object's size
+    /// (`InvalidWriteOffset { actual_size }` otherwise). Offset 0 creates a
+    /// missing object; a larger offset on a missing object is `NotFound`.
+    /// An empty body is `InvalidRequest`; a full object is `TooManyParts`.
+    fn append(&self, key: &str, offset: u64, body: Bytes) -> Result<ObjectMeta>;
+    /// The whole object.
+    fn get(&self, key: &str) -> Result<Bytes>;
+    /// Bytes `range` of the object; the end is clipped to the object's size,
+    /// a start at or past the end is `InvalidRange`.
+    fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes>;
+    /// The object's metadata.
+    fn head(&self, key: &str) -> Result<ObjectMeta>;
+    /// Every object whose key starts with `prefix`, in key order.
+    fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>>;
+    /// Delete `key`; deleting a missing key succeeds, as in S3.
+    fn delete(&self, key: &str) -> Result<()>;
+}
+
+/// Check a key as S3 does: 1..=1024 bytes.
+pub fn check_key(key: &str) -> Result<()> {
+    if key.is_empty() || key.len() > KEY_BYTES_MAX {
+        return Err(StoreError::InvalidRequest(format!(
+            "keys must be 1..={KEY_BYTES_MAX} bytes, got {}",
+            key.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Open a store by URL. Supported now: `memory://` (a fresh, empty store).
+/// `file://`, `s3://` and `sim://` are refused with a clear error until
+/// their backends exist.
+pub fn open(url: &str) -> Result<Arc<dyn ObjectStore>> {
+    let (scheme, _rest) = url
+        .split_once("://")
+        .ok_or_else(|| StoreError::InvalidRequest(format!("not a store URL: {url:?}")))?;
+    match scheme {
+        "memory" => Ok(Arc::new(MemoryStore::new())),
+        "file" | "s3" | "sim" => Err(StoreError::InvalidRequest(format!(
+            "store scheme {scheme}:// is not available in this version"
+        ))),
+        _ => Err(StoreError::InvalidRequest(format!("unknown store scheme {scheme:?} in {url:?}"))),
+    }
+}
