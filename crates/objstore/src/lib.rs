@@ -24,9 +24,11 @@ pub use bytes::Bytes;
 
 pub mod conformance;
 mod error;
+mod fs;
 mod memory;
 
 pub use error::{Result, StoreError};
+pub use fs::FsStore;
 pub use memory::MemoryStore;
 
 /// Parts per object on S3 Express One Zone.
@@ -86,16 +88,20 @@ pub fn check_key(key: &str) -> Result<()> {
     Ok(())
 }
 
-/// Open a store by URL. Supported now: `memory://` (a fresh, empty store).
-/// `file://`, `s3://` and `sim://` are refused with a clear error until
-/// their backends exist.
+/// Open a store by URL. Supported now: `memory://` (a fresh, empty store)
+/// and `file:///absolute/path` (a directory). `s3://` and `sim://` are
+/// refused with a clear error until their backends exist.
 pub fn open(url: &str) -> Result<Arc<dyn ObjectStore>> {
-    let (scheme, _rest) = url
+    let (scheme, rest) = url
         .split_once("://")
         .ok_or_else(|| StoreError::InvalidRequest(format!("not a store URL: {url:?}")))?;
     match scheme {
         "memory" => Ok(Arc::new(MemoryStore::new())),
-        "file" | "s3" | "sim" => Err(StoreError::InvalidRequest(format!(
+        "file" if rest.starts_with('/') => Ok(Arc::new(FsStore::open(rest)?)),
+        "file" => {
+            Err(StoreError::InvalidRequest(format!("file URLs need an absolute path: {url:?}")))
+        }
+        "s3" | "sim" => Err(StoreError::InvalidRequest(format!(
             "store scheme {scheme}:// is not available in this version"
         ))),
         _ => Err(StoreError::InvalidRequest(format!("unknown store scheme {scheme:?} in {url:?}"))),

@@ -1,0 +1,322 @@
+//! A directory as an object store: the block-storage baseline (`file://`).
+//!
+//! Layout: one flat directory; object `K` is `<name>.data` plus a sidecar
+//! `<name>.meta` holding the key, the part count and the ETag. `<name>` is
+//! the key percent-encoded (or, for long keys, a hash), so any key maps to
+//! one file and no key can escape the directory. Writes go to a temporary
+//! file that is fsynced and renamed over the target; the directory is then
+//! fsynced. Appends write at the end of `.data` and fsync it, then replace
+//! `.meta`.
+//!
+//! Atomicity: conditional writes and appends hold a per-key lock (striped),
+//! so they are atomic **within one process**. Use one process per directory
+//! (the emulator serializes access for many clients). The data file is the
+//! authority for an object's size; a crash between an append's data write
+//! and its `.meta` update leaves the part count one low, never the data.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+
+use crate::{ObjectMeta, ObjectStore, PARTS_MAX, Result, StoreError, check_key};
+
+const STRIPES: usize = 64;
+/// Encoded names longer than this are replaced by a hash.
+const NAME_BYTES_MAX: usize = 200;
+
+/// See the module docs.
+#[derive(Debug)]
+pub struct FsStore {
+    root: PathBuf,
+    parts_max: u32,
+    locks: Vec<Mutex<()>>,
+    generation: AtomicU64,
+}
+
+struct Meta {
+    key: String,
+    parts: u32,
+    etag: String,
+}
+
+fn io(op: &str, path: &Path, e: std::io::Error) -> StoreError {
+    StoreError::Fatal(format!("{op} {}: {e}", path.display()))
+}
+
+/// Percent-encode everything but `[A-Za-z0-9_-]`; hash keys that get too long.
+fn file_name(key: &str) -> String {
+    let mut s = String::with_capacity(key.len());
+    for b in key.bytes() {
+        if b.is_ascii_alphanumeric() || b == b'_' || b == b'-' {
+            s.push(b as char);
+        } else {
+            s.push_str(&format!("%{b:02X}"));
+        }
+    }
+    if s.len() <= NAME_BYTES_MAX {
+        return s;
+    }
+    // Two independent 64-bit FNV-1a hashes: collisions are not a practical concern.
+    let h = |seed: u64| {
+        key.bytes().fold(seed, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+    };
+    format!("~{:016x}{:016x}", h(0xcbf2_9ce4_8422_2325), h(0x8422_2325_cbf2_9ce4))
+}
+
+impl FsStore {
+    /// A store in `root` (created if missing) with the S3 Express part limit.
+    pub fn open(root: impl Into<PathBuf>) -> Result<FsStore> {
+        FsStore::with_parts_max(root, PARTS_MAX)
+    }
+
+    /// As [`FsStore::open`], with a custom part limit (tests).
+    pub fn with_parts_max(root: impl Into<PathBuf>, parts_max: u32) -> Result<FsStore> {
+        let root = root.into();
+        fs::create_dir_all(&root).map_err(|e| io("create", &root, e))?;
+        Ok(FsStore {
+            root,
+            parts_max,
+            locks: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+            generation: AtomicU64::new(0),
+        })
+    }
+
+    fn paths(&self, key: &str) -> (PathBuf, PathBuf) {
+        let n = file_name(key);
+        (self.root.join(format!("{n}.data")), self.root.join(format!("{n}.meta")))
+    }
+
+    fn lock(&self, key: &str) -> parking_lot::MutexGuard<'_, ()> {
+        let h = key.bytes().fold(0usize, |h, b| h.wrapping_mul(31).wrapping_add(usize::from(b)));
+        self.locks[h % STRIPES].lock()
+    }
+
+    fn etag(&self, size: u64) -> String {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let g = self.generation.fetch_add(1, Ordering::Relaxed);
+        format!("\"{nanos:x}-{g:x}-{size:x}\"")
+    }
+
+    fn read_meta(&self, path: &Path) -> Result<Option<Meta>> {
+        let text = match fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io("read", path, e)),
+        };
+        let mut lines = text.lines();
+        let bad = || StoreError::Fatal(format!("corrupt metadata file {}", path.display()));
+        let key = lines.next().ok_or_else(bad)?.to_owned();
+        let parts = lines.next().and_then(|l| l.parse().ok()).ok_or_else(bad)?;
+        let etag = lines.next().ok_or_else(bad)?.to_owned();
+        Ok(Some(Meta { key, parts, etag }))
+    }
+
+    /// Write `bytes` to `path` durably: temp file, fsync, rename, fsync dir.
+    fn write_atomic(&self, path: &Path, bytes: &[u8]) -> Result<()> {
+        let tmp =
+            path.with_extension(format!("tmp{}", self.generation.fetch_add(1, Ordering::Relaxed)));
+        let mut f = File::create(&tmp).map_err(|e| io("create", &tmp, e))?;
+        f.write_all(bytes).map_err(|e| io("write", &tmp, e))?;
+        f.sync_all().map_err(|e| io("fsync", &tmp, e))?;
+        fs::rename(&tmp, path).map_err(|e| io("rename", path, e))?;
+        self.sync_dir()
+    }
+
+    fn sync_dir(&self) -> Result<()> {
+        File::open(&self.root).and_then(|d| d.sync_all()).map_err(|e| io("fsync", &self.root, e))
+    }
+
+    fn write_meta(&self, path: &Path, m: &Meta) -> Result<()> {
+        self.write_atomic(path, format!("{}\n{}\n{}\n", m.key, m.parts, m.etag).as_bytes())
+    }
+
+    fn size_of(path: &Path) -> Result<u64> {
+        fs::metadata(path).map(|m| m.len()).map_err(|e| io("stat", path, e))
+    }
+
+    /// Replace the object with `body` (one part). Caller holds the key's lock.
+    fn store(&self, key: &str, body: &[u8]) -> Result<ObjectMeta> {
+        let (data, meta) = self.paths(key);
+        let m = Meta { key: key.to_owned(), parts: 1, etag: self.etag(body.len() as u64) };
+        // Meta first, then data: a crash in between leaves the old data with
+        // a new ETag (a spurious If-Match failure), never new data with an old ETag.
+        self.write_meta(&meta, &m)?;
+        self.write_atomic(&data, body)?;
+        Ok(ObjectMeta { key: key.to_owned(), size: body.len() as u64, etag: m.etag, parts: 1 })
+    }
+
+    /// The object's metadata and size, or `None` if it does not exist. A
+    /// `.meta` whose `.data` is gone (a delete cut short) reads as missing.
+    fn existing(&self, key: &str) -> Result<Option<(Meta, u64)>> {
+        let (data, meta) = self.paths(key);
+        let Some(m) = self.read_meta(&meta)? else { return Ok(None) };
+        match fs::metadata(&data) {
+            Ok(md) => Ok(Some((m, md.len()))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io("stat", &data, e)),
+        }
+    }
+}
+
+impl ObjectStore for FsStore {
+    fn put(&self, key: &str, body: Bytes) -> Result<ObjectMeta> {
+        check_key(key)?;
+        let _g = self.lock(key);
+        self.store(key, &body)
+    }
+
+    fn put_if_absent(&self, key: &str, body: Bytes) -> Result<ObjectMeta> {
+        check_key(key)?;
+        let _g = self.lock(key);
+        match self.existing(key)? {
+            Some(_) => Err(StoreError::AlreadyExists(key.to_owned())),
+            None => self.store(key, &body),
+        }
+    }
+
+    fn put_if_match(&self, key: &str, body: Bytes, etag: &str) -> Result<ObjectMeta> {
+        check_key(key)?;
+        let _g = self.lock(key);
+        match self.existing(key)? {
+            None => Err(StoreError::NotFound(key.to_owned())),
+            Some((m, _)) if m.etag != etag => Err(StoreError::PreconditionFailed(format!(
+                "{key}: ETag is {}, not {etag}",
+                m.etag
+            ))),
+            Some(_) => self.store(key, &body),
+        }
+    }
+
+    fn append(&self, key: &str, offset: u64, body: Bytes) -> Result<ObjectMeta> {
+        check_key(key)?;
+        if body.is_empty() {
+            return Err(StoreError::InvalidRequest("an append needs a non-empty body".into()));
+        }
+        let _g = self.lock(key);
+        let Some((mut m, size)) = self.existing(key)? else {
+            return if offset == 0 {
+                self.store(key, &body)
+            } else {
+                Err(StoreError::NotFound(key.to_owned()))
+            };
+        };
+        if offset != size {
+            return Err(StoreError::InvalidWriteOffset { actual_size: size });
+        }
+        if m.parts >= self.parts_max {
+            return Err(StoreError::TooManyParts { parts: m.parts });
+        }
+        let (data, meta) = self.paths(key);
+        let mut f = OpenOptions::new().write(true).open(&data).map_err(|e| io("open", &data, e))?;
+        f.seek(SeekFrom::Start(offset)).map_err(|e| io("seek", &data, e))?;
+        f.write_all(&body).map_err(|e| io("write", &data, e))?;
+        f.sync_data().map_err(|e| io("fsync", &data, e))?;
+        let size = offset + body.len() as u64;
+        m.parts += 1;
+        m.etag = self.etag(size);
+        self.write_meta(&meta, &m)?;
+        Ok(ObjectMeta { key: key.to_owned(), size, etag: m.etag, parts: m.parts })
+    }
+
+    fn get(&self, key: &str) -> Result<Bytes> {
+        check_key(key)?;
+        let (data, _) = self.paths(key);
+        match fs::read(&data) {
+            Ok(b) => Ok(Bytes::from(b)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Err(StoreError::NotFound(key.to_owned()))
+            }
+            Err(e) => Err(io("read", &data, e)),
+        }
+    }
+
+    fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
+        check_key(key)?;
+        if range.start > range.end {
+            return Err(StoreError::InvalidRequest(format!("inverted range {range:?}")));
+        }
+        let (data, _) = self.paths(key);
+        let mut f = match File::open(&data) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(StoreError::NotFound(key.to_owned()));
+            }
+            Err(e) => return Err(io("open", &data, e)),
+        };
+        let size = f.metadata().map_err(|e| io("stat", &data, e))?.len();
+        if range.start >= size {
+            return Err(StoreError::InvalidRange { start: range.start, size });
+        }
+        let end = range.end.min(size);
+        let mut buf = vec![0u8; (end - range.start) as usize];
+        f.seek(SeekFrom::Start(range.start)).map_err(|e| io("seek", &data, e))?;
+        f.read_exact(&mut buf).map_err(|e| io("read", &data, e))?;
+        Ok(Bytes::from(buf))
+    }
+
+    fn head(&self, key: &str) -> Result<ObjectMeta> {
+        check_key(key)?;
+        match self.existing(key)? {
+            None => Err(StoreError::NotFound(key.to_owned())),
+            Some((m, size)) => Ok(ObjectMeta { key: m.key, size, etag: m.etag, parts: m.parts }),
+        }
+    }
+
+    fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>> {
+        let dir = fs::read_dir(&self.root).map_err(|e| io("list", &self.root, e))?;
+        let mut out = Vec::new();
+        for entry in dir {
+            let entry = entry.map_err(|e| io("list", &self.root, e))?;
+            let path = entry.path();
+            if path.extension().is_none_or(|x| x != "meta") {
+                continue;
+            }
+            let Some(m) = self.read_meta(&path)? else { continue };
+            if !m.key.starts_with(prefix) {
+                continue;
+            }
+            let Ok(size) = FsStore::size_of(&path.with_extension("data")) else { continue };
+            out.push(ObjectMeta { key: m.key, size, etag: m.etag, parts: m.parts });
+        }
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(out)
+    }
+
+    fn delete(&self, key: &str) -> Result<()> {
+        check_key(key)?;
+        let _g = self.lock(key);
+        let (data, meta) = self.paths(key);
+        // Data first: a delete cut short leaves a `.meta` alone, which reads as missing.
+        for p in [&data, &meta] {
+            match fs::remove_file(p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io("delete", p, e)),
+            }
+        }
+        self.sync_dir()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_never_escape_the_directory() {
+        for k in ["..", "../x", "a/b", "/abs", "a\0b", "é"] {
+            let n = file_name(k);
+            assert!(!n.contains('/') && !n.contains('.') && !n.contains('\0'), "{k:?} -> {n}");
+        }
+        assert_ne!(file_name("a/b"), file_name("a%2Fb"), "encoding is injective");
+        let long = "x".repeat(1000);
+        assert!(file_name(&long).len() <= NAME_BYTES_MAX);
+    }
+}
