@@ -26,6 +26,7 @@ pub mod conformance;
 mod error;
 mod fs;
 mod memory;
+pub mod probe;
 
 pub use error::{Result, StoreError};
 pub use fs::FsStore;
