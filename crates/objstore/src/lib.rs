@@ -27,6 +27,7 @@ mod error;
 mod fs;
 mod memory;
 pub mod probe;
+pub mod sim;
 
 pub use error::{Result, StoreError};
 pub use fs::FsStore;
@@ -76,6 +77,10 @@ pub trait ObjectStore: Send + Sync + Debug {
     fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>>;
     /// Delete `key`; deleting a missing key succeeds, as in S3.
     fn delete(&self, key: &str) -> Result<()>;
+    /// Requests, bytes and cost so far, for stores that count them (`sim://`).
+    fn accounting(&self) -> Option<sim::accounting::AccountingReport> {
+        None
+    }
 }
 
 /// Check a key as S3 does: 1..=1024 bytes.
@@ -89,9 +94,9 @@ pub fn check_key(key: &str) -> Result<()> {
     Ok(())
 }
 
-/// Open a store by URL. Supported now: `memory://` (a fresh, empty store)
-/// and `file:///absolute/path` (a directory). `s3://` and `sim://` are
-/// refused with a clear error until their backends exist.
+/// Open a store by URL: `memory://` (a fresh, empty store),
+/// `file:///absolute/path` (a directory), `sim://PRESET?...` (see
+/// [`sim`]). `s3://` is refused with a clear error until its backend exists.
 pub fn open(url: &str) -> Result<Arc<dyn ObjectStore>> {
     let (scheme, rest) = url
         .split_once("://")
@@ -102,7 +107,8 @@ pub fn open(url: &str) -> Result<Arc<dyn ObjectStore>> {
         "file" => {
             Err(StoreError::InvalidRequest(format!("file URLs need an absolute path: {url:?}")))
         }
-        "s3" | "sim" => Err(StoreError::InvalidRequest(format!(
+        "sim" => Ok(Arc::new(sim::SimStore::from_url(url)?)),
+        "s3" => Err(StoreError::InvalidRequest(format!(
             "store scheme {scheme}:// is not available in this version"
         ))),
         _ => Err(StoreError::InvalidRequest(format!("unknown store scheme {scheme:?} in {url:?}"))),

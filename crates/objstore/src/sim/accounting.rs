@@ -1,0 +1,192 @@
+//! Request, byte and dollar accounting for any store.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::model::Prices;
+
+/// The kinds of requests counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Kind {
+    /// Unconditional PUT.
+    Put,
+    /// PUT with `If-None-Match: *`.
+    PutIfAbsent,
+    /// PUT with `If-Match`.
+    PutIfMatch,
+    /// PUT with a write offset.
+    Append,
+    /// GET of a whole object.
+    Get,
+    /// GET with a range.
+    GetRange,
+    /// HEAD.
+    Head,
+    /// LIST.
+    List,
+    /// DELETE.
+    Delete,
+}
+
+const KINDS: [Kind; 9] = [
+    Kind::Put,
+    Kind::PutIfAbsent,
+    Kind::PutIfMatch,
+    Kind::Append,
+    Kind::Get,
+    Kind::GetRange,
+    Kind::Head,
+    Kind::List,
+    Kind::Delete,
+];
+
+impl Kind {
+    /// The name used in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Put => "put",
+            Kind::PutIfAbsent => "put_if_absent",
+            Kind::PutIfMatch => "put_if_match",
+            Kind::Append => "append",
+            Kind::Get => "get",
+            Kind::GetRange => "get_range",
+            Kind::Head => "head",
+            Kind::List => "list",
+            Kind::Delete => "delete",
+        }
+    }
+
+    /// Billed as a PUT-class request (S3 bills LIST as PUT-class).
+    fn put_class(self) -> bool {
+        matches!(self, Kind::Put | Kind::PutIfAbsent | Kind::PutIfMatch | Kind::Append | Kind::List)
+    }
+
+    fn get_class(self) -> bool {
+        matches!(self, Kind::Get | Kind::GetRange | Kind::Head)
+    }
+}
+
+/// Live counters. Every request is counted when it is sent, including those
+/// that fail: a store bills failed requests too.
+#[derive(Debug, Default)]
+pub struct Accounting {
+    requests: [AtomicU64; 9],
+    bytes_up: AtomicU64,
+    bytes_down: AtomicU64,
+    faults: AtomicU64,
+}
+
+/// A snapshot of the counters, priced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AccountingReport {
+    /// Requests by kind name.
+    pub requests: BTreeMap<&'static str, u64>,
+    /// PUT-class requests (put, conditional put, append, list).
+    pub put_class: u64,
+    /// GET-class requests (get, range get, head).
+    pub get_class: u64,
+    /// Payload bytes sent to the store.
+    pub bytes_up: u64,
+    /// Payload bytes received from the store.
+    pub bytes_down: u64,
+    /// Requests that failed by injected fault.
+    pub injected_faults: u64,
+    /// The price table used.
+    pub prices: Prices,
+    /// Total cost in US$.
+    pub cost_usd: f64,
+}
+
+impl Accounting {
+    /// Count one request of `kind` carrying `up` bytes to the store.
+    pub fn request(&self, kind: Kind, up: u64) {
+        self.requests[kind as usize].fetch_add(1, Ordering::Relaxed);
+        self.bytes_up.fetch_add(up, Ordering::Relaxed);
+    }
+
+    /// Count bytes received.
+    pub fn download(&self, bytes: u64) {
+        self.bytes_down.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Count an injected fault.
+    pub fn fault(&self) {
+        self.faults.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The counters now, priced with `prices`.
+    pub fn report(&self, prices: Prices) -> AccountingReport {
+        let mut requests = BTreeMap::new();
+        let (mut put_class, mut get_class) = (0, 0);
+        for k in KINDS {
+            let n = self.requests[k as usize].load(Ordering::Relaxed);
+            requests.insert(k.name(), n);
+            if k.put_class() {
+                put_class += n;
+            } else if k.get_class() {
+                get_class += n;
+            }
+        }
+        let bytes_up = self.bytes_up.load(Ordering::Relaxed);
+        let bytes_down = self.bytes_down.load(Ordering::Relaxed);
+        let gb = |b: u64| b as f64 / 1e9;
+        let cost_usd = put_class as f64 / 1e6 * prices.put_per_million
+            + get_class as f64 / 1e6 * prices.get_per_million
+            + gb(bytes_up) * prices.upload_per_gb
+            + gb(bytes_down) * prices.download_per_gb;
+        AccountingReport {
+            requests,
+            put_class,
+            get_class,
+            bytes_up,
+            bytes_down,
+            injected_faults: self.faults.load(Ordering::Relaxed),
+            prices,
+            cost_usd,
+        }
+    }
+}
+
+impl AccountingReport {
+    /// A small human-readable table.
+    pub fn to_human(&self) -> String {
+        let mut s = String::new();
+        for (k, n) in self.requests.iter().filter(|(_, n)| **n > 0) {
+            let _ = writeln!(s, "  {k:<16}{n:>12}");
+        }
+        let _ = writeln!(s, "  {:<16}{:>12}", "bytes up", self.bytes_up);
+        let _ = writeln!(s, "  {:<16}{:>12}", "bytes down", self.bytes_down);
+        let _ = writeln!(s, "  {:<16}{:>12}", "injected faults", self.injected_faults);
+        let _ = writeln!(s, "  {:<16}{:>12.6}", "cost US$", self.cost_usd);
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prices_follow_the_table() {
+        let a = Accounting::default();
+        for _ in 0..1_000_000 {
+            a.request(Kind::Append, 0);
+        }
+        a.request(Kind::Put, 1_000_000_000);
+        a.request(Kind::Head, 0);
+        a.request(Kind::Delete, 0);
+        a.download(2_000_000_000);
+        let p = Prices {
+            put_per_million: 1.13,
+            get_per_million: 0.03,
+            upload_per_gb: 0.0032,
+            download_per_gb: 0.0006,
+        };
+        let r = a.report(p);
+        assert_eq!((r.put_class, r.get_class), (1_000_001, 1));
+        assert_eq!(r.requests["delete"], 1, "deletes are counted, not billed");
+        let want = 1_000_001.0 / 1e6 * 1.13 + 1.0 / 1e6 * 0.03 + 1.0 * 0.0032 + 2.0 * 0.0006;
+        assert!((r.cost_usd - want).abs() < 1e-9, "{} vs {want}", r.cost_usd);
+    }
+}

@@ -1,0 +1,310 @@
+//! `sim://PRESET`: a store that stacks over any other store and adds
+//! latency drawn from a preset, seeded fault injection, and accounting.
+//!
+//! URL: `sim://PRESET[?seed=N&throttle=P&error=P&ambiguous=P&stalls=1&inner=URL]`.
+//! `inner` defaults to `memory://` and, if given, must come last (it takes
+//! the rest of the URL, so it may carry its own query). Faults are off
+//! unless a probability is given:
+//! - `throttle`: fail with `Throttled` (503 SlowDown), not applied;
+//! - `error`: fail with `Transient` (500 InternalError), not applied;
+//! - `ambiguous`: an append **is applied** and the caller gets `Transient`
+//!   (a timeout or reset after the fact): the case that must be reconciled
+//!   with `head`, never retried blindly;
+//! - `stalls=1`: with the preset's stall probability, hang until its
+//!   timeout and fail with `Transient`, not applied.
+//!
+//! [`SimStore::set_unavailable_for`] takes the whole store down for a while.
+//!
+//! Writes wait out their latency and then apply; reads apply and then wait
+//! (the transfer time depends on the response size).
+
+pub mod accounting;
+pub mod model;
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use crate::{ObjectMeta, ObjectStore, Result, StoreError};
+use accounting::{Accounting, AccountingReport, Kind};
+use model::{Catalog, OpClass, Preset, Prices};
+
+/// Fault injection settings; everything off by default.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Faults {
+    /// Seed of the fault and latency random stream.
+    pub seed: u64,
+    /// Probability that a request is throttled (503 SlowDown).
+    pub throttle: f64,
+    /// Probability that a request fails with a 500.
+    pub error: f64,
+    /// Probability that an append is applied but reported as failed.
+    pub ambiguous: f64,
+    /// Inject the preset's stalls.
+    pub stalls: bool,
+}
+
+#[derive(Clone, Copy)]
+enum Fault {
+    None,
+    Stall,
+    Throttle,
+    Error,
+    Ambiguous,
+}
+
+/// See the module docs.
+#[derive(Debug)]
+pub struct SimStore {
+    inner: Arc<dyn ObjectStore>,
+    preset_name: String,
+    preset: Preset,
+    prices: Prices,
+    faults: Faults,
+    rng: Mutex<SmallRng>,
+    accounting: Accounting,
+    unavailable_until: Mutex<Option<Instant>>,
+}
+
+impl SimStore {
+    /// Wrap `inner` with preset `preset` and `faults`.
+    pub fn new(inner: Arc<dyn ObjectStore>, preset: &str, faults: Faults) -> Result<SimStore> {
+        for (name, p) in [
+            ("throttle", faults.throttle),
+            ("error", faults.error),
+            ("ambiguous", faults.ambiguous),
+        ] {
+            if !(0.0..=1.0).contains(&p) {
+                return Err(StoreError::InvalidRequest(format!(
+                    "{name} must be a probability in 0..=1, got {p}"
+                )));
+            }
+        }
+        let catalog = Catalog::builtin();
+        let p = catalog.preset(preset)?.clone();
+        let prices = catalog.prices(&p.price)?;
+        Ok(SimStore {
+            inner,
+            preset_name: preset.to_owned(),
+            preset: p,
+            prices,
+            rng: Mutex::new(SmallRng::seed_from_u64(faults.seed)),
+            faults,
+            accounting: Accounting::default(),
+            unavailable_until: Mutex::new(None),
+        })
+    }
+
+    /// Parse `sim://...` (see the module docs).
+    pub fn from_url(url: &str) -> Result<SimStore> {
+        let rest = url
+            .strip_prefix("sim://")
+            .ok_or_else(|| StoreError::InvalidRequest(format!("not a sim URL: {url:?}")))?;
+        let (preset, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let (params, inner_url) = match query.find("inner=") {
+            Some(i) => (&query[..i], &query[i + "inner=".len()..]),
+            None => (query, "memory://"),
+        };
+        let mut faults = Faults::default();
+        for kv in params.split('&').filter(|s| !s.is_empty()) {
+            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+            let num = |v: &str| {
+                v.parse::<f64>().map_err(|_| {
+                    StoreError::InvalidRequest(format!("{k}={v:?} is not a number in {url:?}"))
+                })
+            };
+            match k {
+                "seed" => {
+                    faults.seed = v.parse().map_err(|_| {
+                        StoreError::InvalidRequest(format!("seed={v:?} is not an integer"))
+                    })?
+                }
+                "throttle" => faults.throttle = num(v)?,
+                "error" => faults.error = num(v)?,
+                "ambiguous" => faults.ambiguous = num(v)?,
+                "stalls" => faults.stalls = matches!(v, "1" | "true" | "on"),
+                _ => {
+                    return Err(StoreError::InvalidRequest(format!(
+                        "unknown sim parameter {k:?} in {url:?}"
+                    )));
+                }
+            }
+        }
+        let inner = crate::open(inner_url.trim_end_matches('&'))?;
+        SimStore::new(inner, preset, faults)
+    }
+
+    /// The preset's name.
+    pub fn preset_name(&self) -> &str {
+        &self.preset_name
+    }
+
+    /// Fail every request with `Transient` for `d` from now.
+    pub fn set_unavailable_for(&self, d: Duration) {
+        *self.unavailable_until.lock() = Some(Instant::now() + d);
+    }
+
+    fn draw(&self, class: OpClass, bytes: u64, may_be_ambiguous: bool) -> (Fault, Duration) {
+        let mut rng = self.rng.lock();
+        let f = self.faults;
+        let fault = if f.stalls && rng.random::<f64>() < self.preset.stall_prob {
+            Fault::Stall
+        } else if f.throttle > 0.0 && rng.random::<f64>() < f.throttle {
+            Fault::Throttle
+        } else if f.error > 0.0 && rng.random::<f64>() < f.error {
+            Fault::Error
+        } else if may_be_ambiguous && f.ambiguous > 0.0 && rng.random::<f64>() < f.ambiguous {
+            Fault::Ambiguous
+        } else {
+            Fault::None
+        };
+        (fault, self.preset.sample(class, bytes, &mut *rng))
+    }
+
+    fn check_available(&self) -> Result<()> {
+        let mut until = self.unavailable_until.lock();
+        match *until {
+            Some(t) if Instant::now() < t => {
+                self.accounting.fault();
+                Err(StoreError::Transient(format!(
+                    "sim://{}: store unavailable (injected outage)",
+                    self.preset_name
+                )))
+            }
+            Some(_) => {
+                *until = None;
+                Ok(())
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Run a write-class request: wait, then apply (or fail).
+    fn write<T>(&self, kind: Kind, up: u64, op: impl FnOnce() -> Result<T>) -> Result<T> {
+        self.accounting.request(kind, up);
+        self.check_available()?;
+        let (fault, delay) = self.draw(OpClass::Write, up, kind == Kind::Append);
+        match self.injected(fault, delay) {
+            Some(e) => Err(e),
+            None => {
+                let r = op();
+                match (fault, r) {
+                    (Fault::Ambiguous, Ok(_)) => {
+                        self.accounting.fault();
+                        Err(StoreError::Transient(
+                            "connection reset after the append was applied (injected ambiguous append)".into(),
+                        ))
+                    }
+                    (_, r) => r,
+                }
+            }
+        }
+    }
+
+    /// Run a read- or meta-class request: apply, then wait for the response.
+    fn read<T>(
+        &self,
+        kind: Kind,
+        class: OpClass,
+        op: impl FnOnce() -> Result<T>,
+        down: impl Fn(&T) -> u64,
+    ) -> Result<T> {
+        self.accounting.request(kind, 0);
+        self.check_available()?;
+        let r = op();
+        let bytes = r.as_ref().map_or(0, &down);
+        let (fault, delay) = self.draw(class, bytes, false);
+        if let Some(e) = self.injected(fault, delay) {
+            return Err(e);
+        }
+        self.accounting.download(bytes);
+        r
+    }
+
+    /// Sleep for the request; return the injected error, if any.
+    fn injected(&self, fault: Fault, delay: Duration) -> Option<StoreError> {
+        let name = &self.preset_name;
+        match fault {
+            Fault::Stall => {
+                precise_sleep(Duration::from_millis(self.preset.stall_timeout_ms));
+                self.accounting.fault();
+                Some(StoreError::Transient(format!(
+                    "sim://{name}: request timed out (injected stall)"
+                )))
+            }
+            Fault::Throttle => {
+                precise_sleep(delay);
+                self.accounting.fault();
+                Some(StoreError::Throttled(format!("sim://{name}: 503 SlowDown (injected)")))
+            }
+            Fault::Error => {
+                precise_sleep(delay);
+                self.accounting.fault();
+                Some(StoreError::Transient(format!("sim://{name}: 500 InternalError (injected)")))
+            }
+            Fault::None | Fault::Ambiguous => {
+                precise_sleep(delay);
+                None
+            }
+        }
+    }
+}
+
+/// Sleep `d` with sub-millisecond accuracy: the OS sleep for the bulk, a
+/// yield loop for the last stretch (thread::sleep overshoots by ~0.1 ms).
+pub fn precise_sleep(d: Duration) {
+    if d.is_zero() {
+        return;
+    }
+    let deadline = Instant::now() + d;
+    let slack = Duration::from_micros(200);
+    if d > slack {
+        std::thread::sleep(d - slack);
+    }
+    while Instant::now() < deadline {
+        std::thread::yield_now();
+    }
+}
+
+impl ObjectStore for SimStore {
+    fn put(&self, key: &str, body: Bytes) -> Result<ObjectMeta> {
+        self.write(Kind::Put, body.len() as u64, || self.inner.put(key, body))
+    }
+    fn put_if_absent(&self, key: &str, body: Bytes) -> Result<ObjectMeta> {
+        self.write(Kind::PutIfAbsent, body.len() as u64, || self.inner.put_if_absent(key, body))
+    }
+    fn put_if_match(&self, key: &str, body: Bytes, etag: &str) -> Result<ObjectMeta> {
+        self.write(Kind::PutIfMatch, body.len() as u64, || self.inner.put_if_match(key, body, etag))
+    }
+    fn append(&self, key: &str, offset: u64, body: Bytes) -> Result<ObjectMeta> {
+        self.write(Kind::Append, body.len() as u64, || self.inner.append(key, offset, body))
+    }
+    fn get(&self, key: &str) -> Result<Bytes> {
+        self.read(Kind::Get, OpClass::Read, || self.inner.get(key), |b| b.len() as u64)
+    }
+    fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
+        self.read(
+            Kind::GetRange,
+            OpClass::Read,
+            || self.inner.get_range(key, range),
+            |b| b.len() as u64,
+        )
+    }
+    fn head(&self, key: &str) -> Result<ObjectMeta> {
+        self.read(Kind::Head, OpClass::Meta, || self.inner.head(key), |_| 0)
+    }
+    fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>> {
+        self.read(Kind::List, OpClass::Meta, || self.inner.list(prefix), |_| 0)
+    }
+    fn delete(&self, key: &str) -> Result<()> {
+        self.write(Kind::Delete, 0, || self.inner.delete(key))
+    }
+    fn accounting(&self) -> Option<AccountingReport> {
+        Some(self.accounting.report(self.prices))
+    }
+}

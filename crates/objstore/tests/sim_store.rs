@@ -1,0 +1,139 @@
+//! The sim:// wrapper: semantics pass through untouched, latency is really
+//! spent, faults are seeded and behave as documented (the ambiguous append
+//! is applied), outages fail everything, and every request is accounted.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use objstore::sim::{Faults, SimStore};
+use objstore::{Bytes, MemoryStore, ObjectStore, StoreError, conformance};
+
+fn b(s: &'static str) -> Bytes {
+    Bytes::from_static(s.as_bytes())
+}
+
+#[test]
+fn sim_none_over_memory_conforms() {
+    conformance::run_all(&|| {
+        Arc::new(SimStore::from_url("sim://none").expect("sim")) as Arc<dyn ObjectStore>
+    });
+}
+
+#[test]
+fn s3x_latency_is_really_spent() {
+    let s = objstore::open("sim://s3x?inner=memory://").expect("sim");
+    let t0 = Instant::now();
+    for i in 0..20u64 {
+        s.append("seg", i, b("x")).expect("append");
+    }
+    // Each append's body is lognormal with p50 8 ms; its 1st percentile is
+    // ~3.2 ms, so 20 of them cannot take less than 60 ms. (A lower bound
+    // only: sleeping never returns early, whatever the machine's load.)
+    assert!(t0.elapsed() >= Duration::from_millis(60), "20 s3x appends took {:?}", t0.elapsed());
+}
+
+fn outcomes(seed: u64) -> Vec<bool> {
+    let s = SimStore::new(
+        Arc::new(MemoryStore::new()),
+        "none",
+        Faults { seed, throttle: 0.3, ..Faults::default() },
+    )
+    .expect("sim");
+    (0..300).map(|_| s.put("k", b("v")).is_ok()).collect()
+}
+
+#[test]
+fn faults_are_seeded_and_at_the_configured_rate() {
+    let a = outcomes(11);
+    assert_eq!(a, outcomes(11), "the same seed replays the same faults");
+    assert_ne!(a, outcomes(12), "another seed gives another sequence");
+    let failed = a.iter().filter(|ok| !**ok).count();
+    assert!((60..=120).contains(&failed), "{failed} of 300 throttled at p = 0.3");
+}
+
+#[test]
+fn throttles_and_errors_are_not_applied() {
+    let s = SimStore::new(
+        Arc::new(MemoryStore::new()),
+        "none",
+        Faults { throttle: 1.0, ..Faults::default() },
+    )
+    .expect("sim");
+    assert!(matches!(s.put("k", b("v")), Err(StoreError::Throttled(_))));
+    let s = SimStore::new(
+        Arc::new(MemoryStore::new()),
+        "none",
+        Faults { error: 1.0, ..Faults::default() },
+    )
+    .expect("sim");
+    assert!(matches!(s.append("k", 0, b("v")), Err(StoreError::Transient(_))));
+    let r = s.accounting().expect("accounting");
+    assert_eq!((r.requests["append"], r.injected_faults), (1, 1));
+}
+
+#[test]
+fn an_ambiguous_append_lands_and_must_be_reconciled() {
+    let inner = Arc::new(MemoryStore::new());
+    inner.append("seg", 0, b("abc")).expect("create");
+    let s = SimStore::new(inner.clone(), "none", Faults { ambiguous: 1.0, ..Faults::default() })
+        .expect("sim");
+    let r = s.append("seg", 3, b("def"));
+    assert!(matches!(r, Err(StoreError::Transient(_))), "the caller is told it failed: {r:?}");
+    assert_eq!(inner.get("seg").expect("get"), b("abcdef"), "but it was applied");
+    // A blind retry is refused; HEAD tells the truth.
+    assert_eq!(
+        inner.append("seg", 3, b("def")),
+        Err(StoreError::InvalidWriteOffset { actual_size: 6 })
+    );
+    assert_eq!(s.head("seg").expect("head").size, 6);
+    // Puts are never ambiguous in this model.
+    assert!(s.put("other", b("x")).is_ok());
+}
+
+#[test]
+fn an_outage_fails_everything_until_it_ends() {
+    let s = SimStore::from_url("sim://none?inner=memory://").expect("sim");
+    s.put("k", b("v")).expect("put");
+    s.set_unavailable_for(Duration::from_millis(150));
+    assert!(matches!(s.get("k"), Err(StoreError::Transient(_))));
+    assert!(matches!(s.append("k", 1, b("w")), Err(StoreError::Transient(_))));
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(s.get("k").expect("back"), b("v"), "nothing was applied during the outage");
+}
+
+#[test]
+fn every_request_is_accounted_and_priced() {
+    let s = SimStore::from_url("sim://none").expect("sim");
+    s.put("a", Bytes::from(vec![0u8; 1000])).expect("put");
+    s.append("a", 1000, Bytes::from(vec![0u8; 500])).expect("append");
+    s.get("a").expect("get");
+    s.head("a").expect("head");
+    let _ = s.get("missing");
+    s.list("").expect("list");
+    s.delete("a").expect("delete");
+    let r = s.accounting().expect("accounting");
+    assert_eq!(r.requests["put"], 1);
+    assert_eq!(r.requests["append"], 1);
+    assert_eq!(r.requests["get"], 2, "failed requests are billed too");
+    assert_eq!((r.put_class, r.get_class), (3, 3), "put + append + list; get x2 + head");
+    assert_eq!((r.bytes_up, r.bytes_down), (1500, 1500));
+    let want = 3.0 / 1e6 * 1.13 + 3.0 / 1e6 * 0.03 + 1500.0 / 1e9 * 0.0032 + 1500.0 / 1e9 * 0.0006;
+    assert!((r.cost_usd - want).abs() < 1e-12, "{} vs {want}", r.cost_usd);
+    assert!(MemoryStore::new().accounting().is_none(), "plain stores do not count");
+}
+
+#[test]
+fn bad_sim_urls_say_what_is_wrong() {
+    for (url, words) in [
+        ("sim://s4", "unknown preset"),
+        ("sim://s3x?throttle=2", "probability"),
+        ("sim://s3x?throttle=x", "not a number"),
+        ("sim://s3x?color=red", "unknown sim parameter"),
+        ("sim://s3x?inner=ftp://x", "unknown store scheme"),
+    ] {
+        let e = objstore::open(url).expect_err(url);
+        assert!(e.to_string().contains(words), "{url}: {e}");
+    }
+    let s = SimStore::from_url("sim://gp3?seed=3&stalls=1&inner=memory://").expect("stacked url");
+    assert_eq!(s.preset_name(), "gp3");
+}
