@@ -8,4 +8,5 @@ pub mod index_bench;
 pub mod keys;
 pub mod report;
 pub mod rss;
+pub mod store_bench;
 pub mod ycsb;

@@ -46,6 +46,8 @@ enum Bench {
     Ycsb(YcsbArgs),
     /// Compare ordered-index candidates on inserts, lookups and scans.
     Index(IndexArgs),
+    /// Append latency of a store, compared with its sim preset's model.
+    Store(StoreArgs),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -130,6 +132,73 @@ struct IndexArgs {
     phase_secs: f64,
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Args)]
+struct StoreArgs {
+    /// Store URL, e.g. sim://s3x or sim://s3x?inner=file:///tmp/x.
+    #[arg(long, default_value = "sim://s3x")]
+    store: String,
+    /// Part size: bytes, or with a K/M suffix (KiB/MiB).
+    #[arg(long, default_value = "512K")]
+    size: String,
+    /// Appends in total.
+    #[arg(long, default_value_t = 10_000)]
+    count: u64,
+    /// Concurrent appenders, each to its own segments.
+    #[arg(long, default_value_t = 8)]
+    threads: usize,
+    /// Parts per segment before a new one is started.
+    #[arg(long, default_value_t = 20)]
+    rollover: u64,
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_size(s: &str) -> Result<usize, String> {
+    let (num, mult) = match s.chars().last() {
+        Some('K' | 'k') => (&s[..s.len() - 1], 1024),
+        Some('M' | 'm') => (&s[..s.len() - 1], 1024 * 1024),
+        _ => (s, 1),
+    };
+    num.parse::<usize>().ok().and_then(|n| n.checked_mul(mult)).filter(|&n| n > 0).ok_or_else(
+        || format!("--size must be a positive byte count like 4096, 512K or 2M; got {s:?}"),
+    )
+}
+
+fn bench_store(a: StoreArgs) -> Result<(), String> {
+    let cfg = milliscale_bench::store_bench::StoreBenchConfig {
+        url: a.store,
+        size: parse_size(&a.size)?,
+        count: a.count,
+        threads: a.threads,
+        rollover: a.rollover,
+    };
+    let r = milliscale_bench::store_bench::run(&cfg)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?);
+        return Ok(());
+    }
+    println!(
+        "{} — {} appends of {} bytes, {} threads, {:.0} appends/s",
+        r.url, r.appends, r.size_bytes, r.threads, r.appends_per_s
+    );
+    println!("{:<10}{:>10}{:>10}{:>10}", "ms", "p50", "p99", "p99.9");
+    let row = |name: &str, q: &milliscale_bench::store_bench::Quantiles| {
+        println!("{name:<10}{:>10.2}{:>10.2}{:>10.2}", q.p50_ms, q.p99_ms, q.p999_ms)
+    };
+    row("measured", &r.measured);
+    if let (Some(e), Some(x)) = (&r.expected, &r.ratio) {
+        row("model", e);
+        println!("{:<10}{:>10.3}{:>10.3}{:>10.3}", "ratio", x.p50_ms, x.p99_ms, x.p999_ms);
+    }
+    if let Some((lo, hi)) = r.model_p999_band_ms {
+        println!(
+            "the model's own p99.9 at {} samples: {lo:.1}..{hi:.1} ms (5th..95th percentile of 200 draws)",
+            r.appends
+        );
+    }
+    Ok(())
 }
 
 fn seconds(name: &str, s: f64) -> Result<Duration, String> {
@@ -232,6 +301,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Bench(Bench::Ycsb(a)) => bench_ycsb(a),
         Command::Bench(Bench::Index(a)) => bench_index(a),
+        Command::Bench(Bench::Store(a)) => bench_store(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -126,6 +126,13 @@ pub fn ranges(s: &dyn ObjectStore) {
         "a range past the end"
     );
     assert!(matches!(s.get_range("r/missing", 0..1), Err(StoreError::NotFound(_))));
+    // Ranges across appended parts.
+    s.append("r/parts", 0, b("abc")).expect("append");
+    s.append("r/parts", 3, b("def")).expect("append");
+    s.append("r/parts", 6, b("ghi")).expect("append");
+    assert_eq!(s.get_range("r/parts", 2..7).expect("across parts"), b("cdefg"));
+    assert_eq!(s.get_range("r/parts", 3..6).expect("one whole part"), b("def"));
+    assert_eq!(s.get("r/parts").expect("get"), b("abcdefghi"));
 }
 
 /// Listing by prefix, in key order.

@@ -2,7 +2,9 @@
 //! memory mode, and the inner store of `sim://`).
 //!
 //! One mutex guards the whole map, so every operation, conditional writes and
-//! appends included, is atomic.
+//! appends included, is atomic. An object is kept as its list of parts, so
+//! an append stores the caller's buffer without copying it and holds the
+//! lock for a push; reads concatenate.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -15,9 +17,30 @@ use crate::{ObjectMeta, ObjectStore, PARTS_MAX, Result, StoreError, check_key};
 
 #[derive(Debug)]
 struct Object {
-    data: Vec<u8>,
-    parts: u32,
+    parts: Vec<Bytes>,
+    size: u64,
     etag: String,
+}
+
+impl Object {
+    /// Bytes `start..end` (within the object), copying only if they span parts.
+    fn slice(&self, start: u64, end: u64) -> Bytes {
+        if let [only] = &self.parts[..] {
+            return only.slice(start as usize..end as usize);
+        }
+        let mut out = Vec::with_capacity((end - start) as usize);
+        let mut pos = 0u64;
+        for p in &self.parts {
+            let (ps, pe) = (pos, pos + p.len() as u64);
+            pos = pe;
+            if pe <= start || ps >= end {
+                continue;
+            }
+            let (a, b) = (start.max(ps) - ps, end.min(pe) - ps);
+            out.extend_from_slice(&p[a as usize..b as usize]);
+        }
+        Bytes::from(out)
+    }
 }
 
 /// See the module docs.
@@ -52,22 +75,23 @@ impl MemoryStore {
         }
     }
 
-    fn etag(&self, data: &[u8]) -> String {
+    fn etag(&self, size: u64) -> String {
         let g = self.generation.fetch_add(1, Ordering::Relaxed);
-        format!("\"{g:x}-{:x}\"", data.len())
+        format!("\"{g:x}-{size:x}\"")
     }
 
     fn meta(key: &str, o: &Object) -> ObjectMeta {
         ObjectMeta {
             key: key.to_owned(),
-            size: o.data.len() as u64,
+            size: o.size,
             etag: o.etag.clone(),
-            parts: o.parts,
+            parts: o.parts.len() as u32,
         }
     }
 
     fn store(&self, map: &mut BTreeMap<String, Object>, key: &str, body: Bytes) -> ObjectMeta {
-        let o = Object { etag: self.etag(&body), data: body.to_vec(), parts: 1 };
+        let size = body.len() as u64;
+        let o = Object { etag: self.etag(size), parts: vec![body], size };
         let m = MemoryStore::meta(key, &o);
         map.insert(key.to_owned(), o);
         m
@@ -116,15 +140,15 @@ impl ObjectStore for MemoryStore {
                 Err(StoreError::NotFound(key.to_owned()))
             };
         };
-        if offset != o.data.len() as u64 {
-            return Err(StoreError::InvalidWriteOffset { actual_size: o.data.len() as u64 });
+        if offset != o.size {
+            return Err(StoreError::InvalidWriteOffset { actual_size: o.size });
         }
-        if o.parts >= self.parts_max {
-            return Err(StoreError::TooManyParts { parts: o.parts });
+        if o.parts.len() as u32 >= self.parts_max {
+            return Err(StoreError::TooManyParts { parts: o.parts.len() as u32 });
         }
-        o.data.extend_from_slice(&body);
-        o.parts += 1;
-        o.etag = self.etag(&o.data);
+        o.size += body.len() as u64;
+        o.parts.push(body);
+        o.etag = self.etag(o.size);
         Ok(MemoryStore::meta(key, o))
     }
 
@@ -132,7 +156,7 @@ impl ObjectStore for MemoryStore {
         check_key(key)?;
         let map = self.objects.lock();
         let o = map.get(key).ok_or_else(|| StoreError::NotFound(key.to_owned()))?;
-        Ok(Bytes::copy_from_slice(&o.data))
+        Ok(o.slice(0, o.size))
     }
 
     fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
@@ -142,12 +166,10 @@ impl ObjectStore for MemoryStore {
         }
         let map = self.objects.lock();
         let o = map.get(key).ok_or_else(|| StoreError::NotFound(key.to_owned()))?;
-        let size = o.data.len() as u64;
-        if range.start >= size {
-            return Err(StoreError::InvalidRange { start: range.start, size });
+        if range.start >= o.size {
+            return Err(StoreError::InvalidRange { start: range.start, size: o.size });
         }
-        let end = range.end.min(size);
-        Ok(Bytes::copy_from_slice(&o.data[range.start as usize..end as usize]))
+        Ok(o.slice(range.start, range.end.min(o.size)))
     }
 
     fn head(&self, key: &str) -> Result<ObjectMeta> {
