@@ -259,6 +259,44 @@ fn worker_rng(cfg: &YcsbConfig, w: u64) -> SmallRng {
     SmallRng::seed_from_u64(cfg.seed.wrapping_add(w.wrapping_mul(0x9E37_79B9_7F4A_7C15)))
 }
 
+/// What one unit of a worker's work did.
+enum Step {
+    Committed { kind: usize, started: Instant, precommit: Instant },
+    Aborted { kind: usize },
+}
+
+/// The worker loop shared by every engine: run `step` until the stop
+/// phase, and record what it did while the measure phase lasts.
+fn run_worker(
+    cfg: &YcsbConfig,
+    phase: &AtomicU8,
+    w: u64,
+    mut step: impl FnMut(&mut SmallRng) -> Result<Step, String>,
+) -> Result<WorkerStats, String> {
+    let mut rng = worker_rng(cfg, w);
+    let mut stats = WorkerStats::new();
+    loop {
+        let p = phase.load(Ordering::Relaxed);
+        if p == PHASE_STOP {
+            return Ok(stats);
+        }
+        let done = step(&mut rng)?;
+        // Count only work that started and ended inside the measured phase.
+        if p != PHASE_MEASURE || phase.load(Ordering::Relaxed) != PHASE_MEASURE {
+            continue;
+        }
+        match done {
+            Step::Committed { kind, started, precommit } => {
+                let acked = Instant::now();
+                stats.committed[kind] += 1;
+                let _ = stats.txn_ns.record((acked - started).as_nanos().max(1) as u64);
+                let _ = stats.commit_ns.record((acked - precommit).as_nanos().max(1) as u64);
+            }
+            Step::Aborted { kind } => stats.aborted[kind] += 1,
+        }
+    }
+}
+
 fn engine_worker(
     db: &Database,
     table: &Table,
@@ -267,40 +305,21 @@ fn engine_worker(
     phase: &AtomicU8,
     w: u64,
 ) -> Result<WorkerStats, String> {
-    let mut rng = worker_rng(cfg, w);
-    let mut stats = WorkerStats::new();
     let read_fraction = cfg.workload.read_fraction();
     let mut keys = vec![0u64; cfg.ops_per_txn];
-    loop {
-        let p = phase.load(Ordering::Relaxed);
-        if p == PHASE_STOP {
-            return Ok(stats);
-        }
+    run_worker(cfg, phase, w, |rng| {
         let rmw = rng.random::<f64>() >= read_fraction;
         for k in keys.iter_mut() {
-            *k = chooser.next(&mut rng);
+            *k = chooser.next(rng);
         }
-        let started = Instant::now();
-        let outcome = one_txn(db, table, cfg, rmw, &keys, &mut rng);
         let kind = usize::from(rmw);
-        let measuring = p == PHASE_MEASURE && phase.load(Ordering::Relaxed) == PHASE_MEASURE;
-        match outcome {
-            Ok(precommit) => {
-                if measuring {
-                    let done = Instant::now();
-                    stats.committed[kind] += 1;
-                    let _ = stats.txn_ns.record((done - started).as_nanos().max(1) as u64);
-                    let _ = stats.commit_ns.record((done - precommit).as_nanos().max(1) as u64);
-                }
-            }
-            Err(Error::Conflict(_)) => {
-                if measuring {
-                    stats.aborted[kind] += 1;
-                }
-            }
-            Err(e) => return Err(format!("transaction failed: {e}")),
+        let started = Instant::now();
+        match one_txn(db, table, cfg, rmw, &keys, rng) {
+            Ok(precommit) => Ok(Step::Committed { kind, started, precommit }),
+            Err(Error::Conflict(_)) => Ok(Step::Aborted { kind }),
+            Err(e) => Err(format!("transaction failed: {e}")),
         }
-    }
+    })
 }
 
 /// One YCSB transaction; returns the instant it entered pre-commit.
@@ -341,16 +360,10 @@ fn raw_worker(
     phase: &AtomicU8,
     w: u64,
 ) -> Result<WorkerStats, String> {
-    let mut rng = worker_rng(cfg, w);
-    let mut stats = WorkerStats::new();
-    loop {
-        let p = phase.load(Ordering::Relaxed);
-        if p == PHASE_STOP {
-            return Ok(stats);
-        }
+    run_worker(cfg, phase, w, |rng| {
         let started = Instant::now();
         for _ in 0..cfg.ops_per_txn {
-            let key = key_bytes(chooser.next(&mut rng));
+            let key = key_bytes(chooser.next(rng));
             let guard = scc::Guard::new();
             let v = tree.peek(&milliscale::raw::KeyQuery(&key), &guard).copied();
             if v.is_none() {
@@ -358,11 +371,9 @@ fn raw_worker(
             }
             std::hint::black_box(v);
         }
-        if p == PHASE_MEASURE && phase.load(Ordering::Relaxed) == PHASE_MEASURE {
-            stats.committed[0] += 1;
-            let _ = stats.txn_ns.record(started.elapsed().as_nanos().max(1) as u64);
-        }
-    }
+        // No commit: "pre-commit" is the end of the lookups.
+        Ok(Step::Committed { kind: 0, started, precommit: Instant::now() })
+    })
 }
 
 fn build_report(

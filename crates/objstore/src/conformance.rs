@@ -157,6 +157,24 @@ pub fn keys(s: &dyn ObjectStore) {
     );
 }
 
+/// Run `f(i)` on `n` threads released together by a barrier; results in
+/// thread order.
+fn race<T: Send>(n: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
+    let barrier = Barrier::new(n);
+    std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..n)
+            .map(|i| {
+                let (f, barrier) = (&f, &barrier);
+                sc.spawn(move || {
+                    barrier.wait();
+                    f(i)
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("a racing thread panicked")).collect()
+    })
+}
+
 /// `writers` threads race `put_if_absent` on one key: exactly one wins, every round.
 pub fn concurrent_put_if_absent(
     make: &dyn Fn() -> Arc<dyn ObjectStore>,
@@ -165,23 +183,12 @@ pub fn concurrent_put_if_absent(
 ) {
     for round in 0..rounds {
         let s = make();
-        let barrier = Barrier::new(writers);
-        let wins: Vec<bool> = std::thread::scope(|sc| {
-            let hs: Vec<_> = (0..writers)
-                .map(|w| {
-                    let (s, barrier) = (&s, &barrier);
-                    sc.spawn(move || {
-                        barrier.wait();
-                        match s.put_if_absent("race/k", Bytes::from(vec![w as u8; 8])) {
-                            Ok(_) => true,
-                            Err(StoreError::AlreadyExists(_)) => false,
-                            Err(e) => panic!("unexpected error {e}"),
-                        }
-                    })
-                })
-                .collect();
-            hs.into_iter().map(|h| h.join().expect("writer panicked")).collect()
-        });
+        let wins =
+            race(writers, |w| match s.put_if_absent("race/k", Bytes::from(vec![w as u8; 8])) {
+                Ok(_) => true,
+                Err(StoreError::AlreadyExists(_)) => false,
+                Err(e) => panic!("unexpected error {e}"),
+            });
         let winners: Vec<usize> = (0..writers).filter(|&w| wins[w]).collect();
         assert_eq!(winners.len(), 1, "round {round}: {} writers won", winners.len());
         assert_eq!(
@@ -202,18 +209,8 @@ pub fn concurrent_appends_at_one_offset(
     for round in 0..rounds {
         let s = make();
         s.append("race/seg", 0, b("head")).expect("create");
-        let barrier = Barrier::new(appenders);
-        let results: Vec<Result<u64, StoreError>> = std::thread::scope(|sc| {
-            let hs: Vec<_> = (0..appenders)
-                .map(|w| {
-                    let (s, barrier) = (&s, &barrier);
-                    sc.spawn(move || {
-                        barrier.wait();
-                        s.append("race/seg", 4, Bytes::from(vec![w as u8; 16])).map(|m| m.size)
-                    })
-                })
-                .collect();
-            hs.into_iter().map(|h| h.join().expect("appender panicked")).collect()
+        let results = race(appenders, |w| {
+            s.append("race/seg", 4, Bytes::from(vec![w as u8; 16])).map(|m| m.size)
         });
         let ok = results.iter().filter(|r| r.is_ok()).count();
         assert_eq!(ok, 1, "round {round}: {ok} appends succeeded at one offset");
