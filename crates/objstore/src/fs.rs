@@ -149,7 +149,12 @@ impl FsStore {
         // a new ETag (a spurious If-Match failure), never new data with an old ETag.
         self.write_meta(&meta, &m)?;
         self.write_atomic(&data, body)?;
-        Ok(ObjectMeta { key: key.to_owned(), size: body.len() as u64, etag: m.etag, parts: 1 })
+        Ok(ObjectMeta {
+            key: key.to_owned(),
+            size: body.len() as u64,
+            etag: m.etag,
+            parts: Some(1),
+        })
     }
 
     /// The object's metadata and size, or `None` if it does not exist. A
@@ -222,7 +227,7 @@ impl ObjectStore for FsStore {
         m.parts += 1;
         m.etag = self.etag(size);
         self.write_meta(&meta, &m)?;
-        Ok(ObjectMeta { key: key.to_owned(), size, etag: m.etag, parts: m.parts })
+        Ok(ObjectMeta { key: key.to_owned(), size, etag: m.etag, parts: Some(m.parts) })
     }
 
     fn get(&self, key: &str) -> Result<Bytes> {
@@ -265,7 +270,9 @@ impl ObjectStore for FsStore {
         check_key(key)?;
         match self.existing(key)? {
             None => Err(StoreError::NotFound(key.to_owned())),
-            Some((m, size)) => Ok(ObjectMeta { key: m.key, size, etag: m.etag, parts: m.parts }),
+            Some((m, size)) => {
+                Ok(ObjectMeta { key: m.key, size, etag: m.etag, parts: Some(m.parts) })
+            }
         }
     }
 
@@ -283,7 +290,7 @@ impl ObjectStore for FsStore {
                 continue;
             }
             let Ok(size) = FsStore::size_of(&path.with_extension("data")) else { continue };
-            out.push(ObjectMeta { key: m.key, size, etag: m.etag, parts: m.parts });
+            out.push(ObjectMeta { key: m.key, size, etag: m.etag, parts: Some(m.parts) });
         }
         out.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(out)

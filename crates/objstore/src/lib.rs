@@ -47,8 +47,9 @@ pub struct ObjectMeta {
     pub size: u64,
     /// Changes with every write; use with `put_if_match`.
     pub etag: String,
-    /// Writes that make up the object (a put is one part, each append one more).
-    pub parts: u32,
+    /// Writes that make up the object (a put is one part, each append one
+    /// more); `None` if the store does not report it (S3 HEAD does not).
+    pub parts: Option<u32>,
 }
 
 /// An object store: S3 Express One Zone semantics.

@@ -85,7 +85,7 @@ impl MemoryStore {
             key: key.to_owned(),
             size: o.size,
             etag: o.etag.clone(),
-            parts: o.parts.len() as u32,
+            parts: Some(o.parts.len() as u32),
         }
     }
 
