@@ -27,11 +27,13 @@ mod error;
 mod fs;
 mod memory;
 pub mod probe;
+mod s3;
 pub mod sim;
 
 pub use error::{Result, StoreError};
 pub use fs::FsStore;
 pub use memory::MemoryStore;
+pub use s3::S3Store;
 
 /// Parts per object on S3 Express One Zone.
 pub const PARTS_MAX: u32 = 10_000;
@@ -96,8 +98,8 @@ pub fn check_key(key: &str) -> Result<()> {
 }
 
 /// Open a store by URL: `memory://` (a fresh, empty store),
-/// `file:///absolute/path` (a directory), `sim://PRESET?...` (see
-/// [`sim`]). `s3://` is refused with a clear error until its backend exists.
+/// `file:///absolute/path` (a directory), `s3://bucket/prefix?...` (see
+/// [`S3Store`]), `sim://PRESET?...` (see [`sim`]).
 pub fn open(url: &str) -> Result<Arc<dyn ObjectStore>> {
     let (scheme, rest) = url
         .split_once("://")
@@ -109,9 +111,7 @@ pub fn open(url: &str) -> Result<Arc<dyn ObjectStore>> {
             Err(StoreError::InvalidRequest(format!("file URLs need an absolute path: {url:?}")))
         }
         "sim" => Ok(Arc::new(sim::SimStore::from_url(url)?)),
-        "s3" => Err(StoreError::InvalidRequest(format!(
-            "store scheme {scheme}:// is not available in this version"
-        ))),
+        "s3" => Ok(Arc::new(S3Store::from_url(url)?)),
         _ => Err(StoreError::InvalidRequest(format!("unknown store scheme {scheme:?} in {url:?}"))),
     }
 }

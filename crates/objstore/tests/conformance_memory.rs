@@ -24,8 +24,10 @@ fn part_limit_at_the_real_10000() {
 fn urls_choose_backends_or_say_why_not() {
     let s = objstore::open("memory://").expect("memory store");
     s.put("k", objstore::Bytes::from_static(b"v")).expect("put");
-    let e = objstore::open("s3://bucket/prefix").expect_err("not available yet");
-    assert!(e.to_string().contains("not available"), "{e}");
+    let e = objstore::open("s3:///prefix").expect_err("no bucket");
+    assert!(e.to_string().contains("no bucket"), "{e}");
+    let e = objstore::open("s3://b/p?colour=red").expect_err("unknown parameter");
+    assert!(e.to_string().contains("unknown s3 URL parameter"), "{e}");
     assert!(objstore::open("sim://s3x").is_ok());
     assert!(objstore::open("ftp://x").is_err());
     assert!(objstore::open("no-scheme").is_err());

@@ -1,0 +1,315 @@
+//! `s3://bucket/prefix`: any S3-compatible store over the AWS SDK.
+//!
+//! URL parameters: `endpoint=http://127.0.0.1:9000` (else `AWS_ENDPOINT_URL`,
+//! else AWS), `region=` (else `AWS_REGION`, else `us-east-1`),
+//! `path_style=true|false` (default: true when an endpoint is given).
+//! Credentials come from `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and
+//! optionally `AWS_SESSION_TOKEN`, never from the URL. With an S3 Express
+//! directory bucket (`name--zone--x-s3`) the SDK creates and renews the
+//! session credentials itself.
+//!
+//! The SDK is async; this backend owns a small tokio runtime and blocks on
+//! it inside each call (see the crate docs for the boundary decision).
+//! Appends send `x-amz-write-offset-bytes`; conditional writes send
+//! `If-None-Match: *` and `If-Match`. S3 does not report a part count, so
+//! `ObjectMeta::parts` is `None`, and `InvalidWriteOffset` is completed with
+//! a HEAD, since S3's error does not carry the size.
+//!
+//! The SDK's own retries are off: one call is one request. Retrying is the
+//! caller's decision, because only the caller knows whether a timed-out
+//! append may have been applied (an *ambiguous append*) and how to check.
+
+use std::ops::Range;
+
+use aws_sdk_s3::Client;
+use aws_sdk_s3::config::http::HttpResponse;
+use aws_sdk_s3::config::retry::RetryConfig;
+use aws_sdk_s3::config::{Credentials, Region};
+use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_s3::primitives::ByteStream;
+use bytes::Bytes;
+
+use crate::{KEY_BYTES_MAX, ObjectMeta, ObjectStore, PARTS_MAX, Result, StoreError, check_key};
+
+/// See the module docs.
+#[derive(Debug)]
+pub struct S3Store {
+    client: Client,
+    bucket: String,
+    prefix: String,
+    rt: tokio::runtime::Runtime,
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+impl S3Store {
+    /// Parse `s3://bucket/prefix?...` (see the module docs).
+    pub fn from_url(url: &str) -> Result<S3Store> {
+        let bad = |m: String| StoreError::InvalidRequest(m);
+        let rest =
+            url.strip_prefix("s3://").ok_or_else(|| bad(format!("not an s3 URL: {url:?}")))?;
+        let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let (bucket, prefix) = path.split_once('/').unwrap_or((path, ""));
+        if bucket.is_empty() {
+            return Err(bad(format!("no bucket in {url:?}")));
+        }
+        let (mut endpoint, mut region, mut path_style) = (env("AWS_ENDPOINT_URL"), None, None);
+        for kv in query.split('&').filter(|s| !s.is_empty()) {
+            match kv.split_once('=') {
+                Some(("endpoint", v)) => endpoint = Some(v.to_owned()),
+                Some(("region", v)) => region = Some(v.to_owned()),
+                Some(("path_style", v)) => path_style = Some(matches!(v, "true" | "1")),
+                _ => return Err(bad(format!("unknown s3 URL parameter {kv:?} in {url:?}"))),
+            }
+        }
+        let region = region.or_else(|| env("AWS_REGION")).unwrap_or_else(|| "us-east-1".into());
+        let (Some(key_id), Some(secret)) = (env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY"))
+        else {
+            return Err(bad(
+                "s3 stores need AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment"
+                    .into(),
+            ));
+        };
+        let creds = Credentials::new(key_id, secret, env("AWS_SESSION_TOKEN"), None, "environment");
+        let mut cfg = aws_sdk_s3::Config::builder()
+            .behavior_version_latest()
+            .region(Region::new(region))
+            .credentials_provider(creds)
+            .force_path_style(path_style.unwrap_or(endpoint.is_some()))
+            .retry_config(RetryConfig::disabled());
+        if let Some(e) = endpoint {
+            cfg = cfg.endpoint_url(e);
+        }
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .thread_name("milliscale-s3")
+            .build()
+            .map_err(|e| StoreError::Fatal(format!("cannot start the S3 runtime: {e}")))?;
+        let prefix = prefix.trim_end_matches('/');
+        let prefix = if prefix.is_empty() { String::new() } else { format!("{prefix}/") };
+        Ok(S3Store {
+            client: Client::from_conf(cfg.build()),
+            bucket: bucket.to_owned(),
+            prefix,
+            rt,
+        })
+    }
+
+    /// Create the bucket if it does not exist (tests and first runs).
+    pub fn create_bucket(&self) -> Result<()> {
+        let r = self.rt.block_on(self.client.create_bucket().bucket(&self.bucket).send());
+        match r {
+            Ok(_) => Ok(()),
+            Err(e)
+                if matches!(e.code(), Some("BucketAlreadyOwnedByYou" | "BucketAlreadyExists")) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(map_err(e, &self.bucket)),
+        }
+    }
+
+    /// The bucket key for `key`: the URL's prefix counts against S3's
+    /// 1,024-byte key limit.
+    fn full(&self, key: &str) -> Result<String> {
+        check_key(key)?;
+        let full = format!("{}{key}", self.prefix);
+        if full.len() > KEY_BYTES_MAX {
+            return Err(StoreError::InvalidRequest(format!(
+                "key too long with the store's prefix {:?}: {} bytes, the limit is {KEY_BYTES_MAX}",
+                self.prefix,
+                full.len()
+            )));
+        }
+        Ok(full)
+    }
+
+    fn meta(key: &str, size: u64, etag: Option<&str>, parts: Option<u32>) -> ObjectMeta {
+        ObjectMeta { key: key.to_owned(), size, etag: etag.unwrap_or_default().to_owned(), parts }
+    }
+
+    /// Complete a refused append with the object's actual size.
+    fn offset_error(&self, key: &str) -> StoreError {
+        match self.head(key) {
+            Ok(m) => StoreError::InvalidWriteOffset { actual_size: m.size },
+            Err(e) => e,
+        }
+    }
+}
+
+/// Map an SDK error to what the caller should do.
+fn map_err<E: ProvideErrorMetadata + std::error::Error + 'static>(
+    e: SdkError<E, HttpResponse>,
+    key: &str,
+) -> StoreError {
+    match &e {
+        SdkError::ServiceError(se) => {
+            let code = se.err().code().unwrap_or("");
+            let status = se.raw().status().as_u16();
+            let text = format!(
+                "{key}: HTTP {status} {code}: {}",
+                se.err().message().unwrap_or("(no message)")
+            );
+            match (status, code) {
+                (_, "NoSuchKey" | "NotFound" | "NoSuchBucket") | (404, _) => {
+                    StoreError::NotFound(key.to_owned())
+                }
+                (_, "PreconditionFailed") | (412, _) => StoreError::PreconditionFailed(text),
+                (_, "TooManyParts") => StoreError::TooManyParts { parts: PARTS_MAX },
+                (_, "SlowDown") => StoreError::Throttled(text),
+                (409, _) | (500..=599, _) => StoreError::Transient(text),
+                (400..=499, _) => StoreError::InvalidRequest(text),
+                _ => StoreError::Fatal(text),
+            }
+        }
+        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
+            StoreError::Transient(format!("{key}: {}", DisplayErrorContext(&e)))
+        }
+        _ => StoreError::Fatal(format!("{key}: {}", DisplayErrorContext(&e))),
+    }
+}
+
+impl ObjectStore for S3Store {
+    fn put(&self, key: &str, body: Bytes) -> Result<ObjectMeta> {
+        let size = body.len() as u64;
+        let req = self
+            .client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(self.full(key)?)
+            .body(ByteStream::from(body));
+        let out = self.rt.block_on(req.send()).map_err(|e| map_err(e, key))?;
+        Ok(S3Store::meta(key, size, out.e_tag(), Some(1)))
+    }
+
+    fn put_if_absent(&self, key: &str, body: Bytes) -> Result<ObjectMeta> {
+        let size = body.len() as u64;
+        let req = self
+            .client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(self.full(key)?)
+            .if_none_match("*")
+            .body(ByteStream::from(body));
+        match self.rt.block_on(req.send()).map_err(|e| map_err(e, key)) {
+            Ok(out) => Ok(S3Store::meta(key, size, out.e_tag(), Some(1))),
+            Err(StoreError::PreconditionFailed(_)) => {
+                Err(StoreError::AlreadyExists(key.to_owned()))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn put_if_match(&self, key: &str, body: Bytes, etag: &str) -> Result<ObjectMeta> {
+        let size = body.len() as u64;
+        let req = self
+            .client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(self.full(key)?)
+            .if_match(etag)
+            .body(ByteStream::from(body));
+        let out = self.rt.block_on(req.send()).map_err(|e| map_err(e, key))?;
+        Ok(S3Store::meta(key, size, out.e_tag(), Some(1)))
+    }
+
+    fn append(&self, key: &str, offset: u64, body: Bytes) -> Result<ObjectMeta> {
+        if body.is_empty() {
+            return Err(StoreError::InvalidRequest("an append needs a non-empty body".into()));
+        }
+        let size = offset + body.len() as u64;
+        let req = self
+            .client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(self.full(key)?)
+            .write_offset_bytes(offset as i64)
+            .body(ByteStream::from(body));
+        match self.rt.block_on(req.send()) {
+            Ok(out) => Ok(S3Store::meta(key, size, out.e_tag(), None)),
+            Err(e) if e.code() == Some("InvalidWriteOffset") => Err(self.offset_error(key)),
+            Err(e) => Err(map_err(e, key)),
+        }
+    }
+
+    fn get(&self, key: &str) -> Result<Bytes> {
+        let req = self.client.get_object().bucket(&self.bucket).key(self.full(key)?);
+        self.rt.block_on(async {
+            let out = req.send().await.map_err(|e| map_err(e, key))?;
+            let body = out
+                .body
+                .collect()
+                .await
+                .map_err(|e| StoreError::Transient(format!("reading {key}: {e}")))?;
+            Ok(body.into_bytes())
+        })
+    }
+
+    fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
+        if range.start > range.end {
+            return Err(StoreError::InvalidRequest(format!("inverted range {range:?}")));
+        }
+        let size = self.head(key)?.size;
+        if range.start >= size {
+            return Err(StoreError::InvalidRange { start: range.start, size });
+        }
+        if range.start == range.end {
+            return Ok(Bytes::new());
+        }
+        let req = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(self.full(key)?)
+            .range(format!("bytes={}-{}", range.start, range.end.min(size) - 1));
+        self.rt.block_on(async {
+            let out = req.send().await.map_err(|e| map_err(e, key))?;
+            let body = out
+                .body
+                .collect()
+                .await
+                .map_err(|e| StoreError::Transient(format!("reading {key}: {e}")))?;
+            Ok(body.into_bytes())
+        })
+    }
+
+    fn head(&self, key: &str) -> Result<ObjectMeta> {
+        let req = self.client.head_object().bucket(&self.bucket).key(self.full(key)?);
+        let out = self.rt.block_on(req.send()).map_err(|e| map_err(e, key))?;
+        let size = out.content_length().unwrap_or(0).max(0) as u64;
+        Ok(S3Store::meta(key, size, out.e_tag(), None))
+    }
+
+    fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>> {
+        let full = format!("{}{prefix}", self.prefix);
+        let mut out = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let mut req = self.client.list_objects_v2().bucket(&self.bucket).prefix(&full);
+            if let Some(t) = &token {
+                req = req.continuation_token(t);
+            }
+            let page = self.rt.block_on(req.send()).map_err(|e| map_err(e, prefix))?;
+            for o in page.contents() {
+                let Some(k) = o.key().and_then(|k| k.strip_prefix(&self.prefix)) else { continue };
+                let size = o.size().unwrap_or(0).max(0) as u64;
+                out.push(S3Store::meta(k, size, o.e_tag(), None));
+            }
+            match page.next_continuation_token() {
+                Some(t) if page.is_truncated() == Some(true) => token = Some(t.to_owned()),
+                _ => break,
+            }
+        }
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(out)
+    }
+
+    fn delete(&self, key: &str) -> Result<()> {
+        let req = self.client.delete_object().bucket(&self.bucket).key(self.full(key)?);
+        self.rt.block_on(req.send()).map_err(|e| map_err(e, key))?;
+        Ok(())
+    }
+}
