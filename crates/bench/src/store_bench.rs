@@ -7,6 +7,7 @@
 //! comparison measures what the simulator adds or loses: sleep accuracy,
 //! scheduling, the inner store's own time.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use hdrhistogram::Histogram;
@@ -91,6 +92,18 @@ pub fn run(cfg: &StoreBenchConfig) -> Result<StoreBenchReport, String> {
         return Err("threads, count, size and rollover must be positive".into());
     }
     let store = objstore::open(&cfg.url).map_err(|e| e.to_string())?;
+    run_on(store, cfg)
+}
+
+/// [`run`] on a store already open; `cfg.url` names it in the report (and
+/// selects the model to compare with, for `sim://` URLs).
+pub fn run_on(
+    store: Arc<dyn ObjectStore>,
+    cfg: &StoreBenchConfig,
+) -> Result<StoreBenchReport, String> {
+    if cfg.threads == 0 || cfg.count == 0 || cfg.size == 0 || cfg.rollover == 0 {
+        return Err("threads, count, size and rollover must be positive".into());
+    }
     let body = Bytes::from(vec![0x5au8; cfg.size]);
     let per_thread = cfg.count.div_ceil(cfg.threads as u64);
     let t0 = Instant::now();

@@ -1,5 +1,5 @@
-//! The `milliscale` command: benchmarks now; recovery, inspection and the
-//! object-store emulator join as they are built.
+//! The `milliscale` command: benchmarks and the S3-compatible emulator;
+//! recovery and inspection join as they are built.
 
 #![forbid(unsafe_code)]
 #![deny(clippy::unwrap_used, rust_2018_idioms)]
@@ -38,6 +38,8 @@ enum Command {
     /// Run a benchmark.
     #[command(subcommand)]
     Bench(Bench),
+    /// Serve an S3-compatible store with S3 Express appends on loopback.
+    Emulator(EmulatorArgs),
 }
 
 #[derive(Subcommand)]
@@ -48,6 +50,143 @@ enum Bench {
     Index(IndexArgs),
     /// Append latency of a store, compared with its sim preset's model.
     Store(StoreArgs),
+    /// The emulator's speed over loopback: append throughput and overhead.
+    Emulator(EmulatorBenchArgs),
+}
+
+#[derive(Args)]
+struct EmulatorArgs {
+    /// Address to bind. Keep it on loopback unless you mean it: there is no TLS.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: std::net::IpAddr,
+    /// Port; 0 picks a free one (printed on the first line).
+    #[arg(long, default_value_t = 9100)]
+    port: u16,
+    /// Keep buckets in this directory (durable, fsynced); default: memory.
+    #[arg(long)]
+    dir: Option<std::path::PathBuf>,
+    /// Latency preset: none, s3x, s3-standard, gp3, io2, nvme.
+    #[arg(long, default_value = "none")]
+    preset: String,
+    /// Seed of the latency and fault streams.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Probability that a request gets 503 SlowDown (not applied).
+    #[arg(long, default_value_t = 0.0)]
+    throttle: f64,
+    /// Probability that a request gets 500 InternalError (not applied).
+    #[arg(long, default_value_t = 0.0)]
+    error: f64,
+    /// Probability that an append is applied but answered 500 (ambiguous).
+    #[arg(long, default_value_t = 0.0)]
+    ambiguous: f64,
+    /// Inject the preset's stalls.
+    #[arg(long)]
+    stalls: bool,
+    /// Parts per object before 400 TooManyParts (S3 Express: 10000).
+    #[arg(long, default_value_t = 10_000)]
+    parts_max: u32,
+    /// Access key id clients sign with [default: $AWS_ACCESS_KEY_ID or milliscale].
+    #[arg(long)]
+    access_key: Option<String>,
+    /// Secret key [default: $AWS_SECRET_ACCESS_KEY or milliscale-secret].
+    #[arg(long)]
+    secret_key: Option<String>,
+    /// HTTP worker threads.
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+}
+
+#[derive(Args)]
+struct EmulatorBenchArgs {
+    /// Concurrent clients for the throughput phase.
+    #[arg(long, default_value_t = 8)]
+    clients: usize,
+    /// Append size for the throughput phase (bytes, K or M suffix).
+    #[arg(long, default_value = "64K")]
+    size: String,
+    /// Appends in the throughput phase.
+    #[arg(long, default_value_t = 10_000)]
+    count: u64,
+    /// Appends of 1 MiB in the overhead phase (direct, then through HTTP).
+    #[arg(long, default_value_t = 500)]
+    big_count: u64,
+    #[arg(long)]
+    json: bool,
+}
+
+fn env_or(name: &str, default: &str) -> String {
+    std::env::var(name).ok().filter(|v| !v.is_empty()).unwrap_or_else(|| default.to_owned())
+}
+
+fn emulator(a: EmulatorArgs) -> Result<(), String> {
+    use emulator::{Backing, Emulator, EmulatorOptions};
+    let opts = EmulatorOptions {
+        addr: std::net::SocketAddr::new(a.host, a.port),
+        backing: a.dir.clone().map_or(Backing::Memory, Backing::Dir),
+        preset: a.preset.clone(),
+        faults: objstore::sim::Faults {
+            seed: a.seed,
+            throttle: a.throttle,
+            error: a.error,
+            ambiguous: a.ambiguous,
+            stalls: a.stalls,
+        },
+        parts_max: a.parts_max,
+        access_key: a
+            .access_key
+            .unwrap_or_else(|| env_or("AWS_ACCESS_KEY_ID", emulator::DEFAULT_ACCESS_KEY)),
+        secret_key: a
+            .secret_key
+            .unwrap_or_else(|| env_or("AWS_SECRET_ACCESS_KEY", emulator::DEFAULT_SECRET_KEY)),
+        threads: a.threads,
+    };
+    let access_key = opts.access_key.clone();
+    let e = Emulator::start(opts).map_err(|e| e.to_string())?;
+    let backing = a.dir.map_or("memory".to_owned(), |d| d.display().to_string());
+    // The first line is for scripts: the endpoint, alone.
+    println!("{}", e.endpoint());
+    eprintln!(
+        "milliscale emulator: serving {backing} with preset {} (access key {access_key}); \
+         accounting at {}{}; Ctrl-C or SIGTERM stops it",
+        a.preset,
+        e.endpoint(),
+        emulator::ACCOUNTING_PATH
+    );
+    use std::io::Write as _;
+    let _ = std::io::stdout().flush();
+    emulator::wait_for_shutdown_signal().map_err(|e| format!("waiting for a signal: {e}"))?;
+    let report = e.accounting();
+    e.stop();
+    println!("accounting at shutdown:");
+    print!("{}", report.to_human());
+    Ok(())
+}
+
+fn bench_emulator(a: EmulatorBenchArgs) -> Result<(), String> {
+    let cfg = milliscale_bench::emulator_bench::EmulatorBenchConfig {
+        clients: a.clients,
+        size: parse_size(&a.size)?,
+        count: a.count,
+        big_count: a.big_count,
+        ..Default::default()
+    };
+    let r = milliscale_bench::emulator_bench::run(&cfg)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?);
+        return Ok(());
+    }
+    println!(
+        "throughput: {} appends of {} bytes from {} clients: {:.0} appends/s \
+         (p50 {:.2} ms, p99 {:.2} ms)",
+        r.appends, r.size_bytes, r.clients, r.appends_per_s, r.latency.p50_ms, r.latency.p99_ms
+    );
+    println!(
+        "overhead: {} appends of {} bytes, one at a time: p50 {:.3} ms direct on memory, \
+         {:.3} ms through the emulator: +{:.3} ms",
+        r.big_appends, r.big_size_bytes, r.big_direct.p50_ms, r.big_http.p50_ms, r.big_added_p50_ms
+    );
+    Ok(())
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -302,6 +441,8 @@ fn main() -> ExitCode {
         Command::Bench(Bench::Ycsb(a)) => bench_ycsb(a),
         Command::Bench(Bench::Index(a)) => bench_index(a),
         Command::Bench(Bench::Store(a)) => bench_store(a),
+        Command::Bench(Bench::Emulator(a)) => bench_emulator(a),
+        Command::Emulator(a) => emulator(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

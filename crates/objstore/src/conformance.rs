@@ -1,5 +1,6 @@
-//! The conformance suite: one set of checks every backend must pass (memory
-//! now; fs, the emulator through `s3`, and MinIO as backends arrive). Each
+//! The conformance suite: one set of checks every backend must pass
+//! (memory, fs, sim, the emulator through `s3`, and MinIO for what it
+//! supports). Each
 //! check panics with a message naming the violated rule. It lives in the
 //! library so every backend's test can run the same checks.
 
@@ -22,12 +23,18 @@ fn parts_are(got: Option<u32>, want: u32, what: &str) {
 
 /// Run every single-threaded and concurrent check on stores from `make`.
 pub fn run_all(make: &dyn Fn() -> Arc<dyn ObjectStore>) {
+    run_all_but_keys(make);
+    keys(&*make());
+}
+
+/// Everything but [`keys`], for stores whose key prefix eats into the
+/// 1,024-byte limit (an `s3://bucket/prefix` store).
+pub fn run_all_but_keys(make: &dyn Fn() -> Arc<dyn ObjectStore>) {
     put_get_head_delete(&*make());
     conditional_puts(&*make());
     appends(&*make());
     ranges(&*make());
     listing(&*make());
-    keys(&*make());
     concurrent_put_if_absent(make, 16, 20);
     concurrent_appends_at_one_offset(make, 8, 20);
 }
@@ -115,10 +122,11 @@ pub fn part_limit(s: &dyn ObjectStore, parts_max: u32) {
         size = m.size;
         parts_are(m.parts, i + 1, "appends below the limit");
     }
-    assert_eq!(
-        s.append("p/seg", size, b("x")),
-        Err(StoreError::TooManyParts { parts: parts_max }),
-        "the part after the limit is refused"
+    // The count in the error is informational: S3's error does not carry it.
+    let r = s.append("p/seg", size, b("x"));
+    assert!(
+        matches!(r, Err(StoreError::TooManyParts { .. })),
+        "the part after the limit is refused: {r:?}"
     );
     assert_eq!(s.head("p/seg").expect("head").size, u64::from(parts_max), "nothing was added");
     s.put("p/seg", b("y")).expect("a put replaces the object and resets its parts");

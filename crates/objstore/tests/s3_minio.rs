@@ -50,7 +50,10 @@ fn minio_conforms_for_the_operations_it_supports() {
     let prefixed = store(&ep);
     let long = "k".repeat(objstore::KEY_BYTES_MAX);
     assert!(
-        matches!(prefixed.put(&long, objstore::Bytes::new()), Err(objstore::StoreError::InvalidRequest(_))),
+        matches!(
+            prefixed.put(&long, objstore::Bytes::new()),
+            Err(objstore::StoreError::InvalidRequest(_))
+        ),
         "the prefix counts against the key limit"
     );
     conformance::concurrent_put_if_absent(&|| store(&ep), 16, 20);

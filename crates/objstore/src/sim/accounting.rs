@@ -78,7 +78,7 @@ pub struct Accounting {
 }
 
 /// A snapshot of the counters, priced.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct AccountingReport {
     /// Requests by kind name.
     pub requests: BTreeMap<&'static str, u64>,

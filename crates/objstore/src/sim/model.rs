@@ -49,7 +49,7 @@ pub struct Preset {
 }
 
 /// A price table, in US$.
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, serde::Serialize)]
 pub struct Prices {
     /// Per million PUT-class requests (put, conditional put, append, list).
     pub put_per_million: f64,

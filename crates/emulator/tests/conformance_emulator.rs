@@ -1,0 +1,148 @@
+//! The conformance suite against the emulator, through the `s3` backend
+//! (aws-sdk-s3 over loopback HTTP, SigV4-signed): memory and directory
+//! backings, the part limit at a small setting and at the real 10,000, the
+//! append probe, restarts of a directory emulator, credentials, and the
+//! accounting endpoint.
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use emulator::{
+    ACCOUNTING_PATH, Backing, DEFAULT_ACCESS_KEY, DEFAULT_SECRET_KEY, Emulator, EmulatorOptions,
+};
+use objstore::probe::{AppendSupport, probe_appends};
+use objstore::{Bytes, ObjectStore, S3Store, StoreError, conformance};
+
+static NEXT: AtomicU64 = AtomicU64::new(0);
+
+fn start(backing: Backing, parts_max: u32) -> Emulator {
+    Emulator::start(EmulatorOptions { backing, parts_max, ..Default::default() }).expect("start")
+}
+
+/// An s3 store on `bucket` (created if needed) under a fresh prefix.
+fn store_in(e: &Emulator, bucket: &str, fresh_prefix: bool) -> Arc<dyn ObjectStore> {
+    let prefix = if fresh_prefix {
+        format!("/run-{}", NEXT.fetch_add(1, Ordering::Relaxed))
+    } else {
+        String::new()
+    };
+    let url = format!("s3://{bucket}{prefix}?endpoint={}", e.endpoint());
+    let s = S3Store::with_credentials(&url, DEFAULT_ACCESS_KEY, DEFAULT_SECRET_KEY).expect("s3");
+    s.create_bucket().expect("bucket");
+    Arc::new(s)
+}
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> TempDir {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let p = std::env::temp_dir().join(format!("milliscale-emu-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        TempDir(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Everything but the key-length check (a prefix eats into the 1,024
+/// bytes), which runs on a bucket without a prefix.
+fn suite(e: &Emulator) {
+    conformance::run_all_but_keys(&|| store_in(e, "conf", true));
+    conformance::keys(&*store_in(e, "keys", false));
+}
+
+#[test]
+fn the_emulator_in_memory_conforms() {
+    suite(&start(Backing::Memory, objstore::PARTS_MAX));
+}
+
+#[test]
+fn the_emulator_on_a_directory_conforms() {
+    let d = TempDir::new();
+    suite(&start(Backing::Dir(d.0.clone()), objstore::PARTS_MAX));
+}
+
+#[test]
+fn the_part_limit_small_and_at_the_real_10000() {
+    let e = start(Backing::Memory, 4);
+    conformance::part_limit(&*store_in(&e, "parts", true), 4);
+    let e = start(Backing::Memory, objstore::PARTS_MAX);
+    conformance::part_limit(&*store_in(&e, "parts", true), objstore::PARTS_MAX);
+}
+
+#[test]
+fn the_probe_finds_real_appends() {
+    let e = start(Backing::Memory, objstore::PARTS_MAX);
+    let got = probe_appends(&*store_in(&e, "probe", true), "probe/k").expect("decides");
+    assert_eq!(got, AppendSupport::Appends);
+}
+
+#[test]
+fn a_directory_emulator_keeps_buckets_and_objects_across_restarts() {
+    let d = TempDir::new();
+    {
+        let e = start(Backing::Dir(d.0.clone()), objstore::PARTS_MAX);
+        let s = store_in(&e, "durable", false);
+        s.append("log/1", 0, Bytes::from_static(b"abc")).expect("append");
+        s.append("log/1", 3, Bytes::from_static(b"def")).expect("append");
+        e.stop();
+    }
+    let e = start(Backing::Dir(d.0.clone()), objstore::PARTS_MAX);
+    let url = format!("s3://durable?endpoint={}", e.endpoint());
+    let s = S3Store::with_credentials(&url, DEFAULT_ACCESS_KEY, DEFAULT_SECRET_KEY).expect("s3");
+    assert_eq!(s.get("log/1").expect("get"), Bytes::from_static(b"abcdef"));
+    s.append("log/1", 6, Bytes::from_static(b"g")).expect("appends continue");
+    assert!(matches!(
+        s.append("log/1", 6, Bytes::from_static(b"g")),
+        Err(StoreError::InvalidWriteOffset { actual_size: 7 })
+    ));
+}
+
+#[test]
+fn wrong_credentials_are_refused() {
+    let e = start(Backing::Memory, objstore::PARTS_MAX);
+    let url = format!("s3://bbb?endpoint={}", e.endpoint());
+    let s = S3Store::with_credentials(&url, DEFAULT_ACCESS_KEY, "not-the-secret").expect("s3");
+    let err = s.create_bucket().expect_err("a bad signature");
+    assert!(matches!(err, StoreError::Fatal(_)), "{err}");
+    let s = S3Store::with_credentials(&url, "someone-else", DEFAULT_SECRET_KEY).expect("s3");
+    assert!(matches!(s.create_bucket(), Err(StoreError::Fatal(_))));
+}
+
+fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
+    let mut c = std::net::TcpStream::connect(addr).expect("connect");
+    write!(c, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").expect("send");
+    let mut out = String::new();
+    c.read_to_string(&mut out).expect("read");
+    out
+}
+
+#[test]
+fn accounting_is_served_as_json() {
+    let e = start(Backing::Memory, objstore::PARTS_MAX);
+    let s = store_in(&e, "acct", false);
+    s.put("a", Bytes::from(vec![7u8; 1000])).expect("put");
+    s.append("b", 0, Bytes::from(vec![7u8; 500])).expect("append");
+    s.get("a").expect("get");
+    let resp = http_get(e.addr(), ACCOUNTING_PATH);
+    let (head, body) = resp.split_once("\r\n\r\n").expect("an HTTP response");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(head.to_ascii_lowercase().contains("application/json"), "{head}");
+    let v: serde_json::Value = serde_json::from_str(body).expect("JSON");
+    let a = &v["accounting"];
+    assert_eq!(v["preset"], "none");
+    assert_eq!(a["requests"]["put"], 1, "{v}");
+    assert_eq!(a["requests"]["append"], 1, "{v}");
+    assert_eq!(a["requests"]["get"], 1, "{v}");
+    assert_eq!(a["bytes_up"], 1500, "{v}");
+    assert_eq!(a["bytes_down"], 1000, "{v}");
+    assert!(a["cost_usd"].as_f64().expect("a number") > 0.0, "{v}");
+    assert_eq!(e.accounting().bytes_up, 1500);
+}
