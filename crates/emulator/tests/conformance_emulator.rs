@@ -146,3 +146,34 @@ fn accounting_is_served_as_json() {
     assert!(a["cost_usd"].as_f64().expect("a number") > 0.0, "{v}");
     assert_eq!(e.accounting().bytes_up, 1500);
 }
+
+#[test]
+fn injected_faults_reach_clients_as_aws_errors() {
+    let faults = |f: objstore::sim::Faults| {
+        Emulator::start(EmulatorOptions { faults: f, ..Default::default() }).expect("start")
+    };
+    // Buckets are created outside the model, so they work under any fault rate.
+    let e = faults(objstore::sim::Faults { throttle: 1.0, ..Default::default() });
+    let s = store_in(&e, "slow", false);
+    let r = s.put("k", Bytes::from_static(b"v"));
+    assert!(matches!(r, Err(StoreError::Throttled(ref m)) if m.contains("SlowDown")), "{r:?}");
+
+    // An ambiguous append is applied, and the client is told it failed.
+    let e = faults(objstore::sim::Faults { ambiguous: 1.0, ..Default::default() });
+    let s = store_in(&e, "amb", false);
+    let r = s.append("seg", 0, Bytes::from_static(b"abc"));
+    assert!(matches!(r, Err(StoreError::Transient(_))), "{r:?}");
+    assert_eq!(s.head("seg").expect("head").size, 3, "the append landed");
+    assert!(matches!(
+        s.append("seg", 0, Bytes::from_static(b"abc")),
+        Err(StoreError::InvalidWriteOffset { actual_size: 3 })
+    ));
+
+    // A whole-store outage fails every request until it ends.
+    let e = faults(objstore::sim::Faults::default());
+    let s = store_in(&e, "outage", false);
+    e.set_unavailable_for(std::time::Duration::from_millis(300));
+    assert!(matches!(s.put("k", Bytes::from_static(b"v")), Err(StoreError::Transient(_))));
+    std::thread::sleep(std::time::Duration::from_millis(350));
+    s.put("k", Bytes::from_static(b"v")).expect("back after the outage");
+}
