@@ -28,6 +28,7 @@ mod db;
 mod error;
 mod index;
 pub mod limits;
+pub mod log;
 mod mvcc;
 mod options;
 mod table;

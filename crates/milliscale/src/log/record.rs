@@ -1,0 +1,506 @@
+//! The log record format: parts, transaction entries, records.
+//!
+//! A **part** is what one flush writes (one S3 Express append, or one object
+//! in put mode). A segment is a sequence of parts. All integers are little
+//! endian. Layout (ARCHITECTURE.md draws it too):
+//!
+//! ```text
+//! part header, 32 bytes
+//!   0  4  magic "MSLP"
+//!   4  1  format version (1)
+//!   5  1  flags (0)
+//!   6  2  reserved (0)
+//!   8  4  log group
+//!  12  4  body length N
+//!  16  8  first CSN in the part (0 if it holds no entries)
+//!  24  4  entry count
+//!  28  4  CRC32C of bytes 0..28 followed by the body
+//!  32  N  body: entries, back to back
+//!
+//! entry header, 24 bytes (one transaction's outcome)
+//!   0  1  kind: 1 commit, 2 abort
+//!   1  3  reserved (0)
+//!   4  4  record count R (0 for an abort)
+//!   8  8  CSN
+//!  16  8  DSN (0 for an abort)
+//!  24     R records
+//!
+//! record header, 16 bytes
+//!   0  1  op: 1 insert, 2 update (whole value), 3 delta, 4 delete
+//!   1  1  reserved (0)
+//!   2  2  key length K
+//!   4  4  table id
+//!   8  4  payload length V (value, or delta bytes; 0 for delete)
+//!  12  4  delta offset (0 unless op is delta)
+//!  16  K  key
+//! 16+K V  payload
+//! ```
+//!
+//! A transaction's entry never spans parts, so a part decodes on its own.
+//! Decoding never panics and never trusts a length: truncated, corrupt or
+//! foreign bytes give a [`DecodeError`].
+
+use bytes::{Buf, BufMut, Bytes};
+
+/// "MSLP": Milliscale log part.
+pub const PART_MAGIC: [u8; 4] = *b"MSLP";
+/// The format version this code writes and reads.
+pub const FORMAT_VERSION: u8 = 1;
+/// Bytes in a part header.
+pub const PART_HEADER_BYTES: usize = 32;
+/// Bytes in an entry header.
+pub const ENTRY_HEADER_BYTES: usize = 24;
+/// Bytes in a record header.
+pub const RECORD_HEADER_BYTES: usize = 16;
+
+/// What a record does to one key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    /// A new record.
+    Insert(Bytes),
+    /// A whole new value.
+    Update(Bytes),
+    /// `bytes` written at `offset` in the existing value.
+    Delta {
+        /// Where in the value.
+        offset: u32,
+        /// What is written there.
+        bytes: Bytes,
+    },
+    /// The record is gone.
+    Delete,
+}
+
+impl Op {
+    fn code(&self) -> u8 {
+        match self {
+            Op::Insert(_) => 1,
+            Op::Update(_) => 2,
+            Op::Delta { .. } => 3,
+            Op::Delete => 4,
+        }
+    }
+
+    fn payload(&self) -> &[u8] {
+        match self {
+            Op::Insert(v) | Op::Update(v) | Op::Delta { bytes: v, .. } => v,
+            Op::Delete => &[],
+        }
+    }
+}
+
+/// One write of a transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// The table's id.
+    pub table: u32,
+    /// The record's key.
+    pub key: Bytes,
+    /// What happened to it.
+    pub op: Op,
+}
+
+impl Record {
+    /// Encoded size in bytes.
+    pub fn encoded_len(&self) -> usize {
+        RECORD_HEADER_BYTES + self.key.len() + self.op.payload().len()
+    }
+}
+
+/// One transaction's outcome in the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Entry {
+    /// A committed transaction: its CSN, its DSN and its writes.
+    Commit {
+        /// Commit sequence number.
+        csn: u64,
+        /// The largest CSN among the versions it read or overwrote.
+        dsn: u64,
+        /// Its writes, in order.
+        records: Vec<Record>,
+    },
+    /// A transaction that took a CSN and then aborted (invariant 1: no CSN
+    /// goes missing from the log).
+    Abort {
+        /// The CSN it took.
+        csn: u64,
+    },
+}
+
+impl Entry {
+    /// The entry's CSN.
+    pub fn csn(&self) -> u64 {
+        match self {
+            Entry::Commit { csn, .. } | Entry::Abort { csn } => *csn,
+        }
+    }
+
+    /// Encoded size in bytes.
+    pub fn encoded_len(&self) -> usize {
+        ENTRY_HEADER_BYTES
+            + match self {
+                Entry::Commit { records, .. } => records.iter().map(Record::encoded_len).sum(),
+                Entry::Abort { .. } => 0,
+            }
+    }
+
+    /// Append the encoding to `out`.
+    ///
+    /// # Panics
+    /// If a key is longer than `u16::MAX` or a payload or the record count
+    /// is above `u32::MAX`; the engine's limits (limits.rs) keep them far
+    /// below.
+    pub fn encode(&self, out: &mut impl BufMut) {
+        let (kind, csn, dsn, records): (u8, u64, u64, &[Record]) = match self {
+            Entry::Commit { csn, dsn, records } => (1, *csn, *dsn, records),
+            Entry::Abort { csn } => (2, *csn, 0, &[]),
+        };
+        out.put_u8(kind);
+        out.put_bytes(0, 3);
+        out.put_u32_le(u32::try_from(records.len()).expect("records per transaction fit u32"));
+        out.put_u64_le(csn);
+        out.put_u64_le(dsn);
+        for r in records {
+            let payload = r.op.payload();
+            out.put_u8(r.op.code());
+            out.put_u8(0);
+            out.put_u16_le(u16::try_from(r.key.len()).expect("key length fits u16"));
+            out.put_u32_le(r.table);
+            out.put_u32_le(u32::try_from(payload.len()).expect("payload length fits u32"));
+            out.put_u32_le(match r.op {
+                Op::Delta { offset, .. } => offset,
+                _ => 0,
+            });
+            out.put_slice(&r.key);
+            out.put_slice(payload);
+        }
+    }
+}
+
+/// A decoded part.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Part {
+    /// The log group that wrote it.
+    pub group: u32,
+    /// Its transactions, in CSN order.
+    pub entries: Vec<Entry>,
+}
+
+/// Why bytes are not a valid part.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    /// Fewer bytes than the header or the body length says: a torn tail.
+    #[error("truncated part: need {need} bytes, have {have}")]
+    Truncated {
+        /// Bytes needed.
+        need: usize,
+        /// Bytes present.
+        have: usize,
+    },
+    /// Not a Milliscale log part.
+    #[error("not a log part (magic {0:02x?})")]
+    BadMagic([u8; 4]),
+    /// Written by a newer (or unknown) format.
+    #[error("log format version {0} is not supported (this build reads {FORMAT_VERSION})")]
+    UnsupportedVersion(u8),
+    /// The bytes were damaged.
+    #[error("part checksum mismatch: stored {stored:08x}, computed {computed:08x}")]
+    Checksum {
+        /// The CRC32C in the header.
+        stored: u32,
+        /// The CRC32C of the bytes.
+        computed: u32,
+    },
+    /// The checksum holds but the contents break the format (a bug or a
+    /// foreign writer).
+    #[error("malformed part: {0}")]
+    Malformed(String),
+}
+
+/// Builds one part: entries are appended, then [`PartBuilder::finish`]
+/// writes the header and the checksum.
+#[derive(Debug)]
+pub struct PartBuilder {
+    group: u32,
+    buf: Vec<u8>,
+    first_csn: u64,
+    entries: u32,
+}
+
+impl PartBuilder {
+    /// An empty part for `group`, with room for `capacity` body bytes.
+    pub fn new(group: u32, capacity: usize) -> PartBuilder {
+        let mut buf = Vec::with_capacity(PART_HEADER_BYTES + capacity);
+        buf.resize(PART_HEADER_BYTES, 0);
+        PartBuilder { group, buf, first_csn: 0, entries: 0 }
+    }
+
+    /// Append one entry.
+    pub fn push(&mut self, e: &Entry) {
+        if self.entries == 0 {
+            self.first_csn = e.csn();
+        }
+        self.entries += 1;
+        e.encode(&mut self.buf);
+    }
+
+    /// Body bytes so far.
+    pub fn body_len(&self) -> usize {
+        self.buf.len() - PART_HEADER_BYTES
+    }
+
+    /// Entries so far.
+    pub fn entry_count(&self) -> u32 {
+        self.entries
+    }
+
+    /// The encoded part.
+    pub fn finish(mut self) -> Bytes {
+        let body_len = u32::try_from(self.body_len()).expect("a part body fits u32");
+        let mut h = &mut self.buf[..PART_HEADER_BYTES];
+        h.put_slice(&PART_MAGIC);
+        h.put_u8(FORMAT_VERSION);
+        h.put_u8(0);
+        h.put_u16_le(0);
+        h.put_u32_le(self.group);
+        h.put_u32_le(body_len);
+        h.put_u64_le(self.first_csn);
+        h.put_u32_le(self.entries);
+        let crc = part_crc(&self.buf[..28], &self.buf[PART_HEADER_BYTES..]);
+        self.buf[28..32].copy_from_slice(&crc.to_le_bytes());
+        Bytes::from(self.buf)
+    }
+}
+
+fn part_crc(header: &[u8], body: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc32c::crc32c(header), body)
+}
+
+fn need(b: &Bytes, n: usize) -> Result<(), DecodeError> {
+    if b.remaining() < n {
+        Err(DecodeError::Malformed(format!(
+            "an entry runs past the body ({n} > {})",
+            b.remaining()
+        )))
+    } else {
+        Ok(())
+    }
+}
+
+/// Decode the part at the start of `bytes`; returns it and its length.
+/// Bytes after it are left alone (the next part of the segment).
+pub fn decode_part(bytes: &Bytes) -> Result<(Part, usize), DecodeError> {
+    let have = bytes.len();
+    if have < PART_HEADER_BYTES {
+        return Err(DecodeError::Truncated { need: PART_HEADER_BYTES, have });
+    }
+    let mut h = &bytes[..PART_HEADER_BYTES];
+    let magic: [u8; 4] = h[..4].try_into().expect("4 bytes");
+    h.advance(4);
+    if magic != PART_MAGIC {
+        return Err(DecodeError::BadMagic(magic));
+    }
+    let version = h.get_u8();
+    if version != FORMAT_VERSION {
+        return Err(DecodeError::UnsupportedVersion(version));
+    }
+    let (flags, reserved) = (h.get_u8(), h.get_u16_le());
+    let group = h.get_u32_le();
+    let body_len = h.get_u32_le() as usize;
+    let first_csn = h.get_u64_le();
+    let count = h.get_u32_le();
+    let stored = h.get_u32_le();
+    let total = PART_HEADER_BYTES
+        .checked_add(body_len)
+        .ok_or_else(|| DecodeError::Malformed("body length overflows".into()))?;
+    if have < total {
+        return Err(DecodeError::Truncated { need: total, have });
+    }
+    let computed = part_crc(&bytes[..28], &bytes[PART_HEADER_BYTES..total]);
+    if stored != computed {
+        return Err(DecodeError::Checksum { stored, computed });
+    }
+    if flags != 0 || reserved != 0 {
+        return Err(DecodeError::Malformed("v1 parts have no flags".into()));
+    }
+    let mut body = bytes.slice(PART_HEADER_BYTES..total);
+    // Every entry takes at least its header: a count above that is a lie,
+    // and must not size an allocation.
+    if count as usize > body_len / ENTRY_HEADER_BYTES {
+        return Err(DecodeError::Malformed(format!("{count} entries cannot fit {body_len} bytes")));
+    }
+    let mut entries = Vec::with_capacity(count as usize);
+    for i in 0..count {
+        entries.push(decode_entry(&mut body).map_err(|e| match e {
+            DecodeError::Malformed(m) => DecodeError::Malformed(format!("entry {i}: {m}")),
+            e => e,
+        })?);
+    }
+    if body.has_remaining() {
+        return Err(DecodeError::Malformed(format!("{} bytes after the last entry", body.len())));
+    }
+    let first = entries.first().map_or(0, Entry::csn);
+    if first != first_csn {
+        return Err(DecodeError::Malformed(format!(
+            "header says the first CSN is {first_csn}, the first entry has {first}"
+        )));
+    }
+    Ok((Part { group, entries }, total))
+}
+
+fn decode_entry(b: &mut Bytes) -> Result<Entry, DecodeError> {
+    need(b, ENTRY_HEADER_BYTES)?;
+    let kind = b.get_u8();
+    if b[..3] != [0, 0, 0] {
+        return Err(DecodeError::Malformed("reserved entry bytes are not zero".into()));
+    }
+    b.advance(3);
+    let count = b.get_u32_le();
+    let csn = b.get_u64_le();
+    let dsn = b.get_u64_le();
+    match kind {
+        2 if count == 0 && dsn == 0 => return Ok(Entry::Abort { csn }),
+        2 => return Err(DecodeError::Malformed("an abort entry with records or a DSN".into())),
+        1 => {}
+        k => return Err(DecodeError::Malformed(format!("unknown entry kind {k}"))),
+    }
+    if count as usize > b.remaining() / RECORD_HEADER_BYTES {
+        return Err(DecodeError::Malformed(format!("{count} records cannot fit the body")));
+    }
+    let mut records = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        need(b, RECORD_HEADER_BYTES)?;
+        let op = b.get_u8();
+        if b.get_u8() != 0 {
+            return Err(DecodeError::Malformed("a reserved record byte is not zero".into()));
+        }
+        let key_len = b.get_u16_le() as usize;
+        let table = b.get_u32_le();
+        let payload_len = b.get_u32_le() as usize;
+        let offset = b.get_u32_le();
+        need(b, key_len + payload_len)?;
+        let key = b.split_to(key_len);
+        let payload = b.split_to(payload_len);
+        let op = match op {
+            1 => Op::Insert(payload),
+            2 => Op::Update(payload),
+            3 => Op::Delta { offset, bytes: payload },
+            4 if payload_len == 0 => Op::Delete,
+            4 => return Err(DecodeError::Malformed("a delete with a payload".into())),
+            o => return Err(DecodeError::Malformed(format!("unknown record op {o}"))),
+        };
+        if offset != 0 && !matches!(op, Op::Delta { .. }) {
+            return Err(DecodeError::Malformed("an offset on a record that is not a delta".into()));
+        }
+        records.push(Record { table, key, op });
+    }
+    Ok(Entry::Commit { csn, dsn, records })
+}
+
+/// Decode a segment: its parts in order. The first part that does not
+/// decode ends the segment; it is returned with its byte offset, so
+/// recovery can truncate a torn tail there (invariant 7).
+pub fn decode_segment(bytes: &Bytes) -> (Vec<Part>, Option<(usize, DecodeError)>) {
+    let (mut parts, mut at) = (Vec::new(), 0);
+    while at < bytes.len() {
+        match decode_part(&bytes.slice(at..)) {
+            Ok((p, n)) => {
+                parts.push(p);
+                at += n;
+            }
+            Err(e) => return (parts, Some((at, e))),
+        }
+    }
+    (parts, None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b(s: &[u8]) -> Bytes {
+        Bytes::copy_from_slice(s)
+    }
+
+    fn sample() -> Vec<Entry> {
+        vec![
+            Entry::Commit {
+                csn: 7,
+                dsn: 3,
+                records: vec![
+                    Record { table: 1, key: b(b"k1"), op: Op::Insert(b(b"v1")) },
+                    Record {
+                        table: 1,
+                        key: b(b"k2"),
+                        op: Op::Delta { offset: 8, bytes: b(b"\x01") },
+                    },
+                ],
+            },
+            Entry::Abort { csn: 8 },
+            Entry::Commit {
+                csn: 9,
+                dsn: 7,
+                records: vec![
+                    Record { table: 2, key: b(b""), op: Op::Update(b(b"")) },
+                    Record { table: 2, key: b(b"gone"), op: Op::Delete },
+                ],
+            },
+        ]
+    }
+
+    fn part(entries: &[Entry]) -> Bytes {
+        let mut p = PartBuilder::new(3, 0);
+        for e in entries {
+            p.push(e);
+        }
+        p.finish()
+    }
+
+    #[test]
+    fn parts_round_trip_and_sizes_add_up() {
+        let entries = sample();
+        let bytes = part(&entries);
+        let body: usize = entries.iter().map(Entry::encoded_len).sum();
+        assert_eq!(bytes.len(), PART_HEADER_BYTES + body);
+        let (p, n) = decode_part(&bytes).expect("decodes");
+        assert_eq!(n, bytes.len());
+        assert_eq!(p, Part { group: 3, entries });
+        let (p, n) = decode_part(&part(&[])).expect("an empty part");
+        assert_eq!((p.entries.len(), n), (0, PART_HEADER_BYTES));
+    }
+
+    #[test]
+    fn every_truncation_and_every_bit_flip_is_an_error() {
+        let bytes = part(&sample());
+        for cut in 0..bytes.len() {
+            assert!(decode_part(&bytes.slice(..cut)).is_err(), "cut at {cut}");
+        }
+        for i in 0..bytes.len() {
+            for bit in 0..8 {
+                let mut v = bytes.to_vec();
+                v[i] ^= 1 << bit;
+                assert!(decode_part(&Bytes::from(v)).is_err(), "flip byte {i} bit {bit}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_torn_tail_ends_the_segment_at_its_offset() {
+        let (a, c) = (part(&sample()[..1]), part(&sample()[1..]));
+        let mut seg = a.to_vec();
+        seg.extend_from_slice(&c[..c.len() - 5]);
+        let (parts, tail) = decode_segment(&Bytes::from(seg));
+        assert_eq!(parts.len(), 1);
+        let (at, e) = tail.expect("a torn tail");
+        assert_eq!(at, a.len());
+        assert!(matches!(e, DecodeError::Truncated { .. }), "{e}");
+    }
+
+    #[test]
+    fn foreign_and_future_parts_are_named() {
+        assert!(matches!(decode_part(&Bytes::from(vec![b'P'; 64])), Err(DecodeError::BadMagic(_))));
+        let mut v = part(&sample()).to_vec();
+        v[4] = 2;
+        assert_eq!(decode_part(&Bytes::from(v)), Err(DecodeError::UnsupportedVersion(2)));
+    }
+}
