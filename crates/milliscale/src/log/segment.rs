@@ -1,0 +1,308 @@
+//! Writing a log group's parts to a store: segments, rollover, and the
+//! failure handling of DESIGN.md invariant 5.
+//!
+//! **Append mode.** A group writes segment objects `log/gGGGG/sSSSSSSSS`;
+//! each part is one append at the segment's current size. After
+//! `parts_max` parts (10,000 on S3 Express) the segment is sealed and the
+//! next one starts at offset 0 (invariant 4).
+//!
+//! **Put mode**, for stores whose probe says they cannot append: one object
+//! per part, `log/gGGGG/sSSSSSSSS/pPPPPP`, written with `If-None-Match: *`,
+//! and the same rollover, so no segment prefix lists more than `parts_max`
+//! objects.
+//!
+//! **An append is never blindly retried.** When an append's outcome is
+//! unknown (a timeout, a lost response, a 5xx) or the store says
+//! `InvalidWriteOffset`, the writer reads the segment's size. If the size
+//! is unchanged, the part did not land and is sent again after a backoff.
+//! If the size grew by exactly the part and the bytes there are the part,
+//! it landed. Anything else means another writer touched the segment, and
+//! the writer stops with [`SegmentError::Foreign`]: it never overwrites.
+//! Throttling and transient errors back off with full jitter; past the
+//! deadline the writer gives up with [`SegmentError::Unavailable`].
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use objstore::{ObjectStore, StoreError};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+/// How parts reach the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteMode {
+    /// One append per part (S3 Express, fs, the emulator).
+    Append,
+    /// One object per part (stores that cannot append).
+    PutPerFlush,
+}
+
+/// Backoff and give-up policy for one part.
+#[derive(Debug, Clone, Copy)]
+pub struct RetryPolicy {
+    /// First backoff; it doubles per attempt, with full jitter.
+    pub base: Duration,
+    /// Largest backoff.
+    pub cap: Duration,
+    /// Give up on a part after this long.
+    pub deadline: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            base: Duration::from_millis(5),
+            cap: Duration::from_millis(500),
+            deadline: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Why a part could not be written.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SegmentError {
+    /// The store kept failing past the deadline.
+    #[error("log store unavailable for {waited:?}: {last}")]
+    Unavailable {
+        /// How long the writer tried.
+        waited: Duration,
+        /// The last error.
+        last: String,
+    },
+    /// The segment holds bytes this writer did not write.
+    #[error("log segment {key} was changed by another writer: {detail}")]
+    Foreign {
+        /// The object.
+        key: String,
+        /// What was found.
+        detail: String,
+    },
+    /// The store refused the request outright.
+    #[error("log store error on {key}: {error}")]
+    Store {
+        /// The object.
+        key: String,
+        /// The error.
+        error: StoreError,
+    },
+}
+
+/// Where a part was written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartLocation {
+    /// Segment number.
+    pub segment: u64,
+    /// Part number within the segment, from 0.
+    pub part: u32,
+    /// Byte offset within the segment (append mode; 0 in put mode).
+    pub offset: u64,
+}
+
+/// Writes one log group's parts in order. See the module docs.
+#[derive(Debug)]
+pub struct SegmentWriter {
+    store: Arc<dyn ObjectStore>,
+    group: u32,
+    mode: WriteMode,
+    parts_max: u32,
+    retry: RetryPolicy,
+    segment: u64,
+    offset: u64,
+    parts: u32,
+    rng: SmallRng,
+}
+
+/// The object name of a segment (append mode), or its prefix (put mode).
+pub fn segment_key(group: u32, segment: u64) -> String {
+    format!("log/g{group:04}/s{segment:08}")
+}
+
+/// The object name of one part in put mode.
+pub fn put_part_key(group: u32, segment: u64, part: u32) -> String {
+    format!("{}/p{part:05}", segment_key(group, segment))
+}
+
+impl SegmentWriter {
+    /// A writer for `group` that starts a fresh segment `first_segment`.
+    pub fn new(
+        store: Arc<dyn ObjectStore>,
+        group: u32,
+        mode: WriteMode,
+        parts_max: u32,
+        first_segment: u64,
+        retry: RetryPolicy,
+    ) -> SegmentWriter {
+        SegmentWriter {
+            store,
+            group,
+            mode,
+            parts_max: parts_max.max(1),
+            retry,
+            segment: first_segment,
+            offset: 0,
+            parts: 0,
+            rng: SmallRng::seed_from_u64(u64::from(group) ^ 0x6c6f_6773),
+        }
+    }
+
+    /// The segment the next part goes to.
+    pub fn segment(&self) -> u64 {
+        self.segment
+    }
+
+    fn roll_over(&mut self) {
+        self.segment += 1;
+        self.offset = 0;
+        self.parts = 0;
+    }
+
+    /// Write one encoded part durably; returns where it landed.
+    pub fn write(&mut self, part: &Bytes) -> Result<PartLocation, SegmentError> {
+        if self.parts >= self.parts_max {
+            self.roll_over();
+        }
+        let started = Instant::now();
+        let mut attempt = 0u32;
+        loop {
+            let key = match self.mode {
+                WriteMode::Append => segment_key(self.group, self.segment),
+                WriteMode::PutPerFlush => put_part_key(self.group, self.segment, self.parts),
+            };
+            let outcome = match self.mode {
+                WriteMode::Append => self.try_append(&key, part),
+                WriteMode::PutPerFlush => self.try_put(&key, part),
+            };
+            match outcome {
+                Ok(Some(loc)) => return Ok(loc),
+                Ok(None) => {} // did not land: back off and send again
+                Err(Step::RollOver) => {
+                    self.roll_over();
+                    continue;
+                }
+                Err(Step::Fail(e)) => return Err(e),
+                Err(Step::Retry(last)) => {
+                    if started.elapsed() >= self.retry.deadline {
+                        return Err(SegmentError::Unavailable { waited: started.elapsed(), last });
+                    }
+                }
+            }
+            attempt += 1;
+            self.back_off(attempt);
+            if started.elapsed() >= self.retry.deadline {
+                return Err(SegmentError::Unavailable {
+                    waited: started.elapsed(),
+                    last: "the part did not land before the deadline".into(),
+                });
+            }
+        }
+    }
+
+    fn back_off(&mut self, attempt: u32) {
+        let ceiling = self.retry.base.saturating_mul(1 << attempt.min(16)).min(self.retry.cap);
+        let nanos = self.rng.random_range(0..=ceiling.as_nanos() as u64);
+        std::thread::sleep(Duration::from_nanos(nanos));
+    }
+
+    fn landed(&mut self, part: &Bytes) -> PartLocation {
+        let loc = PartLocation { segment: self.segment, part: self.parts, offset: self.offset };
+        if self.mode == WriteMode::Append {
+            self.offset += part.len() as u64;
+        }
+        self.parts += 1;
+        loc
+    }
+
+    /// One append. `Ok(Some)` landed, `Ok(None)` surely did not.
+    fn try_append(&mut self, key: &str, part: &Bytes) -> Result<Option<PartLocation>, Step> {
+        match self.store.append(key, self.offset, part.clone()) {
+            Ok(m) if m.size == self.offset + part.len() as u64 => Ok(Some(self.landed(part))),
+            Ok(m) => Err(Step::Fail(SegmentError::Foreign {
+                key: key.into(),
+                detail: format!(
+                    "an append at {} of {} bytes left size {}",
+                    self.offset,
+                    part.len(),
+                    m.size
+                ),
+            })),
+            Err(StoreError::TooManyParts { .. }) => Err(Step::RollOver),
+            Err(
+                StoreError::Throttled(_)
+                | StoreError::Transient(_)
+                | StoreError::InvalidWriteOffset { .. },
+            ) => self.reconcile_append(key, part),
+            Err(StoreError::NotFound(_)) => Err(Step::Fail(SegmentError::Foreign {
+                key: key.into(),
+                detail: format!("the segment is gone at offset {}", self.offset),
+            })),
+            Err(error) => Err(Step::Fail(SegmentError::Store { key: key.into(), error })),
+        }
+    }
+
+    /// After an unknown outcome: did the append land? (invariant 5)
+    fn reconcile_append(&mut self, key: &str, part: &Bytes) -> Result<Option<PartLocation>, Step> {
+        let size = match self.store.head(key) {
+            Ok(m) => m.size,
+            Err(StoreError::NotFound(_)) if self.offset == 0 => 0,
+            Err(e @ (StoreError::Throttled(_) | StoreError::Transient(_))) => {
+                // Cannot tell yet; ask again after a backoff. Sending the
+                // append again is safe: at a stale offset it is refused.
+                return Err(Step::Retry(e.to_string()));
+            }
+            Err(error) => return Err(Step::Fail(SegmentError::Store { key: key.into(), error })),
+        };
+        let end = self.offset + part.len() as u64;
+        if size == self.offset {
+            return Ok(None);
+        }
+        if size == end {
+            return match self.store.get_range(key, self.offset..end) {
+                Ok(b) if b == *part => Ok(Some(self.landed(part))),
+                Ok(_) => Err(Step::Fail(SegmentError::Foreign {
+                    key: key.into(),
+                    detail: format!("bytes {}..{end} are not this writer's part", self.offset),
+                })),
+                Err(e @ (StoreError::Throttled(_) | StoreError::Transient(_))) => {
+                    Err(Step::Retry(e.to_string()))
+                }
+                Err(error) => Err(Step::Fail(SegmentError::Store { key: key.into(), error })),
+            };
+        }
+        Err(Step::Fail(SegmentError::Foreign {
+            key: key.into(),
+            detail: format!("size {size}, expected {} (not landed) or {end} (landed)", self.offset),
+        }))
+    }
+
+    /// One conditional put of a part object.
+    fn try_put(&mut self, key: &str, part: &Bytes) -> Result<Option<PartLocation>, Step> {
+        match self.store.put_if_absent(key, part.clone()) {
+            Ok(_) => Ok(Some(self.landed(part))),
+            // A put is idempotent under If-None-Match: an earlier attempt
+            // may have landed; then the object holds exactly this part.
+            Err(StoreError::AlreadyExists(_)) => match self.store.get(key) {
+                Ok(b) if b == *part => Ok(Some(self.landed(part))),
+                Ok(_) => Err(Step::Fail(SegmentError::Foreign {
+                    key: key.into(),
+                    detail: "the part object holds other bytes".into(),
+                })),
+                Err(e @ (StoreError::Throttled(_) | StoreError::Transient(_))) => {
+                    Err(Step::Retry(e.to_string()))
+                }
+                Err(error) => Err(Step::Fail(SegmentError::Store { key: key.into(), error })),
+            },
+            Err(e @ (StoreError::Throttled(_) | StoreError::Transient(_))) => {
+                Err(Step::Retry(e.to_string()))
+            }
+            Err(error) => Err(Step::Fail(SegmentError::Store { key: key.into(), error })),
+        }
+    }
+}
+
+/// What the write loop does after one attempt that did not land.
+enum Step {
+    Retry(String),
+    RollOver,
+    Fail(SegmentError),
+}
