@@ -26,6 +26,7 @@ use aws_sdk_s3::config::http::HttpResponse;
 use aws_sdk_s3::config::retry::RetryConfig;
 use aws_sdk_s3::config::{Credentials, Region};
 use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_s3::operation::get_object::builders::GetObjectFluentBuilder;
 use aws_sdk_s3::operation::put_object::PutObjectOutput;
 use aws_sdk_s3::operation::put_object::builders::PutObjectFluentBuilder;
 use aws_sdk_s3::primitives::ByteStream;
@@ -168,6 +169,26 @@ impl S3Store {
         }
     }
 
+    /// Send a GET and collect its body.
+    fn fetch(&self, req: GetObjectFluentBuilder, key: &str) -> Result<Bytes> {
+        self.rt.block_on(async {
+            let out = req.send().await.map_err(|e| map_err(e, key))?;
+            let body = out
+                .body
+                .collect()
+                .await
+                .map_err(|e| StoreError::Transient(format!("reading {key}: {e}")))?;
+            Ok(body.into_bytes())
+        })
+    }
+
+    /// A PutObject request for `key` with `body` (plain, conditional or
+    /// append: the caller adds the headers).
+    fn put_req(&self, key: &str, body: Bytes) -> Result<PutObjectFluentBuilder> {
+        let req = self.client.put_object().bucket(&self.bucket).key(self.full(key)?);
+        Ok(req.body(ByteStream::from(body)))
+    }
+
     /// Complete a refused append with the object's actual size.
     fn offset_error(&self, key: &str) -> StoreError {
         match self.head(key) {
@@ -213,25 +234,14 @@ fn map_err<E: ProvideErrorMetadata + std::error::Error + 'static>(
 impl ObjectStore for S3Store {
     fn put(&self, key: &str, body: Bytes) -> Result<ObjectMeta> {
         let size = body.len() as u64;
-        let req = self
-            .client
-            .put_object()
-            .bucket(&self.bucket)
-            .key(self.full(key)?)
-            .body(ByteStream::from(body));
+        let req = self.put_req(key, body)?;
         let out = self.send_put(req, key)?;
         Ok(S3Store::meta(key, size, out.e_tag(), Some(1)))
     }
 
     fn put_if_absent(&self, key: &str, body: Bytes) -> Result<ObjectMeta> {
         let size = body.len() as u64;
-        let req = self
-            .client
-            .put_object()
-            .bucket(&self.bucket)
-            .key(self.full(key)?)
-            .if_none_match("*")
-            .body(ByteStream::from(body));
+        let req = self.put_req(key, body)?.if_none_match("*");
         match self.send_put(req, key) {
             Ok(out) => Ok(S3Store::meta(key, size, out.e_tag(), Some(1))),
             Err(StoreError::PreconditionFailed(_)) => {
@@ -243,13 +253,7 @@ impl ObjectStore for S3Store {
 
     fn put_if_match(&self, key: &str, body: Bytes, etag: &str) -> Result<ObjectMeta> {
         let size = body.len() as u64;
-        let req = self
-            .client
-            .put_object()
-            .bucket(&self.bucket)
-            .key(self.full(key)?)
-            .if_match(etag)
-            .body(ByteStream::from(body));
+        let req = self.put_req(key, body)?.if_match(etag);
         let out = self.send_put(req, key)?;
         Ok(S3Store::meta(key, size, out.e_tag(), Some(1)))
     }
@@ -259,56 +263,44 @@ impl ObjectStore for S3Store {
             return Err(StoreError::InvalidRequest("an append needs a non-empty body".into()));
         }
         let size = offset + body.len() as u64;
-        let req = self
-            .client
-            .put_object()
-            .bucket(&self.bucket)
-            .key(self.full(key)?)
-            .write_offset_bytes(offset as i64)
-            .body(ByteStream::from(body));
+        let req = self.put_req(key, body)?.write_offset_bytes(offset as i64);
         let out = self.send_put(req, key)?;
         Ok(S3Store::meta(key, size, out.e_tag(), None))
     }
 
     fn get(&self, key: &str) -> Result<Bytes> {
         let req = self.client.get_object().bucket(&self.bucket).key(self.full(key)?);
-        self.rt.block_on(async {
-            let out = req.send().await.map_err(|e| map_err(e, key))?;
-            let body = out
-                .body
-                .collect()
-                .await
-                .map_err(|e| StoreError::Transient(format!("reading {key}: {e}")))?;
-            Ok(body.into_bytes())
-        })
+        self.fetch(req, key)
     }
 
     fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
         if range.start > range.end {
             return Err(StoreError::InvalidRequest(format!("inverted range {range:?}")));
         }
-        let size = self.head(key)?.size;
-        if range.start >= size {
-            return Err(StoreError::InvalidRange { start: range.start, size });
-        }
         if range.start == range.end {
-            return Ok(Bytes::new());
+            // HTTP cannot ask for zero bytes; the size decides the answer.
+            let size = self.head(key)?.size;
+            return if range.start >= size {
+                Err(StoreError::InvalidRange { start: range.start, size })
+            } else {
+                Ok(Bytes::new())
+            };
         }
+        // S3 clips a range that ends past the object, and answers 416 to one
+        // that starts at or past its end; only then is the size needed.
         let req = self
             .client
             .get_object()
             .bucket(&self.bucket)
             .key(self.full(key)?)
-            .range(format!("bytes={}-{}", range.start, range.end.min(size) - 1));
-        self.rt.block_on(async {
-            let out = req.send().await.map_err(|e| map_err(e, key))?;
-            let body = out
-                .body
-                .collect()
-                .await
-                .map_err(|e| StoreError::Transient(format!("reading {key}: {e}")))?;
-            Ok(body.into_bytes())
-        })
+            .range(format!("bytes={}-{}", range.start, range.end - 1));
+        match self.fetch(req, key) {
+            Err(StoreError::InvalidRequest(m)) if m.contains("InvalidRange") => {
+                let size = self.head(key)?.size;
+                Err(StoreError::InvalidRange { start: range.start, size })
+            }
+            r => r,
+        }
     }
 
     fn head(&self, key: &str) -> Result<ObjectMeta> {
