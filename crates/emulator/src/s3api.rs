@@ -327,8 +327,11 @@ impl S3 for S3Api {
         }
         let key = path(&input.bucket, &input.key);
         let store = self.store.clone();
-        let (body, content_range, status) = match input.range {
-            None => (blocking(move || store.get(&key)).await.map_err(s3_err)?, None, None),
+        let (body, content_range, status, meta) = match input.range {
+            None => {
+                let body = blocking(move || store.get(&key)).await.map_err(s3_err)?;
+                (body, None, None, self.peek(&input.bucket, &input.key)?)
+            }
             Some(range) => {
                 let Some(m) = self.peek(&input.bucket, &input.key)? else {
                     return Err(s3_error!(NoSuchKey, "no such key: {}", input.key));
@@ -339,12 +342,12 @@ impl S3 for S3Api {
                 let (start, end) = (r.start, r.end);
                 let body =
                     blocking(move || store.get_range(&key, start..end)).await.map_err(s3_err)?;
-                let last = start + body.len() as u64 - 1;
+                // The store never returns an empty body for start < size.
+                let last = (start + body.len() as u64).saturating_sub(1);
                 let cr = format!("bytes {start}-{last}/{}", m.size.max(last + 1));
-                (body, Some(cr), Some(http::StatusCode::PARTIAL_CONTENT))
+                (body, Some(cr), Some(http::StatusCode::PARTIAL_CONTENT), Some(m))
             }
         };
-        let meta = self.peek(&input.bucket, &input.key)?;
         let len = body.len() as i64;
         let out = dto::GetObjectOutput {
             body: Some(StreamingBlob::from(s3s::Body::from(body))),
