@@ -173,28 +173,21 @@ impl SegmentWriter {
                 WriteMode::Append => self.try_append(&key, part),
                 WriteMode::PutPerFlush => self.try_put(&key, part),
             };
-            match outcome {
+            let last = match outcome {
                 Ok(Some(loc)) => return Ok(loc),
-                Ok(None) => {} // did not land: back off and send again
+                Ok(None) => "the part did not land".to_owned(),
                 Err(Step::RollOver) => {
                     self.roll_over();
                     continue;
                 }
                 Err(Step::Fail(e)) => return Err(e),
-                Err(Step::Retry(last)) => {
-                    if started.elapsed() >= self.retry.deadline {
-                        return Err(SegmentError::Unavailable { waited: started.elapsed(), last });
-                    }
-                }
+                Err(Step::Retry(last)) => last,
+            };
+            if started.elapsed() >= self.retry.deadline {
+                return Err(SegmentError::Unavailable { waited: started.elapsed(), last });
             }
             attempt += 1;
             self.back_off(attempt);
-            if started.elapsed() >= self.retry.deadline {
-                return Err(SegmentError::Unavailable {
-                    waited: started.elapsed(),
-                    last: "the part did not land before the deadline".into(),
-                });
-            }
         }
     }
 
@@ -245,12 +238,10 @@ impl SegmentWriter {
         let size = match self.store.head(key) {
             Ok(m) => m.size,
             Err(StoreError::NotFound(_)) if self.offset == 0 => 0,
-            Err(e @ (StoreError::Throttled(_) | StoreError::Transient(_))) => {
-                // Cannot tell yet; ask again after a backoff. Sending the
-                // append again is safe: at a stale offset it is refused.
-                return Err(Step::Retry(e.to_string()));
-            }
-            Err(error) => return Err(Step::Fail(SegmentError::Store { key: key.into(), error })),
+            // A transient error: cannot tell yet; ask again after a backoff.
+            // Sending the append again is safe: at a stale offset it is
+            // refused, and refused appends are reconciled here.
+            Err(e) => return Err(Step::after(key, e)),
         };
         let end = self.offset + part.len() as u64;
         if size == self.offset {
@@ -263,10 +254,7 @@ impl SegmentWriter {
                     key: key.into(),
                     detail: format!("bytes {}..{end} are not this writer's part", self.offset),
                 })),
-                Err(e @ (StoreError::Throttled(_) | StoreError::Transient(_))) => {
-                    Err(Step::Retry(e.to_string()))
-                }
-                Err(error) => Err(Step::Fail(SegmentError::Store { key: key.into(), error })),
+                Err(e) => Err(Step::after(key, e)),
             };
         }
         Err(Step::Fail(SegmentError::Foreign {
@@ -287,15 +275,9 @@ impl SegmentWriter {
                     key: key.into(),
                     detail: "the part object holds other bytes".into(),
                 })),
-                Err(e @ (StoreError::Throttled(_) | StoreError::Transient(_))) => {
-                    Err(Step::Retry(e.to_string()))
-                }
-                Err(error) => Err(Step::Fail(SegmentError::Store { key: key.into(), error })),
+                Err(e) => Err(Step::after(key, e)),
             },
-            Err(e @ (StoreError::Throttled(_) | StoreError::Transient(_))) => {
-                Err(Step::Retry(e.to_string()))
-            }
-            Err(error) => Err(Step::Fail(SegmentError::Store { key: key.into(), error })),
+            Err(e) => Err(Step::after(key, e)),
         }
     }
 }
@@ -305,4 +287,15 @@ enum Step {
     Retry(String),
     RollOver,
     Fail(SegmentError),
+}
+
+impl Step {
+    /// After a store error: back off and try again if it was throttling or
+    /// transient, else give up.
+    fn after(key: &str, e: StoreError) -> Step {
+        match e {
+            StoreError::Throttled(_) | StoreError::Transient(_) => Step::Retry(e.to_string()),
+            error => Step::Fail(SegmentError::Store { key: key.into(), error }),
+        }
+    }
 }
