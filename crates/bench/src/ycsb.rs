@@ -331,7 +331,7 @@ fn one_txn(
     keys: &[u64],
     rng: &mut SmallRng,
 ) -> Result<Instant, Error> {
-    let opts = TxnOptions { isolation: Some(cfg.isolation), read_only: !rmw };
+    let opts = TxnOptions { isolation: Some(cfg.isolation), read_only: !rmw, ..Default::default() };
     let mut tx = db.begin_with(opts)?;
     // Reads copy the record out, as a client would, into a reused buffer.
     let mut record = [0u8; RECORD_BYTES];

@@ -7,12 +7,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crossbeam_utils::CachePadded;
 use parking_lot::RwLock;
 
+use crate::commit::dependency::CommitState;
 use crate::error::{Error, Result};
 use crate::index::OrderedIndex;
 use crate::limits::{TABLE_NAME_BYTES_MAX, TABLES_MAX};
+use crate::log::{Log, LogMetrics};
+use crate::mvcc::Csn;
 use crate::mvcc::oid_array::OidArray;
-use crate::mvcc::{CSN_FIRST, Csn};
-use crate::options::{Options, TxnOptions};
+use crate::options::{Isolation, Options, TxnOptions};
 use crate::table::{Table, TableInner};
 use crate::txn::Transaction;
 use crate::txn::table::TxnTable;
@@ -34,8 +36,10 @@ pub(crate) struct DbInner {
     /// Read on every operation; on its own cache line so that writes to the
     /// counters below never evict it.
     closed: CachePadded<AtomicBool>,
-    /// The next CSN to hand out (invariant 1: one counter, dense CSNs).
-    pub(crate) next_csn: CachePadded<AtomicU64>,
+    /// The CSN counter, gCSN and the durable marks (`commit::dependency`).
+    pub(crate) commit: Arc<CommitState>,
+    /// The log; `None` without a store.
+    pub(crate) log: Option<Log>,
     /// A lower bound on every running and future snapshot (see `mvcc::gc`).
     pub(crate) gc_horizon: CachePadded<AtomicU64>,
     pub(crate) versions_retired: CachePadded<AtomicU64>,
@@ -67,12 +71,18 @@ impl Database {
     pub fn open(options: Options) -> Result<Database> {
         options.validate()?;
         let txns = TxnTable::new(options.max_transactions);
+        let id = NEXT_DB_ID.fetch_add(1, Ordering::Relaxed);
+        let logged = options.is_logged();
+        let groups = if logged { options.log_groups() } else { 0 };
+        let commit = Arc::new(CommitState::new(groups, options.tracking, logged));
+        let log = if logged { Some(Log::start(&options, Arc::clone(&commit), id)?) } else { None };
         Ok(Database {
             inner: DbInner {
-                id: NEXT_DB_ID.fetch_add(1, Ordering::Relaxed),
+                id,
                 options,
                 closed: CachePadded::new(AtomicBool::new(false)),
-                next_csn: CachePadded::new(AtomicU64::new(CSN_FIRST)),
+                commit,
+                log,
                 gc_horizon: CachePadded::new(AtomicU64::new(0)),
                 versions_retired: CachePadded::new(AtomicU64::new(0)),
                 txns,
@@ -128,24 +138,62 @@ impl Database {
     pub fn begin_with(&self, opts: TxnOptions) -> Result<Transaction<'_>> {
         self.inner.check_open()?;
         let isolation = opts.isolation.unwrap_or(self.inner.options.isolation);
+        // The durable snapshot reads at gCSN; its registration uses the GC
+        // counter so the horizon proof holds (see `DbInner::gc_counter`).
+        let counter = if opts.durable_snapshot {
+            self.inner.gc_counter()
+        } else {
+            &self.inner.commit.next_csn
+        };
         let (lease, snapshot) = self
             .inner
             .txns
-            .begin(&self.inner.next_csn)
+            .begin(counter)
             .ok_or(Error::TooManyTransactions(self.inner.txns.capacity()))?;
-        Ok(Transaction::new(&self.inner, lease, snapshot, isolation, opts.read_only))
+        let read_only = opts.read_only || opts.durable_snapshot;
+        let isolation = if opts.durable_snapshot { Isolation::Snapshot } else { isolation };
+        Ok(Transaction::new(&self.inner, lease, snapshot, isolation, read_only))
     }
 
-    /// Refuse all further work. Running transactions fail with `Closed` at
-    /// their next operation or commit.
+    /// Refuse all further work, write what the log holds, and stop the
+    /// log's threads. Running transactions fail with `Closed` at their next
+    /// operation or commit; pre-committed ones are still acknowledged once
+    /// their log records are durable. Dropping the database closes it.
     pub fn close(&self) {
         self.inner.closed.store(true, Ordering::SeqCst);
+        if let Some(log) = &self.inner.log {
+            log.shut_down();
+        }
+    }
+
+    /// What the log measured: per group flushes, bytes, fill and flush
+    /// times; commit latency and dependency waits; per store requests and
+    /// cost. `None` without a log.
+    pub fn log_metrics(&self) -> Option<LogMetrics> {
+        self.inner.log.as_ref().map(Log::metrics)
+    }
+
+    /// Zero the log's metrics (store accounting is not reset).
+    pub fn reset_log_metrics(&self) {
+        if let Some(log) = &self.inner.log {
+            log.reset_metrics();
+        }
+    }
+
+    /// Every CSN below this is durable (gCSN). Without a log, the next CSN.
+    pub fn durable_csn(&self) -> Csn {
+        self.inner.gc_counter().load(Ordering::SeqCst)
+    }
+
+    /// Why the database stopped accepting commits, if it did.
+    pub fn poisoned(&self) -> Option<Error> {
+        self.inner.commit.poison_error()
     }
 
     /// Monitoring counters.
     pub fn stats(&self) -> DbStats {
         DbStats {
-            next_csn: self.inner.next_csn.load(Ordering::Acquire),
+            next_csn: self.inner.commit.next_csn.load(Ordering::Acquire),
             gc_horizon: self.inner.gc_horizon.load(Ordering::Acquire),
             versions_retired: self.inner.versions_retired.load(Ordering::Relaxed),
             tables: self.inner.tables.read().by_id.len(),
@@ -158,9 +206,17 @@ impl DbInner {
         if self.closed.load(Ordering::Acquire) { Err(Error::Closed) } else { Ok(()) }
     }
 
+    /// The counter that bounds the GC horizon: gCSN with a log (so the
+    /// durable snapshot stays readable), the CSN counter without one. Both
+    /// are monotone and never above the CSN counter, which is what
+    /// `TxnTable::horizon`'s proof needs of a counter.
+    pub(crate) fn gc_counter(&self) -> &AtomicU64 {
+        if self.commit.logged { &self.commit.gcsn } else { &self.commit.next_csn }
+    }
+
     /// Recompute the cached GC horizon (cheap: one pass over the slots in use).
     pub(crate) fn refresh_gc_horizon(&self) -> Csn {
-        let h = self.txns.horizon(&self.next_csn);
+        let h = self.txns.horizon(self.gc_counter());
         self.gc_horizon.fetch_max(h, Ordering::AcqRel);
         h
     }
@@ -174,6 +230,12 @@ fn check_table_name(name: &str) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+impl Drop for Database {
+    fn drop(&mut self) {
+        self.close();
+    }
 }
 
 impl std::fmt::Debug for Database {

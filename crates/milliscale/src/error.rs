@@ -38,6 +38,20 @@ pub enum Error {
     /// The database was closed; no further work is accepted.
     #[error("the database is closed")]
     Closed,
+    /// The log's stores stayed unavailable past the deadline (or too few
+    /// are left for a quorum). The database is poisoned: no commit that was
+    /// not yet acknowledged will be, and every later commit fails. Reopen
+    /// the database (recovery) once the stores are back.
+    #[error("log store unavailable; the database accepts no more commits: {0}")]
+    StoreUnavailable(String),
+    /// Another writer took over the log. This database can acknowledge
+    /// nothing more.
+    #[error("fenced: another writer owns the log: {0}")]
+    Fenced(String),
+    /// A store could not be used at open (a bad URL, a refused request, a
+    /// log that is already there).
+    #[error("store error: {0}")]
+    Store(String),
 }
 
 /// What kind of conflict aborted a transaction.

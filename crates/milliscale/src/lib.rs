@@ -34,12 +34,14 @@ mod options;
 mod table;
 mod txn;
 
-pub use commit::{CommitAck, CommitInfo};
+pub use commit::{CommitAck, CommitInfo, CommitMetrics};
 pub use db::{Database, DbStats};
 pub use error::{ConflictKind, Error, Result};
 pub use index::Direction;
+pub use log::group::GroupMetrics;
+pub use log::{LogMetrics, StoreStatus};
 pub use mvcc::Csn;
-pub use options::{Isolation, Options, TxnOptions};
+pub use options::{Isolation, Options, Quorum, StoreSpec, Tracking, TxnOptions};
 pub use table::Table;
 pub use txn::Transaction;
 

@@ -17,6 +17,16 @@ pub const RECORDS_PER_TABLE_MAX: u64 =
 /// Upper bound for [`crate::Options::max_transactions`].
 pub const TRANSACTIONS_MAX: usize = 1 << 16;
 
+/// Smallest [`crate::Options::log_buffer_bytes`].
+pub const LOG_BUFFER_BYTES_MIN: usize = 4 * 1024;
+/// Largest [`crate::Options::log_buffer_bytes`]. A transaction bigger than
+/// the buffer still commits: it goes out alone, as one larger part.
+pub const LOG_BUFFER_BYTES_MAX: usize = 64 << 20;
+/// Most log groups (and so flusher threads) in one database.
+pub const LOG_GROUPS_MAX: usize = 256;
+/// Most stores a log is replicated to.
+pub const STORES_MAX: usize = 7;
+
 const _: () = assert!(KEY_BYTES_MAX < VALUE_BYTES_MAX);
 const _: () =
     assert!(VALUE_BYTES_MAX + KEY_BYTES_MAX < 1 << 20, "a record must fit a 1 MiB log buffer");

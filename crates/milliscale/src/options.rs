@@ -1,7 +1,14 @@
 //! The one configuration type for a database.
 
+use std::sync::Arc;
+use std::time::Duration;
+
+use objstore::ObjectStore;
+
 use crate::error::{Error, Result};
-use crate::limits::TRANSACTIONS_MAX;
+use crate::limits::{
+    LOG_BUFFER_BYTES_MAX, LOG_BUFFER_BYTES_MIN, LOG_GROUPS_MAX, STORES_MAX, TRANSACTIONS_MAX,
+};
 
 /// Transaction isolation levels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -19,32 +26,143 @@ pub enum Isolation {
     Serializable,
 }
 
+/// When the committer may acknowledge a pre-committed transaction T
+/// (DESIGN.md invariant 2). Both need T's own log records durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Tracking {
+    /// Record-level (Milliscale): T.DSN < gCSN, i.e. every transaction
+    /// whose versions T read or overwrote is durable.
+    #[default]
+    Record,
+    /// Transaction-level (the baseline): T.CSN < gCSN, i.e. every
+    /// transaction serialized before T is durable.
+    Txn,
+}
+
+/// How many stores must hold a log part before it counts as durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Quorum {
+    /// More than half of the stores (1 of 1, 2 of 3, 3 of 5).
+    #[default]
+    Majority,
+    /// Every store.
+    All,
+}
+
+impl Quorum {
+    /// Acknowledgments needed out of `stores`.
+    pub fn needed(self, stores: usize) -> usize {
+        match self {
+            Quorum::Majority => stores / 2 + 1,
+            Quorum::All => stores,
+        }
+    }
+}
+
+/// Where the log goes: a URL (`sim://s3x`, `file:///path`, `s3://...`,
+/// `memory://`) or a store object the caller built.
+#[derive(Debug, Clone)]
+pub enum StoreSpec {
+    /// A store URL, opened by [`objstore::open`].
+    Url(String),
+    /// A store the caller already opened (tests, custom backends).
+    Handle(Arc<dyn ObjectStore>),
+}
+
+impl StoreSpec {
+    /// A short name for messages.
+    pub fn describe(&self) -> String {
+        match self {
+            StoreSpec::Url(u) => u.clone(),
+            StoreSpec::Handle(s) => format!("{s:?}").chars().take(60).collect(),
+        }
+    }
+}
+
 /// Options for [`crate::Database::open`].
+///
+/// With no store (the default, or `store("none")`) nothing is logged:
+/// commits are acknowledged at pre-commit and nothing survives the
+/// process. With one or more stores every commit is logged and
+/// acknowledged only once durable.
 #[derive(Debug, Clone)]
 pub struct Options {
-    pub(crate) store: String,
+    pub(crate) stores: Vec<StoreSpec>,
+    pub(crate) quorum: Quorum,
     pub(crate) max_transactions: usize,
     pub(crate) isolation: Isolation,
+    pub(crate) workers: usize,
+    pub(crate) log_group_size: usize,
+    pub(crate) log_buffer_bytes: usize,
+    pub(crate) flush_timeout: Duration,
+    pub(crate) tracking: Tracking,
+    pub(crate) segment_parts_max: u32,
+    pub(crate) store_deadline: Duration,
+    pub(crate) force_put_per_flush: bool,
 }
+
+/// Default [`Options::flush_timeout`].
+pub const FLUSH_TIMEOUT_DEFAULT: Duration = Duration::from_millis(10);
+/// Default [`Options::log_buffer_bytes`]: 512 KiB per worker of a
+/// two-worker group (the paper's §4.2 choice).
+pub const LOG_BUFFER_BYTES_DEFAULT: usize = 1 << 20;
+/// Default [`Options::log_group_size`].
+pub const LOG_GROUP_SIZE_DEFAULT: usize = 2;
 
 impl Default for Options {
     fn default() -> Self {
-        Options { store: "none".to_owned(), max_transactions: 1024, isolation: Isolation::Snapshot }
+        Options {
+            stores: Vec::new(),
+            quorum: Quorum::Majority,
+            max_transactions: 1024,
+            isolation: Isolation::Snapshot,
+            workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            log_group_size: LOG_GROUP_SIZE_DEFAULT,
+            log_buffer_bytes: LOG_BUFFER_BYTES_DEFAULT,
+            flush_timeout: FLUSH_TIMEOUT_DEFAULT,
+            tracking: Tracking::Record,
+            segment_parts_max: objstore::PARTS_MAX,
+            store_deadline: Duration::from_secs(30),
+            force_put_per_flush: false,
+        }
     }
 }
 
 impl Options {
-    /// Default options: no log (`store("none")`), 1,024 transaction slots,
-    /// snapshot isolation.
+    /// Default options: no log, 1,024 transaction slots, snapshot
+    /// isolation; with a store, groups of 2 workers sharing a 1 MiB buffer,
+    /// a 10 ms flush timeout and record-level tracking.
     pub fn new() -> Options {
         Options::default()
     }
 
-    /// Where the log goes. Only `"none"` (no logging: commits are
-    /// acknowledged at pre-commit and nothing survives the process) is
-    /// available in this version; object-store URLs come with the log.
+    /// Log to this one store URL (replacing any set before). `"none"`
+    /// turns logging off. Use [`Options::add_store`] for replication.
     pub fn store(mut self, url: impl Into<String>) -> Options {
-        self.store = url.into();
+        let url = url.into();
+        self.stores.clear();
+        if url != "none" {
+            self.stores.push(StoreSpec::Url(url));
+        }
+        self
+    }
+
+    /// Also log to this store URL: every flush goes to every store, and a
+    /// part is durable once a [`Quorum`] of them holds it.
+    pub fn add_store(mut self, url: impl Into<String>) -> Options {
+        self.stores.push(StoreSpec::Url(url.into()));
+        self
+    }
+
+    /// Also log to a store object the caller opened.
+    pub fn add_store_handle(mut self, store: Arc<dyn ObjectStore>) -> Options {
+        self.stores.push(StoreSpec::Handle(store));
+        self
+    }
+
+    /// How many stores must hold a part. Default majority.
+    pub fn quorum(mut self, quorum: Quorum) -> Options {
+        self.quorum = quorum;
         self
     }
 
@@ -60,18 +178,115 @@ impl Options {
         self
     }
 
+    /// How many threads will run transactions. With the group size it sets
+    /// the number of log groups: `ceil(workers / log_group_size)`. Default:
+    /// the machine's available parallelism. More threads than this still
+    /// work; they share the groups round-robin.
+    pub fn workers(mut self, n: usize) -> Options {
+        self.workers = n;
+        self
+    }
+
+    /// Worker threads per log group, i.e. per log buffer (restricted
+    /// decentralized logging). Default 2; 1 is per-thread logging.
+    pub fn log_group_size(mut self, n: usize) -> Options {
+        self.log_group_size = n;
+        self
+    }
+
+    /// Bytes of one group's log buffer; a flush sends at most this much
+    /// (one larger part only for a single transaction that does not fit).
+    /// Each group has two (double buffering). Default 1 MiB.
+    pub fn log_buffer_bytes(mut self, n: usize) -> Options {
+        self.log_buffer_bytes = n;
+        self
+    }
+
+    /// A buffer that is not full is flushed this long after its first
+    /// transaction arrived. Default 10 ms.
+    pub fn flush_timeout(mut self, d: Duration) -> Options {
+        self.flush_timeout = d;
+        self
+    }
+
+    /// The dependency tracking policy. Default [`Tracking::Record`].
+    pub fn tracking(mut self, t: Tracking) -> Options {
+        self.tracking = t;
+        self
+    }
+
+    /// Parts per log segment before it is sealed (1..=10,000). Default
+    /// 10,000, S3 Express's limit; lower it to test rollover.
+    pub fn segment_parts_max(mut self, n: u32) -> Options {
+        self.segment_parts_max = n;
+        self
+    }
+
+    /// How long the log keeps retrying a store that fails before it gives
+    /// up on it. When too few stores are left for a quorum, the database is
+    /// poisoned: every later commit fails with `StoreUnavailable`.
+    /// Default 30 s.
+    pub fn store_deadline(mut self, d: Duration) -> Options {
+        self.store_deadline = d;
+        self
+    }
+
+    /// Write one object per flush even where the store can append (the
+    /// S3 Standard layout). By default the probe decides per store.
+    pub fn put_per_flush(mut self, yes: bool) -> Options {
+        self.force_put_per_flush = yes;
+        self
+    }
+
+    /// Whether commits are logged.
+    pub fn is_logged(&self) -> bool {
+        !self.stores.is_empty()
+    }
+
+    /// The number of log groups these options give.
+    pub fn log_groups(&self) -> usize {
+        self.workers.div_ceil(self.log_group_size.max(1)).clamp(1, LOG_GROUPS_MAX)
+    }
+
     pub(crate) fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::InvalidArgument(m));
         if self.max_transactions == 0 || self.max_transactions > TRANSACTIONS_MAX {
-            return Err(Error::InvalidArgument(format!(
+            return bad(format!(
                 "max_transactions must be in 1..={TRANSACTIONS_MAX}, got {}",
                 self.max_transactions
-            )));
+            ));
         }
-        if self.store != "none" {
-            return Err(Error::InvalidArgument(format!(
-                "store {:?} is not supported by this version; use \"none\"",
-                self.store
-            )));
+        if self.workers == 0 || self.log_group_size == 0 {
+            return bad("workers and log_group_size must be at least 1".into());
+        }
+        if !(LOG_BUFFER_BYTES_MIN..=LOG_BUFFER_BYTES_MAX).contains(&self.log_buffer_bytes) {
+            return bad(format!(
+                "log_buffer_bytes must be in {LOG_BUFFER_BYTES_MIN}..={LOG_BUFFER_BYTES_MAX}, got {}",
+                self.log_buffer_bytes
+            ));
+        }
+        if self.segment_parts_max == 0 || self.segment_parts_max > objstore::PARTS_MAX {
+            return bad(format!(
+                "segment_parts_max must be in 1..={}, got {}",
+                objstore::PARTS_MAX,
+                self.segment_parts_max
+            ));
+        }
+        if self.stores.len() > STORES_MAX {
+            return bad(format!("at most {STORES_MAX} stores, got {}", self.stores.len()));
+        }
+        if self.flush_timeout.is_zero() || self.flush_timeout > Duration::from_secs(60) {
+            return bad(format!(
+                "flush_timeout must be in (0, 60 s], got {:?}",
+                self.flush_timeout
+            ));
+        }
+        for s in &self.stores {
+            if let StoreSpec::Url(u) = s
+                && u == "none"
+            {
+                return bad("\"none\" cannot be combined with other stores".into());
+            }
         }
         Ok(())
     }
@@ -84,16 +299,26 @@ pub struct TxnOptions {
     pub isolation: Option<Isolation>,
     /// Refuse writes. A read-only transaction never takes a CSN.
     pub read_only: bool,
+    /// Read at the durable snapshot (gCSN) instead of the latest one: the
+    /// transaction sees only durable data, so its commit never waits
+    /// (MILANA-style local commit). Implies `read_only`.
+    pub durable_snapshot: bool,
 }
 
 impl TxnOptions {
     /// Options with the given isolation level.
     pub fn isolation(isolation: Isolation) -> TxnOptions {
-        TxnOptions { isolation: Some(isolation), read_only: false }
+        TxnOptions { isolation: Some(isolation), ..TxnOptions::default() }
     }
 
     /// A read-only transaction at the database's default isolation.
     pub fn read_only() -> TxnOptions {
-        TxnOptions { isolation: None, read_only: true }
+        TxnOptions { read_only: true, ..TxnOptions::default() }
+    }
+
+    /// A read-only transaction at the durable snapshot; see
+    /// [`TxnOptions::durable_snapshot`].
+    pub fn durable_snapshot() -> TxnOptions {
+        TxnOptions { read_only: true, durable_snapshot: true, ..TxnOptions::default() }
     }
 }

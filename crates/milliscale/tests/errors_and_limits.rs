@@ -103,10 +103,12 @@ fn transaction_slots_run_out_cleanly() {
         Database::open(Options::new().max_transactions(0)),
         Err(Error::InvalidArgument(_))
     ));
-    assert!(matches!(
-        Database::open(Options::new().store("s3://b")),
-        Err(Error::InvalidArgument(_))
-    ));
+    for bad in ["ftp://x", "file://relative/path", "sim://no-such-preset", "no-scheme"] {
+        assert!(
+            matches!(Database::open(Options::new().store(bad)), Err(Error::InvalidArgument(_))),
+            "{bad}"
+        );
+    }
 }
 
 #[test]

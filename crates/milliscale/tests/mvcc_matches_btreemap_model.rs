@@ -91,7 +91,11 @@ fn run(history: Vec<Txn>) -> Result<(), TestCaseError> {
     for spec in history {
         if spec.open_reader && reader.is_none() {
             let r = db
-                .begin_with(TxnOptions { isolation: Some(Isolation::Snapshot), read_only: true })
+                .begin_with(TxnOptions {
+                    isolation: Some(Isolation::Snapshot),
+                    read_only: true,
+                    ..Default::default()
+                })
                 .expect("begin");
             reader = Some((r, committed.clone()));
         }

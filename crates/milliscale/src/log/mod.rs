@@ -1,6 +1,253 @@
-//! The write-ahead log. So far: the record format (`record.rs`) and the
-//! segment writer with its failure handling (`segment.rs`). Log groups,
-//! flushers and group commit follow (issue 4).
+//! The write-ahead log on object storage.
+//!
+//! - [`record`]: the byte format of parts, entries and records.
+//! - [`segment`]: writing one group's parts to one store: segments,
+//!   rollover, and reconciliation after unknown outcomes.
+//! - `group`: restricted decentralized logging: a buffer and a flusher
+//!   per group of workers, and the one-step CSN reservation.
+//! - `replica`: every part to every store, durable at a quorum.
+//!
+//! [`Log`] ties them together: it opens and probes the stores, starts one
+//! flusher per group and the committer (`commit::dependency`), and maps
+//! worker threads to groups.
 
+pub mod group;
 pub mod record;
+pub(crate) mod replica;
 pub mod segment;
+
+use std::cell::Cell;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::thread::JoinHandle;
+
+use objstore::ObjectStore;
+use objstore::probe::{AppendSupport, probe_appends};
+use objstore::sim::accounting::AccountingReport;
+
+use crate::commit::dependency::{CommitMetrics, CommitState, Committer};
+use crate::error::{Error, Result};
+use crate::options::{Options, StoreSpec};
+use group::{GroupMetrics, LogGroup};
+use replica::{ReplicaConfig, ReplicaSet, StoreHealth};
+use segment::{RetryPolicy, WriteMode};
+
+pub use replica::LAG_PARTS_MAX;
+
+/// One store the log writes to, as monitoring sees it.
+#[derive(Debug, Clone)]
+pub struct StoreStatus {
+    /// The URL or a description.
+    pub name: String,
+    /// Whether the log appends to it or writes one object per flush.
+    pub mode: WriteMode,
+    /// Why it is in put mode, if the probe said so.
+    pub put_reason: Option<String>,
+    /// Parts written to it (all groups).
+    pub parts: u64,
+    /// Groups that dropped it from replication (0 = healthy).
+    pub dropped: u64,
+    /// The error that made a group drop it.
+    pub last_error: Option<String>,
+    /// Its request and cost accounting, if it keeps one (`sim://`).
+    pub accounting: Option<AccountingReport>,
+}
+
+/// Everything the log measured; see [`crate::Database::log_metrics`].
+#[derive(Debug, Clone)]
+pub struct LogMetrics {
+    /// Per log group.
+    pub groups: Vec<GroupMetrics>,
+    /// Commit latency and dependency waits.
+    pub commit: CommitMetrics,
+    /// Per store.
+    pub stores: Vec<StoreStatus>,
+}
+
+struct OpenStore {
+    store: Arc<dyn ObjectStore>,
+    health: Arc<StoreHealth>,
+    put_reason: Option<String>,
+}
+
+/// The running log of one database.
+pub(crate) struct Log {
+    groups: Vec<Arc<LogGroup>>,
+    group_size: usize,
+    stores: Vec<OpenStore>,
+    commit: Arc<CommitState>,
+    threads: parking_lot::Mutex<Vec<JoinHandle<()>>>,
+    stop_committer: Arc<AtomicBool>,
+    /// Worker numbers handed out, for the thread -> group map.
+    workers: AtomicUsize,
+    db_id: u64,
+}
+
+thread_local! {
+    /// (database id, worker number) of this thread.
+    static WORKER: Cell<(u64, usize)> = const { Cell::new((0, 0)) };
+}
+
+impl Log {
+    /// Open and probe the stores, then start the flushers and the committer.
+    pub(crate) fn start(options: &Options, commit: Arc<CommitState>, db_id: u64) -> Result<Log> {
+        let stores = options
+            .stores
+            .iter()
+            .map(|spec| open_store(spec, options.force_put_per_flush))
+            .collect::<Result<Vec<_>>>()?;
+        let n_groups = options.log_groups();
+        let groups: Vec<Arc<LogGroup>> = (0..n_groups)
+            .map(|g| {
+                Arc::new(LogGroup::new(
+                    g as u32,
+                    options.log_buffer_bytes,
+                    options.flush_timeout,
+                    Arc::clone(&commit),
+                ))
+            })
+            .collect();
+        let retry = RetryPolicy { deadline: options.store_deadline, ..RetryPolicy::default() };
+        let needed = options.quorum.needed(stores.len());
+        let mut threads = Vec::new();
+        for g in &groups {
+            let configs = stores
+                .iter()
+                .map(|s| ReplicaConfig {
+                    store: Arc::clone(&s.store),
+                    health: Arc::clone(&s.health),
+                    parts_max: options.segment_parts_max,
+                    retry,
+                })
+                .collect();
+            let replicas = ReplicaSet::start(g.id, configs, needed);
+            let g = Arc::clone(g);
+            let groups_to_wake = groups.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("ms-flusher-g{}", g.id))
+                    .spawn(move || {
+                        g.run_flusher(replicas);
+                        // A poisoned group wakes every group's workers.
+                        for other in &groups_to_wake {
+                            other.wake_all();
+                        }
+                    })
+                    .map_err(|e| Error::Store(format!("cannot start a flusher thread: {e}")))?,
+            );
+        }
+        let stop_committer = Arc::new(AtomicBool::new(false));
+        let committer = Committer::new(Arc::clone(&commit), groups.clone(), stop_committer.clone());
+        threads.push(
+            std::thread::Builder::new()
+                .name("ms-committer".into())
+                .spawn(move || committer.run())
+                .map_err(|e| Error::Store(format!("cannot start the committer thread: {e}")))?,
+        );
+        Ok(Log {
+            groups,
+            group_size: options.log_group_size,
+            stores,
+            commit,
+            threads: parking_lot::Mutex::new(threads),
+            stop_committer,
+            workers: AtomicUsize::new(0),
+            db_id,
+        })
+    }
+
+    /// The group of the calling thread. Threads get worker numbers in the
+    /// order they first commit; workers `k*size .. (k+1)*size` share group
+    /// `k`, wrapping around when there are more threads than planned.
+    pub(crate) fn my_group(&self) -> &LogGroup {
+        let (db, mut worker) = WORKER.get();
+        if db != self.db_id {
+            worker = self.workers.fetch_add(1, Ordering::Relaxed);
+            WORKER.set((self.db_id, worker));
+        }
+        &self.groups[(worker / self.group_size) % self.groups.len()]
+    }
+
+    /// Flush everything, let the committer release it, stop the threads.
+    pub(crate) fn shut_down(&self) {
+        for g in &self.groups {
+            g.close();
+        }
+        let mut threads = std::mem::take(&mut *self.threads.lock());
+        let committer = threads.pop();
+        for t in threads {
+            let _ = t.join();
+        }
+        self.stop_committer.store(true, Ordering::Release);
+        self.commit.wake_committer();
+        if let Some(t) = committer {
+            let _ = t.join();
+        }
+    }
+
+    pub(crate) fn metrics(&self) -> LogMetrics {
+        LogMetrics {
+            groups: self.groups.iter().map(|g| g.metrics()).collect(),
+            commit: self.commit.metrics.lock().clone(),
+            stores: self.stores.iter().map(status).collect(),
+        }
+    }
+
+    pub(crate) fn reset_metrics(&self) {
+        for g in &self.groups {
+            g.reset_metrics();
+        }
+        *self.commit.metrics.lock() = CommitMetrics::new();
+    }
+}
+
+fn status(s: &OpenStore) -> StoreStatus {
+    StoreStatus {
+        name: s.health.name.clone(),
+        mode: s.health.mode,
+        put_reason: s.put_reason.clone(),
+        parts: s.health.parts.load(Ordering::Relaxed),
+        dropped: s.health.dropped.load(Ordering::Relaxed),
+        last_error: s.health.last_error.lock().clone(),
+        accounting: s.store.accounting(),
+    }
+}
+
+fn open_store(spec: &StoreSpec, force_put: bool) -> Result<OpenStore> {
+    let name = spec.describe();
+    let store = match spec {
+        StoreSpec::Url(u) => objstore::open(u).map_err(|e| match e {
+            objstore::StoreError::InvalidRequest(m) => Error::InvalidArgument(format!("{u}: {m}")),
+            e => Error::Store(format!("{u}: {e}")),
+        })?,
+        StoreSpec::Handle(s) => Arc::clone(s),
+    };
+    // This version has no recovery yet: a log already in the store would be
+    // appended over. Refuse instead of touching it.
+    let existing = store.list("log/").map_err(|e| Error::Store(format!("{name}: {e}")))?;
+    if let Some(o) = existing.first() {
+        return Err(Error::Store(format!(
+            "{name} already holds a log ({}); this version cannot recover it yet, so use an \
+             empty bucket, prefix or directory",
+            o.key
+        )));
+    }
+    let (mode, put_reason) = if force_put {
+        (WriteMode::PutPerFlush, Some("put-per-flush mode was requested".to_owned()))
+    } else {
+        let key = format!("probe/append-{:016x}", rand::random::<u64>());
+        match probe_appends(store.as_ref(), &key) {
+            Ok(AppendSupport::Appends) => (WriteMode::Append, None),
+            Ok(AppendSupport::PutPerFlush { reason }) => {
+                // Said once, at open, per store.
+                tracing::warn!(
+                    "store {name} cannot append ({reason}); the log writes one object per flush"
+                );
+                (WriteMode::PutPerFlush, Some(reason))
+            }
+            Err(e) => return Err(Error::Store(format!("{name}: the append probe failed: {e}"))),
+        }
+    };
+    let health = Arc::new(StoreHealth::new(name, mode));
+    Ok(OpenStore { store, health, put_reason })
+}

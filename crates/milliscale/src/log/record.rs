@@ -74,10 +74,10 @@ pub enum Op {
 impl Op {
     fn code(&self) -> u8 {
         match self {
-            Op::Insert(_) => 1,
-            Op::Update(_) => 2,
-            Op::Delta { .. } => 3,
-            Op::Delete => 4,
+            Op::Insert(_) => op_code::INSERT,
+            Op::Update(_) => op_code::UPDATE,
+            Op::Delta { .. } => op_code::DELTA,
+            Op::Delete => op_code::DELETE,
         }
     }
 
@@ -151,30 +151,76 @@ impl Entry {
     /// is above `u32::MAX`; the engine's limits (limits.rs) keep them far
     /// below.
     pub fn encode(&self, out: &mut impl BufMut) {
-        let (kind, csn, dsn, records): (u8, u64, u64, &[Record]) = match self {
-            Entry::Commit { csn, dsn, records } => (1, *csn, *dsn, records),
-            Entry::Abort { csn } => (2, *csn, 0, &[]),
-        };
-        out.put_u8(kind);
-        out.put_bytes(0, 3);
-        out.put_u32_le(u32::try_from(records.len()).expect("records per transaction fit u32"));
-        out.put_u64_le(csn);
-        out.put_u64_le(dsn);
-        for r in records {
-            let payload = r.op.payload();
-            out.put_u8(r.op.code());
-            out.put_u8(0);
-            out.put_u16_le(u16::try_from(r.key.len()).expect("key length fits u16"));
-            out.put_u32_le(r.table);
-            out.put_u32_le(u32::try_from(payload.len()).expect("payload length fits u32"));
-            out.put_u32_le(match r.op {
-                Op::Delta { offset, .. } => offset,
-                _ => 0,
-            });
-            out.put_slice(&r.key);
-            out.put_slice(payload);
+        match self {
+            Entry::Commit { csn, dsn, records } => {
+                let count = u32::try_from(records.len()).expect("records per transaction fit u32");
+                encode_entry_header(out, EntryKind::Commit, count, *csn, *dsn);
+                for r in records {
+                    let offset = match r.op {
+                        Op::Delta { offset, .. } => offset,
+                        _ => 0,
+                    };
+                    encode_record(out, r.op.code(), r.table, &r.key, offset, r.op.payload());
+                }
+            }
+            Entry::Abort { csn } => encode_entry_header(out, EntryKind::Abort, 0, *csn, 0),
         }
     }
+}
+
+/// The two kinds of entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EntryKind {
+    Commit = 1,
+    Abort = 2,
+}
+
+/// Record op codes, as [`encode_record`] takes them.
+pub(crate) mod op_code {
+    pub(crate) const INSERT: u8 = 1;
+    pub(crate) const UPDATE: u8 = 2;
+    pub(crate) const DELTA: u8 = 3;
+    pub(crate) const DELETE: u8 = 4;
+}
+
+/// Write an entry header. The engine writes a transaction's records as it
+/// runs (its redo buffer) and puts this header in front at pre-commit.
+pub(crate) fn encode_entry_header(
+    out: &mut impl BufMut,
+    kind: EntryKind,
+    records: u32,
+    csn: u64,
+    dsn: u64,
+) {
+    out.put_u8(kind as u8);
+    out.put_bytes(0, 3);
+    out.put_u32_le(records);
+    out.put_u64_le(csn);
+    out.put_u64_le(dsn);
+}
+
+/// Write one record: `op` is an [`op_code`], `offset` is 0 unless it is a
+/// delta.
+///
+/// # Panics
+/// If the key is longer than `u16::MAX` or the payload longer than
+/// `u32::MAX`; the engine's limits (limits.rs) keep them far below.
+pub(crate) fn encode_record(
+    out: &mut impl BufMut,
+    op: u8,
+    table: u32,
+    key: &[u8],
+    offset: u32,
+    payload: &[u8],
+) {
+    out.put_u8(op);
+    out.put_u8(0);
+    out.put_u16_le(u16::try_from(key.len()).expect("key length fits u16"));
+    out.put_u32_le(table);
+    out.put_u32_le(u32::try_from(payload.len()).expect("payload length fits u32"));
+    out.put_u32_le(offset);
+    out.put_slice(key);
+    out.put_slice(payload);
 }
 
 /// A decoded part.
@@ -256,20 +302,29 @@ impl PartBuilder {
 
     /// The encoded part.
     pub fn finish(mut self) -> Bytes {
-        let body_len = u32::try_from(self.body_len()).expect("a part body fits u32");
-        let mut h = &mut self.buf[..PART_HEADER_BYTES];
-        h.put_slice(&PART_MAGIC);
-        h.put_u8(FORMAT_VERSION);
-        h.put_u8(0);
-        h.put_u16_le(0);
-        h.put_u32_le(self.group);
-        h.put_u32_le(body_len);
-        h.put_u64_le(self.first_csn);
-        h.put_u32_le(self.entries);
-        let crc = part_crc(&self.buf[..28], &self.buf[PART_HEADER_BYTES..]);
-        self.buf[28..32].copy_from_slice(&crc.to_le_bytes());
+        seal_part(&mut self.buf, self.group, self.first_csn, self.entries);
         Bytes::from(self.buf)
     }
+}
+
+/// Write the part header and checksum into `buf[..PART_HEADER_BYTES]`; the
+/// body (`entries` entries, the first with CSN `first_csn`) follows it.
+///
+/// # Panics
+/// If `buf` is shorter than a header or the body is 4 GiB or more.
+pub(crate) fn seal_part(buf: &mut [u8], group: u32, first_csn: u64, entries: u32) {
+    let body_len = u32::try_from(buf.len() - PART_HEADER_BYTES).expect("a part body fits u32");
+    let mut h = &mut buf[..PART_HEADER_BYTES];
+    h.put_slice(&PART_MAGIC);
+    h.put_u8(FORMAT_VERSION);
+    h.put_u8(0);
+    h.put_u16_le(0);
+    h.put_u32_le(group);
+    h.put_u32_le(body_len);
+    h.put_u64_le(first_csn);
+    h.put_u32_le(entries);
+    let crc = part_crc(&buf[..28], &buf[PART_HEADER_BYTES..]);
+    buf[28..32].copy_from_slice(&crc.to_le_bytes());
 }
 
 fn part_crc(header: &[u8], body: &[u8]) -> u32 {

@@ -15,6 +15,7 @@ pub(crate) mod table;
 mod validate;
 
 use std::ops::Bound;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use crossbeam_epoch::{Guard, Pointer, Shared};
@@ -25,6 +26,8 @@ use crate::db::{DbInner, GC_HORIZON_REFRESH_COMMITS};
 use crate::error::{ConflictKind, Error, Result};
 use crate::index::Direction;
 use crate::limits::{KEY_BYTES_MAX, VALUE_BYTES_MAX};
+use crate::log::group::Reservation;
+use crate::log::record::ENTRY_HEADER_BYTES;
 use crate::mvcc::oid_array::Rid;
 use crate::mvcc::version::Version;
 use crate::mvcc::visibility::{self, Creator, View, WriteCheck};
@@ -34,25 +37,12 @@ use crate::table::{Table, TableInner};
 use table::{SlotLease, TxnState};
 use validate::{ReadEntry, ScanEntry};
 
-/// How a write changed a record; the log records it this way.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum WriteKind {
-    /// A full new value (insert or replace).
-    Put,
-    /// `len` bytes at `offset` changed; the rest is the previous version.
-    Delta { offset: u32, len: u32 },
-    /// A tombstone.
-    Delete,
-}
-
 pub(crate) struct WriteEntry<'db> {
     pub(crate) table: &'db TableInner,
     pub(crate) rid: Rid,
     /// Address of our uncommitted version, at the head of the record's chain
     /// until we commit or abort (nobody installs over an uncommitted version).
     pub(crate) version: usize,
-    #[allow(dead_code)] // read by the log record encoder
-    pub(crate) kind: WriteKind,
 }
 
 /// A running transaction. Dropping it without `commit` aborts it.
@@ -71,6 +61,11 @@ pub struct Transaction<'db> {
     /// so a key's RID never changes: a read-modify-write of one key descends
     /// the index once, not twice.
     last_lookup: Option<(u32, smallvec::SmallVec<[u8; 16]>, Rid)>,
+    /// With a log: the transaction's records, encoded as it writes them
+    /// (the body of its log entry), and how many there are.
+    logged: bool,
+    redo: Vec<u8>,
+    redo_records: u32,
 }
 
 // A transaction may move between threads (write sets hold version
@@ -100,6 +95,9 @@ impl<'db> Transaction<'db> {
             reads: Vec::new(),
             scans: Vec::new(),
             last_lookup: None,
+            logged: db.log.is_some(),
+            redo: Vec::new(),
+            redo_records: 0,
         }
     }
 
@@ -235,34 +233,89 @@ impl<'db> Transaction<'db> {
             return Err(Error::Conflict(kind));
         }
         if self.writes.is_empty() {
-            // Read-only: no CSN (invariant 1).
+            // Read-only: no CSN (invariant 1); waits for what it saw.
             let info = CommitInfo { csn: None, dsn: self.dsn };
             self.finish();
-            return Ok(CommitAck::resolved(info));
+            return Ok(self.ack(info, 0));
         }
-        let lease = self.lease.as_ref().expect("a running transaction holds its slot");
+        let lease = self.lease.take().expect("a running transaction holds its slot");
         // Pin before the state says COMMITTED: once it does, other writers may
         // install over our versions and retire them, and we still stamp them.
         let guard = crossbeam_epoch::pin();
-        self.db.txns.set_state(lease, TxnState::Committing);
-        let csn = self.db.next_csn.fetch_add(1, Ordering::SeqCst);
-        if self.isolation == Isolation::Serializable {
-            self.db.txns.set_state(lease, TxnState::Validating(csn));
-            if !self.validate(csn, &guard) {
-                self.db.txns.set_state(lease, TxnState::Aborted);
-                self.abort_inner();
-                return Err(Error::Conflict(ConflictKind::ReadValidation));
+        let (csn, group) = match self.db.log.as_ref() {
+            None => match self.take_csn(&lease, &guard, None) {
+                Ok(csn) => (csn, 0),
+                Err(e) => return Err(self.fail(lease, e)),
+            },
+            Some(log) => {
+                let group = log.my_group();
+                let entry_len = ENTRY_HEADER_BYTES + self.redo.len();
+                let mut r = match group.reserve(entry_len) {
+                    Ok(r) => r,
+                    Err(e) => return Err(self.fail(lease, e)),
+                };
+                match self.take_csn(&lease, &guard, Some(&mut r)) {
+                    Ok(_) => {
+                        let p = r.write_commit(self.dsn, self.redo_records, &self.redo);
+                        (p.csn, group.id as usize)
+                    }
+                    Err(e) => {
+                        r.write_abort();
+                        return Err(self.fail(lease, e));
+                    }
+                }
             }
-        }
-        self.db.txns.set_state(lease, TxnState::Committed(csn));
+        };
+        self.db.txns.set_state(&lease, TxnState::Committed(csn));
         for w in &self.writes {
             // SAFETY: pinned since before COMMITTED, so not yet freed.
             unsafe { Version::from_addr(w.version) }.set_committed(csn);
         }
         self.collect_garbage(csn, &guard);
         let info = CommitInfo { csn: Some(csn), dsn: self.dsn };
+        self.lease = Some(lease);
         self.finish();
-        Ok(CommitAck::resolved(info))
+        Ok(self.ack(info, group))
+    }
+
+    /// COMMITTING, take the CSN (from the group reservation with a log),
+    /// and validate under serializable isolation. On a validation failure
+    /// the state is ABORTED and the caller logs an abort for the CSN.
+    fn take_csn(
+        &self,
+        lease: &SlotLease,
+        guard: &Guard,
+        reservation: Option<&mut Reservation<'_>>,
+    ) -> Result<Csn> {
+        self.db.txns.set_state(lease, TxnState::Committing);
+        let csn = match reservation {
+            Some(r) => r.take_csn(),
+            None => self.db.commit.next_csn.fetch_add(1, Ordering::SeqCst),
+        };
+        if self.isolation == Isolation::Serializable {
+            self.db.txns.set_state(lease, TxnState::Validating(csn));
+            if !self.validate(csn, guard) {
+                self.db.txns.set_state(lease, TxnState::Aborted);
+                return Err(Error::Conflict(ConflictKind::ReadValidation));
+            }
+        }
+        Ok(csn)
+    }
+
+    /// Abort after a failed pre-commit and pass the error on.
+    fn fail(&mut self, lease: SlotLease, e: Error) -> Error {
+        self.lease = Some(lease);
+        self.abort_inner();
+        e
+    }
+
+    fn ack(&self, info: CommitInfo, group: usize) -> CommitAck {
+        let c = &self.db.commit;
+        if !c.logged || c.is_acknowledged(info.csn, info.dsn, group) {
+            CommitAck::resolved(info)
+        } else {
+            CommitAck::pending(info, group, Arc::clone(c))
+        }
     }
 
     /// Pre-commit and wait for the acknowledgment.
@@ -279,7 +332,7 @@ impl<'db> Transaction<'db> {
 
     fn read_view(&self) -> View {
         let snapshot = match self.isolation {
-            Isolation::ReadCommitted => self.db.next_csn.load(Ordering::SeqCst),
+            Isolation::ReadCommitted => self.db.commit.next_csn.load(Ordering::SeqCst),
             Isolation::Snapshot | Isolation::Serializable => self.snapshot,
         };
         View { snapshot, me: self.lease.as_ref().map(|l| l.tid) }
@@ -385,8 +438,11 @@ impl<'db> Transaction<'db> {
             new.next.store(next, Ordering::Relaxed);
             match slot.compare_exchange(head, new, Ordering::AcqRel, Ordering::Acquire, &guard) {
                 Ok(installed) => {
-                    let kind = m.kind();
-                    self.record_write(t, rid, installed.into_usize(), kind, check, head, &guard);
+                    if self.logged {
+                        m.encode(&mut self.redo, t.id, key, check == WriteCheck::Empty);
+                        self.redo_records += 1;
+                    }
+                    self.record_write(t, rid, installed.into_usize(), check, head, &guard);
                     return Ok(Written::Yes);
                 }
                 Err(_) => continue, // the head moved; look again
@@ -412,13 +468,11 @@ impl<'db> Transaction<'db> {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn record_write(
         &mut self,
         t: &'db TableInner,
         rid: Rid,
         version: usize,
-        kind: WriteKind,
         check: WriteCheck,
         old_head: Shared<'_, Version>,
         guard: &Guard,
@@ -433,7 +487,6 @@ impl<'db> Transaction<'db> {
                     .find(|w| w.version == old)
                     .expect("our own head version is in the write set");
                 entry.version = version;
-                entry.kind = merge_kinds(entry.kind, kind);
                 // A reader that loaded the replaced version before our CAS
                 // must skip it: it would otherwise keep our owner marker
                 // forever and the reader would wait on it after we finish.
@@ -447,9 +500,9 @@ impl<'db> Transaction<'db> {
             }
             WriteCheck::Overwrite(c) => {
                 self.dsn = self.dsn.max(c);
-                self.writes.push(WriteEntry { table: t, rid, version, kind });
+                self.writes.push(WriteEntry { table: t, rid, version });
             }
-            WriteCheck::Empty => self.writes.push(WriteEntry { table: t, rid, version, kind }),
+            WriteCheck::Empty => self.writes.push(WriteEntry { table: t, rid, version }),
             WriteCheck::Retry => unreachable!("retry never installs"),
         }
     }
@@ -501,6 +554,8 @@ impl<'db> Transaction<'db> {
         self.writes.clear();
         self.reads.clear();
         self.scans.clear();
+        self.redo.clear();
+        self.redo_records = 0;
     }
 }
 
@@ -536,13 +591,19 @@ enum Mutation<'a> {
 }
 
 impl Mutation<'_> {
-    fn kind(self) -> WriteKind {
+    /// Append this write's log record to `redo`; `insert` if the record
+    /// had no version before.
+    fn encode(self, redo: &mut Vec<u8>, table: u32, key: &[u8], insert: bool) {
+        use crate::log::record::{encode_record, op_code};
         match self {
-            Mutation::Put(_) => WriteKind::Put,
-            Mutation::Patch { offset, bytes } => {
-                WriteKind::Delta { offset: offset as u32, len: bytes.len() as u32 }
+            Mutation::Put(v) => {
+                let op = if insert { op_code::INSERT } else { op_code::UPDATE };
+                encode_record(redo, op, table, key, 0, v);
             }
-            Mutation::Delete => WriteKind::Delete,
+            Mutation::Patch { offset, bytes } => {
+                encode_record(redo, op_code::DELTA, table, key, offset as u32, bytes)
+            }
+            Mutation::Delete => encode_record(redo, op_code::DELETE, table, key, 0, &[]),
         }
     }
 }
@@ -556,19 +617,6 @@ fn check_patch(base: &[u8], offset: usize, bytes: &[u8]) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-/// A record written twice in one transaction is logged as one write.
-fn merge_kinds(first: WriteKind, second: WriteKind) -> WriteKind {
-    match (first, second) {
-        (WriteKind::Delta { offset: a, len: la }, WriteKind::Delta { offset: b, len: lb }) => {
-            let start = a.min(b);
-            let end = (a + la).max(b + lb);
-            WriteKind::Delta { offset: start, len: end - start }
-        }
-        (_, WriteKind::Delete) => WriteKind::Delete,
-        _ => WriteKind::Put,
-    }
 }
 
 fn check_key(key: &[u8]) -> Result<()> {

@@ -1,0 +1,278 @@
+//! Record-level commit dependency tracking: DSN vs gCSN (paper §4.3,
+//! DESIGN.md invariant 2).
+//!
+//! Each log group publishes `durable[g]`: every CSN of group g up to it is
+//! durable (a group's log is in CSN order, so this is one number). The
+//! committer publishes `gcsn`: every CSN below it, in every group, is
+//! durable. It computes it as the minimum over groups of the oldest CSN
+//! not yet durable there, where a group with nothing pending contributes
+//! the CSN counter, **read before the scan**: a CSN taken after that read is
+//! at least the value read, and one taken before it is already registered
+//! as pending in its group (taking a CSN and registering it are one step
+//! under the group lock, see `log::group`).
+//!
+//! A pre-committed transaction T (group g) is acknowledged when
+//! - `Tracking::Record`: `durable[g] >= T.csn && T.dsn < gcsn`;
+//! - `Tracking::Txn`: `T.csn < gcsn`.
+//!
+//! Both sides are monotone, so an ack handle decides by reading two
+//! atomics: no per-transaction allocation or queue entry is needed to
+//! answer `is_acknowledged`. The committer's commit queues (one per group,
+//! filled at pre-commit) exist for the metrics: they record when each
+//! transaction was released, and how long it waited on dependencies after
+//! its own records were durable.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use crossbeam_utils::CachePadded;
+use hdrhistogram::Histogram;
+use parking_lot::{Condvar, Mutex};
+
+use crate::error::Error;
+use crate::log::group::{LogGroup, Pending};
+use crate::mvcc::{CSN_FIRST, Csn};
+use crate::options::Tracking;
+
+/// Shared by workers, flushers, the committer and ack handles.
+pub(crate) struct CommitState {
+    /// The next CSN to hand out (invariant 1: one counter, dense CSNs).
+    pub(crate) next_csn: CachePadded<AtomicU64>,
+    /// Every CSN below this is durable in every group.
+    pub(crate) gcsn: CachePadded<AtomicU64>,
+    /// Per group: every CSN of the group up to this one is durable.
+    pub(crate) durable: Box<[CachePadded<AtomicU64>]>,
+    pub(crate) tracking: Tracking,
+    /// False without a log: pre-commit is the commit.
+    pub(crate) logged: bool,
+    poisoned: AtomicBool,
+    poison: Mutex<Option<Error>>,
+    /// Bumped after each committer round; ack waiters sleep on it.
+    acked: Mutex<u64>,
+    acked_cv: Condvar,
+    waiters: AtomicUsize,
+    /// Flushers set it after a flush; the committer sleeps on it.
+    wake: Mutex<bool>,
+    wake_cv: Condvar,
+    pub(crate) metrics: Mutex<CommitMetrics>,
+}
+
+/// What the committer measured.
+#[derive(Debug, Clone)]
+pub struct CommitMetrics {
+    /// Pre-commit to acknowledgment, microseconds, writing transactions.
+    pub latency_us: Histogram<u64>,
+    /// Microseconds from a transaction's own records being durable (as the
+    /// committer saw it) to its release, for those that waited at all.
+    pub dependency_wait_us: Histogram<u64>,
+    /// Transactions released.
+    pub released: u64,
+    /// Of those, how many waited on dependencies after their own records
+    /// were durable.
+    pub waited: u64,
+}
+
+impl CommitMetrics {
+    pub(crate) fn new() -> CommitMetrics {
+        let h = || Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds");
+        CommitMetrics { latency_us: h(), dependency_wait_us: h(), released: 0, waited: 0 }
+    }
+}
+
+impl CommitState {
+    pub(crate) fn new(groups: usize, tracking: Tracking, logged: bool) -> CommitState {
+        CommitState {
+            next_csn: CachePadded::new(AtomicU64::new(CSN_FIRST)),
+            gcsn: CachePadded::new(AtomicU64::new(CSN_FIRST)),
+            durable: (0..groups).map(|_| CachePadded::new(AtomicU64::new(0))).collect(),
+            tracking,
+            logged,
+            poisoned: AtomicBool::new(false),
+            poison: Mutex::new(None),
+            acked: Mutex::new(0),
+            acked_cv: Condvar::new(),
+            waiters: AtomicUsize::new(0),
+            wake: Mutex::new(false),
+            wake_cv: Condvar::new(),
+            metrics: Mutex::new(CommitMetrics::new()),
+        }
+    }
+
+    /// Is the transaction (`csn` in `group`, or read-only) acknowledged?
+    pub(crate) fn is_acknowledged(&self, csn: Option<Csn>, dsn: Csn, group: usize) -> bool {
+        if !self.logged {
+            return true;
+        }
+        let gcsn = self.gcsn.load(Ordering::SeqCst);
+        match csn {
+            // A read-only transaction waits for what it saw.
+            None => dsn < gcsn,
+            Some(csn) => match self.tracking {
+                Tracking::Record => self.durable[group].load(Ordering::SeqCst) >= csn && dsn < gcsn,
+                Tracking::Txn => csn < gcsn,
+            },
+        }
+    }
+
+    pub(crate) fn is_poisoned(&self) -> bool {
+        self.poisoned.load(Ordering::Acquire)
+    }
+
+    /// The error that poisoned the database, if any.
+    pub(crate) fn poison_error(&self) -> Option<Error> {
+        if !self.is_poisoned() {
+            return None;
+        }
+        self.poison.lock().clone()
+    }
+
+    /// Stop acknowledging anything: the log cannot make more data durable.
+    /// The first error is kept; every waiter is woken.
+    pub(crate) fn poison(&self, e: Error) {
+        {
+            let mut p = self.poison.lock();
+            if p.is_none() {
+                tracing::error!("the database is poisoned: {e}");
+                *p = Some(e);
+            }
+        }
+        self.poisoned.store(true, Ordering::Release);
+        self.notify_acks();
+        self.wake_committer();
+    }
+
+    /// Block until acknowledged, or the database is poisoned.
+    pub(crate) fn wait(&self, csn: Option<Csn>, dsn: Csn, group: usize) -> Result<(), Error> {
+        for _ in 0..64 {
+            if self.is_acknowledged(csn, dsn, group) {
+                return Ok(());
+            }
+            std::hint::spin_loop();
+        }
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        let result = loop {
+            let mut round = self.acked.lock();
+            if self.is_acknowledged(csn, dsn, group) {
+                break Ok(());
+            }
+            if let Some(e) = self.poison_error() {
+                break Err(e);
+            }
+            // The committer bumps the round under this lock after it
+            // publishes, so a release between our check and this wait
+            // cannot be missed; the timeout is a second safety net.
+            let seen = *round;
+            while *round == seen {
+                if self.acked_cv.wait_for(&mut round, Duration::from_millis(100)).timed_out() {
+                    break;
+                }
+            }
+        };
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+        result
+    }
+
+    fn notify_acks(&self) {
+        if self.waiters.load(Ordering::SeqCst) > 0 {
+            *self.acked.lock() += 1;
+            self.acked_cv.notify_all();
+        }
+    }
+
+    /// Called by a flusher after a part became durable.
+    pub(crate) fn wake_committer(&self) {
+        *self.wake.lock() = true;
+        self.wake_cv.notify_one();
+    }
+
+    /// Committer: sleep until woken or `timeout`.
+    fn sleep(&self, timeout: Duration) {
+        let mut w = self.wake.lock();
+        if !*w {
+            self.wake_cv.wait_for(&mut w, timeout);
+        }
+        *w = false;
+    }
+}
+
+/// The committer: one thread per database with a log.
+pub(crate) struct Committer {
+    state: Arc<CommitState>,
+    groups: Vec<Arc<LogGroup>>,
+    /// Per group: transactions whose records are durable but that wait on
+    /// dependencies, with when the committer found them durable.
+    held: Vec<Vec<(Pending, Instant)>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Committer {
+    pub(crate) fn new(
+        state: Arc<CommitState>,
+        groups: Vec<Arc<LogGroup>>,
+        stop: Arc<AtomicBool>,
+    ) -> Committer {
+        let held = groups.iter().map(|_| Vec::new()).collect();
+        Committer { state, groups, held, stop }
+    }
+
+    /// Run until stopped; the last round runs after `stop` is seen.
+    pub(crate) fn run(mut self) {
+        loop {
+            let stopping = self.stop.load(Ordering::Acquire);
+            self.round();
+            if stopping || self.state.is_poisoned() {
+                return;
+            }
+            self.state.sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Compute gCSN, release what it allows, wake the waiters.
+    pub(crate) fn round(&mut self) {
+        // Invariant 2: read the counter before scanning the groups.
+        let counter = self.state.next_csn.load(Ordering::SeqCst);
+        let mut gcsn = counter;
+        let now = Instant::now();
+        let mut newly_durable: Vec<Vec<Pending>> = Vec::with_capacity(self.groups.len());
+        for g in &self.groups {
+            let (oldest, durable) = g.drain_durable();
+            gcsn = gcsn.min(oldest.unwrap_or(counter));
+            newly_durable.push(durable);
+        }
+        self.state.gcsn.fetch_max(gcsn, Ordering::SeqCst);
+        let gcsn = self.state.gcsn.load(Ordering::SeqCst);
+        let tracking = self.state.tracking;
+        let releasable = |p: &Pending| match tracking {
+            Tracking::Record => p.dsn < gcsn,
+            Tracking::Txn => p.csn < gcsn,
+        };
+        let mut m = self.state.metrics.lock();
+        for (held, fresh) in self.held.iter_mut().zip(newly_durable) {
+            held.retain(|(p, durable_at)| {
+                if !releasable(p) {
+                    return true;
+                }
+                m.released += 1;
+                m.waited += 1;
+                record(&mut m.latency_us, now - p.at);
+                record(&mut m.dependency_wait_us, now - *durable_at);
+                false
+            });
+            for p in fresh {
+                if releasable(&p) {
+                    m.released += 1;
+                    record(&mut m.latency_us, now - p.at);
+                } else {
+                    held.push((p, now));
+                }
+            }
+        }
+        drop(m);
+        self.state.notify_acks();
+    }
+}
+
+fn record(h: &mut Histogram<u64>, d: Duration) {
+    h.saturating_record((d.as_micros() as u64).max(1));
+}

@@ -1,0 +1,203 @@
+//! Replication: every part of a group goes to every store, and it is
+//! durable once a quorum of them holds it.
+//!
+//! Each (group, store) pair has a writer thread that owns a
+//! [`SegmentWriter`] and writes the group's parts to that store in order.
+//! The group's flusher hands each part to all live writers at once and
+//! waits until `needed` of them report it written; a slower store keeps
+//! writing its queue in the background and catches up. A store whose
+//! writer gives up (the store stayed unavailable past the deadline, or
+//! someone else wrote its segment) or that falls `LAG_PARTS_MAX` parts
+//! behind is dropped from the set and reported. When fewer live stores
+//! remain than a quorum needs, the write fails and the database is
+//! poisoned: nothing more is acknowledged.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::JoinHandle;
+
+use bytes::Bytes;
+use crossbeam_channel::{Receiver, Sender, TrySendError};
+use objstore::ObjectStore;
+
+use super::segment::{RetryPolicy, SegmentError, SegmentWriter, WriteMode};
+use crate::error::Error;
+
+/// Parts a store may be behind the quorum before it is dropped.
+pub const LAG_PARTS_MAX: usize = 256;
+
+/// What one store of the log is doing, shared with monitoring.
+#[derive(Debug)]
+pub(crate) struct StoreHealth {
+    pub(crate) name: String,
+    pub(crate) mode: WriteMode,
+    /// Parts written to this store, all groups.
+    pub(crate) parts: AtomicU64,
+    /// Groups that dropped this store.
+    pub(crate) dropped: AtomicU64,
+    pub(crate) last_error: parking_lot::Mutex<Option<String>>,
+    /// Another writer changed one of this store's segments.
+    pub(crate) foreign: std::sync::atomic::AtomicBool,
+}
+
+impl StoreHealth {
+    pub(crate) fn new(name: String, mode: WriteMode) -> StoreHealth {
+        StoreHealth {
+            name,
+            mode,
+            parts: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+            last_error: parking_lot::Mutex::new(None),
+            foreign: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+}
+
+struct Replica {
+    to_writer: Option<Sender<(u64, Bytes)>>,
+    thread: Option<JoinHandle<()>>,
+    /// Highest part sequence number this store reported written.
+    done: u64,
+    health: Arc<StoreHealth>,
+}
+
+/// One group's writers, one per store.
+pub(crate) struct ReplicaSet {
+    group: u32,
+    replicas: Vec<Replica>,
+    needed: usize,
+    results: Receiver<(usize, u64, Result<(), SegmentError>)>,
+    seq: u64,
+}
+
+/// Where and how one group writes to one store.
+pub(crate) struct ReplicaConfig {
+    pub(crate) store: Arc<dyn ObjectStore>,
+    pub(crate) health: Arc<StoreHealth>,
+    pub(crate) parts_max: u32,
+    pub(crate) retry: RetryPolicy,
+}
+
+impl ReplicaSet {
+    pub(crate) fn start(group: u32, stores: Vec<ReplicaConfig>, needed: usize) -> ReplicaSet {
+        let (result_tx, results) = crossbeam_channel::unbounded();
+        let replicas = stores
+            .into_iter()
+            .enumerate()
+            .map(|(index, c)| {
+                let (tx, rx) = crossbeam_channel::bounded::<(u64, Bytes)>(LAG_PARTS_MAX);
+                let mut w =
+                    SegmentWriter::new(c.store, group, c.health.mode, c.parts_max, 0, c.retry);
+                let result_tx = result_tx.clone();
+                let health = Arc::clone(&c.health);
+                let thread = std::thread::Builder::new()
+                    .name(format!("ms-log-g{group}-s{index}"))
+                    .spawn(move || {
+                        for (seq, part) in rx {
+                            let r = w.write(&part).map(|_| ());
+                            let failed = r.is_err();
+                            if r.is_ok() {
+                                health.parts.fetch_add(1, Ordering::Relaxed);
+                            }
+                            if result_tx.send((index, seq, r)).is_err() || failed {
+                                return;
+                            }
+                        }
+                    })
+                    .expect("spawn a log writer thread");
+                Replica { to_writer: Some(tx), thread: Some(thread), done: 0, health: c.health }
+            })
+            .collect();
+        ReplicaSet { group, replicas, needed, results, seq: 0 }
+    }
+
+    fn live(&self) -> usize {
+        self.replicas.iter().filter(|r| r.to_writer.is_some()).count()
+    }
+
+    fn drop_replica(&mut self, index: usize, why: String) {
+        let r = &mut self.replicas[index];
+        if r.to_writer.take().is_some() {
+            tracing::warn!(
+                "log group {}: store {} dropped from replication: {why}",
+                self.group,
+                r.health.name
+            );
+            r.health.dropped.fetch_add(1, Ordering::Relaxed);
+            *r.health.last_error.lock() = Some(why);
+        }
+    }
+
+    /// Write `part` to every live store; return once a quorum holds it.
+    pub(crate) fn write(&mut self, part: Bytes) -> Result<(), Error> {
+        self.seq += 1;
+        let seq = self.seq;
+        for i in 0..self.replicas.len() {
+            let Some(tx) = &self.replicas[i].to_writer else { continue };
+            match tx.try_send((seq, part.clone())) {
+                Ok(()) => {}
+                Err(TrySendError::Full(_)) => self.drop_replica(
+                    i,
+                    format!("fell {LAG_PARTS_MAX} parts behind the quorum; it is not caught up"),
+                ),
+                Err(TrySendError::Disconnected(_)) => {
+                    self.drop_replica(i, "its writer stopped".into())
+                }
+            }
+        }
+        loop {
+            let have = self.replicas.iter().filter(|r| r.done >= seq).count();
+            if have >= self.needed {
+                return Ok(());
+            }
+            if self.live() < self.needed {
+                let errors: Vec<String> = self
+                    .replicas
+                    .iter()
+                    .filter_map(|r| {
+                        r.health
+                            .last_error
+                            .lock()
+                            .as_ref()
+                            .map(|e| format!("{}: {e}", r.health.name))
+                    })
+                    .collect();
+                let msg = format!(
+                    "log group {}: {} of {} stores left, a quorum needs {}; {}",
+                    self.group,
+                    self.live(),
+                    self.replicas.len(),
+                    self.needed,
+                    errors.join("; ")
+                );
+                let fenced = self.replicas.iter().any(|r| r.health.foreign.load(Ordering::Relaxed));
+                return Err(if fenced { Error::Fenced(msg) } else { Error::StoreUnavailable(msg) });
+            }
+            let Ok((index, done, result)) = self.results.recv() else {
+                return Err(Error::StoreUnavailable("every log writer stopped".into()));
+            };
+            match result {
+                Ok(()) => self.replicas[index].done = self.replicas[index].done.max(done),
+                Err(e) => {
+                    if matches!(e, SegmentError::Foreign { .. }) {
+                        self.replicas[index].health.foreign.store(true, Ordering::Relaxed);
+                    }
+                    self.drop_replica(index, e.to_string())
+                }
+            }
+        }
+    }
+}
+
+impl Drop for ReplicaSet {
+    fn drop(&mut self) {
+        for r in &mut self.replicas {
+            r.to_writer = None;
+        }
+        for r in &mut self.replicas {
+            if let Some(t) = r.thread.take() {
+                let _ = t.join();
+            }
+        }
+    }
+}

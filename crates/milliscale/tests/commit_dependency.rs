@@ -1,0 +1,221 @@
+//! Record-level vs transaction-level dependency tracking (paper §4.3,
+//! Fig. 5; DESIGN.md invariant 2), with a store whose groups we hold back.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{Gate, Recorder};
+use milliscale::{CommitAck, Database, Options, Table, Tracking};
+use objstore::ObjectStore;
+
+fn acked_within(ack: &CommitAck, d: Duration) -> bool {
+    let end = Instant::now() + d;
+    while Instant::now() < end {
+        if ack.is_acknowledged() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    ack.is_acknowledged()
+}
+
+fn open(store: Arc<dyn ObjectStore>, tracking: Tracking, groups: usize) -> Database {
+    Database::open(
+        Options::new()
+            .add_store_handle(store)
+            .workers(groups)
+            .log_group_size(1)
+            .flush_timeout(Duration::from_millis(2))
+            .tracking(tracking),
+    )
+    .expect("open")
+}
+
+fn put(db: &Database, t: &Table, k: &[u8]) -> CommitAck {
+    let mut tx = db.begin().expect("begin");
+    tx.put(t, k, b"v").expect("put");
+    tx.commit().expect("commit")
+}
+
+/// Fig. 5: T2 (group 1) does not depend on T1 (group 0, not yet durable).
+/// Record tracking acknowledges T2 as soon as its own part is durable;
+/// transaction tracking holds it back behind T1 (a false dependency). A
+/// transaction that read T1's write waits for T1 under both.
+fn fig5(tracking: Tracking) -> (bool, bool) {
+    let gate = Gate::new(Recorder::memory());
+    let db = open(gate.clone(), tracking, 2);
+    let t = db.create_table("t").expect("table");
+    gate.close(0);
+    let t1 = put(&db, &t, b"x"); // the main thread is worker 0: group 0
+    assert_eq!(t1.csn(), Some(1));
+    let (t2_acked, t3_acked) = std::thread::scope(|s| {
+        s.spawn(|| {
+            // Worker 1: group 1, whose writes go through.
+            let t2 = put(&db, &t, b"y");
+            assert_eq!((t2.csn(), t2.dsn()), (Some(2), 0));
+            let mut tx = db.begin().expect("begin");
+            assert_eq!(tx.get(&t, b"x").expect("get"), Some(b"v".to_vec()));
+            tx.put(&t, b"z", b"v").expect("put");
+            let t3 = tx.commit().expect("commit");
+            assert_eq!(t3.dsn(), 1, "T3 read T1's version");
+            let t2_acked = acked_within(&t2, Duration::from_millis(500));
+            let t3_acked = acked_within(&t3, Duration::from_millis(100));
+            assert!(!t1.is_acknowledged(), "T1's part is held at the gate");
+            gate.open(0);
+            assert!(acked_within(&t1, Duration::from_secs(10)));
+            assert!(acked_within(&t2, Duration::from_secs(10)));
+            assert!(acked_within(&t3, Duration::from_secs(10)));
+            (t2_acked, t3_acked)
+        })
+        .join()
+        .expect("worker")
+    });
+    (t2_acked, t3_acked)
+}
+
+#[test]
+fn record_tracking_commits_what_txn_tracking_holds_back() {
+    let (t2, t3) = fig5(Tracking::Record);
+    assert!(t2, "record tracking: T2 depends on nothing pending and is durable");
+    assert!(!t3, "record tracking: T3 read T1's pre-committed write and must wait");
+    let (t2, t3) = fig5(Tracking::Txn);
+    assert!(!t2, "transaction tracking: T2 waits for T1, serialized before it");
+    assert!(!t3);
+}
+
+/// Many random interleavings: 4 workers in 2 or 4 groups on 16 hot keys,
+/// while a chaos thread holds groups back and slows them at random. The
+/// moment a worker sees an ack resolve, the recorder (which saw every part
+/// land) must hold the transaction's own CSN and every CSN up to its DSN;
+/// and everything below the published gCSN must have landed.
+fn random_interleavings(tracking: Tracking, seed: u64, groups: usize) {
+    use rand::rngs::SmallRng;
+    use rand::{Rng, SeedableRng};
+    let rec = Recorder::memory();
+    let gate = Gate::new(rec.clone());
+    let db = Database::open(
+        Options::new()
+            .add_store_handle(gate.clone())
+            .workers(4)
+            .log_group_size(4 / groups)
+            .log_buffer_bytes(4096)
+            .flush_timeout(Duration::from_millis(1))
+            .tracking(tracking),
+    )
+    .expect("open");
+    let t = db.create_table("t").expect("table");
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let checked = std::sync::atomic::AtomicU64::new(0);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut rng = SmallRng::seed_from_u64(seed);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let g = rng.random_range(0..groups as u32);
+                match rng.random_range(0..4) {
+                    0 => gate.close(g),
+                    1 => gate.open(g),
+                    2 => gate.set_delay(g, Duration::from_micros(rng.random_range(0..3000))),
+                    _ => {}
+                }
+                std::thread::sleep(Duration::from_micros(rng.random_range(200..3000)));
+            }
+            for g in 0..groups as u32 {
+                gate.open(g);
+            }
+        });
+        let workers: Vec<_> = (0..4u64)
+            .map(|w| {
+                let (db, t, rec, checked) = (&db, &t, &rec, &checked);
+                let stop = &stop;
+                s.spawn(move || {
+                    // A failed check must end the chaos too, or the gates
+                    // stay closed and the test hangs instead of failing.
+                    let _stop = StopOnPanic(stop);
+                    let mut rng = SmallRng::seed_from_u64(seed * 31 + w);
+                    let mut pending: Vec<CommitAck> = Vec::new();
+                    let check = |a: &CommitAck| {
+                        let landed = rec.landed();
+                        if let Some(csn) = a.csn() {
+                            assert!(landed.contains(&csn), "acked CSN {csn} is not durable");
+                        }
+                        for c in 1..=a.dsn() {
+                            assert!(
+                                landed.contains(&c),
+                                "ack of {:?} with DSN {} but CSN {c} is not durable",
+                                a.csn(),
+                                a.dsn()
+                            );
+                        }
+                        checked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    };
+                    for _ in 0..250 {
+                        let mut tx = db.begin().expect("begin");
+                        let mut conflict = false;
+                        for _ in 0..rng.random_range(1..4) {
+                            let k = [rng.random_range(0..16u8)];
+                            let r = if rng.random_bool(0.5) {
+                                tx.get(t, &k).map(|_| ())
+                            } else {
+                                tx.put(t, &k, &rng.random::<[u8; 8]>())
+                            };
+                            if r.is_err() {
+                                conflict = true;
+                                break;
+                            }
+                        }
+                        if !conflict && let Ok(ack) = tx.commit() {
+                            pending.push(ack);
+                        }
+                        pending.retain(|a| {
+                            if a.is_acknowledged() {
+                                check(a);
+                                false
+                            } else {
+                                true
+                            }
+                        });
+                    }
+                    pending
+                })
+            })
+            .collect();
+        let mut left = Vec::new();
+        for w in workers {
+            left.extend(w.join().expect("worker"));
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for a in left {
+            assert!(acked_within(&a, Duration::from_secs(20)), "every commit is acknowledged");
+        }
+    });
+    let gcsn = db.durable_csn();
+    let landed = rec.landed();
+    assert!((1..gcsn).all(|c| landed.contains(&c)), "every CSN below gCSN {gcsn} landed");
+    assert!(checked.load(std::sync::atomic::Ordering::Relaxed) > 0);
+}
+
+struct StopOnPanic<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl Drop for StopOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
+#[test]
+fn record_tracking_never_acknowledges_before_dependencies_are_durable() {
+    for seed in 0..12 {
+        random_interleavings(Tracking::Record, seed, if seed % 2 == 0 { 4 } else { 2 });
+    }
+}
+
+#[test]
+fn txn_tracking_never_acknowledges_before_dependencies_are_durable() {
+    for seed in 100..106 {
+        random_interleavings(Tracking::Txn, seed, 4);
+    }
+}

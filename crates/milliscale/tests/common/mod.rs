@@ -1,0 +1,177 @@
+//! Store doubles for the commit tests: a gate that holds a log group's
+//! writes until released, and a recorder that knows which CSNs landed.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeSet;
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Duration;
+
+use milliscale::log::record::{Entry, decode_part};
+use objstore::{Bytes, MemoryStore, ObjectMeta, ObjectStore, Result};
+use parking_lot::{Condvar, Mutex};
+
+/// Wraps a store; every part that lands (the inner call applied it) is
+/// decoded and its CSNs recorded, with the log group that wrote it.
+#[derive(Debug)]
+pub struct Recorder {
+    inner: Arc<dyn ObjectStore>,
+    landed: Mutex<BTreeSet<u64>>,
+}
+
+impl Recorder {
+    pub fn new(inner: Arc<dyn ObjectStore>) -> Arc<Recorder> {
+        Arc::new(Recorder { inner, landed: Mutex::new(BTreeSet::new()) })
+    }
+
+    pub fn memory() -> Arc<Recorder> {
+        Recorder::new(Arc::new(MemoryStore::new()))
+    }
+
+    /// CSNs that landed so far.
+    pub fn landed(&self) -> BTreeSet<u64> {
+        self.landed.lock().clone()
+    }
+
+    pub fn has(&self, csn: u64) -> bool {
+        self.landed.lock().contains(&csn)
+    }
+
+    fn note(&self, key: &str, body: &Bytes) {
+        if !key.starts_with("log/") {
+            return;
+        }
+        let (part, _) = decode_part(body).expect("the engine writes whole, valid parts");
+        let mut l = self.landed.lock();
+        for e in &part.entries {
+            let csn = match e {
+                Entry::Commit { csn, .. } | Entry::Abort { csn } => *csn,
+            };
+            assert!(l.insert(csn), "CSN {csn} landed twice");
+        }
+    }
+}
+
+impl ObjectStore for Recorder {
+    fn put(&self, key: &str, body: Bytes) -> Result<ObjectMeta> {
+        let r = self.inner.put(key, body.clone())?;
+        self.note(key, &body);
+        Ok(r)
+    }
+    fn put_if_absent(&self, key: &str, body: Bytes) -> Result<ObjectMeta> {
+        let r = self.inner.put_if_absent(key, body.clone())?;
+        self.note(key, &body);
+        Ok(r)
+    }
+    fn put_if_match(&self, key: &str, body: Bytes, etag: &str) -> Result<ObjectMeta> {
+        self.inner.put_if_match(key, body, etag)
+    }
+    fn append(&self, key: &str, offset: u64, body: Bytes) -> Result<ObjectMeta> {
+        let r = self.inner.append(key, offset, body.clone())?;
+        self.note(key, &body);
+        Ok(r)
+    }
+    fn get(&self, key: &str) -> Result<Bytes> {
+        self.inner.get(key)
+    }
+    fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
+        self.inner.get_range(key, range)
+    }
+    fn head(&self, key: &str) -> Result<ObjectMeta> {
+        self.inner.head(key)
+    }
+    fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+    fn delete(&self, key: &str) -> Result<()> {
+        self.inner.delete(key)
+    }
+}
+
+/// Wraps a store; log writes of a closed group's objects block until the
+/// group is opened again, or sleep a set delay.
+#[derive(Debug)]
+pub struct Gate {
+    inner: Arc<dyn ObjectStore>,
+    closed: Mutex<BTreeSet<u32>>,
+    delay: Mutex<Vec<Duration>>,
+    cv: Condvar,
+}
+
+impl Gate {
+    pub fn new(inner: Arc<dyn ObjectStore>) -> Arc<Gate> {
+        Arc::new(Gate {
+            inner,
+            closed: Mutex::new(BTreeSet::new()),
+            delay: Mutex::new(Vec::new()),
+            cv: Condvar::new(),
+        })
+    }
+
+    pub fn close(&self, group: u32) {
+        self.closed.lock().insert(group);
+    }
+
+    pub fn open(&self, group: u32) {
+        self.closed.lock().remove(&group);
+        self.cv.notify_all();
+    }
+
+    /// Every write of `group` takes `d` (on top of any gate).
+    pub fn set_delay(&self, group: u32, d: Duration) {
+        let mut v = self.delay.lock();
+        if v.len() <= group as usize {
+            v.resize(group as usize + 1, Duration::ZERO);
+        }
+        v[group as usize] = d;
+    }
+
+    fn pass(&self, key: &str) {
+        let Some(g) = key.strip_prefix("log/g").and_then(|r| r.get(..4)?.parse::<u32>().ok())
+        else {
+            return;
+        };
+        let d = self.delay.lock().get(g as usize).copied().unwrap_or_default();
+        if !d.is_zero() {
+            std::thread::sleep(d);
+        }
+        let mut c = self.closed.lock();
+        while c.contains(&g) {
+            self.cv.wait(&mut c);
+        }
+    }
+}
+
+impl ObjectStore for Gate {
+    fn put(&self, key: &str, body: Bytes) -> Result<ObjectMeta> {
+        self.pass(key);
+        self.inner.put(key, body)
+    }
+    fn put_if_absent(&self, key: &str, body: Bytes) -> Result<ObjectMeta> {
+        self.pass(key);
+        self.inner.put_if_absent(key, body)
+    }
+    fn put_if_match(&self, key: &str, body: Bytes, etag: &str) -> Result<ObjectMeta> {
+        self.inner.put_if_match(key, body, etag)
+    }
+    fn append(&self, key: &str, offset: u64, body: Bytes) -> Result<ObjectMeta> {
+        self.pass(key);
+        self.inner.append(key, offset, body)
+    }
+    fn get(&self, key: &str) -> Result<Bytes> {
+        self.inner.get(key)
+    }
+    fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
+        self.inner.get_range(key, range)
+    }
+    fn head(&self, key: &str) -> Result<ObjectMeta> {
+        self.inner.head(key)
+    }
+    fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+    fn delete(&self, key: &str) -> Result<()> {
+        self.inner.delete(key)
+    }
+}
