@@ -94,7 +94,7 @@ impl Log {
         let stores = options
             .stores
             .iter()
-            .map(|spec| open_store(spec, options.force_put_per_flush))
+            .map(|spec| open_store(spec, options))
             .collect::<Result<Vec<_>>>()?;
         let n_groups = options.log_groups();
         let groups: Vec<Arc<LogGroup>> = (0..n_groups)
@@ -213,7 +213,7 @@ fn status(s: &OpenStore) -> StoreStatus {
     }
 }
 
-fn open_store(spec: &StoreSpec, force_put: bool) -> Result<OpenStore> {
+fn open_store(spec: &StoreSpec, options: &Options) -> Result<OpenStore> {
     let name = spec.describe();
     let store = match spec {
         StoreSpec::Url(u) => objstore::open(u).map_err(|e| match e {
@@ -224,7 +224,8 @@ fn open_store(spec: &StoreSpec, force_put: bool) -> Result<OpenStore> {
     };
     // This version has no recovery yet: a log already in the store would be
     // appended over. Refuse instead of touching it.
-    let existing = store.list("log/").map_err(|e| Error::Store(format!("{name}: {e}")))?;
+    let existing = retry_at_open(options, || store.list("log/"))
+        .map_err(|e| Error::Store(format!("{name}: {e}")))?;
     if let Some(o) = existing.first() {
         return Err(Error::Store(format!(
             "{name} already holds a log ({}); this version cannot recover it yet, so use an \
@@ -232,11 +233,11 @@ fn open_store(spec: &StoreSpec, force_put: bool) -> Result<OpenStore> {
             o.key
         )));
     }
-    let (mode, put_reason) = if force_put {
+    let (mode, put_reason) = if options.force_put_per_flush {
         (WriteMode::PutPerFlush, Some("put-per-flush mode was requested".to_owned()))
     } else {
         let key = format!("probe/append-{:016x}", rand::random::<u64>());
-        match probe_appends(store.as_ref(), &key) {
+        match retry_at_open(options, || probe_appends(store.as_ref(), &key)) {
             Ok(AppendSupport::Appends) => (WriteMode::Append, None),
             Ok(AppendSupport::PutPerFlush { reason }) => {
                 // Said once, at open, per store.
@@ -250,4 +251,23 @@ fn open_store(spec: &StoreSpec, force_put: bool) -> Result<OpenStore> {
     };
     let health = Arc::new(StoreHealth::new(name, mode));
     Ok(OpenStore { store, health, put_reason })
+}
+
+/// Run a request at open, retrying throttling and transient errors with
+/// backoff until the store deadline.
+fn retry_at_open<T>(
+    options: &Options,
+    mut f: impl FnMut() -> objstore::Result<T>,
+) -> objstore::Result<T> {
+    let started = std::time::Instant::now();
+    let mut pause = std::time::Duration::from_millis(5);
+    loop {
+        match f() {
+            Err(e) if e.is_retryable() && started.elapsed() < options.store_deadline => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(std::time::Duration::from_millis(500));
+            }
+            r => return r,
+        }
+    }
 }

@@ -175,3 +175,15 @@ impl ObjectStore for Gate {
         self.inner.delete(key)
     }
 }
+
+/// Every entry in a store's log, as (object key, entries of each part).
+pub fn read_log(store: &dyn ObjectStore) -> Vec<(String, Vec<Vec<Entry>>)> {
+    let mut out = Vec::new();
+    for o in store.list("log/").expect("list") {
+        let bytes = store.get(&o.key).expect("get");
+        let (parts, tail) = milliscale::log::record::decode_segment(&bytes);
+        assert!(tail.is_none(), "{} has a bad tail: {tail:?}", o.key);
+        out.push((o.key, parts.into_iter().map(|p| p.entries).collect()));
+    }
+    out
+}

@@ -1,0 +1,167 @@
+//! Acknowledged means durable on a quorum (DESIGN.md invariants 2 and 5),
+//! under injected latency, ambiguous appends, 503s, 500s and a store that
+//! goes down; and a log that cannot reach a quorum poisons the database
+//! instead of acknowledging.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use common::Recorder;
+use milliscale::{CommitAck, Database, Error, Options, Quorum};
+use objstore::sim::{Faults, SimStore};
+
+fn faulty(rec: &Arc<Recorder>, seed: u64) -> Arc<SimStore> {
+    let faults = Faults { seed, throttle: 0.05, error: 0.03, ambiguous: 0.08, stalls: false };
+    Arc::new(SimStore::new(rec.clone(), "gp3", faults).expect("sim"))
+}
+
+fn acked_within(ack: &CommitAck, d: Duration) -> bool {
+    let end = Instant::now() + d;
+    while Instant::now() < end {
+        if ack.is_acknowledged() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    ack.is_acknowledged()
+}
+
+/// On how many recorders `csn` landed.
+fn copies(recs: &[Arc<Recorder>], csn: u64) -> usize {
+    recs.iter().filter(|r| r.has(csn)).count()
+}
+
+/// Workers commit random writes to 3 faulty stores; one of them goes down
+/// for good mid-run. Each time a worker sees an ack resolve, the CSN and
+/// every CSN up to its DSN must already be on `need` stores.
+fn run(quorum: Quorum, seed: u64) -> (u64, Option<Error>) {
+    use rand::rngs::SmallRng;
+    use rand::{Rng, SeedableRng};
+    let recs: Vec<Arc<Recorder>> = (0..3).map(|_| Recorder::memory()).collect();
+    let sims: Vec<Arc<SimStore>> =
+        recs.iter().enumerate().map(|(i, r)| faulty(r, seed * 7 + i as u64)).collect();
+    let mut opts = Options::new()
+        .workers(4)
+        .log_group_size(2)
+        .log_buffer_bytes(8192)
+        .flush_timeout(Duration::from_millis(2))
+        .store_deadline(Duration::from_millis(400))
+        .quorum(quorum);
+    for s in &sims {
+        opts = opts.add_store_handle(s.clone());
+    }
+    let db = Database::open(opts).expect("open");
+    let t = db.create_table("t").expect("table");
+    let need = quorum.needed(3);
+    let checked = AtomicU64::new(0);
+    let down = AtomicBool::new(false);
+    let poisoned = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..4u64)
+            .map(|w| {
+                let (db, t, recs, checked, down, sims) = (&db, &t, &recs, &checked, &down, &sims);
+                s.spawn(move || {
+                    let mut rng = SmallRng::seed_from_u64(seed * 13 + w);
+                    let mut pending: Vec<CommitAck> = Vec::new();
+                    let check = |a: &CommitAck| {
+                        for c in a.csn().into_iter().chain(1..=a.dsn()) {
+                            let n = copies(recs, c);
+                            assert!(n >= need, "ack of {:?}: CSN {c} is on {n} stores", a.csn());
+                        }
+                        checked.fetch_add(1, Ordering::Relaxed);
+                    };
+                    let check_late = |csn: Option<u64>, dsn: u64| {
+                        for c in csn.into_iter().chain(1..=dsn) {
+                            let n = copies(recs, c);
+                            assert!(n >= need, "ack of {csn:?}: CSN {c} is on {n} stores");
+                        }
+                        checked.fetch_add(1, Ordering::Relaxed);
+                    };
+                    let mut error = None;
+                    for i in 0..400 {
+                        if w == 0 && i == 100 {
+                            sims[2].set_unavailable_for(Duration::from_secs(3600));
+                            down.store(true, Ordering::Relaxed);
+                        }
+                        let mut tx = db.begin().expect("begin");
+                        let k = [rng.random_range(0..32u8)];
+                        let _ = tx.get(t, &k);
+                        if tx.put(t, &[rng.random_range(0..32u8)], &[w as u8; 16]).is_err() {
+                            continue;
+                        }
+                        match tx.commit() {
+                            Ok(a) => pending.push(a),
+                            Err(Error::Conflict(_)) => {}
+                            Err(e) => {
+                                error = Some(e);
+                                break;
+                            }
+                        }
+                        pending.retain(|a| {
+                            !a.is_acknowledged() || {
+                                check(a);
+                                false
+                            }
+                        });
+                    }
+                    for a in pending {
+                        let (csn, dsn) = (a.csn(), a.dsn());
+                        match a.wait() {
+                            Ok(_) => check_late(csn, dsn),
+                            Err(e) => assert!(db.poisoned().is_some(), "ack failed: {e}"),
+                        }
+                    }
+                    error
+                })
+            })
+            .collect();
+        workers.into_iter().filter_map(|w| w.join().expect("worker")).next()
+    });
+    assert!(down.load(Ordering::Relaxed));
+    (checked.load(Ordering::Relaxed), poisoned.or(db.poisoned()))
+}
+
+#[test]
+fn majority_acknowledges_only_quorum_durable_commits_with_one_store_down() {
+    for seed in 0..3 {
+        let (checked, poisoned) = run(Quorum::Majority, seed);
+        assert!(poisoned.is_none(), "one store down must not stop a majority: {poisoned:?}");
+        assert!(checked > 1000, "only {checked} acks were checked");
+    }
+}
+
+#[test]
+fn all_quorum_with_a_store_down_poisons_instead_of_acknowledging() {
+    let (_, poisoned) = run(Quorum::All, 9);
+    assert!(
+        matches!(poisoned, Some(Error::StoreUnavailable(_))),
+        "quorum all with a store down must poison, got {poisoned:?}"
+    );
+}
+
+#[test]
+fn an_unavailable_store_poisons_the_database() {
+    let sim = Arc::new(SimStore::new(Recorder::memory(), "io2", Faults::default()).expect("sim"));
+    let db = Database::open(
+        Options::new()
+            .add_store_handle(sim.clone())
+            .flush_timeout(Duration::from_millis(1))
+            .store_deadline(Duration::from_millis(200)),
+    )
+    .expect("open");
+    let t = db.create_table("t").expect("table");
+    let mut tx = db.begin().expect("begin");
+    tx.put(&t, b"a", b"1").expect("put");
+    tx.commit_and_wait().expect("durable before the outage");
+    sim.set_unavailable_for(Duration::from_secs(3600));
+    let mut tx = db.begin().expect("begin");
+    tx.put(&t, b"b", b"2").expect("put");
+    let ack = tx.commit().expect("pre-commit");
+    assert!(matches!(ack.wait(), Err(Error::StoreUnavailable(_))), "no ack without durability");
+    assert!(matches!(db.poisoned(), Some(Error::StoreUnavailable(_))));
+    let mut tx = db.begin().expect("begin");
+    tx.put(&t, b"c", b"3").expect("put");
+    assert!(matches!(tx.commit().map(|_| ()), Err(Error::StoreUnavailable(_))));
+}
