@@ -7,7 +7,7 @@ mod common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::Recorder;
 use milliscale::{CommitAck, Database, Error, Options, Quorum};
@@ -16,17 +16,6 @@ use objstore::sim::{Faults, SimStore};
 fn faulty(rec: &Arc<Recorder>, seed: u64) -> Arc<SimStore> {
     let faults = Faults { seed, throttle: 0.05, error: 0.03, ambiguous: 0.08, stalls: false };
     Arc::new(SimStore::new(rec.clone(), "gp3", faults).expect("sim"))
-}
-
-fn acked_within(ack: &CommitAck, d: Duration) -> bool {
-    let end = Instant::now() + d;
-    while Instant::now() < end {
-        if ack.is_acknowledged() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    ack.is_acknowledged()
 }
 
 /// On how many recorders `csn` landed.

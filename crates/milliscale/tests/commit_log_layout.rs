@@ -17,7 +17,10 @@ use objstore::{MemoryStore, ObjectStore, S3Store};
 
 /// Commit `n` transactions per thread from 4 threads; return what each
 /// CSN wrote (key, value), and the next CSN.
-fn load(db: &Database, n: u32) -> (BTreeMap<u64, (Vec<u8>, Vec<u8>)>, u64) {
+/// CSN -> (key, value) it wrote.
+type Written = BTreeMap<u64, (Vec<u8>, Vec<u8>)>;
+
+fn load(db: &Database, n: u32) -> (Written, u64) {
     let t = db.create_table("t").expect("table");
     let written = parking_lot::Mutex::new(BTreeMap::new());
     std::thread::scope(|s| {
