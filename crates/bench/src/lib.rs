@@ -10,4 +10,5 @@ pub mod keys;
 pub mod report;
 pub mod rss;
 pub mod store_bench;
+pub mod variant;
 pub mod ycsb;

@@ -38,6 +38,55 @@ impl Percentiles {
     }
 }
 
+impl Percentiles {
+    /// From a histogram recorded in microseconds.
+    pub fn from_micros(h: &Histogram<u64>) -> Percentiles {
+        Percentiles {
+            count: h.len(),
+            mean_us: h.mean(),
+            p50_us: h.value_at_quantile(0.50) as f64,
+            p90_us: h.value_at_quantile(0.90) as f64,
+            p99_us: h.value_at_quantile(0.99) as f64,
+            p999_us: h.value_at_quantile(0.999) as f64,
+            p9999_us: h.value_at_quantile(0.9999) as f64,
+            max_us: h.max() as f64,
+        }
+    }
+}
+
+/// What the log did during the measured phase.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct LogReport {
+    /// Log groups (= buffers = flusher threads).
+    pub groups: usize,
+    /// Stores, with the mode the probe chose ("append" or "put").
+    pub stores: Vec<String>,
+    /// Flushes (parts written to each store) per second, all groups.
+    pub flushes_per_s: f64,
+    /// Fraction of flushes made because the buffer was full (the rest
+    /// because of the flush timeout).
+    pub full_flush_fraction: f64,
+    pub bytes_per_flush: f64,
+    /// Log bytes per logged (writing) transaction.
+    pub bytes_per_logged_txn: f64,
+    /// Buffer fill time: first entry to flush.
+    pub fill: Percentiles,
+    /// One flush: to a quorum of stores.
+    pub flush: Percentiles,
+    /// Pre-commits that waited for room in a full buffer.
+    pub room_waits: u64,
+    /// Writing transactions the committer released.
+    pub released: u64,
+    /// Of those, how many waited on dependencies after their own records
+    /// were durable, and for how long.
+    pub dependency_waited: u64,
+    pub dependency_wait: Percentiles,
+    /// Store requests per second by kind, summed over stores.
+    pub requests_per_s: BTreeMap<String, f64>,
+    /// Store cost of the measured phase per 1,000 committed transactions.
+    pub usd_per_1000_txn: f64,
+}
+
 /// Counts per transaction type (YCSB: read-only / read-modify-write).
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct KindStats {
@@ -113,6 +162,8 @@ pub struct Report {
     pub commit_latency: Percentiles,
     pub by_kind: BTreeMap<String, KindStats>,
     pub memory: Option<MemoryReport>,
+    /// The log, when there is one.
+    pub log: Option<LogReport>,
     /// Free-form remarks the run wants a reader to see (e.g. "no log").
     pub notes: Vec<String>,
 }
@@ -186,6 +237,38 @@ impl Report {
                 "  {:<20}{:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1}",
                 name, p.mean_us, p.p50_us, p.p90_us, p.p99_us, p.p999_us, p.p9999_us, p.max_us
             );
+        }
+        if let Some(l) = &self.log {
+            let _ = writeln!(s, "log: {} groups, stores {}", l.groups, l.stores.join(", "));
+            let _ = writeln!(
+                s,
+                "  flushes/s {:.1} ({:.0}% full), {:.0} B/flush, {:.0} B/logged txn, {} room waits",
+                l.flushes_per_s,
+                l.full_flush_fraction * 100.0,
+                l.bytes_per_flush,
+                l.bytes_per_logged_txn,
+                l.room_waits
+            );
+            for (name, p) in [
+                ("  buffer fill", &l.fill),
+                ("  flush (quorum)", &l.flush),
+                ("  dependency wait", &l.dependency_wait),
+            ] {
+                let _ = writeln!(
+                    s,
+                    "{:<22}{:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1}",
+                    name, p.mean_us, p.p50_us, p.p90_us, p.p99_us, p.p999_us, p.p9999_us, p.max_us
+                );
+            }
+            let _ = writeln!(
+                s,
+                "  released {} txns; {} waited on dependencies after their own records were durable",
+                l.released, l.dependency_waited
+            );
+            let reqs: Vec<String> =
+                l.requests_per_s.iter().map(|(k, v)| format!("{k} {v:.1}")).collect();
+            let _ = writeln!(s, "  store requests/s: {}", reqs.join(", "));
+            let _ = writeln!(s, "  $ per 1,000 committed txns: {:.8}", l.usd_per_1000_txn);
         }
         if let Some(m) = &self.memory {
             let at10 = m.rss_mib_at_10s.map_or("n/a".to_owned(), |v| format!("{v:.1}"));

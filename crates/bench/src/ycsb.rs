@@ -10,13 +10,15 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use milliscale::{Database, Error, Isolation, Options, Table, TxnOptions};
+use milliscale::{Database, Error, Isolation, LogMetrics, Table, TxnOptions};
+use objstore::sim::accounting::AccountingReport;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use crate::keys::{KeyChooser, KeyDist};
-use crate::report::{Environment, KindStats, Percentiles, Report};
+use crate::report::{Environment, KindStats, LogReport, Percentiles, Report};
 use crate::rss::RssSampler;
+use crate::variant::LogSettings;
 
 pub const FIELDS: usize = 10;
 pub const FIELD_BYTES: usize = 8;
@@ -61,7 +63,10 @@ pub struct YcsbConfig {
     pub workload: Workload,
     pub dist: KeyDist,
     pub ops_per_txn: usize,
-    pub store: String,
+    /// The log: stores, groups, buffers, tracking (see `variant`).
+    pub log: LogSettings,
+    /// The variant the log settings started from, for the report.
+    pub variant: String,
     pub isolation: Isolation,
     pub engine: Engine,
     pub seed: u64,
@@ -80,7 +85,21 @@ impl YcsbConfig {
         };
         m.insert("dist".into(), dist);
         m.insert("ops_per_txn".into(), self.ops_per_txn.to_string());
-        m.insert("store".into(), self.store.clone());
+        m.insert("store".into(), self.log.stores.join(" + "));
+        m.insert("variant".into(), self.variant.clone());
+        if self.log.is_logged() {
+            let l = &self.log;
+            m.insert("log_group_size".into(), l.log_group_size.to_string());
+            m.insert("log_buffer_bytes".into(), l.log_buffer_bytes.to_string());
+            m.insert("flush_timeout_ms".into(), (l.flush_timeout.as_secs_f64() * 1e3).to_string());
+            m.insert("tracking".into(), format!("{:?}", l.tracking).to_lowercase());
+            if l.stores.len() > 1 {
+                m.insert("quorum".into(), format!("{:?}", l.quorum).to_lowercase());
+            }
+            if l.put_per_flush {
+                m.insert("put_per_flush".into(), "true".into());
+            }
+        }
         m.insert("isolation".into(), format!("{:?}", self.isolation).to_lowercase());
         m.insert("warmup_s".into(), self.warmup.as_secs_f64().to_string());
         m.insert("seed".into(), self.seed.to_string());
@@ -144,16 +163,21 @@ fn load(db: &Database, table: &Table, cfg: &YcsbConfig) -> Result<(), Error> {
             .map(|w| {
                 s.spawn(move || -> Result<(), Error> {
                     let mut start = w * BATCH;
+                    let mut last = None;
                     while start < cfg.records {
                         let end = (start + BATCH).min(cfg.records);
                         let mut tx = db.begin()?;
                         for id in start..end {
                             tx.put(table, &key_bytes(id), &initial_record(id))?;
                         }
-                        tx.commit()?.wait()?;
+                        // Pipelined: the next batch does not wait for this
+                        // one to be durable; the last ack covers them all
+                        // (a later commit of one thread has a later CSN in
+                        // the same group).
+                        last = Some(tx.commit()?);
                         start += threads * BATCH;
                     }
-                    Ok(())
+                    last.map_or(Ok(()), |a| a.wait().map(|_| ()))
                 })
             })
             .collect();
@@ -167,13 +191,18 @@ pub fn run(cfg: &YcsbConfig) -> Result<Report, String> {
     let chooser = KeyChooser::new(cfg.records, cfg.dist)?;
     let phase = AtomicU8::new(PHASE_WARMUP);
     let mut notes = Vec::new();
+    let mut log_report = None;
     let (stats, measured) = match cfg.engine {
         Engine::Milliscale => {
-            let db =
-                Database::open(Options::new().store(cfg.store.clone()).isolation(cfg.isolation))
-                    .map_err(|e| e.to_string())?;
-            if cfg.store == "none" {
+            let db = Database::open(cfg.log.options(cfg.threads).isolation(cfg.isolation))
+                .map_err(|e| e.to_string())?;
+            if !cfg.log.is_logged() {
                 notes.push("store none: no log; a commit is acknowledged at pre-commit".into());
+            }
+            for st in db.log_metrics().map(|m| m.stores).unwrap_or_default() {
+                if let Some(why) = st.put_reason {
+                    notes.push(format!("{}: one object per flush: {why}", st.name));
+                }
             }
             let table = db.create_table("usertable").map_err(|e| e.to_string())?;
             let t0 = Instant::now();
@@ -183,23 +212,48 @@ pub fn run(cfg: &YcsbConfig) -> Result<Report, String> {
                 cfg.records,
                 t0.elapsed().as_secs_f64()
             ));
-            drive(cfg, &phase, |w| engine_worker(&db, &table, cfg, &chooser, &phase, w))?
+            let window = LogWindow::new(&db);
+            let (stats, measured) = drive(
+                cfg,
+                &phase,
+                |w| engine_worker(&db, &table, cfg, &chooser, &phase, w),
+                |p| window.at(p),
+            )?;
+            log_report = window
+                .report(measured.0, stats.iter().map(|s| s.committed[0] + s.committed[1]).sum());
+            (stats, measured)
         }
         Engine::RawIndex => {
             let tree = scc::TreeIndex::<milliscale::raw::IndexKey, u64>::new();
             for id in 0..cfg.records {
                 let _ = tree.insert_sync(milliscale::raw::IndexKey::from_slice(&key_bytes(id)), id);
             }
-            drive(cfg, &phase, |w| raw_worker(&tree, cfg, &chooser, &phase, w))?
+            drive(cfg, &phase, |w| raw_worker(&tree, cfg, &chooser, &phase, w), |_| {})?
         }
     };
-    Ok(build_report(cfg, stats, measured, notes))
+    let mut report = build_report(cfg, stats, measured, notes);
+    if let Some(l) = log_report {
+        report.commit_latency = l.1;
+        report.log = Some(l.0);
+        report.notes.push(
+            "commit latency: pre-commit to acknowledgment of read-write transactions, measured by the committer; workers do not wait (pipelined commit)"
+                .into(),
+        );
+    }
+    Ok(report)
 }
 
 type Drive = (Vec<WorkerStats>, (Duration, Option<crate::report::MemoryReport>));
 
 /// Start the workers, run warmup then the measured phase, stop them.
-fn drive<F>(cfg: &YcsbConfig, phase: &AtomicU8, worker: F) -> Result<Drive, String>
+/// `on_phase` runs right after the measured phase starts and right after
+/// it stops.
+fn drive<F>(
+    cfg: &YcsbConfig,
+    phase: &AtomicU8,
+    worker: F,
+    on_phase: impl Fn(u8),
+) -> Result<Drive, String>
 where
     F: Fn(u64) -> Result<WorkerStats, String> + Sync,
 {
@@ -216,10 +270,12 @@ where
         let bar = progress_bar(cfg);
         sleep_with_progress(cfg.warmup, &bar, "warmup");
         phase.store(PHASE_MEASURE, Ordering::SeqCst);
+        on_phase(PHASE_MEASURE);
         let t0 = Instant::now();
         sleep_with_progress(cfg.duration, &bar, "measure");
         phase.store(PHASE_STOP, Ordering::SeqCst);
         let measured = t0.elapsed();
+        on_phase(PHASE_STOP);
         bar.finish_and_clear();
         let memory = sampler.finish();
         let stats: Result<Vec<_>, String> = handles
@@ -349,7 +405,12 @@ fn one_txn(
         }
     }
     let precommit = Instant::now();
-    tx.commit()?.wait()?;
+    let ack = tx.commit()?;
+    if !cfg.log.is_logged() {
+        ack.wait()?; // resolved at once without a log
+    }
+    // With a log the worker goes on (pipelined commit): the committer
+    // acknowledges the transaction and measures its commit latency.
     Ok(precommit)
 }
 
@@ -430,7 +491,87 @@ fn build_report(
         commit_latency: Percentiles::from_nanos(&all.commit_ns),
         by_kind,
         memory,
+        log: None,
         notes,
+    }
+}
+
+/// The log's metrics and store accounting over the measured phase.
+struct LogWindow<'a> {
+    db: &'a Database,
+    start: parking_lot::Mutex<Option<Vec<Option<AccountingReport>>>>,
+    end: parking_lot::Mutex<Option<LogMetrics>>,
+}
+
+impl<'a> LogWindow<'a> {
+    fn new(db: &'a Database) -> LogWindow<'a> {
+        LogWindow { db, start: Default::default(), end: Default::default() }
+    }
+
+    fn at(&self, phase: u8) {
+        if phase == PHASE_MEASURE {
+            self.db.reset_log_metrics();
+            *self.start.lock() =
+                self.db.log_metrics().map(|m| m.stores.into_iter().map(|s| s.accounting).collect());
+        } else {
+            *self.end.lock() = self.db.log_metrics();
+        }
+    }
+
+    fn report(&self, measured: Duration, committed: u64) -> Option<(LogReport, Percentiles)> {
+        let m = self.end.lock().take()?;
+        let start = self.start.lock().take().unwrap_or_default();
+        let secs = measured.as_secs_f64().max(1e-9);
+        let flushes: u64 = m.groups.iter().map(|g| g.flushes).sum();
+        let full: u64 = m.groups.iter().map(|g| g.full_flushes).sum();
+        let bytes: u64 = m.groups.iter().map(|g| g.bytes).sum();
+        let entries: u64 = m.groups.iter().map(|g| g.entries).sum();
+        let mut fill = m.groups.first()?.fill_us.clone();
+        let mut flush = m.groups.first()?.flush_us.clone();
+        for g in &m.groups[1..] {
+            fill.add(&g.fill_us).expect("same bounds");
+            flush.add(&g.flush_us).expect("same bounds");
+        }
+        let mut requests = BTreeMap::<String, f64>::new();
+        let mut usd = 0.0;
+        for (i, st) in m.stores.iter().enumerate() {
+            let Some(end) = &st.accounting else { continue };
+            let before = start.get(i).cloned().flatten();
+            for (k, n) in &end.requests {
+                let n0 = before.as_ref().and_then(|b| b.requests.get(k).copied()).unwrap_or(0);
+                if n > &n0 {
+                    *requests.entry((*k).to_owned()).or_default() += (n - n0) as f64 / secs;
+                }
+            }
+            usd += end.cost_usd - before.map_or(0.0, |b| b.cost_usd);
+        }
+        let report = LogReport {
+            groups: m.groups.len(),
+            stores: m
+                .stores
+                .iter()
+                .map(|s| {
+                    let mode = match s.mode {
+                        milliscale::log::segment::WriteMode::Append => "append",
+                        milliscale::log::segment::WriteMode::PutPerFlush => "put",
+                    };
+                    format!("{} ({mode})", s.name)
+                })
+                .collect(),
+            flushes_per_s: flushes as f64 / secs,
+            full_flush_fraction: if flushes == 0 { 0.0 } else { full as f64 / flushes as f64 },
+            bytes_per_flush: if flushes == 0 { 0.0 } else { bytes as f64 / flushes as f64 },
+            bytes_per_logged_txn: if entries == 0 { 0.0 } else { bytes as f64 / entries as f64 },
+            fill: Percentiles::from_micros(&fill),
+            flush: Percentiles::from_micros(&flush),
+            room_waits: m.groups.iter().map(|g| g.room_waits).sum(),
+            released: m.commit.released,
+            dependency_waited: m.commit.waited,
+            dependency_wait: Percentiles::from_micros(&m.commit.dependency_wait_us),
+            requests_per_s: requests,
+            usd_per_1000_txn: if committed == 0 { 0.0 } else { usd / committed as f64 * 1000.0 },
+        };
+        Some((report, Percentiles::from_micros(&m.commit.latency_us)))
     }
 }
 
@@ -447,7 +588,8 @@ mod tests {
             workload,
             dist,
             ops_per_txn: 10,
-            store: "none".into(),
+            log: LogSettings { stores: vec!["none".into()], ..LogSettings::default() },
+            variant: "none".into(),
             isolation: Isolation::Snapshot,
             engine: Engine::Milliscale,
             seed: 7,
@@ -493,13 +635,13 @@ mod tests {
         c.records = 0;
         assert!(run(&c).is_err());
         let mut c = cfg(Workload::A, KeyDist::Uniform);
-        c.store = "s3://nowhere".into();
+        c.log.stores = vec!["ftp://nowhere".into()];
         assert!(run(&c).is_err());
     }
 
     #[test]
     fn rmw_updates_change_exactly_one_field() {
-        let db = Database::open(Options::new()).expect("open");
+        let db = Database::open(milliscale::Options::new()).expect("open");
         let t = db.create_table("usertable").expect("table");
         let c = cfg(Workload::U, KeyDist::Uniform);
         let mut c1 = c.clone();

@@ -9,10 +9,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use milliscale::Isolation;
+use milliscale::{Isolation, Quorum, Tracking};
 use milliscale_bench::index_bench::{self, IndexBenchConfig};
 use milliscale_bench::keys::KeyDist;
 use milliscale_bench::report::Report;
+use milliscale_bench::variant::{LogSettings, Variant};
 use milliscale_bench::ycsb::{self, Engine, Workload, YcsbConfig};
 
 /// The binary uses mimalloc: versions are freed by epoch reclamation on
@@ -211,6 +212,27 @@ enum IsolationArg {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
+enum VariantArg {
+    Milliscale,
+    S3x,
+    S3Standard,
+    Gp3,
+    Io2,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum QuorumArg {
+    Majority,
+    All,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum TrackingArg {
+    Record,
+    Txn,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
 enum EngineArg {
     Milliscale,
     RawIndex,
@@ -241,9 +263,34 @@ struct YcsbArgs {
     /// Operations per transaction.
     #[arg(long, default_value_t = 10)]
     ops_per_txn: usize,
-    /// Where the log goes; "none" disables logging (the only store in this version).
-    #[arg(long, default_value = "none")]
-    store: String,
+    /// The paper's system variant (§5.1): sets the store, group size,
+    /// buffer size and tracking; the flags below override each setting.
+    #[arg(long, value_enum, default_value = "milliscale")]
+    variant: VariantArg,
+    /// Where the log goes (repeat for replication): sim://s3x,
+    /// file:///path, s3://bucket/prefix?endpoint=..., memory://; "none"
+    /// disables logging. [default: the variant's store]
+    #[arg(long)]
+    store: Vec<String>,
+    /// Stores that must hold a part before it is durable.
+    #[arg(long, value_enum, default_value = "majority")]
+    quorum: QuorumArg,
+    /// Worker threads per log buffer. [default: the variant's]
+    #[arg(long)]
+    log_group_size: Option<usize>,
+    /// Bytes per log buffer, or with a K/M suffix. [default: the variant's]
+    #[arg(long)]
+    log_buffer: Option<String>,
+    /// Milliseconds after which a buffer that is not full is flushed.
+    #[arg(long)]
+    flush_timeout: Option<f64>,
+    /// Dependency tracking: record (DSN < gCSN) or txn (CSN < gCSN).
+    /// [default: the variant's]
+    #[arg(long, value_enum)]
+    tracking: Option<TrackingArg>,
+    /// Write one object per flush even where the store appends.
+    #[arg(long)]
+    put_per_flush: bool,
     #[arg(long, value_enum, default_value = "snapshot")]
     isolation: IsolationArg,
     /// milliscale, or raw-index: the same lookups on the bare index (workload c).
@@ -345,7 +392,46 @@ fn seconds(name: &str, s: f64) -> Result<Duration, String> {
         .map_err(|_| format!("--{name} must be a non-negative number of seconds, got {s}"))
 }
 
+fn log_settings(a: &YcsbArgs) -> Result<(Variant, LogSettings), String> {
+    let variant = match a.variant {
+        VariantArg::Milliscale => Variant::Milliscale,
+        VariantArg::S3x => Variant::S3x,
+        VariantArg::S3Standard => Variant::S3Standard,
+        VariantArg::Gp3 => Variant::Gp3,
+        VariantArg::Io2 => Variant::Io2,
+    };
+    let mut l = variant.settings();
+    if !a.store.is_empty() {
+        if a.store.len() > 1 && a.store.iter().any(|s| s == "none") {
+            return Err("--store none cannot be combined with other stores".into());
+        }
+        l.stores = a.store.clone();
+    }
+    l.quorum = match a.quorum {
+        QuorumArg::Majority => Quorum::Majority,
+        QuorumArg::All => Quorum::All,
+    };
+    if let Some(n) = a.log_group_size {
+        l.log_group_size = n;
+    }
+    if let Some(b) = &a.log_buffer {
+        l.log_buffer_bytes = parse_size(b).map_err(|e| e.replace("--size", "--log-buffer"))?;
+    }
+    if let Some(ms) = a.flush_timeout {
+        l.flush_timeout = seconds("flush-timeout", ms / 1e3)?;
+    }
+    if let Some(t) = a.tracking {
+        l.tracking = match t {
+            TrackingArg::Record => Tracking::Record,
+            TrackingArg::Txn => Tracking::Txn,
+        };
+    }
+    l.put_per_flush |= a.put_per_flush;
+    Ok((variant, l))
+}
+
 fn bench_ycsb(a: YcsbArgs) -> Result<(), String> {
+    let (variant, log) = log_settings(&a)?;
     let cfg = YcsbConfig {
         records: a.records,
         threads: a
@@ -364,7 +450,8 @@ fn bench_ycsb(a: YcsbArgs) -> Result<(), String> {
             DistArg::Zipfian => KeyDist::Zipfian { theta: a.theta },
         },
         ops_per_txn: a.ops_per_txn,
-        store: a.store,
+        log,
+        variant: variant.name().to_owned(),
         isolation: match a.isolation {
             IsolationArg::ReadCommitted => Isolation::ReadCommitted,
             IsolationArg::Snapshot => Isolation::Snapshot,

@@ -30,7 +30,7 @@ mod index;
 pub mod limits;
 pub mod log;
 mod mvcc;
-mod options;
+pub mod options;
 mod table;
 mod txn;
 

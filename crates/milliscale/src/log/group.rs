@@ -247,6 +247,11 @@ impl LogGroup {
             self.room.notify_all();
 
             record::seal_part(&mut part, self.id, first, entries);
+            // A store may keep the bytes (the memory store does): do not
+            // let a small part pin a whole buffer's allocation.
+            if part.capacity() > 2 * part.len() {
+                part.shrink_to_fit();
+            }
             let bytes = part.len() as u64;
             let started = Instant::now();
             if let Err(e) = replicas.write(Bytes::from(part)) {

@@ -231,43 +231,38 @@ impl SimStore {
         let name = &self.preset_name;
         match fault {
             Fault::Stall => {
-                precise_sleep(Duration::from_millis(self.preset.stall_timeout_ms));
+                latency_sleep(Duration::from_millis(self.preset.stall_timeout_ms));
                 self.accounting.fault();
                 Some(StoreError::Transient(format!(
                     "sim://{name}: request timed out (injected stall)"
                 )))
             }
             Fault::Throttle => {
-                precise_sleep(delay);
+                latency_sleep(delay);
                 self.accounting.fault();
                 Some(StoreError::Throttled(format!("sim://{name}: 503 SlowDown (injected)")))
             }
             Fault::Error => {
-                precise_sleep(delay);
+                latency_sleep(delay);
                 self.accounting.fault();
                 Some(StoreError::Transient(format!("sim://{name}: 500 InternalError (injected)")))
             }
             Fault::None | Fault::Ambiguous => {
-                precise_sleep(delay);
+                latency_sleep(delay);
                 None
             }
         }
     }
 }
 
-/// Sleep `d` with sub-millisecond accuracy: the OS sleep for the bulk, a
-/// yield loop for the last stretch (thread::sleep overshoots by ~0.1 ms).
-pub fn precise_sleep(d: Duration) {
-    if d.is_zero() {
-        return;
-    }
-    let deadline = Instant::now() + d;
-    let slack = Duration::from_micros(200);
-    if d > slack {
-        std::thread::sleep(d - slack);
-    }
-    while Instant::now() < deadline {
-        std::thread::yield_now();
+/// Sleep `d`. This used to spin (yield) through the last 200 µs to cut
+/// the OS sleep's ~0.1 ms overshoot, but under load a yielding thread loses
+/// the CPU to busy worker threads for a whole time slice (milliseconds),
+/// while a thread waking from sleep is scheduled promptly. A plain sleep is
+/// the better model of a request waiting on the network.
+pub fn latency_sleep(d: Duration) {
+    if !d.is_zero() {
+        std::thread::sleep(d);
     }
 }
 

@@ -1,0 +1,111 @@
+//! The paper's system variants (§5.1), as log settings.
+//!
+//! | variant       | store              | group | buffer  | tracking | writes          |
+//! |---------------|--------------------|-------|---------|----------|-----------------|
+//! | `milliscale`  | `sim://s3x`        | 2     | 1 MiB   | record   | append          |
+//! | `s3x`         | `sim://s3x`        | 1     | 512 KiB | txn      | append          |
+//! | `s3-standard` | `sim://s3-standard`| 1     | 512 KiB | txn      | object per flush|
+//! | `gp3`         | `sim://gp3`        | 1     | 512 KiB | txn      | append          |
+//! | `io2`         | `sim://io2`        | 1     | 512 KiB | txn      | append          |
+//!
+//! Every setting can be overridden on its own (`--store`,
+//! `--log-group-size`, `--log-buffer`, `--tracking`, ...), which is how the
+//! ablations (`s3x` + record tracking, `s3x` + groups) are run.
+
+use std::time::Duration;
+
+use milliscale::{Options, Quorum, Tracking};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Variant {
+    Milliscale,
+    S3x,
+    S3Standard,
+    Gp3,
+    Io2,
+}
+
+impl Variant {
+    pub fn name(self) -> &'static str {
+        match self {
+            Variant::Milliscale => "milliscale",
+            Variant::S3x => "s3x",
+            Variant::S3Standard => "s3-standard",
+            Variant::Gp3 => "gp3",
+            Variant::Io2 => "io2",
+        }
+    }
+
+    /// The variant's settings, before overrides.
+    pub fn settings(self) -> LogSettings {
+        let per_thread = |store: &str| LogSettings {
+            stores: vec![store.to_owned()],
+            log_group_size: 1,
+            log_buffer_bytes: 512 * 1024,
+            tracking: Tracking::Txn,
+            ..LogSettings::default()
+        };
+        match self {
+            Variant::Milliscale => LogSettings::default(),
+            Variant::S3x => per_thread("sim://s3x"),
+            Variant::S3Standard => {
+                LogSettings { put_per_flush: true, ..per_thread("sim://s3-standard") }
+            }
+            Variant::Gp3 => per_thread("sim://gp3"),
+            Variant::Io2 => per_thread("sim://io2"),
+        }
+    }
+}
+
+/// Everything the benchmark sets on the log.
+#[derive(Debug, Clone)]
+pub struct LogSettings {
+    /// Store URLs; `["none"]` means no log.
+    pub stores: Vec<String>,
+    pub quorum: Quorum,
+    pub log_group_size: usize,
+    pub log_buffer_bytes: usize,
+    pub flush_timeout: Duration,
+    pub tracking: Tracking,
+    pub put_per_flush: bool,
+}
+
+impl Default for LogSettings {
+    /// The `milliscale` variant.
+    fn default() -> Self {
+        LogSettings {
+            stores: vec!["sim://s3x".to_owned()],
+            quorum: Quorum::Majority,
+            log_group_size: milliscale::options::LOG_GROUP_SIZE_DEFAULT,
+            log_buffer_bytes: milliscale::options::LOG_BUFFER_BYTES_DEFAULT,
+            flush_timeout: milliscale::options::FLUSH_TIMEOUT_DEFAULT,
+            tracking: Tracking::Record,
+            put_per_flush: false,
+        }
+    }
+}
+
+impl LogSettings {
+    pub fn is_logged(&self) -> bool {
+        !(self.stores.is_empty() || self.stores.iter().all(|s| s == "none"))
+    }
+
+    /// Database options for `workers` threads.
+    pub fn options(&self, workers: usize) -> Options {
+        let mut o = Options::new().workers(workers);
+        if !self.is_logged() {
+            return o;
+        }
+        o = o
+            .quorum(self.quorum)
+            .log_group_size(self.log_group_size)
+            .log_buffer_bytes(self.log_buffer_bytes)
+            .flush_timeout(self.flush_timeout)
+            .tracking(self.tracking)
+            .put_per_flush(self.put_per_flush);
+        for s in &self.stores {
+            o = o.add_store(s.clone());
+        }
+        o
+    }
+}
