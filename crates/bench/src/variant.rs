@@ -90,6 +90,23 @@ impl LogSettings {
         !(self.stores.is_empty() || self.stores.iter().all(|s| s == "none"))
     }
 
+    /// Give every `sim://` store without an explicit seed this one, so
+    /// repetitions draw different latencies (and tails) from the model.
+    pub fn seed_sims(&mut self, seed: u64) {
+        for url in &mut self.stores {
+            let Some(rest) = url.strip_prefix("sim://") else { continue };
+            let (preset, query) = rest.split_once('?').unwrap_or((rest, ""));
+            if query.split('&').any(|kv| kv.starts_with("seed=")) {
+                continue;
+            }
+            *url = if query.is_empty() {
+                format!("sim://{preset}?seed={seed}")
+            } else {
+                format!("sim://{preset}?seed={seed}&{query}")
+            };
+        }
+    }
+
     /// Database options for `workers` threads.
     pub fn options(&self, workers: usize) -> Options {
         let mut o = Options::new().workers(workers);
@@ -107,5 +124,33 @@ impl LogSettings {
             o = o.add_store(s.clone());
         }
         o
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sims_get_the_seed_unless_they_have_one() {
+        let mut l = LogSettings {
+            stores: vec![
+                "sim://s3x".into(),
+                "sim://gp3?stalls=1&inner=file:///x".into(),
+                "sim://io2?seed=3".into(),
+                "memory://".into(),
+            ],
+            ..LogSettings::default()
+        };
+        l.seed_sims(9);
+        assert_eq!(
+            l.stores,
+            [
+                "sim://s3x?seed=9",
+                "sim://gp3?seed=9&stalls=1&inner=file:///x",
+                "sim://io2?seed=3",
+                "memory://"
+            ]
+        );
     }
 }

@@ -194,7 +194,9 @@ pub fn run(cfg: &YcsbConfig) -> Result<Report, String> {
     let mut log_report = None;
     let (stats, measured) = match cfg.engine {
         Engine::Milliscale => {
-            let db = Database::open(cfg.log.options(cfg.threads).isolation(cfg.isolation))
+            let mut log = cfg.log.clone();
+            log.seed_sims(cfg.seed);
+            let db = Database::open(log.options(cfg.threads).isolation(cfg.isolation))
                 .map_err(|e| e.to_string())?;
             if !cfg.log.is_logged() {
                 notes.push("store none: no log; a commit is acknowledged at pre-commit".into());
