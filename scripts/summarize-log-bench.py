@@ -9,7 +9,10 @@ from pathlib import Path
 
 runs = defaultdict(list)
 for f in sorted(Path(sys.argv[1]).glob("*.rep*.json")):
-    runs[f.name.split(".rep")[0]].append(json.loads(f.read_text()))
+    try:
+        runs[f.name.split(".rep")[0]].append(json.loads(f.read_text()))
+    except json.JSONDecodeError:
+        print(f"skipped {f.name}: not a finished report", file=sys.stderr)
 
 
 def med(name, fn):

@@ -4,20 +4,23 @@
 //! ```
 //! use milliscale::{Database, Options};
 //! # fn main() -> milliscale::Result<()> {
-//! let db = Database::open(Options::new())?;
+//! // Log to an object store: here an in-memory one; "sim://s3x" adds S3
+//! // Express latency and accounting, "s3://bucket/prefix" is the real thing.
+//! let db = Database::open(Options::new().store("memory://"))?;
 //! let users = db.create_table("users")?;
 //! let mut tx = db.begin()?;                      // snapshot isolation by default
 //! tx.put(&users, b"k1", b"v1")?;
 //! tx.update_range(&users, b"k1", 1, b"2")?;      // partial update: logged as a delta
 //! let ack = tx.commit()?;                        // pre-committed: visible, worker free
-//! ack.wait()?;                                   // returns once committed
+//! ack.wait()?;                                   // returns once durable
 //! assert_eq!(db.begin()?.get(&users, b"k1")?, Some(b"v2".to_vec()));
 //! # Ok(()) }
 //! ```
 //!
 //! The tree follows the Milliscale paper: `mvcc/` (versions, visibility, GC),
-//! `txn/` (transactions, isolation), `index/` (the ordered index), `commit/`
-//! (pre-commit and acknowledgment). See ARCHITECTURE.md.
+//! `txn/` (transactions, isolation), `index/` (the ordered index), `log/`
+//! (records, log groups and their flushers, segments, replication),
+//! `commit/` (pre-commit, DSN vs gCSN, the committer). See ARCHITECTURE.md.
 
 #![forbid(unsafe_op_in_unsafe_fn)]
 #![deny(missing_docs, clippy::unwrap_used, rust_2018_idioms)]

@@ -219,3 +219,41 @@ fn txn_tracking_never_acknowledges_before_dependencies_are_durable() {
         random_interleavings(Tracking::Txn, seed, 4);
     }
 }
+
+/// A read-only transaction that saw pre-committed data waits for it (its
+/// DSN); one at the durable snapshot sees only durable data and never
+/// waits, and garbage collection keeps what it needs.
+#[test]
+fn read_only_transactions_wait_for_what_they_saw_unless_at_the_durable_snapshot() {
+    use milliscale::TxnOptions;
+    let gate = Gate::new(Recorder::memory());
+    let db = open(gate.clone(), Tracking::Record, 1);
+    let t = db.create_table("t").expect("table");
+    let mut tx = db.begin().expect("begin");
+    tx.put(&t, b"x", b"durable").expect("put");
+    tx.commit_and_wait().expect("durable");
+    gate.close(0);
+    // Many pre-committed, not durable overwrites: each trims the chain.
+    let mut last = None;
+    for i in 0..100 {
+        let mut tx = db.begin().expect("begin");
+        tx.put(&t, b"x", format!("pending {i}").as_bytes()).expect("put");
+        last = Some(tx.commit().expect("pre-commit"));
+    }
+    let last = last.expect("commits");
+    let mut r = db.begin().expect("begin");
+    assert_eq!(r.get(&t, b"x").expect("get"), Some(b"pending 99".to_vec()));
+    let r = r.commit().expect("read-only commit");
+    assert_eq!((r.csn(), r.dsn()), (None, last.csn().expect("csn")));
+    let mut d = db.begin_with(TxnOptions::durable_snapshot()).expect("begin");
+    assert_eq!(d.get(&t, b"x").expect("get"), Some(b"durable".to_vec()), "only durable data");
+    assert!(d.put(&t, b"y", b"v").is_err(), "a durable-snapshot transaction is read-only");
+    let d = d.commit().expect("commit");
+    assert!(d.is_acknowledged(), "the durable snapshot never waits");
+    assert!(!acked_within(&r, Duration::from_millis(100)), "R saw pending data");
+    gate.open(0);
+    assert!(acked_within(&r, Duration::from_secs(10)));
+    assert!(acked_within(&last, Duration::from_secs(10)));
+    let mut d = db.begin_with(TxnOptions::durable_snapshot()).expect("begin");
+    assert_eq!(d.get(&t, b"x").expect("get"), Some(b"pending 99".to_vec()));
+}

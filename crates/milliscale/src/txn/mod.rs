@@ -517,7 +517,8 @@ impl<'db> Transaction<'db> {
         }
         let mut retired = 0;
         for w in &self.writes {
-            retired += gc::trim_chain(w.table.records.slot(w.rid), horizon, guard);
+            let full = csn.is_multiple_of(gc::FULL_WALK_EVERY);
+            retired += gc::trim_chain(w.table.records.slot(w.rid), horizon, full, guard);
         }
         if retired > 0 {
             self.db.versions_retired.fetch_add(retired as u64, Ordering::Relaxed);
