@@ -524,6 +524,14 @@ fn bench_index(a: IndexArgs) -> Result<(), String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The engine reports through `tracing` (a store that cannot append, a
+    // store dropped from replication, a poisoned database): warnings and
+    // errors go to stderr.
+    tracing_subscriber::fmt()
+        .with_max_level(tracing_subscriber::filter::LevelFilter::WARN)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
     let result = match cli.command {
         Command::Bench(Bench::Ycsb(a)) => bench_ycsb(a),
         Command::Bench(Bench::Index(a)) => bench_index(a),
