@@ -109,6 +109,20 @@ fn run(quorum: Quorum, seed: u64) -> (u64, Option<Error>) {
         workers.into_iter().filter_map(|w| w.join().expect("worker")).next()
     });
     assert!(down.load(Ordering::Relaxed));
+    if quorum == Quorum::Majority {
+        // Its writers give up at the store deadline (400 ms) and report it.
+        let end = std::time::Instant::now() + Duration::from_secs(10);
+        let stores = loop {
+            let stores = db.log_metrics().expect("a log").stores;
+            if stores[2].dropped > 0 || std::time::Instant::now() > end {
+                break stores;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(stores[2].dropped > 0, "the store that went down is reported");
+        assert!(stores[2].last_error.as_deref().is_some_and(|e| e.contains("unavailable")));
+        assert!(stores[..2].iter().all(|s| s.dropped == 0), "the others are healthy");
+    }
     (checked.load(Ordering::Relaxed), poisoned.or(db.poisoned()))
 }
 
@@ -153,4 +167,40 @@ fn an_unavailable_store_poisons_the_database() {
     let mut tx = db.begin().expect("begin");
     tx.put(&t, b"c", b"3").expect("put");
     assert!(matches!(tx.commit().map(|_| ()), Err(Error::StoreUnavailable(_))));
+}
+
+/// A store that is slower than the others does not hold commits back under
+/// a majority, and it catches up: at close it holds every part too.
+#[test]
+fn a_slow_store_catches_up() {
+    let recs: Vec<Arc<Recorder>> = (0..3).map(|_| Recorder::memory()).collect();
+    let slow = common::Gate::new(recs[2].clone());
+    for g in 0..2 {
+        slow.set_delay(g, Duration::from_millis(15));
+    }
+    let db = Database::open(
+        Options::new()
+            .add_store_handle(recs[0].clone())
+            .add_store_handle(recs[1].clone())
+            .add_store_handle(slow.clone())
+            .workers(4)
+            .log_group_size(2)
+            .flush_timeout(Duration::from_millis(1)),
+    )
+    .expect("open");
+    let t = db.create_table("t").expect("table");
+    for i in 0..200u32 {
+        let mut tx = db.begin().expect("begin");
+        tx.put(&t, &i.to_be_bytes(), b"v").expect("put");
+        tx.commit_and_wait().expect("commit");
+    }
+    // Had the slow store held commits back, it would hold them all by now.
+    let (fast, lagging) = (recs[0].landed().len(), recs[2].landed().len());
+    assert!(lagging < fast, "the slow store ({lagging} CSNs) is behind the quorum ({fast})");
+    let next = db.stats().next_csn;
+    db.close();
+    for (i, r) in recs.iter().enumerate() {
+        assert_eq!(r.landed(), (1..next).collect(), "store {i} holds every CSN");
+    }
+    assert!(db.log_metrics().expect("a log").stores.iter().all(|s| s.dropped == 0));
 }

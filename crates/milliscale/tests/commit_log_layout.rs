@@ -13,7 +13,7 @@ use common::read_log;
 use milliscale::log::record::{Entry, Op};
 use milliscale::log::segment::WriteMode;
 use milliscale::{Database, Options};
-use objstore::{MemoryStore, ObjectStore, S3Store};
+use objstore::{MemoryStore, ObjectStore};
 
 /// Commit `n` transactions per thread from 4 threads; return what each
 /// CSN wrote (key, value), and the next CSN.
@@ -143,26 +143,12 @@ fn put_mode(store: Arc<dyn ObjectStore>, force: bool) {
 #[test]
 fn put_mode_through_the_emulator() {
     let e = emulator::Emulator::start(emulator::EmulatorOptions::default()).expect("emulator");
-    let url = format!("s3://putmode?endpoint={}", e.endpoint());
-    let s =
-        S3Store::with_credentials(&url, emulator::DEFAULT_ACCESS_KEY, emulator::DEFAULT_SECRET_KEY)
-            .expect("s3");
-    s.create_bucket().expect("bucket");
-    put_mode(Arc::new(s), true);
+    put_mode(common::emulator_bucket(&e, "putmode"), true);
 }
 
 #[test]
 fn minio_is_probed_into_put_mode() {
-    let ep = match std::env::var("MILLISCALE_TEST_S3_ENDPOINT") {
-        Ok(e) if !e.is_empty() => e,
-        _ => {
-            assert!(std::env::var("MILLISCALE_REQUIRE_S3").is_err(), "MinIO is required");
-            eprintln!("skipped: no S3 endpoint (scripts/test.sh starts MinIO)");
-            return;
-        }
-    };
-    let url = format!("s3://milliscale-db/db-{}?endpoint={ep}", std::process::id());
-    let s = S3Store::from_url(&url).expect("s3");
-    s.create_bucket().expect("bucket");
-    put_mode(Arc::new(s), false);
+    if let Some(s) = common::minio_bucket("milliscale-db", "db") {
+        put_mode(s, false);
+    }
 }

@@ -5,14 +5,16 @@
 //! The MinIO half needs `MILLISCALE_TEST_S3_ENDPOINT` (scripts/test.sh
 //! starts MinIO and sets it, with `MILLISCALE_REQUIRE_S3=1`).
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use milliscale::log::record::{Entry, PartBuilder, decode_segment};
 use milliscale::log::segment::{RetryPolicy, SegmentWriter, WriteMode, put_part_key, segment_key};
+use objstore::ObjectStore;
 use objstore::probe::{AppendSupport, probe_appends};
-use objstore::{ObjectStore, S3Store};
 
 fn part(i: u64) -> Bytes {
     let mut b = PartBuilder::new(0, 0);
@@ -62,32 +64,13 @@ fn round_trip(store: Arc<dyn ObjectStore>, mode: WriteMode) {
 fn segments_through_the_emulator_in_both_modes() {
     let e = emulator::Emulator::start(emulator::EmulatorOptions::default()).expect("emulator");
     for (i, mode) in [WriteMode::Append, WriteMode::PutPerFlush].into_iter().enumerate() {
-        let url = format!("s3://log{i}?endpoint={}", e.endpoint());
-        let s = S3Store::with_credentials(
-            &url,
-            emulator::DEFAULT_ACCESS_KEY,
-            emulator::DEFAULT_SECRET_KEY,
-        )
-        .expect("s3");
-        s.create_bucket().expect("bucket");
-        round_trip(Arc::new(s), mode);
+        round_trip(common::emulator_bucket(&e, &format!("log{i}")), mode);
     }
 }
 
 #[test]
 fn put_mode_against_minio() {
-    let ep = match std::env::var("MILLISCALE_TEST_S3_ENDPOINT") {
-        Ok(e) if !e.is_empty() => e,
-        _ => {
-            assert!(std::env::var("MILLISCALE_REQUIRE_S3").is_err(), "MinIO is required");
-            eprintln!("skipped: no S3 endpoint (scripts/test.sh starts MinIO)");
-            return;
-        }
-    };
-    let url = format!("s3://milliscale-log/run-{}?endpoint={ep}", std::process::id());
-    let s = S3Store::from_url(&url).expect("s3");
-    s.create_bucket().expect("bucket");
-    let s: Arc<dyn ObjectStore> = Arc::new(s);
+    let Some(s) = common::minio_bucket("milliscale-log", "run") else { return };
     let verdict = probe_appends(&*s, "probe/k").expect("the probe decides");
     assert!(matches!(verdict, AppendSupport::PutPerFlush { .. }), "MinIO cannot append");
     round_trip(s, WriteMode::PutPerFlush);

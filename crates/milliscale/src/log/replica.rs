@@ -41,6 +41,16 @@ pub(crate) struct StoreHealth {
 }
 
 impl StoreHealth {
+    /// A group stopped writing to this store.
+    fn gave_up(&self, group: u32, e: &SegmentError) {
+        tracing::warn!("log group {group}: store {} dropped from replication: {e}", self.name);
+        if matches!(e, SegmentError::Foreign { .. }) {
+            self.foreign.store(true, Ordering::Relaxed);
+        }
+        *self.last_error.lock() = Some(e.to_string());
+        self.dropped.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub(crate) fn new(name: String, mode: WriteMode) -> StoreHealth {
         StoreHealth {
             name,
@@ -97,8 +107,7 @@ impl ReplicaSet {
                 }
                 Err(e) => {
                     let msg = format!("{}: {e}", s.health.name);
-                    *s.health.last_error.lock() = Some(e.to_string());
-                    s.health.dropped.fetch_add(1, Ordering::Relaxed);
+                    s.health.gave_up(s.writer.group(), &e);
                     Err(match e {
                         SegmentError::Foreign { .. } => Error::Fenced(msg),
                         _ => Error::StoreUnavailable(msg),
@@ -143,10 +152,16 @@ impl Replicas {
                     .spawn(move || {
                         for (seq, part) in rx {
                             let r = w.write(&part).map(|_| ());
-                            let failed = r.is_err();
-                            if r.is_ok() {
-                                health.parts.fetch_add(1, Ordering::Relaxed);
+                            match &r {
+                                Ok(()) => {
+                                    health.parts.fetch_add(1, Ordering::Relaxed);
+                                }
+                                // Report at once: the flusher only reads
+                                // results while it writes, and the log may
+                                // be idle now.
+                                Err(e) => health.gave_up(group, e),
                             }
+                            let failed = r.is_err();
                             if result_tx.send((index, seq, r)).is_err() || failed {
                                 return;
                             }
@@ -163,9 +178,14 @@ impl Replicas {
         self.replicas.iter().filter(|r| r.to_writer.is_some()).count()
     }
 
-    fn drop_replica(&mut self, index: usize, why: String) {
+    /// Stop sending to store `index`. `why` is `Some` when the flusher
+    /// decided it (the store fell behind); a writer that gave up has
+    /// already reported itself.
+    fn drop_replica(&mut self, index: usize, why: Option<String>) {
         let r = &mut self.replicas[index];
-        if r.to_writer.take().is_some() {
+        if r.to_writer.take().is_some()
+            && let Some(why) = why
+        {
             tracing::warn!(
                 "log group {}: store {} dropped from replication: {why}",
                 self.group,
@@ -186,11 +206,12 @@ impl Replicas {
                 Ok(()) => {}
                 Err(TrySendError::Full(_)) => self.drop_replica(
                     i,
-                    format!("fell {LAG_PARTS_MAX} parts behind the quorum; it is not caught up"),
+                    Some(format!(
+                        "fell {LAG_PARTS_MAX} parts behind the quorum; it is not caught up"
+                    )),
                 ),
-                Err(TrySendError::Disconnected(_)) => {
-                    self.drop_replica(i, "its writer stopped".into())
-                }
+                // The writer gave up and said why.
+                Err(TrySendError::Disconnected(_)) => self.drop_replica(i, None),
             }
         }
         loop {
@@ -226,12 +247,7 @@ impl Replicas {
             };
             match result {
                 Ok(()) => self.replicas[index].done = self.replicas[index].done.max(done),
-                Err(e) => {
-                    if matches!(e, SegmentError::Foreign { .. }) {
-                        self.replicas[index].health.foreign.store(true, Ordering::Relaxed);
-                    }
-                    self.drop_replica(index, e.to_string())
-                }
+                Err(_) => self.drop_replica(index, None),
             }
         }
     }

@@ -146,6 +146,11 @@ impl SegmentWriter {
         }
     }
 
+    /// The log group it writes for.
+    pub fn group(&self) -> u32 {
+        self.group
+    }
+
     /// The segment the next part goes to.
     pub fn segment(&self) -> u64 {
         self.segment

@@ -12,6 +12,27 @@ use milliscale::log::record::{Entry, decode_part};
 use objstore::{Bytes, MemoryStore, ObjectMeta, ObjectStore, Result};
 use parking_lot::{Condvar, Mutex};
 
+/// The `ObjectStore` methods a wrapper passes to `self.inner` unchanged.
+macro_rules! delegate_reads {
+    () => {
+        fn get(&self, key: &str) -> Result<Bytes> {
+            self.inner.get(key)
+        }
+        fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
+            self.inner.get_range(key, range)
+        }
+        fn head(&self, key: &str) -> Result<ObjectMeta> {
+            self.inner.head(key)
+        }
+        fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>> {
+            self.inner.list(prefix)
+        }
+        fn delete(&self, key: &str) -> Result<()> {
+            self.inner.delete(key)
+        }
+    };
+}
+
 /// Wraps a store; every part that lands (the inner call applied it) is
 /// decoded and its CSNs recorded, with the log group that wrote it.
 #[derive(Debug)]
@@ -72,21 +93,7 @@ impl ObjectStore for Recorder {
         self.note(key, &body);
         Ok(r)
     }
-    fn get(&self, key: &str) -> Result<Bytes> {
-        self.inner.get(key)
-    }
-    fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
-        self.inner.get_range(key, range)
-    }
-    fn head(&self, key: &str) -> Result<ObjectMeta> {
-        self.inner.head(key)
-    }
-    fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>> {
-        self.inner.list(prefix)
-    }
-    fn delete(&self, key: &str) -> Result<()> {
-        self.inner.delete(key)
-    }
+    delegate_reads!();
 }
 
 /// Wraps a store; log writes of a closed group's objects block until the
@@ -159,21 +166,7 @@ impl ObjectStore for Gate {
         self.pass(key);
         self.inner.append(key, offset, body)
     }
-    fn get(&self, key: &str) -> Result<Bytes> {
-        self.inner.get(key)
-    }
-    fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
-        self.inner.get_range(key, range)
-    }
-    fn head(&self, key: &str) -> Result<ObjectMeta> {
-        self.inner.head(key)
-    }
-    fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>> {
-        self.inner.list(prefix)
-    }
-    fn delete(&self, key: &str) -> Result<()> {
-        self.inner.delete(key)
-    }
+    delegate_reads!();
 }
 
 /// Every entry in a store's log, as (object key, entries of each part).
@@ -186,4 +179,35 @@ pub fn read_log(store: &dyn ObjectStore) -> Vec<(String, Vec<Vec<Entry>>)> {
         out.push((o.key, parts.into_iter().map(|p| p.entries).collect()));
     }
     out
+}
+
+/// A new bucket on `e`, through the `s3` backend.
+pub fn emulator_bucket(e: &emulator::Emulator, bucket: &str) -> Arc<dyn ObjectStore> {
+    let url = format!("s3://{bucket}?endpoint={}", e.endpoint());
+    let s = objstore::S3Store::with_credentials(
+        &url,
+        emulator::DEFAULT_ACCESS_KEY,
+        emulator::DEFAULT_SECRET_KEY,
+    )
+    .expect("s3");
+    s.create_bucket().expect("bucket");
+    Arc::new(s)
+}
+
+/// A fresh prefix of `bucket` on the MinIO that scripts/test.sh starts
+/// (`MILLISCALE_TEST_S3_ENDPOINT`); `None` (skip) if there is none, which
+/// fails instead when `MILLISCALE_REQUIRE_S3` is set.
+pub fn minio_bucket(bucket: &str, prefix: &str) -> Option<Arc<dyn ObjectStore>> {
+    let ep = match std::env::var("MILLISCALE_TEST_S3_ENDPOINT") {
+        Ok(e) if !e.is_empty() => e,
+        _ => {
+            assert!(std::env::var("MILLISCALE_REQUIRE_S3").is_err(), "MinIO is required");
+            eprintln!("skipped: no S3 endpoint (scripts/test.sh starts MinIO)");
+            return None;
+        }
+    };
+    let url = format!("s3://{bucket}/{prefix}-{}?endpoint={ep}", std::process::id());
+    let s = objstore::S3Store::from_url(&url).expect("s3");
+    s.create_bucket().expect("bucket");
+    Some(Arc::new(s))
 }
