@@ -48,6 +48,10 @@ pub enum Error {
     /// nothing more.
     #[error("fenced: another writer owns the log: {0}")]
     Fenced(String),
+    /// The log (or another object) is damaged where damage cannot be a torn
+    /// tail; the message names the object. Nothing past it can be trusted.
+    #[error("corrupt: {0}")]
+    Corrupt(String),
     /// A store could not be used at open (a bad URL, a refused request, a
     /// log that is already there).
     #[error("store error: {0}")]

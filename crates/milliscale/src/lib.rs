@@ -34,6 +34,7 @@ pub mod limits;
 pub mod log;
 mod mvcc;
 pub mod options;
+pub mod recovery;
 mod table;
 mod txn;
 

@@ -1,0 +1,296 @@
+//! Reading the log back (the first half of recovery): crash images taken
+//! at random moments of a bank workload must hold every acknowledged
+//! transfer, and replaying them by the rule of invariant 3 must give a
+//! consistent cut (the bank's total holds). Torn tails are cut and
+//! reported; damage elsewhere is `Corrupt`.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Duration;
+
+use milliscale::log::record::{Entry, Op};
+use milliscale::recovery::{plan_replay, scan_log};
+use milliscale::{CommitAck, Database, Error, Options};
+use objstore::{Bytes, MemoryStore, ObjectMeta, ObjectStore, Result};
+use parking_lot::{Condvar, Mutex};
+
+const ACCOUNTS: u64 = 16;
+const INITIAL: u64 = 1000;
+
+/// Blocks every write while frozen; reads pass.
+#[derive(Debug)]
+struct Freeze {
+    inner: Arc<dyn ObjectStore>,
+    frozen: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl Freeze {
+    fn pass(&self) {
+        let mut f = self.frozen.lock();
+        while *f {
+            self.cv.wait(&mut f);
+        }
+    }
+    fn set(&self, frozen: bool) {
+        *self.frozen.lock() = frozen;
+        self.cv.notify_all();
+    }
+}
+
+impl ObjectStore for Freeze {
+    fn put(&self, key: &str, body: Bytes) -> Result<ObjectMeta> {
+        self.pass();
+        self.inner.put(key, body)
+    }
+    fn put_if_absent(&self, key: &str, body: Bytes) -> Result<ObjectMeta> {
+        self.pass();
+        self.inner.put_if_absent(key, body)
+    }
+    fn put_if_match(&self, key: &str, body: Bytes, etag: &str) -> Result<ObjectMeta> {
+        self.pass();
+        self.inner.put_if_match(key, body, etag)
+    }
+    fn append(&self, key: &str, offset: u64, body: Bytes) -> Result<ObjectMeta> {
+        self.pass();
+        self.inner.append(key, offset, body)
+    }
+    fn get(&self, key: &str) -> Result<Bytes> {
+        self.inner.get(key)
+    }
+    fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
+        self.inner.get_range(key, range)
+    }
+    fn head(&self, key: &str) -> Result<ObjectMeta> {
+        self.inner.head(key)
+    }
+    fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+    fn delete(&self, key: &str) -> Result<()> {
+        self.inner.delete(key)
+    }
+}
+
+/// A copy of every object in `store`: what a new process would find.
+fn image(store: &dyn ObjectStore) -> MemoryStore {
+    let copy = MemoryStore::new();
+    for o in store.list("").expect("list") {
+        copy.put(&o.key, store.get(&o.key).expect("get")).expect("put");
+    }
+    copy
+}
+
+/// Replay `entries` (CSN order) into a key -> value model.
+fn apply(entries: &[Entry]) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let mut m: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+    for e in entries {
+        let Entry::Commit { records, .. } = e else { panic!("only commits are replayed") };
+        for r in records {
+            let k = r.key.to_vec();
+            match &r.op {
+                Op::Insert(v) | Op::Update(v) => {
+                    m.insert(k, v.to_vec());
+                }
+                Op::Delta { offset, bytes } => {
+                    let v = m.get_mut(&k).expect("a delta applies to a replayed value");
+                    v[*offset as usize..*offset as usize + bytes.len()].copy_from_slice(bytes);
+                }
+                Op::Delete => {
+                    m.remove(&k);
+                }
+            }
+        }
+    }
+    m
+}
+
+fn balance(v: &[u8]) -> u64 {
+    u64::from_le_bytes(v.try_into().expect("8 bytes"))
+}
+
+/// Check one crash image against the acks seen while it was frozen.
+fn check_image(store: &dyn ObjectStore, acked: &BTreeSet<u64>) -> usize {
+    let scan = scan_log(store).expect("a crash image scans");
+    let plan = plan_replay(&scan).expect("and plans");
+    let replayed: BTreeSet<u64> = plan.replay.iter().map(Entry::csn).collect();
+    let lost: Vec<&u64> = acked.difference(&replayed).collect();
+    assert!(lost.is_empty(), "acknowledged but not replayed: {lost:?} (prefix {})", plan.prefix);
+    let model = apply(&plan.replay);
+    if !model.is_empty() {
+        assert_eq!(model.len() as u64, ACCOUNTS, "the accounts were created in one transaction");
+        let total: u64 = model.values().map(|v| balance(v)).sum();
+        assert_eq!(total, ACCOUNTS * INITIAL, "a consistent cut keeps the bank's total");
+    }
+    plan.replay.len()
+}
+
+fn bank_run(seed: u64, groups: usize) {
+    use rand::rngs::SmallRng;
+    use rand::{Rng, SeedableRng};
+    let freeze = Arc::new(Freeze {
+        inner: Arc::new(MemoryStore::new()),
+        frozen: Mutex::new(false),
+        cv: Condvar::new(),
+    });
+    let db = Database::open(
+        Options::new()
+            .add_store_handle(freeze.clone())
+            .workers(4)
+            .log_group_size(4 / groups)
+            .log_buffer_bytes(4096)
+            .flush_timeout(Duration::from_millis(1)),
+    )
+    .expect("open");
+    let t = db.create_table("accounts").expect("table");
+    let mut tx = db.begin().expect("begin");
+    for a in 0..ACCOUNTS {
+        tx.put(&t, &a.to_be_bytes(), &INITIAL.to_le_bytes()).expect("put");
+    }
+    tx.commit_and_wait().expect("load");
+    let acks: Mutex<Vec<CommitAck>> = Mutex::new(Vec::new());
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let mut images = 0;
+    std::thread::scope(|s| {
+        for w in 0..4u64 {
+            let (db, t, acks, stop) = (&db, &t, &acks, &stop);
+            s.spawn(move || {
+                let mut rng = SmallRng::seed_from_u64(seed * 10 + w);
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let (a, b) = (rng.random_range(0..ACCOUNTS), rng.random_range(0..ACCOUNTS));
+                    if a == b {
+                        continue;
+                    }
+                    let mut tx = db.begin().expect("begin");
+                    let mut run = |tx: &mut milliscale::Transaction<'_>| -> milliscale::Result<()> {
+                        let ba = balance(&tx.get(t, &a.to_be_bytes())?.expect("account"));
+                        let bb = balance(&tx.get(t, &b.to_be_bytes())?.expect("account"));
+                        let x = rng.random_range(0..=ba.min(50));
+                        // Deltas: the whole 8-byte value at offset 0.
+                        tx.update_range(t, &a.to_be_bytes(), 0, &(ba - x).to_le_bytes())?;
+                        tx.update_range(t, &b.to_be_bytes(), 0, &(bb + x).to_le_bytes())?;
+                        Ok(())
+                    };
+                    match run(&mut tx) {
+                        Ok(()) => match tx.commit() {
+                            Ok(ack) => acks.lock().push(ack),
+                            Err(Error::Conflict(_)) => {}
+                            Err(e) => panic!("commit: {e}"),
+                        },
+                        Err(Error::Conflict(_)) => {}
+                        Err(e) => panic!("transfer: {e}"),
+                    }
+                }
+            });
+        }
+        // A failed check must unfreeze and stop the workers, or the test
+        // hangs instead of failing.
+        struct Release<'a>(&'a Freeze, &'a std::sync::atomic::AtomicBool);
+        impl Drop for Release<'_> {
+            fn drop(&mut self) {
+                self.1.store(true, std::sync::atomic::Ordering::Relaxed);
+                self.0.set(false);
+            }
+        }
+        let _release = Release(&freeze, &stop);
+        let mut rng = SmallRng::seed_from_u64(seed);
+        for _ in 0..6 {
+            std::thread::sleep(Duration::from_millis(rng.random_range(2..30)));
+            freeze.set(true);
+            // Frozen: nothing more lands, so nothing more becomes durable,
+            // and every ack that resolves now is for bytes in the image.
+            let img = image(&*freeze);
+            let acked: BTreeSet<u64> = acks
+                .lock()
+                .iter()
+                .filter(|a| a.is_acknowledged())
+                .filter_map(CommitAck::csn)
+                .collect();
+            check_image(&img, &acked);
+            images += 1;
+            freeze.set(false);
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    let next = db.stats().next_csn;
+    db.close();
+    let scan = scan_log(&*freeze).expect("scan");
+    assert!(
+        scan.groups.values().all(|g| g.truncated.is_none()),
+        "a clean close leaves no torn tail"
+    );
+    let plan = plan_replay(&scan).expect("plan");
+    assert_eq!(plan.prefix, next, "after a clean close every CSN is in the log");
+    assert!(plan.dropped.is_empty());
+    let acked: BTreeSet<u64> = acks.lock().iter().filter_map(CommitAck::csn).collect();
+    assert!(check_image(&*freeze, &acked) > 1);
+    assert_eq!(images, 6);
+}
+
+#[test]
+fn crash_images_hold_every_acknowledged_transfer_and_a_consistent_cut() {
+    for seed in 0..8 {
+        bank_run(seed, if seed % 2 == 0 { 4 } else { 2 });
+    }
+}
+
+/// Three groups' worth of log in `store`, closed cleanly.
+fn small_log(store: Arc<dyn ObjectStore>) {
+    let db = Database::open(
+        Options::new()
+            .add_store_handle(store)
+            .workers(1)
+            .segment_parts_max(3)
+            .flush_timeout(Duration::from_millis(1)),
+    )
+    .expect("open");
+    let t = db.create_table("t").expect("table");
+    for i in 0..20u32 {
+        let mut tx = db.begin().expect("begin");
+        tx.put(&t, &i.to_be_bytes(), b"value").expect("put");
+        tx.commit_and_wait().expect("commit");
+    }
+    db.close();
+}
+
+#[test]
+fn a_torn_tail_is_cut_and_reported_and_damage_elsewhere_is_corrupt() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    small_log(store.clone());
+    let keys: Vec<String> = store.list("log/").expect("list").into_iter().map(|o| o.key).collect();
+    assert!(keys.len() >= 3, "rolled over: {keys:?}");
+    let last = keys.last().expect("a segment").clone();
+    let bytes = store.get(&last).expect("get");
+
+    // A torn last append: the tail is cut, the rest replays.
+    store.put(&last, bytes.slice(..bytes.len() - 7)).expect("tear");
+    let scan = scan_log(&*store).expect("a torn tail is not corruption");
+    let t = scan.groups[&0].truncated.as_ref().expect("reported");
+    assert_eq!(t.key, last);
+    let plan = plan_replay(&scan).expect("plan");
+    assert!(plan.prefix > 1 && plan.replay.len() as u64 == plan.prefix - 1);
+
+    // The same damage in a segment that is followed by another: corrupt.
+    store.put(&last, bytes.clone()).expect("restore");
+    let first = keys[0].clone();
+    let mut b = store.get(&first).expect("get").to_vec();
+    let at = b.len() / 2;
+    b[at] ^= 0x40;
+    store.put(&first, Bytes::from(b)).expect("flip");
+    match scan_log(&*store) {
+        Err(Error::Corrupt(m)) => assert!(m.contains(&keys[1]) || m.contains(&first), "{m}"),
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+
+    // A missing segment in the middle: corrupt, naming the one after it.
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    small_log(store.clone());
+    store.delete(&keys[1]).expect("delete");
+    match scan_log(&*store) {
+        Err(Error::Corrupt(m)) => assert!(m.contains(&keys[2]), "{m}"),
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+}
