@@ -15,47 +15,41 @@ use milliscale::log::record::{Entry, Op};
 use milliscale::recovery::{plan_replay, scan_log};
 use milliscale::{CommitAck, Database, Error, Options};
 use objstore::{Bytes, MemoryStore, ObjectMeta, ObjectStore, Result};
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 
 const ACCOUNTS: u64 = 16;
 const INITIAL: u64 = 1000;
 
-/// Blocks every write while frozen; reads pass.
+/// Writes hold the lock shared for their whole length; freezing takes it
+/// exclusively, so it waits for writes in flight and blocks new ones.
+/// Reads pass.
 #[derive(Debug)]
 struct Freeze {
     inner: Arc<dyn ObjectStore>,
-    frozen: Mutex<bool>,
-    cv: Condvar,
+    lock: RwLock<()>,
 }
 
 impl Freeze {
-    fn pass(&self) {
-        let mut f = self.frozen.lock();
-        while *f {
-            self.cv.wait(&mut f);
-        }
-    }
-    fn set(&self, frozen: bool) {
-        *self.frozen.lock() = frozen;
-        self.cv.notify_all();
+    fn pass(&self) -> RwLockReadGuard<'_, ()> {
+        self.lock.read()
     }
 }
 
 impl ObjectStore for Freeze {
     fn put(&self, key: &str, body: Bytes) -> Result<ObjectMeta> {
-        self.pass();
+        let _writing = self.pass();
         self.inner.put(key, body)
     }
     fn put_if_absent(&self, key: &str, body: Bytes) -> Result<ObjectMeta> {
-        self.pass();
+        let _writing = self.pass();
         self.inner.put_if_absent(key, body)
     }
     fn put_if_match(&self, key: &str, body: Bytes, etag: &str) -> Result<ObjectMeta> {
-        self.pass();
+        let _writing = self.pass();
         self.inner.put_if_match(key, body, etag)
     }
     fn append(&self, key: &str, offset: u64, body: Bytes) -> Result<ObjectMeta> {
-        self.pass();
+        let _writing = self.pass();
         self.inner.append(key, offset, body)
     }
     fn get(&self, key: &str) -> Result<Bytes> {
@@ -131,11 +125,7 @@ fn check_image(store: &dyn ObjectStore, acked: &BTreeSet<u64>) -> usize {
 fn bank_run(seed: u64, groups: usize) {
     use rand::rngs::SmallRng;
     use rand::{Rng, SeedableRng};
-    let freeze = Arc::new(Freeze {
-        inner: Arc::new(MemoryStore::new()),
-        frozen: Mutex::new(false),
-        cv: Condvar::new(),
-    });
+    let freeze = Arc::new(Freeze { inner: Arc::new(MemoryStore::new()), lock: RwLock::new(()) });
     let db = Database::open(
         Options::new()
             .add_store_handle(freeze.clone())
@@ -186,22 +176,22 @@ fn bank_run(seed: u64, groups: usize) {
                 }
             });
         }
-        // A failed check must unfreeze and stop the workers, or the test
-        // hangs instead of failing.
-        struct Release<'a>(&'a Freeze, &'a std::sync::atomic::AtomicBool);
-        impl Drop for Release<'_> {
+        // A failed check must stop the workers, or the test hangs instead
+        // of failing (the freeze guard is released by the unwind).
+        struct Stop<'a>(&'a std::sync::atomic::AtomicBool);
+        impl Drop for Stop<'_> {
             fn drop(&mut self) {
-                self.1.store(true, std::sync::atomic::Ordering::Relaxed);
-                self.0.set(false);
+                self.0.store(true, std::sync::atomic::Ordering::Relaxed);
             }
         }
-        let _release = Release(&freeze, &stop);
+        let _stop = Stop(&stop);
         let mut rng = SmallRng::seed_from_u64(seed);
         for _ in 0..6 {
             std::thread::sleep(Duration::from_millis(rng.random_range(2..30)));
-            freeze.set(true);
-            // Frozen: nothing more lands, so nothing more becomes durable,
-            // and every ack that resolves now is for bytes in the image.
+            let frozen = freeze.lock.write();
+            // Frozen, with no write in flight: nothing more lands, so
+            // nothing more becomes durable, and every ack that resolves
+            // now is for bytes in the image.
             let img = image(&*freeze);
             let acked: BTreeSet<u64> = acks
                 .lock()
@@ -211,7 +201,7 @@ fn bank_run(seed: u64, groups: usize) {
                 .collect();
             check_image(&img, &acked);
             images += 1;
-            freeze.set(false);
+            drop(frozen);
         }
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
     });
