@@ -4,6 +4,7 @@
 //! consistent cut (the bank's total holds). Torn tails are cut and
 //! reported; damage elsewhere is `Corrupt`.
 
+#[macro_use]
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -52,21 +53,7 @@ impl ObjectStore for Freeze {
         let _writing = self.pass();
         self.inner.append(key, offset, body)
     }
-    fn get(&self, key: &str) -> Result<Bytes> {
-        self.inner.get(key)
-    }
-    fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
-        self.inner.get_range(key, range)
-    }
-    fn head(&self, key: &str) -> Result<ObjectMeta> {
-        self.inner.head(key)
-    }
-    fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>> {
-        self.inner.list(prefix)
-    }
-    fn delete(&self, key: &str) -> Result<()> {
-        self.inner.delete(key)
-    }
+    delegate_reads!();
 }
 
 /// A copy of every object in `store`: what a new process would find.
