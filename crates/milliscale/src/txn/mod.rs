@@ -1,15 +1,17 @@
 //! Transactions: reads at a snapshot, first-updater-wins writes, DSN
 //! tracking, pre-commit, and abort.
 //!
-//! Life of a transaction (no log yet; see ARCHITECTURE.md for the full path):
+//! Life of a transaction (ARCHITECTURE.md has the full path):
 //! 1. `begin` takes a slot in the transaction table and a snapshot.
 //! 2. Reads walk version chains (`mvcc::visibility`); every version read that
 //!    another transaction created raises the DSN to its CSN.
 //! 3. Writes install an uncommitted version at the head of the chain, stamped
 //!    with the owner marker; the overwritten version's CSN raises the DSN.
-//! 4. `commit` pre-commits: state COMMITTING, take the CSN, (serializable:
-//!    VALIDATING and re-check reads), state COMMITTED(csn), stamp the versions,
-//!    trim chains, release the slot.
+//!    With a log, each write's record is appended to the redo buffer.
+//! 4. `commit` pre-commits. Under its log group's lock (`log::group`): state
+//!    COMMITTING, take the CSN, (serializable: VALIDATING and re-check reads;
+//!    on failure an abort entry), log the entry. Then state COMMITTED(csn),
+//!    stamp the versions, trim chains, release the slot, return the ack.
 
 pub(crate) mod table;
 mod validate;
