@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 #![deny(clippy::unwrap_used, rust_2018_idioms)]
 
+pub mod bank;
 pub mod emulator_bench;
 pub mod index_bench;
 pub mod keys;

@@ -60,6 +60,9 @@ struct InspectArgs {
 enum Bench {
     /// YCSB transactions (the paper's §5 setup) against the engine.
     Ycsb(YcsbArgs),
+    /// Bank transfers that wait for their acks and journal them: the
+    /// crash-test workload. Audits the total at the end.
+    Bank(BankArgs),
     /// Compare ordered-index candidates on inserts, lookups and scans.
     Index(IndexArgs),
     /// Append latency of a store, compared with its sim preset's model.
@@ -251,31 +254,9 @@ enum EngineArg {
     RawIndex,
 }
 
+/// The log's settings, shared by the benchmarks.
 #[derive(Args)]
-struct YcsbArgs {
-    /// Records in the table.
-    #[arg(long, default_value_t = 1_000_000)]
-    records: u64,
-    /// Worker threads [default: the number of cores].
-    #[arg(long)]
-    threads: Option<usize>,
-    /// Measured seconds.
-    #[arg(long, default_value_t = 10.0)]
-    duration: f64,
-    /// Seconds of warmup before measuring.
-    #[arg(long, default_value_t = 2.0)]
-    warmup: f64,
-    /// a: 50/50 read/update txns, b: 95/5, c: read-only, u: update-only.
-    #[arg(long, value_enum, default_value = "a")]
-    workload: WorkloadArg,
-    #[arg(long, value_enum, default_value = "uniform")]
-    dist: DistArg,
-    /// Zipfian skew.
-    #[arg(long, default_value_t = 0.99)]
-    theta: f64,
-    /// Operations per transaction.
-    #[arg(long, default_value_t = 10)]
-    ops_per_txn: usize,
+struct LogArgs {
     /// The paper's system variant (§5.1): sets the store, group size,
     /// buffer size and tracking; the flags below override each setting.
     #[arg(long, value_enum, default_value = "milliscale")]
@@ -304,6 +285,60 @@ struct YcsbArgs {
     /// Write one object per flush even where the store appends.
     #[arg(long)]
     put_per_flush: bool,
+}
+
+#[derive(Args)]
+struct BankArgs {
+    /// Accounts; each starts with --initial-balance.
+    #[arg(long, default_value_t = 1_000)]
+    accounts: u64,
+    #[arg(long, default_value_t = 1_000_000)]
+    initial_balance: u64,
+    /// Worker threads, each waiting for its transfer's acknowledgment.
+    #[arg(long, default_value_t = 8)]
+    threads: usize,
+    /// Seconds to run.
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    /// Append each acknowledged transfer id to this file (flushed and
+    /// synced before the next transfer is issued).
+    #[arg(long)]
+    acked_log: Option<std::path::PathBuf>,
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    log: LogArgs,
+}
+
+#[derive(Args)]
+struct YcsbArgs {
+    /// Records in the table.
+    #[arg(long, default_value_t = 1_000_000)]
+    records: u64,
+    /// Worker threads [default: the number of cores].
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Measured seconds.
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    /// Seconds of warmup before measuring.
+    #[arg(long, default_value_t = 2.0)]
+    warmup: f64,
+    /// a: 50/50 read/update txns, b: 95/5, c: read-only, u: update-only.
+    #[arg(long, value_enum, default_value = "a")]
+    workload: WorkloadArg,
+    #[arg(long, value_enum, default_value = "uniform")]
+    dist: DistArg,
+    /// Zipfian skew.
+    #[arg(long, default_value_t = 0.99)]
+    theta: f64,
+    /// Operations per transaction.
+    #[arg(long, default_value_t = 10)]
+    ops_per_txn: usize,
+    #[command(flatten)]
+    log: LogArgs,
     #[arg(long, value_enum, default_value = "snapshot")]
     isolation: IsolationArg,
     /// milliscale, or raw-index: the same lookups on the bare index (workload c).
@@ -405,7 +440,7 @@ fn seconds(name: &str, s: f64) -> Result<Duration, String> {
         .map_err(|_| format!("--{name} must be a non-negative number of seconds, got {s}"))
 }
 
-fn log_settings(a: &YcsbArgs) -> Result<(Variant, LogSettings), String> {
+fn log_settings(a: &LogArgs) -> Result<(Variant, LogSettings), String> {
     let variant = match a.variant {
         VariantArg::Milliscale => Variant::Milliscale,
         VariantArg::S3x => Variant::S3x,
@@ -443,8 +478,25 @@ fn log_settings(a: &YcsbArgs) -> Result<(Variant, LogSettings), String> {
     Ok((variant, l))
 }
 
+fn bench_bank(a: BankArgs) -> Result<(), String> {
+    let (_, log) = log_settings(&a.log)?;
+    let cfg = milliscale_bench::bank::BankConfig {
+        accounts: a.accounts,
+        initial_balance: a.initial_balance,
+        threads: a.threads,
+        duration: seconds("duration", a.duration)?,
+        log,
+        isolation: Isolation::Snapshot,
+        acked_log: a.acked_log,
+        seed: a.seed,
+    };
+    let report = milliscale_bench::bank::run(&cfg)?;
+    print_report(&report, a.json, false);
+    Ok(())
+}
+
 fn bench_ycsb(a: YcsbArgs) -> Result<(), String> {
-    let (variant, log) = log_settings(&a)?;
+    let (variant, log) = log_settings(&a.log)?;
     let cfg = YcsbConfig {
         records: a.records,
         threads: a
@@ -603,6 +655,7 @@ fn main() -> ExitCode {
         .init();
     let result = match cli.command {
         Command::Bench(Bench::Ycsb(a)) => bench_ycsb(a),
+        Command::Bench(Bench::Bank(a)) => bench_bank(a),
         Command::Bench(Bench::Index(a)) => bench_index(a),
         Command::Bench(Bench::Store(a)) => bench_store(a),
         Command::Bench(Bench::Emulator(a)) => bench_emulator(a),

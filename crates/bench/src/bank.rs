@@ -1,0 +1,256 @@
+//! The bank workload, for crash testing (issue 5).
+//!
+//! - `accounts`: key = account id (u64, big-endian), value = balance (u64,
+//!   little-endian). `accounts` accounts start at `initial_balance` each, so
+//!   the total is always `accounts * initial_balance`.
+//! - `history`: key = transfer id (u64, big-endian), value = from, to,
+//!   amount (three u64, little-endian).
+//!
+//! Each worker loops: pick two accounts, move a random amount (at most the
+//! source's balance) and record the transfer in `history`, commit, **wait
+//! for the acknowledgment**, then append the transfer id to the client
+//! journal (`acked_log`) and flush it before issuing the next transfer. So
+//! the journal holds exactly the transfers a client was told are durable,
+//! which is what a crash test checks after recovery. At the end, one
+//! read-only transaction audits the total.
+//!
+//! Transfer ids count from 1 in each run (there is no recovery that could
+//! continue a previous run's database yet).
+
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use milliscale::{Database, Error, Isolation, Table};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use crate::report::{Environment, KindStats, Percentiles, Report};
+use crate::variant::LogSettings;
+
+#[derive(Debug, Clone)]
+pub struct BankConfig {
+    pub accounts: u64,
+    pub initial_balance: u64,
+    pub threads: usize,
+    pub duration: Duration,
+    pub log: LogSettings,
+    pub isolation: Isolation,
+    /// Where acknowledged transfer ids go, one decimal id per line.
+    pub acked_log: Option<std::path::PathBuf>,
+    pub seed: u64,
+}
+
+/// The key of account `id` and of transfer `id`.
+pub fn key(id: u64) -> [u8; 8] {
+    id.to_be_bytes()
+}
+
+/// A balance or a history value's fields.
+pub fn decode_u64s(v: &[u8]) -> Vec<u64> {
+    v.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8-byte chunks"))).collect()
+}
+
+fn validate(cfg: &BankConfig) -> Result<(), String> {
+    if cfg.accounts < 2 {
+        return Err(format!("--accounts must be at least 2, got {}", cfg.accounts));
+    }
+    if cfg.threads == 0 || cfg.threads > 1024 {
+        return Err(format!("--threads must be in 1..=1024, got {}", cfg.threads));
+    }
+    if cfg.accounts.checked_mul(cfg.initial_balance).is_none() {
+        return Err("--accounts × --initial-balance overflows a u64".into());
+    }
+    Ok(())
+}
+
+/// One worker's transfers, conflicts and latency histogram (µs).
+type WorkerResult = (u64, u64, Histogram<u64>);
+
+/// Run the workload; the report's notes carry the audit.
+pub fn run(cfg: &BankConfig) -> Result<Report, String> {
+    validate(cfg)?;
+    let mut log = cfg.log.clone();
+    log.seed_sims(cfg.seed);
+    let db = Database::open(log.options(cfg.threads).isolation(cfg.isolation))
+        .map_err(|e| e.to_string())?;
+    let accounts = db.create_table("accounts").map_err(|e| e.to_string())?;
+    let history = db.create_table("history").map_err(|e| e.to_string())?;
+    for chunk in (0..cfg.accounts).collect::<Vec<_>>().chunks(10_000) {
+        let mut tx = db.begin().map_err(|e| e.to_string())?;
+        for &a in chunk {
+            tx.put(&accounts, &key(a), &cfg.initial_balance.to_le_bytes())
+                .map_err(|e| e.to_string())?;
+        }
+        tx.commit_and_wait().map_err(|e| format!("loading the accounts: {e}"))?;
+    }
+    let journal = match &cfg.acked_log {
+        Some(p) => Some(parking_lot::Mutex::new(
+            std::fs::File::create(p).map_err(|e| format!("{}: {e}", p.display()))?,
+        )),
+        None => None,
+    };
+    let next_id = AtomicU64::new(1);
+    let stop = AtomicBool::new(false);
+    let started = Instant::now();
+    let results: Vec<Result<WorkerResult, String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..cfg.threads as u64)
+            .map(|w| {
+                let (db, accounts, history) = (&db, &accounts, &history);
+                let (journal, next_id, stop) = (&journal, &next_id, &stop);
+                s.spawn(move || {
+                    let mut rng = SmallRng::seed_from_u64(cfg.seed ^ ((w + 1) * 0x9E37_79B9));
+                    let mut h = Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("bounds");
+                    let (mut done, mut conflicts) = (0u64, 0u64);
+                    while !stop.load(Ordering::Relaxed) {
+                        let id = next_id.fetch_add(1, Ordering::Relaxed);
+                        let t0 = Instant::now();
+                        match transfer(db, accounts, history, cfg, id, &mut rng) {
+                            Ok(()) => {}
+                            Err(Error::Conflict(_)) => {
+                                conflicts += 1;
+                                continue;
+                            }
+                            Err(e) => return Err(format!("transfer {id}: {e}")),
+                        }
+                        let _ = h.record((t0.elapsed().as_micros() as u64).max(1));
+                        done += 1;
+                        if let Some(j) = journal {
+                            let mut f = j.lock();
+                            writeln!(f, "{id}")
+                                .and_then(|_| f.flush())
+                                .map_err(|e| e.to_string())?;
+                            f.sync_data().map_err(|e| e.to_string())?;
+                        }
+                    }
+                    Ok((done, conflicts, h))
+                })
+            })
+            .collect();
+        std::thread::sleep(cfg.duration);
+        stop.store(true, Ordering::Relaxed);
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("panic".into()))).collect()
+    });
+    let secs = started.elapsed().as_secs_f64();
+    let mut lat = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).expect("bounds");
+    let (mut committed, mut aborted) = (0, 0);
+    for r in results {
+        let (d, c, h) = r?;
+        committed += d;
+        aborted += c;
+        lat.add(&h).expect("same bounds");
+    }
+    let total = audit(&db, &accounts)?;
+    let expected = cfg.accounts * cfg.initial_balance;
+    if total != expected {
+        return Err(format!("audit failed: the accounts hold {total}, expected {expected}"));
+    }
+    let mut config = std::collections::BTreeMap::new();
+    config.insert("accounts".into(), cfg.accounts.to_string());
+    config.insert("initial_balance".into(), cfg.initial_balance.to_string());
+    config.insert("store".into(), cfg.log.stores.join(" + "));
+    config.insert("seed".into(), cfg.seed.to_string());
+    let latency = Percentiles::from_micros(&lat);
+    Ok(Report {
+        benchmark: "bank".into(),
+        engine: "milliscale".into(),
+        config,
+        env: Environment::detect(),
+        threads: cfg.threads,
+        duration_s: secs,
+        committed,
+        aborted,
+        operations: committed,
+        txn_per_s: committed as f64 / secs,
+        ops_per_s: committed as f64 / secs,
+        abort_rate: aborted as f64 / (committed + aborted).max(1) as f64,
+        txn_latency: latency.clone(),
+        commit_latency: latency,
+        by_kind: [("transfer".to_owned(), KindStats { committed, aborted })].into(),
+        memory: None,
+        log: None,
+        notes: vec![format!(
+            "audit: the {} accounts hold {total} = {} × {}",
+            cfg.accounts, cfg.accounts, cfg.initial_balance
+        )],
+    })
+}
+
+/// One transfer, committed and acknowledged.
+fn transfer(
+    db: &Database,
+    accounts: &Table,
+    history: &Table,
+    cfg: &BankConfig,
+    id: u64,
+    rng: &mut SmallRng,
+) -> milliscale::Result<()> {
+    let from = rng.random_range(0..cfg.accounts);
+    let to = (from + rng.random_range(1..cfg.accounts)) % cfg.accounts;
+    let mut tx = db.begin()?;
+    let balance = |tx: &mut milliscale::Transaction<'_>, a: u64| -> milliscale::Result<u64> {
+        let v = tx.get(accounts, &key(a))?.ok_or(Error::NotFound)?;
+        Ok(decode_u64s(&v)[0])
+    };
+    let (bf, bt) = (balance(&mut tx, from)?, balance(&mut tx, to)?);
+    let amount = if bf == 0 { 0 } else { rng.random_range(0..=bf.min(1000)) };
+    tx.update_range(accounts, &key(from), 0, &(bf - amount).to_le_bytes())?;
+    tx.update_range(accounts, &key(to), 0, &(bt + amount).to_le_bytes())?;
+    let mut h = [0u8; 24];
+    for (i, v) in [from, to, amount].into_iter().enumerate() {
+        h[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+    }
+    tx.put(history, &key(id), &h)?;
+    tx.commit_and_wait().map(|_| ())
+}
+
+/// The sum of all balances, read in one snapshot.
+pub fn audit(db: &Database, accounts: &Table) -> Result<u64, String> {
+    let mut tx = db.begin().map_err(|e| e.to_string())?;
+    let rows = tx
+        .scan(
+            accounts,
+            std::ops::Bound::Unbounded,
+            std::ops::Bound::Unbounded,
+            milliscale::Direction::Forward,
+            usize::MAX,
+        )
+        .map_err(|e| e.to_string())?;
+    Ok(rows.iter().map(|(_, v)| decode_u64s(v)[0]).sum())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transfers_keep_the_total_and_the_journal_lists_them() {
+        let dir = std::env::temp_dir().join(format!("milliscale-bank-{}", std::process::id()));
+        let _ = std::fs::create_dir_all(&dir);
+        let journal = dir.join("acked.log");
+        let cfg = BankConfig {
+            accounts: 50,
+            initial_balance: 1000,
+            threads: 4,
+            duration: Duration::from_millis(400),
+            log: LogSettings { stores: vec!["memory://".into()], ..LogSettings::default() },
+            isolation: Isolation::Snapshot,
+            acked_log: Some(journal.clone()),
+            seed: 1,
+        };
+        let r = run(&cfg).expect("run");
+        assert!(r.committed > 10, "{} transfers", r.committed);
+        let ids: Vec<u64> = std::fs::read_to_string(&journal)
+            .expect("journal")
+            .lines()
+            .map(|l| l.parse().expect("an id per line"))
+            .collect();
+        assert_eq!(ids.len() as u64, r.committed, "one journal line per acknowledged transfer");
+        let unique: std::collections::BTreeSet<_> = ids.iter().collect();
+        assert_eq!(unique.len(), ids.len(), "ids are unique");
+        let _ = std::fs::remove_dir_all(&dir);
+        let bad = BankConfig { accounts: 1, ..cfg };
+        assert!(run(&bad).is_err());
+    }
+}
