@@ -14,15 +14,17 @@
 //! which is what a crash test checks after recovery. At the end, one
 //! read-only transaction audits the total.
 //!
-//! Transfer ids count from 1 in each run (there is no recovery that could
-//! continue a previous run's database yet).
+//! A store that already holds a bank database is recovered and continued:
+//! the accounts must match `--accounts`, transfer ids go on from the
+//! largest in `history`, and the journal is appended to.
 
 use std::io::Write;
+use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use milliscale::{Database, Error, Isolation, Table};
+use milliscale::{Database, Direction, Error, Isolation, Table};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -75,9 +77,37 @@ pub fn run(cfg: &BankConfig) -> Result<Report, String> {
     log.seed_sims(cfg.seed);
     let db = Database::open(log.options(cfg.threads).isolation(cfg.isolation))
         .map_err(|e| e.to_string())?;
-    let accounts = db.create_table("accounts").map_err(|e| e.to_string())?;
-    let history = db.create_table("history").map_err(|e| e.to_string())?;
-    for chunk in (0..cfg.accounts).collect::<Vec<_>>().chunks(10_000) {
+    // A database that already exists (a store that held one) is continued:
+    // its accounts must be the ones asked for, and transfer ids go on from
+    // the largest in its history.
+    let open_or_create = |name: &str| match db.open_table(name) {
+        Ok(t) => Ok(t),
+        Err(Error::TableNotFound(_)) => db.create_table(name),
+        Err(e) => Err(e),
+    };
+    let accounts = open_or_create("accounts").map_err(|e| e.to_string())?;
+    let history = open_or_create("history").map_err(|e| e.to_string())?;
+    let (existing, last_id) = {
+        let mut tx = db.begin().map_err(|e| e.to_string())?;
+        let n = tx
+            .scan(&accounts, Bound::Unbounded, Bound::Unbounded, Direction::Forward, usize::MAX)
+            .map_err(|e| e.to_string())?
+            .len() as u64;
+        let last = tx
+            .scan(&history, Bound::Unbounded, Bound::Unbounded, Direction::Backward, 1)
+            .map_err(|e| e.to_string())?
+            .first()
+            .map_or(0, |(k, _)| u64::from_be_bytes(k[..8].try_into().expect("8-byte keys")));
+        (n, last)
+    };
+    if existing != 0 && existing != cfg.accounts {
+        return Err(format!(
+            "the database holds {existing} accounts, not {} (--accounts)",
+            cfg.accounts
+        ));
+    }
+    let to_load = if existing == 0 { cfg.accounts } else { 0 };
+    for chunk in (0..to_load).collect::<Vec<_>>().chunks(10_000) {
         let mut tx = db.begin().map_err(|e| e.to_string())?;
         for &a in chunk {
             tx.put(&accounts, &key(a), &cfg.initial_balance.to_le_bytes())
@@ -87,11 +117,15 @@ pub fn run(cfg: &BankConfig) -> Result<Report, String> {
     }
     let journal = match &cfg.acked_log {
         Some(p) => Some(parking_lot::Mutex::new(
-            std::fs::File::create(p).map_err(|e| format!("{}: {e}", p.display()))?,
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .map_err(|e| format!("{}: {e}", p.display()))?,
         )),
         None => None,
     };
-    let next_id = AtomicU64::new(1);
+    let next_id = AtomicU64::new(last_id + 1);
     let stop = AtomicBool::new(false);
     let started = Instant::now();
     let results: Vec<Result<WorkerResult, String>> = std::thread::scope(|s| {
@@ -229,6 +263,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("milliscale-bank-{}", std::process::id()));
         let _ = std::fs::create_dir_all(&dir);
         let journal = dir.join("acked.log");
+        let _ = std::fs::remove_file(&journal);
         let cfg = BankConfig {
             accounts: 50,
             initial_balance: 1000,

@@ -41,9 +41,41 @@ enum Command {
     Bench(Bench),
     /// Serve an S3-compatible store with S3 Express appends on loopback.
     Emulator(EmulatorArgs),
-    /// Read a database's log from a store: groups, segments, parts, CSN
-    /// ranges, torn tails, and what recovery would replay. Reads only.
+    /// Read a database from a store: the manifest, the checkpoint's chunks,
+    /// the log's groups, segments, parts, CSN ranges and torn tails, and
+    /// what recovery would replay. Reads only.
     Inspect(InspectArgs),
+    /// Open a database as its writer and recover it: fence the previous
+    /// writer, load the checkpoint, replay the log, checkpoint the result.
+    /// Prints what was found and how long each step took.
+    Recover(RecoverArgs),
+    /// Print a table's rows as hex `key value` lines, in key order, from the
+    /// database's durable state. Reads only: the writer is not fenced.
+    Dump(DumpArgs),
+}
+
+#[derive(Args)]
+struct RecoverArgs {
+    /// A store holding the database (repeat for replicas, in the same order
+    /// the writer used).
+    #[arg(long, required = true)]
+    store: Vec<String>,
+    /// Replay threads (default: the number of cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct DumpArgs {
+    /// A store holding the database (repeat for replicas).
+    #[arg(long, required = true)]
+    store: Vec<String>,
+    /// The table to print.
+    #[arg(long)]
+    table: String,
 }
 
 #[derive(Args)]
@@ -591,13 +623,38 @@ fn inspect(a: InspectArgs) -> Result<(), String> {
     use milliscale::log::record::Entry;
     let store = objstore::open(&a.store).map_err(|e| format!("{}: {e}", a.store))?;
     let started = std::time::Instant::now();
-    let scan = milliscale::recovery::scan_log(store.as_ref()).map_err(|e| e.to_string())?;
+    let (m, scan) = milliscale::recovery::scan_log(&store).map_err(|e| e.to_string())?;
     println!(
-        "{}: {} log objects, {} bytes, {} groups (read in {:.2} s)",
+        "manifest {}: epoch {}, log format {}, tables {:?}",
+        milliscale::manifest::manifest_key(m.version),
+        m.epoch,
+        m.log_format,
+        m.tables
+    );
+    match &m.checkpoint {
+        None => println!("checkpoint: none"),
+        Some(c) => {
+            println!(
+                "checkpoint at CSN {}: {} chunks, {} rows, {} bytes",
+                c.csn,
+                c.chunks.len(),
+                c.rows,
+                c.bytes
+            );
+            for chunk in &c.chunks {
+                println!("  {}: {} bytes, crc32c {:08x}", chunk.key, chunk.bytes, chunk.crc);
+            }
+        }
+    }
+    println!(
+        "log of epoch {}: {} groups, base CSN {}, segments from {:?}, {} parts per segment",
+        m.log.epoch, m.log.groups, m.log.base_csn, m.log.group_start, m.log.parts_max
+    );
+    println!(
+        "{}: {} log objects, {} bytes (read in {:.2} s)",
         a.store,
         scan.objects,
         scan.bytes,
-        scan.groups.len(),
         started.elapsed().as_secs_f64()
     );
     for (g, log) in &scan.groups {
@@ -608,9 +665,10 @@ fn inspect(a: InspectArgs) -> Result<(), String> {
         let objects: std::collections::BTreeSet<&str> =
             log.parts.iter().map(|(k, _)| k.as_str()).collect();
         println!(
-            "group {g}: {} objects, {} parts, {entries} entries, CSN {first}..={last}",
+            "group {g}: {} objects, {} parts, {entries} entries, CSN {first}..={last}{}",
             objects.len(),
-            log.parts.len()
+            log.parts.len(),
+            log.fenced_by.map_or(String::new(), |e| format!(", fenced by epoch {e}"))
         );
         if a.parts {
             for (key, p) in &log.parts {
@@ -631,9 +689,11 @@ fn inspect(a: InspectArgs) -> Result<(), String> {
     }
     let plan = milliscale::recovery::plan_replay(&scan).map_err(|e| e.to_string())?;
     println!(
-        "recovery would replay {} transactions: every CSN below {} is in the log (largest {}); \
-         {} commits dropped (their DSN is not below {}), {} aborts",
+        "recovery would replay {} transactions from CSN {}: every CSN below {} is in the \
+         checkpoint or the log (largest {}); {} commits dropped (their DSN is not below {}), \
+         {} aborts",
         plan.replay.len(),
+        scan.from,
         plan.prefix,
         plan.max_csn,
         plan.dropped.len(),
@@ -641,6 +701,167 @@ fn inspect(a: InspectArgs) -> Result<(), String> {
         plan.aborts
     );
     Ok(())
+}
+
+fn store_options(stores: &[String]) -> milliscale::Options {
+    let mut o = milliscale::Options::new();
+    for s in stores {
+        o = o.add_store(s.clone());
+    }
+    o
+}
+
+fn recover(a: RecoverArgs) -> Result<(), String> {
+    let mut o = store_options(&a.store).checkpoint_log_bytes(0);
+    if let Some(t) = a.threads {
+        o = o.recovery_threads(t);
+    }
+    let started = std::time::Instant::now();
+    let db = milliscale::Database::open(o).map_err(|e| e.to_string())?;
+    let took = started.elapsed();
+    let Some(r) = db.recovery_report() else {
+        println!("{}: no database there; created an empty one", a.store.join(", "));
+        return Ok(());
+    };
+    if a.json {
+        let groups: Vec<_> = r
+            .groups
+            .iter()
+            .map(|(g, parts, t)| {
+                serde_json::json!({
+                    "group": g,
+                    "parts": parts,
+                    "truncated": t.as_ref().map(|t| serde_json::json!({
+                        "key": t.key, "offset": t.offset, "bytes": t.bytes, "error": t.error.to_string()
+                    })),
+                })
+            })
+            .collect();
+        let j = serde_json::json!({
+            "found_version": r.found_version,
+            "old_epoch": r.old_epoch,
+            "new_epoch": r.new_epoch,
+            "checkpoint_csn": r.checkpoint.map(|c| c.0),
+            "checkpoint_chunks": r.checkpoint.map(|c| c.1),
+            "checkpoint_rows": r.checkpoint_rows_loaded,
+            "log_objects": r.log_objects,
+            "log_bytes": r.log_bytes,
+            "groups": groups,
+            "repaired": r.repaired,
+            "prefix": r.prefix,
+            "max_csn": r.max_csn,
+            "replayed": r.replayed,
+            "dropped": r.dropped.len(),
+            "aborts": r.aborts,
+            "records_applied": r.records_applied,
+            "threads": r.threads,
+            "new_checkpoint_csn": r.new_checkpoint_csn,
+            "seconds": {
+                "fence": r.timings.fence.as_secs_f64(),
+                "scan": r.timings.scan.as_secs_f64(),
+                "load_checkpoint": r.timings.load_checkpoint.as_secs_f64(),
+                "replay": r.timings.replay.as_secs_f64(),
+                "checkpoint_and_publish": r.timings.checkpoint_and_publish.as_secs_f64(),
+                "total": r.timings.total.as_secs_f64(),
+                "open": took.as_secs_f64(),
+            },
+            "log_mb_per_s": r.log_bytes as f64 / 1e6 / (r.timings.scan + r.timings.replay).as_secs_f64().max(1e-9),
+        });
+        println!("{}", serde_json::to_string_pretty(&j).map_err(|e| e.to_string())?);
+        return Ok(());
+    }
+    println!(
+        "recovered {} (manifest version {}, epoch {} -> {}), {} threads",
+        a.store.join(", "),
+        r.found_version,
+        r.old_epoch,
+        r.new_epoch,
+        r.threads
+    );
+    match r.checkpoint {
+        Some((csn, chunks, rows)) => {
+            println!(
+                "checkpoint: CSN {csn}, {chunks} chunks, {rows} rows ({} loaded)",
+                r.checkpoint_rows_loaded
+            )
+        }
+        None => println!("checkpoint: none"),
+    }
+    println!("log: {} objects, {} bytes", r.log_objects, r.log_bytes);
+    for (g, parts, t) in &r.groups {
+        match t {
+            None => println!("  group {g}: {parts} parts"),
+            Some(t) => println!(
+                "  group {g}: {parts} parts; torn tail cut: {} bytes of {} at offset {}: {}",
+                t.bytes, t.key, t.offset, t.error
+            ),
+        }
+    }
+    for x in &r.repaired {
+        println!("  repaired from another store: {x}");
+    }
+    println!(
+        "replayed {} transactions ({} records, {} keys); every CSN below {} was durable \
+         (largest {}); dropped {} (DSN not below the prefix); {} aborts",
+        r.replayed,
+        r.records_applied,
+        r.keys_installed,
+        r.prefix,
+        r.max_csn,
+        r.dropped.len(),
+        r.aborts
+    );
+    if let Some(c) = r.new_checkpoint_csn {
+        println!("wrote checkpoint at CSN {c}");
+    }
+    let t = &r.timings;
+    println!(
+        "time: fence {:.3} s, scan {:.3} s, load checkpoint {:.3} s, replay {:.3} s, \
+         checkpoint+publish {:.3} s, total {:.3} s; log {:.1} MB/s (scan+replay)",
+        t.fence.as_secs_f64(),
+        t.scan.as_secs_f64(),
+        t.load_checkpoint.as_secs_f64(),
+        t.replay.as_secs_f64(),
+        t.checkpoint_and_publish.as_secs_f64(),
+        t.total.as_secs_f64(),
+        r.log_bytes as f64 / 1e6 / (t.scan + t.replay).as_secs_f64().max(1e-9)
+    );
+    db.close();
+    Ok(())
+}
+
+fn dump(a: DumpArgs) -> Result<(), String> {
+    use std::io::Write;
+    let db =
+        milliscale::Database::open_read_only(store_options(&a.store)).map_err(|e| e.to_string())?;
+    let table = db.open_table(&a.table).map_err(|e| e.to_string())?;
+    let mut tx = db.begin().map_err(|e| e.to_string())?;
+    let out = std::io::stdout();
+    let mut out = std::io::BufWriter::new(out.lock());
+    let mut lower: Vec<u8> = Vec::new();
+    let mut first = true;
+    loop {
+        let bound = if first {
+            std::ops::Bound::Unbounded
+        } else {
+            std::ops::Bound::Excluded(lower.as_slice())
+        };
+        let rows = tx
+            .scan(&table, bound, std::ops::Bound::Unbounded, milliscale::Direction::Forward, 10_000)
+            .map_err(|e| e.to_string())?;
+        let Some((last, _)) = rows.last() else { break };
+        let last = last.clone();
+        for (k, v) in &rows {
+            writeln!(out, "{} {}", hex(k), hex(v)).map_err(|e| e.to_string())?;
+        }
+        lower = last;
+        first = false;
+    }
+    out.flush().map_err(|e| e.to_string())
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 fn main() -> ExitCode {
@@ -654,6 +875,8 @@ fn main() -> ExitCode {
         .with_target(false)
         .init();
     let result = match cli.command {
+        Command::Recover(a) => recover(a),
+        Command::Dump(a) => dump(a),
         Command::Bench(Bench::Ycsb(a)) => bench_ycsb(a),
         Command::Bench(Bench::Bank(a)) => bench_bank(a),
         Command::Bench(Bench::Index(a)) => bench_index(a),

@@ -1,120 +1,173 @@
-//! Real process crashes: `kill -9` of `milliscale bench bank` logging to a
-//! directory at a random moment, then the log is read back with the replay
-//! rule (`recovery::scan_log`, `plan_replay`). Every transfer the client
-//! journaled as acknowledged must be replayed, and the replayed accounts
-//! must hold the bank's exact total (a consistent cut).
+//! Real process crashes: `kill -9` of `milliscale bench bank` at a random
+//! moment, then recovery (`Database::open` on the same store, as the next
+//! writer) and the oracle:
+//! - every transfer the client journaled as acknowledged is in `history`;
+//! - the accounts hold the bank's exact total (a consistent cut).
 //!
-//! Recovery at open does not exist yet (issue 5); this checks what it will
-//! replay.
+//! Odd trials crash twice: the second run recovers and continues the
+//! database (a new epoch, new segments, a checkpoint at open), is killed in
+//! turn, and the check runs again over both journals. Trials run against a
+//! directory (`file://`) and against the emulator over HTTP.
+//!
+//! `MILLISCALE_KILL_TRIALS` sets the number of trials (default 50).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
-use milliscale::log::record::{Entry, Op};
-use milliscale::recovery::{plan_replay, scan_log};
+use milliscale::{Database, Error, Options};
+use objstore::ObjectStore;
 
 const ACCOUNTS: u64 = 100;
 const INITIAL: u64 = 1_000_000;
 
-/// Replay commit entries into (table, key) -> value.
-fn apply(entries: &[Entry]) -> BTreeMap<(u32, Vec<u8>), Vec<u8>> {
-    let mut m = BTreeMap::new();
-    for e in entries {
-        let Entry::Commit { records, .. } = e else { continue };
-        for r in records {
-            let k = (r.table, r.key.to_vec());
-            match &r.op {
-                Op::Insert(v) | Op::Update(v) => {
-                    m.insert(k, v.to_vec());
-                }
-                Op::Delta { offset, bytes } => {
-                    let v: &mut Vec<u8> = m.get_mut(&k).expect("a delta on a replayed value");
-                    let at = *offset as usize;
-                    v[at..at + bytes.len()].copy_from_slice(bytes);
-                }
-                Op::Delete => {
-                    m.remove(&k);
-                }
-            }
-        }
-    }
-    m
+/// Where a trial's database lives.
+struct Target {
+    /// The URL the bank process logs to.
+    url: String,
+    /// Extra environment for the bank process.
+    env: Vec<(&'static str, String)>,
+    /// How this process opens it.
+    store: Arc<dyn ObjectStore>,
 }
 
-fn u64_at(v: &[u8], i: usize) -> u64 {
-    u64::from_le_bytes(v[i * 8..i * 8 + 8].try_into().expect("8 bytes"))
-}
-
-/// One trial: run, kill after `after`, check. Returns the journaled count.
-fn trial(n: u64, after: Duration) -> usize {
-    let dir = std::env::temp_dir().join(format!("milliscale-kill-{}-{n}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("dir");
-    let journal = dir.join("acked.log");
-    let store_dir = dir.join("store");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_milliscale"))
-        .args(["bench", "bank", "--accounts", &ACCOUNTS.to_string(), "--threads", "4"])
-        .args(["--duration", "60", "--flush-timeout", "2", "--seed", &n.to_string()])
-        .arg("--store")
-        .arg(format!("file://{}", store_dir.display()))
+fn run_bank(t: &Target, journal: &Path, seed: u64, after: Duration) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_milliscale"));
+    cmd.args(["bench", "bank", "--accounts", &ACCOUNTS.to_string(), "--threads", "4"])
+        .args(["--duration", "60", "--flush-timeout", "2", "--seed", &seed.to_string()])
+        .args(["--store", &t.url])
         .arg("--acked-log")
-        .arg(&journal)
+        .arg(journal)
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start the bank");
+        .stderr(Stdio::null());
+    for (k, v) in &t.env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().expect("start the bank");
     std::thread::sleep(after);
     child.kill().expect("kill -9");
     let _ = child.wait();
+}
 
-    // Only whole lines: the kill may cut the last one.
-    let text = std::fs::read_to_string(&journal).unwrap_or_default();
-    let acked: BTreeSet<u64> = text
-        .split_inclusive('\n')
+/// Whole lines of the journal (the kill may cut the last one).
+fn journaled(journal: &Path) -> BTreeSet<u64> {
+    let text = std::fs::read_to_string(journal).unwrap_or_default();
+    text.split_inclusive('\n')
         .filter(|l| l.ends_with('\n'))
         .map(|l| l.trim().parse().expect("an id"))
-        .collect();
-    let store = objstore::FsStore::open(&store_dir).expect("open the directory");
-    let scan = scan_log(&store).unwrap_or_else(|e| panic!("trial {n}: {e}"));
-    let plan = plan_replay(&scan).expect("plan");
-    let state = apply(&plan.replay);
+        .collect()
+}
+
+/// Recover and check the oracle. Returns (acknowledged, replayed).
+fn recover_and_check(name: &str, t: &Target, journal: &Path) -> (usize, usize) {
+    let acked = journaled(journal);
+    let db = Database::open(Options::new().add_store_handle(Arc::clone(&t.store)))
+        .unwrap_or_else(|e| panic!("{name}: recovery failed: {e}"));
+    let replayed = db.recovery_report().map_or(0, |r| r.replayed);
+    let (accounts, history) = match (db.open_table("accounts"), db.open_table("history")) {
+        (Ok(a), Ok(h)) => (a, h),
+        (Err(Error::TableNotFound(_)), _) | (_, Err(Error::TableNotFound(_))) => {
+            assert!(acked.is_empty(), "{name}: transfers acknowledged but the tables are gone");
+            return (0, replayed);
+        }
+        (Err(e), _) | (_, Err(e)) => panic!("{name}: {e}"),
+    };
+    let mut tx = db.begin().expect("begin");
     for id in &acked {
         assert!(
-            state.contains_key(&(1, id.to_be_bytes().to_vec())),
-            "trial {n}: transfer {id} was acknowledged but is not replayed (prefix {})",
-            plan.prefix
+            tx.get(&history, &id.to_be_bytes()).expect("get").is_some(),
+            "{name}: transfer {id} was acknowledged but is not recovered ({:?})",
+            db.recovery_report()
         );
     }
-    let balances: Vec<u64> =
-        state.iter().filter(|((t, _), _)| *t == 0).map(|(_, v)| u64_at(v, 0)).collect();
+    let rows = tx
+        .scan(
+            &accounts,
+            std::ops::Bound::Unbounded,
+            std::ops::Bound::Unbounded,
+            milliscale::Direction::Forward,
+            usize::MAX,
+        )
+        .expect("scan");
     if !acked.is_empty() {
-        assert_eq!(balances.len() as u64, ACCOUNTS, "trial {n}: the accounts are there");
+        assert_eq!(rows.len() as u64, ACCOUNTS, "{name}: every account is there");
     }
-    if !balances.is_empty() {
-        assert_eq!(balances.iter().sum::<u64>(), ACCOUNTS * INITIAL, "trial {n}: the total");
+    if !rows.is_empty() {
+        assert_eq!(rows.len() as u64, ACCOUNTS, "{name}: all accounts or none (one transaction)");
+        let total: u64 =
+            rows.iter().map(|(_, v)| u64::from_le_bytes(v[..8].try_into().expect("8"))).sum();
+        assert_eq!(total, ACCOUNTS * INITIAL, "{name}: the total");
     }
-    eprintln!(
-        "trial {n}: killed after {after:?}; {} transfers acknowledged, {} transactions replayed, \
-         {} dropped, torn tails {}",
-        acked.len(),
-        plan.replay.len(),
-        plan.dropped.len(),
-        scan.groups.values().filter(|g| g.truncated.is_some()).count()
-    );
+    drop(tx);
+    db.close();
+    (acked.len(), replayed)
+}
+
+/// One trial: one or two crashes, each followed by recovery and checks.
+fn trial(n: u64, t: &Target, dir: &Path) -> usize {
+    let journal = dir.join("acked.log");
+    let rounds = if n % 2 == 1 { 2 } else { 1 };
+    let mut acked = 0;
+    for round in 0..rounds {
+        // 150 ms .. 1.5 s: from before the accounts exist to mid-run.
+        let after = Duration::from_millis(150 + ((n * 2 + round) * 7919) % 1350);
+        run_bank(t, &journal, n * 10 + round, after);
+        let name = format!("trial {n} ({}) round {round}", t.url);
+        let (a, replayed) = recover_and_check(&name, t, &journal);
+        eprintln!("{name}: killed after {after:?}; {a} acknowledged, {replayed} replayed");
+        acked = a;
+    }
+    acked
+}
+
+fn fresh_dir(tag: &str, n: u64) -> PathBuf {
+    let dir =
+        std::env::temp_dir().join(format!("milliscale-kill-{}-{tag}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    acked.len()
+    std::fs::create_dir_all(&dir).expect("dir");
+    dir
 }
 
 #[test]
-fn kill_9_loses_no_acknowledged_transfer_and_keeps_the_total() {
+fn kill_9_then_recover_loses_no_acknowledged_transfer_and_keeps_the_total() {
     let trials: u64 =
-        std::env::var("MILLISCALE_KILL_TRIALS").ok().and_then(|v| v.parse().ok()).unwrap_or(12);
+        std::env::var("MILLISCALE_KILL_TRIALS").ok().and_then(|v| v.parse().ok()).unwrap_or(50);
+    let e = emulator::Emulator::start(emulator::EmulatorOptions::default()).expect("emulator");
     let mut journaled = 0;
     for n in 0..trials {
-        // 150 ms .. 1.5 s: from before the accounts exist to mid-run.
-        let after = Duration::from_millis(150 + (n * 7919) % 1350);
-        journaled += trial(n, after);
+        let dir = fresh_dir("t", n);
+        // One trial in five runs against the emulator.
+        let t = if n % 5 == 4 {
+            let bucket = format!("kill-{n}");
+            let url = format!("s3://{bucket}?endpoint={}", e.endpoint());
+            let s = objstore::S3Store::with_credentials(
+                &url,
+                emulator::DEFAULT_ACCESS_KEY,
+                emulator::DEFAULT_SECRET_KEY,
+            )
+            .expect("s3");
+            s.create_bucket().expect("bucket");
+            Target {
+                url,
+                env: vec![
+                    ("AWS_ACCESS_KEY_ID", emulator::DEFAULT_ACCESS_KEY.into()),
+                    ("AWS_SECRET_ACCESS_KEY", emulator::DEFAULT_SECRET_KEY.into()),
+                ],
+                store: Arc::new(s),
+            }
+        } else {
+            let store_dir = dir.join("store");
+            std::fs::create_dir_all(&store_dir).expect("store dir");
+            Target {
+                url: format!("file://{}", store_dir.display()),
+                env: Vec::new(),
+                store: Arc::new(objstore::FsStore::open(&store_dir).expect("open the directory")),
+            }
+        };
+        journaled += trial(n, &t, &dir);
+        let _ = std::fs::remove_dir_all(&dir);
     }
     assert!(journaled > 0, "no trial got as far as an acknowledged transfer");
 }

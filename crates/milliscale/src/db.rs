@@ -3,18 +3,24 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
-use parking_lot::RwLock;
+use objstore::ObjectStore;
+use parking_lot::{Condvar, Mutex, RwLock};
 
+use crate::checkpoint::{self, ChunkWriter};
 use crate::commit::dependency::CommitState;
 use crate::error::{Error, Result};
 use crate::index::OrderedIndex;
 use crate::limits::{TABLE_NAME_BYTES_MAX, TABLES_MAX};
-use crate::log::{Log, LogMetrics};
+use crate::log::{Log, LogMetrics, OpenStore};
+use crate::manifest::{LogRef, Manifest, ManifestStore};
 use crate::mvcc::Csn;
 use crate::mvcc::oid_array::OidArray;
 use crate::options::{Isolation, Options, TxnOptions};
+use crate::recovery::{self, RecoveryReport};
 use crate::table::{Table, TableInner};
 use crate::txn::Transaction;
 use crate::txn::table::TxnTable;
@@ -27,7 +33,8 @@ static NEXT_DB_ID: AtomicU64 = AtomicU64::new(1);
 /// An open database. Share it between threads by reference (`&Database`, for
 /// example with `std::thread::scope`) or in an `Arc`.
 pub struct Database {
-    pub(crate) inner: DbInner,
+    pub(crate) inner: Arc<DbInner>,
+    checkpointer: Mutex<Option<JoinHandle<()>>>,
 }
 
 pub(crate) struct DbInner {
@@ -45,6 +52,49 @@ pub(crate) struct DbInner {
     pub(crate) versions_retired: CachePadded<AtomicU64>,
     pub(crate) txns: TxnTable,
     tables: RwLock<Catalog>,
+    /// With a log: the manifest chain and the current version. Held while
+    /// a new version is written, so versions follow each other.
+    manifest: Option<ManifestState>,
+    /// What recovery found at open, if the database existed.
+    recovery: Option<RecoveryReport>,
+    /// Opened with `open_read_only`: every transaction is read-only.
+    read_only: bool,
+    /// One checkpoint at a time.
+    checkpoint_lock: Mutex<()>,
+    checkpoint_stats: Mutex<CheckpointStats>,
+    /// Wakes the background checkpointer early (close).
+    checkpointer_wake: (Mutex<bool>, Condvar),
+}
+
+struct ManifestState {
+    store: ManifestStore,
+    /// The stores, named, for checkpoints.
+    stores: Vec<(String, Arc<dyn ObjectStore>)>,
+    needed: usize,
+    current: Mutex<Manifest>,
+}
+
+/// What checkpoints have cost so far: the background column of the cost
+/// report (the log's requests are the foreground column).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CheckpointStats {
+    /// Checkpoints published.
+    pub checkpoints: u64,
+    /// CSN of the last one.
+    pub last_csn: u64,
+    /// Rows and bytes in the last one.
+    pub last_rows: u64,
+    /// Bytes of the last one.
+    pub last_bytes: u64,
+    /// Requests made by checkpoints (chunk puts, manifest puts, lists and
+    /// deletes), all stores.
+    pub requests: u64,
+    /// Bytes uploaded by checkpoints, all stores.
+    pub bytes_uploaded: u64,
+    /// Time spent in checkpoints.
+    pub busy: Duration,
+    /// Log bytes written when the last one started.
+    pub log_bytes_at_last: u64,
 }
 
 #[derive(Default)]
@@ -68,32 +118,252 @@ pub struct DbStats {
 
 impl Database {
     /// Open a database with `options`.
+    ///
+    /// With a store that already holds a database, this recovers it
+    /// (ARCHITECTURE.md, "Recovery"): it takes over as the writer (the old
+    /// one is fenced), loads the checkpoint, replays the log, and writes a
+    /// checkpoint of the result before it returns. See
+    /// [`Database::recovery_report`] for what it found.
     pub fn open(options: Options) -> Result<Database> {
         options.validate()?;
-        let txns = TxnTable::new(options.max_transactions);
         let id = NEXT_DB_ID.fetch_add(1, Ordering::Relaxed);
-        let logged = options.is_logged();
-        let groups = if logged { options.log_groups() } else { 0 };
-        let commit = Arc::new(CommitState::new(groups, options.tracking, logged));
-        let log = if logged { Some(Log::start(&options, Arc::clone(&commit), id)?) } else { None };
-        Ok(Database {
-            inner: DbInner {
-                id,
-                options,
-                closed: CachePadded::new(AtomicBool::new(false)),
-                commit,
-                log,
-                gc_horizon: CachePadded::new(AtomicU64::new(0)),
-                versions_retired: CachePadded::new(AtomicU64::new(0)),
-                txns,
-                tables: RwLock::new(Catalog::default()),
-            },
-        })
+        if !options.is_logged() {
+            let commit = Arc::new(CommitState::new(0, options.tracking, false, 0));
+            let inner = DbInner::new(id, options, commit, None, None, None, Vec::new());
+            return Ok(Database::wrap(inner));
+        }
+        let stores = crate::log::open_stores(&options)?;
+        let named: Vec<(String, Arc<dyn ObjectStore>)> =
+            stores.iter().map(|s| (s.name().to_owned(), Arc::clone(&s.store))).collect();
+        let needed = options.quorum.needed(stores.len());
+        let ms = ManifestStore::new(named.clone(), needed, options.store_deadline);
+        match ms.read_latest()? {
+            None => Database::create(id, options, stores, named, ms),
+            Some(old) => Database::recover(id, options, stores, named, ms, old),
+        }
+    }
+
+    /// Read a database's durable state without taking it over: the
+    /// checkpoint and the log as recovery would replay them, into an
+    /// in-memory database whose transactions are read-only. The writer,
+    /// if one runs, is not fenced and keeps going; what it commits later is
+    /// not seen. For inspection, dumps and checks.
+    pub fn open_read_only(options: Options) -> Result<Database> {
+        options.validate()?;
+        if !options.is_logged() {
+            return Err(Error::InvalidArgument("open_read_only needs a store".into()));
+        }
+        let id = NEXT_DB_ID.fetch_add(1, Ordering::Relaxed);
+        let mut named = Vec::new();
+        for spec in &options.stores {
+            let store = match spec {
+                crate::options::StoreSpec::Url(u) => {
+                    objstore::open(u).map_err(|e| Error::InvalidArgument(format!("{u}: {e}")))?
+                }
+                crate::options::StoreSpec::Handle(s) => Arc::clone(s),
+            };
+            named.push((spec.describe(), store));
+        }
+        let needed = options.quorum.needed(named.len());
+        let threads = options.recovery_threads;
+        let ms = ManifestStore::new(named.clone(), needed, options.store_deadline);
+        let m = ms.read_latest()?.ok_or_else(|| {
+            Error::InvalidArgument("the store holds no database (no manifest/ objects)".into())
+        })?;
+        let scan = recovery::scan_stores(&named, needed, &m.log, m.replay_from(), threads)?;
+        let plan = recovery::plan_replay(&scan)?;
+        let base = m.replay_from().max(plan.max_csn + 1);
+        let mut report = RecoveryReport::new(&m, &m, &scan, &plan, threads);
+        let commit = Arc::new(CommitState::new(0, options.tracking, false, base));
+        let mut inner = DbInner::new(id, options, commit, None, None, None, m.tables.clone());
+        inner.read_only = true;
+        let table_list = inner.tables.read().by_id.clone();
+        if let Some(c) = &m.checkpoint {
+            report.checkpoint_rows_loaded =
+                checkpoint::load(&named, c, &table_list, threads, inner.options.store_deadline)?;
+        }
+        let stats = recovery::replay::apply(&plan, &table_list, threads)?;
+        report.records_applied = stats.records;
+        report.keys_installed = stats.keys;
+        inner.recovery = Some(report);
+        Ok(Database::wrap(inner))
+    }
+
+    fn wrap(inner: DbInner) -> Database {
+        Database { inner: Arc::new(inner), checkpointer: Mutex::new(None) }
+    }
+
+    /// A new database: the first manifest, then an empty log.
+    fn create(
+        id: u64,
+        options: Options,
+        stores: Vec<OpenStore>,
+        named: Vec<(String, Arc<dyn ObjectStore>)>,
+        ms: ManifestStore,
+    ) -> Result<Database> {
+        for (name, s) in &named {
+            let found = crate::manifest::retry(options.store_deadline, || s.list("log/"))
+                .map_err(|e| Error::Store(format!("{name}: {e}")))?;
+            if let Some(o) = found.first() {
+                return Err(Error::Store(format!(
+                    "{name} holds log objects ({}) but no manifest: it is not a milliscale \
+                     database this version can open; use an empty bucket, prefix or directory",
+                    o.key
+                )));
+            }
+        }
+        let m = Manifest::initial(options.log_groups() as u32, options.segment_parts_max);
+        ms.create(&m)?;
+        let groups = m.log.groups as usize;
+        let commit = Arc::new(CommitState::new(groups, options.tracking, true, m.log.base_csn));
+        let log = Log::start(&options, Arc::clone(&commit), id, stores, &m.log)?;
+        let needed = options.quorum.needed(named.len());
+        let state = ManifestState { store: ms, stores: named, needed, current: Mutex::new(m) };
+        let inner = DbInner::new(id, options, commit, Some(log), Some(state), None, Vec::new());
+        Ok(Database::start_checkpointer(inner))
+    }
+
+    /// An existing database: take over, fence, read, replay, checkpoint.
+    fn recover(
+        id: u64,
+        options: Options,
+        stores: Vec<OpenStore>,
+        named: Vec<(String, Arc<dyn ObjectStore>)>,
+        ms: ManifestStore,
+        old: Manifest,
+    ) -> Result<Database> {
+        let started = Instant::now();
+        let needed = options.quorum.needed(named.len());
+        let threads = options.recovery_threads;
+        // 1. Take over: the next version, with the next epoch. Its create
+        //    is the moment this writer owns the database.
+        let mut claim = old.clone();
+        claim.version += 1;
+        claim.epoch = old.epoch + 1;
+        ms.create(&claim)?;
+        // 2. Fence the old epoch's log on every store that answers.
+        let modes: Vec<_> = stores.iter().map(OpenStore::mode).collect();
+        recovery::fence_stores(
+            &named,
+            &modes,
+            needed,
+            &old.log,
+            claim.epoch,
+            options.store_deadline,
+        )?;
+        let fenced_at = started.elapsed();
+        // 3. Read the log and plan.
+        let scan = recovery::scan_stores(&named, needed, &old.log, old.replay_from(), threads)?;
+        let plan = recovery::plan_replay(&scan)?;
+        let scanned_at = started.elapsed();
+        // 4. Rebuild: the tables, the checkpoint, then the log on top.
+        let base = old.replay_from().max(plan.max_csn + 1);
+        let first_segment = recovery::next_free_segment(&named, &old.log, options.store_deadline)?;
+        let groups = options.log_groups() as u32;
+        let new_log = LogRef {
+            epoch: claim.epoch,
+            base_csn: base,
+            groups,
+            group_start: vec![first_segment; groups as usize],
+            parts_max: options.segment_parts_max,
+        };
+        let commit = Arc::new(CommitState::new(groups as usize, options.tracking, true, base));
+        let tables = claim.tables.clone();
+        let mut report = RecoveryReport::new(&old, &claim, &scan, &plan, threads);
+        let state =
+            ManifestState { store: ms, stores: named.clone(), needed, current: Mutex::new(claim) };
+        // The log starts now but nothing can commit before `open` returns.
+        let log = Log::start(&options, Arc::clone(&commit), id, stores, &new_log)?;
+        let inner = DbInner::new(id, options, commit, Some(log), Some(state), None, tables);
+        let table_list = inner.tables.read().by_id.clone();
+        if let Some(c) = &old.checkpoint {
+            report.checkpoint_rows_loaded =
+                checkpoint::load(&named, c, &table_list, threads, inner.options.store_deadline)?;
+        }
+        let loaded_at = started.elapsed();
+        let stats = recovery::replay::apply(&plan, &table_list, threads)?;
+        report.records_applied = stats.records;
+        report.keys_installed = stats.keys;
+        let replayed_at = started.elapsed();
+        // 5. Pin what this recovery included: a checkpoint of the result
+        //    (when the log held anything), and the new epoch's log.
+        let checkpoint = if base > old.replay_from() {
+            Some(inner.write_checkpoint()?)
+        } else {
+            old.checkpoint.clone()
+        };
+        inner.publish(|m| {
+            m.checkpoint = checkpoint.clone();
+            m.log = new_log.clone();
+        })?;
+        let published_at = started.elapsed();
+        let deleted =
+            checkpoint::delete_superseded(&named, checkpoint.as_ref(), &new_log.group_start);
+        if let Some(st) = &inner.manifest {
+            st.store.delete_below(st.current.lock().version.saturating_sub(1));
+        }
+        report.timings = recovery::Timings {
+            fence: fenced_at,
+            scan: scanned_at - fenced_at,
+            load_checkpoint: loaded_at - scanned_at,
+            replay: replayed_at - loaded_at,
+            checkpoint_and_publish: published_at - replayed_at,
+            total: started.elapsed(),
+        };
+        report.cleanup_requests = deleted;
+        report.new_epoch = new_log.epoch;
+        report.new_checkpoint_csn = checkpoint.as_ref().map(|c| c.csn);
+        let mut inner = inner;
+        inner.recovery = Some(report);
+        Ok(Database::start_checkpointer(inner))
+    }
+
+    fn start_checkpointer(inner: DbInner) -> Database {
+        let db = Database::wrap(inner);
+        let o = &db.inner.options;
+        if o.checkpoint_log_bytes > 0 || o.checkpoint_interval.is_some() {
+            let inner = Arc::clone(&db.inner);
+            let handle = std::thread::Builder::new()
+                .name("ms-checkpointer".into())
+                .spawn(move || inner.run_checkpointer())
+                .ok();
+            *db.checkpointer.lock() = handle;
+        }
+        db
+    }
+
+    /// Take a checkpoint now and publish it; then delete the log segments
+    /// and older checkpoints it supersedes. Returns the checkpoint's CSN.
+    /// Transactions keep running meanwhile. Fails without a log.
+    pub fn checkpoint(&self) -> Result<Csn> {
+        self.inner.check_open()?;
+        self.inner.checkpoint_now()
+    }
+
+    /// What checkpoints have cost so far.
+    pub fn checkpoint_stats(&self) -> CheckpointStats {
+        *self.inner.checkpoint_stats.lock()
+    }
+
+    /// What recovery found and did at open; `None` for a new database or
+    /// one without a log.
+    pub fn recovery_report(&self) -> Option<&RecoveryReport> {
+        self.inner.recovery.as_ref()
+    }
+
+    /// The current manifest; `None` without a log.
+    pub fn manifest(&self) -> Option<Manifest> {
+        self.inner.manifest.as_ref().map(|m| m.current.lock().clone())
     }
 
     /// Create a table. Fails with `TableExists` if the name is taken.
+    /// With a log, the new table is recorded in the manifest (one
+    /// conditional put) before this returns.
     pub fn create_table(&self, name: &str) -> Result<Table> {
         self.inner.check_open()?;
+        if self.inner.read_only {
+            return Err(Error::InvalidArgument("the database was opened read-only".into()));
+        }
         check_table_name(name)?;
         let mut cat = self.inner.tables.write();
         if cat.by_name.contains_key(name) {
@@ -102,13 +372,12 @@ impl Database {
         if cat.by_id.len() >= TABLES_MAX {
             return Err(Error::InvalidArgument(format!("at most {TABLES_MAX} tables")));
         }
-        let inner = Arc::new(TableInner {
-            id: cat.by_id.len() as u32,
-            name: name.to_owned(),
-            db_id: self.inner.id,
-            index: OrderedIndex::new(),
-            records: OidArray::new(),
-        });
+        // Records name tables by id, so the name must be durable before any
+        // record of the table can be logged.
+        if self.inner.manifest.is_some() {
+            self.inner.publish(|m| m.tables.push(name.to_owned()))?;
+        }
+        let inner = self.inner.new_table(cat.by_id.len() as u32, name);
         cat.by_id.push(Arc::clone(&inner));
         cat.by_name.insert(name.to_owned(), Arc::clone(&inner));
         Ok(Table { inner })
@@ -136,23 +405,7 @@ impl Database {
 
     /// Begin a transaction with explicit options.
     pub fn begin_with(&self, opts: TxnOptions) -> Result<Transaction<'_>> {
-        self.inner.check_open()?;
-        let isolation = opts.isolation.unwrap_or(self.inner.options.isolation);
-        // The durable snapshot reads at gCSN; its registration uses the GC
-        // counter so the horizon proof holds (see `DbInner::gc_counter`).
-        let counter = if opts.durable_snapshot {
-            self.inner.gc_counter()
-        } else {
-            &self.inner.commit.next_csn
-        };
-        let (lease, snapshot) = self
-            .inner
-            .txns
-            .begin(counter)
-            .ok_or(Error::TooManyTransactions(self.inner.txns.capacity()))?;
-        let read_only = opts.read_only || opts.durable_snapshot;
-        let isolation = if opts.durable_snapshot { Isolation::Snapshot } else { isolation };
-        Ok(Transaction::new(&self.inner, lease, snapshot, isolation, read_only))
+        self.inner.begin_with(opts)
     }
 
     /// Refuse all further work, write what the log holds, and stop the
@@ -161,6 +414,14 @@ impl Database {
     /// their log records are durable. Dropping the database closes it.
     pub fn close(&self) {
         self.inner.closed.store(true, Ordering::SeqCst);
+        {
+            let (m, cv) = &self.inner.checkpointer_wake;
+            *m.lock() = true;
+            cv.notify_all();
+        }
+        if let Some(t) = self.checkpointer.lock().take() {
+            let _ = t.join();
+        }
         if let Some(log) = &self.inner.log {
             log.shut_down();
         }
@@ -202,6 +463,205 @@ impl Database {
 }
 
 impl DbInner {
+    fn new(
+        id: u64,
+        options: Options,
+        commit: Arc<CommitState>,
+        log: Option<Log>,
+        manifest: Option<ManifestState>,
+        recovery: Option<RecoveryReport>,
+        tables: Vec<String>,
+    ) -> DbInner {
+        let txns = TxnTable::new(options.max_transactions);
+        let inner = DbInner {
+            id,
+            options,
+            closed: CachePadded::new(AtomicBool::new(false)),
+            commit,
+            log,
+            gc_horizon: CachePadded::new(AtomicU64::new(0)),
+            versions_retired: CachePadded::new(AtomicU64::new(0)),
+            txns,
+            tables: RwLock::new(Catalog::default()),
+            manifest,
+            recovery,
+            read_only: false,
+            checkpoint_lock: Mutex::new(()),
+            checkpoint_stats: Mutex::new(CheckpointStats::default()),
+            checkpointer_wake: (Mutex::new(false), Condvar::new()),
+        };
+        {
+            let mut cat = inner.tables.write();
+            for (i, name) in tables.into_iter().enumerate() {
+                let t = inner.new_table(i as u32, &name);
+                cat.by_id.push(Arc::clone(&t));
+                cat.by_name.insert(name, t);
+            }
+        }
+        inner
+    }
+
+    fn new_table(&self, id: u32, name: &str) -> Arc<TableInner> {
+        Arc::new(TableInner {
+            id,
+            name: name.to_owned(),
+            db_id: self.id,
+            index: OrderedIndex::new(),
+            records: OidArray::new(),
+        })
+    }
+
+    /// Write the next manifest version: the current one changed by `f`.
+    /// Another writer's version there means this one is fenced: the
+    /// database is poisoned and acknowledges nothing more.
+    fn publish(&self, f: impl FnOnce(&mut Manifest)) -> Result<()> {
+        let st = self.manifest.as_ref().ok_or_else(|| Error::InvalidArgument("no log".into()))?;
+        let mut cur = st.current.lock();
+        let mut next = cur.clone();
+        f(&mut next);
+        next.version += 1;
+        match st.store.create(&next) {
+            Ok(()) => {
+                *cur = next;
+                Ok(())
+            }
+            Err(e) => {
+                if let Error::Fenced(_) = e {
+                    self.commit.poison(e.clone());
+                    if let Some(log) = &self.log {
+                        for g in log.groups() {
+                            g.wake_all();
+                        }
+                    }
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Begin a transaction (`Database::begin_with`).
+    pub(crate) fn begin_with(&self, opts: TxnOptions) -> Result<Transaction<'_>> {
+        self.check_open()?;
+        let isolation = opts.isolation.unwrap_or(self.options.isolation);
+        // The durable snapshot reads at gCSN; its registration uses the GC
+        // counter so the horizon proof holds (see `DbInner::gc_counter`).
+        let counter = if opts.durable_snapshot { self.gc_counter() } else { &self.commit.next_csn };
+        let (lease, snapshot) =
+            self.txns.begin(counter).ok_or(Error::TooManyTransactions(self.txns.capacity()))?;
+        let read_only = opts.read_only || opts.durable_snapshot || self.read_only;
+        let isolation = if opts.durable_snapshot { Isolation::Snapshot } else { isolation };
+        Ok(Transaction::new(self, lease, snapshot, isolation, read_only))
+    }
+
+    /// Scan every table at the durable snapshot and write the chunks.
+    fn write_checkpoint(&self) -> Result<crate::manifest::CheckpointRef> {
+        let st = self.manifest.as_ref().ok_or_else(|| Error::InvalidArgument("no log".into()))?;
+        let mut tx = self.begin_with(TxnOptions::durable_snapshot())?;
+        let csn = tx.snapshot();
+        let tables = self.tables.read().by_id.clone();
+        let mut w = ChunkWriter::new(
+            &st.stores,
+            st.needed,
+            self.options.store_deadline,
+            csn,
+            self.options.checkpoint_chunk_bytes,
+        );
+        for t in &tables {
+            w.table(t.id)?;
+            tx.for_each_visible(t, |k, v| w.row(k, v))?;
+        }
+        drop(tx);
+        let (cref, requests) = w.finish()?;
+        let mut stats = self.checkpoint_stats.lock();
+        stats.requests += requests;
+        stats.bytes_uploaded += cref.bytes * st.stores.len() as u64;
+        Ok(cref)
+    }
+
+    /// See [`Database::checkpoint`] and the `checkpoint` module.
+    fn checkpoint_now(&self) -> Result<Csn> {
+        let log = self.log.as_ref().ok_or_else(|| Error::InvalidArgument("no log".into()))?;
+        let st = self.manifest.as_ref().ok_or_else(|| Error::InvalidArgument("no log".into()))?;
+        let _one = self.checkpoint_lock.lock();
+        let started = Instant::now();
+        let log_bytes = log.bytes_written();
+        // 1. Fresh segments from here on, and the CSN bound they give.
+        let marks: Vec<(u64, Csn)> = log.groups().iter().map(|g| g.mark_checkpoint()).collect();
+        let bound = marks.iter().map(|m| m.1).max().unwrap_or(0);
+        // 2. Wait until everything below the bound is durable.
+        let deadline = Instant::now() + self.options.store_deadline;
+        while self.commit.gcsn.load(Ordering::SeqCst) < bound {
+            if let Some(e) = self.commit.poison_error() {
+                return Err(e);
+            }
+            if Instant::now() > deadline {
+                return Err(Error::StoreUnavailable(format!(
+                    "checkpoint: gCSN did not reach {bound} within {:?}",
+                    self.options.store_deadline
+                )));
+            }
+            self.commit.wake_committer();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // 3. The snapshot, in chunks.
+        let cref = self.write_checkpoint()?;
+        debug_assert!(cref.csn >= bound);
+        let starts: Vec<u64> = marks.iter().map(|m| m.0).collect();
+        // 4. Publish, then 5. delete what it superseded.
+        self.publish(|m| {
+            m.checkpoint = Some(cref.clone());
+            m.log.group_start = starts.clone();
+        })?;
+        let mut requests = st.stores.len() as u64;
+        requests += checkpoint::delete_superseded(&st.stores, Some(&cref), &starts);
+        let version = st.current.lock().version;
+        st.store.delete_below(version.saturating_sub(1));
+        let mut stats = self.checkpoint_stats.lock();
+        stats.checkpoints += 1;
+        stats.last_csn = cref.csn;
+        stats.last_rows = cref.rows;
+        stats.last_bytes = cref.bytes;
+        stats.requests += requests;
+        stats.busy += started.elapsed();
+        stats.log_bytes_at_last = log_bytes;
+        Ok(cref.csn)
+    }
+
+    /// The background checkpointer: on log volume or interval.
+    fn run_checkpointer(&self) {
+        let Some(log) = &self.log else { return };
+        let (stop, cv) = &self.checkpointer_wake;
+        let mut last = Instant::now();
+        loop {
+            {
+                let mut stop = stop.lock();
+                if !*stop {
+                    cv.wait_for(&mut stop, Duration::from_millis(100));
+                }
+                if *stop {
+                    return;
+                }
+            }
+            let since = log.bytes_written() - self.checkpoint_stats.lock().log_bytes_at_last;
+            let o = &self.options;
+            let due = (o.checkpoint_log_bytes > 0 && since >= o.checkpoint_log_bytes)
+                || o.checkpoint_interval.is_some_and(|d| last.elapsed() >= d && since > 0);
+            if !due {
+                continue;
+            }
+            match self.checkpoint_now() {
+                Ok(_) => last = Instant::now(),
+                Err(e) => {
+                    if self.commit.is_poisoned() || self.check_open().is_err() {
+                        return;
+                    }
+                    tracing::warn!("background checkpoint failed, will retry: {e}");
+                    last = Instant::now();
+                }
+            }
+        }
+    }
+
     pub(crate) fn check_open(&self) -> Result<()> {
         if self.closed.load(Ordering::Acquire) { Err(Error::Closed) } else { Ok(()) }
     }

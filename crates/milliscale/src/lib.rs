@@ -26,12 +26,14 @@
 #![deny(missing_docs, clippy::unwrap_used, rust_2018_idioms)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+pub mod checkpoint;
 mod commit;
 mod db;
 mod error;
 mod index;
 pub mod limits;
 pub mod log;
+pub mod manifest;
 mod mvcc;
 pub mod options;
 pub mod recovery;
@@ -39,7 +41,7 @@ mod table;
 mod txn;
 
 pub use commit::{CommitAck, CommitInfo, CommitMetrics};
-pub use db::{Database, DbStats};
+pub use db::{CheckpointStats, Database, DbStats};
 pub use error::{ConflictKind, Error, Result};
 pub use index::Direction;
 pub use log::group::GroupMetrics;

@@ -100,7 +100,16 @@ pub struct Options {
     pub(crate) segment_parts_max: u32,
     pub(crate) store_deadline: Duration,
     pub(crate) force_put_per_flush: bool,
+    pub(crate) recovery_threads: usize,
+    pub(crate) checkpoint_chunk_bytes: usize,
+    pub(crate) checkpoint_log_bytes: u64,
+    pub(crate) checkpoint_interval: Option<Duration>,
 }
+
+/// Default [`Options::checkpoint_chunk_bytes`].
+pub const CHECKPOINT_CHUNK_BYTES_DEFAULT: usize = 8 << 20;
+/// Default [`Options::checkpoint_log_bytes`].
+pub const CHECKPOINT_LOG_BYTES_DEFAULT: u64 = 1 << 30;
 
 /// Default [`Options::flush_timeout`].
 pub const FLUSH_TIMEOUT_DEFAULT: Duration = Duration::from_millis(10);
@@ -125,6 +134,10 @@ impl Default for Options {
             segment_parts_max: objstore::PARTS_MAX,
             store_deadline: Duration::from_secs(30),
             force_put_per_flush: false,
+            recovery_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            checkpoint_chunk_bytes: CHECKPOINT_CHUNK_BYTES_DEFAULT,
+            checkpoint_log_bytes: CHECKPOINT_LOG_BYTES_DEFAULT,
+            checkpoint_interval: None,
         }
     }
 }
@@ -239,6 +252,34 @@ impl Options {
         self
     }
 
+    /// Threads that fetch, decode and replay at recovery, and load the
+    /// checkpoint. The recovered state is the same for any number.
+    /// Default: the number of cores.
+    pub fn recovery_threads(mut self, n: usize) -> Options {
+        self.recovery_threads = n;
+        self
+    }
+
+    /// Target size of a checkpoint chunk object. Default 8 MiB.
+    pub fn checkpoint_chunk_bytes(mut self, n: usize) -> Options {
+        self.checkpoint_chunk_bytes = n;
+        self
+    }
+
+    /// Take a checkpoint in the background after this many log bytes since
+    /// the last one (0: never on volume). Default 1 GiB.
+    pub fn checkpoint_log_bytes(mut self, n: u64) -> Options {
+        self.checkpoint_log_bytes = n;
+        self
+    }
+
+    /// Take a checkpoint in the background at this interval (if the log
+    /// grew since the last one). Default: none.
+    pub fn checkpoint_interval(mut self, d: Option<Duration>) -> Options {
+        self.checkpoint_interval = d;
+        self
+    }
+
     /// Whether commits are logged.
     pub fn is_logged(&self) -> bool {
         !self.stores.is_empty()
@@ -281,6 +322,21 @@ impl Options {
                 "flush_timeout must be in (0, 60 s], got {:?}",
                 self.flush_timeout
             ));
+        }
+        if self.recovery_threads == 0 || self.recovery_threads > 256 {
+            return bad(format!(
+                "recovery_threads must be in 1..=256, got {}",
+                self.recovery_threads
+            ));
+        }
+        if !(4096..=(1 << 30)).contains(&self.checkpoint_chunk_bytes) {
+            return bad(format!(
+                "checkpoint_chunk_bytes must be in 4 KiB..=1 GiB, got {}",
+                self.checkpoint_chunk_bytes
+            ));
+        }
+        if self.checkpoint_interval.is_some_and(|d| d.is_zero()) {
+            return bad("checkpoint_interval must be above zero".into());
         }
         for s in &self.stores {
             if let StoreSpec::Url(u) = s

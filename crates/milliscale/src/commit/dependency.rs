@@ -81,10 +81,13 @@ impl CommitMetrics {
 }
 
 impl CommitState {
-    pub(crate) fn new(groups: usize, tracking: Tracking, logged: bool) -> CommitState {
+    /// `first` is the first CSN to hand out (after recovery: above every
+    /// CSN in the log it read).
+    pub(crate) fn new(groups: usize, tracking: Tracking, logged: bool, first: Csn) -> CommitState {
+        let first = first.max(CSN_FIRST);
         CommitState {
-            next_csn: CachePadded::new(AtomicU64::new(CSN_FIRST)),
-            gcsn: CachePadded::new(AtomicU64::new(CSN_FIRST)),
+            next_csn: CachePadded::new(AtomicU64::new(first)),
+            gcsn: CachePadded::new(AtomicU64::new(first)),
             durable: (0..groups).map(|_| CachePadded::new(AtomicU64::new(0))).collect(),
             tracking,
             logged,

@@ -19,6 +19,13 @@
 //! entries are appended as encoded, and the flusher seals the header and
 //! checksum in place (`record::seal_part`) and hands the bytes to the
 //! stores without another copy.
+//!
+//! **Segments are chosen here**, not by each store's writer: a part goes
+//! to the group's current segment, which moves on after `parts_max` parts
+//! or when a checkpoint asks for a fresh one ([`LogGroup::mark_checkpoint`]).
+//! So every store holds the same parts in the same segments, each store's
+//! segments are consecutive, and a checkpoint knows exactly which segments
+//! it makes obsolete.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -48,6 +55,7 @@ pub(crate) struct LogGroup {
     pub(crate) id: u32,
     capacity: usize,
     flush_timeout: Duration,
+    parts_max: u32,
     state: Mutex<GroupState>,
     /// Workers wait here for room in the active buffer.
     room: Condvar,
@@ -70,6 +78,9 @@ struct GroupState {
     /// A worker found no room: flush without waiting for the timeout.
     full: bool,
     closing: bool,
+    /// The segment the next part goes to, and parts already in it.
+    segment: u64,
+    segment_parts: u32,
     /// Pre-committed transactions of the active and in-flight parts, and
     /// of parts made durable since the committer last looked, in CSN order.
     queue: Vec<Pending>,
@@ -78,6 +89,8 @@ struct GroupState {
 /// Counters of one group; read with [`LogGroup::metrics`].
 #[derive(Default)]
 pub(crate) struct GroupStats {
+    /// Part bytes since the group started (never reset; checkpoint trigger).
+    written: AtomicU64,
     flushes: AtomicU64,
     bytes: AtomicU64,
     entries: AtomicU64,
@@ -128,12 +141,14 @@ impl LogGroup {
         id: u32,
         capacity: usize,
         flush_timeout: Duration,
+        (first_segment, parts_max): (u64, u32),
         commit: Arc<CommitState>,
     ) -> LogGroup {
         LogGroup {
             id,
             capacity,
             flush_timeout,
+            parts_max: parts_max.max(1),
             state: Mutex::new(GroupState {
                 active: new_buffer(capacity),
                 active_entries: 0,
@@ -143,6 +158,8 @@ impl LogGroup {
                 in_flight_first: 0,
                 full: false,
                 closing: false,
+                segment: first_segment,
+                segment_parts: 0,
                 queue: Vec::new(),
             }),
             room: Condvar::new(),
@@ -197,6 +214,24 @@ impl LogGroup {
         (oldest, st.queue.drain(..n).collect())
     }
 
+    /// Checkpoint: start a fresh segment for everything logged from now on.
+    /// Returns that segment and a CSN bound: every CSN this group logs from
+    /// now on is at least the bound, and goes to the segment or a later one.
+    pub(crate) fn mark_checkpoint(&self) -> (u64, Csn) {
+        let mut st = self.state.lock();
+        if st.segment_parts > 0 {
+            st.segment += 1;
+            st.segment_parts = 0;
+        }
+        // CSNs are taken under this lock (`Reservation::take_csn`).
+        (st.segment, self.commit.next_csn.load(Ordering::SeqCst))
+    }
+
+    /// Part bytes written since the group started.
+    pub(crate) fn bytes_written(&self) -> u64 {
+        self.stats.written.load(Ordering::Relaxed)
+    }
+
     /// Ask the flusher to write what it has and stop.
     pub(crate) fn close(&self) {
         self.state.lock().closing = true;
@@ -243,6 +278,12 @@ impl LogGroup {
             st.active_first = 0;
             st.active_since = None;
             st.full = false;
+            if st.segment_parts >= self.parts_max {
+                st.segment += 1;
+                st.segment_parts = 0;
+            }
+            let segment = st.segment;
+            st.segment_parts += 1;
             drop(st);
             self.room.notify_all();
 
@@ -254,7 +295,7 @@ impl LogGroup {
             }
             let bytes = part.len() as u64;
             let started = Instant::now();
-            if let Err(e) = replicas.write(Bytes::from(part)) {
+            if let Err(e) = replicas.write(segment, Bytes::from(part)) {
                 self.commit.poison(e);
                 self.wake_all();
                 return;
@@ -268,6 +309,7 @@ impl LogGroup {
             let s = &self.stats;
             s.flushes.fetch_add(1, Ordering::Relaxed);
             s.bytes.fetch_add(bytes, Ordering::Relaxed);
+            s.written.fetch_add(bytes, Ordering::Relaxed);
             s.entries.fetch_add(u64::from(entries), Ordering::Relaxed);
             if trigger == Trigger::Full {
                 s.full_flushes.fetch_add(1, Ordering::Relaxed);

@@ -27,6 +27,7 @@ use objstore::sim::accounting::AccountingReport;
 
 use crate::commit::dependency::{CommitMetrics, CommitState, Committer};
 use crate::error::{Error, Result};
+use crate::manifest::LogRef;
 use crate::options::{Options, StoreSpec};
 use group::{GroupMetrics, LogGroup};
 use replica::{ReplicaConfig, ReplicaSet, StoreHealth};
@@ -64,10 +65,26 @@ pub struct LogMetrics {
     pub stores: Vec<StoreStatus>,
 }
 
-struct OpenStore {
-    store: Arc<dyn ObjectStore>,
-    health: Arc<StoreHealth>,
+/// An opened and probed store.
+pub(crate) struct OpenStore {
+    pub(crate) store: Arc<dyn ObjectStore>,
+    pub(crate) health: Arc<StoreHealth>,
     put_reason: Option<String>,
+}
+
+impl OpenStore {
+    pub(crate) fn name(&self) -> &str {
+        &self.health.name
+    }
+
+    pub(crate) fn mode(&self) -> WriteMode {
+        self.health.mode
+    }
+}
+
+/// Open and probe every store of `options`.
+pub(crate) fn open_stores(options: &Options) -> Result<Vec<OpenStore>> {
+    options.stores.iter().map(|spec| open_store(spec, options)).collect()
 }
 
 /// The running log of one database.
@@ -89,20 +106,22 @@ thread_local! {
 }
 
 impl Log {
-    /// Open and probe the stores, then start the flushers and the committer.
-    pub(crate) fn start(options: &Options, commit: Arc<CommitState>, db_id: u64) -> Result<Log> {
-        let stores = options
-            .stores
-            .iter()
-            .map(|spec| open_store(spec, options))
-            .collect::<Result<Vec<_>>>()?;
-        let n_groups = options.log_groups();
-        let groups: Vec<Arc<LogGroup>> = (0..n_groups)
+    /// Start the flushers and the committer for the log `log` (its groups
+    /// start at `log.group_start`) on opened `stores`.
+    pub(crate) fn start(
+        options: &Options,
+        commit: Arc<CommitState>,
+        db_id: u64,
+        stores: Vec<OpenStore>,
+        log: &LogRef,
+    ) -> Result<Log> {
+        let groups: Vec<Arc<LogGroup>> = (0..log.groups)
             .map(|g| {
                 Arc::new(LogGroup::new(
-                    g as u32,
+                    g,
                     options.log_buffer_bytes,
                     options.flush_timeout,
+                    (log.group_start[g as usize], log.parts_max),
                     Arc::clone(&commit),
                 ))
             })
@@ -193,6 +212,16 @@ impl Log {
         }
     }
 
+    /// The log groups.
+    pub(crate) fn groups(&self) -> &[Arc<LogGroup>] {
+        &self.groups
+    }
+
+    /// Part bytes written since the log started (all groups).
+    pub(crate) fn bytes_written(&self) -> u64 {
+        self.groups.iter().map(|g| g.bytes_written()).sum()
+    }
+
     pub(crate) fn reset_metrics(&self) {
         for g in &self.groups {
             g.reset_metrics();
@@ -222,17 +251,6 @@ fn open_store(spec: &StoreSpec, options: &Options) -> Result<OpenStore> {
         })?,
         StoreSpec::Handle(s) => Arc::clone(s),
     };
-    // This version has no recovery yet: a log already in the store would be
-    // appended over. Refuse instead of touching it.
-    let existing = retry_at_open(options, || store.list("log/"))
-        .map_err(|e| Error::Store(format!("{name}: {e}")))?;
-    if let Some(o) = existing.first() {
-        return Err(Error::Store(format!(
-            "{name} already holds a log ({}); this version cannot recover it yet, so use an \
-             empty bucket, prefix or directory",
-            o.key
-        )));
-    }
     let (mode, put_reason) = if options.force_put_per_flush {
         (WriteMode::PutPerFlush, Some("put-per-flush mode was requested".to_owned()))
     } else {
@@ -257,17 +275,7 @@ fn open_store(spec: &StoreSpec, options: &Options) -> Result<OpenStore> {
 /// backoff until the store deadline.
 fn retry_at_open<T>(
     options: &Options,
-    mut f: impl FnMut() -> objstore::Result<T>,
+    f: impl FnMut() -> objstore::Result<T>,
 ) -> objstore::Result<T> {
-    let started = std::time::Instant::now();
-    let mut pause = std::time::Duration::from_millis(5);
-    loop {
-        match f() {
-            Err(e) if e.is_retryable() && started.elapsed() < options.store_deadline => {
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(std::time::Duration::from_millis(500));
-            }
-            r => return r,
-        }
-    }
+    crate::manifest::retry(options.store_deadline, f)
 }

@@ -8,7 +8,8 @@
 //! part header, 32 bytes
 //!   0  4  magic "MSLP"
 //!   4  1  format version (1)
-//!   5  1  flags (0)
+//!   5  1  flags (0; 1 = fence: no entries, the body is the fencing
+//!           writer's epoch as 8 bytes, see recovery::fence)
 //!   6  2  reserved (0)
 //!   8  4  log group
 //!  12  4  body length N
@@ -230,6 +231,20 @@ pub struct Part {
     pub group: u32,
     /// Its transactions, in CSN order.
     pub entries: Vec<Entry>,
+    /// For a fence part: the epoch of the writer that fenced the log here.
+    /// Nothing after a fence part belongs to the fenced writer's log.
+    pub fence: Option<u64>,
+}
+
+/// The part flag that marks a fence part.
+pub const FLAG_FENCE: u8 = 1;
+
+/// A fence part for `group`, written by the writer of `epoch`.
+pub fn fence_part(group: u32, epoch: u64) -> Bytes {
+    let mut buf = vec![0u8; PART_HEADER_BYTES];
+    buf.extend_from_slice(&epoch.to_le_bytes());
+    seal_part_with_flags(&mut buf, group, 0, 0, FLAG_FENCE);
+    Bytes::from(buf)
 }
 
 /// Why bytes are not a valid part.
@@ -313,11 +328,15 @@ impl PartBuilder {
 /// # Panics
 /// If `buf` is shorter than a header or the body is 4 GiB or more.
 pub(crate) fn seal_part(buf: &mut [u8], group: u32, first_csn: u64, entries: u32) {
+    seal_part_with_flags(buf, group, first_csn, entries, 0);
+}
+
+fn seal_part_with_flags(buf: &mut [u8], group: u32, first_csn: u64, entries: u32, flags: u8) {
     let body_len = u32::try_from(buf.len() - PART_HEADER_BYTES).expect("a part body fits u32");
     let mut h = &mut buf[..PART_HEADER_BYTES];
     h.put_slice(&PART_MAGIC);
     h.put_u8(FORMAT_VERSION);
-    h.put_u8(0);
+    h.put_u8(flags);
     h.put_u16_le(0);
     h.put_u32_le(group);
     h.put_u32_le(body_len);
@@ -375,8 +394,19 @@ pub fn decode_part(bytes: &Bytes) -> Result<(Part, usize), DecodeError> {
     if stored != computed {
         return Err(DecodeError::Checksum { stored, computed });
     }
-    if flags != 0 || reserved != 0 {
-        return Err(DecodeError::Malformed("v1 parts have no flags".into()));
+    if reserved != 0 {
+        return Err(DecodeError::Malformed("reserved header bytes are not zero".into()));
+    }
+    if flags == FLAG_FENCE {
+        if count != 0 || first_csn != 0 || body_len != 8 {
+            return Err(DecodeError::Malformed("a fence part with entries".into()));
+        }
+        let epoch =
+            u64::from_le_bytes(bytes[PART_HEADER_BYTES..total].try_into().expect("8 bytes"));
+        return Ok((Part { group, entries: Vec::new(), fence: Some(epoch) }, total));
+    }
+    if flags != 0 {
+        return Err(DecodeError::Malformed(format!("unknown part flags {flags:#x}")));
     }
     let mut body = bytes.slice(PART_HEADER_BYTES..total);
     // Every entry takes at least its header: a count above that is a lie,
@@ -400,7 +430,7 @@ pub fn decode_part(bytes: &Bytes) -> Result<(Part, usize), DecodeError> {
             "header says the first CSN is {first_csn}, the first entry has {first}"
         )));
     }
-    Ok((Part { group, entries }, total))
+    Ok((Part { group, entries, fence: None }, total))
 }
 
 fn decode_entry(b: &mut Bytes) -> Result<Entry, DecodeError> {
@@ -519,7 +549,7 @@ mod tests {
         assert_eq!(bytes.len(), PART_HEADER_BYTES + body);
         let (p, n) = decode_part(&bytes).expect("decodes");
         assert_eq!(n, bytes.len());
-        assert_eq!(p, Part { group: 3, entries });
+        assert_eq!(p, Part { group: 3, entries, fence: None });
         let (p, n) = decode_part(&part(&[])).expect("an empty part");
         assert_eq!((p.entries.len(), n), (0, PART_HEADER_BYTES));
     }

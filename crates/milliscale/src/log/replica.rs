@@ -64,7 +64,7 @@ impl StoreHealth {
 }
 
 struct Replica {
-    to_writer: Option<Sender<(u64, Bytes)>>,
+    to_writer: Option<Sender<(u64, u64, Bytes)>>,
     thread: Option<JoinHandle<()>>,
     /// Highest part sequence number this store reported written.
     done: u64,
@@ -91,16 +91,17 @@ impl ReplicaSet {
         if stores.len() == 1 && needed == 1 {
             let c = stores.pop().expect("one store");
             let writer = SegmentWriter::new(c.store, group, c.health.mode, c.parts_max, 0, c.retry);
+            // The first part's segment (chosen by the group) places it.
             return ReplicaSet::Single(SingleWriter { writer, health: c.health });
         }
         ReplicaSet::Many(Replicas::start(group, stores, needed))
     }
 
-    /// Write `part`; return once a quorum holds it.
-    pub(crate) fn write(&mut self, part: Bytes) -> Result<(), Error> {
+    /// Write `part` to `segment`; return once a quorum holds it.
+    pub(crate) fn write(&mut self, segment: u64, part: Bytes) -> Result<(), Error> {
         match self {
-            ReplicaSet::Many(r) => r.write(part),
-            ReplicaSet::Single(s) => match s.writer.write(&part) {
+            ReplicaSet::Many(r) => r.write(segment, part),
+            ReplicaSet::Single(s) => match s.writer.write_at(segment, &part) {
                 Ok(_) => {
                     s.health.parts.fetch_add(1, Ordering::Relaxed);
                     Ok(())
@@ -142,7 +143,7 @@ impl Replicas {
             .into_iter()
             .enumerate()
             .map(|(index, c)| {
-                let (tx, rx) = crossbeam_channel::bounded::<(u64, Bytes)>(LAG_PARTS_MAX);
+                let (tx, rx) = crossbeam_channel::bounded::<(u64, u64, Bytes)>(LAG_PARTS_MAX);
                 let mut w =
                     SegmentWriter::new(c.store, group, c.health.mode, c.parts_max, 0, c.retry);
                 let result_tx = result_tx.clone();
@@ -150,8 +151,8 @@ impl Replicas {
                 let thread = std::thread::Builder::new()
                     .name(format!("ms-log-g{group}-s{index}"))
                     .spawn(move || {
-                        for (seq, part) in rx {
-                            let r = w.write(&part).map(|_| ());
+                        for (seq, segment, part) in rx {
+                            let r = w.write_at(segment, &part).map(|_| ());
                             match &r {
                                 Ok(()) => {
                                     health.parts.fetch_add(1, Ordering::Relaxed);
@@ -197,12 +198,12 @@ impl Replicas {
     }
 
     /// Write `part` to every live store; return once a quorum holds it.
-    fn write(&mut self, part: Bytes) -> Result<(), Error> {
+    fn write(&mut self, segment: u64, part: Bytes) -> Result<(), Error> {
         self.seq += 1;
         let seq = self.seq;
         for i in 0..self.replicas.len() {
             let Some(tx) = &self.replicas[i].to_writer else { continue };
-            match tx.try_send((seq, part.clone())) {
+            match tx.try_send((seq, segment, part.clone())) {
                 Ok(()) => {}
                 Err(TrySendError::Full(_)) => self.drop_replica(
                     i,

@@ -162,11 +162,31 @@ impl SegmentWriter {
         self.parts = 0;
     }
 
-    /// Write one encoded part durably; returns where it landed.
+    /// Write one encoded part durably; returns where it landed. The writer
+    /// rolls over on its own after `parts_max` parts, or when the store
+    /// says the segment is full.
     pub fn write(&mut self, part: &Bytes) -> Result<PartLocation, SegmentError> {
         if self.parts >= self.parts_max {
             self.roll_over();
         }
+        self.write_here(part, true)
+    }
+
+    /// Write one part to `segment`, chosen by the log group (so that every
+    /// store holds the same parts in the same segments, which fencing and
+    /// checkpoints rely on). A new segment number starts it at offset 0.
+    /// A store that refuses more parts in the segment is an error here:
+    /// `parts_max` must not exceed the store's limit.
+    pub fn write_at(&mut self, segment: u64, part: &Bytes) -> Result<PartLocation, SegmentError> {
+        if segment != self.segment {
+            self.segment = segment;
+            self.offset = 0;
+            self.parts = 0;
+        }
+        self.write_here(part, false)
+    }
+
+    fn write_here(&mut self, part: &Bytes, may_roll: bool) -> Result<PartLocation, SegmentError> {
         let started = Instant::now();
         let mut attempt = 0u32;
         loop {
@@ -181,9 +201,15 @@ impl SegmentWriter {
             let last = match outcome {
                 Ok(Some(loc)) => return Ok(loc),
                 Ok(None) => "the part did not land".to_owned(),
-                Err(Step::RollOver) => {
+                Err(Step::RollOver) if may_roll => {
                     self.roll_over();
                     continue;
+                }
+                Err(Step::RollOver) => {
+                    return Err(SegmentError::Store {
+                        key,
+                        error: StoreError::TooManyParts { parts: self.parts },
+                    });
                 }
                 Err(Step::Fail(e)) => return Err(e),
                 Err(Step::Retry(last)) => last,

@@ -187,8 +187,7 @@ impl Version {
         })
     }
 
-    /// A version committed before any running transaction (tests, and later recovery).
-    #[cfg(test)]
+    /// A version committed before any running transaction (recovery, tests).
     pub(crate) fn committed(csn: Csn, value: Option<&[u8]>) -> Owned<Version> {
         assert!(csn & OWNER_MARKER == 0);
         Version::with_stamp(csn, value)

@@ -332,6 +332,33 @@ impl<'db> Transaction<'db> {
 
     // ---- internals ----
 
+    /// Pass every visible key and value of `t` at the snapshot to `f`, in
+    /// key order (checkpoints). Nothing is tracked: for read-only snapshot
+    /// reads only. Stops at `f`'s first error.
+    pub(crate) fn for_each_visible(
+        &mut self,
+        t: &TableInner,
+        mut f: impl FnMut(&[u8], &[u8]) -> Result<()>,
+    ) -> Result<()> {
+        debug_assert!(self.read_only && self.isolation != Isolation::ReadCommitted);
+        let view = self.read_view();
+        let mut result = Ok(());
+        t.index.scan(Bound::Unbounded, Bound::Unbounded, Direction::Forward, |key, rid| {
+            // A guard per row, so that a long scan does not hold back the
+            // reclamation of versions that GC unlinks meanwhile.
+            let guard = crossbeam_epoch::pin();
+            let found = visibility::find_visible(t.records.slot(rid), view, &self.db.txns, &guard);
+            if let Some(value) = found.and_then(|(v, _)| v.value())
+                && let Err(e) = f(key, value)
+            {
+                result = Err(e);
+                return false;
+            }
+            true
+        });
+        result
+    }
+
     fn read_view(&self) -> View {
         let snapshot = match self.isolation {
             Isolation::ReadCommitted => self.db.commit.next_csn.load(Ordering::SeqCst),

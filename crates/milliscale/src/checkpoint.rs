@@ -1,0 +1,349 @@
+//! Checkpoints (paper §4.4; DESIGN.md invariants 7 and 8).
+//!
+//! A checkpoint is an MVCC snapshot at a CSN `c` ≤ gCSN, so it holds only
+//! durable data. Taking one does not block transactions:
+//! 1. Every log group starts a fresh segment for what it logs from now on
+//!    (`LogGroup::mark_checkpoint`), which also gives a CSN bound `M`: every
+//!    CSN logged later is ≥ `M` and lands in the fresh segment or later.
+//! 2. Wait until gCSN ≥ `M`, then read at the durable snapshot `c` = gCSN
+//!    (so `c` ≥ `M`).
+//! 3. Scan every table at `c` and write chunks
+//!    `checkpoint/c<csn>/<table id>/<chunk>`, each to a quorum of stores.
+//! 4. Publish a manifest naming the checkpoint and, per group, the fresh
+//!    segment as the first one recovery reads.
+//! 5. Only then delete what it superseded: older checkpoints' chunks, and
+//!    log segments before each group's new start (they hold only CSNs
+//!    below `M` ≤ `c`).
+//!
+//! Chunk format (little endian):
+//!
+//! ```text
+//!  0  4  magic "MSCK"
+//!  4  1  format version (1)
+//!  5  3  reserved (0)
+//!  8  4  table id
+//! 12  4  rows
+//! 16  8  checkpoint CSN
+//! 24  4  body length
+//! 28  4  CRC32C of bytes 0..28 followed by the body
+//! 32     rows: key length (u16), value length (u32), key, value
+//! ```
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, Bytes};
+use objstore::{ObjectStore, StoreError};
+
+use crate::error::{Error, Result};
+use crate::manifest::{CheckpointRef, ChunkRef, retry};
+use crate::mvcc::Csn;
+use crate::table::TableInner;
+
+/// "MSCK": Milliscale checkpoint chunk.
+pub const CHUNK_MAGIC: [u8; 4] = *b"MSCK";
+const CHUNK_VERSION: u8 = 1;
+const CHUNK_HEADER_BYTES: usize = 32;
+
+/// The prefix of checkpoint `csn`'s chunks.
+pub fn checkpoint_prefix(csn: Csn) -> String {
+    format!("checkpoint/c{csn:020}/")
+}
+
+/// Builds chunks of one table, and writes each when it is full.
+pub(crate) struct ChunkWriter<'a> {
+    stores: &'a [(String, Arc<dyn ObjectStore>)],
+    needed: usize,
+    deadline: Duration,
+    csn: Csn,
+    chunk_bytes: usize,
+    table: u32,
+    buf: Vec<u8>,
+    rows: u32,
+    next_chunk: u32,
+    /// The chunks written so far (all tables).
+    pub(crate) chunks: Vec<ChunkRef>,
+    pub(crate) total_rows: u64,
+    /// Requests made (puts), for the background cost.
+    pub(crate) requests: u64,
+}
+
+impl<'a> ChunkWriter<'a> {
+    pub(crate) fn new(
+        stores: &'a [(String, Arc<dyn ObjectStore>)],
+        needed: usize,
+        deadline: Duration,
+        csn: Csn,
+        chunk_bytes: usize,
+    ) -> ChunkWriter<'a> {
+        ChunkWriter {
+            stores,
+            needed,
+            deadline,
+            csn,
+            chunk_bytes,
+            table: 0,
+            buf: Vec::new(),
+            rows: 0,
+            next_chunk: 0,
+            chunks: Vec::new(),
+            total_rows: 0,
+            requests: 0,
+        }
+    }
+
+    /// Start a table.
+    pub(crate) fn table(&mut self, id: u32) -> Result<()> {
+        self.flush()?;
+        self.table = id;
+        self.next_chunk = 0;
+        Ok(())
+    }
+
+    pub(crate) fn row(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        if self.buf.is_empty() {
+            self.buf.resize(CHUNK_HEADER_BYTES, 0);
+        }
+        self.buf.put_u16_le(key.len() as u16);
+        self.buf.put_u32_le(value.len() as u32);
+        self.buf.extend_from_slice(key);
+        self.buf.extend_from_slice(value);
+        self.rows += 1;
+        self.total_rows += 1;
+        if self.buf.len() >= self.chunk_bytes {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Seal and write the current chunk, if it has rows.
+    pub(crate) fn flush(&mut self) -> Result<()> {
+        if self.rows == 0 {
+            return Ok(());
+        }
+        let mut buf = std::mem::take(&mut self.buf);
+        let body_len = u32::try_from(buf.len() - CHUNK_HEADER_BYTES)
+            .map_err(|_| Error::InvalidArgument("a checkpoint chunk above 4 GiB".into()))?;
+        {
+            let mut h = &mut buf[..CHUNK_HEADER_BYTES];
+            h.put_slice(&CHUNK_MAGIC);
+            h.put_u8(CHUNK_VERSION);
+            h.put_bytes(0, 3);
+            h.put_u32_le(self.table);
+            h.put_u32_le(self.rows);
+            h.put_u64_le(self.csn);
+            h.put_u32_le(body_len);
+        }
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&buf[..28]), &buf[CHUNK_HEADER_BYTES..]);
+        buf[28..32].copy_from_slice(&crc.to_le_bytes());
+        let key =
+            format!("{}{:04}/{:06}", checkpoint_prefix(self.csn), self.table, self.next_chunk);
+        let bytes = Bytes::from(buf);
+        let whole_crc = crc32c::crc32c(&bytes);
+        let mut ok = 0;
+        let mut errors = Vec::new();
+        for (name, s) in self.stores {
+            self.requests += 1;
+            match retry(self.deadline, || s.put(&key, bytes.clone())) {
+                Ok(_) => ok += 1,
+                Err(e) => errors.push(format!("{name}: {e}")),
+            }
+        }
+        if ok < self.needed {
+            return Err(Error::StoreUnavailable(format!(
+                "writing checkpoint chunk {key}: {}",
+                errors.join("; ")
+            )));
+        }
+        self.chunks.push(ChunkRef { key, bytes: bytes.len() as u64, crc: whole_crc });
+        self.next_chunk += 1;
+        self.rows = 0;
+        Ok(())
+    }
+
+    pub(crate) fn finish(mut self) -> Result<(CheckpointRef, u64)> {
+        self.flush()?;
+        let bytes = self.chunks.iter().map(|c| c.bytes).sum();
+        Ok((
+            CheckpointRef { csn: self.csn, chunks: self.chunks, rows: self.total_rows, bytes },
+            self.requests,
+        ))
+    }
+}
+
+/// One decoded chunk.
+#[derive(Debug)]
+pub struct Chunk {
+    /// The table id.
+    pub table: u32,
+    /// The checkpoint CSN it belongs to.
+    pub csn: Csn,
+    /// Its rows.
+    pub rows: Vec<(Bytes, Bytes)>,
+}
+
+/// Decode and check a chunk object.
+pub fn decode_chunk(key: &str, bytes: &Bytes) -> Result<Chunk> {
+    let bad = |what: String| Error::Corrupt(format!("checkpoint chunk {key}: {what}"));
+    if bytes.len() < CHUNK_HEADER_BYTES {
+        return Err(bad(format!("{} bytes, shorter than a header", bytes.len())));
+    }
+    let mut h = &bytes[..CHUNK_HEADER_BYTES];
+    if h[..4] != CHUNK_MAGIC {
+        return Err(bad("bad magic".into()));
+    }
+    h.advance(4);
+    let version = h.get_u8();
+    if version != CHUNK_VERSION {
+        return Err(bad(format!("format version {version}")));
+    }
+    h.advance(3);
+    let table = h.get_u32_le();
+    let rows = h.get_u32_le();
+    let csn = h.get_u64_le();
+    let body_len = h.get_u32_le() as usize;
+    let stored = h.get_u32_le();
+    if bytes.len() != CHUNK_HEADER_BYTES + body_len {
+        return Err(bad(format!(
+            "{} bytes, the header says {}",
+            bytes.len(),
+            CHUNK_HEADER_BYTES + body_len
+        )));
+    }
+    let computed =
+        crc32c::crc32c_append(crc32c::crc32c(&bytes[..28]), &bytes[CHUNK_HEADER_BYTES..]);
+    if computed != stored {
+        return Err(bad(format!("checksum {computed:08x}, the header says {stored:08x}")));
+    }
+    let mut body = bytes.slice(CHUNK_HEADER_BYTES..);
+    let mut out = Vec::with_capacity(rows as usize);
+    for _ in 0..rows {
+        if body.remaining() < 6 {
+            return Err(bad("a row runs past the body".into()));
+        }
+        let k = body.get_u16_le() as usize;
+        let v = body.get_u32_le() as usize;
+        if body.remaining() < k + v {
+            return Err(bad("a row runs past the body".into()));
+        }
+        let key = body.split_to(k);
+        let value = body.split_to(v);
+        out.push((key, value));
+    }
+    if body.has_remaining() {
+        return Err(bad("bytes after the last row".into()));
+    }
+    Ok(Chunk { table, csn, rows: out })
+}
+
+/// Fetch a chunk from whichever store has it intact.
+fn fetch_chunk(
+    stores: &[(String, Arc<dyn ObjectStore>)],
+    c: &ChunkRef,
+    deadline: Duration,
+) -> Result<Chunk> {
+    let mut last = None;
+    for (name, s) in stores {
+        match retry(deadline, || s.get(&c.key)) {
+            Ok(b) if b.len() as u64 == c.bytes && crc32c::crc32c(&b) == c.crc => {
+                return decode_chunk(&c.key, &b);
+            }
+            Ok(b) => {
+                // Damaged here: say how, and try another store.
+                last = Some(match decode_chunk(&c.key, &b) {
+                    Err(e) => e,
+                    Ok(_) => Error::Corrupt(format!(
+                        "checkpoint chunk {} on {name}: not the chunk the manifest names",
+                        c.key
+                    )),
+                });
+            }
+            Err(StoreError::NotFound(_)) => {
+                last =
+                    Some(Error::Corrupt(format!("checkpoint chunk {} is missing on {name}", c.key)))
+            }
+            Err(e) => last = Some(Error::Store(format!("{name}: reading {}: {e}", c.key))),
+        }
+    }
+    Err(last.unwrap_or_else(|| Error::Store("no stores".into())))
+}
+
+/// Load checkpoint `cref` into `tables`, `threads` chunks at a time.
+/// Returns the rows loaded.
+pub(crate) fn load(
+    stores: &[(String, Arc<dyn ObjectStore>)],
+    cref: &CheckpointRef,
+    tables: &[Arc<TableInner>],
+    threads: usize,
+    deadline: Duration,
+) -> Result<u64> {
+    let next = AtomicUsize::new(0);
+    let results: Vec<Result<u64>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads.max(1).min(cref.chunks.len()))
+            .map(|_| {
+                s.spawn(|| -> Result<u64> {
+                    let mut rows = 0;
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(c) = cref.chunks.get(i) else { return Ok(rows) };
+                        let chunk = fetch_chunk(stores, c, deadline)?;
+                        if chunk.csn != cref.csn {
+                            return Err(Error::Corrupt(format!(
+                                "checkpoint chunk {} belongs to checkpoint {}",
+                                c.key, chunk.csn
+                            )));
+                        }
+                        let table = tables.get(chunk.table as usize).ok_or_else(|| {
+                            Error::Corrupt(format!(
+                                "checkpoint chunk {} names table id {}",
+                                c.key, chunk.table
+                            ))
+                        })?;
+                        for (k, v) in &chunk.rows {
+                            crate::recovery::replay::install(table, k, cref.csn - 1, Some(v))?;
+                            rows += 1;
+                        }
+                    }
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("a checkpoint loader panicked")).collect()
+    });
+    results.into_iter().sum()
+}
+
+/// Delete checkpoint chunks other than `keep`'s, and log segments that
+/// hold only CSNs the checkpoint covers (before `group_start`, any group).
+/// Best effort: what is left is deleted next time. Returns requests made.
+pub(crate) fn delete_superseded(
+    stores: &[(String, Arc<dyn ObjectStore>)],
+    keep: Option<&CheckpointRef>,
+    group_start: &[u64],
+) -> u64 {
+    let mut requests = 0;
+    let keep_prefix = keep.map(|c| checkpoint_prefix(c.csn));
+    for (_, s) in stores {
+        requests += 2;
+        if let Ok(list) = s.list("checkpoint/") {
+            for o in list {
+                if keep_prefix.as_ref().is_none_or(|p| !o.key.starts_with(p.as_str())) {
+                    requests += 1;
+                    let _ = s.delete(&o.key);
+                }
+            }
+        }
+        if let Ok(list) = s.list("log/") {
+            let floor = |g: u32| group_start.get(g as usize).copied().unwrap_or(u64::MAX);
+            for o in list {
+                if let Some(obj) = crate::recovery::parse_key(&o.key)
+                    && obj.segment() < floor(obj.group())
+                {
+                    requests += 1;
+                    let _ = s.delete(&o.key);
+                }
+            }
+        }
+    }
+    requests
+}

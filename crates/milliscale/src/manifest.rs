@@ -1,0 +1,351 @@
+//! The manifest: which log and which checkpoint make up the database, who
+//! writes it, and the table catalog (DESIGN.md invariant 6).
+//!
+//! The manifest is a chain of objects `manifest/<version>`, each created
+//! with a conditional put (`If-None-Match: *`), so two writers can never
+//! both create the same version. The highest version is current. With
+//! several stores, a version counts once its create has succeeded on a
+//! quorum of them; at most one writer can get a quorum for a version.
+//!
+//! An object holds one line `MSMF <format> <crc32c>` and then the JSON
+//! body; the CRC32C covers the body, so a torn or flipped manifest is
+//! `Corrupt`, never half-read.
+//!
+//! Each writer run is an **epoch**. Opening an existing database creates
+//! the next version with a higher epoch first; that create is the moment
+//! a new writer takes over (the loser of a race gets `Fenced`). It then
+//! fences the old epoch's log (`recovery::fence`), recovers, and publishes
+//! a version whose log is its own.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use objstore::{ObjectStore, StoreError};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::mvcc::Csn;
+
+/// The manifest format this code writes and reads.
+pub const MANIFEST_FORMAT: u32 = 1;
+const MAGIC: &str = "MSMF";
+
+/// One version of the manifest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// The version number; its object is `manifest/<version>`.
+    pub version: u64,
+    /// The writer epoch that created this version.
+    pub epoch: u64,
+    /// The log record format of the log it names.
+    pub log_format: u8,
+    /// Table names; a table's id is its index.
+    pub tables: Vec<String>,
+    /// The current checkpoint, if one was taken.
+    pub checkpoint: Option<CheckpointRef>,
+    /// The log written after the checkpoint.
+    pub log: LogRef,
+}
+
+/// Where the live log is: the segments of one epoch's log groups.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogRef {
+    /// The epoch that writes it.
+    pub epoch: u64,
+    /// Its first CSN: everything below is in the checkpoint.
+    pub base_csn: Csn,
+    /// Log groups; group `g` writes `log/gGGGG/...`.
+    pub groups: u32,
+    /// Per group, the first segment recovery reads; older segments hold
+    /// only CSNs the checkpoint covers (and may not be deleted yet).
+    pub group_start: Vec<u64>,
+    /// Parts per segment before rollover.
+    pub parts_max: u32,
+}
+
+/// A published checkpoint: every committed version below `csn`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointRef {
+    /// The snapshot: versions with a smaller CSN are in it.
+    pub csn: Csn,
+    /// Its chunks, all of which must be read.
+    pub chunks: Vec<ChunkRef>,
+    /// Rows in all chunks.
+    pub rows: u64,
+    /// Bytes in all chunks.
+    pub bytes: u64,
+}
+
+/// One checkpoint chunk object.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChunkRef {
+    /// Its object key.
+    pub key: String,
+    /// Its size in bytes.
+    pub bytes: u64,
+    /// The CRC32C of the whole object.
+    pub crc: u32,
+}
+
+/// The object key of manifest `version`.
+pub fn manifest_key(version: u64) -> String {
+    format!("manifest/{version:020}")
+}
+
+impl Manifest {
+    /// The first manifest of a new database.
+    pub fn initial(groups: u32, parts_max: u32) -> Manifest {
+        Manifest {
+            version: 1,
+            epoch: 1,
+            log_format: crate::log::record::FORMAT_VERSION,
+            tables: Vec::new(),
+            checkpoint: None,
+            log: LogRef {
+                epoch: 1,
+                base_csn: crate::mvcc::CSN_FIRST,
+                groups,
+                group_start: vec![0; groups as usize],
+                parts_max,
+            },
+        }
+    }
+
+    /// The CSN recovery starts replaying at: the checkpoint's, or the
+    /// log's base.
+    pub fn replay_from(&self) -> Csn {
+        self.checkpoint.as_ref().map_or(self.log.base_csn, |c| c.csn).max(self.log.base_csn)
+    }
+
+    /// Encode: header line, then JSON.
+    pub fn encode(&self) -> Bytes {
+        let body = serde_json::to_vec_pretty(self).expect("a manifest serializes");
+        let mut out =
+            format!("{MAGIC} {MANIFEST_FORMAT} {:08x}\n", crc32c::crc32c(&body)).into_bytes();
+        out.extend_from_slice(&body);
+        Bytes::from(out)
+    }
+
+    /// Decode and check a manifest object.
+    pub fn decode(key: &str, bytes: &[u8]) -> Result<Manifest> {
+        let bad = |what: String| Error::Corrupt(format!("{key}: {what}"));
+        let nl = bytes.iter().position(|&b| b == b'\n').ok_or_else(|| bad("no header".into()))?;
+        let header = std::str::from_utf8(&bytes[..nl]).map_err(|_| bad("bad header".into()))?;
+        let mut words = header.split(' ');
+        if words.next() != Some(MAGIC) {
+            return Err(bad("not a manifest".into()));
+        }
+        let format: u32 =
+            words.next().and_then(|w| w.parse().ok()).ok_or_else(|| bad("bad format".into()))?;
+        if format != MANIFEST_FORMAT {
+            return Err(bad(format!(
+                "manifest format {format}; this version reads {MANIFEST_FORMAT}"
+            )));
+        }
+        let crc = words
+            .next()
+            .and_then(|w| u32::from_str_radix(w, 16).ok())
+            .ok_or_else(|| bad("bad checksum field".into()))?;
+        let body = &bytes[nl + 1..];
+        let computed = crc32c::crc32c(body);
+        if computed != crc {
+            return Err(bad(format!("checksum {computed:08x}, header says {crc:08x}")));
+        }
+        let m: Manifest = serde_json::from_slice(body).map_err(|e| bad(format!("{e}")))?;
+        if manifest_key(m.version) != key {
+            return Err(bad(format!("holds version {}", m.version)));
+        }
+        if m.log.group_start.len() != m.log.groups as usize {
+            return Err(bad("group_start does not match groups".into()));
+        }
+        Ok(m)
+    }
+}
+
+/// The manifest chain on the database's stores.
+#[derive(Debug, Clone)]
+pub struct ManifestStore {
+    stores: Vec<(String, Arc<dyn ObjectStore>)>,
+    needed: usize,
+    deadline: std::time::Duration,
+}
+
+impl ManifestStore {
+    /// The chain on `stores` (named for messages); a version needs
+    /// `needed` of them.
+    pub fn new(
+        stores: Vec<(String, Arc<dyn ObjectStore>)>,
+        needed: usize,
+        deadline: std::time::Duration,
+    ) -> ManifestStore {
+        ManifestStore { stores, needed, deadline }
+    }
+
+    /// The current manifest, or `None` for an empty database. Fails if
+    /// fewer than a quorum of stores answer, or if the stores hold
+    /// different manifests under the highest version and none has a
+    /// quorum.
+    pub fn read_latest(&self) -> Result<Option<Manifest>> {
+        let mut answered = 0;
+        let mut latest: Vec<(u64, usize)> = Vec::new();
+        let mut errors = Vec::new();
+        for (i, (name, s)) in self.stores.iter().enumerate() {
+            match retry(self.deadline, || s.list("manifest/")) {
+                Ok(list) => {
+                    answered += 1;
+                    let v = list.iter().filter_map(|o| parse_version(&o.key)).max();
+                    if let Some(v) = v {
+                        latest.push((v, i));
+                    }
+                }
+                Err(e) => errors.push(format!("{name}: {e}")),
+            }
+        }
+        if answered < self.needed {
+            return Err(Error::StoreUnavailable(format!(
+                "reading the manifest: {answered} of {} stores answered, {} needed: {}",
+                self.stores.len(),
+                self.needed,
+                errors.join("; ")
+            )));
+        }
+        let Some(top) = latest.iter().map(|(v, _)| *v).max() else {
+            return Ok(None);
+        };
+        let key = manifest_key(top);
+        let mut found: Vec<(Manifest, usize)> = Vec::new();
+        for (_, i) in latest.iter().filter(|(v, _)| *v == top) {
+            let (name, s) = &self.stores[*i];
+            let bytes = retry(self.deadline, || s.get(&key))
+                .map_err(|e| Error::Store(format!("{name}: reading {key}: {e}")))?;
+            let m = Manifest::decode(&key, &bytes)?;
+            match found.iter_mut().find(|(f, _)| *f == m) {
+                Some((_, n)) => *n += 1,
+                None => found.push((m, 1)),
+            }
+        }
+        if found.len() == 1 {
+            return Ok(found.pop().map(|(m, _)| m));
+        }
+        // Two writers raced for this version on different stores; the one
+        // with a quorum won.
+        found.into_iter().find(|(_, n)| *n >= self.needed).map(|(m, _)| Some(m)).ok_or_else(|| {
+            Error::StoreUnavailable(format!(
+                "{key} differs between stores and no version has a quorum yet"
+            ))
+        })
+    }
+
+    /// Create `m` as version `m.version`. Succeeds once a quorum of stores
+    /// holds it; fails with `Fenced` if another writer created that version
+    /// first.
+    pub fn create(&self, m: &Manifest) -> Result<()> {
+        let key = manifest_key(m.version);
+        let body = m.encode();
+        let mut ok = 0;
+        let mut taken = 0;
+        let mut errors = Vec::new();
+        for (name, s) in &self.stores {
+            let r = retry(self.deadline, || match s.put_if_absent(&key, body.clone()) {
+                Ok(_) => Ok(true),
+                // An earlier attempt of ours may have landed.
+                Err(StoreError::AlreadyExists(_)) => s.get(&key).map(|b| b == body),
+                Err(e) => Err(e),
+            });
+            match r {
+                Ok(true) => ok += 1,
+                Ok(false) => taken += 1,
+                Err(e) => errors.push(format!("{name}: {e}")),
+            }
+        }
+        if ok >= self.needed {
+            return Ok(());
+        }
+        if taken > 0 {
+            return Err(Error::Fenced(format!(
+                "{key} was created by another writer on {taken} of {} stores",
+                self.stores.len()
+            )));
+        }
+        Err(Error::StoreUnavailable(format!(
+            "writing {key}: {ok} of {} stores took it, {} needed: {}",
+            self.stores.len(),
+            self.needed,
+            errors.join("; ")
+        )))
+    }
+
+    /// Delete manifest versions below `keep` (best effort).
+    pub fn delete_below(&self, keep: u64) {
+        for (_, s) in &self.stores {
+            if let Ok(list) = s.list("manifest/") {
+                for o in list {
+                    if parse_version(&o.key).is_some_and(|v| v < keep) {
+                        let _ = s.delete(&o.key);
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn parse_version(key: &str) -> Option<u64> {
+    key.strip_prefix("manifest/")?.parse().ok()
+}
+
+/// Run a store request, retrying throttling and transient errors with
+/// capped exponential backoff until `deadline` has passed.
+pub(crate) fn retry<T>(
+    deadline: std::time::Duration,
+    mut f: impl FnMut() -> objstore::Result<T>,
+) -> objstore::Result<T> {
+    let started = std::time::Instant::now();
+    let mut pause = std::time::Duration::from_millis(5);
+    loop {
+        match f() {
+            Err(e) if e.is_retryable() && started.elapsed() < deadline => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(std::time::Duration::from_millis(500));
+            }
+            r => return r,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encode_decode_and_damage() {
+        let mut m = Manifest::initial(2, 10_000);
+        m.tables = vec!["a".into(), "b".into()];
+        let bytes = m.encode();
+        let key = manifest_key(1);
+        assert_eq!(Manifest::decode(&key, &bytes).expect("decodes"), m);
+        let mut bad = bytes.to_vec();
+        let n = bad.len();
+        bad[n - 3] ^= 1;
+        assert!(matches!(Manifest::decode(&key, &bad), Err(Error::Corrupt(_))));
+        assert!(matches!(Manifest::decode(&manifest_key(2), &bytes), Err(Error::Corrupt(_))));
+        assert!(matches!(Manifest::decode(&key, &bytes[..n / 2]), Err(Error::Corrupt(_))));
+    }
+
+    #[test]
+    fn a_version_is_created_once() {
+        let s: Arc<dyn ObjectStore> = Arc::new(objstore::MemoryStore::new());
+        let ms = ManifestStore::new(vec![("m".into(), s)], 1, std::time::Duration::from_secs(1));
+        assert_eq!(ms.read_latest().expect("reads"), None);
+        let m = Manifest::initial(1, 10);
+        ms.create(&m).expect("first create");
+        ms.create(&m).expect("the same body again is ours");
+        let mut other = m.clone();
+        other.epoch = 7;
+        assert!(matches!(ms.create(&other), Err(Error::Fenced(_))));
+        let mut next = m.clone();
+        next.version = 2;
+        next.epoch = 2;
+        ms.create(&next).expect("next version");
+        assert_eq!(ms.read_latest().expect("reads"), Some(next));
+    }
+}
