@@ -67,6 +67,29 @@ fn validate(cfg: &BankConfig) -> Result<(), String> {
     Ok(())
 }
 
+/// Open the journal for appending. A line that a crash cut short (no
+/// newline) was never completely journaled, so it is cut off: appending
+/// after it would merge it with the next id.
+fn open_journal(p: &std::path::Path) -> Result<std::fs::File, String> {
+    let err = |e: std::io::Error| format!("{}: {e}", p.display());
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(p)
+        .map_err(err)?;
+    let mut text = Vec::new();
+    std::io::Read::read_to_end(&mut f, &mut text).map_err(err)?;
+    let whole = text.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    if whole < text.len() {
+        f.set_len(whole as u64).map_err(err)?;
+        f.sync_data().map_err(err)?;
+    }
+    std::io::Seek::seek(&mut f, std::io::SeekFrom::End(0)).map_err(err)?;
+    Ok(f)
+}
+
 /// One worker's transfers, conflicts and latency histogram (µs).
 type WorkerResult = (u64, u64, Histogram<u64>);
 
@@ -116,13 +139,7 @@ pub fn run(cfg: &BankConfig) -> Result<Report, String> {
         tx.commit_and_wait().map_err(|e| format!("loading the accounts: {e}"))?;
     }
     let journal = match &cfg.acked_log {
-        Some(p) => Some(parking_lot::Mutex::new(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(p)
-                .map_err(|e| format!("{}: {e}", p.display()))?,
-        )),
+        Some(p) => Some(parking_lot::Mutex::new(open_journal(p)?)),
         None => None,
     };
     let next_id = AtomicU64::new(last_id + 1);
@@ -146,13 +163,20 @@ pub fn run(cfg: &BankConfig) -> Result<Report, String> {
                                 conflicts += 1;
                                 continue;
                             }
-                            Err(e) => return Err(format!("transfer {id}: {e}")),
+                            Err(e) => {
+                                // Stop the run: the database refuses work
+                                // (poisoned, fenced, closed).
+                                stop.store(true, Ordering::Relaxed);
+                                return Err(format!("transfer {id}: {e}"));
+                            }
                         }
                         let _ = h.record((t0.elapsed().as_micros() as u64).max(1));
                         done += 1;
                         if let Some(j) = journal {
                             let mut f = j.lock();
-                            writeln!(f, "{id}")
+                            // One write per line: a kill leaves a whole line
+                            // or a partial one, never two lines merged.
+                            f.write_all(format!("{id}\n").as_bytes())
                                 .and_then(|_| f.flush())
                                 .map_err(|e| e.to_string())?;
                             f.sync_data().map_err(|e| e.to_string())?;
@@ -162,7 +186,9 @@ pub fn run(cfg: &BankConfig) -> Result<Report, String> {
                 })
             })
             .collect();
-        std::thread::sleep(cfg.duration);
+        while started.elapsed() < cfg.duration && !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(10).min(cfg.duration));
+        }
         stop.store(true, Ordering::Relaxed);
         handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("panic".into()))).collect()
     });
@@ -257,6 +283,17 @@ pub fn audit(db: &Database, accounts: &Table) -> Result<u64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_journal_line_cut_by_a_crash_is_dropped_before_appending() {
+        let p = std::env::temp_dir().join(format!("milliscale-journal-{}", std::process::id()));
+        std::fs::write(&p, "1\n2\n3").expect("write");
+        let mut f = open_journal(&p).expect("open");
+        f.write_all(b"45\n").expect("append");
+        drop(f);
+        assert_eq!(std::fs::read_to_string(&p).expect("read"), "1\n2\n45\n");
+        let _ = std::fs::remove_file(&p);
+    }
 
     #[test]
     fn transfers_keep_the_total_and_the_journal_lists_them() {

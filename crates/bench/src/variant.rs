@@ -68,6 +68,9 @@ pub struct LogSettings {
     pub flush_timeout: Duration,
     pub tracking: Tracking,
     pub put_per_flush: bool,
+    /// Background checkpoint after this many log bytes; 0 (the benchmark
+    /// default) takes none.
+    pub checkpoint_log_bytes: u64,
 }
 
 impl Default for LogSettings {
@@ -81,6 +84,7 @@ impl Default for LogSettings {
             flush_timeout: milliscale::options::FLUSH_TIMEOUT_DEFAULT,
             tracking: Tracking::Record,
             put_per_flush: false,
+            checkpoint_log_bytes: 0,
         }
     }
 }
@@ -119,7 +123,8 @@ impl LogSettings {
             .log_buffer_bytes(self.log_buffer_bytes)
             .flush_timeout(self.flush_timeout)
             .tracking(self.tracking)
-            .put_per_flush(self.put_per_flush);
+            .put_per_flush(self.put_per_flush)
+            .checkpoint_log_bytes(self.checkpoint_log_bytes);
         for s in &self.stores {
             o = o.add_store(s.clone());
         }

@@ -198,6 +198,14 @@ pub fn run(cfg: &YcsbConfig) -> Result<Report, String> {
             log.seed_sims(cfg.seed);
             let db = Database::open(log.options(cfg.threads).isolation(cfg.isolation))
                 .map_err(|e| e.to_string())?;
+            if let Some(r) = db.recovery_report() {
+                return Err(format!(
+                    "the store already holds a database (epoch {}, tables {:?}); YCSB loads \
+                     fresh data, so give it an empty bucket, prefix or directory",
+                    r.old_epoch,
+                    db.table_names()
+                ));
+            }
             if !cfg.log.is_logged() {
                 notes.push("store none: no log; a commit is acknowledged at pre-commit".into());
             }

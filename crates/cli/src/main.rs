@@ -317,6 +317,10 @@ struct LogArgs {
     /// Write one object per flush even where the store appends.
     #[arg(long)]
     put_per_flush: bool,
+    /// Take a background checkpoint after this many log bytes (K/M/G
+    /// suffix). Off by default in benchmarks, so runs measure the log alone.
+    #[arg(long)]
+    checkpoint_every: Option<String>,
 }
 
 #[derive(Args)]
@@ -507,6 +511,10 @@ fn log_settings(a: &LogArgs) -> Result<(Variant, LogSettings), String> {
         };
     }
     l.put_per_flush |= a.put_per_flush;
+    if let Some(b) = &a.checkpoint_every {
+        l.checkpoint_log_bytes =
+            parse_size(b).map_err(|e| e.replace("--size", "--checkpoint-every"))? as u64;
+    }
     Ok((variant, l))
 }
 

@@ -8,11 +8,14 @@
 //! fsynced. Appends write at the end of `.data` and fsync it, then replace
 //! `.meta`.
 //!
-//! Atomicity: conditional writes and appends hold a per-key lock (striped),
-//! so they are atomic **within one process**. Use one process per directory
-//! (the emulator serializes access for many clients). The data file is the
-//! authority for an object's size; a crash between an append's data write
-//! and its `.meta` update leaves the part count one low, never the data.
+//! Atomicity: writes, conditional writes and appends hold a per-key lock
+//! (striped): a mutex within the process and an exclusive `flock` on
+//! `.lock-<stripe>` across processes. So two processes sharing a directory
+//! (an old writer and the one that fences it) see atomic conditional
+//! writes and appends, as on S3. Temporary files carry the process id. The
+//! data file is the authority for an object's size; a crash between an
+//! append's data write and its `.meta` update leaves the part count one
+//! low, never the data.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -91,9 +94,21 @@ impl FsStore {
         (self.root.join(format!("{n}.data")), self.root.join(format!("{n}.meta")))
     }
 
-    fn lock(&self, key: &str) -> parking_lot::MutexGuard<'_, ()> {
+    /// The key's stripe, locked in this process and across processes
+    /// (the file lock is released when the returned file is dropped).
+    fn lock(&self, key: &str) -> Result<(parking_lot::MutexGuard<'_, ()>, File)> {
         let h = key.bytes().fold(0usize, |h, b| h.wrapping_mul(31).wrapping_add(usize::from(b)));
-        self.locks[h % STRIPES].lock()
+        let stripe = h % STRIPES;
+        let g = self.locks[stripe].lock();
+        let path = self.root.join(format!(".lock-{stripe:02}"));
+        let f = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| io("open", &path, e))?;
+        f.lock().map_err(|e| io("lock", &path, e))?;
+        Ok((g, f))
     }
 
     fn etag(&self, size: u64) -> String {
@@ -120,8 +135,11 @@ impl FsStore {
 
     /// Write `bytes` to `path` durably: temp file, fsync, rename, fsync dir.
     fn write_atomic(&self, path: &Path, bytes: &[u8]) -> Result<()> {
-        let tmp =
-            path.with_extension(format!("tmp{}", self.generation.fetch_add(1, Ordering::Relaxed)));
+        let tmp = path.with_extension(format!(
+            "tmp{}-{}",
+            std::process::id(),
+            self.generation.fetch_add(1, Ordering::Relaxed)
+        ));
         let mut f = File::create(&tmp).map_err(|e| io("create", &tmp, e))?;
         f.write_all(bytes).map_err(|e| io("write", &tmp, e))?;
         f.sync_all().map_err(|e| io("fsync", &tmp, e))?;
@@ -173,13 +191,13 @@ impl FsStore {
 impl ObjectStore for FsStore {
     fn put(&self, key: &str, body: Bytes) -> Result<ObjectMeta> {
         check_key(key)?;
-        let _g = self.lock(key);
+        let _g = self.lock(key)?;
         self.store(key, &body)
     }
 
     fn put_if_absent(&self, key: &str, body: Bytes) -> Result<ObjectMeta> {
         check_key(key)?;
-        let _g = self.lock(key);
+        let _g = self.lock(key)?;
         match self.existing(key)? {
             Some(_) => Err(StoreError::AlreadyExists(key.to_owned())),
             None => self.store(key, &body),
@@ -188,7 +206,7 @@ impl ObjectStore for FsStore {
 
     fn put_if_match(&self, key: &str, body: Bytes, etag: &str) -> Result<ObjectMeta> {
         check_key(key)?;
-        let _g = self.lock(key);
+        let _g = self.lock(key)?;
         match self.existing(key)? {
             None => Err(StoreError::NotFound(key.to_owned())),
             Some((m, _)) if m.etag != etag => Err(StoreError::PreconditionFailed(format!(
@@ -204,7 +222,7 @@ impl ObjectStore for FsStore {
         if body.is_empty() {
             return Err(StoreError::InvalidRequest("an append needs a non-empty body".into()));
         }
-        let _g = self.lock(key);
+        let _g = self.lock(key)?;
         let Some((mut m, size)) = self.existing(key)? else {
             return if offset == 0 {
                 self.store(key, &body)
@@ -298,7 +316,7 @@ impl ObjectStore for FsStore {
 
     fn delete(&self, key: &str) -> Result<()> {
         check_key(key)?;
-        let _g = self.lock(key);
+        let _g = self.lock(key)?;
         let (data, meta) = self.paths(key);
         // Data first: a delete cut short leaves a `.meta` alone, which reads as missing.
         for p in [&data, &meta] {
