@@ -170,7 +170,14 @@ impl Database {
         let m = ms.read_latest()?.ok_or_else(|| {
             Error::InvalidArgument("the store holds no database (no manifest/ objects)".into())
         })?;
-        let scan = recovery::scan_stores(&named, needed, &m.log, m.replay_from(), threads)?;
+        let scan = recovery::scan_stores(
+            &named,
+            needed,
+            &m.log,
+            m.replay_from(),
+            threads,
+            options.store_deadline,
+        )?;
         let plan = recovery::plan_replay(&scan)?;
         let base = m.replay_from().max(plan.max_csn + 1);
         let mut report = RecoveryReport::new(&m, &m, &scan, &plan, threads);
@@ -253,7 +260,14 @@ impl Database {
         )?;
         let fenced_at = started.elapsed();
         // 3. Read the log and plan.
-        let scan = recovery::scan_stores(&named, needed, &old.log, old.replay_from(), threads)?;
+        let scan = recovery::scan_stores(
+            &named,
+            needed,
+            &old.log,
+            old.replay_from(),
+            threads,
+            options.store_deadline,
+        )?;
         let plan = recovery::plan_replay(&scan)?;
         let scanned_at = started.elapsed();
         // 4. Rebuild: the tables, the checkpoint, then the log on top.

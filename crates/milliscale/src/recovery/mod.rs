@@ -31,7 +31,7 @@ use bytes::Bytes;
 use objstore::{ObjectStore, StoreError};
 
 use crate::error::{Error, Result};
-use crate::log::record::{DecodeError, Entry, Part, decode_part, decode_segment};
+use crate::log::record::{DecodeError, Entry, Part, decode_part};
 use crate::manifest::{LogRef, Manifest, ManifestStore};
 use crate::mvcc::Csn;
 
@@ -55,7 +55,8 @@ pub struct GroupLog {
     pub parts: Vec<(String, Part)>,
     /// A torn tail that was cut off, if any.
     pub truncated: Option<Truncated>,
-    /// The epoch of the writer whose fence part ended this log, if any.
+    /// The epoch of the first fence part found where no store had a part
+    /// (the end of some store's copy), if any.
     pub fenced_by: Option<u64>,
 }
 
@@ -132,10 +133,6 @@ fn corrupt(key: &str, what: impl std::fmt::Display) -> Error {
     Error::Corrupt(format!("{key}: {what}"))
 }
 
-fn store_error(name: &str, key: &str, e: StoreError) -> Error {
-    Error::Store(format!("{name}: reading {key}: {e}"))
-}
-
 /// Read one store's manifest and scan its live log: what `milliscale
 /// inspect` and tests use on a single store.
 pub fn scan_log(store: &Arc<dyn ObjectStore>) -> Result<(Manifest, LogScan)> {
@@ -144,162 +141,117 @@ pub fn scan_log(store: &Arc<dyn ObjectStore>) -> Result<(Manifest, LogScan)> {
     let m = ms.read_latest()?.ok_or_else(|| {
         Error::InvalidArgument("the store holds no database (no manifest/ objects)".into())
     })?;
-    let scan = scan_stores(&stores, 1, &m.log, m.replay_from(), 4)?;
+    let scan =
+        scan_stores(&stores, 1, &m.log, m.replay_from(), 4, std::time::Duration::from_secs(30))?;
     Ok((m, scan))
 }
 
-/// A part's place in a group's log: (segment, part number in the segment).
-type Pos = (u64, u32);
-
-/// Damage found on one store.
-#[derive(Debug, Clone)]
-struct Damage {
-    truncated: Truncated,
-    /// Nothing but fence parts follows it.
-    at_tail: bool,
-}
-
-#[derive(Debug, Default)]
-struct StoreGroup {
-    parts: Vec<(Pos, String, Part)>,
-    damage: Option<Damage>,
-    fenced_by: Option<u64>,
+/// One log object, with its copy on each store that has it.
+struct Copies {
+    key: String,
+    /// (store name, bytes).
+    copies: Vec<(usize, Bytes)>,
 }
 
 /// Scan the live log `log` on `stores`, merging them; at least `needed`
-/// stores must answer. `from` is the checkpoint's CSN. `threads` fetch and
-/// decode objects in parallel.
+/// stores must answer (each request is retried until `deadline`). `from`
+/// is the checkpoint's CSN. `threads` fetch objects in parallel.
+///
+/// Every store holds the same parts at the same places (the group chooses
+/// segments; a store's segment is a prefix of the same byte string, plus
+/// maybe a fence part at its own end). So the merge walks each object
+/// by offset and takes, at each offset, a part that some copy holds intact.
+/// A valid part with entries wins over a fence part at the same place (a
+/// lagging store was fenced earlier in the log than the others).
 pub fn scan_stores(
     stores: &[(String, Arc<dyn ObjectStore>)],
     needed: usize,
     log: &LogRef,
     from: Csn,
     threads: usize,
+    deadline: std::time::Duration,
 ) -> Result<LogScan> {
     let mut scan = LogScan { from, ..LogScan::default() };
-    let mut per_store = Vec::new();
+    // List every store; then fetch every (store, object) in parallel.
+    let mut wanted: Vec<(usize, String)> = Vec::new();
+    let mut objects: BTreeMap<LogObject, Copies> = BTreeMap::new();
     let mut errors = Vec::new();
-    for (name, store) in stores {
-        match scan_store(name, store.as_ref(), log, threads.max(1), &mut scan) {
-            Ok(groups) => per_store.push((name.clone(), groups)),
-            Err(e @ Error::Corrupt(_)) => return Err(e),
-            Err(e) => errors.push(e.to_string()),
+    let mut answered = 0;
+    for (i, (name, store)) in stores.iter().enumerate() {
+        let listed = match crate::manifest::retry(deadline, || store.list("log/")) {
+            Ok(l) => l,
+            Err(e) => {
+                errors.push(format!("{name}: {e}"));
+                continue;
+            }
+        };
+        answered += 1;
+        for o in listed {
+            let parsed =
+                parse_key(&o.key).ok_or_else(|| corrupt(&o.key, "not a log object name"))?;
+            let g = parsed.group();
+            if g < log.groups && parsed.segment() >= log.group_start[g as usize] {
+                objects
+                    .entry(parsed)
+                    .or_insert_with(|| Copies { key: o.key.clone(), copies: Vec::new() });
+                wanted.push((i, o.key));
+            }
         }
     }
-    if per_store.len() < needed.max(1) {
+    if answered < needed.max(1) {
         return Err(Error::StoreUnavailable(format!(
-            "reading the log: {} of {} stores answered, {} needed: {}",
-            per_store.len(),
+            "reading the log: {answered} of {} stores answered, {needed} needed: {}",
             stores.len(),
-            needed,
             errors.join("; ")
         )));
     }
-    for g in 0..log.groups {
-        let mut views: Vec<(&str, StoreGroup)> = per_store
-            .iter_mut()
-            .map(|(n, groups)| (n.as_str(), groups.remove(&g).unwrap_or_default()))
-            .collect();
-        scan.groups.insert(g, merge_group(&mut views, &mut scan.repaired)?);
-    }
-    Ok(scan)
-}
-
-/// Merge one group's views: each store holds a prefix of the same parts.
-fn merge_group(views: &mut [(&str, StoreGroup)], repaired: &mut Vec<String>) -> Result<GroupLog> {
-    let longest = (0..views.len()).max_by_key(|&i| views[i].1.parts.len()).unwrap_or(0);
-    let Some((_, best)) = views.get(longest) else { return Ok(GroupLog::default()) };
-    let n = best.parts.len();
-    for (name, v) in views.iter() {
-        for (i, (pos, key, p)) in v.parts.iter().enumerate() {
-            let (bpos, _, bp) = &best.parts[i];
-            if pos != bpos || p != bp {
-                return Err(corrupt(key, format!("on {name} differs from the other stores' part")));
+    let fetched = fetch_all(stores, &wanted, threads.max(1), deadline);
+    for ((i, key), got) in wanted.iter().zip(fetched) {
+        match got {
+            Ok(b) => {
+                scan.objects += 1;
+                scan.bytes += b.len() as u64;
+                let obj = parse_key(key).expect("parsed above");
+                if let Some(c) = objects.get_mut(&obj) {
+                    c.copies.push((*i, b));
+                }
             }
-        }
-        if let Some(d) = &v.damage
-            && !d.at_tail
-        {
-            if v.parts.len() >= n {
-                let t = &d.truncated;
-                return Err(corrupt(
-                    &t.key,
-                    format!("damaged at offset {} with log after it: {}", t.offset, t.error),
-                ));
-            }
-            repaired.push(format!("{name}: {}: {}", d.truncated.key, d.truncated.error));
+            // Listed but gone or unreadable here: other copies may serve.
+            Err(e) => scan.repaired.push(format!("{}: {key}: {e}", stores[*i].0)),
         }
     }
-    let best = std::mem::take(&mut views[longest].1);
-    // The longest view's tail damage is what this group lost; shorter
-    // stores' damage was covered by it.
-    for (name, v) in views.iter() {
-        if let Some(d) = &v.damage
-            && d.at_tail
-            && v.parts.len() < n
-        {
-            repaired.push(format!("{name}: {}: {}", d.truncated.key, d.truncated.error));
-        }
-    }
-    Ok(GroupLog {
-        parts: best.parts.into_iter().map(|(_, k, p)| (k, p)).collect(),
-        truncated: best.damage.map(|d| d.truncated),
-        fenced_by: best.fenced_by,
-    })
-}
-
-/// List, fetch (in parallel) and walk one store's live log.
-fn scan_store(
-    name: &str,
-    store: &dyn ObjectStore,
-    log: &LogRef,
-    threads: usize,
-    scan: &mut LogScan,
-) -> Result<BTreeMap<u32, StoreGroup>> {
-    let mut objects: Vec<(LogObject, String)> = Vec::new();
-    for o in store.list("log/").map_err(|e| store_error(name, "log/", e))? {
-        let parsed = parse_key(&o.key).ok_or_else(|| corrupt(&o.key, "not a log object name"))?;
-        let g = parsed.group();
-        if g < log.groups && parsed.segment() >= log.group_start[g as usize] {
-            objects.push((parsed, o.key));
-        }
-    }
-    objects.sort();
-    let fetched = fetch_all(name, store, &objects, threads)?;
-    scan.objects += fetched.len();
-    scan.bytes += fetched.iter().map(|b| b.len() as u64).sum::<u64>();
-
-    let mut groups: BTreeMap<u32, StoreGroup> = BTreeMap::new();
+    let objects: Vec<(LogObject, Copies)> = objects.into_iter().collect();
     let mut i = 0;
     while i < objects.len() {
         let g = objects[i].0.group();
         let end = i + objects[i..].iter().take_while(|(o, _)| o.group() == g).count();
-        let sg = walk_group(g, log.group_start[g as usize], &objects[i..end], &fetched[i..end]);
-        groups.insert(g, sg);
+        let start = log.group_start[g as usize];
+        let group = walk_group(g, start, &objects[i..end], stores, &mut scan.repaired)?;
+        scan.groups.insert(g, group);
         i = end;
     }
-    Ok(groups)
+    for g in 0..log.groups {
+        scan.groups.entry(g).or_default();
+    }
+    Ok(scan)
 }
 
 fn fetch_all(
-    name: &str,
-    store: &dyn ObjectStore,
-    objects: &[(LogObject, String)],
+    stores: &[(String, Arc<dyn ObjectStore>)],
+    wanted: &[(usize, String)],
     threads: usize,
-) -> Result<Vec<Bytes>> {
+    deadline: std::time::Duration,
+) -> Vec<std::result::Result<Bytes, StoreError>> {
     let next = AtomicUsize::new(0);
-    let results: Vec<parking_lot::Mutex<Option<Result<Bytes>>>> =
-        (0..objects.len()).map(|_| parking_lot::Mutex::new(None)).collect();
+    let results: Vec<parking_lot::Mutex<Option<std::result::Result<Bytes, StoreError>>>> =
+        (0..wanted.len()).map(|_| parking_lot::Mutex::new(None)).collect();
     std::thread::scope(|s| {
-        for _ in 0..threads.min(objects.len()) {
+        for _ in 0..threads.min(wanted.len()) {
             s.spawn(|| {
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some((_, key)) = objects.get(i) else { break };
-                    let r = crate::manifest::retry(std::time::Duration::from_secs(30), || {
-                        store.get(key)
-                    })
-                    .map_err(|e| store_error(name, key, e));
+                    let Some((store, key)) = wanted.get(i) else { break };
+                    let r = crate::manifest::retry(deadline, || stores[*store].1.get(key));
                     *results[i].lock() = Some(r);
                 }
             });
@@ -308,106 +260,155 @@ fn fetch_all(
     results.into_iter().map(|m| m.into_inner().expect("every object fetched")).collect()
 }
 
-/// Walk one group's objects on one store, in order, up to a fence part or
-/// the first damage.
+/// What is at one place of the log, across the copies.
+enum AtPlace {
+    Part(Part, usize),
+    Fence(u64),
+    End,
+    Damage(DecodeError),
+}
+
+/// Decode the part at `offset` of each copy; prefer a part with entries.
+fn part_at(
+    key: &str,
+    copies: &[(usize, Bytes)],
+    offset: usize,
+    stores: &[(String, Arc<dyn ObjectStore>)],
+    repaired: &mut Vec<String>,
+) -> Result<AtPlace> {
+    let mut fence = None;
+    let mut good: Option<(Part, usize)> = None;
+    let mut bad = Vec::new();
+    let mut any = false;
+    for (store, bytes) in copies {
+        if bytes.len() <= offset {
+            continue;
+        }
+        any = true;
+        match decode_part(&bytes.slice(offset..)) {
+            Ok((p, _)) if p.fence.is_some() => fence = p.fence,
+            Ok((p, n)) => match &good {
+                Some((q, m)) if *q != p || *m != n => {
+                    return Err(corrupt(
+                        key,
+                        format!("stores hold different parts at offset {offset}"),
+                    ));
+                }
+                Some(_) => {}
+                None => good = Some((p, n)),
+            },
+            Err(e) => bad.push((*store, e)),
+        }
+    }
+    Ok(match (good, fence) {
+        (Some((p, n)), _) => {
+            for (store, e) in bad {
+                repaired.push(format!("{}: {key} at offset {offset}: {e}", stores[store].0));
+            }
+            AtPlace::Part(p, n)
+        }
+        // Damage wins over a fence: a fence only ends the copy it is in.
+        (None, _) if !bad.is_empty() => AtPlace::Damage(bad.swap_remove(0).1),
+        (None, Some(epoch)) => AtPlace::Fence(epoch),
+        (None, None) => {
+            debug_assert!(!any);
+            AtPlace::End
+        }
+    })
+}
+
+/// Walk one group's objects in order, merging the stores' copies, up to a
+/// fence part or a torn tail.
 fn walk_group(
     group: u32,
     start: u64,
-    objects: &[(LogObject, String)],
-    bytes: &[Bytes],
-) -> StoreGroup {
-    let mut sg = StoreGroup::default();
+    objects: &[(LogObject, Copies)],
+    stores: &[(String, Arc<dyn ObjectStore>)],
+    repaired: &mut Vec<String>,
+) -> Result<GroupLog> {
+    let mut out = GroupLog::default();
     let mut prev: Option<LogObject> = None;
-    for (idx, ((obj, key), data)) in objects.iter().zip(bytes).enumerate() {
-        let rest_is_fences = || bytes[idx + 1..].iter().all(only_fences);
-        let damage = |offset: usize, error: DecodeError, at_tail: bool| Damage {
-            truncated: Truncated {
-                key: key.clone(),
-                offset: offset as u64,
-                bytes: (data.len() - offset) as u64,
-                error,
-            },
-            at_tail,
-        };
+    for (idx, (obj, c)) in objects.iter().enumerate() {
+        let key = &c.key;
+        if c.copies.is_empty() {
+            return Err(corrupt(key, "listed, but no store could read it"));
+        }
         if !follows(prev, *obj, start) {
-            sg.damage = Some(damage(
-                0,
-                DecodeError::Malformed("a log object before it is missing".into()),
-                false,
-            ));
-            return sg;
+            return Err(corrupt(key, "a log object before it is missing"));
         }
         prev = Some(*obj);
-        let (parts, bad) = match obj {
-            LogObject::Segment { .. } => decode_segment(data),
-            LogObject::Part { .. } => match decode_part(data) {
-                Ok((p, n)) if n == data.len() => (vec![p], None),
-                Ok((p, n)) => {
-                    (vec![p], Some((n, DecodeError::Malformed("bytes after the part".into()))))
+        let later_valid = || {
+            objects[idx + 1..].iter().any(|(_, c)| {
+                c.copies.iter().any(|(_, b)| {
+                    matches!(decode_part(b), Ok((p, _)) if p.fence.is_none())
+                        || !nothing_valid_after(b)
+                })
+            })
+        };
+        let mut offset = 0;
+        loop {
+            match part_at(key, &c.copies, offset, stores, repaired)? {
+                AtPlace::End => break,
+                // This store's copy was fenced here. Another store may
+                // have been fenced later in the log (this one lagged), so
+                // the walk goes on to the next object; the log ends where
+                // no store has a part.
+                AtPlace::Fence(epoch) => {
+                    out.fenced_by.get_or_insert(epoch);
+                    break;
                 }
-                Err(e) => (vec![], Some((0, e))),
-            },
-        };
-        let first_ordinal = match obj {
-            LogObject::Part { part, .. } => *part,
-            LogObject::Segment { .. } => 0,
-        };
-        for (k, p) in parts.into_iter().enumerate() {
-            if p.fence.is_some() {
-                sg.fenced_by = p.fence;
-                return sg;
+                AtPlace::Part(p, n) => {
+                    if p.group != group {
+                        return Err(corrupt(key, format!("holds a part of group {}", p.group)));
+                    }
+                    let last = out.parts.last().and_then(|(_, q)| q.entries.last()).map(Entry::csn);
+                    if let (Some(last), Some(first)) = (last, p.entries.first().map(Entry::csn))
+                        && first <= last
+                    {
+                        return Err(corrupt(key, format!("CSN {first} after CSN {last}")));
+                    }
+                    out.parts.push((key.clone(), p));
+                    offset += n;
+                    if matches!(obj, LogObject::Part { .. }) {
+                        // One part per object in put mode.
+                        break;
+                    }
+                }
+                AtPlace::Damage(error) => {
+                    let tail =
+                        c.copies.iter().all(|(_, b)| {
+                            b.len() <= offset || nothing_valid_after(&b.slice(offset..))
+                        }) && !later_valid();
+                    let len = c.copies.iter().map(|(_, b)| b.len()).max().unwrap_or(0);
+                    if !tail {
+                        return Err(corrupt(
+                            key,
+                            format!("damaged at offset {offset} with log after it: {error}"),
+                        ));
+                    }
+                    out.truncated = Some(Truncated {
+                        key: key.clone(),
+                        offset: offset as u64,
+                        bytes: (len - offset) as u64,
+                        error,
+                    });
+                    return Ok(out);
+                }
             }
-            if p.group != group {
-                let e = DecodeError::Malformed(format!("holds a part of group {}", p.group));
-                sg.damage = Some(damage(0, e, false));
-                return sg;
-            }
-            let last = sg.parts.last().and_then(|(_, _, q)| q.entries.last()).map(Entry::csn);
-            if let (Some(last), Some(first)) = (last, p.entries.first().map(Entry::csn))
-                && first <= last
-            {
-                let e = DecodeError::Malformed(format!("CSN {first} after CSN {last}"));
-                sg.damage = Some(damage(0, e, false));
-                return sg;
-            }
-            sg.parts.push(((obj.segment(), first_ordinal + k as u32), key.clone(), p));
-        }
-        if let Some((offset, error)) = bad {
-            let at_tail = fences_after(&data[offset..]) && rest_is_fences();
-            sg.damage = Some(damage(offset, error, at_tail));
-            return sg;
         }
     }
-    sg
+    Ok(out)
 }
 
-/// Bytes that are whole fence parts, and nothing else.
-fn only_fences(b: &Bytes) -> bool {
-    let mut at = 0;
-    while at < b.len() {
-        match decode_part(&b.slice(at..)) {
-            Ok((p, n)) if p.fence.is_some() => at += n,
-            _ => return false,
-        }
-    }
-    true
-}
-
-/// Damaged bytes followed by nothing but fence parts: a torn last append,
-/// after which a new writer may have appended its fence. The fence parts
-/// are found from the end.
-fn fences_after(damaged: &[u8]) -> bool {
-    let fence_len = crate::log::record::fence_part(0, 0).len();
-    let mut end = damaged.len();
-    while end >= fence_len {
-        let tail = Bytes::copy_from_slice(&damaged[end - fence_len..end]);
-        match decode_part(&tail) {
-            Ok((p, n)) if n == fence_len && p.fence.is_some() => end -= fence_len,
-            _ => break,
-        }
-    }
-    // Whatever is left is the torn part; it cannot be a whole valid part.
-    end == damaged.len() || decode_part(&Bytes::copy_from_slice(&damaged[..end])).is_err()
+/// Is the damage at `damaged[0]` a torn tail: is there no valid part with
+/// entries anywhere after it? (A new writer may have appended fence parts
+/// after a torn append.) A corrupt length field hides where the next part
+/// starts, so every later occurrence of the part magic is tried.
+fn nothing_valid_after(damaged: &Bytes) -> bool {
+    let magic = crate::log::record::PART_MAGIC;
+    (1..damaged.len().saturating_sub(3))
+        .filter(|&i| damaged[i..i + 4] == magic)
+        .all(|i| !matches!(decode_part(&damaged.slice(i..)), Ok((p, _)) if p.fence.is_none()))
 }
 
 /// A group's objects must follow each other without gaps, from its start
