@@ -30,7 +30,6 @@
 //! ```
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes};
@@ -278,37 +277,21 @@ pub(crate) fn load(
     threads: usize,
     deadline: Duration,
 ) -> Result<u64> {
-    let next = AtomicUsize::new(0);
-    let results: Vec<Result<u64>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads.max(1).min(cref.chunks.len()))
-            .map(|_| {
-                s.spawn(|| -> Result<u64> {
-                    let mut rows = 0;
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(c) = cref.chunks.get(i) else { return Ok(rows) };
-                        let chunk = fetch_chunk(stores, c, deadline)?;
-                        if chunk.csn != cref.csn {
-                            return Err(Error::Corrupt(format!(
-                                "checkpoint chunk {} belongs to checkpoint {}",
-                                c.key, chunk.csn
-                            )));
-                        }
-                        let table = tables.get(chunk.table as usize).ok_or_else(|| {
-                            Error::Corrupt(format!(
-                                "checkpoint chunk {} names table id {}",
-                                c.key, chunk.table
-                            ))
-                        })?;
-                        for (k, v) in &chunk.rows {
-                            crate::recovery::replay::install(table, k, cref.csn - 1, Some(v))?;
-                            rows += 1;
-                        }
-                    }
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().expect("a checkpoint loader panicked")).collect()
+    let results = crate::recovery::parallel_map(&cref.chunks, threads, |c| -> Result<u64> {
+        let chunk = fetch_chunk(stores, c, deadline)?;
+        if chunk.csn != cref.csn {
+            return Err(Error::Corrupt(format!(
+                "checkpoint chunk {} belongs to checkpoint {}",
+                c.key, chunk.csn
+            )));
+        }
+        let table = tables.get(chunk.table as usize).ok_or_else(|| {
+            Error::Corrupt(format!("checkpoint chunk {} names table id {}", c.key, chunk.table))
+        })?;
+        for (k, v) in &chunk.rows {
+            crate::recovery::replay::install(table, k, cref.csn - 1, Some(v))?;
+        }
+        Ok(chunk.rows.len() as u64)
     });
     results.into_iter().sum()
 }

@@ -178,9 +178,10 @@ impl Database {
             threads,
             options.store_deadline,
         )?;
-        let plan = recovery::plan_replay(&scan)?;
+        let mut report = RecoveryReport::new(&m, &m, &scan, threads);
+        let plan = recovery::plan_replay_owned(scan)?;
+        report.set_plan(&plan);
         let base = m.replay_from().max(plan.max_csn + 1);
-        let mut report = RecoveryReport::new(&m, &m, &scan, &plan, threads);
         let commit = Arc::new(CommitState::new(0, options.tracking, false, base));
         let mut inner = DbInner::new(id, options, commit, None, None, None, m.tables.clone());
         inner.read_only = true;
@@ -268,7 +269,9 @@ impl Database {
             threads,
             options.store_deadline,
         )?;
-        let plan = recovery::plan_replay(&scan)?;
+        let mut report = RecoveryReport::new(&old, &claim, &scan, threads);
+        let plan = recovery::plan_replay_owned(scan)?;
+        report.set_plan(&plan);
         let scanned_at = started.elapsed();
         // 4. Rebuild: the tables, the checkpoint, then the log on top.
         let base = old.replay_from().max(plan.max_csn + 1);
@@ -283,7 +286,6 @@ impl Database {
         };
         let commit = Arc::new(CommitState::new(groups as usize, options.tracking, true, base));
         let tables = claim.tables.clone();
-        let mut report = RecoveryReport::new(&old, &claim, &scan, &plan, threads);
         let state =
             ManifestState { store: ms, stores: named.clone(), needed, current: Mutex::new(claim) };
         // The log starts now but nothing can commit before `open` returns.

@@ -66,6 +66,7 @@ fn the_log_holds_every_csn_once_and_segments_roll_over() {
             assert!(e.csn() > last, "{key}: a group's log is in CSN order");
             last = e.csn();
             let Entry::Commit { csn, records, .. } = e else { panic!("no aborts here") };
+            let records = records.to_vec();
             assert_eq!(records.len(), 1);
             let (k, v) = &written[&csn];
             assert_eq!(&records[0].key[..], &k[..]);
@@ -106,7 +107,7 @@ fn a_delta_update_logs_only_the_changed_bytes() {
     let ops: Vec<Op> = entries
         .iter()
         .flat_map(|e| match e {
-            Entry::Commit { records, .. } => records.iter().map(|r| r.op.clone()).collect(),
+            Entry::Commit { records, .. } => records.to_vec().into_iter().map(|r| r.op).collect(),
             Entry::Abort { .. } => vec![],
         })
         .collect();

@@ -7,7 +7,8 @@
 
 use bytes::Bytes;
 use milliscale::log::record::{
-    DecodeError, Entry, Op, PART_HEADER_BYTES, PartBuilder, Record, decode_part, decode_segment,
+    DecodeError, Entry, Op, PART_HEADER_BYTES, PartBuilder, Record, Records, decode_part,
+    decode_segment,
 };
 use proptest::prelude::*;
 
@@ -26,7 +27,7 @@ fn entry() -> impl Strategy<Value = Entry> {
         .prop_map(|(table, key, op)| Record { table, key: Bytes::from(key), op });
     prop_oneof![
         (any::<u64>(), any::<u64>(), proptest::collection::vec(record, 0..6))
-            .prop_map(|(csn, dsn, records)| Entry::Commit { csn, dsn, records }),
+            .prop_map(|(csn, dsn, records)| Entry::Commit { csn, dsn, records: records.into() }),
         any::<u64>().prop_map(|csn| Entry::Abort { csn }),
     ]
 }
@@ -120,7 +121,7 @@ fn golden_samples() -> Vec<(&'static str, Bytes)> {
                     Entry::Commit {
                         csn: 100,
                         dsn: 97,
-                        records: vec![
+                        records: Records::new(&[
                             Record { table: 1, key: b(b"user1"), op: Op::Insert(b(b"alice")) },
                             Record { table: 1, key: b(b"user2"), op: Op::Update(b(b"bob")) },
                             Record {
@@ -129,7 +130,7 @@ fn golden_samples() -> Vec<(&'static str, Bytes)> {
                                 op: Op::Delta { offset: 8, bytes: b(&[0xff, 0x01]) },
                             },
                             Record { table: 2, key: b(b"old"), op: Op::Delete },
-                        ],
+                        ]),
                     },
                     Entry::Abort { csn: 101 },
                 ],

@@ -71,7 +71,7 @@ fn apply(entries: &[Entry]) -> BTreeMap<Vec<u8>, Vec<u8>> {
     let mut m: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
     for e in entries {
         let Entry::Commit { records, .. } = e else { panic!("only commits are replayed") };
-        for r in records {
+        for r in records.to_vec() {
             let k = r.key.to_vec();
             match &r.op {
                 Op::Insert(v) | Op::Update(v) => {

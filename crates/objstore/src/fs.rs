@@ -189,6 +189,10 @@ impl FsStore {
 }
 
 impl ObjectStore for FsStore {
+    fn prefers_ranged_reads(&self) -> bool {
+        false
+    }
+
     fn put(&self, key: &str, body: Bytes) -> Result<ObjectMeta> {
         check_key(key)?;
         let _g = self.lock(key)?;

@@ -84,6 +84,13 @@ pub trait ObjectStore: Send + Sync + Debug {
     fn accounting(&self) -> Option<sim::accounting::AccountingReport> {
         None
     }
+    /// Whether a large object is read faster as many concurrent ranged
+    /// GETs (a remote store, where one connection gets a fraction of the
+    /// bandwidth) than as one read (a local directory or memory, where
+    /// splitting only adds a copy). Recovery asks this.
+    fn prefers_ranged_reads(&self) -> bool {
+        true
+    }
 }
 
 /// Check a key as S3 does: 1..=1024 bytes.

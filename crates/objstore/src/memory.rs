@@ -99,6 +99,10 @@ impl MemoryStore {
 }
 
 impl ObjectStore for MemoryStore {
+    fn prefers_ranged_reads(&self) -> bool {
+        false
+    }
+
     fn put(&self, key: &str, body: Bytes) -> Result<ObjectMeta> {
         check_key(key)?;
         let mut map = self.objects.lock();

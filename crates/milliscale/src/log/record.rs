@@ -118,7 +118,7 @@ pub enum Entry {
         /// The largest CSN among the versions it read or overwrote.
         dsn: u64,
         /// Its writes, in order.
-        records: Vec<Record>,
+        records: Records,
     },
     /// A transaction that took a CSN and then aborted (invariant 1: no CSN
     /// goes missing from the log).
@@ -140,7 +140,7 @@ impl Entry {
     pub fn encoded_len(&self) -> usize {
         ENTRY_HEADER_BYTES
             + match self {
-                Entry::Commit { records, .. } => records.iter().map(Record::encoded_len).sum(),
+                Entry::Commit { records, .. } => records.bytes.len(),
                 Entry::Abort { .. } => 0,
             }
     }
@@ -154,18 +154,132 @@ impl Entry {
     pub fn encode(&self, out: &mut impl BufMut) {
         match self {
             Entry::Commit { csn, dsn, records } => {
-                let count = u32::try_from(records.len()).expect("records per transaction fit u32");
-                encode_entry_header(out, EntryKind::Commit, count, *csn, *dsn);
-                for r in records {
-                    let offset = match r.op {
-                        Op::Delta { offset, .. } => offset,
-                        _ => 0,
-                    };
-                    encode_record(out, r.op.code(), r.table, &r.key, offset, r.op.payload());
-                }
+                encode_entry_header(out, EntryKind::Commit, records.count, *csn, *dsn);
+                out.put_slice(&records.bytes);
             }
             Entry::Abort { csn } => encode_entry_header(out, EntryKind::Abort, 0, *csn, 0),
         }
+    }
+}
+
+/// A transaction's records, kept as encoded in the part and decoded on
+/// demand: recovery walks millions of them, and materializing each one
+/// cost more than replaying it. Decoding checked their structure, so
+/// iterating cannot fail.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct Records {
+    bytes: Bytes,
+    count: u32,
+}
+
+/// One record, borrowed from its [`Records`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordRef<'a> {
+    /// The table's id.
+    pub table: u32,
+    /// The record's key.
+    pub key: &'a [u8],
+    /// What happened to it.
+    pub op: OpRef<'a>,
+}
+
+/// [`Op`], borrowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpRef<'a> {
+    /// A new record.
+    Insert(&'a [u8]),
+    /// A whole new value.
+    Update(&'a [u8]),
+    /// `bytes` written at `offset` in the existing value.
+    Delta {
+        /// Where in the value.
+        offset: u32,
+        /// What is written there.
+        bytes: &'a [u8],
+    },
+    /// The record is gone.
+    Delete,
+}
+
+impl Records {
+    /// Encode `records`.
+    ///
+    /// # Panics
+    /// As [`Entry::encode`].
+    pub fn new(records: &[Record]) -> Records {
+        let mut out = Vec::with_capacity(records.iter().map(Record::encoded_len).sum());
+        for r in records {
+            let offset = match r.op {
+                Op::Delta { offset, .. } => offset,
+                _ => 0,
+            };
+            encode_record(&mut out, r.op.code(), r.table, &r.key, offset, r.op.payload());
+        }
+        let count = u32::try_from(records.len()).expect("records per transaction fit u32");
+        Records { bytes: Bytes::from(out), count }
+    }
+
+    /// How many records.
+    pub fn len(&self) -> usize {
+        self.count as usize
+    }
+
+    /// No records.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The records, borrowed, in order.
+    pub fn refs(&self) -> impl Iterator<Item = RecordRef<'_>> + '_ {
+        let mut at = 0usize;
+        let b = &self.bytes[..];
+        (0..self.count).map(move |_| {
+            let h = &b[at..at + RECORD_HEADER_BYTES];
+            let op = h[0];
+            let key_len = usize::from(u16::from_le_bytes([h[2], h[3]]));
+            let table = u32::from_le_bytes([h[4], h[5], h[6], h[7]]);
+            let len = u32::from_le_bytes([h[8], h[9], h[10], h[11]]) as usize;
+            let offset = u32::from_le_bytes([h[12], h[13], h[14], h[15]]);
+            let k = at + RECORD_HEADER_BYTES;
+            let (key, payload) = (&b[k..k + key_len], &b[k + key_len..k + key_len + len]);
+            at = k + key_len + len;
+            let op = match op {
+                op_code::INSERT => OpRef::Insert(payload),
+                op_code::UPDATE => OpRef::Update(payload),
+                op_code::DELTA => OpRef::Delta { offset, bytes: payload },
+                _ => OpRef::Delete,
+            };
+            RecordRef { table, key, op }
+        })
+    }
+
+    /// The records, owned (their bytes share this buffer).
+    pub fn to_vec(&self) -> Vec<Record> {
+        let own = |s: &[u8]| self.bytes.slice_ref(s);
+        self.refs()
+            .map(|r| Record {
+                table: r.table,
+                key: own(r.key),
+                op: match r.op {
+                    OpRef::Insert(v) => Op::Insert(own(v)),
+                    OpRef::Update(v) => Op::Update(own(v)),
+                    OpRef::Delta { offset, bytes } => Op::Delta { offset, bytes: own(bytes) },
+                    OpRef::Delete => Op::Delete,
+                },
+            })
+            .collect()
+    }
+}
+
+impl From<Vec<Record>> for Records {
+    fn from(records: Vec<Record>) -> Records {
+        Records::new(&records)
+    }
+}
+
+impl std::fmt::Debug for Records {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.to_vec()).finish()
     }
 }
 
@@ -452,34 +566,37 @@ fn decode_entry(b: &mut Bytes) -> Result<Entry, DecodeError> {
     if count as usize > b.remaining() / RECORD_HEADER_BYTES {
         return Err(DecodeError::Malformed(format!("{count} records cannot fit the body")));
     }
-    let mut records = Vec::with_capacity(count as usize);
+    // Check every record's structure now, so that `Records` can be read
+    // without checks later; keep the bytes as they are.
+    let start = b.clone();
+    let mut len = 0usize;
     for _ in 0..count {
         need(b, RECORD_HEADER_BYTES)?;
-        let op = b.get_u8();
-        if b.get_u8() != 0 {
+        let h = &b[..RECORD_HEADER_BYTES];
+        let op = h[0];
+        if h[1] != 0 {
             return Err(DecodeError::Malformed("a reserved record byte is not zero".into()));
         }
-        let key_len = b.get_u16_le() as usize;
-        let table = b.get_u32_le();
-        let payload_len = b.get_u32_le() as usize;
-        let offset = b.get_u32_le();
-        need(b, key_len + payload_len)?;
-        let key = b.split_to(key_len);
-        let payload = b.split_to(payload_len);
-        let op = match op {
-            1 => Op::Insert(payload),
-            2 => Op::Update(payload),
-            3 => Op::Delta { offset, bytes: payload },
-            4 if payload_len == 0 => Op::Delete,
-            4 => return Err(DecodeError::Malformed("a delete with a payload".into())),
+        let key_len = usize::from(u16::from_le_bytes([h[2], h[3]]));
+        let payload_len = u32::from_le_bytes([h[8], h[9], h[10], h[11]]) as usize;
+        let offset = u32::from_le_bytes([h[12], h[13], h[14], h[15]]);
+        match op {
+            op_code::INSERT | op_code::UPDATE | op_code::DELTA => {}
+            op_code::DELETE if payload_len == 0 => {}
+            op_code::DELETE => {
+                return Err(DecodeError::Malformed("a delete with a payload".into()));
+            }
             o => return Err(DecodeError::Malformed(format!("unknown record op {o}"))),
-        };
-        if offset != 0 && !matches!(op, Op::Delta { .. }) {
+        }
+        if offset != 0 && op != op_code::DELTA {
             return Err(DecodeError::Malformed("an offset on a record that is not a delta".into()));
         }
-        records.push(Record { table, key, op });
+        b.advance(RECORD_HEADER_BYTES);
+        need(b, key_len + payload_len)?;
+        b.advance(key_len + payload_len);
+        len += RECORD_HEADER_BYTES + key_len + payload_len;
     }
-    Ok(Entry::Commit { csn, dsn, records })
+    Ok(Entry::Commit { csn, dsn, records: Records { bytes: start.slice(..len), count } })
 }
 
 /// Decode a segment: its parts in order. The first part that does not
@@ -519,7 +636,8 @@ mod tests {
                         key: b(b"k2"),
                         op: Op::Delta { offset: 8, bytes: b(b"\x01") },
                     },
-                ],
+                ]
+                .into(),
             },
             Entry::Abort { csn: 8 },
             Entry::Commit {
@@ -528,7 +646,8 @@ mod tests {
                 records: vec![
                     Record { table: 2, key: b(b""), op: Op::Update(b(b"")) },
                     Record { table: 2, key: b(b"gone"), op: Op::Delete },
-                ],
+                ]
+                .into(),
             },
         ]
     }

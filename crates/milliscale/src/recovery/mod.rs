@@ -173,7 +173,7 @@ pub fn scan_stores(
 ) -> Result<LogScan> {
     let mut scan = LogScan { from, ..LogScan::default() };
     // List every store; then fetch every (store, object) in parallel.
-    let mut wanted: Vec<(usize, String)> = Vec::new();
+    let mut wanted: Vec<(usize, String, u64)> = Vec::new();
     let mut objects: BTreeMap<LogObject, Copies> = BTreeMap::new();
     let mut errors = Vec::new();
     let mut answered = 0;
@@ -194,7 +194,7 @@ pub fn scan_stores(
                 objects
                     .entry(parsed)
                     .or_insert_with(|| Copies { key: o.key.clone(), copies: Vec::new() });
-                wanted.push((i, o.key));
+                wanted.push((i, o.key, o.size));
             }
         }
     }
@@ -206,7 +206,7 @@ pub fn scan_stores(
         )));
     }
     let fetched = fetch_all(stores, &wanted, threads.max(1), deadline);
-    for ((i, key), got) in wanted.iter().zip(fetched) {
+    for ((i, key, _), got) in wanted.iter().zip(fetched) {
         match got {
             Ok(b) => {
                 scan.objects += 1;
@@ -221,14 +221,24 @@ pub fn scan_stores(
         }
     }
     let objects: Vec<(LogObject, Copies)> = objects.into_iter().collect();
+    // Each group's objects, walked (decoded) in parallel.
+    let mut ranges = Vec::new();
     let mut i = 0;
     while i < objects.len() {
         let g = objects[i].0.group();
         let end = i + objects[i..].iter().take_while(|(o, _)| o.group() == g).count();
-        let start = log.group_start[g as usize];
-        let group = walk_group(g, start, &objects[i..end], stores, &mut scan.repaired)?;
-        scan.groups.insert(g, group);
+        ranges.push((g, i..end));
         i = end;
+    }
+    let walked = parallel_map(&ranges, threads, |(g, range)| {
+        let mut repaired = Vec::new();
+        let start = log.group_start[*g as usize];
+        walk_group(*g, start, &objects[range.clone()], stores, &mut repaired).map(|l| (l, repaired))
+    });
+    for ((g, _), w) in ranges.iter().zip(walked) {
+        let (group, repaired) = w?;
+        scan.repaired.extend(repaired);
+        scan.groups.insert(*g, group);
     }
     for g in 0..log.groups {
         scan.groups.entry(g).or_default();
@@ -236,28 +246,99 @@ pub fn scan_stores(
     Ok(scan)
 }
 
-fn fetch_all(
-    stores: &[(String, Arc<dyn ObjectStore>)],
-    wanted: &[(usize, String)],
+/// `f` over `items` on up to `threads` threads; results in item order.
+pub(crate) fn parallel_map<T: Sync, R: Send>(
+    items: &[T],
     threads: usize,
-    deadline: std::time::Duration,
-) -> Vec<std::result::Result<Bytes, StoreError>> {
+    f: impl Fn(&T) -> R + Sync,
+) -> Vec<R> {
     let next = AtomicUsize::new(0);
-    let results: Vec<parking_lot::Mutex<Option<std::result::Result<Bytes, StoreError>>>> =
-        (0..wanted.len()).map(|_| parking_lot::Mutex::new(None)).collect();
+    let out: Vec<parking_lot::Mutex<Option<R>>> =
+        items.iter().map(|_| parking_lot::Mutex::new(None)).collect();
     std::thread::scope(|s| {
-        for _ in 0..threads.min(wanted.len()) {
+        for _ in 0..threads.max(1).min(items.len()) {
             s.spawn(|| {
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some((store, key)) = wanted.get(i) else { break };
-                    let r = crate::manifest::retry(deadline, || stores[*store].1.get(key));
-                    *results[i].lock() = Some(r);
+                    let Some(item) = items.get(i) else { break };
+                    *out[i].lock() = Some(f(item));
                 }
             });
         }
     });
-    results.into_iter().map(|m| m.into_inner().expect("every object fetched")).collect()
+    out.into_iter().map(|m| m.into_inner().expect("every item mapped")).collect()
+}
+
+/// Bytes per ranged GET when recovery reads a log object.
+pub const FETCH_RANGE_BYTES: u64 = 8 << 20;
+
+/// Fetch every (store, object) in ranges of [`FETCH_RANGE_BYTES`], many at
+/// a time: a segment can hold gigabytes, and an object store serves one
+/// connection at a fraction of its bandwidth. GETs wait on the network,
+/// so `threads * 8` (at most 64) run at once.
+fn fetch_all(
+    stores: &[(String, Arc<dyn ObjectStore>)],
+    wanted: &[(usize, String, u64)],
+    threads: usize,
+    deadline: std::time::Duration,
+) -> Vec<std::result::Result<Bytes, StoreError>> {
+    let mut ranges: Vec<(usize, std::ops::Range<u64>)> = Vec::new();
+    for (w, (store, _, size)) in wanted.iter().enumerate() {
+        if !stores[*store].1.prefers_ranged_reads() {
+            ranges.push((w, 0..*size));
+            continue;
+        }
+        let mut at = 0;
+        loop {
+            let end = (at + FETCH_RANGE_BYTES).min(*size);
+            ranges.push((w, at..end));
+            at = end;
+            if at >= *size {
+                break;
+            }
+        }
+    }
+    let got = parallel_map(&ranges, (threads * 8).clamp(1, 64), |(w, range)| {
+        let (store, key, size) = &wanted[*w];
+        let whole = range.start == 0 && range.end == *size;
+        let r = crate::manifest::retry(deadline, || {
+            if whole {
+                stores[*store].1.get(key)
+            } else {
+                stores[*store].1.get_range(key, range.clone())
+            }
+        });
+        // The object is frozen (its writer is fenced): a range that comes
+        // back short means it changed.
+        r.and_then(|b| {
+            if whole || b.len() as u64 == range.end - range.start {
+                Ok(b)
+            } else {
+                Err(StoreError::Transient(format!("{key}: a short range read")))
+            }
+        })
+    });
+    // Reassemble each object from its ranges.
+    let mut out: Vec<std::result::Result<Vec<Bytes>, StoreError>> =
+        wanted.iter().map(|_| Ok(Vec::new())).collect();
+    for ((w, _), r) in ranges.iter().zip(got) {
+        match (&mut out[*w], r) {
+            (Ok(parts), Ok(b)) => parts.push(b),
+            (slot @ Ok(_), Err(e)) => *slot = Err(e),
+            (Err(_), _) => {}
+        }
+    }
+    out.into_iter()
+        .map(|r| {
+            r.map(|mut parts| {
+                if parts.len() == 1 {
+                    parts.pop().expect("one")
+                } else {
+                    Bytes::from(parts.concat())
+                }
+            })
+        })
+        .collect()
 }
 
 /// What is at one place of the log, across the copies.
@@ -430,34 +511,54 @@ fn follows(prev: Option<LogObject>, next: LogObject, start: u64) -> bool {
 /// Apply the replay rule to a scanned log. Fails with `Corrupt` if two
 /// entries carry one CSN (invariant 1 says each CSN is logged once).
 pub fn plan_replay(scan: &LogScan) -> Result<ReplayPlan> {
-    let mut by_csn: BTreeMap<Csn, &Entry> = BTreeMap::new();
+    plan_replay_owned(scan.clone())
+}
+
+/// [`plan_replay`], taking the scan so that entries move into the plan
+/// instead of being copied (recovery of a large log).
+pub fn plan_replay_owned(scan: LogScan) -> Result<ReplayPlan> {
+    let from = scan.from;
     let mut covered = 0;
-    for (key, part) in scan.groups.values().flat_map(|g| &g.parts) {
-        for e in &part.entries {
-            if e.csn() < scan.from {
-                covered += 1;
-                continue;
+    // Object keys, for error messages; entries point into them.
+    let mut keys: Vec<String> = Vec::new();
+    let mut entries: Vec<(Entry, usize)> = Vec::new();
+    for g in scan.groups.into_values() {
+        for (key, part) in g.parts {
+            if keys.last() != Some(&key) {
+                keys.push(key);
             }
-            if by_csn.insert(e.csn(), e).is_some() {
-                return Err(corrupt(key, format!("CSN {} is logged twice", e.csn())));
+            let k = keys.len() - 1;
+            for e in part.entries {
+                if e.csn() < from {
+                    covered += 1;
+                } else {
+                    entries.push((e, k));
+                }
             }
         }
     }
-    let mut prefix = scan.from;
-    while by_csn.contains_key(&prefix) {
+    entries.sort_unstable_by_key(|(e, _)| e.csn());
+    if let Some(w) = entries.windows(2).find(|w| w[0].0.csn() == w[1].0.csn()) {
+        return Err(corrupt(&keys[w[1].1], format!("CSN {} is logged twice", w[1].0.csn())));
+    }
+    let mut prefix = from;
+    for (e, _) in &entries {
+        if e.csn() != prefix {
+            break;
+        }
         prefix += 1;
     }
     let mut plan = ReplayPlan {
         prefix,
-        max_csn: by_csn.last_key_value().map_or(0, |(c, _)| *c),
+        max_csn: entries.last().map_or(0, |(e, _)| e.csn()),
         covered,
         ..ReplayPlan::default()
     };
-    for (csn, e) in by_csn {
+    for (e, _) in entries {
         match e {
             Entry::Abort { .. } => plan.aborts += 1,
-            Entry::Commit { dsn, .. } if *dsn < prefix => plan.replay.push(e.clone()),
-            Entry::Commit { dsn, .. } => plan.dropped.push((csn, *dsn)),
+            Entry::Commit { dsn, .. } if dsn < prefix => plan.replay.push(e),
+            Entry::Commit { csn, dsn, .. } => plan.dropped.push((csn, dsn)),
         }
     }
     Ok(plan)
@@ -531,7 +632,6 @@ impl RecoveryReport {
         old: &Manifest,
         claim: &Manifest,
         scan: &LogScan,
-        plan: &ReplayPlan,
         threads: usize,
     ) -> RecoveryReport {
         RecoveryReport {
@@ -547,14 +647,17 @@ impl RecoveryReport {
                 .map(|(g, l)| (*g, l.parts.len(), l.truncated.clone()))
                 .collect(),
             repaired: scan.repaired.clone(),
-            prefix: plan.prefix,
-            max_csn: plan.max_csn,
-            replayed: plan.replay.len(),
-            dropped: plan.dropped.clone(),
-            aborts: plan.aborts,
             threads,
             ..RecoveryReport::default()
         }
+    }
+
+    pub(crate) fn set_plan(&mut self, plan: &ReplayPlan) {
+        self.prefix = plan.prefix;
+        self.max_csn = plan.max_csn;
+        self.replayed = plan.replay.len();
+        self.dropped = plan.dropped.clone();
+        self.aborts = plan.aborts;
     }
 }
 

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::log::record::{Entry, Op};
+use crate::log::record::{Entry, OpRef};
 use crate::mvcc::Csn;
 use crate::mvcc::version::Version;
 use crate::recovery::ReplayPlan;
@@ -28,8 +28,56 @@ pub struct ReplayStats {
 }
 
 fn partition(table: u32, key: &[u8], parts: usize) -> usize {
-    (crc32c::crc32c_append(table, key) as usize) % parts
+    let mut h = FxHasher::default();
+    std::hash::Hasher::write_u32(&mut h, table);
+    std::hash::Hasher::write(&mut h, key);
+    std::hash::Hasher::finish(&h) as usize % parts
 }
+
+/// The replay map's hash: the multiply-rotate word hash of rustc and
+/// Firefox ("FxHash"). SipHash and CRC32C (a call per key) were each a
+/// visible share of replay time; keys here come from our own log, not from
+/// an adversary, so a fast non-keyed hash is enough.
+#[derive(Default)]
+struct FxHasher(u64);
+
+impl FxHasher {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+impl std::hash::Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.add(u64::from_le_bytes(c.try_into().expect("8 bytes")));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut w = [0u8; 8];
+            w[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(w));
+        }
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.add(u64::from(n));
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.add(n as u64);
+    }
+    fn finish(&self) -> u64 {
+        // The multiply leaves the low bits weak, and the table picks
+        // buckets by them: finish with a full avalanche (MurmurHash3's).
+        let mut h = self.0;
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^= h >> 33;
+        h
+    }
+}
+
+type FxMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<FxHasher>>;
 
 /// Apply `plan` to `tables` (indexed by table id) with `threads` threads.
 pub(crate) fn apply(
@@ -63,12 +111,14 @@ fn apply_partition(
     me: usize,
     parts: usize,
 ) -> Result<ReplayStats> {
-    let mut state: HashMap<(u32, &[u8]), KeyState> = HashMap::new();
+    // Keys are copied in: comparing against a slice of the log would touch
+    // a random place of a large buffer on every probe.
+    let mut state: FxMap<(u32, smallvec::SmallVec<[u8; 24]>), KeyState> = FxMap::default();
     let mut stats = ReplayStats::default();
     for e in &plan.replay {
         let Entry::Commit { csn, records, .. } = e else { continue };
-        for r in records {
-            if partition(r.table, &r.key, parts) != me {
+        for r in records.refs() {
+            if partition(r.table, r.key, parts) != me {
                 continue;
             }
             let table = tables.get(r.table as usize).ok_or_else(|| {
@@ -78,17 +128,24 @@ fn apply_partition(
                 ))
             })?;
             stats.records += 1;
-            let slot =
-                state.entry((r.table, &r.key[..])).or_insert_with(|| (0, current(table, &r.key)));
+            // The installed (checkpoint) value is looked up only if the
+            // key's first record here is a delta: an index lookup per key
+            // was a visible share of replay time.
+            let slot = state
+                .entry((r.table, smallvec::SmallVec::from_slice(r.key)))
+                .or_insert_with(|| match r.op {
+                    OpRef::Delta { .. } => (0, current(table, r.key)),
+                    _ => (0, None),
+                });
             slot.0 = *csn;
-            match &r.op {
-                Op::Insert(v) | Op::Update(v) => slot.1 = Some(v.to_vec()),
-                Op::Delete => slot.1 = None,
-                Op::Delta { offset, bytes } => {
+            match r.op {
+                OpRef::Insert(v) | OpRef::Update(v) => slot.1 = Some(v.to_vec()),
+                OpRef::Delete => slot.1 = None,
+                OpRef::Delta { offset, bytes } => {
                     let value = slot.1.as_mut().ok_or_else(|| {
                         Error::Corrupt(format!("CSN {csn}: a delta on a key that has no value"))
                     })?;
-                    let at = *offset as usize;
+                    let at = offset as usize;
                     let end = at + bytes.len();
                     if end > value.len() {
                         return Err(Error::Corrupt(format!(
@@ -102,7 +159,7 @@ fn apply_partition(
         }
     }
     for ((table, key), (csn, value)) in state {
-        install(&tables[table as usize], key, csn, value.as_deref())?;
+        install(&tables[table as usize], &key, csn, value.as_deref())?;
         stats.keys += 1;
     }
     Ok(stats)
