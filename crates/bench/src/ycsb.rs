@@ -229,8 +229,26 @@ pub fn run(cfg: &YcsbConfig) -> Result<Report, String> {
                 |w| engine_worker(&db, &table, cfg, &chooser, &phase, w),
                 |p| window.at(p),
             )?;
-            log_report = window
-                .report(measured.0, stats.iter().map(|s| s.committed[0] + s.committed[1]).sum());
+            let committed: u64 = stats.iter().map(|s| s.committed[0] + s.committed[1]).sum();
+            log_report = window.report(measured.0, committed);
+            let c = db.checkpoint_stats();
+            if c.checkpoints > 0 {
+                // The store's accounting counts the checkpoints' requests
+                // too: this is the background column, the rest foreground.
+                notes.push(format!(
+                    "background: {} checkpoints since open ({} rows in the last), {} PUT-class \
+                     requests, {} deletes, {} bytes up, {}; the store's $ above includes them",
+                    c.checkpoints,
+                    c.last_rows,
+                    c.put_requests,
+                    c.delete_requests,
+                    c.bytes_uploaded,
+                    c.cost_usd.map_or("no price table".into(), |usd| format!(
+                        "${usd:.6} (${:.8} per 1,000 measured txns)",
+                        if committed == 0 { 0.0 } else { usd / committed as f64 * 1000.0 }
+                    ))
+                ));
+            }
             (stats, measured)
         }
         Engine::RawIndex => {

@@ -298,20 +298,21 @@ pub(crate) fn load(
 
 /// Delete checkpoint chunks other than `keep`'s, and log segments that
 /// hold only CSNs the checkpoint covers (before `group_start`, any group).
-/// Best effort: what is left is deleted next time. Returns requests made.
+/// Best effort: what is left is deleted next time. Returns the requests
+/// made: (lists, deletes).
 pub(crate) fn delete_superseded(
     stores: &[(String, Arc<dyn ObjectStore>)],
     keep: Option<&CheckpointRef>,
     group_start: &[u64],
-) -> u64 {
-    let mut requests = 0;
+) -> (u64, u64) {
+    let (mut lists, mut deletes) = (0, 0);
     let keep_prefix = keep.map(|c| checkpoint_prefix(c.csn));
     for (_, s) in stores {
-        requests += 2;
+        lists += 2;
         if let Ok(list) = s.list("checkpoint/") {
             for o in list {
                 if keep_prefix.as_ref().is_none_or(|p| !o.key.starts_with(p.as_str())) {
-                    requests += 1;
+                    deletes += 1;
                     let _ = s.delete(&o.key);
                 }
             }
@@ -322,11 +323,11 @@ pub(crate) fn delete_superseded(
                 if let Some(obj) = crate::recovery::parse_key(&o.key)
                     && obj.segment() < floor(obj.group())
                 {
-                    requests += 1;
+                    deletes += 1;
                     let _ = s.delete(&o.key);
                 }
             }
         }
     }
-    requests
+    (lists, deletes)
 }

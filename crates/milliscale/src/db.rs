@@ -86,15 +86,36 @@ pub struct CheckpointStats {
     pub last_rows: u64,
     /// Bytes of the last one.
     pub last_bytes: u64,
-    /// Requests made by checkpoints (chunk puts, manifest puts, lists and
-    /// deletes), all stores.
-    pub requests: u64,
+    /// PUT-class requests made by checkpoints (chunk puts, manifest puts,
+    /// lists), all stores.
+    pub put_requests: u64,
+    /// Deletes of superseded objects (free on S3), all stores.
+    pub delete_requests: u64,
     /// Bytes uploaded by checkpoints, all stores.
     pub bytes_uploaded: u64,
     /// Time spent in checkpoints.
     pub busy: Duration,
     /// Log bytes written when the last one started.
     pub log_bytes_at_last: u64,
+    /// What those requests and uploads cost at the stores' price tables,
+    /// for stores that have one (`sim://`); `None` otherwise.
+    pub cost_usd: Option<f64>,
+}
+
+/// The price of `put` PUT-class requests and `up` uploaded bytes, spread
+/// evenly over `stores`, at each store's price table; `None` if a store has
+/// no price table.
+fn price(stores: &[(String, Arc<dyn ObjectStore>)], put: u64, up: u64) -> Option<f64> {
+    let n = stores.len().max(1) as f64;
+    stores
+        .iter()
+        .map(|(_, s)| {
+            s.accounting().map(|a| {
+                let p = a.prices;
+                put as f64 / n / 1e6 * p.put_per_million + up as f64 / n / 1e9 * p.upload_per_gb
+            })
+        })
+        .sum()
 }
 
 #[derive(Default)]
@@ -326,7 +347,7 @@ impl Database {
             checkpoint_and_publish: published_at - replayed_at,
             total: started.elapsed(),
         };
-        report.cleanup_requests = deleted;
+        report.cleanup_requests = deleted.0 + deleted.1;
         report.new_epoch = new_log.epoch;
         report.new_checkpoint_csn = checkpoint.as_ref().map(|c| c.csn);
         let mut inner = inner;
@@ -588,9 +609,13 @@ impl DbInner {
         }
         drop(tx);
         let (cref, requests) = w.finish()?;
+        let up = cref.bytes * st.stores.len() as u64;
         let mut stats = self.checkpoint_stats.lock();
-        stats.requests += requests;
-        stats.bytes_uploaded += cref.bytes * st.stores.len() as u64;
+        stats.put_requests += requests;
+        stats.bytes_uploaded += up;
+        if let Some(c) = price(&st.stores, requests, up) {
+            *stats.cost_usd.get_or_insert(0.0) += c;
+        }
         Ok(cref)
     }
 
@@ -628,8 +653,9 @@ impl DbInner {
             m.checkpoint = Some(cref.clone());
             m.log.group_start = starts.clone();
         })?;
-        let mut requests = st.stores.len() as u64;
-        requests += checkpoint::delete_superseded(&st.stores, Some(&cref), &starts);
+        let (lists, deletes) = checkpoint::delete_superseded(&st.stores, Some(&cref), &starts);
+        // The manifest put on each store, and the lists.
+        let puts = st.stores.len() as u64 + lists;
         let version = st.current.lock().version;
         st.store.delete_below(version.saturating_sub(1));
         let mut stats = self.checkpoint_stats.lock();
@@ -637,7 +663,11 @@ impl DbInner {
         stats.last_csn = cref.csn;
         stats.last_rows = cref.rows;
         stats.last_bytes = cref.bytes;
-        stats.requests += requests;
+        stats.put_requests += puts;
+        stats.delete_requests += deletes;
+        if let Some(c) = price(&st.stores, puts, 0) {
+            *stats.cost_usd.get_or_insert(0.0) += c;
+        }
         stats.busy += started.elapsed();
         stats.log_bytes_at_last = log_bytes;
         Ok(cref.csn)
