@@ -141,21 +141,10 @@ fn kill_9_then_recover_loses_no_acknowledged_transfer_and_keeps_the_total() {
         // One trial in five runs against the emulator.
         let t = if n % 5 == 4 {
             let bucket = format!("kill-{n}");
-            let url = format!("s3://{bucket}?endpoint={}", e.endpoint());
-            let s = objstore::S3Store::with_credentials(
-                &url,
-                emulator::DEFAULT_ACCESS_KEY,
-                emulator::DEFAULT_SECRET_KEY,
-            )
-            .expect("s3");
-            s.create_bucket().expect("bucket");
             Target {
-                url,
-                env: vec![
-                    ("AWS_ACCESS_KEY_ID", emulator::DEFAULT_ACCESS_KEY.into()),
-                    ("AWS_SECRET_ACCESS_KEY", emulator::DEFAULT_SECRET_KEY.into()),
-                ],
-                store: Arc::new(s),
+                url: e.bucket_url(&bucket),
+                env: e.client_env().to_vec(),
+                store: Arc::new(e.bucket(&bucket).expect("an emulator bucket")),
             }
         } else {
             let store_dir = dir.join("store");

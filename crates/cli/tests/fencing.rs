@@ -24,7 +24,7 @@ fn journaled(journal: &Path) -> BTreeSet<u64> {
         .collect()
 }
 
-fn fence_a_running_bank(url: &str, env: &[(&str, &str)], store: Arc<dyn ObjectStore>, tag: &str) {
+fn fence_a_running_bank(url: &str, env: &[(&str, String)], store: Arc<dyn ObjectStore>, tag: &str) {
     let dir = std::env::temp_dir().join(format!("milliscale-fence-{}-{tag}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("dir");
@@ -114,17 +114,8 @@ fn a_second_writer_fences_the_first_on_a_directory() {
 #[test]
 fn a_second_writer_fences_the_first_on_the_emulator() {
     let e = emulator::Emulator::start(emulator::EmulatorOptions::default()).expect("emulator");
-    let url = format!("s3://fence?endpoint={}", e.endpoint());
-    let s = objstore::S3Store::with_credentials(
-        &url,
-        emulator::DEFAULT_ACCESS_KEY,
-        emulator::DEFAULT_SECRET_KEY,
-    )
-    .expect("s3");
-    s.create_bucket().expect("bucket");
-    let env = [
-        ("AWS_ACCESS_KEY_ID", emulator::DEFAULT_ACCESS_KEY),
-        ("AWS_SECRET_ACCESS_KEY", emulator::DEFAULT_SECRET_KEY),
-    ];
+    let url = e.bucket_url("fence");
+    let s = e.bucket("fence").expect("an emulator bucket");
+    let env = e.client_env();
     fence_a_running_bank(&url, &env, Arc::new(s), "emulator");
 }

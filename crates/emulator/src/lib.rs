@@ -95,6 +95,8 @@ pub struct Emulator {
     addr: SocketAddr,
     sim: Arc<SimStore>,
     preset: String,
+    /// The credentials it accepts: (access key, secret key).
+    credentials: (String, String),
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -165,7 +167,14 @@ impl Emulator {
                 rt.shutdown_background();
             })
             .map_err(|e| StoreError::Fatal(format!("cannot spawn the emulator thread: {e}")))?;
-        Ok(Emulator { addr, sim, preset: opts.preset, shutdown: Some(tx), thread: Some(thread) })
+        Ok(Emulator {
+            addr,
+            sim,
+            preset: opts.preset,
+            credentials: (opts.access_key, opts.secret_key),
+            shutdown: Some(tx),
+            thread: Some(thread),
+        })
     }
 
     /// The bound address.
@@ -176,6 +185,29 @@ impl Emulator {
     /// `http://ADDR`, for clients.
     pub fn endpoint(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// `s3://BUCKET?endpoint=...`: the URL of one of its buckets.
+    pub fn bucket_url(&self, bucket: &str) -> String {
+        format!("s3://{bucket}?endpoint={}", self.endpoint())
+    }
+
+    /// A client of `bucket` with the credentials the emulator accepts; the
+    /// bucket is created.
+    pub fn bucket(&self, bucket: &str) -> objstore::Result<objstore::S3Store> {
+        let (access, secret) = &self.credentials;
+        let s = objstore::S3Store::with_credentials(&self.bucket_url(bucket), access, secret)?;
+        s.create_bucket()?;
+        Ok(s)
+    }
+
+    /// Environment variables that give a client process (the AWS SDK's
+    /// default chain) the credentials the emulator accepts.
+    pub fn client_env(&self) -> [(&'static str, String); 2] {
+        [
+            ("AWS_ACCESS_KEY_ID", self.credentials.0.clone()),
+            ("AWS_SECRET_ACCESS_KEY", self.credentials.1.clone()),
+        ]
     }
 
     /// Requests, bytes and cost so far.

@@ -102,6 +102,25 @@ pub struct CheckpointStats {
     pub cost_usd: Option<f64>,
 }
 
+/// Recovery steps 3 and 4: read `m`'s live log on `named` (merging the
+/// stores) and plan its replay. `claim` is the manifest the reader writes
+/// as (the same as `m` for a read-only open).
+fn read_log(
+    named: &[(String, Arc<dyn ObjectStore>)],
+    needed: usize,
+    m: &Manifest,
+    claim: &Manifest,
+    options: &Options,
+) -> Result<(recovery::ReplayPlan, RecoveryReport)> {
+    let threads = options.recovery_threads;
+    let from = m.replay_from();
+    let scan = recovery::scan_stores(named, needed, &m.log, from, threads, options.store_deadline)?;
+    let mut report = RecoveryReport::new(m, claim, &scan, threads);
+    let plan = recovery::plan_replay_owned(scan)?;
+    report.set_plan(&plan);
+    Ok((plan, report))
+}
+
 /// The price of `put` PUT-class requests and `up` uploaded bytes, spread
 /// evenly over `stores`, at each store's price table; `None` if a store has
 /// no price table.
@@ -175,45 +194,22 @@ impl Database {
             return Err(Error::InvalidArgument("open_read_only needs a store".into()));
         }
         let id = NEXT_DB_ID.fetch_add(1, Ordering::Relaxed);
-        let mut named = Vec::new();
-        for spec in &options.stores {
-            let store = match spec {
-                crate::options::StoreSpec::Url(u) => {
-                    objstore::open(u).map_err(|e| Error::InvalidArgument(format!("{u}: {e}")))?
-                }
-                crate::options::StoreSpec::Handle(s) => Arc::clone(s),
-            };
-            named.push((spec.describe(), store));
-        }
+        let named = options
+            .stores
+            .iter()
+            .map(|spec| Ok((spec.describe(), spec.open()?)))
+            .collect::<Result<Vec<_>>>()?;
         let needed = options.quorum.needed(named.len());
-        let threads = options.recovery_threads;
         let ms = ManifestStore::new(named.clone(), needed, options.store_deadline);
         let m = ms.read_latest()?.ok_or_else(|| {
             Error::InvalidArgument("the store holds no database (no manifest/ objects)".into())
         })?;
-        let scan = recovery::scan_stores(
-            &named,
-            needed,
-            &m.log,
-            m.replay_from(),
-            threads,
-            options.store_deadline,
-        )?;
-        let mut report = RecoveryReport::new(&m, &m, &scan, threads);
-        let plan = recovery::plan_replay_owned(scan)?;
-        report.set_plan(&plan);
+        let (plan, mut report) = read_log(&named, needed, &m, &m, &options)?;
         let base = m.replay_from().max(plan.max_csn + 1);
         let commit = Arc::new(CommitState::new(0, options.tracking, false, base));
         let mut inner = DbInner::new(id, options, commit, None, None, None, m.tables.clone());
         inner.read_only = true;
-        let table_list = inner.tables.read().by_id.clone();
-        if let Some(c) = &m.checkpoint {
-            report.checkpoint_rows_loaded =
-                checkpoint::load(&named, c, &table_list, threads, inner.options.store_deadline)?;
-        }
-        let stats = recovery::replay::apply(&plan, &table_list, threads)?;
-        report.records_applied = stats.records;
-        report.keys_installed = stats.keys;
+        inner.rebuild(&named, m.checkpoint.as_ref(), &plan, &mut report)?;
         inner.recovery = Some(report);
         Ok(Database::wrap(inner))
     }
@@ -263,7 +259,6 @@ impl Database {
     ) -> Result<Database> {
         let started = Instant::now();
         let needed = options.quorum.needed(named.len());
-        let threads = options.recovery_threads;
         // 1. Take over: the next version, with the next epoch. Its create
         //    is the moment this writer owns the database.
         let mut claim = old.clone();
@@ -282,21 +277,11 @@ impl Database {
         )?;
         let fenced_at = started.elapsed();
         // 3. Read the log and plan.
-        let scan = recovery::scan_stores(
-            &named,
-            needed,
-            &old.log,
-            old.replay_from(),
-            threads,
-            options.store_deadline,
-        )?;
-        let mut report = RecoveryReport::new(&old, &claim, &scan, threads);
-        let plan = recovery::plan_replay_owned(scan)?;
-        report.set_plan(&plan);
+        let (plan, mut report) = read_log(&named, needed, &old, &claim, &options)?;
         let scanned_at = started.elapsed();
         // 4. Rebuild: the tables, the checkpoint, then the log on top.
         let base = old.replay_from().max(plan.max_csn + 1);
-        let first_segment = recovery::next_free_segment(&named, &old.log, options.store_deadline)?;
+        let first_segment = recovery::next_free_segment(&named, &old.log, options.store_deadline);
         let groups = options.log_groups() as u32;
         let new_log = LogRef {
             epoch: claim.epoch,
@@ -312,16 +297,8 @@ impl Database {
         // The log starts now but nothing can commit before `open` returns.
         let log = Log::start(&options, Arc::clone(&commit), id, stores, &new_log)?;
         let inner = DbInner::new(id, options, commit, Some(log), Some(state), None, tables);
-        let table_list = inner.tables.read().by_id.clone();
-        if let Some(c) = &old.checkpoint {
-            report.checkpoint_rows_loaded =
-                checkpoint::load(&named, c, &table_list, threads, inner.options.store_deadline)?;
-        }
-        let loaded_at = started.elapsed();
-        let stats = recovery::replay::apply(&plan, &table_list, threads)?;
-        report.records_applied = stats.records;
-        report.keys_installed = stats.keys;
-        let replayed_at = started.elapsed();
+        inner.rebuild(&named, old.checkpoint.as_ref(), &plan, &mut report)?;
+        let rebuilt_at = started.elapsed();
         // 5. Pin what this recovery included: a checkpoint of the result
         //    (when the log held anything), and the new epoch's log.
         let checkpoint = if base > old.replay_from() {
@@ -339,14 +316,11 @@ impl Database {
         if let Some(st) = &inner.manifest {
             st.store.delete_below(st.current.lock().version.saturating_sub(1));
         }
-        report.timings = recovery::Timings {
-            fence: fenced_at,
-            scan: scanned_at - fenced_at,
-            load_checkpoint: loaded_at - scanned_at,
-            replay: replayed_at - loaded_at,
-            checkpoint_and_publish: published_at - replayed_at,
-            total: started.elapsed(),
-        };
+        let t = &mut report.timings;
+        t.fence = fenced_at;
+        t.scan = scanned_at - fenced_at;
+        t.checkpoint_and_publish = published_at - rebuilt_at;
+        t.total = started.elapsed();
         report.cleanup_requests = deleted.0 + deleted.1;
         report.new_epoch = new_log.epoch;
         report.new_checkpoint_csn = checkpoint.as_ref().map(|c| c.csn);
@@ -574,6 +548,30 @@ impl DbInner {
                 Err(e)
             }
         }
+    }
+
+    /// Recovery steps 5 and 6, before the database is shared: load the
+    /// checkpoint into the tables, then replay the plan on top.
+    fn rebuild(
+        &self,
+        named: &[(String, Arc<dyn ObjectStore>)],
+        checkpoint: Option<&crate::manifest::CheckpointRef>,
+        plan: &recovery::ReplayPlan,
+        report: &mut RecoveryReport,
+    ) -> Result<()> {
+        let threads = self.options.recovery_threads;
+        let tables = self.tables.read().by_id.clone();
+        let started = Instant::now();
+        if let Some(c) = checkpoint {
+            report.checkpoint_rows_loaded =
+                checkpoint::load(named, c, &tables, threads, self.options.store_deadline)?;
+        }
+        report.timings.load_checkpoint = started.elapsed();
+        let stats = recovery::replay::apply(plan, &tables, threads)?;
+        report.timings.replay = started.elapsed() - report.timings.load_checkpoint;
+        report.records_applied = stats.records;
+        report.keys_installed = stats.keys;
+        Ok(())
     }
 
     /// Begin a transaction (`Database::begin_with`).

@@ -70,6 +70,20 @@ pub enum StoreSpec {
 }
 
 impl StoreSpec {
+    /// The store: opened from its URL (a bad URL is `InvalidArgument`,
+    /// an unreachable store `Store`), or the handle.
+    pub fn open(&self) -> Result<Arc<dyn ObjectStore>> {
+        match self {
+            StoreSpec::Url(u) => objstore::open(u).map_err(|e| match e {
+                objstore::StoreError::InvalidRequest(m) => {
+                    Error::InvalidArgument(format!("{u}: {m}"))
+                }
+                e => Error::Store(format!("{u}: {e}")),
+            }),
+            StoreSpec::Handle(s) => Ok(Arc::clone(s)),
+        }
+    }
+
     /// A short name for messages.
     pub fn describe(&self) -> String {
         match self {

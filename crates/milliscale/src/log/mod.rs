@@ -244,13 +244,7 @@ fn status(s: &OpenStore) -> StoreStatus {
 
 fn open_store(spec: &StoreSpec, options: &Options) -> Result<OpenStore> {
     let name = spec.describe();
-    let store = match spec {
-        StoreSpec::Url(u) => objstore::open(u).map_err(|e| match e {
-            objstore::StoreError::InvalidRequest(m) => Error::InvalidArgument(format!("{u}: {m}")),
-            e => Error::Store(format!("{u}: {e}")),
-        })?,
-        StoreSpec::Handle(s) => Arc::clone(s),
-    };
+    let store = spec.open()?;
     let (mode, put_reason) = if options.force_put_per_flush {
         (WriteMode::PutPerFlush, Some("put-per-flush mode was requested".to_owned()))
     } else {

@@ -183,15 +183,7 @@ pub fn read_log(store: &dyn ObjectStore) -> Vec<(String, Vec<Vec<Entry>>)> {
 
 /// A new bucket on `e`, through the `s3` backend.
 pub fn emulator_bucket(e: &emulator::Emulator, bucket: &str) -> Arc<dyn ObjectStore> {
-    let url = format!("s3://{bucket}?endpoint={}", e.endpoint());
-    let s = objstore::S3Store::with_credentials(
-        &url,
-        emulator::DEFAULT_ACCESS_KEY,
-        emulator::DEFAULT_SECRET_KEY,
-    )
-    .expect("s3");
-    s.create_bucket().expect("bucket");
-    Arc::new(s)
+    Arc::new(e.bucket(bucket).expect("an emulator bucket"))
 }
 
 /// A fresh prefix of `bucket` on the MinIO that scripts/test.sh starts
