@@ -18,6 +18,9 @@ echo "log: $(du -sb "$dir/orig" | cut -f1) bytes"
 for t in $threads; do
     for store in file sim; do
         rm -rf "$dir/copy" && cp -r "$dir/orig" "$dir/copy"
+        # Let the copy's writeback finish first: it competes for the CPU and
+        # memory otherwise, and the measurement swings by 2x.
+        sync && sleep 2
         case $store in
             file) url="file://$dir/copy" ;;
             sim) url="sim://s3x?inner=file://$dir/copy" ;;

@@ -1,18 +1,29 @@
 //! Applying a replay plan to the tables, in parallel by key.
 //!
 //! The checkpoint is installed first (`checkpoint::load`): one committed
-//! version per key. Then each replay thread owns the keys whose hash falls
-//! in its partition, walks the plan's entries in CSN order, and folds its
-//! keys' records into a final value per key (a delta patches the value
-//! before it). Last, it installs those values. A key's records are applied
-//! in CSN order whatever the partitioning, so the result is the same for
-//! any number of threads; only record ids (internal) differ.
+//! version per key. Then the plan's records are folded into one final
+//! value per key (a delta patches the value before it) and installed.
+//!
+//! The fold is a radix-partitioned hash aggregation, because one hash map
+//! per thread over millions of keys is bound by cache misses:
+//! 1. **Scatter.** Each thread takes a contiguous run of the plan's
+//!    entries (in CSN order) and copies each record, with its CSN, into one
+//!    of [`BUCKETS`] byte buffers chosen by the key's hash: sequential
+//!    writes.
+//! 2. **Fold.** One thread folds a bucket (a few thousand keys) with a
+//!    small map that stays in cache, reading the scatter runs' buffers for
+//!    that bucket in run order, which is CSN order: sequential reads.
+//! 3. **Install** the bucket's final values.
+//!
+//! A key's records are folded in CSN order whatever the number of threads,
+//! so the result is the same for any number; only record ids (internal)
+//! differ.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::log::record::{Entry, OpRef};
+use crate::log::record::{Entry, OpRef, RecordRef};
 use crate::mvcc::Csn;
 use crate::mvcc::version::Version;
 use crate::recovery::ReplayPlan;
@@ -27,11 +38,15 @@ pub struct ReplayStats {
     pub keys: u64,
 }
 
-fn partition(table: u32, key: &[u8], parts: usize) -> usize {
+/// Buckets of the scatter step: enough that a bucket's keys and values
+/// fit in a core's cache for logs of millions of keys.
+pub const BUCKETS: usize = 1024;
+
+fn bucket_of(table: u32, key: &[u8]) -> usize {
     let mut h = FxHasher::default();
     std::hash::Hasher::write_u32(&mut h, table);
     std::hash::Hasher::write(&mut h, key);
-    std::hash::Hasher::finish(&h) as usize % parts
+    (std::hash::Hasher::finish(&h) >> 32) as usize % BUCKETS
 }
 
 /// The replay map's hash: the multiply-rotate word hash of rustc and
@@ -86,11 +101,35 @@ pub(crate) fn apply(
     threads: usize,
 ) -> Result<ReplayStats> {
     let threads = threads.max(1);
-    let results: Vec<Result<ReplayStats>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|me| s.spawn(move || apply_partition(plan, tables, me, threads)))
-            .collect();
-        handles.into_iter().map(|h| h.join().expect("a replay thread panicked")).collect()
+    let entries = &plan.replay;
+    // 1. Scatter: runs of entries, in CSN order, one per thread.
+    let runs: Vec<std::ops::Range<usize>> = (0..threads)
+        .map(|t| entries.len() * t / threads..entries.len() * (t + 1) / threads)
+        .collect();
+    let scattered: Vec<Vec<Vec<u8>>> = crate::recovery::parallel_map(&runs, threads, |run| {
+        // Sized for an even spread (plus slack), so the buffers rarely grow:
+        // growing copies them and touches fresh pages twice.
+        let bytes: usize = entries[run.clone()]
+            .iter()
+            .map(|e| match e {
+                Entry::Commit { records, .. } => e.encoded_len() + records.len() * 8,
+                Entry::Abort { .. } => 0,
+            })
+            .sum();
+        let each = bytes / BUCKETS + bytes / BUCKETS / 8 + 64;
+        let mut buckets: Vec<Vec<u8>> = (0..BUCKETS).map(|_| Vec::with_capacity(each)).collect();
+        for e in &entries[run.clone()] {
+            let Entry::Commit { csn, records, .. } = e else { continue };
+            for r in records.refs() {
+                scatter(&mut buckets[bucket_of(r.table, r.key)], *csn, &r);
+            }
+        }
+        buckets
+    });
+    // 2 and 3. Fold and install each bucket.
+    let buckets: Vec<usize> = (0..BUCKETS).collect();
+    let results = crate::recovery::parallel_map(&buckets, threads, |&b| {
+        fold_bucket(tables, scattered.iter().map(|run| run[b].as_slice()))
     });
     let mut total = ReplayStats::default();
     for r in results {
@@ -101,65 +140,101 @@ pub(crate) fn apply(
     Ok(total)
 }
 
+/// Bytes of a scattered record's header: CSN, table, op, key length,
+/// payload length, delta offset.
+const SCATTERED_HEADER: usize = 8 + 4 + 1 + 2 + 4 + 4;
+
+fn scatter(out: &mut Vec<u8>, csn: Csn, r: &RecordRef<'_>) {
+    let (op, offset, payload): (u8, u32, &[u8]) = match r.op {
+        OpRef::Insert(v) => (1, 0, v),
+        OpRef::Update(v) => (2, 0, v),
+        OpRef::Delta { offset, bytes } => (3, offset, bytes),
+        OpRef::Delete => (4, 0, &[]),
+    };
+    out.extend_from_slice(&csn.to_le_bytes());
+    out.extend_from_slice(&r.table.to_le_bytes());
+    out.push(op);
+    out.extend_from_slice(&(r.key.len() as u16).to_le_bytes());
+    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(&offset.to_le_bytes());
+    out.extend_from_slice(r.key);
+    out.extend_from_slice(payload);
+}
+
+/// Read back what [`scatter`] wrote.
+fn gather(b: &[u8]) -> impl Iterator<Item = (Csn, RecordRef<'_>)> + '_ {
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        if at >= b.len() {
+            return None;
+        }
+        let h = &b[at..at + SCATTERED_HEADER];
+        let csn = u64::from_le_bytes(h[0..8].try_into().expect("8"));
+        let table = u32::from_le_bytes(h[8..12].try_into().expect("4"));
+        let key_len = usize::from(u16::from_le_bytes([h[13], h[14]]));
+        let len = u32::from_le_bytes(h[15..19].try_into().expect("4")) as usize;
+        let offset = u32::from_le_bytes(h[19..23].try_into().expect("4"));
+        let k = at + SCATTERED_HEADER;
+        let (key, payload) = (&b[k..k + key_len], &b[k + key_len..k + key_len + len]);
+        at = k + key_len + len;
+        let op = match h[12] {
+            1 => OpRef::Insert(payload),
+            2 => OpRef::Update(payload),
+            3 => OpRef::Delta { offset, bytes: payload },
+            _ => OpRef::Delete,
+        };
+        Some((csn, RecordRef { table, key, op }))
+    })
+}
+
 /// The state of one key while folding: last writer's CSN and value
 /// (`None`: deleted).
 type KeyState = (Csn, Option<Vec<u8>>);
 
-fn apply_partition(
-    plan: &ReplayPlan,
+/// Fold one bucket's records (one buffer per scatter run, runs in CSN
+/// order) into final values, and install them.
+fn fold_bucket<'a>(
     tables: &[Arc<TableInner>],
-    me: usize,
-    parts: usize,
+    runs: impl Iterator<Item = &'a [u8]>,
 ) -> Result<ReplayStats> {
-    // Keys are copied in: comparing against a slice of the log would touch
-    // a random place of a large buffer on every probe.
-    let mut state: FxMap<(u32, smallvec::SmallVec<[u8; 24]>), KeyState> = FxMap::default();
+    let mut state: FxMap<(u32, &'a [u8]), KeyState> = FxMap::default();
     let mut stats = ReplayStats::default();
-    for e in &plan.replay {
-        let Entry::Commit { csn, records, .. } = e else { continue };
-        for r in records.refs() {
-            if partition(r.table, r.key, parts) != me {
-                continue;
-            }
-            let table = tables.get(r.table as usize).ok_or_else(|| {
-                Error::Corrupt(format!(
-                    "CSN {csn} writes table id {}, which the manifest does not name",
-                    r.table
-                ))
-            })?;
-            stats.records += 1;
-            // The installed (checkpoint) value is looked up only if the
-            // key's first record here is a delta: an index lookup per key
-            // was a visible share of replay time.
-            let slot = state
-                .entry((r.table, smallvec::SmallVec::from_slice(r.key)))
-                .or_insert_with(|| match r.op {
-                    OpRef::Delta { .. } => (0, current(table, r.key)),
-                    _ => (0, None),
-                });
-            slot.0 = *csn;
-            match r.op {
-                OpRef::Insert(v) | OpRef::Update(v) => slot.1 = Some(v.to_vec()),
-                OpRef::Delete => slot.1 = None,
-                OpRef::Delta { offset, bytes } => {
-                    let value = slot.1.as_mut().ok_or_else(|| {
-                        Error::Corrupt(format!("CSN {csn}: a delta on a key that has no value"))
-                    })?;
-                    let at = offset as usize;
-                    let end = at + bytes.len();
-                    if end > value.len() {
-                        return Err(Error::Corrupt(format!(
-                            "CSN {csn}: a delta at {at}..{end} on a value of {} bytes",
-                            value.len()
-                        )));
-                    }
-                    value[at..end].copy_from_slice(bytes);
+    for (csn, r) in runs.flat_map(gather) {
+        let table = tables.get(r.table as usize).ok_or_else(|| {
+            Error::Corrupt(format!(
+                "CSN {csn} writes table id {}, which the manifest does not name",
+                r.table
+            ))
+        })?;
+        stats.records += 1;
+        // The installed (checkpoint) value is looked up only if the key's
+        // first record here is a delta.
+        let slot = state.entry((r.table, r.key)).or_insert_with(|| match r.op {
+            OpRef::Delta { .. } => (0, current(table, r.key)),
+            _ => (0, None),
+        });
+        slot.0 = csn;
+        match r.op {
+            OpRef::Insert(v) | OpRef::Update(v) => slot.1 = Some(v.to_vec()),
+            OpRef::Delete => slot.1 = None,
+            OpRef::Delta { offset, bytes } => {
+                let value = slot.1.as_mut().ok_or_else(|| {
+                    Error::Corrupt(format!("CSN {csn}: a delta on a key that has no value"))
+                })?;
+                let at = offset as usize;
+                let end = at + bytes.len();
+                if end > value.len() {
+                    return Err(Error::Corrupt(format!(
+                        "CSN {csn}: a delta at {at}..{end} on a value of {} bytes",
+                        value.len()
+                    )));
                 }
+                value[at..end].copy_from_slice(bytes);
             }
         }
     }
     for ((table, key), (csn, value)) in state {
-        install(&tables[table as usize], &key, csn, value.as_deref())?;
+        install(&tables[table as usize], key, csn, value.as_deref())?;
         stats.keys += 1;
     }
     Ok(stats)
