@@ -90,6 +90,16 @@ fn open_journal(p: &std::path::Path) -> Result<std::fs::File, String> {
     Ok(f)
 }
 
+/// The transfer ids a journal holds: whole lines only (a crash may cut
+/// the last one, which was then never acknowledged to the client).
+pub fn journaled_ids(p: &std::path::Path) -> std::collections::BTreeSet<u64> {
+    let text = std::fs::read_to_string(p).unwrap_or_default();
+    text.split_inclusive('\n')
+        .filter(|l| l.ends_with('\n'))
+        .map(|l| l.trim().parse().expect("a journal line is an id"))
+        .collect()
+}
+
 /// One worker's transfers, conflicts and latency histogram (µs).
 type WorkerResult = (u64, u64, Histogram<u64>);
 

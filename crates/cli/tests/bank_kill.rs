@@ -11,13 +11,13 @@
 //!
 //! `MILLISCALE_KILL_TRIALS` sets the number of trials (default 50).
 
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
 use milliscale::{Database, Error, Options};
+use milliscale_bench::bank::journaled_ids;
 use objstore::ObjectStore;
 
 const ACCOUNTS: u64 = 100;
@@ -51,18 +51,9 @@ fn run_bank(t: &Target, journal: &Path, seed: u64, after: Duration) {
     let _ = child.wait();
 }
 
-/// Whole lines of the journal (the kill may cut the last one).
-fn journaled(journal: &Path) -> BTreeSet<u64> {
-    let text = std::fs::read_to_string(journal).unwrap_or_default();
-    text.split_inclusive('\n')
-        .filter(|l| l.ends_with('\n'))
-        .map(|l| l.trim().parse().expect("an id"))
-        .collect()
-}
-
 /// Recover and check the oracle. Returns (acknowledged, replayed).
 fn recover_and_check(name: &str, t: &Target, journal: &Path) -> (usize, usize) {
-    let acked = journaled(journal);
+    let acked = journaled_ids(journal);
     let db = Database::open(Options::new().add_store_handle(Arc::clone(&t.store)))
         .unwrap_or_else(|e| panic!("{name}: recovery failed: {e}"));
     let replayed = db.recovery_report().map_or(0, |r| r.replayed);

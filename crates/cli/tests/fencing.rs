@@ -6,23 +6,14 @@
 //! Then the new writer commits, and a later reader sees both.
 //! Against a directory (`file://`) and the emulator over HTTP.
 
-use std::collections::BTreeSet;
 use std::io::Read;
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use milliscale::{Database, Options};
+use milliscale_bench::bank::journaled_ids;
 use objstore::ObjectStore;
-
-fn journaled(journal: &Path) -> BTreeSet<u64> {
-    let text = std::fs::read_to_string(journal).unwrap_or_default();
-    text.split_inclusive('\n')
-        .filter(|l| l.ends_with('\n'))
-        .map(|l| l.trim().parse().expect("an id"))
-        .collect()
-}
 
 fn fence_a_running_bank(url: &str, env: &[(&str, String)], store: Arc<dyn ObjectStore>, tag: &str) {
     let dir = std::env::temp_dir().join(format!("milliscale-fence-{}-{tag}", std::process::id()));
@@ -41,7 +32,7 @@ fn fence_a_running_bank(url: &str, env: &[(&str, String)], store: Arc<dyn Object
     }
     let mut bank = cmd.spawn().expect("start the bank");
     let started = Instant::now();
-    while journaled(&journal).len() < 200 {
+    while journaled_ids(&journal).len() < 200 {
         assert!(started.elapsed() < Duration::from_secs(30), "the bank made no progress");
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -49,7 +40,7 @@ fn fence_a_running_bank(url: &str, env: &[(&str, String)], store: Arc<dyn Object
     // The second writer: takes over, fences, recovers.
     let db = Database::open(Options::new().add_store_handle(Arc::clone(&store)))
         .expect("the second writer opens");
-    let opened = journaled(&journal);
+    let opened = journaled_ids(&journal);
     let accounts = db.open_table("accounts").expect("accounts");
     let history = db.open_table("history").expect("history");
 
@@ -69,7 +60,7 @@ fn fence_a_running_bank(url: &str, env: &[(&str, String)], store: Arc<dyn Object
 
     // Everything it acknowledged, before our open finished or after, is in
     // what we recovered.
-    let acked = journaled(&journal);
+    let acked = journaled_ids(&journal);
     let mut tx = db.begin().expect("begin");
     let missing: Vec<u64> = acked
         .iter()
