@@ -16,6 +16,13 @@
 //! data file is the authority for an object's size; a crash between an
 //! append's data write and its `.meta` update leaves the part count one
 //! low, never the data.
+//!
+//! Reads of large objects map the data file instead of copying it (see
+//! [`MAP_MIN_BYTES`]). That is safe because this store never changes bytes
+//! of a data file in place: puts rename a new file over the old one,
+//! appends write only past the end, and deletes unlink. A mapping therefore
+//! keeps seeing the object as it was when it was read. Truncating a data
+//! file from outside the store while a reader holds it is not supported.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -29,6 +36,10 @@ use parking_lot::Mutex;
 use crate::{ObjectMeta, ObjectStore, PARTS_MAX, Result, StoreError, check_key};
 
 const STRIPES: usize = 64;
+/// Objects (and ranges) at least this large are read by mapping the file:
+/// recovery then reads a gigabyte of log from the page cache without
+/// allocating and first-touching a gigabyte of fresh memory.
+pub const MAP_MIN_BYTES: u64 = 1 << 20;
 /// Encoded names longer than this are replaced by a hash.
 const NAME_BYTES_MAX: usize = 200;
 
@@ -49,6 +60,39 @@ struct Meta {
 
 fn io(op: &str, path: &Path, e: std::io::Error) -> StoreError {
     StoreError::Fatal(format!("{op} {}: {e}", path.display()))
+}
+
+fn open_data(key: &str, data: &Path) -> Result<File> {
+    match File::open(data) {
+        Ok(f) => Ok(f),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(StoreError::NotFound(key.to_owned()))
+        }
+        Err(e) => Err(io("open", data, e)),
+    }
+}
+
+/// `range` of an open data file (within its size): mapped when large,
+/// copied when small.
+#[allow(unsafe_code)]
+fn read_at(f: &File, data: &Path, range: Range<u64>) -> Result<Bytes> {
+    let len = (range.end - range.start) as usize;
+    if range.end - range.start >= MAP_MIN_BYTES {
+        // SAFETY: the store never modifies a data file's existing bytes or
+        // shrinks it (see the module docs), so the mapped bytes stay valid
+        // and unchanged for the mapping's life.
+        let map = unsafe { memmap2::MmapOptions::new().offset(range.start).len(len).map(f) }
+            .map_err(|e| io("mmap", data, e))?;
+        // Read ahead: recovery reads every byte, once, in order.
+        let _ = map.advise(memmap2::Advice::Sequential);
+        let _ = map.advise(memmap2::Advice::WillNeed);
+        return Ok(Bytes::from_owner(map));
+    }
+    let mut buf = vec![0u8; len];
+    let mut f = f;
+    f.seek(SeekFrom::Start(range.start)).map_err(|e| io("seek", data, e))?;
+    f.read_exact(&mut buf).map_err(|e| io("read", data, e))?;
+    Ok(Bytes::from(buf))
 }
 
 /// Percent-encode everything but `[A-Za-z0-9_-]`; hash keys that get too long.
@@ -255,13 +299,9 @@ impl ObjectStore for FsStore {
     fn get(&self, key: &str) -> Result<Bytes> {
         check_key(key)?;
         let (data, _) = self.paths(key);
-        match fs::read(&data) {
-            Ok(b) => Ok(Bytes::from(b)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                Err(StoreError::NotFound(key.to_owned()))
-            }
-            Err(e) => Err(io("read", &data, e)),
-        }
+        let f = open_data(key, &data)?;
+        let size = f.metadata().map_err(|e| io("stat", &data, e))?.len();
+        read_at(&f, &data, 0..size)
     }
 
     fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
@@ -270,22 +310,12 @@ impl ObjectStore for FsStore {
             return Err(StoreError::InvalidRequest(format!("inverted range {range:?}")));
         }
         let (data, _) = self.paths(key);
-        let mut f = match File::open(&data) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(StoreError::NotFound(key.to_owned()));
-            }
-            Err(e) => return Err(io("open", &data, e)),
-        };
+        let f = open_data(key, &data)?;
         let size = f.metadata().map_err(|e| io("stat", &data, e))?.len();
         if range.start >= size {
             return Err(StoreError::InvalidRange { start: range.start, size });
         }
-        let end = range.end.min(size);
-        let mut buf = vec![0u8; (end - range.start) as usize];
-        f.seek(SeekFrom::Start(range.start)).map_err(|e| io("seek", &data, e))?;
-        f.read_exact(&mut buf).map_err(|e| io("read", &data, e))?;
-        Ok(Bytes::from(buf))
+        read_at(&f, &data, range.start..range.end.min(size))
     }
 
     fn head(&self, key: &str) -> Result<ObjectMeta> {
@@ -347,5 +377,36 @@ mod tests {
         assert_ne!(file_name("a/b"), file_name("a%2Fb"), "encoding is injective");
         let long = "x".repeat(1000);
         assert!(file_name(&long).len() <= NAME_BYTES_MAX);
+    }
+
+    /// Large reads are mappings; they must keep the bytes they returned
+    /// while the store appends to, overwrites and deletes the object.
+    #[test]
+    fn mapped_reads_keep_their_bytes() {
+        let dir = std::env::temp_dir().join(format!("ms-fs-map-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let store = FsStore::open(&dir).expect("open");
+        let n = (MAP_MIN_BYTES * 3) as usize + 17;
+        let first: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
+        store.put("seg", Bytes::from(first.clone())).expect("put");
+        let whole = store.get("seg").expect("get");
+        let range = store.get_range("seg", 5..MAP_MIN_BYTES * 2 + 5).expect("range");
+        let small = store.get_range("seg", 7..107).expect("small range");
+        assert_eq!(&whole[..], &first[..]);
+        assert_eq!(&range[..], &first[5..(MAP_MIN_BYTES * 2 + 5) as usize]);
+        assert_eq!(&small[..], &first[7..107]);
+        // A range past the end is clipped, as for a copied read.
+        let tail = store.get_range("seg", MAP_MIN_BYTES..u64::MAX).expect("tail");
+        assert_eq!(&tail[..], &first[MAP_MIN_BYTES as usize..]);
+
+        store.append("seg", n as u64, Bytes::from(vec![9u8; 4096])).expect("append");
+        assert_eq!(&whole[..], &first[..], "an append changed a mapped read");
+        assert_eq!(store.get("seg").expect("get").len(), n + 4096);
+
+        store.put("seg", Bytes::from(vec![1u8; n])).expect("overwrite");
+        store.delete("seg").expect("delete");
+        assert_eq!(&whole[..], &first[..], "an overwrite or delete changed a mapped read");
+        assert_eq!(&range[..], &first[5..(MAP_MIN_BYTES * 2 + 5) as usize]);
+        fs::remove_dir_all(&dir).expect("clean up");
     }
 }
