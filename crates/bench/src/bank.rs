@@ -238,6 +238,8 @@ pub fn run(cfg: &BankConfig) -> Result<Report, String> {
         txn_latency: latency.clone(),
         commit_latency: latency,
         by_kind: [("transfer".to_owned(), KindStats { committed, aborted })].into(),
+        latency_by_kind: Default::default(),
+        extra: Default::default(),
         memory: None,
         log: None,
         notes: vec![format!(

@@ -6,10 +6,12 @@
 
 pub mod bank;
 pub mod emulator_bench;
+pub mod harness;
 pub mod index_bench;
 pub mod keys;
 pub mod report;
 pub mod rss;
 pub mod store_bench;
+pub mod tpcc;
 pub mod variant;
 pub mod ycsb;

@@ -161,6 +161,12 @@ pub struct Report {
     /// From pre-commit (`commit()`) to acknowledgment.
     pub commit_latency: Percentiles,
     pub by_kind: BTreeMap<String, KindStats>,
+    /// Latency per transaction type, where the benchmark measures it.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub latency_by_kind: BTreeMap<String, Percentiles>,
+    /// Benchmark-specific figures (e.g. TPC-C's tpmC), by name.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub extra: BTreeMap<String, f64>,
     pub memory: Option<MemoryReport>,
     /// The log, when there is one.
     pub log: Option<LogReport>,
@@ -237,6 +243,16 @@ impl Report {
                 "  {:<20}{:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1}",
                 name, p.mean_us, p.p50_us, p.p90_us, p.p99_us, p.p999_us, p.p9999_us, p.max_us
             );
+        }
+        for (kind, p) in &self.latency_by_kind {
+            let _ = writeln!(
+                s,
+                "  {:<20}{:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1}",
+                kind, p.mean_us, p.p50_us, p.p90_us, p.p99_us, p.p999_us, p.p9999_us, p.max_us
+            );
+        }
+        for (name, v) in &self.extra {
+            let _ = writeln!(s, "{name:<22}{v:>16.2}");
         }
         if let Some(l) = &self.log {
             let _ = writeln!(s, "log: {} groups, stores {}", l.groups, l.stores.join(", "));

@@ -10,14 +10,15 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use milliscale::{Database, Error, Isolation, LogMetrics, Table, TxnOptions};
-use objstore::sim::accounting::AccountingReport;
+use milliscale::{Database, Error, Isolation, Table, TxnOptions};
+use rand::Rng;
 use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
 
+use crate::harness::{
+    LogWindow, PHASE_MEASURE, PHASE_STOP, PHASE_WARMUP, Shape, drive, worker_rng,
+};
 use crate::keys::{KeyChooser, KeyDist};
-use crate::report::{Environment, KindStats, LogReport, Percentiles, Report};
-use crate::rss::RssSampler;
+use crate::report::{Environment, KindStats, Percentiles, Report};
 use crate::variant::LogSettings;
 
 pub const FIELDS: usize = 10;
@@ -106,6 +107,15 @@ impl YcsbConfig {
         m
     }
 
+    fn shape(&self) -> Shape {
+        Shape {
+            threads: self.threads,
+            warmup: self.warmup,
+            duration: self.duration,
+            progress: self.progress,
+        }
+    }
+
     fn validate(&self) -> Result<(), String> {
         if self.threads == 0 || self.threads > 1024 {
             return Err(format!("threads must be in 1..=1024, got {}", self.threads));
@@ -122,10 +132,6 @@ impl YcsbConfig {
         Ok(())
     }
 }
-
-const PHASE_WARMUP: u8 = 0;
-const PHASE_MEASURE: u8 = 1;
-const PHASE_STOP: u8 = 2;
 
 /// Per-thread results, merged at the end.
 struct WorkerStats {
@@ -224,7 +230,7 @@ pub fn run(cfg: &YcsbConfig) -> Result<Report, String> {
             ));
             let window = LogWindow::new(&db);
             let (stats, measured) = drive(
-                cfg,
+                &cfg.shape(),
                 &phase,
                 |w| engine_worker(&db, &table, cfg, &chooser, &phase, w),
                 |p| window.at(p),
@@ -256,7 +262,7 @@ pub fn run(cfg: &YcsbConfig) -> Result<Report, String> {
             for id in 0..cfg.records {
                 let _ = tree.insert_sync(milliscale::raw::IndexKey::from_slice(&key_bytes(id)), id);
             }
-            drive(cfg, &phase, |w| raw_worker(&tree, cfg, &chooser, &phase, w), |_| {})?
+            drive(&cfg.shape(), &phase, |w| raw_worker(&tree, cfg, &chooser, &phase, w), |_| {})?
         }
     };
     let mut report = build_report(cfg, stats, measured, notes);
@@ -269,78 +275,6 @@ pub fn run(cfg: &YcsbConfig) -> Result<Report, String> {
         );
     }
     Ok(report)
-}
-
-type Drive = (Vec<WorkerStats>, (Duration, Option<crate::report::MemoryReport>));
-
-/// Start the workers, run warmup then the measured phase, stop them.
-/// `on_phase` runs right after the measured phase starts and right after
-/// it stops.
-fn drive<F>(
-    cfg: &YcsbConfig,
-    phase: &AtomicU8,
-    worker: F,
-    on_phase: impl Fn(u8),
-) -> Result<Drive, String>
-where
-    F: Fn(u64) -> Result<WorkerStats, String> + Sync,
-{
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (0..cfg.threads as u64)
-            .map(|w| {
-                s.spawn({
-                    let worker = &worker;
-                    move || worker(w)
-                })
-            })
-            .collect();
-        let sampler = RssSampler::start();
-        let bar = progress_bar(cfg);
-        sleep_with_progress(cfg.warmup, &bar, "warmup");
-        phase.store(PHASE_MEASURE, Ordering::SeqCst);
-        on_phase(PHASE_MEASURE);
-        let t0 = Instant::now();
-        sleep_with_progress(cfg.duration, &bar, "measure");
-        phase.store(PHASE_STOP, Ordering::SeqCst);
-        let measured = t0.elapsed();
-        on_phase(PHASE_STOP);
-        bar.finish_and_clear();
-        let memory = sampler.finish();
-        let stats: Result<Vec<_>, String> = handles
-            .into_iter()
-            .map(|h| h.join().map_err(|_| "worker panicked".to_owned())?)
-            .collect();
-        Ok((stats?, (measured, memory)))
-    })
-}
-
-fn progress_bar(cfg: &YcsbConfig) -> indicatif::ProgressBar {
-    if !cfg.progress {
-        return indicatif::ProgressBar::hidden();
-    }
-    let total = (cfg.warmup + cfg.duration).as_millis() as u64;
-    let bar = indicatif::ProgressBar::new(total);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{msg:>8} [{bar:40}] {elapsed}/{duration}")
-            .expect("valid template")
-            .progress_chars("=> "),
-    );
-    bar
-}
-
-fn sleep_with_progress(d: Duration, bar: &indicatif::ProgressBar, msg: &'static str) {
-    bar.set_message(msg);
-    let end = Instant::now() + d;
-    while let Some(left) = end.checked_duration_since(Instant::now()) {
-        let step = left.min(Duration::from_millis(100));
-        std::thread::sleep(step);
-        bar.inc(step.as_millis() as u64);
-    }
-}
-
-/// Worker `w`'s random stream: distinct per worker, reproducible per seed.
-fn worker_rng(cfg: &YcsbConfig, w: u64) -> SmallRng {
-    SmallRng::seed_from_u64(cfg.seed.wrapping_add(w.wrapping_mul(0x9E37_79B9_7F4A_7C15)))
 }
 
 /// What one unit of a worker's work did.
@@ -357,7 +291,7 @@ fn run_worker(
     w: u64,
     mut step: impl FnMut(&mut SmallRng) -> Result<Step, String>,
 ) -> Result<WorkerStats, String> {
-    let mut rng = worker_rng(cfg, w);
+    let mut rng = worker_rng(cfg.seed, w);
     let mut stats = WorkerStats::new();
     loop {
         let p = phase.load(Ordering::Relaxed);
@@ -518,94 +452,18 @@ fn build_report(
         txn_latency: Percentiles::from_nanos(&all.txn_ns),
         commit_latency: Percentiles::from_nanos(&all.commit_ns),
         by_kind,
+        latency_by_kind: BTreeMap::new(),
+        extra: BTreeMap::new(),
         memory,
         log: None,
         notes,
     }
 }
 
-/// The log's metrics and store accounting over the measured phase.
-struct LogWindow<'a> {
-    db: &'a Database,
-    start: parking_lot::Mutex<Option<Vec<Option<AccountingReport>>>>,
-    end: parking_lot::Mutex<Option<LogMetrics>>,
-}
-
-impl<'a> LogWindow<'a> {
-    fn new(db: &'a Database) -> LogWindow<'a> {
-        LogWindow { db, start: Default::default(), end: Default::default() }
-    }
-
-    fn at(&self, phase: u8) {
-        if phase == PHASE_MEASURE {
-            self.db.reset_log_metrics();
-            *self.start.lock() =
-                self.db.log_metrics().map(|m| m.stores.into_iter().map(|s| s.accounting).collect());
-        } else {
-            *self.end.lock() = self.db.log_metrics();
-        }
-    }
-
-    fn report(&self, measured: Duration, committed: u64) -> Option<(LogReport, Percentiles)> {
-        let m = self.end.lock().take()?;
-        let start = self.start.lock().take().unwrap_or_default();
-        let secs = measured.as_secs_f64().max(1e-9);
-        let flushes: u64 = m.groups.iter().map(|g| g.flushes).sum();
-        let full: u64 = m.groups.iter().map(|g| g.full_flushes).sum();
-        let bytes: u64 = m.groups.iter().map(|g| g.bytes).sum();
-        let entries: u64 = m.groups.iter().map(|g| g.entries).sum();
-        let mut fill = m.groups.first()?.fill_us.clone();
-        let mut flush = m.groups.first()?.flush_us.clone();
-        for g in &m.groups[1..] {
-            fill.add(&g.fill_us).expect("same bounds");
-            flush.add(&g.flush_us).expect("same bounds");
-        }
-        let mut requests = BTreeMap::<String, f64>::new();
-        let mut usd = 0.0;
-        for (i, st) in m.stores.iter().enumerate() {
-            let Some(end) = &st.accounting else { continue };
-            let before = start.get(i).cloned().flatten();
-            for (k, n) in &end.requests {
-                let n0 = before.as_ref().and_then(|b| b.requests.get(k).copied()).unwrap_or(0);
-                if n > &n0 {
-                    *requests.entry((*k).to_owned()).or_default() += (n - n0) as f64 / secs;
-                }
-            }
-            usd += end.cost_usd - before.map_or(0.0, |b| b.cost_usd);
-        }
-        let report = LogReport {
-            groups: m.groups.len(),
-            stores: m
-                .stores
-                .iter()
-                .map(|s| {
-                    let mode = match s.mode {
-                        milliscale::log::segment::WriteMode::Append => "append",
-                        milliscale::log::segment::WriteMode::PutPerFlush => "put",
-                    };
-                    format!("{} ({mode})", s.name)
-                })
-                .collect(),
-            flushes_per_s: flushes as f64 / secs,
-            full_flush_fraction: if flushes == 0 { 0.0 } else { full as f64 / flushes as f64 },
-            bytes_per_flush: if flushes == 0 { 0.0 } else { bytes as f64 / flushes as f64 },
-            bytes_per_logged_txn: if entries == 0 { 0.0 } else { bytes as f64 / entries as f64 },
-            fill: Percentiles::from_micros(&fill),
-            flush: Percentiles::from_micros(&flush),
-            room_waits: m.groups.iter().map(|g| g.room_waits).sum(),
-            released: m.commit.released,
-            dependency_waited: m.commit.waited,
-            dependency_wait: Percentiles::from_micros(&m.commit.dependency_wait_us),
-            requests_per_s: requests,
-            usd_per_1000_txn: if committed == 0 { 0.0 } else { usd / committed as f64 * 1000.0 },
-        };
-        Some((report, Percentiles::from_micros(&m.commit.latency_us)))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rand::SeedableRng;
 
     fn cfg(workload: Workload, dist: KeyDist) -> YcsbConfig {
         YcsbConfig {

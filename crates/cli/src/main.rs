@@ -92,6 +92,9 @@ struct InspectArgs {
 enum Bench {
     /// YCSB transactions (the paper's §5 setup) against the engine.
     Ycsb(YcsbArgs),
+    /// TPC-C: nine tables, the five transactions in the 45/43/4/4/4 mix;
+    /// checks consistency conditions 1-4 after the run.
+    Tpcc(TpccArgs),
     /// Bank transfers that wait for their acks and journal them: the
     /// crash-test workload. Audits the total at the end.
     Bank(BankArgs),
@@ -391,6 +394,48 @@ struct YcsbArgs {
 }
 
 #[derive(Args)]
+struct TpccArgs {
+    /// Warehouses (each about 100 MB of rows in memory).
+    #[arg(long, default_value_t = 10)]
+    warehouses: u32,
+    /// Worker threads (terminals) [default: the number of cores].
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Measured seconds.
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    /// Seconds of warmup before measuring.
+    #[arg(long, default_value_t = 2.0)]
+    warmup: f64,
+    /// Percent NewOrder,Payment,OrderStatus,Delivery,StockLevel (sum 100).
+    #[arg(long, value_delimiter = ',', default_value = "45,43,4,4,4")]
+    mix: Vec<u32>,
+    /// Each worker uses one home warehouse (worker mod warehouses), instead
+    /// of a random warehouse per transaction (the paper's choice).
+    #[arg(long)]
+    home_warehouse: bool,
+    /// Log whole rows on update instead of deltas of the changed fields.
+    #[arg(long)]
+    full_record_logging: bool,
+    /// Open loop: transactions arrive as a Poisson process at this many per
+    /// second (all workers together); latency then counts queueing.
+    #[arg(long)]
+    rate: Option<f64>,
+    #[command(flatten)]
+    log: LogArgs,
+    #[arg(long, value_enum, default_value = "snapshot")]
+    isolation: IsolationArg,
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Print the report as JSON only.
+    #[arg(long)]
+    json: bool,
+    /// Print a CSV header and the report as one row.
+    #[arg(long, conflicts_with = "json")]
+    csv: bool,
+}
+
+#[derive(Args)]
 struct IndexArgs {
     /// Key counts, comma separated.
     #[arg(long, value_delimiter = ',', default_value = "1000000")]
@@ -570,6 +615,41 @@ fn bench_ycsb(a: YcsbArgs) -> Result<(), String> {
         progress: !a.json && !a.csv && std::io::stderr().is_terminal(),
     };
     let report = ycsb::run(&cfg)?;
+    print_report(&report, a.json, a.csv);
+    Ok(())
+}
+
+fn bench_tpcc(a: TpccArgs) -> Result<(), String> {
+    let (variant, log) = log_settings(&a.log)?;
+    let mix: [u32; 5] = a.mix.as_slice().try_into().map_err(|_| {
+        format!("--mix takes five percentages (NewOrder,Payment,OrderStatus,Delivery,StockLevel), got {:?}", a.mix)
+    })?;
+    let cfg = milliscale_bench::tpcc::TpccConfig {
+        warehouses: a.warehouses,
+        scale: milliscale_bench::tpcc::Scale::SPEC,
+        threads: a
+            .threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+        duration: seconds("duration", a.duration)?,
+        warmup: seconds("warmup", a.warmup)?,
+        mix,
+        home_warehouse: a.home_warehouse,
+        delta: !a.full_record_logging,
+        pacing: match a.rate {
+            None => milliscale_bench::harness::Pacing::Closed,
+            Some(rate) => milliscale_bench::harness::Pacing::Open { rate },
+        },
+        log,
+        variant: variant.name().to_owned(),
+        isolation: match a.isolation {
+            IsolationArg::ReadCommitted => Isolation::ReadCommitted,
+            IsolationArg::Snapshot => Isolation::Snapshot,
+            IsolationArg::Serializable => Isolation::Serializable,
+        },
+        seed: a.seed,
+        progress: !a.json && !a.csv && std::io::stderr().is_terminal(),
+    };
+    let report = milliscale_bench::tpcc::run(&cfg)?;
     print_report(&report, a.json, a.csv);
     Ok(())
 }
@@ -886,6 +966,7 @@ fn main() -> ExitCode {
         Command::Recover(a) => recover(a),
         Command::Dump(a) => dump(a),
         Command::Bench(Bench::Ycsb(a)) => bench_ycsb(a),
+        Command::Bench(Bench::Tpcc(a)) => bench_tpcc(a),
         Command::Bench(Bench::Bank(a)) => bench_bank(a),
         Command::Bench(Bench::Index(a)) => bench_index(a),
         Command::Bench(Bench::Store(a)) => bench_store(a),
