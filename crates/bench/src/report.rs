@@ -254,7 +254,15 @@ impl Report {
         for (name, v) in &self.extra {
             let _ = writeln!(s, "{name:<22}{v:>16.2}");
         }
-        if let Some(l) = &self.log {
+        if let Some(l) = self.log.as_ref().filter(|l| l.groups == 0) {
+            // A peer engine: only the store's side is known.
+            let reqs: Vec<String> =
+                l.requests_per_s.iter().map(|(k, v)| format!("{k} {v:.1}")).collect();
+            let _ = writeln!(s, "store: {}", l.stores.join(", "));
+            let _ = writeln!(s, "  store requests/s: {}", reqs.join(", "));
+            let _ = writeln!(s, "  $ per 1,000 committed txns: {:.8}", l.usd_per_1000_txn);
+        }
+        if let Some(l) = self.log.as_ref().filter(|l| l.groups > 0) {
             let _ = writeln!(s, "log: {} groups, stores {}", l.groups, l.stores.join(", "));
             let _ = writeln!(
                 s,

@@ -197,6 +197,7 @@ pub fn run(cfg: &YcsbConfig) -> Result<Report, String> {
     let chooser = KeyChooser::new(cfg.records, cfg.dist)?;
     let phase = AtomicU8::new(PHASE_WARMUP);
     let mut notes = Vec::new();
+    let mut extra = BTreeMap::new();
     let mut log_report = None;
     let (stats, measured) = match cfg.engine {
         Engine::Milliscale => {
@@ -229,14 +230,26 @@ pub fn run(cfg: &YcsbConfig) -> Result<Report, String> {
                 t0.elapsed().as_secs_f64()
             ));
             let window = LogWindow::new(&db);
+            // Checkpoint cost over the measured window: the background column.
+            let background = parking_lot::Mutex::new(Vec::new());
             let (stats, measured) = drive(
                 &cfg.shape(),
                 &phase,
                 |w| engine_worker(&db, &table, cfg, &chooser, &phase, w),
-                |p| window.at(p),
+                |p| {
+                    window.at(p);
+                    background.lock().push(db.checkpoint_stats().cost_usd.unwrap_or(0.0));
+                },
             )?;
             let committed: u64 = stats.iter().map(|s| s.committed[0] + s.committed[1]).sum();
             log_report = window.report(measured.0, committed);
+            if let (Some(l), [before, after]) = (&log_report, background.lock().as_slice()) {
+                let per_1000 =
+                    |usd: f64| if committed == 0 { 0.0 } else { usd / committed as f64 * 1000.0 };
+                let bg = per_1000(after - before);
+                extra.insert("background_usd_per_1000_txn".to_owned(), bg);
+                extra.insert("foreground_usd_per_1000_txn".to_owned(), l.0.usd_per_1000_txn - bg);
+            }
             let c = db.checkpoint_stats();
             if c.checkpoints > 0 {
                 // The store's accounting counts the checkpoints' requests
@@ -266,6 +279,7 @@ pub fn run(cfg: &YcsbConfig) -> Result<Report, String> {
         }
     };
     let mut report = build_report(cfg, stats, measured, notes);
+    report.extra = extra;
     if let Some(l) = log_report {
         report.commit_latency = l.1;
         report.log = Some(l.0);

@@ -95,6 +95,9 @@ enum Bench {
     /// TPC-C: nine tables, the five transactions in the 45/43/4/4/4 mix;
     /// checks consistency conditions 1-4 after the run.
     Tpcc(TpccArgs),
+    /// Run a grid of benchmark configurations from a TOML file; write a CSV
+    /// of every report and PNG plots (see configs/sweeps/).
+    Sweep(SweepArgs),
     /// Bank transfers that wait for their acks and journal them: the
     /// crash-test workload. Audits the total at the end.
     Bank(BankArgs),
@@ -287,6 +290,9 @@ enum TrackingArg {
 enum EngineArg {
     Milliscale,
     RawIndex,
+    /// SlateDB 0.18 on the same store (the first --store), each commit
+    /// acknowledged at await_durable.
+    Slatedb,
 }
 
 /// The log's settings, shared by the benchmarks.
@@ -380,9 +386,16 @@ struct YcsbArgs {
     log: LogArgs,
     #[arg(long, value_enum, default_value = "snapshot")]
     isolation: IsolationArg,
-    /// milliscale, or raw-index: the same lookups on the bare index (workload c).
+    /// milliscale; raw-index: the same lookups on the bare index (workload
+    /// c); slatedb: the same transactions through SlateDB on the same store.
     #[arg(long, value_enum, default_value = "milliscale")]
     engine: EngineArg,
+    /// SlateDB only: concurrent clients, each one transaction at a time.
+    #[arg(long, default_value_t = 64)]
+    clients: usize,
+    /// SlateDB only: its WAL flush interval in milliseconds.
+    #[arg(long, default_value_t = 10.0)]
+    slatedb_flush_ms: f64,
     #[arg(long, default_value_t = 42)]
     seed: u64,
     /// Print the report as JSON only.
@@ -391,6 +404,16 @@ struct YcsbArgs {
     /// Print a CSV header and the report as one row.
     #[arg(long, conflicts_with = "json")]
     csv: bool,
+}
+
+#[derive(Args)]
+struct SweepArgs {
+    /// The sweep's TOML config (grid, fixed flags, plots).
+    #[arg(long)]
+    config: std::path::PathBuf,
+    /// Where the CSV and PNGs go [default: sweeps/<name>].
+    #[arg(long)]
+    out: Option<std::path::PathBuf>,
 }
 
 #[derive(Args)]
@@ -608,13 +631,22 @@ fn bench_ycsb(a: YcsbArgs) -> Result<(), String> {
             IsolationArg::Serializable => Isolation::Serializable,
         },
         engine: match a.engine {
-            EngineArg::Milliscale => Engine::Milliscale,
+            // The peer reads the workload from the same config.
+            EngineArg::Milliscale | EngineArg::Slatedb => Engine::Milliscale,
             EngineArg::RawIndex => Engine::RawIndex,
         },
         seed: a.seed,
         progress: !a.json && !a.csv && std::io::stderr().is_terminal(),
     };
-    let report = ycsb::run(&cfg)?;
+    let report = if matches!(a.engine, EngineArg::Slatedb) {
+        let opts = peer::slatedb_ycsb::SlateOptions {
+            clients: a.clients,
+            flush_interval: seconds("slatedb-flush-ms", a.slatedb_flush_ms / 1e3)?,
+        };
+        peer::slatedb_ycsb::run(&cfg, &opts)?
+    } else {
+        ycsb::run(&cfg)?
+    };
     print_report(&report, a.json, a.csv);
     Ok(())
 }
@@ -651,6 +683,38 @@ fn bench_tpcc(a: TpccArgs) -> Result<(), String> {
     };
     let report = milliscale_bench::tpcc::run(&cfg)?;
     print_report(&report, a.json, a.csv);
+    Ok(())
+}
+
+fn bench_sweep(a: SweepArgs) -> Result<(), String> {
+    use milliscale_bench::sweep;
+    let cfg = sweep::SweepConfig::load(&a.config)?;
+    let out = a.out.unwrap_or_else(|| std::path::Path::new("sweeps").join(&cfg.name));
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this binary: {e}"))?;
+    let total = (cfg.points().len() * cfg.repetitions) as u64;
+    let bar = if std::io::stderr().is_terminal() {
+        let b = indicatif::ProgressBar::new(total);
+        b.set_style(
+            indicatif::ProgressStyle::with_template("{pos}/{len} [{bar:40}] {elapsed} {msg}")
+                .expect("valid template")
+                .progress_chars("=> "),
+        );
+        b
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    let quiet = !bar.is_hidden();
+    let rows = sweep::run(&cfg, &exe, |done, total, argv| {
+        bar.set_position(done as u64);
+        bar.set_message(argv[2..].join(" "));
+        if !quiet {
+            eprintln!("[{}/{total}] milliscale {}", done + 1, argv.join(" "));
+        }
+    })?;
+    bar.finish_and_clear();
+    for f in sweep::write_outputs(&cfg, &rows, &out)? {
+        println!("{}", f.display());
+    }
     Ok(())
 }
 
@@ -967,6 +1031,7 @@ fn main() -> ExitCode {
         Command::Dump(a) => dump(a),
         Command::Bench(Bench::Ycsb(a)) => bench_ycsb(a),
         Command::Bench(Bench::Tpcc(a)) => bench_tpcc(a),
+        Command::Bench(Bench::Sweep(a)) => bench_sweep(a),
         Command::Bench(Bench::Bank(a)) => bench_bank(a),
         Command::Bench(Bench::Index(a)) => bench_index(a),
         Command::Bench(Bench::Store(a)) => bench_store(a),

@@ -1,0 +1,125 @@
+//! PNG plots for `bench sweep` (plotters, bitmap backend).
+//!
+//! X is categorical (the grid's values in order, or percentile names);
+//! each series is a line with markers, or a group of bars. Text needs a
+//! TrueType font: the first of `MILLISCALE_FONT` and a few common system
+//! paths that exists is loaded once.
+
+use std::path::Path;
+use std::sync::OnceLock;
+
+use plotters::prelude::*;
+use plotters::style::{FontStyle, register_font};
+
+use crate::sweep::{PlotSpec, Series};
+
+const FONT_PATHS: [&str; 5] = [
+    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/TTF/DejaVuSans.ttf",
+    "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
+    "/System/Library/Fonts/Supplemental/Arial.ttf",
+];
+
+fn ensure_font() -> Result<(), String> {
+    static FONT: OnceLock<Result<(), String>> = OnceLock::new();
+    FONT.get_or_init(|| {
+        let candidates =
+            std::env::var("MILLISCALE_FONT").into_iter().chain(FONT_PATHS.map(String::from));
+        for path in candidates {
+            if let Ok(bytes) = std::fs::read(&path) {
+                // Registered fonts must live for the program's life.
+                let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+                return register_font("sans-serif", FontStyle::Normal, bytes)
+                    .map_err(|_| format!("{path}: not a usable TrueType font"));
+            }
+        }
+        Err(format!(
+            "no TrueType font found for plots: set MILLISCALE_FONT to a .ttf file (tried {})",
+            FONT_PATHS.join(", ")
+        ))
+    })
+    .clone()
+}
+
+fn err(e: impl std::fmt::Display) -> String {
+    format!("plot: {e}")
+}
+
+/// Draw `series` over the categories `xs` into a PNG at `path`.
+pub fn draw(path: &Path, spec: &PlotSpec, xs: &[String], series: &[Series]) -> Result<(), String> {
+    ensure_font()?;
+    let n = xs.len().max(1);
+    let ymax = series
+        .iter()
+        .flat_map(|(_, pts)| pts.iter().map(|p| p.1))
+        .fold(0.0f64, f64::max)
+        .max(1e-12)
+        * 1.15;
+    let index = |x: &str| xs.iter().position(|c| c == x).unwrap_or(0) as f64;
+    let root = BitMapBackend::new(path, (960, 600)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(&spec.title, ("sans-serif", 26))
+        .margin(20)
+        .x_label_area_size(55)
+        .y_label_area_size(90)
+        .build_cartesian_2d(-0.5f64..(n as f64 - 0.5), 0f64..ymax)
+        .map_err(err)?;
+    let label = |v: &f64| {
+        let i = v.round();
+        if (v - i).abs() < 1e-6 && i >= 0.0 {
+            xs.get(i as usize).cloned().unwrap_or_default()
+        } else {
+            String::new()
+        }
+    };
+    chart
+        .configure_mesh()
+        .x_labels(2 * n + 1)
+        .x_label_formatter(&label)
+        .disable_x_mesh()
+        .x_desc(spec.x_label.clone().unwrap_or_else(|| spec.x.clone()))
+        .y_desc(spec.y_label.clone().unwrap_or_else(|| spec.y.join(", ")))
+        .label_style(("sans-serif", 17))
+        .axis_desc_style(("sans-serif", 19))
+        .draw()
+        .map_err(err)?;
+    let groups = series.len().max(1) as f64;
+    for (i, (name, pts)) in series.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        let name = if name.is_empty() { spec.y.join(", ") } else { name.clone() };
+        if spec.kind == "bar" {
+            let width = 0.8 / groups;
+            let bars = pts.iter().map(|(x, y)| {
+                let x0 = index(x) - 0.4 + width * i as f64;
+                Rectangle::new([(x0, 0.0), (x0 + width * 0.92, *y)], color.filled())
+            });
+            chart.draw_series(bars).map_err(err)?.label(name).legend(move |(x, y)| {
+                Rectangle::new([(x, y - 6), (x + 16, y + 6)], color.filled())
+            });
+        } else {
+            let line: Vec<(f64, f64)> = pts.iter().map(|(x, y)| (index(x), *y)).collect();
+            chart
+                .draw_series(LineSeries::new(line.clone(), color.stroke_width(3)))
+                .map_err(err)?
+                .label(name)
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(3))
+                });
+            chart
+                .draw_series(line.into_iter().map(|p| Circle::new(p, 5, color.filled())))
+                .map_err(err)?;
+        }
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 17))
+        .draw()
+        .map_err(err)?;
+    root.present().map_err(err)?;
+    Ok(())
+}

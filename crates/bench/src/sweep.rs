@@ -1,0 +1,465 @@
+//! `milliscale bench sweep --config FILE`: run a grid of benchmark
+//! configurations, write every report as a CSV row, and draw PNG plots
+//! shaped like the paper's figures.
+//!
+//! A config is TOML:
+//!
+//! ```toml
+//! name = "fig9-10-threads"
+//! benchmark = "ycsb"          # or "tpcc"
+//! repetitions = 2
+//! [args]                      # flags every run gets
+//! records = 100000
+//! duration = 5
+//! [grid]                      # every combination of these flags
+//! variant = ["milliscale", "s3x"]
+//! threads = [1, 2, 4, 8]
+//! [[plot]]
+//! file = "fig9-throughput.png"
+//! title = "YCSB-A: throughput against threads"
+//! x = "threads"               # a grid flag, or "@y" (the y fields as categories)
+//! y = ["txn_per_s"]           # report fields, dotted paths into its JSON
+//! series = "variant"          # a grid flag: one line (or bar group) each
+//! kind = "line"               # or "bar"
+//! x_label = "worker threads"
+//! y_label = "transactions/s"
+//! ```
+//!
+//! Each run is a separate process (`milliscale bench <benchmark> ...
+//! --json`), so runs do not share memory or threads. Repetitions are the
+//! outer loop: every configuration runs once before any runs twice, so
+//! slow drifts of the machine spread over all of them. A plotted point is
+//! the mean over repetitions.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde_json::Value;
+
+/// A sweep's config (see the module docs).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SweepConfig {
+    pub name: String,
+    pub benchmark: String,
+    #[serde(default = "one")]
+    pub repetitions: usize,
+    #[serde(default)]
+    pub args: BTreeMap<String, toml::Value>,
+    #[serde(default)]
+    pub grid: BTreeMap<String, Vec<toml::Value>>,
+    #[serde(default)]
+    pub plot: Vec<PlotSpec>,
+}
+
+fn one() -> usize {
+    1
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlotSpec {
+    pub file: String,
+    pub title: String,
+    pub x: String,
+    pub y: Vec<String>,
+    #[serde(default)]
+    pub series: Option<String>,
+    #[serde(default = "line")]
+    pub kind: String,
+    #[serde(default)]
+    pub x_label: Option<String>,
+    #[serde(default)]
+    pub y_label: Option<String>,
+    /// Multiply every y value by this (e.g. 0.001 for µs to ms).
+    #[serde(default = "unit")]
+    pub y_scale: f64,
+}
+
+fn line() -> String {
+    "line".into()
+}
+fn unit() -> f64 {
+    1.0
+}
+
+impl SweepConfig {
+    pub fn load(path: &Path) -> Result<SweepConfig, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let cfg: SweepConfig =
+            toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        cfg.validate().map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(cfg)
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        if !matches!(self.benchmark.as_str(), "ycsb" | "tpcc") {
+            return Err(format!("benchmark must be ycsb or tpcc, got {:?}", self.benchmark));
+        }
+        if self.repetitions == 0 {
+            return Err("repetitions must be at least 1".into());
+        }
+        for (k, v) in &self.grid {
+            if v.is_empty() {
+                return Err(format!("grid.{k} has no values"));
+            }
+            if self.args.contains_key(k) {
+                return Err(format!("{k} is both in [args] and in [grid]"));
+            }
+        }
+        for p in &self.plot {
+            if p.y.is_empty() {
+                return Err(format!("plot {}: y names no field", p.file));
+            }
+            if p.x != "@y" && !self.grid.contains_key(&p.x) {
+                return Err(format!(
+                    "plot {}: x = {:?} is not a grid flag (or \"@y\")",
+                    p.file, p.x
+                ));
+            }
+            if let Some(s) = p.series.as_ref().filter(|s| !self.grid.contains_key(*s)) {
+                return Err(format!("plot {}: series = {s:?} is not a grid flag", p.file));
+            }
+            if !matches!(p.kind.as_str(), "line" | "bar") {
+                return Err(format!("plot {}: kind must be line or bar", p.file));
+            }
+        }
+        Ok(())
+    }
+
+    /// Every combination of the grid, in a fixed order (the last flag
+    /// varies fastest).
+    pub fn points(&self) -> Vec<BTreeMap<String, String>> {
+        let mut points = vec![BTreeMap::new()];
+        for (k, values) in &self.grid {
+            let mut next = Vec::with_capacity(points.len() * values.len());
+            for p in &points {
+                for v in values {
+                    let mut q = p.clone();
+                    q.insert(k.clone(), flag_value(v));
+                    next.push(q);
+                }
+            }
+            points = next;
+        }
+        points
+    }
+
+    /// The command-line arguments of one run.
+    pub fn argv(&self, point: &BTreeMap<String, String>) -> Vec<String> {
+        let mut argv = vec!["bench".to_owned(), self.benchmark.clone()];
+        let fixed = self.args.iter().map(|(k, v)| (k.clone(), flag_value(v)));
+        for (k, v) in fixed.chain(point.iter().map(|(k, v)| (k.clone(), v.clone()))) {
+            match v.as_str() {
+                "true" => argv.push(format!("--{k}")),
+                "false" => {}
+                _ => {
+                    argv.push(format!("--{k}"));
+                    argv.push(v);
+                }
+            }
+        }
+        argv.push("--json".into());
+        argv
+    }
+}
+
+fn flag_value(v: &toml::Value) -> String {
+    match v {
+        toml::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Flatten a report's JSON into dotted paths → scalar values.
+pub fn flatten(v: &Value) -> BTreeMap<String, Value> {
+    fn walk(prefix: &str, v: &Value, out: &mut BTreeMap<String, Value>) {
+        match v {
+            Value::Object(m) => {
+                for (k, v) in m {
+                    let p = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                    walk(&p, v, out);
+                }
+            }
+            Value::Array(_) => {} // samples over time: not a scalar
+            other => {
+                out.insert(prefix.to_owned(), other.clone());
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk("", v, &mut out);
+    out
+}
+
+/// One finished run.
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub repetition: usize,
+    pub point: BTreeMap<String, String>,
+    pub fields: BTreeMap<String, Value>,
+}
+
+/// Run every point `repetitions` times with `exe`; `progress(done, total,
+/// argv)` is called before each run.
+pub fn run(
+    cfg: &SweepConfig,
+    exe: &Path,
+    mut progress: impl FnMut(usize, usize, &[String]),
+) -> Result<Vec<Row>, String> {
+    let points = cfg.points();
+    let total = points.len() * cfg.repetitions;
+    let mut rows = Vec::with_capacity(total);
+    for rep in 0..cfg.repetitions {
+        for point in &points {
+            let argv = cfg.argv(point);
+            progress(rows.len(), total, &argv);
+            let out = std::process::Command::new(exe)
+                .args(&argv)
+                .stdin(std::process::Stdio::null())
+                .output()
+                .map_err(|e| format!("{}: {e}", exe.display()))?;
+            if !out.status.success() {
+                return Err(format!(
+                    "`milliscale {}` failed: {}",
+                    argv.join(" "),
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ));
+            }
+            let json: Value = serde_json::from_slice(&out.stdout).map_err(|e| {
+                format!("`milliscale {}` printed no JSON report: {e}", argv.join(" "))
+            })?;
+            rows.push(Row { repetition: rep, point: point.clone(), fields: flatten(&json) });
+        }
+    }
+    Ok(rows)
+}
+
+fn csv_cell(v: &Value) -> String {
+    let s = match v {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    };
+    if s.contains([',', '"', '\n']) { format!("\"{}\"", s.replace('"', "\"\"")) } else { s }
+}
+
+/// Every row with the grid flags first, then every report field any row has.
+pub fn to_csv(cfg: &SweepConfig, rows: &[Row]) -> String {
+    let grid: Vec<&String> = cfg.grid.keys().collect();
+    let mut fields: Vec<&String> = rows.iter().flat_map(|r| r.fields.keys()).collect();
+    fields.sort();
+    fields.dedup();
+    let mut s = String::from("repetition");
+    for g in &grid {
+        s.push(',');
+        s.push_str(g);
+    }
+    for f in &fields {
+        s.push(',');
+        s.push_str(f);
+    }
+    s.push('\n');
+    for r in rows {
+        s.push_str(&r.repetition.to_string());
+        for g in &grid {
+            s.push(',');
+            s.push_str(&csv_cell(&Value::String(r.point[*g].clone())));
+        }
+        for f in &fields {
+            s.push(',');
+            s.push_str(&r.fields.get(*f).map(csv_cell).unwrap_or_default());
+        }
+        s.push('\n');
+    }
+    s
+}
+
+/// One plotted line or bar group: (x category, mean y) in x order.
+pub type Series = (String, Vec<(String, f64)>);
+
+/// The plot's data: x categories in grid order, and one series per value
+/// of `series` (or per y field when x is "@y"), y averaged over repetitions.
+pub fn plot_data(
+    cfg: &SweepConfig,
+    spec: &PlotSpec,
+    rows: &[Row],
+) -> Result<(Vec<String>, Vec<Series>), String> {
+    let value =
+        |r: &Row, field: &str| -> Result<f64, String> {
+            r.fields.get(field).and_then(Value::as_f64).map(|v| v * spec.y_scale).ok_or_else(|| {
+                format!("plot {}: the reports have no number at {field:?}", spec.file)
+            })
+        };
+    let series_of = |r: &Row| spec.series.as_ref().map_or(String::new(), |s| r.point[s].clone());
+    let series_names: Vec<String> = match &spec.series {
+        Some(s) => cfg.grid[s].iter().map(flag_value).collect(),
+        None => vec![String::new()],
+    };
+    let mut out = Vec::new();
+    if spec.x == "@y" {
+        let xs: Vec<String> = spec.y.iter().map(|f| short_name(f)).collect();
+        for name in &series_names {
+            let mine: Vec<&Row> = rows.iter().filter(|r| &series_of(r) == name).collect();
+            let mut pts = Vec::new();
+            for (f, x) in spec.y.iter().zip(&xs) {
+                let vals: Result<Vec<f64>, String> = mine.iter().map(|r| value(r, f)).collect();
+                let vals = vals?;
+                if !vals.is_empty() {
+                    pts.push((x.clone(), vals.iter().sum::<f64>() / vals.len() as f64));
+                }
+            }
+            out.push((name.clone(), pts));
+        }
+        return Ok((xs, out));
+    }
+    let xs: Vec<String> = cfg.grid[&spec.x].iter().map(flag_value).collect();
+    for name in &series_names {
+        for f in &spec.y {
+            let label = match (spec.series.is_some(), spec.y.len() > 1) {
+                (true, true) => format!("{name} {}", short_name(f)),
+                (true, false) => name.clone(),
+                (false, _) => short_name(f),
+            };
+            let mut pts = Vec::new();
+            for x in &xs {
+                let vals: Result<Vec<f64>, String> = rows
+                    .iter()
+                    .filter(|r| &series_of(r) == name && &r.point[&spec.x] == x)
+                    .map(|r| value(r, f))
+                    .collect();
+                let vals = vals?;
+                if !vals.is_empty() {
+                    pts.push((x.clone(), vals.iter().sum::<f64>() / vals.len() as f64));
+                }
+            }
+            out.push((label, pts));
+        }
+    }
+    Ok((xs, out))
+}
+
+/// "commit_latency.p99_us" -> "p99"; other paths keep their last part.
+fn short_name(field: &str) -> String {
+    let last = field.rsplit('.').next().unwrap_or(field);
+    if let Some(p) = last.strip_suffix("_us").filter(|p| p.starts_with('p')) {
+        return match p {
+            "p999" => "p99.9".into(),
+            "p9999" => "p99.99".into(),
+            _ => p.to_owned(),
+        };
+    }
+    last.strip_suffix("_usd_per_1000_txn").unwrap_or(last).to_owned()
+}
+
+/// Write the CSV and every plot under `out_dir`; returns the files written.
+pub fn write_outputs(
+    cfg: &SweepConfig,
+    rows: &[Row],
+    out_dir: &Path,
+) -> Result<Vec<PathBuf>, String> {
+    std::fs::create_dir_all(out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
+    let mut written = Vec::new();
+    let csv = out_dir.join(format!("{}.csv", cfg.name));
+    std::fs::write(&csv, to_csv(cfg, rows)).map_err(|e| format!("{}: {e}", csv.display()))?;
+    written.push(csv);
+    for spec in &cfg.plot {
+        let (xs, series) = plot_data(cfg, spec, rows)?;
+        let path = out_dir.join(&spec.file);
+        crate::plot::draw(&path, spec, &xs, &series)?;
+        written.push(path);
+    }
+    Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CONFIG: &str = r#"
+name = "t"
+benchmark = "ycsb"
+repetitions = 2
+[args]
+records = 1000
+[grid]
+variant = ["milliscale", "s3x"]
+threads = [1, 2]
+[[plot]]
+file = "a.png"
+title = "t"
+x = "threads"
+y = ["txn_per_s"]
+series = "variant"
+[[plot]]
+file = "b.png"
+title = "t"
+x = "@y"
+y = ["commit_latency.p50_us", "commit_latency.p999_us"]
+series = "variant"
+"#;
+
+    fn rows(cfg: &SweepConfig) -> Vec<Row> {
+        let mut rows = Vec::new();
+        for rep in 0..2 {
+            for p in cfg.points() {
+                let t: f64 = p["threads"].parse().expect("number");
+                let v = if p["variant"] == "s3x" { 10.0 } else { 20.0 };
+                let json = serde_json::json!({
+                    "txn_per_s": v * t + rep as f64,
+                    "commit_latency": {"p50_us": v, "p999_us": v * 3.0},
+                    "config": {"store": "sim://s3x"},
+                    "memory": {"rss_mib_samples": [[0.0, 1.0]]},
+                });
+                rows.push(Row { repetition: rep, point: p, fields: flatten(&json) });
+            }
+        }
+        rows
+    }
+
+    #[test]
+    fn the_grid_expands_and_becomes_flags() {
+        let cfg: SweepConfig = toml::from_str(CONFIG).expect("parse");
+        cfg.validate().expect("valid");
+        let points = cfg.points();
+        assert_eq!(points.len(), 4);
+        let argv = cfg.argv(&points[1]);
+        assert_eq!(
+            argv,
+            ["bench", "ycsb", "--records", "1000", "--threads", "1", "--variant", "s3x", "--json"]
+        );
+    }
+
+    #[test]
+    fn plot_data_averages_repetitions_per_series() {
+        let cfg: SweepConfig = toml::from_str(CONFIG).expect("parse");
+        let rows = rows(&cfg);
+        let (xs, series) = plot_data(&cfg, &cfg.plot[0], &rows).expect("data");
+        assert_eq!(xs, ["1", "2"]);
+        assert_eq!(series[0].0, "milliscale");
+        // 20 * threads + repetition (0 or 1), averaged: 20.5 and 40.5.
+        assert_eq!(series[0].1, vec![("1".to_owned(), 20.5), ("2".to_owned(), 40.5)]);
+        assert_eq!(series[1].1, vec![("1".to_owned(), 10.5), ("2".to_owned(), 20.5)]);
+        let (xs, series) = plot_data(&cfg, &cfg.plot[1], &rows).expect("data");
+        assert_eq!(xs, ["p50", "p99.9"]);
+        assert_eq!(series[1].1, vec![("p50".to_owned(), 10.0), ("p99.9".to_owned(), 30.0)]);
+        let csv = to_csv(&cfg, &rows);
+        assert_eq!(csv.lines().count(), 9);
+        assert!(csv.lines().next().expect("header").starts_with("repetition,threads,variant,"));
+    }
+
+    #[test]
+    fn bad_configs_are_refused() {
+        for bad in [
+            CONFIG.replace("benchmark = \"ycsb\"", "benchmark = \"tpch\""),
+            CONFIG.replace("x = \"threads\"", "x = \"records\""),
+            CONFIG.replace("series = \"variant\"\n[[plot]]", "series = \"nope\"\n[[plot]]"),
+            CONFIG.replace("[args]\nrecords = 1000", "[args]\nthreads = 3"),
+        ] {
+            let cfg: SweepConfig = toml::from_str(&bad).expect("parse");
+            assert!(cfg.validate().is_err(), "{bad}");
+        }
+        assert!(toml::from_str::<SweepConfig>(&CONFIG.replace("repetitions", "repeats")).is_err());
+    }
+}

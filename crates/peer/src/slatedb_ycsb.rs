@@ -1,0 +1,311 @@
+//! YCSB through SlateDB (`milliscale bench ycsb --engine slatedb`).
+//!
+//! The operations are those of `milliscale_bench::ycsb`: 80-byte records,
+//! transactions of `ops_per_txn` point reads (read-only) or
+//! read-modify-writes of one 8-byte field, mixed by the workload. SlateDB
+//! has no partial-value update, so a read-modify-write puts the whole
+//! record. Each transaction is a SlateDB `DbTransaction` at snapshot
+//! isolation. A writing transaction counts as committed at
+//! `WriteHandle::await_durable`: the same durability as a milliscale
+//! acknowledgment (on the store, in a quorum of one). Clients are tokio
+//! tasks, each running one transaction at a time, so SlateDB's group
+//! commit (its WAL flush every `flush_interval`) sees `clients`
+//! concurrent commits.
+//!
+//! The store is a milliscale store (`sim://s3x` by default, with its
+//! latency model and accounting) behind [`crate::object_store_adapter`].
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use milliscale_bench::harness::{PHASE_MEASURE, PHASE_STOP, PHASE_WARMUP, worker_rng};
+use milliscale_bench::keys::KeyChooser;
+use milliscale_bench::report::{Environment, KindStats, LogReport, Percentiles, Report};
+use milliscale_bench::ycsb::{FIELD_BYTES, FIELDS, YcsbConfig, initial_record};
+use objstore::sim::accounting::AccountingReport;
+use rand::Rng;
+use slatedb::{Db, ErrorKind, IsolationLevel, Settings, WriteBatch};
+
+use crate::object_store_adapter::Adapter;
+
+/// SlateDB's own knobs.
+#[derive(Debug, Clone)]
+pub struct SlateOptions {
+    /// Concurrent clients (tokio tasks), each one transaction at a time.
+    pub clients: usize,
+    /// SlateDB's WAL flush interval.
+    pub flush_interval: Duration,
+}
+
+struct ClientStats {
+    committed: [u64; 2],
+    aborted: [u64; 2],
+    txn_ns: Histogram<u64>,
+    commit_ns: Histogram<u64>,
+}
+
+impl ClientStats {
+    fn new() -> ClientStats {
+        let h = || Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid bounds");
+        ClientStats { committed: [0; 2], aborted: [0; 2], txn_ns: h(), commit_ns: h() }
+    }
+}
+
+fn key(id: u64) -> [u8; 8] {
+    id.to_be_bytes()
+}
+
+/// Run YCSB on SlateDB and report like `bench ycsb`.
+pub fn run(cfg: &YcsbConfig, opts: &SlateOptions) -> Result<Report, String> {
+    if cfg.log.stores.len() != 1 || cfg.log.stores[0] == "none" {
+        return Err("SlateDB runs on exactly one store: give one --store URL".into());
+    }
+    if opts.clients == 0 || opts.clients > 100_000 {
+        return Err(format!("--clients must be in 1..=100000, got {}", opts.clients));
+    }
+    if opts.flush_interval.is_zero() {
+        return Err("SlateDB's flush interval must be positive".into());
+    }
+    if cfg.ops_per_txn == 0 {
+        return Err("ops-per-txn must be positive".into());
+    }
+    let chooser = KeyChooser::new(cfg.records, cfg.dist)?;
+    let mut log = cfg.log.clone();
+    log.seed_sims(cfg.seed);
+    let url = log.stores[0].clone();
+    let store = objstore::open(&url).map_err(|e| format!("{url}: {e}"))?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cfg.threads.max(1))
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(run_async(cfg, opts, store, &url, chooser))
+}
+
+async fn run_async(
+    cfg: &YcsbConfig,
+    opts: &SlateOptions,
+    store: Arc<dyn objstore::ObjectStore>,
+    url: &str,
+    chooser: KeyChooser,
+) -> Result<Report, String> {
+    let adapter = Arc::new(Adapter::new(store.clone(), url));
+    let settings = Settings { flush_interval: Some(opts.flush_interval), ..Settings::default() };
+    let db = Arc::new(
+        Db::builder("ycsb", adapter)
+            .with_settings(settings)
+            .build()
+            .await
+            .map_err(|e| format!("SlateDB open: {e}"))?,
+    );
+    let mut notes = Vec::new();
+    let t0 = Instant::now();
+    const BATCH: u64 = 10_000;
+    let mut start = 0;
+    while start < cfg.records {
+        let mut b = WriteBatch::new();
+        for id in start..(start + BATCH).min(cfg.records) {
+            b.put(key(id), initial_record(id));
+        }
+        db.write(b).await.map_err(|e| format!("SlateDB load: {e}"))?;
+        start += BATCH;
+    }
+    db.flush().await.map_err(|e| format!("SlateDB load: {e}"))?;
+    notes.push(format!("loaded {} records in {:.2} s", cfg.records, t0.elapsed().as_secs_f64()));
+
+    let phase = Arc::new(AtomicU8::new(PHASE_WARMUP));
+    let chooser = Arc::new(chooser);
+    let mut clients = Vec::with_capacity(opts.clients);
+    for c in 0..opts.clients {
+        let (db, phase, chooser, cfg) = (db.clone(), phase.clone(), chooser.clone(), cfg.clone());
+        clients.push(tokio::spawn(async move { client(db, phase, chooser, cfg, c as u64).await }));
+    }
+    tokio::time::sleep(cfg.warmup).await;
+    let before = store.accounting();
+    phase.store(PHASE_MEASURE, Ordering::SeqCst);
+    let m0 = Instant::now();
+    tokio::time::sleep(cfg.duration).await;
+    phase.store(PHASE_STOP, Ordering::SeqCst);
+    let measured = m0.elapsed();
+    let after = store.accounting();
+    let mut all = ClientStats::new();
+    for h in clients {
+        let s = h.await.map_err(|e| e.to_string())??;
+        for k in 0..2 {
+            all.committed[k] += s.committed[k];
+            all.aborted[k] += s.aborted[k];
+        }
+        all.txn_ns.add(&s.txn_ns).expect("same bounds");
+        all.commit_ns.add(&s.commit_ns).expect("same bounds");
+    }
+    db.close().await.map_err(|e| format!("SlateDB close: {e}"))?;
+
+    let secs = measured.as_secs_f64();
+    let committed: u64 = all.committed.iter().sum();
+    let aborted: u64 = all.aborted.iter().sum();
+    let mut config = BTreeMap::new();
+    config.insert("records".into(), cfg.records.to_string());
+    config.insert("workload".into(), format!("{:?}", cfg.workload).to_lowercase());
+    config.insert(
+        "dist".into(),
+        match cfg.dist {
+            milliscale_bench::keys::KeyDist::Uniform => "uniform".to_owned(),
+            milliscale_bench::keys::KeyDist::Zipfian { theta } => format!("zipfian({theta})"),
+        },
+    );
+    config.insert("ops_per_txn".into(), cfg.ops_per_txn.to_string());
+    config.insert("store".into(), url.to_owned());
+    config.insert("clients".into(), opts.clients.to_string());
+    config
+        .insert("flush_interval_ms".into(), (opts.flush_interval.as_secs_f64() * 1e3).to_string());
+    config.insert("isolation".into(), "snapshot".into());
+    config.insert("warmup_s".into(), cfg.warmup.as_secs_f64().to_string());
+    config.insert("seed".into(), cfg.seed.to_string());
+    let log = window(before, after, secs, committed);
+    notes.push(
+        "commit latency: commit() to await_durable() of read-write transactions; \
+         read-only transactions commit at once"
+            .into(),
+    );
+    Ok(Report {
+        benchmark: "ycsb".into(),
+        engine: "slatedb".into(),
+        config,
+        env: Environment::detect(),
+        threads: cfg.threads,
+        duration_s: secs,
+        committed,
+        aborted,
+        operations: committed * cfg.ops_per_txn as u64,
+        txn_per_s: committed as f64 / secs,
+        ops_per_s: (committed * cfg.ops_per_txn as u64) as f64 / secs,
+        abort_rate: if committed + aborted == 0 {
+            0.0
+        } else {
+            aborted as f64 / (committed + aborted) as f64
+        },
+        txn_latency: Percentiles::from_nanos(&all.txn_ns),
+        commit_latency: Percentiles::from_nanos(&all.commit_ns),
+        by_kind: [
+            (
+                "read-only".to_owned(),
+                KindStats { committed: all.committed[0], aborted: all.aborted[0] },
+            ),
+            (
+                "read-modify-write".to_owned(),
+                KindStats { committed: all.committed[1], aborted: all.aborted[1] },
+            ),
+        ]
+        .into(),
+        latency_by_kind: BTreeMap::new(),
+        extra: BTreeMap::new(),
+        memory: None,
+        log,
+        notes,
+    })
+}
+
+/// The store's requests and cost over the measured window.
+fn window(
+    before: Option<AccountingReport>,
+    after: Option<AccountingReport>,
+    secs: f64,
+    committed: u64,
+) -> Option<LogReport> {
+    let (before, after) = (before?, after?);
+    let mut requests = BTreeMap::new();
+    for (k, n) in &after.requests {
+        let n0 = before.requests.get(k).copied().unwrap_or(0);
+        if *n > n0 {
+            requests.insert((*k).to_owned(), (n - n0) as f64 / secs);
+        }
+    }
+    let usd = after.cost_usd - before.cost_usd;
+    Some(LogReport {
+        stores: vec!["SlateDB WAL + SSTs (object per flush)".into()],
+        requests_per_s: requests,
+        usd_per_1000_txn: if committed == 0 { 0.0 } else { usd / committed as f64 * 1000.0 },
+        ..LogReport::default()
+    })
+}
+
+async fn client(
+    db: Arc<Db>,
+    phase: Arc<AtomicU8>,
+    chooser: Arc<KeyChooser>,
+    cfg: YcsbConfig,
+    c: u64,
+) -> Result<ClientStats, String> {
+    let mut rng = worker_rng(cfg.seed, c);
+    let mut stats = ClientStats::new();
+    let read_fraction = cfg.workload.read_fraction();
+    let mut keys = vec![0u64; cfg.ops_per_txn];
+    loop {
+        let p = phase.load(Ordering::Relaxed);
+        if p == PHASE_STOP {
+            return Ok(stats);
+        }
+        let rmw = rng.random::<f64>() >= read_fraction;
+        for k in keys.iter_mut() {
+            *k = chooser.next(&mut rng);
+        }
+        let kind = usize::from(rmw);
+        let started = Instant::now();
+        let txn = db.begin(IsolationLevel::Snapshot).map_err(|e| e.to_string())?;
+        let mut failed = None;
+        for &id in &keys {
+            let k = key(id);
+            let v = match txn.get(&k).await {
+                Ok(Some(v)) => v,
+                Ok(None) => return Err(format!("SlateDB lost record {id}")),
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            };
+            if rmw {
+                let mut record = v.to_vec();
+                let field = rng.random_range(1..FIELDS);
+                let value: u64 = rng.random();
+                record[field * FIELD_BYTES..(field + 1) * FIELD_BYTES]
+                    .copy_from_slice(&value.to_le_bytes());
+                if let Err(e) = txn.put(k, record) {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        let precommit = Instant::now();
+        let result = match failed {
+            Some(e) => Err(e),
+            None => match txn.commit().await {
+                Ok(Some(handle)) => handle.await_durable().await,
+                Ok(None) => Ok(()),
+                Err(e) => Err(e),
+            },
+        };
+        let counted = p == PHASE_MEASURE && phase.load(Ordering::Relaxed) == PHASE_MEASURE;
+        match result {
+            Ok(()) => {
+                if counted {
+                    let acked = Instant::now();
+                    stats.committed[kind] += 1;
+                    let _ = stats.txn_ns.record((acked - started).as_nanos().max(1) as u64);
+                    if rmw {
+                        let _ =
+                            stats.commit_ns.record((acked - precommit).as_nanos().max(1) as u64);
+                    }
+                }
+            }
+            Err(e) if e.kind() == ErrorKind::Transaction => {
+                if counted {
+                    stats.aborted[kind] += 1;
+                }
+            }
+            Err(e) => return Err(format!("SlateDB transaction failed: {e}")),
+        }
+    }
+}

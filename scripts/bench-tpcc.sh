@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# TPC-C comparisons (issue 6, acceptance 4), in alternating rounds:
+#  - variants: milliscale (shared log buffers, record-level tracking)
+#    against s3x (a buffer per thread, transaction-level tracking), both on
+#    sim://s3x: append requests/s and throughput;
+#  - logging: delta against full-record, NewOrder + Payment only: log
+#    bytes per logged transaction.
+# Usage: scripts/bench-tpcc.sh [ROUNDS] [SECONDS] [WAREHOUSES] [THREADS]
+set -euo pipefail
+rounds=${1:-3}
+secs=${2:-20}
+wh=${3:-10}
+threads=${4:-8}
+bin=target/release/milliscale
+cargo build --release -q -p milliscale-cli
+out=$(mktemp -d)
+echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); commit $(git rev-parse --short=12 HEAD)"
+echo "rounds=$rounds seconds=$secs warehouses=$wh threads=$threads; raw reports in $out"
+for r in $(seq 1 "$rounds"); do
+    for v in milliscale s3x; do
+        $bin bench tpcc --variant $v --warehouses "$wh" --threads "$threads" \
+            --duration "$secs" --warmup 2 --json > "$out/variant-$v-$r.json"
+    done
+    for l in delta full; do
+        flag=""
+        [ $l = full ] && flag=--full-record-logging
+        $bin bench tpcc --mix 50,50,0,0,0 $flag --warehouses "$wh" --threads "$threads" \
+            --duration "$secs" --warmup 2 --json > "$out/logging-$l-$r.json"
+    done
+done
+python3 scripts/summarize-tpcc.py "$out" "$rounds"
