@@ -46,6 +46,26 @@ fn err(e: impl std::fmt::Display) -> String {
     format!("plot: {e}")
 }
 
+/// A y tick label: thousands separated, decimals only where the axis needs them.
+fn tick(v: f64, ymax: f64) -> String {
+    if ymax >= 100.0 {
+        let n = v.round() as i64;
+        let digits = n.unsigned_abs().to_string();
+        let mut out = String::new();
+        for (i, c) in digits.chars().enumerate() {
+            if i > 0 && (digits.len() - i).is_multiple_of(3) {
+                out.push(',');
+            }
+            out.push(c);
+        }
+        if n < 0 { format!("-{out}") } else { out }
+    } else if ymax >= 1.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.4}")
+    }
+}
+
 /// Draw `series` over the categories `xs` into a PNG at `path`.
 pub fn draw(path: &Path, spec: &PlotSpec, xs: &[String], series: &[Series]) -> Result<(), String> {
     ensure_font()?;
@@ -79,6 +99,7 @@ pub fn draw(path: &Path, spec: &PlotSpec, xs: &[String], series: &[Series]) -> R
         .x_labels(2 * n + 1)
         .x_label_formatter(&label)
         .disable_x_mesh()
+        .y_label_formatter(&|v| tick(*v, ymax))
         .x_desc(spec.x_label.clone().unwrap_or_else(|| spec.x.clone()))
         .y_desc(spec.y_label.clone().unwrap_or_else(|| spec.y.join(", ")))
         .label_style(("sans-serif", 17))
@@ -122,4 +143,36 @@ pub fn draw(path: &Path, spec: &PlotSpec, xs: &[String], series: &[Series]) -> R
         .map_err(err)?;
     root.present().map_err(err)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ticks_read_well() {
+        assert_eq!(tick(200_000.0, 250_000.0), "200,000");
+        assert_eq!(tick(1_234.4, 5_000.0), "1,234");
+        assert_eq!(tick(12.25, 60.0), "12.2");
+        assert_eq!(tick(0.0125, 0.05), "0.0125");
+    }
+
+    /// A plot is drawn to a PNG file that decodes at the expected size.
+    #[test]
+    fn a_plot_is_a_png() {
+        let spec: PlotSpec = toml::from_str(
+            "file = \"t.png\"\ntitle = \"t\"\nx = \"threads\"\ny = [\"txn_per_s\"]\nkind = \"bar\"",
+        )
+        .expect("spec");
+        let path = std::env::temp_dir().join(format!("ms-plot-{}.png", std::process::id()));
+        let xs = vec!["1".to_owned(), "2".to_owned()];
+        let series = vec![("a".to_owned(), vec![("1".to_owned(), 3.0), ("2".to_owned(), 5.0)])];
+        draw(&path, &spec, &xs, &series).expect("draw");
+        let bytes = std::fs::read(&path).expect("written");
+        assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+        // IHDR: width and height, big-endian, at bytes 16..24.
+        assert_eq!(u32::from_be_bytes(bytes[16..20].try_into().expect("4")), 960);
+        assert_eq!(u32::from_be_bytes(bytes[20..24].try_into().expect("4")), 600);
+        std::fs::remove_file(&path).expect("clean up");
+    }
 }

@@ -317,9 +317,14 @@ pub fn plot_data(
     let xs: Vec<String> = cfg.grid[&spec.x].iter().map(flag_value).collect();
     for name in &series_names {
         for f in &spec.y {
+            // A bare number says nothing in a legend: name its flag.
+            let shown = match &spec.series {
+                Some(flag) if name.parse::<f64>().is_ok() => format!("{flag} {name}"),
+                _ => name.clone(),
+            };
             let label = match (spec.series.is_some(), spec.y.len() > 1) {
-                (true, true) => format!("{name} {}", short_name(f)),
-                (true, false) => name.clone(),
+                (true, true) => format!("{shown} {}", short_name(f)),
+                (true, false) => shown,
                 (false, _) => short_name(f),
             };
             let mut pts = Vec::new();
@@ -353,17 +358,76 @@ fn short_name(field: &str) -> String {
     last.strip_suffix("_usd_per_1000_txn").unwrap_or(last).to_owned()
 }
 
+/// Read back the rows of a CSV that [`to_csv`] wrote for `cfg` (to
+/// re-draw plots without running again). Numbers come back as numbers.
+pub fn from_csv(cfg: &SweepConfig, text: &str) -> Result<Vec<Row>, String> {
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().ok_or("an empty CSV")?.split(',').collect();
+    let mut rows = Vec::new();
+    for (n, line) in lines.enumerate() {
+        let cells = split_csv_line(line);
+        if cells.len() != header.len() {
+            return Err(format!(
+                "CSV line {}: {} cells, the header has {}",
+                n + 2,
+                cells.len(),
+                header.len()
+            ));
+        }
+        let mut row = Row { repetition: 0, point: BTreeMap::new(), fields: BTreeMap::new() };
+        for (h, c) in header.iter().zip(cells) {
+            if *h == "repetition" {
+                row.repetition =
+                    c.parse().map_err(|_| format!("CSV line {}: bad repetition", n + 2))?;
+            } else if cfg.grid.contains_key(*h) {
+                row.point.insert((*h).to_owned(), c);
+            } else if !c.is_empty() {
+                let v = c.parse::<f64>().map(Value::from).unwrap_or(Value::String(c));
+                row.fields.insert((*h).to_owned(), v);
+            }
+        }
+        if row.point.len() != cfg.grid.len() {
+            return Err(format!("CSV line {}: it lacks a grid column of this config", n + 2));
+        }
+        rows.push(row);
+    }
+    Ok(rows)
+}
+
+/// Split one CSV line, honouring double quotes.
+fn split_csv_line(line: &str) -> Vec<String> {
+    let mut cells = vec![String::new()];
+    let mut quoted = false;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (c, quoted) {
+            ('"', true) if chars.peek() == Some(&'"') => {
+                chars.next();
+                cells.last_mut().expect("a cell").push('"');
+            }
+            ('"', _) => quoted = !quoted,
+            (',', false) => cells.push(String::new()),
+            (c, _) => cells.last_mut().expect("a cell").push(c),
+        }
+    }
+    cells
+}
+
 /// Write the CSV and every plot under `out_dir`; returns the files written.
+/// (`with_csv`: false when re-drawing from that CSV).
 pub fn write_outputs(
     cfg: &SweepConfig,
     rows: &[Row],
     out_dir: &Path,
+    with_csv: bool,
 ) -> Result<Vec<PathBuf>, String> {
     std::fs::create_dir_all(out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
     let mut written = Vec::new();
-    let csv = out_dir.join(format!("{}.csv", cfg.name));
-    std::fs::write(&csv, to_csv(cfg, rows)).map_err(|e| format!("{}: {e}", csv.display()))?;
-    written.push(csv);
+    if with_csv {
+        let csv = out_dir.join(format!("{}.csv", cfg.name));
+        std::fs::write(&csv, to_csv(cfg, rows)).map_err(|e| format!("{}: {e}", csv.display()))?;
+        written.push(csv);
+    }
     for spec in &cfg.plot {
         let (xs, series) = plot_data(cfg, spec, rows)?;
         let path = out_dir.join(&spec.file);
@@ -447,6 +511,21 @@ series = "variant"
         let csv = to_csv(&cfg, &rows);
         assert_eq!(csv.lines().count(), 9);
         assert!(csv.lines().next().expect("header").starts_with("repetition,threads,variant,"));
+    }
+
+    #[test]
+    fn the_csv_reads_back_for_replotting() {
+        let cfg: SweepConfig = toml::from_str(CONFIG).expect("parse");
+        let rows = rows(&cfg);
+        let back = from_csv(&cfg, &to_csv(&cfg, &rows)).expect("read back");
+        assert_eq!(back.len(), rows.len());
+        for spec in &cfg.plot {
+            assert_eq!(
+                plot_data(&cfg, spec, &back).expect("data"),
+                plot_data(&cfg, spec, &rows).expect("data")
+            );
+        }
+        assert_eq!(split_csv_line("a,\"b,\"\"c\"\"\",d"), ["a", "b,\"c\"", "d"]);
     }
 
     #[test]

@@ -414,6 +414,10 @@ struct SweepArgs {
     /// Where the CSV and PNGs go [default: sweeps/<name>].
     #[arg(long)]
     out: Option<std::path::PathBuf>,
+    /// Do not run: re-draw the plots from the CSV an earlier run of this
+    /// config wrote (after editing its [[plot]] sections).
+    #[arg(long)]
+    replot: bool,
 }
 
 #[derive(Args)]
@@ -690,6 +694,15 @@ fn bench_sweep(a: SweepArgs) -> Result<(), String> {
     use milliscale_bench::sweep;
     let cfg = sweep::SweepConfig::load(&a.config)?;
     let out = a.out.unwrap_or_else(|| std::path::Path::new("sweeps").join(&cfg.name));
+    if a.replot {
+        let csv = out.join(format!("{}.csv", cfg.name));
+        let text = std::fs::read_to_string(&csv).map_err(|e| format!("{}: {e}", csv.display()))?;
+        let rows = sweep::from_csv(&cfg, &text)?;
+        for f in sweep::write_outputs(&cfg, &rows, &out, false)? {
+            println!("{}", f.display());
+        }
+        return Ok(());
+    }
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this binary: {e}"))?;
     let total = (cfg.points().len() * cfg.repetitions) as u64;
     let bar = if std::io::stderr().is_terminal() {
@@ -712,7 +725,7 @@ fn bench_sweep(a: SweepArgs) -> Result<(), String> {
         }
     })?;
     bar.finish_and_clear();
-    for f in sweep::write_outputs(&cfg, &rows, &out)? {
+    for f in sweep::write_outputs(&cfg, &rows, &out, true)? {
         println!("{}", f.display());
     }
     Ok(())
