@@ -234,7 +234,7 @@ pub fn run(cfg: &BankConfig) -> Result<Report, String> {
         operations: committed,
         txn_per_s: committed as f64 / secs,
         ops_per_s: committed as f64 / secs,
-        abort_rate: aborted as f64 / (committed + aborted).max(1) as f64,
+        abort_rate: crate::report::abort_rate(committed, aborted),
         txn_latency: latency.clone(),
         commit_latency: latency,
         by_kind: [("transfer".to_owned(), KindStats { committed, aborted })].into(),

@@ -54,6 +54,11 @@ impl Percentiles {
     }
 }
 
+/// Aborted over attempted (0 when nothing was attempted).
+pub fn abort_rate(committed: u64, aborted: u64) -> f64 {
+    if committed + aborted == 0 { 0.0 } else { aborted as f64 / (committed + aborted) as f64 }
+}
+
 /// What the log did during the measured phase.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct LogReport {

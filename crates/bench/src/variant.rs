@@ -90,6 +90,25 @@ impl Default for LogSettings {
 }
 
 impl LogSettings {
+    /// Add the log's settings to a report's config map (nothing else when
+    /// there is no log).
+    pub fn describe_into(&self, m: &mut std::collections::BTreeMap<String, String>) {
+        m.insert("store".into(), self.stores.join(" + "));
+        if !self.is_logged() {
+            return;
+        }
+        m.insert("log_group_size".into(), self.log_group_size.to_string());
+        m.insert("log_buffer_bytes".into(), self.log_buffer_bytes.to_string());
+        m.insert("flush_timeout_ms".into(), (self.flush_timeout.as_secs_f64() * 1e3).to_string());
+        m.insert("tracking".into(), format!("{:?}", self.tracking).to_lowercase());
+        if self.stores.len() > 1 {
+            m.insert("quorum".into(), format!("{:?}", self.quorum).to_lowercase());
+        }
+        if self.put_per_flush {
+            m.insert("put_per_flush".into(), "true".into());
+        }
+    }
+
     pub fn is_logged(&self) -> bool {
         !(self.stores.is_empty() || self.stores.iter().all(|s| s == "none"))
     }

@@ -86,21 +86,8 @@ impl YcsbConfig {
         };
         m.insert("dist".into(), dist);
         m.insert("ops_per_txn".into(), self.ops_per_txn.to_string());
-        m.insert("store".into(), self.log.stores.join(" + "));
         m.insert("variant".into(), self.variant.clone());
-        if self.log.is_logged() {
-            let l = &self.log;
-            m.insert("log_group_size".into(), l.log_group_size.to_string());
-            m.insert("log_buffer_bytes".into(), l.log_buffer_bytes.to_string());
-            m.insert("flush_timeout_ms".into(), (l.flush_timeout.as_secs_f64() * 1e3).to_string());
-            m.insert("tracking".into(), format!("{:?}", l.tracking).to_lowercase());
-            if l.stores.len() > 1 {
-                m.insert("quorum".into(), format!("{:?}", l.quorum).to_lowercase());
-            }
-            if l.put_per_flush {
-                m.insert("put_per_flush".into(), "true".into());
-            }
-        }
+        self.log.describe_into(&mut m);
         m.insert("isolation".into(), format!("{:?}", self.isolation).to_lowercase());
         m.insert("warmup_s".into(), self.warmup.as_secs_f64().to_string());
         m.insert("seed".into(), self.seed.to_string());
@@ -133,16 +120,23 @@ impl YcsbConfig {
     }
 }
 
-/// Per-thread results, merged at the end.
-struct WorkerStats {
-    committed: [u64; 2],
-    aborted: [u64; 2],
-    txn_ns: Histogram<u64>,
-    commit_ns: Histogram<u64>,
+/// Per-worker results by kind (0 read-only, 1 read-modify-write), merged
+/// at the end. The SlateDB peer keeps the same.
+pub struct WorkerStats {
+    pub committed: [u64; 2],
+    pub aborted: [u64; 2],
+    pub txn_ns: Histogram<u64>,
+    pub commit_ns: Histogram<u64>,
+}
+
+impl Default for WorkerStats {
+    fn default() -> WorkerStats {
+        WorkerStats::new()
+    }
 }
 
 impl WorkerStats {
-    fn new() -> WorkerStats {
+    pub fn new() -> WorkerStats {
         let h = || Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid bounds");
         WorkerStats { committed: [0; 2], aborted: [0; 2], txn_ns: h(), commit_ns: h() }
     }
@@ -458,11 +452,7 @@ fn build_report(
         operations,
         txn_per_s: committed as f64 / secs,
         ops_per_s: operations as f64 / secs,
-        abort_rate: if committed + aborted == 0 {
-            0.0
-        } else {
-            aborted as f64 / (committed + aborted) as f64
-        },
+        abort_rate: crate::report::abort_rate(committed, aborted),
         txn_latency: Percentiles::from_nanos(&all.txn_ns),
         commit_latency: Percentiles::from_nanos(&all.commit_ns),
         by_kind,

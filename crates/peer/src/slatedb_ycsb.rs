@@ -20,11 +20,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
-use hdrhistogram::Histogram;
 use milliscale_bench::harness::{PHASE_MEASURE, PHASE_STOP, PHASE_WARMUP, worker_rng};
 use milliscale_bench::keys::KeyChooser;
 use milliscale_bench::report::{Environment, KindStats, LogReport, Percentiles, Report};
-use milliscale_bench::ycsb::{FIELD_BYTES, FIELDS, YcsbConfig, initial_record};
+use milliscale_bench::ycsb::{FIELD_BYTES, FIELDS, WorkerStats, YcsbConfig, initial_record};
 use objstore::sim::accounting::AccountingReport;
 use rand::Rng;
 use slatedb::{Db, ErrorKind, IsolationLevel, Settings, WriteBatch};
@@ -38,20 +37,6 @@ pub struct SlateOptions {
     pub clients: usize,
     /// SlateDB's WAL flush interval.
     pub flush_interval: Duration,
-}
-
-struct ClientStats {
-    committed: [u64; 2],
-    aborted: [u64; 2],
-    txn_ns: Histogram<u64>,
-    commit_ns: Histogram<u64>,
-}
-
-impl ClientStats {
-    fn new() -> ClientStats {
-        let h = || Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid bounds");
-        ClientStats { committed: [0; 2], aborted: [0; 2], txn_ns: h(), commit_ns: h() }
-    }
 }
 
 fn key(id: u64) -> [u8; 8] {
@@ -131,7 +116,7 @@ async fn run_async(
     phase.store(PHASE_STOP, Ordering::SeqCst);
     let measured = m0.elapsed();
     let after = store.accounting();
-    let mut all = ClientStats::new();
+    let mut all = WorkerStats::new();
     for h in clients {
         let s = h.await.map_err(|e| e.to_string())??;
         for k in 0..2 {
@@ -182,11 +167,7 @@ async fn run_async(
         operations: committed * cfg.ops_per_txn as u64,
         txn_per_s: committed as f64 / secs,
         ops_per_s: (committed * cfg.ops_per_txn as u64) as f64 / secs,
-        abort_rate: if committed + aborted == 0 {
-            0.0
-        } else {
-            aborted as f64 / (committed + aborted) as f64
-        },
+        abort_rate: milliscale_bench::report::abort_rate(committed, aborted),
         txn_latency: Percentiles::from_nanos(&all.txn_ns),
         commit_latency: Percentiles::from_nanos(&all.commit_ns),
         by_kind: [
@@ -238,9 +219,9 @@ async fn client(
     chooser: Arc<KeyChooser>,
     cfg: YcsbConfig,
     c: u64,
-) -> Result<ClientStats, String> {
+) -> Result<WorkerStats, String> {
     let mut rng = worker_rng(cfg.seed, c);
-    let mut stats = ClientStats::new();
+    let mut stats = WorkerStats::new();
     let read_fraction = cfg.workload.read_fraction();
     let mut keys = vec![0u64; cfg.ops_per_txn];
     loop {

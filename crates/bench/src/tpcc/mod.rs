@@ -114,15 +114,8 @@ impl TpccConfig {
                 Pacing::Open { rate } => format!("open({rate}/s)"),
             },
         );
-        m.insert("store".into(), self.log.stores.join(" + "));
         m.insert("variant".into(), self.variant.clone());
-        if self.log.is_logged() {
-            let l = &self.log;
-            m.insert("log_group_size".into(), l.log_group_size.to_string());
-            m.insert("log_buffer_bytes".into(), l.log_buffer_bytes.to_string());
-            m.insert("flush_timeout_ms".into(), (l.flush_timeout.as_secs_f64() * 1e3).to_string());
-            m.insert("tracking".into(), format!("{:?}", l.tracking).to_lowercase());
-        }
+        self.log.describe_into(&mut m);
         m.insert("isolation".into(), format!("{:?}", self.isolation).to_lowercase());
         m.insert("warmup_s".into(), self.warmup.as_secs_f64().to_string());
         m.insert("seed".into(), self.seed.to_string());
@@ -319,11 +312,7 @@ pub fn run(cfg: &TpccConfig) -> Result<Report, String> {
         operations: committed,
         txn_per_s: committed as f64 / secs,
         ops_per_s: committed as f64 / secs,
-        abort_rate: if committed + aborted == 0 {
-            0.0
-        } else {
-            aborted as f64 / (committed + aborted) as f64
-        },
+        abort_rate: crate::report::abort_rate(committed, aborted),
         txn_latency: Percentiles::from_nanos(&latency),
         commit_latency: Percentiles::default(),
         by_kind,
