@@ -14,13 +14,15 @@ echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -
 echo "seconds=$secs records=$records slatedb clients=$clients; raw reports in $out"
 common=(bench ycsb --workload a --records "$records" --duration "$secs" --warmup 2 --store sim://s3x --json)
 $bin "${common[@]}" --threads 8 > "$out/milliscale.json"
+$bin "${common[@]}" --threads 8 --hedge-appends > "$out/milliscale-hedged.json"
 for ms in 1 10 100; do
     $bin "${common[@]}" --engine slatedb --clients "$clients" --slatedb-flush-ms $ms > "$out/slatedb-$ms.json"
 done
 python3 - "$out" <<'PY'
 import json, sys
 out = sys.argv[1]
-rows = [("milliscale (8 threads, pipelined)", "milliscale")] + [
+rows = [("milliscale (8 threads, pipelined)", "milliscale"),
+        ("milliscale --hedge-appends", "milliscale-hedged")] + [
     (f"SlateDB flush_interval {ms} ms", f"slatedb-{ms}") for ms in (1, 10, 100)]
 print("\n| engine | txn/s | commit p50 ms | commit p99 ms | txn p99 ms | abort rate | store requests/s | $ per 1,000 txn |")
 print("|---|---:|---:|---:|---:|---:|---|---:|")

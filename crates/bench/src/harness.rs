@@ -101,10 +101,14 @@ pub fn worker_rng(seed: u64, w: u64) -> SmallRng {
     SmallRng::seed_from_u64(seed.wrapping_add(w.wrapping_mul(0x9E37_79B9_7F4A_7C15)))
 }
 
+/// A store's accounting and hedged appends when the window opened.
+type StoreStart = (Option<AccountingReport>, u64);
+
 /// The log's metrics and store accounting over the measured phase.
 pub struct LogWindow<'a> {
     db: &'a Database,
-    start: parking_lot::Mutex<Option<Vec<Option<AccountingReport>>>>,
+    /// Per store at the window's start: accounting and hedged appends.
+    start: parking_lot::Mutex<Option<Vec<StoreStart>>>,
     end: parking_lot::Mutex<Option<LogMetrics>>,
 }
 
@@ -116,8 +120,10 @@ impl<'a> LogWindow<'a> {
     pub fn at(&self, phase: u8) {
         if phase == PHASE_MEASURE {
             self.db.reset_log_metrics();
-            *self.start.lock() =
-                self.db.log_metrics().map(|m| m.stores.into_iter().map(|s| s.accounting).collect());
+            *self.start.lock() = self
+                .db
+                .log_metrics()
+                .map(|m| m.stores.into_iter().map(|s| (s.accounting, s.hedged)).collect());
         } else {
             *self.end.lock() = self.db.log_metrics();
         }
@@ -139,9 +145,11 @@ impl<'a> LogWindow<'a> {
         }
         let mut requests = BTreeMap::<String, f64>::new();
         let mut usd = 0.0;
+        let mut hedged = 0;
         for (i, st) in m.stores.iter().enumerate() {
+            hedged += st.hedged - start.get(i).map_or(0, |s| s.1);
             let Some(end) = &st.accounting else { continue };
-            let before = start.get(i).cloned().flatten();
+            let before = start.get(i).and_then(|s| s.0.clone());
             for (k, n) in &end.requests {
                 let n0 = before.as_ref().and_then(|b| b.requests.get(k).copied()).unwrap_or(0);
                 if n > &n0 {
@@ -173,6 +181,7 @@ impl<'a> LogWindow<'a> {
             released: m.commit.released,
             dependency_waited: m.commit.waited,
             dependency_wait: Percentiles::from_micros(&m.commit.dependency_wait_us),
+            hedged_appends_per_s: hedged as f64 / secs,
             requests_per_s: requests,
             usd_per_1000_txn: if committed == 0 { 0.0 } else { usd / committed as f64 * 1000.0 },
         };

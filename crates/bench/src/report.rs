@@ -86,6 +86,9 @@ pub struct LogReport {
     /// were durable, and for how long.
     pub dependency_waited: u64,
     pub dependency_wait: Percentiles,
+    /// Log appends sent a second time because the first was slow, per
+    /// second (their requests are counted in `requests_per_s` too).
+    pub hedged_appends_per_s: f64,
     /// Store requests per second by kind, summed over stores.
     pub requests_per_s: BTreeMap<String, f64>,
     /// Store cost of the measured phase per 1,000 committed transactions.
@@ -297,6 +300,7 @@ impl Report {
             let reqs: Vec<String> =
                 l.requests_per_s.iter().map(|(k, v)| format!("{k} {v:.1}")).collect();
             let _ = writeln!(s, "  store requests/s: {}", reqs.join(", "));
+            let _ = writeln!(s, "  hedged appends/s: {:.2}", l.hedged_appends_per_s);
             let _ = writeln!(s, "  $ per 1,000 committed txns: {:.8}", l.usd_per_1000_txn);
         }
         if let Some(m) = &self.memory {

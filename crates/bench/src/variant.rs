@@ -68,6 +68,8 @@ pub struct LogSettings {
     pub flush_timeout: Duration,
     pub tracking: Tracking,
     pub put_per_flush: bool,
+    /// Send slow appends a second time (`Options::hedge_appends`).
+    pub hedge_appends: bool,
     /// Background checkpoint after this many log bytes; 0 (the benchmark
     /// default) takes none.
     pub checkpoint_log_bytes: u64,
@@ -84,6 +86,7 @@ impl Default for LogSettings {
             flush_timeout: milliscale::options::FLUSH_TIMEOUT_DEFAULT,
             tracking: Tracking::Record,
             put_per_flush: false,
+            hedge_appends: false,
             checkpoint_log_bytes: 0,
         }
     }
@@ -107,6 +110,7 @@ impl LogSettings {
         if self.put_per_flush {
             m.insert("put_per_flush".into(), "true".into());
         }
+        m.insert("hedge_appends".into(), self.hedge_appends.to_string());
     }
 
     pub fn is_logged(&self) -> bool {
@@ -143,6 +147,7 @@ impl LogSettings {
             .flush_timeout(self.flush_timeout)
             .tracking(self.tracking)
             .put_per_flush(self.put_per_flush)
+            .hedge_appends(self.hedge_appends)
             .checkpoint_log_bytes(self.checkpoint_log_bytes);
         for s in &self.stores {
             o = o.add_store(s.clone());

@@ -326,6 +326,9 @@ struct LogArgs {
     /// Write one object per flush even where the store appends.
     #[arg(long)]
     put_per_flush: bool,
+    /// Send a slow log append a second time (Options::hedge_appends).
+    #[arg(long)]
+    hedge_appends: bool,
     /// Take a background checkpoint after this many log bytes (K/M/G
     /// suffix). Off by default in benchmarks, so runs measure the log alone.
     #[arg(long)]
@@ -583,6 +586,7 @@ fn log_settings(a: &LogArgs) -> Result<(Variant, LogSettings), String> {
         };
     }
     l.put_per_flush |= a.put_per_flush;
+    l.hedge_appends = a.hedge_appends;
     if let Some(b) = &a.checkpoint_every {
         l.checkpoint_log_bytes =
             parse_size(b).map_err(|e| e.replace("--size", "--checkpoint-every"))? as u64;

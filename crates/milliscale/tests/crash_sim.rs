@@ -210,6 +210,9 @@ fn workload(seed: u64, store: Arc<CrashStore>, rng: &mut SmallRng) -> BTreeSet<u
         .checkpoint_log_bytes(0)
         .checkpoint_chunk_bytes(4096)
         .store_deadline(Duration::from_millis(300))
+        // Half the seeds send appends through the hedging path (a helper
+        // thread per append, a second copy when one is slow).
+        .hedge_appends(rng.random_bool(0.5))
         .recovery_threads(rng.random_range(1..4));
     let Ok(db) = Database::open(opts) else { return BTreeSet::new() };
     let setup = || -> milliscale::Result<(milliscale::Table, milliscale::Table)> {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use milliscale::log::record::{Entry, PartBuilder, decode_part, decode_segment};
 use milliscale::log::segment::{
-    RetryPolicy, SegmentError, SegmentWriter, WriteMode, put_part_key, segment_key,
+    HedgePolicy, RetryPolicy, SegmentError, SegmentWriter, WriteMode, put_part_key, segment_key,
 };
 use objstore::sim::{Faults, SimStore};
 use objstore::{MemoryStore, ObjectStore};
@@ -21,7 +21,14 @@ fn fast_retry() -> RetryPolicy {
         base: Duration::from_micros(50),
         cap: Duration::from_millis(2),
         deadline: Duration::from_secs(10),
+        hedge: None,
     }
+}
+
+/// Hedge every append at once: two copies of every part race for the same
+/// offset, the harshest case for "each part lands exactly once".
+fn hedge_always() -> RetryPolicy {
+    RetryPolicy { hedge: Some(HedgePolicy { multiple: 0.0, min: Duration::ZERO }), ..fast_retry() }
 }
 
 /// Part `i`: one abort entry with CSN i, padded by its group number so
@@ -84,7 +91,9 @@ fn every_part_lands_exactly_once_despite_faults() {
     for mode in [WriteMode::Append, WriteMode::PutPerFlush] {
         for seed in 0..5 {
             let (store, inner) = faulty(seed);
-            let mut w = SegmentWriter::new(store.clone(), 3, mode, 7, 0, fast_retry());
+            // Odd seeds hedge every append (append mode only hedges).
+            let retry = if seed % 2 == 1 { hedge_always() } else { fast_retry() };
+            let mut w = SegmentWriter::new(store.clone(), 3, mode, 7, 0, retry);
             let written: Vec<Bytes> = (0..200).map(|i| part(3, i)).collect();
             for (i, p) in written.iter().enumerate() {
                 let loc =
@@ -102,8 +111,102 @@ fn every_part_lands_exactly_once_despite_faults() {
             assert_eq!(got.len(), written.len(), "{mode:?} seed {seed}: parts in the store");
             let first_diff = got.iter().zip(&written).position(|(g, w)| g != w);
             assert_eq!(first_diff, None, "{mode:?} seed {seed}: parts differ");
+            if seed % 2 == 1 && mode == WriteMode::Append {
+                // Every append after the warm-up (16) was sent twice.
+                let hedged = w.take_hedged();
+                assert!(hedged >= 150, "appends were hedged: {hedged}");
+            }
         }
     }
+}
+
+/// A store whose chosen appends are slow: either the append waits before
+/// it is applied (a slow request) or after (a slow response).
+#[derive(Debug)]
+struct SlowAppends {
+    inner: Arc<MemoryStore>,
+    calls: std::sync::atomic::AtomicU64,
+    slow_every: u64,
+}
+
+impl ObjectStore for SlowAppends {
+    fn put(&self, k: &str, b: Bytes) -> objstore::Result<objstore::ObjectMeta> {
+        self.inner.put(k, b)
+    }
+    fn put_if_absent(&self, k: &str, b: Bytes) -> objstore::Result<objstore::ObjectMeta> {
+        self.inner.put_if_absent(k, b)
+    }
+    fn put_if_match(&self, k: &str, b: Bytes, e: &str) -> objstore::Result<objstore::ObjectMeta> {
+        self.inner.put_if_match(k, b, e)
+    }
+    fn append(&self, k: &str, off: u64, b: Bytes) -> objstore::Result<objstore::ObjectMeta> {
+        let n = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if n % self.slow_every != self.slow_every - 1 {
+            return self.inner.append(k, off, b);
+        }
+        let stall = Duration::from_millis(150);
+        if (n / self.slow_every).is_multiple_of(2) {
+            std::thread::sleep(stall);
+            self.inner.append(k, off, b)
+        } else {
+            let r = self.inner.append(k, off, b);
+            std::thread::sleep(stall);
+            r
+        }
+    }
+    fn get(&self, k: &str) -> objstore::Result<Bytes> {
+        self.inner.get(k)
+    }
+    fn get_range(&self, k: &str, r: std::ops::Range<u64>) -> objstore::Result<Bytes> {
+        self.inner.get_range(k, r)
+    }
+    fn head(&self, k: &str) -> objstore::Result<objstore::ObjectMeta> {
+        self.inner.head(k)
+    }
+    fn list(&self, p: &str) -> objstore::Result<Vec<objstore::ObjectMeta>> {
+        self.inner.list(p)
+    }
+    fn delete(&self, k: &str) -> objstore::Result<()> {
+        self.inner.delete(k)
+    }
+}
+
+/// A slow append is hedged, and whichever copy lands (the slow one applied
+/// late, or applied at once with a late answer), every part is in the
+/// segment exactly once, in order, and the next parts go on after it.
+#[test]
+fn slow_appends_are_hedged_and_land_once() {
+    let inner = Arc::new(MemoryStore::new());
+    let store: Arc<dyn ObjectStore> =
+        Arc::new(SlowAppends { inner: inner.clone(), calls: Default::default(), slow_every: 25 });
+    let retry = RetryPolicy {
+        hedge: Some(HedgePolicy { multiple: 3.0, min: Duration::from_millis(5) }),
+        ..fast_retry()
+    };
+    let mut w = SegmentWriter::new(store, 1, WriteMode::Append, 10_000, 0, retry);
+    let written: Vec<Bytes> = (0..200).map(|i| part(1, i)).collect();
+    for (i, p) in written.iter().enumerate() {
+        w.write(p).unwrap_or_else(|e| panic!("part {i}: {e}"));
+    }
+    // Calls 24, 49, ... were slow; each of those was hedged (the hedge is
+    // itself a call, which shifts the count, so at least 200 / 26).
+    let hedged = w.take_hedged();
+    assert!(hedged >= 7, "only {hedged} hedges");
+    // Let the losing copies finish, then check the segment.
+    std::thread::sleep(Duration::from_millis(300));
+    let got = read_back(&*inner, 1, WriteMode::Append, 10_000);
+    assert_eq!(got, written, "every part once, in order");
+
+    // The same writer without hedging waits the slow calls out instead.
+    let inner = Arc::new(MemoryStore::new());
+    let store: Arc<dyn ObjectStore> =
+        Arc::new(SlowAppends { inner: inner.clone(), calls: Default::default(), slow_every: 25 });
+    let mut w = SegmentWriter::new(store, 1, WriteMode::Append, 10_000, 0, fast_retry());
+    for p in &written[..60] {
+        w.write(p).expect("write");
+    }
+    assert_eq!(w.take_hedged(), 0);
+    assert_eq!(read_back(&*inner, 1, WriteMode::Append, 10_000), written[..60].to_vec());
 }
 
 #[test]

@@ -27,6 +27,7 @@ fn retry() -> RetryPolicy {
         base: Duration::from_millis(1),
         cap: Duration::from_millis(20),
         deadline: Duration::from_secs(10),
+        ..RetryPolicy::default()
     }
 }
 

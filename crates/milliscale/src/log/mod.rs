@@ -31,7 +31,7 @@ use crate::manifest::LogRef;
 use crate::options::{Options, StoreSpec};
 use group::{GroupMetrics, LogGroup};
 use replica::{ReplicaConfig, ReplicaSet, StoreHealth};
-use segment::{RetryPolicy, WriteMode};
+use segment::{HedgePolicy, RetryPolicy, WriteMode};
 
 pub use replica::LAG_PARTS_MAX;
 
@@ -46,6 +46,8 @@ pub struct StoreStatus {
     pub put_reason: Option<String>,
     /// Parts written to it (all groups).
     pub parts: u64,
+    /// Appends sent a second time because the first was slow (all groups).
+    pub hedged: u64,
     /// Groups that dropped it from replication (0 = healthy).
     pub dropped: u64,
     /// The error that made a group drop it.
@@ -126,7 +128,11 @@ impl Log {
                 ))
             })
             .collect();
-        let retry = RetryPolicy { deadline: options.store_deadline, ..RetryPolicy::default() };
+        let retry = RetryPolicy {
+            deadline: options.store_deadline,
+            hedge: options.hedge_appends.then_some(HedgePolicy::DEFAULT),
+            ..RetryPolicy::default()
+        };
         let needed = options.quorum.needed(stores.len());
         let mut threads = Vec::new();
         for g in &groups {
@@ -236,6 +242,7 @@ fn status(s: &OpenStore) -> StoreStatus {
         mode: s.health.mode,
         put_reason: s.put_reason.clone(),
         parts: s.health.parts.load(Ordering::Relaxed),
+        hedged: s.health.hedged.load(Ordering::Relaxed),
         dropped: s.health.dropped.load(Ordering::Relaxed),
         last_error: s.health.last_error.lock().clone(),
         accounting: s.store.accounting(),

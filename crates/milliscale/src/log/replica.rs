@@ -33,6 +33,8 @@ pub(crate) struct StoreHealth {
     pub(crate) mode: WriteMode,
     /// Parts written to this store, all groups.
     pub(crate) parts: AtomicU64,
+    /// Appends sent a second time because the first was slow.
+    pub(crate) hedged: AtomicU64,
     /// Groups that dropped this store.
     pub(crate) dropped: AtomicU64,
     pub(crate) last_error: parking_lot::Mutex<Option<String>>,
@@ -56,6 +58,7 @@ impl StoreHealth {
             name,
             mode,
             parts: AtomicU64::new(0),
+            hedged: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
             last_error: parking_lot::Mutex::new(None),
             foreign: std::sync::atomic::AtomicBool::new(false),
@@ -104,6 +107,7 @@ impl ReplicaSet {
             ReplicaSet::Single(s) => match s.writer.write_at(segment, &part) {
                 Ok(_) => {
                     s.health.parts.fetch_add(1, Ordering::Relaxed);
+                    s.health.hedged.fetch_add(s.writer.take_hedged(), Ordering::Relaxed);
                     Ok(())
                 }
                 Err(e) => {
@@ -156,6 +160,7 @@ impl Replicas {
                             match &r {
                                 Ok(()) => {
                                     health.parts.fetch_add(1, Ordering::Relaxed);
+                                    health.hedged.fetch_add(w.take_hedged(), Ordering::Relaxed);
                                 }
                                 // Report at once: the flusher only reads
                                 // results while it writes, and the log may
