@@ -28,8 +28,10 @@
 //! Each run is a separate process (`milliscale bench <benchmark> ...
 //! --json`), so runs do not share memory or threads. Repetitions are the
 //! outer loop: every configuration runs once before any runs twice, so
-//! slow drifts of the machine spread over all of them. A plotted point is
-//! the mean over repetitions.
+//! slow drifts of the machine spread over all of them; repetition `r` uses
+//! seed `42 + r` unless the config sets one. A plotted point is the mean
+//! over repetitions and over any grid flag the plot does not name (a
+//! `seed` grid, for instance).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -147,8 +149,16 @@ impl SweepConfig {
     }
 
     /// The command-line arguments of one run.
-    pub fn argv(&self, point: &BTreeMap<String, String>) -> Vec<String> {
+    /// Unless the config sets `seed`, repetition `r` runs with seed
+    /// `42 + r`: the `sim` stores draw their latencies from the seed, so
+    /// repetitions with one seed would meet the same latency tail at the
+    /// same requests.
+    pub fn argv(&self, point: &BTreeMap<String, String>, repetition: usize) -> Vec<String> {
         let mut argv = vec!["bench".to_owned(), self.benchmark.clone()];
+        if !self.args.contains_key("seed") && !self.grid.contains_key("seed") {
+            argv.push("--seed".into());
+            argv.push((42 + repetition).to_string());
+        }
         let fixed = self.args.iter().map(|(k, v)| (k.clone(), flag_value(v)));
         for (k, v) in fixed.chain(point.iter().map(|(k, v)| (k.clone(), v.clone()))) {
             match v.as_str() {
@@ -213,7 +223,7 @@ pub fn run(
     let mut rows = Vec::with_capacity(total);
     for rep in 0..cfg.repetitions {
         for point in &points {
-            let argv = cfg.argv(point);
+            let argv = cfg.argv(point, rep);
             progress(rows.len(), total, &argv);
             let out = std::process::Command::new(exe)
                 .args(&argv)
@@ -488,10 +498,22 @@ series = "variant"
         cfg.validate().expect("valid");
         let points = cfg.points();
         assert_eq!(points.len(), 4);
-        let argv = cfg.argv(&points[1]);
+        let argv = cfg.argv(&points[1], 1);
         assert_eq!(
             argv,
-            ["bench", "ycsb", "--records", "1000", "--threads", "1", "--variant", "s3x", "--json"]
+            [
+                "bench",
+                "ycsb",
+                "--seed",
+                "43",
+                "--records",
+                "1000",
+                "--threads",
+                "1",
+                "--variant",
+                "s3x",
+                "--json"
+            ]
         );
     }
 
