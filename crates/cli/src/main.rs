@@ -393,6 +393,11 @@ struct YcsbArgs {
     /// c); slatedb: the same transactions through SlateDB on the same store.
     #[arg(long, value_enum, default_value = "milliscale")]
     engine: EngineArg,
+    /// Open loop: transactions arrive as a Poisson process at this many per
+    /// second (all workers together); latency then runs from arrival to
+    /// the durable acknowledgment.
+    #[arg(long)]
+    rate: Option<f64>,
     /// SlateDB only: concurrent clients, each one transaction at a time.
     #[arg(long, default_value_t = 64)]
     clients: usize,
@@ -644,6 +649,10 @@ fn bench_ycsb(a: YcsbArgs) -> Result<(), String> {
             EngineArg::RawIndex => Engine::RawIndex,
         },
         seed: a.seed,
+        pacing: match a.rate {
+            None => milliscale_bench::harness::Pacing::Closed,
+            Some(rate) => milliscale_bench::harness::Pacing::Open { rate },
+        },
         progress: !a.json && !a.csv && std::io::stderr().is_terminal(),
     };
     let report = if matches!(a.engine, EngineArg::Slatedb) {

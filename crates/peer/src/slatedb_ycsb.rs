@@ -48,6 +48,9 @@ pub fn run(cfg: &YcsbConfig, opts: &SlateOptions) -> Result<Report, String> {
     if cfg.log.stores.len() != 1 || cfg.log.stores[0] == "none" {
         return Err("SlateDB runs on exactly one store: give one --store URL".into());
     }
+    if cfg.pacing != milliscale_bench::harness::Pacing::Closed {
+        return Err("the SlateDB peer runs closed loop only: drop --rate".into());
+    }
     if opts.clients == 0 || opts.clients > 100_000 {
         return Err(format!("--clients must be in 1..=100000, got {}", opts.clients));
     }

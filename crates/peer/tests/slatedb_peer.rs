@@ -62,6 +62,7 @@ fn slatedb_runs_ycsb_on_a_sim_store_with_durable_commits() {
         isolation: milliscale::Isolation::Snapshot,
         engine: Engine::Milliscale,
         seed: 3,
+        pacing: milliscale_bench::harness::Pacing::Closed,
         progress: false,
     };
     let opts =
