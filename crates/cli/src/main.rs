@@ -365,15 +365,6 @@ struct YcsbArgs {
     /// Records in the table.
     #[arg(long, default_value_t = 1_000_000)]
     records: u64,
-    /// Worker threads [default: the number of cores].
-    #[arg(long)]
-    threads: Option<usize>,
-    /// Measured seconds.
-    #[arg(long, default_value_t = 10.0)]
-    duration: f64,
-    /// Seconds of warmup before measuring.
-    #[arg(long, default_value_t = 2.0)]
-    warmup: f64,
     /// a: 50/50 read/update txns, b: 95/5, c: read-only, u: update-only.
     #[arg(long, value_enum, default_value = "a")]
     workload: WorkloadArg,
@@ -385,33 +376,18 @@ struct YcsbArgs {
     /// Operations per transaction.
     #[arg(long, default_value_t = 10)]
     ops_per_txn: usize,
-    #[command(flatten)]
-    log: LogArgs,
-    #[arg(long, value_enum, default_value = "snapshot")]
-    isolation: IsolationArg,
     /// milliscale; raw-index: the same lookups on the bare index (workload
     /// c); slatedb: the same transactions through SlateDB on the same store.
     #[arg(long, value_enum, default_value = "milliscale")]
     engine: EngineArg,
-    /// Open loop: transactions arrive as a Poisson process at this many per
-    /// second (all workers together); latency then runs from arrival to
-    /// the durable acknowledgment.
-    #[arg(long)]
-    rate: Option<f64>,
     /// SlateDB only: concurrent clients, each one transaction at a time.
     #[arg(long, default_value_t = 64)]
     clients: usize,
     /// SlateDB only: its WAL flush interval in milliseconds.
     #[arg(long, default_value_t = 10.0)]
     slatedb_flush_ms: f64,
-    #[arg(long, default_value_t = 42)]
-    seed: u64,
-    /// Print the report as JSON only.
-    #[arg(long)]
-    json: bool,
-    /// Print a CSV header and the report as one row.
-    #[arg(long, conflicts_with = "json")]
-    csv: bool,
+    #[command(flatten)]
+    run: RunArgs,
 }
 
 #[derive(Args)]
@@ -430,18 +406,9 @@ struct SweepArgs {
 
 #[derive(Args)]
 struct TpccArgs {
-    /// Warehouses (each about 100 MB of rows in memory).
+    /// Warehouses (each about 135 MiB of memory).
     #[arg(long, default_value_t = 10)]
     warehouses: u32,
-    /// Worker threads (terminals) [default: the number of cores].
-    #[arg(long)]
-    threads: Option<usize>,
-    /// Measured seconds.
-    #[arg(long, default_value_t = 10.0)]
-    duration: f64,
-    /// Seconds of warmup before measuring.
-    #[arg(long, default_value_t = 2.0)]
-    warmup: f64,
     /// Percent NewOrder,Payment,OrderStatus,Delivery,StockLevel (sum 100).
     #[arg(long, value_delimiter = ',', default_value = "45,43,4,4,4")]
     mix: Vec<u32>,
@@ -452,8 +419,25 @@ struct TpccArgs {
     /// Log whole rows on update instead of deltas of the changed fields.
     #[arg(long)]
     full_record_logging: bool,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+/// The flags every timed transaction benchmark (ycsb, tpcc) takes.
+#[derive(Args)]
+struct RunArgs {
+    /// Worker threads (TPC-C: terminals) [default: the number of cores].
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Measured seconds.
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    /// Seconds of warmup before measuring.
+    #[arg(long, default_value_t = 2.0)]
+    warmup: f64,
     /// Open loop: transactions arrive as a Poisson process at this many per
-    /// second (all workers together); latency then counts queueing.
+    /// second (all workers together); latency then runs from arrival to
+    /// the durable acknowledgment, so queueing counts.
     #[arg(long)]
     rate: Option<f64>,
     #[command(flatten)]
@@ -468,6 +452,36 @@ struct TpccArgs {
     /// Print a CSV header and the report as one row.
     #[arg(long, conflicts_with = "json")]
     csv: bool,
+}
+
+impl RunArgs {
+    fn threads(&self) -> usize {
+        self.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+    }
+
+    fn pacing(&self) -> milliscale_bench::harness::Pacing {
+        match self.rate {
+            None => milliscale_bench::harness::Pacing::Closed,
+            Some(rate) => milliscale_bench::harness::Pacing::Open { rate },
+        }
+    }
+
+    fn isolation(&self) -> Isolation {
+        match self.isolation {
+            IsolationArg::ReadCommitted => Isolation::ReadCommitted,
+            IsolationArg::Snapshot => Isolation::Snapshot,
+            IsolationArg::Serializable => Isolation::Serializable,
+        }
+    }
+
+    /// A progress bar only for a human reading a terminal.
+    fn progress(&self) -> bool {
+        !self.json && !self.csv && std::io::stderr().is_terminal()
+    }
+
+    fn print(&self, report: &Report) {
+        print_report(report, self.json, self.csv);
+    }
 }
 
 #[derive(Args)]
@@ -617,14 +631,13 @@ fn bench_bank(a: BankArgs) -> Result<(), String> {
 }
 
 fn bench_ycsb(a: YcsbArgs) -> Result<(), String> {
-    let (variant, log) = log_settings(&a.log)?;
+    let r = &a.run;
+    let (variant, log) = log_settings(&r.log)?;
     let cfg = YcsbConfig {
         records: a.records,
-        threads: a
-            .threads
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
-        duration: seconds("duration", a.duration)?,
-        warmup: seconds("warmup", a.warmup)?,
+        threads: r.threads(),
+        duration: seconds("duration", r.duration)?,
+        warmup: seconds("warmup", r.warmup)?,
         workload: match a.workload {
             WorkloadArg::A => Workload::A,
             WorkloadArg::B => Workload::B,
@@ -638,22 +651,15 @@ fn bench_ycsb(a: YcsbArgs) -> Result<(), String> {
         ops_per_txn: a.ops_per_txn,
         log,
         variant: variant.name().to_owned(),
-        isolation: match a.isolation {
-            IsolationArg::ReadCommitted => Isolation::ReadCommitted,
-            IsolationArg::Snapshot => Isolation::Snapshot,
-            IsolationArg::Serializable => Isolation::Serializable,
-        },
+        isolation: r.isolation(),
         engine: match a.engine {
             // The peer reads the workload from the same config.
             EngineArg::Milliscale | EngineArg::Slatedb => Engine::Milliscale,
             EngineArg::RawIndex => Engine::RawIndex,
         },
-        seed: a.seed,
-        pacing: match a.rate {
-            None => milliscale_bench::harness::Pacing::Closed,
-            Some(rate) => milliscale_bench::harness::Pacing::Open { rate },
-        },
-        progress: !a.json && !a.csv && std::io::stderr().is_terminal(),
+        seed: r.seed,
+        pacing: r.pacing(),
+        progress: r.progress(),
     };
     let report = if matches!(a.engine, EngineArg::Slatedb) {
         let opts = peer::slatedb_ycsb::SlateOptions {
@@ -664,42 +670,34 @@ fn bench_ycsb(a: YcsbArgs) -> Result<(), String> {
     } else {
         ycsb::run(&cfg)?
     };
-    print_report(&report, a.json, a.csv);
+    r.print(&report);
     Ok(())
 }
 
 fn bench_tpcc(a: TpccArgs) -> Result<(), String> {
-    let (variant, log) = log_settings(&a.log)?;
+    let r = &a.run;
+    let (variant, log) = log_settings(&r.log)?;
     let mix: [u32; 5] = a.mix.as_slice().try_into().map_err(|_| {
         format!("--mix takes five percentages (NewOrder,Payment,OrderStatus,Delivery,StockLevel), got {:?}", a.mix)
     })?;
     let cfg = milliscale_bench::tpcc::TpccConfig {
         warehouses: a.warehouses,
         scale: milliscale_bench::tpcc::Scale::SPEC,
-        threads: a
-            .threads
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
-        duration: seconds("duration", a.duration)?,
-        warmup: seconds("warmup", a.warmup)?,
+        threads: r.threads(),
+        duration: seconds("duration", r.duration)?,
+        warmup: seconds("warmup", r.warmup)?,
         mix,
         home_warehouse: a.home_warehouse,
         delta: !a.full_record_logging,
-        pacing: match a.rate {
-            None => milliscale_bench::harness::Pacing::Closed,
-            Some(rate) => milliscale_bench::harness::Pacing::Open { rate },
-        },
+        pacing: r.pacing(),
         log,
         variant: variant.name().to_owned(),
-        isolation: match a.isolation {
-            IsolationArg::ReadCommitted => Isolation::ReadCommitted,
-            IsolationArg::Snapshot => Isolation::Snapshot,
-            IsolationArg::Serializable => Isolation::Serializable,
-        },
-        seed: a.seed,
-        progress: !a.json && !a.csv && std::io::stderr().is_terminal(),
+        isolation: r.isolation(),
+        seed: r.seed,
+        progress: r.progress(),
     };
     let report = milliscale_bench::tpcc::run(&cfg)?;
-    print_report(&report, a.json, a.csv);
+    r.print(&report);
     Ok(())
 }
 
