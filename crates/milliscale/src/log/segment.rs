@@ -32,9 +32,10 @@
 //! ignored. If the first answer is an error, the usual reconciliation
 //! above decides, and it is correct whichever copy lands, and when.
 //! Hedges cost one extra request each (counted by the store's accounting).
-//! Waiting with a timeout needs the append on a helper thread, and that
-//! costs two more thread wake-ups per append, which show in the median
-//! when the cores are busy; so hedging is off unless
+//! Waiting with a timeout needs the append on a helper thread: each writer
+//! keeps a few long-lived ones ([`AppendPool`]), which sleep between
+//! appends. That still costs two thread wake-ups per append, which show in
+//! the median when the cores are busy; so hedging is off unless
 //! `Options::hedge_appends` turns it on.
 
 use std::sync::Arc;
@@ -97,6 +98,60 @@ impl HedgePolicy {
 
 /// Appends measured before the writer hedges at all.
 const HEDGE_WARMUP: usize = 16;
+
+/// Helper threads that send a hedging writer's appends, so that the
+/// writer can wait for the first answer with a timeout. They live as long
+/// as the writer and sleep on its job queue between appends: a woken
+/// sleeper gets a core sooner than a newly spawned thread does on busy
+/// cores. A thread is added when none is idle (a hedge needs a second one
+/// while the first request is out, and a request can outlive its append
+/// when the other copy answered first), up to [`AppendPool::MAX`]; past
+/// that, jobs wait in the queue.
+#[derive(Debug, Default)]
+struct AppendPool {
+    jobs: Option<crossbeam_channel::Sender<AppendJob>>,
+    queue: Option<crossbeam_channel::Receiver<AppendJob>>,
+    idle: Arc<std::sync::atomic::AtomicUsize>,
+    threads: usize,
+}
+
+type AppendJob = Box<dyn FnOnce() + Send>;
+
+impl AppendPool {
+    const MAX: usize = 4;
+
+    /// Run `job` on a helper thread. Gives the job back if there is no
+    /// thread to run it.
+    fn run(&mut self, job: AppendJob) -> Result<(), AppendJob> {
+        use std::sync::atomic::Ordering;
+        let (tx, rx) = match (&self.jobs, &self.queue) {
+            (Some(tx), Some(rx)) => (tx.clone(), rx.clone()),
+            _ => {
+                let (tx, rx) = crossbeam_channel::unbounded();
+                self.jobs = Some(tx.clone());
+                self.queue = Some(rx.clone());
+                (tx, rx)
+            }
+        };
+        if self.idle.load(Ordering::Acquire) == 0 && self.threads < Self::MAX {
+            let idle = Arc::clone(&self.idle);
+            let spawned = std::thread::Builder::new().name("log-append".into()).spawn(move || {
+                idle.fetch_add(1, Ordering::AcqRel);
+                while let Ok(job) = rx.recv() {
+                    idle.fetch_sub(1, Ordering::AcqRel);
+                    job();
+                    idle.fetch_add(1, Ordering::AcqRel);
+                }
+            });
+            match spawned {
+                Ok(_) => self.threads += 1,
+                Err(_) if self.threads == 0 => return Err(job),
+                Err(_) => {}
+            }
+        }
+        tx.send(job).map_err(|e| e.into_inner())
+    }
+}
 
 /// Latencies of recent unhedged appends that succeeded, for the hedge delay.
 #[derive(Debug, Default)]
@@ -183,6 +238,7 @@ pub struct SegmentWriter {
     rng: SmallRng,
     recent: Recent,
     hedged: u64,
+    pool: AppendPool,
 }
 
 /// The object name of a segment (append mode), or its prefix (put mode).
@@ -217,6 +273,7 @@ impl SegmentWriter {
             rng: SmallRng::seed_from_u64(u64::from(group) ^ 0x6c6f_6773),
             recent: Recent::default(),
             hedged: 0,
+            pool: AppendPool::default(),
         }
     }
 
@@ -244,15 +301,16 @@ impl SegmentWriter {
             return r;
         };
         let (tx, rx) = crossbeam_channel::bounded(2);
-        let request = |tx: crossbeam_channel::Sender<Result<objstore::ObjectMeta, StoreError>>| {
-            let (store, key, offset, part) =
-                (Arc::clone(&self.store), key.to_owned(), self.offset, part.clone());
-            move || {
-                let _ = tx.send(store.append(&key, offset, part));
-            }
-        };
-        if std::thread::Builder::new().name("log-append".into()).spawn(request(tx.clone())).is_err()
-        {
+        let request =
+            |tx: crossbeam_channel::Sender<Result<objstore::ObjectMeta, StoreError>>| -> AppendJob {
+                let (store, key, offset, part) =
+                    (Arc::clone(&self.store), key.to_owned(), self.offset, part.clone());
+                Box::new(move || {
+                    let _ = tx.send(store.append(&key, offset, part));
+                })
+            };
+        let job = request(tx.clone());
+        if self.pool.run(job).is_err() {
             // No thread to wait on: append without a hedge.
             return self.store.append(key, self.offset, part.clone());
         }
@@ -275,9 +333,9 @@ impl SegmentWriter {
             }
         }
         self.hedged += 1;
-        if std::thread::Builder::new().name("log-append-hedge".into()).spawn(request(tx)).is_err() {
-            // The first request is still ours to wait for.
-        }
+        // If the hedge cannot be queued, the first request is still ours
+        // to wait for.
+        let _ = self.pool.run(request(tx));
         rx.recv().expect("an append thread answers")
     }
 
