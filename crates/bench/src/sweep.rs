@@ -95,6 +95,30 @@ impl SweepConfig {
         Ok(cfg)
     }
 
+    /// Apply command-line overrides, each `KEY=VALUE`, then check the
+    /// result: `repetitions=N` sets the repetitions; a grid flag gets the
+    /// comma-separated values (`threads=1,2,4,8,16`); any other key sets
+    /// (or adds) that flag in `[args]` (`records=30000000`). So one config
+    /// runs on this machine and, with `--set`, at the paper's scale.
+    pub fn apply_overrides(&mut self, sets: &[String]) -> Result<(), String> {
+        for set in sets {
+            let (key, value) = set
+                .split_once('=')
+                .filter(|(k, v)| !k.is_empty() && !v.is_empty())
+                .ok_or_else(|| format!("--set {set:?}: expected KEY=VALUE"))?;
+            if key == "repetitions" {
+                self.repetitions =
+                    value.parse().map_err(|_| format!("--set {set:?}: not a count"))?;
+            } else if let Some(values) = self.grid.get_mut(key) {
+                *values =
+                    value.split(',').map(|v| toml::Value::String(v.trim().to_owned())).collect();
+            } else {
+                self.args.insert(key.to_owned(), toml::Value::String(value.to_owned()));
+            }
+        }
+        self.validate()
+    }
+
     fn validate(&self) -> Result<(), String> {
         if !matches!(self.benchmark.as_str(), "ycsb" | "tpcc") {
             return Err(format!("benchmark must be ycsb or tpcc, got {:?}", self.benchmark));
@@ -548,6 +572,25 @@ series = "variant"
             );
         }
         assert_eq!(split_csv_line("a,\"b,\"\"c\"\"\",d"), ["a", "b,\"c\"", "d"]);
+    }
+
+    #[test]
+    fn overrides_scale_a_config_up() {
+        let mut cfg: SweepConfig = toml::from_str(CONFIG).expect("parse");
+        let sets = ["threads=1,2, 16", "records=30000000", "duration=30", "repetitions=3"];
+        cfg.apply_overrides(&sets.map(String::from)).expect("overrides");
+        assert_eq!(cfg.repetitions, 3);
+        assert_eq!(cfg.points().len(), 6);
+        let argv = cfg.argv(&cfg.points()[4], 0).join(" ");
+        assert_eq!(
+            argv,
+            "bench ycsb --seed 42 --duration 30 --records 30000000 --threads 16 \
+             --variant milliscale --json"
+        );
+        for bad in ["threads", "=3", "records=", "repetitions=0", "repetitions=many"] {
+            let mut cfg: SweepConfig = toml::from_str(CONFIG).expect("parse");
+            assert!(cfg.apply_overrides(&[bad.to_owned()]).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -402,6 +402,11 @@ struct SweepArgs {
     /// config wrote (after editing its [[plot]] sections).
     #[arg(long)]
     replot: bool,
+    /// Override the config, KEY=VALUE, repeatable: `repetitions=N`, a grid
+    /// flag's values (`threads=1,2,4,8,16`), or a fixed flag
+    /// (`records=30000000`). For the paper's scale on a bigger machine.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    sets: Vec<String>,
 }
 
 #[derive(Args)]
@@ -703,7 +708,8 @@ fn bench_tpcc(a: TpccArgs) -> Result<(), String> {
 
 fn bench_sweep(a: SweepArgs) -> Result<(), String> {
     use milliscale_bench::sweep;
-    let cfg = sweep::SweepConfig::load(&a.config)?;
+    let mut cfg = sweep::SweepConfig::load(&a.config)?;
+    cfg.apply_overrides(&a.sets).map_err(|e| format!("{}: {e}", a.config.display()))?;
     let out = a.out.unwrap_or_else(|| std::path::Path::new("sweeps").join(&cfg.name));
     if a.replot {
         let csv = out.join(format!("{}.csv", cfg.name));
