@@ -2,8 +2,9 @@
 # Regenerate docs/figures: run every sweep config in configs/sweeps (or the
 # ones named), copy the PNGs and CSVs into docs/figures, and rewrite
 # docs/figures/SUMMARY.md (tables of every run, with machine and commit)
-# from the CSVs. BENCHMARKS.md discusses the figures and links the summary.
-# Usage: scripts/figures.sh [CONFIG_NAME...]   (about 25 minutes for all)
+# from the CSVs, and the generated part of BENCHMARKS.md (the means over
+# repetitions per grid point). The discussion around it is written by hand.
+# Usage: scripts/figures.sh [CONFIG_NAME...]   (about an hour for all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release -q -p milliscale-cli
@@ -19,4 +20,5 @@ for n in "${names[@]}"; do
     cp "$out"/*.csv docs/figures/csv/
 done
 python3 scripts/summarize-figures.py docs/figures/csv > docs/figures/SUMMARY.md
-echo "wrote docs/figures/SUMMARY.md"
+python3 scripts/summarize-figures.py docs/figures/csv --splice BENCHMARKS.md
+echo "wrote docs/figures/SUMMARY.md and the generated tables in BENCHMARKS.md"
