@@ -580,6 +580,9 @@ impl DbInner {
         let isolation = opts.isolation.unwrap_or(self.options.isolation);
         // The durable snapshot reads at gCSN; its registration uses the GC
         // counter so the horizon proof holds (see `DbInner::gc_counter`).
+        if let (true, Some(log)) = (opts.durable_snapshot, &self.log) {
+            log.refresh_gcsn();
+        }
         let counter = if opts.durable_snapshot { self.gc_counter() } else { &self.commit.next_csn };
         let (lease, snapshot) =
             self.txns.begin(counter).ok_or(Error::TooManyTransactions(self.txns.capacity()))?;

@@ -387,6 +387,13 @@ pub struct TxnOptions {
     /// Read at the durable snapshot (gCSN) instead of the latest one: the
     /// transaction sees only durable data, so its commit never waits
     /// (MILANA-style local commit). Implies `read_only`.
+    ///
+    /// It sees every commit acknowledged before it began whenever a
+    /// consistent cut can hold that commit: always with one log group or
+    /// with [`Tracking::Txn`]. With record-level tracking and several
+    /// groups, a commit can be acknowledged while a lower CSN of another
+    /// group is still being written (it does not depend on it); the
+    /// durable snapshot includes it once that lower CSN is durable too.
     pub durable_snapshot: bool,
 }
 

@@ -86,6 +86,19 @@ struct GroupState {
     queue: Vec<Pending>,
 }
 
+impl GroupState {
+    /// The first CSN of the in-flight part, else of the active one.
+    fn oldest_not_durable(&self) -> Option<Csn> {
+        if self.in_flight_first != 0 {
+            Some(self.in_flight_first)
+        } else if self.active_entries > 0 {
+            Some(self.active_first)
+        } else {
+            None
+        }
+    }
+}
+
 /// Counters of one group; read with [`LogGroup::metrics`].
 #[derive(Default)]
 pub(crate) struct GroupStats {
@@ -203,15 +216,14 @@ impl LogGroup {
     pub(crate) fn drain_durable(&self) -> (Option<Csn>, Vec<Pending>) {
         let mut st = self.state.lock();
         let durable = self.commit.durable[self.id as usize].load(Ordering::SeqCst);
-        let oldest = if st.in_flight_first != 0 {
-            Some(st.in_flight_first)
-        } else if st.active_entries > 0 {
-            Some(st.active_first)
-        } else {
-            None
-        };
+        let oldest = st.oldest_not_durable();
         let n = st.queue.partition_point(|p| p.csn <= durable);
         (oldest, st.queue.drain(..n).collect())
+    }
+
+    /// The oldest CSN of this group that is not yet durable, if any.
+    pub(crate) fn oldest_not_durable(&self) -> Option<Csn> {
+        self.state.lock().oldest_not_durable()
     }
 
     /// Checkpoint: start a fresh segment for everything logged from now on.
@@ -301,8 +313,14 @@ impl LogGroup {
                 return;
             }
             let took = started.elapsed();
-            self.commit.durable[self.id as usize].store(last, Ordering::SeqCst);
-            self.state.lock().in_flight_first = 0;
+            {
+                // One step under the lock: whoever sees the new `durable`
+                // (an ack) and then scans the groups for gCSN
+                // (`Log::refresh_gcsn`) finds the in-flight part gone.
+                let mut st = self.state.lock();
+                self.commit.durable[self.id as usize].store(last, Ordering::SeqCst);
+                st.in_flight_first = 0;
+            }
             self.room.notify_all();
             self.commit.wake_committer();
 

@@ -125,6 +125,14 @@ impl Gate {
         self.cv.notify_all();
     }
 
+    /// A guard that opens every group when dropped. Declare it after the
+    /// database: locals drop in reverse order, so a failed assertion opens
+    /// the gate before the database's close waits on it, and the test
+    /// fails instead of hanging.
+    pub fn open_on_drop(self: &Arc<Gate>) -> OpenOnDrop {
+        OpenOnDrop(Arc::clone(self))
+    }
+
     /// Every write of `group` takes `d` (on top of any gate).
     pub fn set_delay(&self, group: u32, d: Duration) {
         let mut v = self.delay.lock();
@@ -147,6 +155,16 @@ impl Gate {
         while c.contains(&g) {
             self.cv.wait(&mut c);
         }
+    }
+}
+
+/// See [`Gate::open_on_drop`].
+pub struct OpenOnDrop(Arc<Gate>);
+
+impl Drop for OpenOnDrop {
+    fn drop(&mut self) {
+        self.0.closed.lock().clear();
+        self.0.cv.notify_all();
     }
 }
 
