@@ -581,7 +581,7 @@ impl DbInner {
         // The durable snapshot reads at gCSN; its registration uses the GC
         // counter so the horizon proof holds (see `DbInner::gc_counter`).
         if let (true, Some(log)) = (opts.durable_snapshot, &self.log) {
-            log.refresh_gcsn();
+            self.commit.publish_gcsn(log.groups());
         }
         let counter = if opts.durable_snapshot { self.gc_counter() } else { &self.commit.next_csn };
         let (lease, snapshot) =

@@ -261,7 +261,7 @@ fn read_only_transactions_wait_for_what_they_saw_unless_at_the_durable_snapshot(
     assert_eq!(d.get(&t, b"x").expect("get"), Some(b"pending 99".to_vec()));
 }
 
-/// A durable-snapshot reader begun after `commit_and_wait` returned sees
+/// A durable-snapshot reader begun after a commit was acknowledged sees
 /// that commit, whenever the consistent cut can include it: always with
 /// one log group, and with transaction-level tracking (an ack there means
 /// CSN < gCSN). The ack and gCSN are published by different threads (the

@@ -189,6 +189,23 @@ impl CommitState {
         self.wake_cv.notify_one();
     }
 
+    /// Compute gCSN by the rule in the module docs and publish it; returns
+    /// the published value (which never goes back). The committer runs
+    /// this each round; a durable-snapshot reader runs it before it reads
+    /// gCSN, because an ack can be seen before the committer's next round
+    /// (under record tracking an ack needs `durable[g]`, which the flusher
+    /// publishes).
+    pub(crate) fn publish_gcsn(&self, groups: &[Arc<LogGroup>]) -> Csn {
+        // Invariant 2: read the counter before scanning the groups.
+        let counter = self.next_csn.load(Ordering::SeqCst);
+        let gcsn = groups
+            .iter()
+            .map(|g| g.oldest_not_durable().unwrap_or(counter))
+            .fold(counter, Csn::min);
+        self.gcsn.fetch_max(gcsn, Ordering::SeqCst);
+        self.gcsn.load(Ordering::SeqCst)
+    }
+
     /// Committer: sleep until woken or `timeout`.
     fn sleep(&self, timeout: Duration) {
         let mut w = self.wake.lock();
@@ -233,18 +250,10 @@ impl Committer {
 
     /// Compute gCSN, release what it allows, wake the waiters.
     pub(crate) fn round(&mut self) {
-        // Invariant 2: read the counter before scanning the groups.
-        let counter = self.state.next_csn.load(Ordering::SeqCst);
-        let mut gcsn = counter;
+        let gcsn = self.state.publish_gcsn(&self.groups);
         let now = Instant::now();
-        let mut newly_durable: Vec<Vec<Pending>> = Vec::with_capacity(self.groups.len());
-        for g in &self.groups {
-            let (oldest, durable) = g.drain_durable();
-            gcsn = gcsn.min(oldest.unwrap_or(counter));
-            newly_durable.push(durable);
-        }
-        self.state.gcsn.fetch_max(gcsn, Ordering::SeqCst);
-        let gcsn = self.state.gcsn.load(Ordering::SeqCst);
+        let newly_durable: Vec<Vec<Pending>> =
+            self.groups.iter().map(|g| g.drain_durable()).collect();
         let tracking = self.state.tracking;
         let releasable = |p: &Pending| match tracking {
             Tracking::Record => p.dsn < gcsn,

@@ -211,14 +211,12 @@ impl LogGroup {
         Ok(Reservation { group: self, st, csn: None })
     }
 
-    /// Committer: the oldest CSN not yet durable here (`None` if nothing is
-    /// pending), and the queued transactions whose records are durable.
-    pub(crate) fn drain_durable(&self) -> (Option<Csn>, Vec<Pending>) {
+    /// Committer: take the queued transactions whose records are durable.
+    pub(crate) fn drain_durable(&self) -> Vec<Pending> {
         let mut st = self.state.lock();
         let durable = self.commit.durable[self.id as usize].load(Ordering::SeqCst);
-        let oldest = st.oldest_not_durable();
         let n = st.queue.partition_point(|p| p.csn <= durable);
-        (oldest, st.queue.drain(..n).collect())
+        st.queue.drain(..n).collect()
     }
 
     /// The oldest CSN of this group that is not yet durable, if any.
@@ -316,7 +314,8 @@ impl LogGroup {
             {
                 // One step under the lock: whoever sees the new `durable`
                 // (an ack) and then scans the groups for gCSN
-                // (`Log::refresh_gcsn`) finds the in-flight part gone.
+                // (`CommitState::publish_gcsn`) finds the in-flight part
+                // gone.
                 let mut st = self.state.lock();
                 self.commit.durable[self.id as usize].store(last, Ordering::SeqCst);
                 st.in_flight_first = 0;

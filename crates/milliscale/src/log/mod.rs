@@ -28,7 +28,6 @@ use objstore::sim::accounting::AccountingReport;
 use crate::commit::dependency::{CommitMetrics, CommitState, Committer};
 use crate::error::{Error, Result};
 use crate::manifest::LogRef;
-use crate::mvcc::Csn;
 use crate::options::{Options, StoreSpec};
 use group::{GroupMetrics, LogGroup};
 use replica::{ReplicaConfig, ReplicaSet, StoreHealth};
@@ -192,21 +191,6 @@ impl Log {
             WORKER.set((self.db_id, worker));
         }
         &self.groups[(worker / self.group_size) % self.groups.len()]
-    }
-
-    /// Compute gCSN now and publish it, as the committer does after each
-    /// flush (same rule: the counter is read before the groups are
-    /// scanned). A durable-snapshot reader calls this first, so that it
-    /// sees every transaction acknowledged before it began that a
-    /// consistent cut can hold, instead of waiting for the committer.
-    pub(crate) fn refresh_gcsn(&self) {
-        let counter = self.commit.next_csn.load(Ordering::SeqCst);
-        let gcsn = self
-            .groups
-            .iter()
-            .map(|g| g.oldest_not_durable().unwrap_or(counter))
-            .fold(counter, Csn::min);
-        self.commit.gcsn.fetch_max(gcsn, Ordering::SeqCst);
     }
 
     /// Flush everything, let the committer release it, stop the threads.

@@ -107,10 +107,10 @@ const HEDGE_WARMUP: usize = 16;
 /// while the first request is out, and a request can outlive its append
 /// when the other copy answered first), up to [`AppendPool::MAX`]; past
 /// that, jobs wait in the queue.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct AppendPool {
-    jobs: Option<crossbeam_channel::Sender<AppendJob>>,
-    queue: Option<crossbeam_channel::Receiver<AppendJob>>,
+    jobs: crossbeam_channel::Sender<AppendJob>,
+    queue: crossbeam_channel::Receiver<AppendJob>,
     idle: Arc<std::sync::atomic::AtomicUsize>,
     threads: usize,
 }
@@ -120,21 +120,18 @@ type AppendJob = Box<dyn FnOnce() + Send>;
 impl AppendPool {
     const MAX: usize = 4;
 
+    /// A pool with no threads yet: they start with the first hedged append.
+    fn new() -> AppendPool {
+        let (jobs, queue) = crossbeam_channel::unbounded();
+        AppendPool { jobs, queue, idle: Arc::default(), threads: 0 }
+    }
+
     /// Run `job` on a helper thread. Gives the job back if there is no
     /// thread to run it.
     fn run(&mut self, job: AppendJob) -> Result<(), AppendJob> {
         use std::sync::atomic::Ordering;
-        let (tx, rx) = match (&self.jobs, &self.queue) {
-            (Some(tx), Some(rx)) => (tx.clone(), rx.clone()),
-            _ => {
-                let (tx, rx) = crossbeam_channel::unbounded();
-                self.jobs = Some(tx.clone());
-                self.queue = Some(rx.clone());
-                (tx, rx)
-            }
-        };
         if self.idle.load(Ordering::Acquire) == 0 && self.threads < Self::MAX {
-            let idle = Arc::clone(&self.idle);
+            let (idle, rx) = (Arc::clone(&self.idle), self.queue.clone());
             let spawned = std::thread::Builder::new().name("log-append".into()).spawn(move || {
                 idle.fetch_add(1, Ordering::AcqRel);
                 while let Ok(job) = rx.recv() {
@@ -149,7 +146,7 @@ impl AppendPool {
                 Err(_) => {}
             }
         }
-        tx.send(job).map_err(|e| e.into_inner())
+        self.jobs.send(job).map_err(|e| e.into_inner())
     }
 }
 
@@ -273,7 +270,7 @@ impl SegmentWriter {
             rng: SmallRng::seed_from_u64(u64::from(group) ^ 0x6c6f_6773),
             recent: Recent::default(),
             hedged: 0,
-            pool: AppendPool::default(),
+            pool: AppendPool::new(),
         }
     }
 
