@@ -120,6 +120,10 @@ struct EmulatorArgs {
     /// Keep buckets in this directory (durable, fsynced); default: memory.
     #[arg(long)]
     dir: Option<std::path::PathBuf>,
+    /// Create this bucket before serving (repeatable), so that clients
+    /// that expect an existing bucket (the engine's `s3://` log) can start.
+    #[arg(long = "bucket", value_name = "NAME")]
+    buckets: Vec<String>,
     /// Latency preset: none, s3x, s3-standard, gp3, io2, nvme.
     #[arg(long, default_value = "none")]
     preset: String,
@@ -198,6 +202,9 @@ fn emulator(a: EmulatorArgs) -> Result<(), String> {
     };
     let access_key = opts.access_key.clone();
     let e = Emulator::start(opts).map_err(|e| e.to_string())?;
+    for b in &a.buckets {
+        e.bucket(b).map_err(|err| format!("creating bucket {b}: {err}"))?;
+    }
     let backing = a.dir.map_or("memory".to_owned(), |d| d.display().to_string());
     // The first line is for scripts: the endpoint, alone.
     println!("{}", e.endpoint());

@@ -31,6 +31,45 @@ fn retry() -> RetryPolicy {
     }
 }
 
+/// Every entry of group 0's first `segments` segments, in order. Reads
+/// are retried (the store may inject throttles and errors).
+fn read_back(
+    store: &dyn ObjectStore,
+    mode: WriteMode,
+    parts_max: u32,
+    segments: u64,
+) -> Vec<Entry> {
+    let get = |key: &str| {
+        let mut tries = 0;
+        loop {
+            match store.get(key) {
+                Err(e) if e.is_retryable() && tries < 20 => tries += 1,
+                r => return r,
+            }
+        }
+    };
+    let mut got = Vec::new();
+    for seg in 0..segments {
+        match mode {
+            WriteMode::Append => {
+                let bytes = get(&segment_key(0, seg)).expect("segment");
+                let (parts, tail) = decode_segment(&bytes);
+                assert!(tail.is_none());
+                assert!(parts.len() <= parts_max as usize, "segment {seg}: {} parts", parts.len());
+                got.extend(parts.into_iter().flat_map(|p| p.entries));
+            }
+            WriteMode::PutPerFlush => {
+                for p in 0..parts_max {
+                    let Ok(bytes) = get(&put_part_key(0, seg, p)) else { break };
+                    let (parts, _) = decode_segment(&bytes);
+                    got.extend(parts.into_iter().flat_map(|p| p.entries));
+                }
+            }
+        }
+    }
+    got
+}
+
 /// Write 10 parts with a part limit of 3, read them back, compare.
 fn round_trip(store: Arc<dyn ObjectStore>, mode: WriteMode) {
     let mut w = SegmentWriter::new(store.clone(), 0, mode, 3, 0, retry());
@@ -38,27 +77,8 @@ fn round_trip(store: Arc<dyn ObjectStore>, mode: WriteMode) {
     for p in &written {
         w.write(p).expect("write");
     }
-    let mut got = Vec::new();
-    for seg in 0..4 {
-        match mode {
-            WriteMode::Append => {
-                let bytes = store.get(&segment_key(0, seg)).expect("segment");
-                let (parts, tail) = decode_segment(&bytes);
-                assert!(tail.is_none());
-                assert!(parts.len() <= 3, "segment {seg} holds {} parts", parts.len());
-                got.extend(parts.into_iter().flat_map(|p| p.entries));
-            }
-            WriteMode::PutPerFlush => {
-                for p in 0..3 {
-                    let Ok(bytes) = store.get(&put_part_key(0, seg, p)) else { break };
-                    let (parts, _) = decode_segment(&bytes);
-                    got.extend(parts.into_iter().flat_map(|p| p.entries));
-                }
-            }
-        }
-    }
     let want: Vec<Entry> = (0..10).map(|csn| Entry::Abort { csn }).collect();
-    assert_eq!(got, want, "{mode:?}");
+    assert_eq!(read_back(&*store, mode, 3, 4), want, "{mode:?}");
 }
 
 #[test]
@@ -67,6 +87,39 @@ fn segments_through_the_emulator_in_both_modes() {
     for (i, mode) in [WriteMode::Append, WriteMode::PutPerFlush].into_iter().enumerate() {
         round_trip(common::emulator_bucket(&e, &format!("log{i}")), mode);
     }
+}
+
+/// Hedging inside the S3 client (`ObjectStore::append_hedged`): every
+/// append after the warm-up goes out twice at once, over HTTP, to an
+/// emulator that throttles, fails and loses answers of applied appends.
+/// Both copies race at the server; each part must land exactly once.
+#[test]
+fn hedged_appends_through_the_emulator_land_once() {
+    use milliscale::log::segment::HedgePolicy;
+    let faults = objstore::sim::Faults {
+        seed: 11,
+        throttle: 0.05,
+        error: 0.05,
+        ambiguous: 0.1,
+        stalls: false,
+    };
+    // The s3x latency (about 8 ms a request) lets the hedge, sent after a
+    // timer tick, race a first copy still in flight.
+    let opts = emulator::EmulatorOptions { faults, preset: "s3x".into(), ..Default::default() };
+    let e = emulator::Emulator::start(opts).expect("emulator");
+    let store = common::emulator_bucket(&e, "hedged");
+    let retry =
+        RetryPolicy { hedge: Some(HedgePolicy { multiple: 0.0, min: Duration::ZERO }), ..retry() };
+    let mut w = SegmentWriter::new(store.clone(), 0, WriteMode::Append, 7, 0, retry);
+    for i in 0..100 {
+        w.write(&part(i)).unwrap_or_else(|e| panic!("part {i}: {e}"));
+    }
+    let hedged = w.take_hedged();
+    assert!(hedged >= 80, "appends after the warm-up were hedged: {hedged}");
+    let want: Vec<Entry> = (0..100).map(|csn| Entry::Abort { csn }).collect();
+    assert_eq!(read_back(&*store, WriteMode::Append, 7, 15), want);
+    let faults = e.accounting().injected_faults;
+    assert!(faults > 10, "faults were injected: {faults}");
 }
 
 #[test]

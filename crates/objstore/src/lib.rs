@@ -92,6 +92,22 @@ pub trait ObjectStore: Send + Sync + Debug {
     fn prefers_ranged_reads(&self) -> bool {
         true
     }
+    /// [`ObjectStore::append`], hedged inside the store: if no answer has
+    /// come after `hedge_after`, the same bytes are sent again at the same
+    /// offset, and the first answer wins (at most one copy can land; the
+    /// other is refused, or cancelled in flight). Returns the answer and
+    /// whether a second request went out. `None` (the default) means the
+    /// store cannot do this without the caller's threads, and the caller
+    /// hedges itself; asynchronous clients (`s3://`) do it with a timer.
+    fn append_hedged(
+        &self,
+        _key: &str,
+        _offset: u64,
+        _body: Bytes,
+        _hedge_after: std::time::Duration,
+    ) -> Option<(Result<ObjectMeta>, bool)> {
+        None
+    }
 }
 
 /// Check a key as S3 does: 1..=1024 bytes.

@@ -268,6 +268,61 @@ impl ObjectStore for S3Store {
         Ok(S3Store::meta(key, size, out.e_tag(), None))
     }
 
+    /// Both requests run on this store's runtime: a timer and a second
+    /// request cost the calling thread nothing until the first answer.
+    /// Dropping the loser cancels it in flight.
+    fn append_hedged(
+        &self,
+        key: &str,
+        offset: u64,
+        body: Bytes,
+        hedge_after: std::time::Duration,
+    ) -> Option<(Result<ObjectMeta>, bool)> {
+        if body.is_empty() {
+            return Some((
+                Err(StoreError::InvalidRequest("an append needs a non-empty body".into())),
+                false,
+            ));
+        }
+        let size = offset + body.len() as u64;
+        let send = |body: Bytes| {
+            self.put_req(key, body).map(|req| {
+                req.write_offset_bytes(offset as i64)
+                    .checksum_algorithm(ChecksumAlgorithm::Crc32C)
+                    .customize()
+                    .disable_payload_signing()
+                    .send()
+            })
+        };
+        let first = match send(body.clone()) {
+            Ok(f) => f,
+            Err(e) => return Some((Err(e), false)),
+        };
+        let (answer, hedged) = self.rt.block_on(async {
+            tokio::pin!(first);
+            tokio::select! {
+                r = &mut first => return (Ok(r), false),
+                () = tokio::time::sleep(hedge_after) => {}
+            }
+            let second = match send(body) {
+                Ok(f) => f,
+                Err(e) => return (Err(e), false),
+            };
+            tokio::pin!(second);
+            tokio::select! {
+                r = &mut first => (Ok(r), true),
+                r = &mut second => (Ok(r), true),
+            }
+        });
+        let r = match answer {
+            Err(e) => Err(e),
+            Ok(Ok(out)) => Ok(S3Store::meta(key, size, out.e_tag(), None)),
+            Ok(Err(e)) if e.code() == Some("InvalidWriteOffset") => Err(self.offset_error(key)),
+            Ok(Err(e)) => Err(map_err(e, key)),
+        };
+        Some((r, hedged))
+    }
+
     fn get(&self, key: &str) -> Result<Bytes> {
         let req = self.client.get_object().bucket(&self.bucket).key(self.full(key)?);
         self.fetch(req, key)

@@ -32,11 +32,14 @@
 //! ignored. If the first answer is an error, the usual reconciliation
 //! above decides, and it is correct whichever copy lands, and when.
 //! Hedges cost one extra request each (counted by the store's accounting).
-//! Waiting with a timeout needs the append on a helper thread: each writer
-//! keeps a few long-lived ones ([`AppendPool`]), which sleep between
-//! appends. That still costs two thread wake-ups per append, which show in
-//! the median when the cores are busy; so hedging is off unless
-//! `Options::hedge_appends` turns it on.
+//! A store with an asynchronous client (`s3://`) hedges inside its own
+//! runtime (`ObjectStore::append_hedged`): a timer and a second request,
+//! at no cost to the writer's thread. For the others, waiting with a
+//! timeout needs the append on a helper thread: each writer keeps a few
+//! long-lived ones ([`AppendPool`]), which sleep between appends. That
+//! costs two thread wake-ups per append, which show in the median when the
+//! cores are busy; so hedging is off unless `Options::hedge_appends` turns
+//! it on.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -297,6 +300,16 @@ impl SegmentWriter {
             }
             return r;
         };
+        // A store with an asynchronous client hedges on its own runtime,
+        // with no hand-off between threads of ours.
+        if let Some((r, hedged)) = self.store.append_hedged(key, self.offset, part.clone(), delay) {
+            if hedged {
+                self.hedged += 1;
+            } else if r.is_ok() {
+                self.recent.add(started.elapsed());
+            }
+            return r;
+        }
         let (tx, rx) = crossbeam_channel::bounded(2);
         let request =
             |tx: crossbeam_channel::Sender<Result<objstore::ObjectMeta, StoreError>>| -> AppendJob {
