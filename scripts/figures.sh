@@ -4,7 +4,7 @@
 # docs/figures/SUMMARY.md (tables of every run, with machine and commit)
 # from the CSVs, and the generated part of BENCHMARKS.md (the means over
 # repetitions per grid point). The discussion around it is written by hand.
-# Usage: scripts/figures.sh [CONFIG_NAME...]   (about an hour for all)
+# Usage: scripts/figures.sh [CONFIG_NAME...]   (about 30 minutes for all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release -q -p milliscale-cli

@@ -66,7 +66,8 @@ fn tick(v: f64, ymax: f64) -> String {
     }
 }
 
-/// Draw `series` over the categories `xs` into a PNG at `path`.
+/// Draw `series` over `xs` into a PNG at `path`: evenly spaced
+/// categories, or with `x_axis = "linear"` at their numeric values.
 pub fn draw(path: &Path, spec: &PlotSpec, xs: &[String], series: &[Series]) -> Result<(), String> {
     ensure_font()?;
     let n = xs.len().max(1);
@@ -76,7 +77,29 @@ pub fn draw(path: &Path, spec: &PlotSpec, xs: &[String], series: &[Series]) -> R
         .fold(0.0f64, f64::max)
         .max(1e-12)
         * 1.15;
-    let index = |x: &str| xs.iter().position(|c| c == x).unwrap_or(0) as f64;
+    let linear = spec.x_axis == "linear";
+    let numbers = if linear {
+        let parse = |x: &String| {
+            x.parse::<f64>()
+                .map_err(|_| format!("plot {}: x value {x:?} is not a number", spec.file))
+        };
+        xs.iter().map(parse).collect::<Result<Vec<f64>, String>>()?
+    } else {
+        Vec::new()
+    };
+    let x_range = if linear {
+        let lo = numbers.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = numbers.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let pad = (hi - lo).max(1.0) * 0.05;
+        (lo - pad)..(hi + pad)
+    } else {
+        -0.5f64..(n as f64 - 0.5)
+    };
+    let x_max = x_range.end;
+    let index = |x: &str| {
+        let i = xs.iter().position(|c| c == x).unwrap_or(0);
+        if linear { numbers[i] } else { i as f64 }
+    };
     let root = BitMapBackend::new(path, (960, 600)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
     let mut chart = ChartBuilder::on(&root)
@@ -84,9 +107,12 @@ pub fn draw(path: &Path, spec: &PlotSpec, xs: &[String], series: &[Series]) -> R
         .margin(20)
         .x_label_area_size(55)
         .y_label_area_size(90)
-        .build_cartesian_2d(-0.5f64..(n as f64 - 0.5), 0f64..ymax)
+        .build_cartesian_2d(x_range, 0f64..ymax)
         .map_err(err)?;
     let label = |v: &f64| {
+        if linear {
+            return tick(*v, x_max);
+        }
         let i = v.round();
         if (v - i).abs() < 1e-6 && i >= 0.0 {
             xs.get(i as usize).cloned().unwrap_or_default()
@@ -96,7 +122,7 @@ pub fn draw(path: &Path, spec: &PlotSpec, xs: &[String], series: &[Series]) -> R
     };
     chart
         .configure_mesh()
-        .x_labels(2 * n + 1)
+        .x_labels(if linear { 8 } else { 2 * n + 1 })
         .x_label_formatter(&label)
         .disable_x_mesh()
         .y_label_formatter(&|v| tick(*v, ymax))
@@ -174,5 +200,23 @@ mod tests {
         assert_eq!(u32::from_be_bytes(bytes[16..20].try_into().expect("4")), 960);
         assert_eq!(u32::from_be_bytes(bytes[20..24].try_into().expect("4")), 600);
         std::fs::remove_file(&path).expect("clean up");
+    }
+
+    /// A numeric x axis draws; a value that is not a number is refused.
+    #[test]
+    fn a_linear_x_axis_needs_numbers() {
+        let spec: PlotSpec = toml::from_str(
+            "file = \"t.png\"\ntitle = \"t\"\nx = \"rate\"\ny = [\"p50\"]\nx_axis = \"linear\"",
+        )
+        .expect("spec");
+        let path = std::env::temp_dir().join(format!("ms-plot-lin-{}.png", std::process::id()));
+        let xs = vec!["1000".to_owned(), "4000".to_owned(), "20000".to_owned()];
+        let pts = xs.iter().map(|x| (x.clone(), 20.0)).collect();
+        draw(&path, &spec, &xs, &[("".to_owned(), pts)]).expect("draw");
+        assert_eq!(&std::fs::read(&path).expect("written")[..8], b"\x89PNG\r\n\x1a\n");
+        std::fs::remove_file(&path).expect("clean up");
+        let bad = vec!["1000".to_owned(), "many".to_owned()];
+        let err = draw(&path, &spec, &bad, &[]).expect_err("not a number");
+        assert!(err.contains("\"many\" is not a number"), "{err}");
     }
 }

@@ -21,6 +21,7 @@
 //! y = ["txn_per_s"]           # report fields, dotted paths into its JSON
 //! series = "variant"          # a grid flag: one line (or bar group) each
 //! kind = "line"               # or "bar"
+//! x_axis = "category"         # or "linear": x at its numeric value (line plots)
 //! x_label = "worker threads"
 //! y_label = "transactions/s"
 //! ```
@@ -77,10 +78,18 @@ pub struct PlotSpec {
     /// Multiply every y value by this (e.g. 0.001 for µs to ms).
     #[serde(default = "unit")]
     pub y_scale: f64,
+    /// `category` (the default): x values evenly spaced, in grid order;
+    /// `linear`: a numeric axis, for line plots of a numeric grid flag
+    /// (offered load, for instance), so spacing shows the values.
+    #[serde(default = "category")]
+    pub x_axis: String,
 }
 
 fn line() -> String {
     "line".into()
+}
+fn category() -> String {
+    "category".into()
 }
 fn unit() -> f64 {
     1.0
@@ -149,6 +158,30 @@ impl SweepConfig {
             }
             if !matches!(p.kind.as_str(), "line" | "bar") {
                 return Err(format!("plot {}: kind must be line or bar", p.file));
+            }
+            match p.x_axis.as_str() {
+                "category" => {}
+                "linear" if p.kind == "line" && p.x != "@y" => {
+                    let values = &self.grid[&p.x];
+                    if let Some(v) = values.iter().find(|v| flag_value(v).parse::<f64>().is_err()) {
+                        return Err(format!(
+                            "plot {}: x_axis = \"linear\" needs numbers, {} has {v}",
+                            p.file, p.x
+                        ));
+                    }
+                }
+                "linear" => {
+                    return Err(format!(
+                        "plot {}: x_axis = \"linear\" is for line plots of a grid flag",
+                        p.file
+                    ));
+                }
+                other => {
+                    return Err(format!(
+                        "plot {}: x_axis must be category or linear, got {other:?}",
+                        p.file
+                    ));
+                }
             }
         }
         Ok(())
@@ -600,6 +633,14 @@ series = "variant"
             CONFIG.replace("x = \"threads\"", "x = \"records\""),
             CONFIG.replace("series = \"variant\"\n[[plot]]", "series = \"nope\"\n[[plot]]"),
             CONFIG.replace("[args]\nrecords = 1000", "[args]\nthreads = 3"),
+            CONFIG.replace(
+                "series = \"variant\"\n[[plot]]",
+                "series = \"variant\"\nx_axis = \"log\"\n[[plot]]",
+            ),
+            CONFIG.replace("x = \"@y\"", "x = \"@y\"\nx_axis = \"linear\""),
+            CONFIG
+                .replace("x = \"threads\"", "x = \"variant\"\nx_axis = \"linear\"")
+                .replace("series = \"variant\"\n[[plot]]", "[[plot]]"),
         ] {
             let cfg: SweepConfig = toml::from_str(&bad).expect("parse");
             assert!(cfg.validate().is_err(), "{bad}");
