@@ -10,10 +10,7 @@ set -euo pipefail
 seeds=${1:-3}
 secs=${2:-8}
 records=${3:-200000}
-bin=target/release/milliscale
-cargo build --release -q -p milliscale-cli
-out=$(mktemp -d)
-echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); commit $(git rev-parse --short=12 HEAD)"
+source "$(dirname "$0")/bench-common.sh"  # bin, out; builds; prints the machine
 echo "seeds=1..$seeds seconds=$secs records=$records; raw reports in $out"
 export AWS_ACCESS_KEY_ID=milliscale AWS_SECRET_ACCESS_KEY=milliscale-secret
 run() { # seed threads name [flags...]

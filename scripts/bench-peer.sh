@@ -13,10 +13,7 @@ secs=${1:-10}
 records=${2:-200000}
 clients=${3:-64}
 seeds=${4:-3}
-bin=target/release/milliscale
-cargo build --release -q -p milliscale-cli
-out=$(mktemp -d)
-echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); commit $(git rev-parse --short=12 HEAD)"
+source "$(dirname "$0")/bench-common.sh"  # bin, out; builds; prints the machine
 echo "seconds=$secs records=$records slatedb clients=$clients seeds=1..$seeds; raw reports in $out"
 $bin bench store --store sim://s3x --size 64K --count 20000 --threads 8 --json > "$out/store.json"
 common=(bench ycsb --workload a --records "$records" --duration "$secs" --warmup 2 --store sim://s3x --json)

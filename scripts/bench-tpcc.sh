@@ -11,10 +11,7 @@ rounds=${1:-3}
 secs=${2:-20}
 wh=${3:-10}
 threads=${4:-8}
-bin=target/release/milliscale
-cargo build --release -q -p milliscale-cli
-out=$(mktemp -d)
-echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); commit $(git rev-parse --short=12 HEAD)"
+source "$(dirname "$0")/bench-common.sh"  # bin, out; builds; prints the machine
 echo "rounds=$rounds seconds=$secs warehouses=$wh threads=$threads; raw reports in $out"
 for r in $(seq 1 "$rounds"); do
     for v in milliscale s3x; do
