@@ -294,6 +294,19 @@ enum TrackingArg {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
+enum HedgingArg {
+    Auto,
+    Always,
+    Off,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum FlushPolicyArg {
+    Adaptive,
+    Timeout,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
 enum EngineArg {
     Milliscale,
     RawIndex,
@@ -323,9 +336,28 @@ struct LogArgs {
     /// Bytes per log buffer, or with a K/M suffix. [default: the variant's]
     #[arg(long)]
     log_buffer: Option<String>,
-    /// Milliseconds after which a buffer that is not full is flushed.
+    /// Milliseconds after which a buffer that is not full is flushed at the
+    /// latest. [default: 10]
     #[arg(long)]
     flush_timeout: Option<f64>,
+    /// Appends each log group keeps in flight, each lane its own chain of
+    /// segments (1..=16). [default: the variant's; milliscale 2]
+    #[arg(long)]
+    log_lanes: Option<usize>,
+    /// When a group flushes: adaptive (when a lane is free and the buffer
+    /// holds data, at most once per --flush-min-interval) or timeout (the
+    /// paper's: full, or --flush-timeout after the first entry).
+    /// [default: the variant's; milliscale adaptive]
+    #[arg(long, value_enum)]
+    flush_policy: Option<FlushPolicyArg>,
+    /// Adaptive flushing: the least milliseconds between two flushes of a
+    /// group. [default: 1]
+    #[arg(long)]
+    flush_min_interval: Option<f64>,
+    /// A request budget: at most this many log parts per second for the
+    /// whole database (each part one request per store). [default: none]
+    #[arg(long)]
+    max_appends_per_s: Option<u32>,
     /// Dependency tracking: record (DSN < gCSN) or txn (CSN < gCSN).
     /// [default: the variant's]
     #[arg(long, value_enum)]
@@ -333,8 +365,15 @@ struct LogArgs {
     /// Write one object per flush even where the store appends.
     #[arg(long)]
     put_per_flush: bool,
-    /// Send a slow log append a second time (Options::hedge_appends).
-    #[arg(long)]
+    /// Where a slow log append is sent a second time (after the 90th
+    /// percentile of recent appends, for at most 10% of them): auto (where
+    /// the store's client does it without helper threads: s3://, sim://),
+    /// always (helper threads elsewhere), off. [default: the variant's;
+    /// milliscale auto]
+    #[arg(long, value_enum)]
+    hedging: Option<HedgingArg>,
+    /// Same as --hedging always.
+    #[arg(long, conflicts_with = "hedging")]
     hedge_appends: bool,
     /// Take a background checkpoint after this many log bytes (K/M/G
     /// suffix). Off by default in benchmarks, so runs measure the log alone.
@@ -610,6 +649,24 @@ fn log_settings(a: &LogArgs) -> Result<(Variant, LogSettings), String> {
     if let Some(ms) = a.flush_timeout {
         l.flush_timeout = seconds("flush-timeout", ms / 1e3)?;
     }
+    if let Some(n) = a.log_lanes {
+        l.log_lanes = n;
+    }
+    if let Some(p) = a.flush_policy {
+        l.flush_policy = match p {
+            FlushPolicyArg::Adaptive => milliscale::FlushPolicy::Adaptive,
+            FlushPolicyArg::Timeout => milliscale::FlushPolicy::Timeout,
+        };
+    }
+    if let Some(ms) = a.flush_min_interval {
+        if !(0.0..=1000.0).contains(&ms) {
+            return Err(format!("--flush-min-interval must be in 0..=1000 ms, got {ms}"));
+        }
+        l.flush_min_interval = std::time::Duration::from_secs_f64(ms / 1e3);
+    }
+    if a.max_appends_per_s.is_some() {
+        l.max_appends_per_s = a.max_appends_per_s;
+    }
     if let Some(t) = a.tracking {
         l.tracking = match t {
             TrackingArg::Record => Tracking::Record,
@@ -617,7 +674,16 @@ fn log_settings(a: &LogArgs) -> Result<(Variant, LogSettings), String> {
         };
     }
     l.put_per_flush |= a.put_per_flush;
-    l.hedge_appends = a.hedge_appends;
+    if a.hedge_appends {
+        l.hedging = milliscale::Hedging::Always;
+    }
+    if let Some(h) = a.hedging {
+        l.hedging = match h {
+            HedgingArg::Auto => milliscale::Hedging::Auto,
+            HedgingArg::Always => milliscale::Hedging::Always,
+            HedgingArg::Off => milliscale::Hedging::Off,
+        };
+    }
     if let Some(b) = &a.checkpoint_every {
         l.checkpoint_log_bytes =
             parse_size(b).map_err(|e| e.replace("--size", "--checkpoint-every"))? as u64;
@@ -836,8 +902,9 @@ fn inspect(a: InspectArgs) -> Result<(), String> {
         }
     }
     println!(
-        "log of epoch {}: {} groups, base CSN {}, segments from {:?}, {} parts per segment",
-        m.log.epoch, m.log.groups, m.log.base_csn, m.log.group_start, m.log.parts_max
+        "log of epoch {}: {} groups of {} lanes, base CSN {}, segments from {:?}, {} parts per \
+         segment",
+        m.log.epoch, m.log.groups, m.log.lanes, m.log.base_csn, m.log.group_start, m.log.parts_max
     );
     println!(
         "{}: {} log objects, {} bytes (read in {:.2} s)",
@@ -846,7 +913,7 @@ fn inspect(a: InspectArgs) -> Result<(), String> {
         scan.bytes,
         started.elapsed().as_secs_f64()
     );
-    for (g, log) in &scan.groups {
+    for (c, log) in &scan.chains {
         let entries: usize = log.parts.iter().map(|(_, p)| p.entries.len()).sum();
         let csns = |e: Option<&Entry>| e.map_or(0, Entry::csn);
         let first = csns(log.parts.first().and_then(|(_, p)| p.entries.first()));
@@ -854,7 +921,9 @@ fn inspect(a: InspectArgs) -> Result<(), String> {
         let objects: std::collections::BTreeSet<&str> =
             log.parts.iter().map(|(k, _)| k.as_str()).collect();
         println!(
-            "group {g}: {} objects, {} parts, {entries} entries, CSN {first}..={last}{}",
+            "group {} lane {}: {} objects, {} parts, {entries} entries, CSN {first}..={last}{}",
+            c.group,
+            c.lane,
             objects.len(),
             log.parts.len(),
             log.fenced_by.map_or(String::new(), |e| format!(", fenced by epoch {e}"))
@@ -913,12 +982,13 @@ fn recover(a: RecoverArgs) -> Result<(), String> {
         return Ok(());
     };
     if a.json {
-        let groups: Vec<_> = r
-            .groups
+        let chains: Vec<_> = r
+            .chains
             .iter()
-            .map(|(g, parts, t)| {
+            .map(|(c, parts, t)| {
                 serde_json::json!({
-                    "group": g,
+                    "group": c.group,
+                    "lane": c.lane,
                     "parts": parts,
                     "truncated": t.as_ref().map(|t| serde_json::json!({
                         "key": t.key, "offset": t.offset, "bytes": t.bytes, "error": t.error.to_string()
@@ -935,7 +1005,7 @@ fn recover(a: RecoverArgs) -> Result<(), String> {
             "checkpoint_rows": r.checkpoint_rows_loaded,
             "log_objects": r.log_objects,
             "log_bytes": r.log_bytes,
-            "groups": groups,
+            "chains": chains,
             "repaired": r.repaired,
             "prefix": r.prefix,
             "max_csn": r.max_csn,
@@ -977,11 +1047,12 @@ fn recover(a: RecoverArgs) -> Result<(), String> {
         None => println!("checkpoint: none"),
     }
     println!("log: {} objects, {} bytes", r.log_objects, r.log_bytes);
-    for (g, parts, t) in &r.groups {
+    for (c, parts, t) in &r.chains {
+        let (g, l) = (c.group, c.lane);
         match t {
-            None => println!("  group {g}: {parts} parts"),
+            None => println!("  group {g} lane {l}: {parts} parts"),
             Some(t) => println!(
-                "  group {g}: {parts} parts; torn tail cut: {} bytes of {} at offset {}: {}",
+                "  group {g} lane {l}: {parts} parts; torn tail cut: {} bytes of {} at offset {}: {}",
                 t.bytes, t.key, t.offset, t.error
             ),
         }

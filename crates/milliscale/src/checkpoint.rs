@@ -36,7 +36,8 @@ use bytes::{Buf, BufMut, Bytes};
 use objstore::{ObjectStore, StoreError};
 
 use crate::error::{Error, Result};
-use crate::manifest::{CheckpointRef, ChunkRef, retry};
+use crate::log::segment::Chain;
+use crate::manifest::{CheckpointRef, ChunkRef, LogRef, retry};
 use crate::mvcc::Csn;
 use crate::table::TableInner;
 
@@ -297,13 +298,14 @@ pub(crate) fn load(
 }
 
 /// Delete checkpoint chunks other than `keep`'s, and log segments that
-/// hold only CSNs the checkpoint covers (before `group_start`, any group).
+/// hold only CSNs the checkpoint covers (before their chain's start in
+/// `log`, any group or lane).
 /// Best effort: what is left is deleted next time. Returns the requests
 /// made: (lists, deletes).
 pub(crate) fn delete_superseded(
     stores: &[(String, Arc<dyn ObjectStore>)],
     keep: Option<&CheckpointRef>,
-    group_start: &[u64],
+    log: &LogRef,
 ) -> (u64, u64) {
     let (mut lists, mut deletes) = (0, 0);
     let keep_prefix = keep.map(|c| checkpoint_prefix(c.csn));
@@ -318,10 +320,12 @@ pub(crate) fn delete_superseded(
             }
         }
         if let Ok(list) = s.list("log/") {
-            let floor = |g: u32| group_start.get(g as usize).copied().unwrap_or(u64::MAX);
+            let floor = |c: Chain| {
+                if c.group < log.groups && c.lane < log.lanes { log.start(c) } else { u64::MAX }
+            };
             for o in list {
                 if let Some(obj) = crate::recovery::parse_key(&o.key)
-                    && obj.segment() < floor(obj.group())
+                    && obj.segment() < floor(obj.chain())
                 {
                     deletes += 1;
                     let _ = s.delete(&o.key);

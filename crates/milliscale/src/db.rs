@@ -237,7 +237,11 @@ impl Database {
                 )));
             }
         }
-        let m = Manifest::initial(options.log_groups() as u32, options.segment_parts_max);
+        let m = Manifest::initial(
+            options.log_groups() as u32,
+            options.log_lanes as u32,
+            options.segment_parts_max,
+        );
         ms.create(&m)?;
         let groups = m.log.groups as usize;
         let commit = Arc::new(CommitState::new(groups, options.tracking, true, m.log.base_csn));
@@ -287,7 +291,8 @@ impl Database {
             epoch: claim.epoch,
             base_csn: base,
             groups,
-            group_start: vec![first_segment; groups as usize],
+            lanes: options.log_lanes as u32,
+            group_start: vec![first_segment; groups as usize * options.log_lanes],
             parts_max: options.segment_parts_max,
         };
         let commit = Arc::new(CommitState::new(groups as usize, options.tracking, true, base));
@@ -311,8 +316,7 @@ impl Database {
             m.log = new_log.clone();
         })?;
         let published_at = started.elapsed();
-        let deleted =
-            checkpoint::delete_superseded(&named, checkpoint.as_ref(), &new_log.group_start);
+        let deleted = checkpoint::delete_superseded(&named, checkpoint.as_ref(), &new_log);
         if let Some(st) = &inner.manifest {
             st.store.delete_below(st.current.lock().version.saturating_sub(1));
         }
@@ -628,7 +632,8 @@ impl DbInner {
         let started = Instant::now();
         let log_bytes = log.bytes_written();
         // 1. Fresh segments from here on, and the CSN bound they give.
-        let marks: Vec<(u64, Csn)> = log.groups().iter().map(|g| g.mark_checkpoint()).collect();
+        let marks: Vec<(Vec<u64>, Csn)> =
+            log.groups().iter().map(|g| g.mark_checkpoint()).collect();
         let bound = marks.iter().map(|m| m.1).max().unwrap_or(0);
         // 2. Wait until everything below the bound is durable.
         let deadline = Instant::now() + self.options.store_deadline;
@@ -648,13 +653,15 @@ impl DbInner {
         // 3. The snapshot, in chunks.
         let cref = self.write_checkpoint()?;
         debug_assert!(cref.csn >= bound);
-        let starts: Vec<u64> = marks.iter().map(|m| m.0).collect();
+        // Per chain, group by group (`LogRef::start`).
+        let starts: Vec<u64> = marks.into_iter().flat_map(|m| m.0).collect();
         // 4. Publish, then 5. delete what it superseded.
         self.publish(|m| {
             m.checkpoint = Some(cref.clone());
             m.log.group_start = starts.clone();
         })?;
-        let (lists, deletes) = checkpoint::delete_superseded(&st.stores, Some(&cref), &starts);
+        let new_log = st.current.lock().log.clone();
+        let (lists, deletes) = checkpoint::delete_superseded(&st.stores, Some(&cref), &new_log);
         // The manifest put on each store, and the lists.
         let puts = st.stores.len() as u64 + lists;
         let version = st.current.lock().version;

@@ -47,7 +47,9 @@ pub use index::Direction;
 pub use log::group::GroupMetrics;
 pub use log::{LogMetrics, StoreStatus};
 pub use mvcc::Csn;
-pub use options::{Isolation, Options, Quorum, StoreSpec, Tracking, TxnOptions};
+pub use options::{
+    FlushPolicy, Hedging, Isolation, Options, Quorum, StoreSpec, Tracking, TxnOptions,
+};
 pub use table::Table;
 pub use txn::Transaction;
 

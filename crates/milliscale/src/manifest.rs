@@ -24,6 +24,7 @@ use objstore::{ObjectStore, StoreError};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::log::segment::Chain;
 use crate::mvcc::Csn;
 
 /// The manifest format this code writes and reads.
@@ -56,11 +57,34 @@ pub struct LogRef {
     pub base_csn: Csn,
     /// Log groups; group `g` writes `log/gGGGG/...`.
     pub groups: u32,
-    /// Per group, the first segment recovery reads; older segments hold
-    /// only CSNs the checkpoint covers (and may not be deleted yet).
+    /// Lanes per group, each its own chain of segments (lane 0
+    /// `log/gGGGG/sSSSSSSSS`, lane `L` `log/gGGGG/lL/sSSSSSSSS`). Manifests
+    /// written before lanes existed have none: one lane.
+    #[serde(default = "one_lane")]
+    pub lanes: u32,
+    /// Per chain, the first segment recovery reads: group `g`'s lane `l`
+    /// at index `g * lanes + l` (with one lane, one per group). Older
+    /// segments hold only CSNs the checkpoint covers (and may not be
+    /// deleted yet).
     pub group_start: Vec<u64>,
     /// Parts per segment before rollover.
     pub parts_max: u32,
+}
+
+fn one_lane() -> u32 {
+    1
+}
+
+impl LogRef {
+    /// The first segment recovery reads in `chain`.
+    pub fn start(&self, chain: Chain) -> u64 {
+        self.group_start[(chain.group * self.lanes + chain.lane) as usize]
+    }
+
+    /// Every chain of this log, group by group.
+    pub fn chains(&self) -> impl Iterator<Item = Chain> + '_ {
+        (0..self.groups).flat_map(move |g| (0..self.lanes).map(move |l| Chain::new(g, l)))
+    }
 }
 
 /// A published checkpoint: every committed version below `csn`.
@@ -94,7 +118,7 @@ pub fn manifest_key(version: u64) -> String {
 
 impl Manifest {
     /// The first manifest of a new database.
-    pub fn initial(groups: u32, parts_max: u32) -> Manifest {
+    pub fn initial(groups: u32, lanes: u32, parts_max: u32) -> Manifest {
         Manifest {
             version: 1,
             epoch: 1,
@@ -105,7 +129,8 @@ impl Manifest {
                 epoch: 1,
                 base_csn: crate::mvcc::CSN_FIRST,
                 groups,
-                group_start: vec![0; groups as usize],
+                lanes,
+                group_start: vec![0; (groups * lanes) as usize],
                 parts_max,
             },
         }
@@ -155,8 +180,11 @@ impl Manifest {
         if manifest_key(m.version) != key {
             return Err(bad(format!("holds version {}", m.version)));
         }
-        if m.log.group_start.len() != m.log.groups as usize {
-            return Err(bad("group_start does not match groups".into()));
+        if m.log.lanes == 0 || m.log.lanes as usize > crate::options::LOG_LANES_MAX {
+            return Err(bad(format!("{} lanes per group", m.log.lanes)));
+        }
+        if m.log.group_start.len() as u64 != u64::from(m.log.groups) * u64::from(m.log.lanes) {
+            return Err(bad("group_start does not hold one segment per group and lane".into()));
         }
         Ok(m)
     }
@@ -318,7 +346,7 @@ mod tests {
 
     #[test]
     fn encode_decode_and_damage() {
-        let mut m = Manifest::initial(2, 10_000);
+        let mut m = Manifest::initial(2, 1, 10_000);
         m.tables = vec!["a".into(), "b".into()];
         let bytes = m.encode();
         let key = manifest_key(1);
@@ -336,7 +364,7 @@ mod tests {
         let s: Arc<dyn ObjectStore> = Arc::new(objstore::MemoryStore::new());
         let ms = ManifestStore::new(vec![("m".into(), s)], 1, std::time::Duration::from_secs(1));
         assert_eq!(ms.read_latest().expect("reads"), None);
-        let m = Manifest::initial(1, 10);
+        let m = Manifest::initial(1, 1, 10);
         ms.create(&m).expect("first create");
         ms.create(&m).expect("the same body again is ours");
         let mut other = m.clone();

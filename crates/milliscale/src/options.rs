@@ -9,6 +9,7 @@ use crate::error::{Error, Result};
 use crate::limits::{
     LOG_BUFFER_BYTES_MAX, LOG_BUFFER_BYTES_MIN, LOG_GROUPS_MAX, STORES_MAX, TRANSACTIONS_MAX,
 };
+pub use crate::log::segment::Hedging;
 
 /// Transaction isolation levels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -110,10 +111,14 @@ pub struct Options {
     pub(crate) log_group_size: usize,
     pub(crate) log_buffer_bytes: usize,
     pub(crate) flush_timeout: Duration,
+    pub(crate) log_lanes: usize,
+    pub(crate) flush_policy: FlushPolicy,
+    pub(crate) flush_min_interval: Duration,
+    pub(crate) max_appends_per_s: Option<u32>,
     pub(crate) tracking: Tracking,
     pub(crate) segment_parts_max: u32,
     pub(crate) store_deadline: Duration,
-    pub(crate) hedge_appends: bool,
+    pub(crate) hedging: Hedging,
     pub(crate) force_put_per_flush: bool,
     pub(crate) recovery_threads: usize,
     pub(crate) checkpoint_chunk_bytes: usize,
@@ -128,6 +133,28 @@ pub const CHECKPOINT_LOG_BYTES_DEFAULT: u64 = 1 << 30;
 
 /// Default [`Options::flush_timeout`].
 pub const FLUSH_TIMEOUT_DEFAULT: Duration = Duration::from_millis(10);
+/// Default [`Options::log_lanes`].
+pub const LOG_LANES_DEFAULT: usize = 2;
+/// Most lanes a log group may have.
+pub const LOG_LANES_MAX: usize = 16;
+/// Default [`Options::flush_min_interval`].
+pub const FLUSH_MIN_INTERVAL_DEFAULT: Duration = Duration::from_millis(1);
+
+/// When a log group writes its buffer out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FlushPolicy {
+    /// Flush as soon as a lane is free and the buffer holds data, at most
+    /// once per `flush_min_interval` per group (and within the database's
+    /// `max_appends_per_s`, if set); a full buffer, or data older than
+    /// `flush_timeout`, goes out without waiting for the interval. The
+    /// appends in flight pace the flushes: a busy group sends larger
+    /// parts, an idle one none. The default.
+    #[default]
+    Adaptive,
+    /// The paper's policy: flush when the buffer is full or when
+    /// `flush_timeout` has passed since its first entry.
+    Timeout,
+}
 /// Default [`Options::log_buffer_bytes`]: 512 KiB per worker of a
 /// two-worker group (the paper's §4.2 choice).
 pub const LOG_BUFFER_BYTES_DEFAULT: usize = 1 << 20;
@@ -145,10 +172,14 @@ impl Default for Options {
             log_group_size: LOG_GROUP_SIZE_DEFAULT,
             log_buffer_bytes: LOG_BUFFER_BYTES_DEFAULT,
             flush_timeout: FLUSH_TIMEOUT_DEFAULT,
+            log_lanes: LOG_LANES_DEFAULT,
+            flush_policy: FlushPolicy::Adaptive,
+            flush_min_interval: FLUSH_MIN_INTERVAL_DEFAULT,
+            max_appends_per_s: None,
             tracking: Tracking::Record,
             segment_parts_max: objstore::PARTS_MAX,
             store_deadline: Duration::from_secs(30),
-            hedge_appends: false,
+            hedging: Hedging::Auto,
             force_put_per_flush: false,
             recovery_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             checkpoint_chunk_bytes: CHECKPOINT_CHUNK_BYTES_DEFAULT,
@@ -226,14 +257,16 @@ impl Options {
 
     /// Bytes of one group's log buffer; a flush sends at most this much
     /// (one larger part only for a single transaction that does not fit).
-    /// Each group has two (double buffering). Default 1 MiB.
+    /// A group fills one buffer while each of its lanes writes another.
+    /// Default 1 MiB.
     pub fn log_buffer_bytes(mut self, n: usize) -> Options {
         self.log_buffer_bytes = n;
         self
     }
 
-    /// A buffer that is not full is flushed this long after its first
-    /// transaction arrived. Default 10 ms.
+    /// The longest a transaction waits in a buffer that is not full: it
+    /// is flushed this long after its first transaction arrived (with
+    /// [`FlushPolicy::Timeout`], exactly then). Default 10 ms.
     pub fn flush_timeout(mut self, d: Duration) -> Options {
         self.flush_timeout = d;
         self
@@ -261,15 +294,54 @@ impl Options {
         self
     }
 
-    /// Send a slow log append a second time (same bytes, same offset; the
-    /// store's write-offset check lets at most one land) once it has taken
-    /// 3x the recent median, at least 10 ms. Default off. It cuts the
-    /// commit latency tail (p99 4.5x lower with 8 threads on `sim://s3x`)
-    /// but runs every append on a helper thread, which costs median latency
-    /// and throughput when the cores are busy (BENCHMARKS.md, "Hedged
-    /// appends").
+    /// Appends a log group keeps in flight at once (1..=16), each lane its
+    /// own chain of segment objects. A flush goes to a free lane, so a
+    /// slow append holds back only the transactions in its own part (and
+    /// those that depend on them), not the group's next flush. 1 is the
+    /// paper's design: one append at a time per group. Default 2.
+    pub fn log_lanes(mut self, n: usize) -> Options {
+        self.log_lanes = n;
+        self
+    }
+
+    /// When a group flushes ([`FlushPolicy`]). Default adaptive.
+    pub fn flush_policy(mut self, p: FlushPolicy) -> Options {
+        self.flush_policy = p;
+        self
+    }
+
+    /// Adaptive flushing: the least time between two flushes of a group
+    /// (0..=1 s). Default 1 ms.
+    pub fn flush_min_interval(mut self, d: Duration) -> Options {
+        self.flush_min_interval = d;
+        self
+    }
+
+    /// A request budget for the whole database: at most this many parts
+    /// (each one append, or one put, per store) per second, over all
+    /// groups, smoothed over 100 ms. `None` (the default): no budget. A
+    /// full buffer waits for the budget too, so under a budget too small
+    /// for the load, commits slow down instead of the bill going up.
+    pub fn max_appends_per_s(mut self, n: Option<u32>) -> Options {
+        self.max_appends_per_s = n;
+        self
+    }
+
+    /// Where to send a slow log append a second time (same bytes, same
+    /// offset; the store's write-offset check lets at most one land), after
+    /// the 90th percentile of the recent appends, and for at most 10% of
+    /// them. Default [`Hedging::Auto`]: where the store's client hedges
+    /// without the log's threads (`s3://`, `sim://`). [`Hedging::Always`]
+    /// also hedges on other stores through helper threads, which costs
+    /// median latency when the cores are busy (BENCHMARKS.md).
+    pub fn hedging(mut self, h: Hedging) -> Options {
+        self.hedging = h;
+        self
+    }
+
+    /// `true`: [`Hedging::Always`]; `false`: [`Hedging::Off`].
     pub fn hedge_appends(mut self, yes: bool) -> Options {
-        self.hedge_appends = yes;
+        self.hedging = if yes { Hedging::Always } else { Hedging::Off };
         self
     }
 
@@ -350,6 +422,21 @@ impl Options {
                 "flush_timeout must be in (0, 60 s], got {:?}",
                 self.flush_timeout
             ));
+        }
+        if self.log_lanes == 0 || self.log_lanes > LOG_LANES_MAX {
+            return bad(format!(
+                "log_lanes must be in 1..={LOG_LANES_MAX}, got {}",
+                self.log_lanes
+            ));
+        }
+        if self.flush_min_interval > Duration::from_secs(1) {
+            return bad(format!(
+                "flush_min_interval must be at most 1 s, got {:?}",
+                self.flush_min_interval
+            ));
+        }
+        if self.max_appends_per_s == Some(0) {
+            return bad("max_appends_per_s must be at least 1 (or unset)".into());
         }
         if self.recovery_threads == 0 || self.recovery_threads > 256 {
             return bad(format!(

@@ -86,12 +86,13 @@ fn record_tracking_commits_what_txn_tracking_holds_back() {
     assert!(!t3);
 }
 
-/// Many random interleavings: 4 workers in 2 or 4 groups on 16 hot keys,
-/// while a chaos thread holds groups back and slows them at random. The
-/// moment a worker sees an ack resolve, the recorder (which saw every part
-/// land) must hold the transaction's own CSN and every CSN up to its DSN;
-/// and everything below the published gCSN must have landed.
-fn random_interleavings(tracking: Tracking, seed: u64, groups: usize) {
+/// Many random interleavings: 4 workers in 2 or 4 groups of `lanes` lanes
+/// on 16 hot keys, while a chaos thread holds lanes back and slows them at
+/// random (so a group's parts land out of order). The moment a worker sees
+/// an ack resolve, the recorder (which saw every part land) must hold the
+/// transaction's own CSN and every CSN up to its DSN; and everything below
+/// the published gCSN must have landed.
+fn random_interleavings(tracking: Tracking, seed: u64, groups: usize, lanes: u32) {
     use rand::rngs::SmallRng;
     use rand::{Rng, SeedableRng};
     let rec = Recorder::memory();
@@ -101,6 +102,7 @@ fn random_interleavings(tracking: Tracking, seed: u64, groups: usize) {
             .add_store_handle(gate.clone())
             .workers(4)
             .log_group_size(4 / groups)
+            .log_lanes(lanes as usize)
             .log_buffer_bytes(4096)
             .flush_timeout(Duration::from_millis(1))
             .tracking(tracking),
@@ -115,17 +117,19 @@ fn random_interleavings(tracking: Tracking, seed: u64, groups: usize) {
             let mut rng = SmallRng::seed_from_u64(seed);
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 let g = rng.random_range(0..groups as u32);
-                match rng.random_range(0..4) {
+                let l = rng.random_range(0..lanes);
+                let d = Duration::from_micros(rng.random_range(0..3000));
+                match rng.random_range(0..6) {
                     0 => gate.close(g),
                     1 => gate.open(g),
-                    2 => gate.set_delay(g, Duration::from_micros(rng.random_range(0..3000))),
-                    _ => {}
+                    2 => gate.set_delay(g, d),
+                    3 => gate.close_lane(g, l),
+                    4 => gate.open_lane(g, l),
+                    _ => gate.set_lane_delay(g, l, d),
                 }
                 std::thread::sleep(Duration::from_micros(rng.random_range(200..3000)));
             }
-            for g in 0..groups as u32 {
-                gate.open(g);
-            }
+            gate.open_all();
         });
         let workers: Vec<_> = (0..4u64)
             .map(|w| {
@@ -211,14 +215,15 @@ impl Drop for StopOnPanic<'_> {
 #[test]
 fn record_tracking_never_acknowledges_before_dependencies_are_durable() {
     for seed in 0..12 {
-        random_interleavings(Tracking::Record, seed, if seed % 2 == 0 { 4 } else { 2 });
+        let groups = if seed % 2 == 0 { 4 } else { 2 };
+        random_interleavings(Tracking::Record, seed, groups, 1 + (seed / 2 % 3) as u32);
     }
 }
 
 #[test]
 fn txn_tracking_never_acknowledges_before_dependencies_are_durable() {
     for seed in 100..106 {
-        random_interleavings(Tracking::Txn, seed, 4);
+        random_interleavings(Tracking::Txn, seed, 4, 1 + (seed % 2) as u32);
     }
 }
 

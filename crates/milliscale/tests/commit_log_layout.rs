@@ -49,6 +49,7 @@ fn the_log_holds_every_csn_once_and_segments_roll_over() {
             .add_store_handle(store.clone())
             .workers(4)
             .log_group_size(2)
+            .log_lanes(2)
             .segment_parts_max(3)
             .flush_timeout(Duration::from_millis(1)),
     )
@@ -56,15 +57,17 @@ fn the_log_holds_every_csn_once_and_segments_roll_over() {
     let (written, next) = load(&db, 60);
     db.close();
     let mut seen = BTreeMap::new();
-    let mut segments_per_group = BTreeMap::<String, usize>::new();
+    // Chain (a lane of a group: the key up to the segment number) ->
+    // (segments, last CSN).
+    let mut chains = BTreeMap::<String, (usize, u64)>::new();
     for (key, parts) in read_log(&*store) {
         assert!(parts.len() <= 3, "{key} holds {} parts", parts.len());
-        let group = key[..key.rfind('/').expect("a segment key")].to_owned();
-        *segments_per_group.entry(group).or_default() += 1;
-        let mut last = 0;
+        let chain = key[..key.rfind("/s").expect("a segment key")].to_owned();
+        let (segments, last) = chains.entry(chain).or_default();
+        *segments += 1;
         for e in parts.into_iter().flatten() {
-            assert!(e.csn() > last, "{key}: a group's log is in CSN order");
-            last = e.csn();
+            assert!(e.csn() > *last, "{key}: a chain's log is in CSN order");
+            *last = e.csn();
             let Entry::Commit { csn, records, .. } = e else { panic!("no aborts here") };
             let records = records.to_vec();
             assert_eq!(records.len(), 1);
@@ -79,8 +82,9 @@ fn the_log_holds_every_csn_once_and_segments_roll_over() {
     }
     let all: Vec<u64> = seen.into_keys().collect();
     assert_eq!(all, (1..next).collect::<Vec<_>>(), "CSNs are dense and all logged");
-    assert_eq!(segments_per_group.len(), 2, "two groups");
-    assert!(segments_per_group.values().all(|&n| n > 1), "segments rolled over");
+    let names: Vec<&String> = chains.keys().collect();
+    assert_eq!(names, ["log/g0000", "log/g0000/l1", "log/g0001", "log/g0001/l1"], "2 x 2 lanes");
+    assert!(chains.values().all(|&(n, _)| n > 1), "segments rolled over: {chains:?}");
 }
 
 #[test]
@@ -102,8 +106,10 @@ fn a_delta_update_logs_only_the_changed_bytes() {
     assert!(tx.delete(&t, b"k").expect("delete"));
     tx.commit_and_wait().expect("commit");
     db.close();
-    let entries: Vec<Entry> =
+    let mut entries: Vec<Entry> =
         read_log(&*store).into_iter().flat_map(|(_, p)| p.into_iter().flatten()).collect();
+    // Lanes interleave: CSN order is the log's order.
+    entries.sort_by_key(Entry::csn);
     let ops: Vec<Op> = entries
         .iter()
         .flat_map(|e| match e {

@@ -20,13 +20,14 @@ const INITIAL: u64 = 1000;
 type Rows = Vec<(Vec<u8>, Vec<u8>)>;
 
 /// A bank database with a checkpoint and log after it, closed cleanly.
-fn build(groups: usize, seed: u64) -> Arc<MemoryStore> {
+fn build(groups: usize, lanes: usize, seed: u64) -> Arc<MemoryStore> {
     let store = Arc::new(MemoryStore::new());
     let db = Database::open(
         Options::new()
             .add_store_handle(store.clone())
             .workers(groups)
             .log_group_size(1)
+            .log_lanes(lanes)
             .segment_parts_max(4)
             .flush_timeout(Duration::from_millis(1))
             .checkpoint_chunk_bytes(4096)
@@ -103,14 +104,15 @@ fn flipped_bytes_are_cut_at_a_tail_or_refused_as_corrupt_never_loaded() {
     let (mut refused, mut truncated) = (0, 0);
     for seed in 0..6u64 {
         let groups = 1 + (seed as usize % 2);
-        let clean = build(groups, seed);
+        let lanes = 1 + (seed as usize / 2 % 2);
+        let clean = build(groups, lanes, seed);
         let reader = |s: Arc<MemoryStore>| {
             Database::open_read_only(Options::new().add_store_handle(s).recovery_threads(2))
         };
         let clean_db = reader(copy(&clean)).expect("the clean image recovers");
         let (accounts, history) = state(&clean_db);
         let clean_parts: Vec<usize> =
-            clean_db.recovery_report().expect("report").groups.iter().map(|g| g.1).collect();
+            clean_db.recovery_report().expect("report").chains.iter().map(|c| c.1).collect();
         assert!(history.len() >= 50, "the workload ran: {} transfers", history.len());
         let all_history: BTreeSet<Vec<u8>> = history.iter().map(|(k, _)| k.clone()).collect();
         // What recovery reads: the latest manifest (older versions are kept
@@ -140,18 +142,18 @@ fn flipped_bytes_are_cut_at_a_tail_or_refused_as_corrupt_never_loaded() {
                 Err(e) => panic!("{what}: {e}"),
                 Ok(db) => {
                     let r = db.recovery_report().expect("report").clone();
-                    let cut: Vec<_> = r.groups.iter().filter_map(|(_, _, t)| t.as_ref()).collect();
+                    let cut: Vec<_> = r.chains.iter().filter_map(|(_, _, t)| t.as_ref()).collect();
                     assert!(
                         cut.iter().any(|t| &t.key == key),
                         "{what}: loaded without reporting the damage: {r:?}"
                     );
-                    // Only the damaged last part of that group is lost (or
+                    // Only the damaged last part of that chain is lost (or
                     // the last few, if several flips hit several).
-                    for (g, parts, t) in &r.groups {
-                        let lost = clean_parts[*g as usize] - parts;
+                    for ((c, parts, t), clean) in r.chains.iter().zip(&clean_parts) {
+                        let lost = clean - parts;
                         match (t, flips) {
-                            (None, _) => assert_eq!(lost, 0, "{what}: group {g}"),
-                            (Some(_), 1) => assert_eq!(lost, 1, "{what}: group {g}"),
+                            (None, _) => assert_eq!(lost, 0, "{what}: {c}"),
+                            (Some(_), 1) => assert_eq!(lost, 1, "{what}: {c}"),
                             (Some(_), _) => assert!((1..=flips).contains(&lost), "{what}"),
                         }
                     }
@@ -175,7 +177,7 @@ fn flipped_bytes_are_cut_at_a_tail_or_refused_as_corrupt_never_loaded() {
 
 #[test]
 fn a_writer_refuses_a_corrupt_checkpoint_chunk() {
-    let clean = build(1, 9);
+    let clean = build(1, 2, 9);
     let image = copy(&clean);
     let chunk = image.list("checkpoint/").expect("list").into_iter().next().expect("a chunk").key;
     let mut b = image.get(&chunk).expect("get").to_vec();

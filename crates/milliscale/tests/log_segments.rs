@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use milliscale::log::record::{Entry, PartBuilder, decode_part, decode_segment};
 use milliscale::log::segment::{
-    HedgePolicy, RetryPolicy, SegmentError, SegmentWriter, WriteMode, put_part_key, segment_key,
+    Chain, HedgePolicy, RetryPolicy, SegmentError, SegmentWriter, WriteMode, put_part_key,
+    segment_key,
 };
 use objstore::sim::{Faults, SimStore};
 use objstore::{MemoryStore, ObjectStore};
@@ -28,7 +29,16 @@ fn fast_retry() -> RetryPolicy {
 /// Hedge every append at once: two copies of every part race for the same
 /// offset, the harshest case for "each part lands exactly once".
 fn hedge_always() -> RetryPolicy {
-    RetryPolicy { hedge: Some(HedgePolicy { multiple: 0.0, min: Duration::ZERO }), ..fast_retry() }
+    RetryPolicy {
+        hedge: Some(HedgePolicy {
+            multiple: 0.0,
+            min: Duration::ZERO,
+            max_share: 1.0,
+            threads: true,
+            ..HedgePolicy::DEFAULT
+        }),
+        ..fast_retry()
+    }
 }
 
 /// Part `i`: one abort entry with CSN i, padded by its group number so
@@ -49,7 +59,7 @@ fn read_back(store: &dyn ObjectStore, group: u32, mode: WriteMode, parts_max: u3
         let mut got = 0;
         match mode {
             WriteMode::Append => {
-                let Ok(bytes) = store.get(&segment_key(group, seg)) else { break };
+                let Ok(bytes) = store.get(&segment_key(Chain::new(group, 0), seg)) else { break };
                 let (parts, tail) = decode_segment(&bytes);
                 assert!(tail.is_none(), "segment {seg} has a bad tail: {tail:?}");
                 let mut at = 0;
@@ -61,12 +71,18 @@ fn read_back(store: &dyn ObjectStore, group: u32, mode: WriteMode, parts_max: u3
                 }
             }
             WriteMode::PutPerFlush => {
-                let listed = store.list(&format!("{}/", segment_key(group, seg))).expect("list");
+                let listed = store
+                    .list(&format!("{}/", segment_key(Chain::new(group, 0), seg)))
+                    .expect("list");
                 if listed.is_empty() {
                     break;
                 }
                 for (p, m) in listed.iter().enumerate() {
-                    assert_eq!(m.key, put_part_key(group, seg, p as u32), "dense part names");
+                    assert_eq!(
+                        m.key,
+                        put_part_key(Chain::new(group, 0), seg, p as u32),
+                        "dense part names"
+                    );
                     out.push(store.get(&m.key).expect("get"));
                     got += 1;
                 }
@@ -93,7 +109,7 @@ fn every_part_lands_exactly_once_despite_faults() {
             let (store, inner) = faulty(seed);
             // Odd seeds hedge every append (append mode only hedges).
             let retry = if seed % 2 == 1 { hedge_always() } else { fast_retry() };
-            let mut w = SegmentWriter::new(store.clone(), 3, mode, 7, 0, retry);
+            let mut w = SegmentWriter::new(store.clone(), Chain::new(3, 0), mode, 7, 0, retry);
             let written: Vec<Bytes> = (0..200).map(|i| part(3, i)).collect();
             for (i, p) in written.iter().enumerate() {
                 let loc =
@@ -180,10 +196,16 @@ fn slow_appends_are_hedged_and_land_once() {
     let store: Arc<dyn ObjectStore> =
         Arc::new(SlowAppends { inner: inner.clone(), calls: Default::default(), slow_every: 25 });
     let retry = RetryPolicy {
-        hedge: Some(HedgePolicy { multiple: 3.0, min: Duration::from_millis(5) }),
+        hedge: Some(HedgePolicy {
+            quantile: 0.5,
+            multiple: 3.0,
+            min: Duration::from_millis(5),
+            max_share: 1.0,
+            threads: true,
+        }),
         ..fast_retry()
     };
-    let mut w = SegmentWriter::new(store, 1, WriteMode::Append, 10_000, 0, retry);
+    let mut w = SegmentWriter::new(store, Chain::new(1, 0), WriteMode::Append, 10_000, 0, retry);
     let written: Vec<Bytes> = (0..200).map(|i| part(1, i)).collect();
     for (i, p) in written.iter().enumerate() {
         w.write(p).unwrap_or_else(|e| panic!("part {i}: {e}"));
@@ -201,7 +223,8 @@ fn slow_appends_are_hedged_and_land_once() {
     let inner = Arc::new(MemoryStore::new());
     let store: Arc<dyn ObjectStore> =
         Arc::new(SlowAppends { inner: inner.clone(), calls: Default::default(), slow_every: 25 });
-    let mut w = SegmentWriter::new(store, 1, WriteMode::Append, 10_000, 0, fast_retry());
+    let mut w =
+        SegmentWriter::new(store, Chain::new(1, 0), WriteMode::Append, 10_000, 0, fast_retry());
     for p in &written[..60] {
         w.write(p).expect("write");
     }
@@ -212,25 +235,41 @@ fn slow_appends_are_hedged_and_land_once() {
 #[test]
 fn a_foreign_append_stops_the_writer_without_overwriting() {
     let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
-    let mut w = SegmentWriter::new(store.clone(), 0, WriteMode::Append, 100, 0, fast_retry());
+    let mut w = SegmentWriter::new(
+        store.clone(),
+        Chain::new(0, 0),
+        WriteMode::Append,
+        100,
+        0,
+        fast_retry(),
+    );
     w.write(&part(0, 1)).expect("first part");
     let intruder = part(0, 99);
-    let size = store.head(&segment_key(0, 0)).expect("head").size;
-    store.append(&segment_key(0, 0), size, intruder.clone()).expect("another writer appends");
+    let size = store.head(&segment_key(Chain::new(0, 0), 0)).expect("head").size;
+    store
+        .append(&segment_key(Chain::new(0, 0), 0), size, intruder.clone())
+        .expect("another writer appends");
     let err = w.write(&part(0, 2)).expect_err("the segment changed under the writer");
     assert!(matches!(err, SegmentError::Foreign { .. }), "{err}");
-    let seg = store.get(&segment_key(0, 0)).expect("get");
+    let seg = store.get(&segment_key(Chain::new(0, 0), 0)).expect("get");
     assert_eq!(seg.len() as u64, size + intruder.len() as u64, "nothing was overwritten");
 }
 
 #[test]
 fn a_foreign_part_object_stops_a_put_mode_writer() {
     let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
-    store.put(&put_part_key(0, 0, 0), part(0, 99)).expect("someone else's part");
-    let mut w = SegmentWriter::new(store.clone(), 0, WriteMode::PutPerFlush, 100, 0, fast_retry());
+    store.put(&put_part_key(Chain::new(0, 0), 0, 0), part(0, 99)).expect("someone else's part");
+    let mut w = SegmentWriter::new(
+        store.clone(),
+        Chain::new(0, 0),
+        WriteMode::PutPerFlush,
+        100,
+        0,
+        fast_retry(),
+    );
     let err = w.write(&part(0, 1)).expect_err("the part name is taken");
     assert!(matches!(err, SegmentError::Foreign { .. }), "{err}");
-    assert_eq!(store.get(&put_part_key(0, 0, 0)).expect("get"), part(0, 99));
+    assert_eq!(store.get(&put_part_key(Chain::new(0, 0), 0, 0)).expect("get"), part(0, 99));
 }
 
 #[test]
@@ -239,7 +278,7 @@ fn an_outage_past_the_deadline_is_unavailable() {
         SimStore::new(Arc::new(MemoryStore::new()), "none", Faults::default()).expect("sim"),
     );
     let retry = RetryPolicy { deadline: Duration::from_millis(200), ..fast_retry() };
-    let mut w = SegmentWriter::new(sim.clone(), 0, WriteMode::Append, 100, 0, retry);
+    let mut w = SegmentWriter::new(sim.clone(), Chain::new(0, 0), WriteMode::Append, 100, 0, retry);
     w.write(&part(0, 1)).expect("before the outage");
     sim.set_unavailable_for(Duration::from_secs(5));
     let t = Instant::now();
@@ -248,7 +287,8 @@ fn an_outage_past_the_deadline_is_unavailable() {
     assert!(t.elapsed() < Duration::from_secs(2), "gave up near the deadline: {:?}", t.elapsed());
 
     // A short outage is ridden out.
-    let mut w = SegmentWriter::new(sim.clone(), 1, WriteMode::Append, 100, 0, fast_retry());
+    let mut w =
+        SegmentWriter::new(sim.clone(), Chain::new(1, 0), WriteMode::Append, 100, 0, fast_retry());
     sim.set_unavailable_for(Duration::from_millis(100));
     w.write(&part(1, 1)).expect("written once the store is back");
 }

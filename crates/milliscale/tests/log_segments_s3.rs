@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use milliscale::log::record::{Entry, PartBuilder, decode_segment};
-use milliscale::log::segment::{RetryPolicy, SegmentWriter, WriteMode, put_part_key, segment_key};
+use milliscale::log::segment::{
+    Chain, RetryPolicy, SegmentWriter, WriteMode, put_part_key, segment_key,
+};
 use objstore::ObjectStore;
 use objstore::probe::{AppendSupport, probe_appends};
 
@@ -52,7 +54,7 @@ fn read_back(
     for seg in 0..segments {
         match mode {
             WriteMode::Append => {
-                let bytes = get(&segment_key(0, seg)).expect("segment");
+                let bytes = get(&segment_key(Chain::new(0, 0), seg)).expect("segment");
                 let (parts, tail) = decode_segment(&bytes);
                 assert!(tail.is_none());
                 assert!(parts.len() <= parts_max as usize, "segment {seg}: {} parts", parts.len());
@@ -60,7 +62,7 @@ fn read_back(
             }
             WriteMode::PutPerFlush => {
                 for p in 0..parts_max {
-                    let Ok(bytes) = get(&put_part_key(0, seg, p)) else { break };
+                    let Ok(bytes) = get(&put_part_key(Chain::new(0, 0), seg, p)) else { break };
                     let (parts, _) = decode_segment(&bytes);
                     got.extend(parts.into_iter().flat_map(|p| p.entries));
                 }
@@ -72,7 +74,7 @@ fn read_back(
 
 /// Write 10 parts with a part limit of 3, read them back, compare.
 fn round_trip(store: Arc<dyn ObjectStore>, mode: WriteMode) {
-    let mut w = SegmentWriter::new(store.clone(), 0, mode, 3, 0, retry());
+    let mut w = SegmentWriter::new(store.clone(), Chain::new(0, 0), mode, 3, 0, retry());
     let written: Vec<Bytes> = (0..10).map(part).collect();
     for p in &written {
         w.write(p).expect("write");
@@ -108,9 +110,17 @@ fn hedged_appends_through_the_emulator_land_once() {
     let opts = emulator::EmulatorOptions { faults, preset: "s3x".into(), ..Default::default() };
     let e = emulator::Emulator::start(opts).expect("emulator");
     let store = common::emulator_bucket(&e, "hedged");
-    let retry =
-        RetryPolicy { hedge: Some(HedgePolicy { multiple: 0.0, min: Duration::ZERO }), ..retry() };
-    let mut w = SegmentWriter::new(store.clone(), 0, WriteMode::Append, 7, 0, retry);
+    let retry = RetryPolicy {
+        hedge: Some(HedgePolicy {
+            multiple: 0.0,
+            min: Duration::ZERO,
+            max_share: 1.0,
+            threads: true,
+            ..HedgePolicy::DEFAULT
+        }),
+        ..retry()
+    };
+    let mut w = SegmentWriter::new(store.clone(), Chain::new(0, 0), WriteMode::Append, 7, 0, retry);
     for i in 0..100 {
         w.write(&part(i)).unwrap_or_else(|e| panic!("part {i}: {e}"));
     }

@@ -2,7 +2,12 @@
 //! DESIGN.md invariant 2).
 //!
 //! Each log group publishes `durable[g]`: every CSN of group g up to it is
-//! durable (a group's log is in CSN order, so this is one number). The
+//! durable (a group's parts are cut from its buffer in CSN order, so this
+//! is one number). With several lanes a group's parts can become durable
+//! out of order, so each part also has a number (`Pending::part`), and a
+//! group publishes each part's durability in a small ring,
+//! `parts_durable[g]`: a transaction's own records are durable once its
+//! part is, whatever happened to the parts before it. The
 //! committer publishes `gcsn`: every CSN below it, in every group, is
 //! durable. It computes it as the minimum over groups of the oldest CSN
 //! not yet durable there, where a group with nothing pending contributes
@@ -12,7 +17,8 @@
 //! under the group lock, see `log::group`).
 //!
 //! A pre-committed transaction T (group g) is acknowledged when
-//! - `Tracking::Record`: `durable[g] >= T.csn && T.dsn < gcsn`;
+//! - `Tracking::Record`: T's own part is durable (`durable[g] >= T.csn`,
+//!   or the ring says so) `&& T.dsn < gcsn`;
 //! - `Tracking::Txn`: `T.csn < gcsn`.
 //!
 //! Both sides are monotone, so an ack handle decides by reading two
@@ -35,6 +41,19 @@ use crate::log::group::{LogGroup, Pending};
 use crate::mvcc::{CSN_FIRST, Csn};
 use crate::options::Tracking;
 
+/// Slots of a group's part-durability ring: how many parts may become
+/// durable behind a stuck one before their transactions wait for the
+/// stuck part after all (at 250 parts a second, 4 s).
+pub(crate) const PART_RING: usize = 1024;
+
+/// Where a transaction's own records are: its group and the number of the
+/// part they go out in.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct OwnPart {
+    pub(crate) group: usize,
+    pub(crate) part: u64,
+}
+
 /// Shared by workers, flushers, the committer and ack handles.
 pub(crate) struct CommitState {
     /// The next CSN to hand out (invariant 1: one counter, dense CSNs).
@@ -43,6 +62,12 @@ pub(crate) struct CommitState {
     pub(crate) gcsn: CachePadded<AtomicU64>,
     /// Per group: every CSN of the group up to this one is durable.
     pub(crate) durable: Box<[CachePadded<AtomicU64>]>,
+    /// Per group, a ring of [`PART_RING`] slots: slot `p % PART_RING`
+    /// holds `p + 1` once part `p` of the group is durable. A slot only
+    /// ever names a durable part, so a hit is proof; a part whose slot was
+    /// reused is found durable through `durable[g]` once the parts before
+    /// it are (later, never wrongly).
+    parts_durable: Box<[Box<[AtomicU64]>]>,
     pub(crate) tracking: Tracking,
     /// False without a log: pre-commit is the commit.
     pub(crate) logged: bool,
@@ -89,6 +114,9 @@ impl CommitState {
             next_csn: CachePadded::new(AtomicU64::new(first)),
             gcsn: CachePadded::new(AtomicU64::new(first)),
             durable: (0..groups).map(|_| CachePadded::new(AtomicU64::new(0))).collect(),
+            parts_durable: (0..groups)
+                .map(|_| (0..PART_RING).map(|_| AtomicU64::new(0)).collect())
+                .collect(),
             tracking,
             logged,
             poisoned: AtomicBool::new(false),
@@ -102,8 +130,8 @@ impl CommitState {
         }
     }
 
-    /// Is the transaction (`csn` in `group`, or read-only) acknowledged?
-    pub(crate) fn is_acknowledged(&self, csn: Option<Csn>, dsn: Csn, group: usize) -> bool {
+    /// Is the transaction (`csn` in part `own`, or read-only) acknowledged?
+    pub(crate) fn is_acknowledged(&self, csn: Option<Csn>, dsn: Csn, own: OwnPart) -> bool {
         if !self.logged {
             return true;
         }
@@ -112,10 +140,24 @@ impl CommitState {
             // A read-only transaction waits for what it saw.
             None => dsn < gcsn,
             Some(csn) => match self.tracking {
-                Tracking::Record => self.durable[group].load(Ordering::SeqCst) >= csn && dsn < gcsn,
+                Tracking::Record => dsn < gcsn && self.own_records_durable(csn, own),
                 Tracking::Txn => csn < gcsn,
             },
         }
+    }
+
+    /// Are the records of transaction `csn`, logged in part `own`, durable?
+    pub(crate) fn own_records_durable(&self, csn: Csn, own: OwnPart) -> bool {
+        self.durable[own.group].load(Ordering::SeqCst) >= csn
+            || self.parts_durable[own.group][(own.part % PART_RING as u64) as usize]
+                .load(Ordering::SeqCst)
+                == own.part + 1
+    }
+
+    /// A group's flusher: part `part` of `group` is durable.
+    pub(crate) fn publish_part_durable(&self, group: usize, part: u64) {
+        self.parts_durable[group][(part % PART_RING as u64) as usize]
+            .store(part + 1, Ordering::SeqCst);
     }
 
     pub(crate) fn is_poisoned(&self) -> bool {
@@ -146,9 +188,9 @@ impl CommitState {
     }
 
     /// Block until acknowledged, or the database is poisoned.
-    pub(crate) fn wait(&self, csn: Option<Csn>, dsn: Csn, group: usize) -> Result<(), Error> {
+    pub(crate) fn wait(&self, csn: Option<Csn>, dsn: Csn, own: OwnPart) -> Result<(), Error> {
         for _ in 0..64 {
-            if self.is_acknowledged(csn, dsn, group) {
+            if self.is_acknowledged(csn, dsn, own) {
                 return Ok(());
             }
             std::hint::spin_loop();
@@ -156,7 +198,7 @@ impl CommitState {
         self.waiters.fetch_add(1, Ordering::SeqCst);
         let result = loop {
             let mut round = self.acked.lock();
-            if self.is_acknowledged(csn, dsn, group) {
+            if self.is_acknowledged(csn, dsn, own) {
                 break Ok(());
             }
             if let Some(e) = self.poison_error() {
@@ -176,7 +218,8 @@ impl CommitState {
         result
     }
 
-    fn notify_acks(&self) {
+    /// Wake the ack waiters to look again (after a publication).
+    pub(crate) fn notify_acks(&self) {
         if self.waiters.load(Ordering::SeqCst) > 0 {
             *self.acked.lock() += 1;
             self.acked_cv.notify_all();

@@ -5,8 +5,8 @@
 //! transaction into its group's buffer in one step, makes the writes
 //! visible and frees the worker. It returns a [`CommitAck`] that resolves
 //! once the transaction is durably committed under the tracking policy
-//! ([`dependency`]). An ack is three numbers and a shared pointer: deciding
-//! whether it resolved reads two atomics, so it costs nothing per commit
+//! ([`dependency`]). An ack is four numbers and a shared pointer: deciding
+//! whether it resolved reads two or three atomics, so it costs nothing per commit
 //! beyond the pointer's reference count. Without a log (`store("none")`),
 //! pre-commit is the commit and every ack is resolved at once.
 
@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use crate::error::Result;
 use crate::mvcc::Csn;
-use dependency::CommitState;
+use dependency::{CommitState, OwnPart};
 
 pub use dependency::CommitMetrics;
 
@@ -35,7 +35,7 @@ pub struct CommitInfo {
 #[must_use = "a commit is acknowledged only when the ack resolves; call wait()"]
 pub struct CommitAck {
     info: CommitInfo,
-    group: usize,
+    own: OwnPart,
     state: Option<Arc<CommitState>>,
 }
 
@@ -51,12 +51,12 @@ impl std::fmt::Debug for CommitAck {
 impl CommitAck {
     /// An ack that is already resolved (no log, or nothing to wait for).
     pub(crate) fn resolved(info: CommitInfo) -> CommitAck {
-        CommitAck { info, group: 0, state: None }
+        CommitAck { info, own: OwnPart::default(), state: None }
     }
 
     /// An ack that resolves by the commit rule of `state`.
-    pub(crate) fn pending(info: CommitInfo, group: usize, state: Arc<CommitState>) -> CommitAck {
-        CommitAck { info, group, state: Some(state) }
+    pub(crate) fn pending(info: CommitInfo, own: OwnPart, state: Arc<CommitState>) -> CommitAck {
+        CommitAck { info, own, state: Some(state) }
     }
 
     /// The CSN (`None` for read-only transactions), available at once.
@@ -74,7 +74,7 @@ impl CommitAck {
     pub fn is_acknowledged(&self) -> bool {
         self.state
             .as_ref()
-            .is_none_or(|s| s.is_acknowledged(self.info.csn, self.info.dsn, self.group))
+            .is_none_or(|s| s.is_acknowledged(self.info.csn, self.info.dsn, self.own))
     }
 
     /// Block until the transaction is acknowledged. Fails with
@@ -83,7 +83,7 @@ impl CommitAck {
     /// be treated as not committed.
     pub fn wait(self) -> Result<CommitInfo> {
         if let Some(s) = &self.state {
-            s.wait(self.info.csn, self.info.dsn, self.group)?;
+            s.wait(self.info.csn, self.info.dsn, self.own)?;
         }
         Ok(self.info)
     }

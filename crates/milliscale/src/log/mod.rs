@@ -29,9 +29,9 @@ use crate::commit::dependency::{CommitMetrics, CommitState, Committer};
 use crate::error::{Error, Result};
 use crate::manifest::LogRef;
 use crate::options::{Options, StoreSpec};
-use group::{GroupMetrics, LogGroup};
+use group::{FlushSettings, GroupMetrics, LogGroup, RequestBudget};
 use replica::{ReplicaConfig, ReplicaSet, StoreHealth};
-use segment::{HedgePolicy, RetryPolicy, WriteMode};
+use segment::{Chain, HedgePolicy, RetryPolicy, WriteMode};
 
 pub use replica::LAG_PARTS_MAX;
 
@@ -117,49 +117,58 @@ impl Log {
         stores: Vec<OpenStore>,
         log: &LogRef,
     ) -> Result<Log> {
+        let flush = FlushSettings {
+            policy: options.flush_policy,
+            timeout: options.flush_timeout,
+            min_interval: options.flush_min_interval,
+            budget: options.max_appends_per_s.map(|n| Arc::new(RequestBudget::new(n))),
+        };
+        let lanes = log.lanes as usize;
         let groups: Vec<Arc<LogGroup>> = (0..log.groups)
             .map(|g| {
                 Arc::new(LogGroup::new(
                     g,
                     options.log_buffer_bytes,
-                    options.flush_timeout,
-                    (log.group_start[g as usize], log.parts_max),
+                    flush.clone(),
+                    (&log.group_start[lanes * g as usize..lanes * (g as usize + 1)], log.parts_max),
                     Arc::clone(&commit),
                 ))
             })
             .collect();
         let retry = RetryPolicy {
             deadline: options.store_deadline,
-            hedge: options.hedge_appends.then_some(HedgePolicy::DEFAULT),
+            hedge: HedgePolicy::for_setting(options.hedging),
             ..RetryPolicy::default()
         };
         let needed = options.quorum.needed(stores.len());
         let mut threads = Vec::new();
         for g in &groups {
-            let configs = stores
-                .iter()
-                .map(|s| ReplicaConfig {
-                    store: Arc::clone(&s.store),
-                    health: Arc::clone(&s.health),
-                    parts_max: options.segment_parts_max,
-                    retry,
-                })
-                .collect();
-            let replicas = ReplicaSet::start(g.id, configs, needed);
-            let g = Arc::clone(g);
-            let groups_to_wake = groups.clone();
-            threads.push(
-                std::thread::Builder::new()
-                    .name(format!("ms-flusher-g{}", g.id))
-                    .spawn(move || {
-                        g.run_flusher(replicas);
-                        // A poisoned group wakes every group's workers.
-                        for other in &groups_to_wake {
-                            other.wake_all();
-                        }
+            for lane in 0..log.lanes {
+                let configs = stores
+                    .iter()
+                    .map(|s| ReplicaConfig {
+                        store: Arc::clone(&s.store),
+                        health: Arc::clone(&s.health),
+                        parts_max: options.segment_parts_max,
+                        retry,
                     })
-                    .map_err(|e| Error::Store(format!("cannot start a flusher thread: {e}")))?,
-            );
+                    .collect();
+                let replicas = ReplicaSet::start(Chain::new(g.id, lane), configs, needed);
+                let g = Arc::clone(g);
+                let all = groups.clone();
+                threads.push(
+                    std::thread::Builder::new()
+                        .name(format!("ms-flusher-g{}-l{lane}", g.id))
+                        .spawn(move || {
+                            g.run_lane(lane as usize, replicas, &all);
+                            // A poisoned group wakes every group's workers.
+                            for other in &all {
+                                other.wake_all();
+                            }
+                        })
+                        .map_err(|e| Error::Store(format!("cannot start a flusher thread: {e}")))?,
+                );
+            }
         }
         let stop_committer = Arc::new(AtomicBool::new(false));
         let committer = Committer::new(Arc::clone(&commit), groups.clone(), stop_committer.clone());

@@ -1,9 +1,9 @@
-//! Replication: every part of a group goes to every store, and it is
-//! durable once a quorum of them holds it.
+//! Replication: every part of a chain (one lane of a log group) goes to
+//! every store, and it is durable once a quorum of them holds it.
 //!
-//! Each (group, store) pair has a writer thread that owns a
-//! [`SegmentWriter`] and writes the group's parts to that store in order.
-//! The group's flusher hands each part to all live writers at once and
+//! Each (chain, store) pair has a writer thread that owns a
+//! [`SegmentWriter`] and writes the chain's parts to that store in order.
+//! The lane's flusher hands each part to all live writers at once and
 //! waits until `needed` of them report it written; a slower store keeps
 //! writing its queue in the background and catches up. A store whose
 //! writer gives up (the store stayed unavailable past the deadline, or
@@ -20,7 +20,7 @@ use bytes::Bytes;
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use objstore::ObjectStore;
 
-use super::segment::{RetryPolicy, SegmentError, SegmentWriter, WriteMode};
+use super::segment::{Chain, RetryPolicy, SegmentError, SegmentWriter, WriteMode};
 use crate::error::Error;
 
 /// Parts a store may be behind the quorum before it is dropped.
@@ -43,9 +43,9 @@ pub(crate) struct StoreHealth {
 }
 
 impl StoreHealth {
-    /// A group stopped writing to this store.
-    fn gave_up(&self, group: u32, e: &SegmentError) {
-        tracing::warn!("log group {group}: store {} dropped from replication: {e}", self.name);
+    /// A chain stopped writing to this store.
+    fn gave_up(&self, chain: Chain, e: &SegmentError) {
+        tracing::warn!("log {chain}: store {} dropped from replication: {e}", self.name);
         if matches!(e, SegmentError::Foreign { .. }) {
             self.foreign.store(true, Ordering::Relaxed);
         }
@@ -74,13 +74,13 @@ struct Replica {
     health: Arc<StoreHealth>,
 }
 
-/// One group's writers, one per store.
+/// One chain's writers (a lane of a log group), one per store.
 ///
 /// With a single store there is nothing to overlap: the flusher writes the
 /// part itself, saving two thread hand-offs per flush (each a scheduler
 /// wake-up, which costs milliseconds when workers keep the cores busy).
 pub(crate) enum ReplicaSet {
-    Single(SingleWriter),
+    Single(Box<SingleWriter>),
     Many(Replicas),
 }
 
@@ -90,14 +90,14 @@ pub(crate) struct SingleWriter {
 }
 
 impl ReplicaSet {
-    pub(crate) fn start(group: u32, mut stores: Vec<ReplicaConfig>, needed: usize) -> ReplicaSet {
+    pub(crate) fn start(chain: Chain, mut stores: Vec<ReplicaConfig>, needed: usize) -> ReplicaSet {
         if stores.len() == 1 && needed == 1 {
             let c = stores.pop().expect("one store");
-            let writer = SegmentWriter::new(c.store, group, c.health.mode, c.parts_max, 0, c.retry);
+            let writer = SegmentWriter::new(c.store, chain, c.health.mode, c.parts_max, 0, c.retry);
             // The first part's segment (chosen by the group) places it.
-            return ReplicaSet::Single(SingleWriter { writer, health: c.health });
+            return ReplicaSet::Single(Box::new(SingleWriter { writer, health: c.health }));
         }
-        ReplicaSet::Many(Replicas::start(group, stores, needed))
+        ReplicaSet::Many(Replicas::start(chain, stores, needed))
     }
 
     /// Write `part` to `segment`; return once a quorum holds it.
@@ -112,7 +112,7 @@ impl ReplicaSet {
                 }
                 Err(e) => {
                     let msg = format!("{}: {e}", s.health.name);
-                    s.health.gave_up(s.writer.group(), &e);
+                    s.health.gave_up(s.writer.chain(), &e);
                     Err(match e {
                         SegmentError::Foreign { .. } => Error::Fenced(msg),
                         _ => Error::StoreUnavailable(msg),
@@ -125,14 +125,14 @@ impl ReplicaSet {
 
 /// Writer threads, one per store.
 pub(crate) struct Replicas {
-    group: u32,
+    chain: Chain,
     replicas: Vec<Replica>,
     needed: usize,
     results: Receiver<(usize, u64, Result<(), SegmentError>)>,
     seq: u64,
 }
 
-/// Where and how one group writes to one store.
+/// Where and how one chain writes to one store.
 pub(crate) struct ReplicaConfig {
     pub(crate) store: Arc<dyn ObjectStore>,
     pub(crate) health: Arc<StoreHealth>,
@@ -141,7 +141,7 @@ pub(crate) struct ReplicaConfig {
 }
 
 impl Replicas {
-    fn start(group: u32, stores: Vec<ReplicaConfig>, needed: usize) -> Replicas {
+    fn start(chain: Chain, stores: Vec<ReplicaConfig>, needed: usize) -> Replicas {
         let (result_tx, results) = crossbeam_channel::unbounded();
         let replicas = stores
             .into_iter()
@@ -149,11 +149,11 @@ impl Replicas {
             .map(|(index, c)| {
                 let (tx, rx) = crossbeam_channel::bounded::<(u64, u64, Bytes)>(LAG_PARTS_MAX);
                 let mut w =
-                    SegmentWriter::new(c.store, group, c.health.mode, c.parts_max, 0, c.retry);
+                    SegmentWriter::new(c.store, chain, c.health.mode, c.parts_max, 0, c.retry);
                 let result_tx = result_tx.clone();
                 let health = Arc::clone(&c.health);
                 let thread = std::thread::Builder::new()
-                    .name(format!("ms-log-g{group}-s{index}"))
+                    .name(format!("ms-log-g{}-l{}-s{index}", chain.group, chain.lane))
                     .spawn(move || {
                         for (seq, segment, part) in rx {
                             let r = w.write_at(segment, &part).map(|_| ());
@@ -165,7 +165,7 @@ impl Replicas {
                                 // Report at once: the flusher only reads
                                 // results while it writes, and the log may
                                 // be idle now.
-                                Err(e) => health.gave_up(group, e),
+                                Err(e) => health.gave_up(chain, e),
                             }
                             let failed = r.is_err();
                             if result_tx.send((index, seq, r)).is_err() || failed {
@@ -177,7 +177,7 @@ impl Replicas {
                 Replica { to_writer: Some(tx), thread: Some(thread), done: 0, health: c.health }
             })
             .collect();
-        Replicas { group, replicas, needed, results, seq: 0 }
+        Replicas { chain, replicas, needed, results, seq: 0 }
     }
 
     fn live(&self) -> usize {
@@ -193,8 +193,8 @@ impl Replicas {
             && let Some(why) = why
         {
             tracing::warn!(
-                "log group {}: store {} dropped from replication: {why}",
-                self.group,
+                "log {}: store {} dropped from replication: {why}",
+                self.chain,
                 r.health.name
             );
             r.health.dropped.fetch_add(1, Ordering::Relaxed);
@@ -238,8 +238,8 @@ impl Replicas {
                     })
                     .collect();
                 let msg = format!(
-                    "log group {}: {} of {} stores left, a quorum needs {}; {}",
-                    self.group,
+                    "log {}: {} of {} stores left, a quorum needs {}; {}",
+                    self.chain,
                     self.live(),
                     self.replicas.len(),
                     self.needed,

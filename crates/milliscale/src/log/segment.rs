@@ -1,13 +1,18 @@
 //! Writing a log group's parts to a store: segments, rollover, and the
 //! failure handling of DESIGN.md invariant 5.
 //!
-//! **Append mode.** A group writes segment objects `log/gGGGG/sSSSSSSSS`;
-//! each part is one append at the segment's current size. After
+//! **Chains.** A log group writes through `log_lanes` *lanes*, each its own
+//! chain of segment objects ([`Chain`]): lane 0 is `log/gGGGG/sSSSSSSSS`
+//! (the name a one-lane log has always had), lane `L > 0` is
+//! `log/gGGGG/lL/sSSSSSSSS`. A writer writes one chain.
+//!
+//! **Append mode.** A chain is a run of segment objects; each part is one
+//! append at the segment's current size. After
 //! `parts_max` parts (10,000 on S3 Express) the segment is sealed and the
 //! next one starts at offset 0 (invariant 4).
 //!
 //! **Put mode**, for stores whose probe says they cannot append: one object
-//! per part, `log/gGGGG/sSSSSSSSS/pPPPPP`, written with `If-None-Match: *`,
+//! per part, `<segment>/pPPPPP`, written with `If-None-Match: *`,
 //! and the same rollover, so no segment prefix lists more than `parts_max`
 //! objects.
 //!
@@ -22,24 +27,28 @@
 //! deadline the writer gives up with [`SegmentError::Unavailable`].
 //!
 //! **Hedged appends.** Object stores have heavy latency tails: about one
-//! request in 10^4 takes tens of times the median. Under the gCSN rule a
-//! slow append in one group holds back every commit that depends on it, in
-//! every group. So an append still unanswered after [`HedgePolicy`]'s
-//! delay (a multiple of the recent median) is sent a second time, same
-//! bytes, same offset, and the first answer wins. The write offset makes
-//! this safe: at most one of the two can land, because the other finds
-//! the object's size changed and is refused; the loser's answer is
-//! ignored. If the first answer is an error, the usual reconciliation
-//! above decides, and it is correct whichever copy lands, and when.
-//! Hedges cost one extra request each (counted by the store's accounting).
-//! A store with an asynchronous client (`s3://`) hedges inside its own
-//! runtime (`ObjectStore::append_hedged`): a timer and a second request,
-//! at no cost to the writer's thread. For the others, waiting with a
-//! timeout needs the append on a helper thread: each writer keeps a few
-//! long-lived ones ([`AppendPool`]), which sleep between appends. That
-//! costs two thread wake-ups per append, which show in the median when the
-//! cores are busy; so hedging is off unless `Options::hedge_appends` turns
-//! it on.
+//! request in 10^4 takes tens of times the median. A slow append holds back
+//! every transaction in its part, and under the gCSN rule every commit that
+//! depends on them, in every group. So an append still unanswered after
+//! [`HedgePolicy`]'s delay (by default the 90th percentile of the writer's
+//! recent appends) is sent a second time, same bytes, same offset, and the
+//! first success wins. The write offset makes this safe: at most one of the
+//! two can land, because the other finds the object's size changed and is
+//! refused; the loser's answer is ignored. If the answer is an error, the
+//! usual reconciliation above decides, and it is correct whichever copy
+//! lands, and when. Each hedge is one extra request (counted by the store's
+//! accounting), and the policy bounds them: at most `max_share` of the
+//! appends (10%) in the long run.
+//!
+//! Where it runs: a store whose client is asynchronous (`s3://`) hedges
+//! inside its own runtime, and the simulated store models the two racing
+//! requests itself (`ObjectStore::append_hedged`); both cost the writer's
+//! thread nothing, so [`Hedging::Auto`] (the default) hedges there and
+//! only there. For other stores, waiting with a timeout needs the append
+//! on a helper thread: each writer keeps a few long-lived ones
+//! ([`AppendPool`]), which sleep between appends. That costs two thread
+//! wake-ups per append, which show in the median when the cores are busy;
+//! [`Hedging::Always`] turns it on.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -86,18 +95,56 @@ impl Default for RetryPolicy {
 /// When an append is slow enough to send again (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct HedgePolicy {
-    /// Hedge after this multiple of the median latency of the writer's
-    /// recent appends...
+    /// Hedge after this quantile of the writer's recent append latencies...
+    pub quantile: f64,
+    /// ...times this...
     pub multiple: f64,
     /// ...but never sooner than this.
     pub min: Duration,
+    /// In the long run, hedge at most this share of appends (a hedge is one
+    /// more request); short bursts may go up to 10 hedges over it.
+    pub max_share: f64,
+    /// For stores that cannot hedge inside their client, hedge through
+    /// helper threads (which cost median latency on busy cores).
+    pub threads: bool,
+}
+
+/// Where the log hedges slow appends (`Options::hedging`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Hedging {
+    /// Only where the store hedges inside its own client at no cost to the
+    /// writer's thread (`s3://`, `sim://`). The default.
+    #[default]
+    Auto,
+    /// Everywhere: stores that cannot hedge themselves get helper threads.
+    Always,
+    /// Never.
+    Off,
 }
 
 impl HedgePolicy {
-    /// 3x the median, at least 10 ms: on the `s3x` preset (median about
-    /// 9 ms) about 1 append in 60 is hedged.
-    pub const DEFAULT: HedgePolicy = HedgePolicy { multiple: 3.0, min: Duration::from_millis(10) };
+    /// The 90th percentile of recent appends (at least 2 ms), at most 10%
+    /// more appends, no helper threads.
+    pub const DEFAULT: HedgePolicy = HedgePolicy {
+        quantile: 0.9,
+        multiple: 1.0,
+        min: Duration::from_millis(2),
+        max_share: 0.1,
+        threads: false,
+    };
+
+    /// The policy for a [`Hedging`] setting.
+    pub fn for_setting(h: Hedging) -> Option<HedgePolicy> {
+        match h {
+            Hedging::Auto => Some(HedgePolicy::DEFAULT),
+            Hedging::Always => Some(HedgePolicy { threads: true, ..HedgePolicy::DEFAULT }),
+            Hedging::Off => None,
+        }
+    }
 }
+
+/// Hedges a burst may take beyond the long-run share.
+const HEDGE_BURST: f64 = 10.0;
 
 /// Appends measured before the writer hedges at all.
 const HEDGE_WARMUP: usize = 16;
@@ -153,7 +200,9 @@ impl AppendPool {
     }
 }
 
-/// Latencies of recent unhedged appends that succeeded, for the hedge delay.
+/// Latencies of recent appends that succeeded, for the hedge delay. A
+/// hedged append counts with the time it took (at least the delay), so
+/// the slow ones stay in the sample and the quantile does not drift down.
 #[derive(Debug, Default)]
 struct Recent {
     micros: Vec<u32>,
@@ -173,13 +222,13 @@ impl Recent {
         }
     }
 
-    fn median(&self) -> Option<Duration> {
+    fn quantile(&self, q: f64) -> Option<Duration> {
         if self.micros.len() < HEDGE_WARMUP {
             return None;
         }
         let mut v = self.micros.clone();
-        let mid = v.len() / 2;
-        let (_, m, _) = v.select_nth_unstable(mid);
+        let at = ((v.len() - 1) as f64 * q.clamp(0.0, 1.0)).round() as usize;
+        let (_, m, _) = v.select_nth_unstable(at);
         Some(Duration::from_micros(u64::from(*m)))
     }
 }
@@ -224,11 +273,42 @@ pub struct PartLocation {
     pub offset: u64,
 }
 
-/// Writes one log group's parts in order. See the module docs.
+/// One chain of segment objects: lane `lane` of log group `group`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Chain {
+    /// The log group.
+    pub group: u32,
+    /// The lane within the group, from 0.
+    pub lane: u32,
+}
+
+impl Chain {
+    /// Lane `lane` of group `group`.
+    pub const fn new(group: u32, lane: u32) -> Chain {
+        Chain { group, lane }
+    }
+
+    /// The prefix every segment name of this chain starts with: one LIST
+    /// of it finds the chain's objects and no other chain's.
+    pub fn prefix(self) -> String {
+        match self.lane {
+            0 => format!("log/g{:04}/s", self.group),
+            lane => format!("log/g{:04}/l{lane}/s", self.group),
+        }
+    }
+}
+
+impl std::fmt::Display for Chain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "group {} lane {}", self.group, self.lane)
+    }
+}
+
+/// Writes one chain's parts in order. See the module docs.
 #[derive(Debug)]
 pub struct SegmentWriter {
     store: Arc<dyn ObjectStore>,
-    group: u32,
+    chain: Chain,
     mode: WriteMode,
     parts_max: u32,
     retry: RetryPolicy,
@@ -238,24 +318,27 @@ pub struct SegmentWriter {
     rng: SmallRng,
     recent: Recent,
     hedged: u64,
+    /// Hedges the writer may still send (`HedgePolicy::max_share` per
+    /// append, up to a burst).
+    hedge_credit: f64,
     pool: AppendPool,
 }
 
 /// The object name of a segment (append mode), or its prefix (put mode).
-pub fn segment_key(group: u32, segment: u64) -> String {
-    format!("log/g{group:04}/s{segment:08}")
+pub fn segment_key(chain: Chain, segment: u64) -> String {
+    format!("{}{segment:08}", chain.prefix())
 }
 
 /// The object name of one part in put mode.
-pub fn put_part_key(group: u32, segment: u64, part: u32) -> String {
-    format!("{}/p{part:05}", segment_key(group, segment))
+pub fn put_part_key(chain: Chain, segment: u64, part: u32) -> String {
+    format!("{}/p{part:05}", segment_key(chain, segment))
 }
 
 impl SegmentWriter {
-    /// A writer for `group` that starts a fresh segment `first_segment`.
+    /// A writer for `chain` that starts a fresh segment `first_segment`.
     pub fn new(
         store: Arc<dyn ObjectStore>,
-        group: u32,
+        chain: Chain,
         mode: WriteMode,
         parts_max: u32,
         first_segment: u64,
@@ -263,16 +346,19 @@ impl SegmentWriter {
     ) -> SegmentWriter {
         SegmentWriter {
             store,
-            group,
+            chain,
             mode,
             parts_max: parts_max.max(1),
             retry,
             segment: first_segment,
             offset: 0,
             parts: 0,
-            rng: SmallRng::seed_from_u64(u64::from(group) ^ 0x6c6f_6773),
+            rng: SmallRng::seed_from_u64(
+                (u64::from(chain.group) << 8 | u64::from(chain.lane)) ^ 0x6c6f_6773,
+            ),
             recent: Recent::default(),
             hedged: 0,
+            hedge_credit: HEDGE_BURST,
             pool: AppendPool::new(),
         }
     }
@@ -283,38 +369,58 @@ impl SegmentWriter {
     }
 
     /// How long to wait for an append before hedging it, if at all.
-    fn hedge_delay(&self) -> Option<Duration> {
+    fn hedge_delay(&mut self) -> Option<Duration> {
         let h = self.retry.hedge?;
-        let median = self.recent.median()?;
-        Some(median.mul_f64(h.multiple).max(h.min))
+        self.hedge_credit = (self.hedge_credit + h.max_share).min(HEDGE_BURST);
+        if self.hedge_credit < 1.0 {
+            return None;
+        }
+        let q = self.recent.quantile(h.quantile)?;
+        Some(q.mul_f64(h.multiple).max(h.min))
+    }
+
+    /// A hedge went out.
+    fn count_hedge(&mut self) {
+        self.hedged += 1;
+        self.hedge_credit -= 1.0;
     }
 
     /// One append, hedged if it is slow (see the module docs). Returns the
     /// first answer.
     fn append_once(&mut self, key: &str, part: &Bytes) -> Result<objstore::ObjectMeta, StoreError> {
         let started = Instant::now();
+        let r = self.append_maybe_hedged(key, part);
+        if r.is_ok() {
+            self.recent.add(started.elapsed());
+        }
+        r
+    }
+
+    fn append_maybe_hedged(
+        &mut self,
+        key: &str,
+        part: &Bytes,
+    ) -> Result<objstore::ObjectMeta, StoreError> {
         let Some(delay) = self.hedge_delay() else {
-            let r = self.store.append(key, self.offset, part.clone());
-            if r.is_ok() {
-                self.recent.add(started.elapsed());
-            }
-            return r;
+            return self.store.append(key, self.offset, part.clone());
         };
-        // A store with an asynchronous client hedges on its own runtime,
-        // with no hand-off between threads of ours.
+        // A store with an asynchronous client hedges on its own runtime
+        // (the simulated one models it), with no hand-off between threads
+        // of ours.
         if let Some((r, hedged)) = self.store.append_hedged(key, self.offset, part.clone(), delay) {
             if hedged {
-                self.hedged += 1;
-            } else if r.is_ok() {
-                self.recent.add(started.elapsed());
+                self.count_hedge();
             }
             return r;
         }
+        if !self.retry.hedge.is_some_and(|h| h.threads) {
+            return self.store.append(key, self.offset, part.clone());
+        }
         let (tx, rx) = crossbeam_channel::bounded(2);
+        let (store, offset) = (Arc::clone(&self.store), self.offset);
         let request =
             |tx: crossbeam_channel::Sender<Result<objstore::ObjectMeta, StoreError>>| -> AppendJob {
-                let (store, key, offset, part) =
-                    (Arc::clone(&self.store), key.to_owned(), self.offset, part.clone());
+                let (store, key, part) = (Arc::clone(&store), key.to_owned(), part.clone());
                 Box::new(move || {
                     let _ = tx.send(store.append(&key, offset, part));
                 })
@@ -331,27 +437,22 @@ impl SegmentWriter {
             rx.recv_timeout(delay)
         };
         match first {
-            Ok(r) => {
-                if r.is_ok() {
-                    self.recent.add(started.elapsed());
-                }
-                return r;
-            }
+            Ok(r) => return r,
             Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
             Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
                 unreachable!("this thread holds a sender")
             }
         }
-        self.hedged += 1;
+        self.count_hedge();
         // If the hedge cannot be queued, the first request is still ours
         // to wait for.
         let _ = self.pool.run(request(tx));
         rx.recv().expect("an append thread answers")
     }
 
-    /// The log group it writes for.
-    pub fn group(&self) -> u32 {
-        self.group
+    /// The chain it writes.
+    pub fn chain(&self) -> Chain {
+        self.chain
     }
 
     /// The segment the next part goes to.
@@ -394,8 +495,8 @@ impl SegmentWriter {
         let mut attempt = 0u32;
         loop {
             let key = match self.mode {
-                WriteMode::Append => segment_key(self.group, self.segment),
-                WriteMode::PutPerFlush => put_part_key(self.group, self.segment, self.parts),
+                WriteMode::Append => segment_key(self.chain, self.segment),
+                WriteMode::PutPerFlush => put_part_key(self.chain, self.segment, self.parts),
             };
             let outcome = match self.mode {
                 WriteMode::Append => self.try_append(&key, part),

@@ -1,13 +1,13 @@
 //! Fencing: how a new writer makes the old one's next write fail.
 //!
-//! Every store holds a log group's parts in the same consecutive segments
-//! (the group chooses them, `log::group`), and a writer writes each store's
-//! parts in order. So the old writer's next part on a store goes either to
+//! Every store holds a chain's parts (one lane of a log group) in the same
+//! consecutive segments (the group chooses them, `log::group`), and a
+//! writer writes each store's parts of a chain in order. So the old writer's next part on a store goes either to
 //! the last segment there (an append at its current end) or to the next
 //! segment number (append mode: created by an append at offset 0; put
 //! mode: the next part object, or part 0 of the next segment).
 //!
-//! The new writer closes both doors, per group and per store: it appends a
+//! The new writer closes both doors, per chain and per store: it appends a
 //! **fence part** (`record::fence_part`, carrying its epoch) to the end of
 //! the last segment, and creates the next segment (or part object) holding
 //! a fence part. The old writer's append then meets bytes that are not its
@@ -20,8 +20,9 @@
 //! over first, the fence's own append or create is refused and the new
 //! writer lists again. Whatever the old writer landed before the fence
 //! is before the fence in the segment, so recovery, which reads after
-//! fencing, sees it; recovery stops reading a group at its first fence
-//! part.
+//! fencing, sees it; recovery stops reading a chain at its first fence
+//! part. Every lane of every group is fenced: a lane left open would let
+//! the old writer land (and acknowledge) parts recovery never read.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -31,11 +32,12 @@ use objstore::{ObjectStore, StoreError};
 use super::{LogObject, parse_key};
 use crate::error::{Error, Result};
 use crate::log::record::fence_part;
-use crate::log::segment::{WriteMode, put_part_key, segment_key};
+use crate::log::segment::{Chain, WriteMode, put_part_key, segment_key};
 use crate::manifest::LogRef;
 
-/// Fence every group of `log` on one store for a writer of `epoch`.
-/// `mode` is how this store would be written when a group has nothing yet.
+/// Fence every chain (group and lane) of `log` on one store for a writer
+/// of `epoch`. `mode` is how this store would be written when a chain has
+/// nothing yet.
 pub(crate) fn fence_store(
     store: &Arc<dyn ObjectStore>,
     mode: WriteMode,
@@ -43,31 +45,31 @@ pub(crate) fn fence_store(
     epoch: u64,
     deadline: Duration,
 ) -> Result<()> {
-    for g in 0..log.groups {
-        fence_group(store.as_ref(), mode, g, log.group_start[g as usize], epoch, deadline)?;
+    for chain in log.chains() {
+        fence_chain(store.as_ref(), mode, chain, log.start(chain), epoch, deadline)?;
     }
     Ok(())
 }
 
-fn fence_group(
+fn fence_chain(
     store: &dyn ObjectStore,
     mode: WriteMode,
-    group: u32,
+    chain: Chain,
     start: u64,
     epoch: u64,
     deadline: Duration,
 ) -> Result<()> {
-    let fence = fence_part(group, epoch);
+    let fence = fence_part(chain.group, epoch);
     let started = Instant::now();
-    let err = |e: StoreError| Error::Store(format!("fencing log group {group}: {e}"));
+    let err = |e: StoreError| Error::Store(format!("fencing log {chain}: {e}"));
     loop {
         if started.elapsed() > deadline {
             return Err(Error::StoreUnavailable(format!(
-                "fencing log group {group}: the old writer kept moving or the store kept \
+                "fencing log {chain}: the old writer kept moving or the store kept \
                  failing for {deadline:?}"
             )));
         }
-        let listed = match store.list(&format!("log/g{group:04}/")) {
+        let listed = match store.list(&chain.prefix()) {
             Ok(l) => l,
             Err(e) if e.is_retryable() => continue,
             Err(e) => return Err(err(e)),
@@ -75,7 +77,7 @@ fn fence_group(
         let objects: Vec<LogObject> = listed
             .iter()
             .filter_map(|o| parse_key(&o.key))
-            .filter(|o| o.segment() >= start)
+            .filter(|o| o.chain() == chain && o.segment() >= start)
             .collect();
         let put_mode = match objects.iter().max() {
             Some(LogObject::Part { .. }) => true,
@@ -86,12 +88,12 @@ fn fence_group(
         let done = if put_mode {
             let (next_here, next_segment) = match last {
                 Some(LogObject::Part { segment, part, .. }) => {
-                    (Some(put_part_key(group, segment, part + 1)), segment + 1)
+                    (Some(put_part_key(chain, segment, part + 1)), segment + 1)
                 }
                 _ => (None, start),
             };
             let mut ok = true;
-            for key in next_here.into_iter().chain([put_part_key(group, next_segment, 0)]) {
+            for key in next_here.into_iter().chain([put_part_key(chain, next_segment, 0)]) {
                 match store.put_if_absent(&key, fence.clone()) {
                     Ok(_) => {}
                     Err(StoreError::AlreadyExists(_)) => {
@@ -109,7 +111,7 @@ fn fence_group(
         } else {
             let next_segment = match last {
                 Some(LogObject::Segment { segment, .. }) => {
-                    let key = segment_key(group, segment);
+                    let key = segment_key(chain, segment);
                     match append_at_end(store, &key, &fence) {
                         Ok(true) => {}
                         Ok(false) => continue,
@@ -119,7 +121,7 @@ fn fence_group(
                 }
                 _ => start,
             };
-            match store.append(&segment_key(group, next_segment), 0, fence.clone()) {
+            match store.append(&segment_key(chain, next_segment), 0, fence.clone()) {
                 Ok(_) => true,
                 // Someone created it first: list again and fence that.
                 Err(StoreError::InvalidWriteOffset { .. }) => false,

@@ -3,14 +3,17 @@
 //!
 //! - [`fence`]: how a new writer stops the old one before it reads.
 //! - [`scan_stores`] lists each store's live log (the manifest's
-//!   [`LogRef`]: per group, segments from `group_start`), fetches and
-//!   decodes the objects in parallel, and walks each group's parts in order
-//!   until the first fence part. Damage at the very end of a group's log (a
-//!   torn last append) is truncated and reported. Damage with more log
-//!   after it, a missing segment or part, parts out of CSN order, or a part
-//!   that names another group, is `Error::Corrupt` naming the object,
-//!   unless another store holds that part and what follows intact: with
-//!   several stores, each part is taken from whichever store has it.
+//!   [`LogRef`]: per group and lane, segments from `group_start`), fetches
+//!   and decodes the objects in parallel, and walks each chain's parts (a
+//!   chain is one lane of one group) in order until the first fence part.
+//!   Damage at the very end of a chain (a torn last append) is truncated
+//!   and reported. Damage with more of the chain after it, a missing
+//!   segment or part, parts out of CSN order within a chain, or a part that
+//!   names another group, is `Error::Corrupt` naming the object, unless
+//!   another store holds that part and what follows intact: with several
+//!   stores, each part is taken from whichever store has it. Chains of one
+//!   group interleave in CSN order; a part lost at the end of one lane while
+//!   later CSNs landed in another is a hole that the plan below handles.
 //! - [`plan_replay`] applies the replay rule: with `P` the contiguous
 //!   durable CSN prefix from the checkpoint on (every CSN from the
 //!   checkpoint's up to `P` is in some group's log, commit or abort), a
@@ -32,6 +35,7 @@ use objstore::{ObjectStore, StoreError};
 
 use crate::error::{Error, Result};
 use crate::log::record::{DecodeError, Entry, Part, decode_part};
+use crate::log::segment::Chain;
 use crate::manifest::{LogRef, Manifest, ManifestStore};
 use crate::mvcc::Csn;
 
@@ -48,9 +52,9 @@ pub struct Truncated {
     pub error: DecodeError,
 }
 
-/// One log group as found in the stores.
+/// One chain (a lane of a log group) as found in the stores.
 #[derive(Debug, Clone, Default)]
-pub struct GroupLog {
+pub struct ChainLog {
     /// Its decoded parts, in log order, with the object each came from.
     pub parts: Vec<(String, Part)>,
     /// A torn tail that was cut off, if any.
@@ -60,11 +64,11 @@ pub struct GroupLog {
     pub fenced_by: Option<u64>,
 }
 
-/// Every group's live log.
+/// Every chain's live log.
 #[derive(Debug, Clone, Default)]
 pub struct LogScan {
-    /// By group id.
-    pub groups: BTreeMap<u32, GroupLog>,
+    /// By chain (group, then lane).
+    pub chains: BTreeMap<Chain, ChainLog>,
     /// Objects read (all stores).
     pub objects: usize,
     /// Bytes read (all stores).
@@ -94,13 +98,13 @@ pub struct ReplayPlan {
     pub covered: usize,
 }
 
-/// Which object of a group's log a key names.
+/// Which object of a chain a key names (`segment::segment_key`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum LogObject {
-    /// `log/gGGGG/sSSSSSSSS`: an appended segment.
-    Segment { group: u32, segment: u64 },
-    /// `log/gGGGG/sSSSSSSSS/pPPPPP`: one part in put mode.
-    Part { group: u32, segment: u64, part: u32 },
+    /// `<chain>/sSSSSSSSS`: an appended segment.
+    Segment { chain: Chain, segment: u64 },
+    /// `<chain>/sSSSSSSSS/pPPPPP`: one part in put mode.
+    Part { chain: Chain, segment: u64, part: u32 },
 }
 
 impl LogObject {
@@ -110,23 +114,48 @@ impl LogObject {
         }
     }
 
-    pub(crate) fn group(&self) -> u32 {
+    pub(crate) fn chain(&self) -> Chain {
         match self {
-            LogObject::Segment { group, .. } | LogObject::Part { group, .. } => *group,
+            LogObject::Segment { chain, .. } | LogObject::Part { chain, .. } => *chain,
         }
+    }
+
+    pub(crate) fn group(&self) -> u32 {
+        self.chain().group
     }
 }
 
+/// Parse a log object name: `log/gGGGG/[lL/]sSSSSSSSS[/pPPPPP]`.
 pub(crate) fn parse_key(key: &str) -> Option<LogObject> {
     let rest = key.strip_prefix("log/g")?;
-    let (g, rest) = rest.split_once("/s")?;
-    let group = g.parse().ok()?;
-    match rest.split_once("/p") {
-        None => Some(LogObject::Segment { group, segment: rest.parse().ok()? }),
-        Some((s, p)) => {
-            Some(LogObject::Part { group, segment: s.parse().ok()?, part: p.parse().ok()? })
+    let (g, rest) = rest.split_once('/')?;
+    let group = digits(g)?;
+    let (lane, rest) = match rest.strip_prefix('l') {
+        Some(r) => {
+            let (l, r) = r.split_once('/')?;
+            let lane: u32 = digits(l)?;
+            // Lane 0 has no `l` level; `l0` or a padded number is not ours.
+            if lane == 0 || l.len() != lane.to_string().len() {
+                return None;
+            }
+            (lane, r)
         }
+        None => (0, rest),
+    };
+    let chain = Chain::new(group, lane);
+    let rest = rest.strip_prefix('s')?;
+    match rest.split_once("/p") {
+        None => Some(LogObject::Segment { chain, segment: digits(rest)? }),
+        Some((s, p)) => Some(LogObject::Part { chain, segment: digits(s)?, part: digits(p)? }),
     }
+}
+
+/// A number written with ASCII digits only.
+fn digits<T: std::str::FromStr>(s: &str) -> Option<T> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
 }
 
 fn corrupt(key: &str, what: impl std::fmt::Display) -> Error {
@@ -189,8 +218,8 @@ pub fn scan_stores(
         for o in listed {
             let parsed =
                 parse_key(&o.key).ok_or_else(|| corrupt(&o.key, "not a log object name"))?;
-            let g = parsed.group();
-            if g < log.groups && parsed.segment() >= log.group_start[g as usize] {
+            let (g, lane) = (parsed.group(), parsed.chain().lane);
+            if g < log.groups && lane < log.lanes && parsed.segment() >= log.start(parsed.chain()) {
                 objects
                     .entry(parsed)
                     .or_insert_with(|| Copies { key: o.key.clone(), copies: Vec::new() });
@@ -221,27 +250,28 @@ pub fn scan_stores(
         }
     }
     let objects: Vec<(LogObject, Copies)> = objects.into_iter().collect();
-    // Each group's objects, walked (decoded) in parallel.
+    // Each chain's objects (sorted by chain, then segment), walked
+    // (decoded) in parallel.
     let mut ranges = Vec::new();
     let mut i = 0;
     while i < objects.len() {
-        let g = objects[i].0.group();
-        let end = i + objects[i..].iter().take_while(|(o, _)| o.group() == g).count();
-        ranges.push((g, i..end));
+        let c = objects[i].0.chain();
+        let end = i + objects[i..].iter().take_while(|(o, _)| o.chain() == c).count();
+        ranges.push((c, i..end));
         i = end;
     }
-    let walked = parallel_map(&ranges, threads, |(g, range)| {
+    let walked = parallel_map(&ranges, threads, |(c, range)| {
         let mut repaired = Vec::new();
-        let start = log.group_start[*g as usize];
-        walk_group(*g, start, &objects[range.clone()], stores, &mut repaired).map(|l| (l, repaired))
+        let start = log.start(*c);
+        walk_chain(*c, start, &objects[range.clone()], stores, &mut repaired).map(|l| (l, repaired))
     });
-    for ((g, _), w) in ranges.iter().zip(walked) {
-        let (group, repaired) = w?;
+    for ((c, _), w) in ranges.iter().zip(walked) {
+        let (chain, repaired) = w?;
         scan.repaired.extend(repaired);
-        scan.groups.insert(*g, group);
+        scan.chains.insert(*c, chain);
     }
-    for g in 0..log.groups {
-        scan.groups.entry(g).or_default();
+    for c in log.chains() {
+        scan.chains.entry(c).or_default();
     }
     Ok(scan)
 }
@@ -398,16 +428,17 @@ fn part_at(
     })
 }
 
-/// Walk one group's objects in order, merging the stores' copies, up to a
+/// Walk one chain's objects in order, merging the stores' copies, up to a
 /// fence part or a torn tail.
-fn walk_group(
-    group: u32,
+fn walk_chain(
+    chain: Chain,
     start: u64,
     objects: &[(LogObject, Copies)],
     stores: &[(String, Arc<dyn ObjectStore>)],
     repaired: &mut Vec<String>,
-) -> Result<GroupLog> {
-    let mut out = GroupLog::default();
+) -> Result<ChainLog> {
+    let group = chain.group;
+    let mut out = ChainLog::default();
     let mut prev: Option<LogObject> = None;
     for (idx, (obj, c)) in objects.iter().enumerate() {
         let key = &c.key;
@@ -492,7 +523,7 @@ fn nothing_valid_after(damaged: &Bytes) -> bool {
         .all(|i| !matches!(decode_part(&damaged.slice(i..)), Ok((p, _)) if p.fence.is_none()))
 }
 
-/// A group's objects must follow each other without gaps, from its start
+/// A chain's objects must follow each other without gaps, from its start
 /// segment: segments by one, parts by one within a segment, a new segment
 /// at part 0.
 fn follows(prev: Option<LogObject>, next: LogObject, start: u64) -> bool {
@@ -522,8 +553,9 @@ pub fn plan_replay_owned(scan: LogScan) -> Result<ReplayPlan> {
     // Object keys, for error messages; entries point into them.
     let mut keys: Vec<String> = Vec::new();
     let mut entries: Vec<(Entry, usize)> = Vec::new();
-    for g in scan.groups.into_values() {
-        for (key, part) in g.parts {
+    // Every chain's entries, merged by CSN: lanes of one group interleave.
+    for c in scan.chains.into_values() {
+        for (key, part) in c.parts {
             if keys.last() != Some(&key) {
                 keys.push(key);
             }
@@ -598,8 +630,9 @@ pub struct RecoveryReport {
     pub log_objects: usize,
     /// Log bytes read (all stores).
     pub log_bytes: u64,
-    /// Per group: parts found, and a torn tail cut off, if any.
-    pub groups: Vec<(u32, usize, Option<Truncated>)>,
+    /// Per chain (group and lane): parts found, and a torn tail cut off,
+    /// if any.
+    pub chains: Vec<(Chain, usize, Option<Truncated>)>,
     /// Damage on one store that another store's copy covered.
     pub repaired: Vec<String>,
     /// The contiguous durable CSN prefix.
@@ -641,10 +674,10 @@ impl RecoveryReport {
             checkpoint: old.checkpoint.as_ref().map(|c| (c.csn, c.chunks.len(), c.rows)),
             log_objects: scan.objects,
             log_bytes: scan.bytes,
-            groups: scan
-                .groups
+            chains: scan
+                .chains
                 .iter()
-                .map(|(g, l)| (*g, l.parts.len(), l.truncated.clone()))
+                .map(|(c, l)| (*c, l.parts.len(), l.truncated.clone()))
                 .collect(),
             repaired: scan.repaired.clone(),
             threads,

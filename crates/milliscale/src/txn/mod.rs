@@ -23,6 +23,7 @@ use std::sync::atomic::Ordering;
 use crossbeam_epoch::{Guard, Pointer, Shared};
 use crossbeam_utils::Backoff;
 
+use crate::commit::dependency::OwnPart;
 use crate::commit::{CommitAck, CommitInfo};
 use crate::db::{DbInner, GC_HORIZON_REFRESH_COMMITS};
 use crate::error::{ConflictKind, Error, Result};
@@ -238,15 +239,15 @@ impl<'db> Transaction<'db> {
             // Read-only: no CSN (invariant 1); waits for what it saw.
             let info = CommitInfo { csn: None, dsn: self.dsn };
             self.finish();
-            return Ok(self.ack(info, 0));
+            return Ok(self.ack(info, OwnPart::default()));
         }
         let lease = self.lease.take().expect("a running transaction holds its slot");
         // Pin before the state says COMMITTED: once it does, other writers may
         // install over our versions and retire them, and we still stamp them.
         let guard = crossbeam_epoch::pin();
-        let (csn, group) = match self.db.log.as_ref() {
+        let (csn, own) = match self.db.log.as_ref() {
             None => match self.take_csn(&lease, &guard, None) {
-                Ok(csn) => (csn, 0),
+                Ok(csn) => (csn, OwnPart::default()),
                 Err(e) => return Err(self.fail(lease, e)),
             },
             Some(log) => {
@@ -259,7 +260,7 @@ impl<'db> Transaction<'db> {
                 match self.take_csn(&lease, &guard, Some(&mut r)) {
                     Ok(_) => {
                         let p = r.write_commit(self.dsn, self.redo_records, &self.redo);
-                        (p.csn, group.id as usize)
+                        (p.csn, OwnPart { group: group.id as usize, part: p.part })
                     }
                     Err(e) => {
                         r.write_abort();
@@ -277,7 +278,7 @@ impl<'db> Transaction<'db> {
         let info = CommitInfo { csn: Some(csn), dsn: self.dsn };
         self.lease = Some(lease);
         self.finish();
-        Ok(self.ack(info, group))
+        Ok(self.ack(info, own))
     }
 
     /// COMMITTING, take the CSN (from the group reservation with a log),
@@ -311,12 +312,12 @@ impl<'db> Transaction<'db> {
         e
     }
 
-    fn ack(&self, info: CommitInfo, group: usize) -> CommitAck {
+    fn ack(&self, info: CommitInfo, own: OwnPart) -> CommitAck {
         let c = &self.db.commit;
-        if !c.logged || c.is_acknowledged(info.csn, info.dsn, group) {
+        if !c.logged || c.is_acknowledged(info.csn, info.dsn, own) {
             CommitAck::resolved(info)
         } else {
-            CommitAck::pending(info, group, Arc::clone(c))
+            CommitAck::pending(info, own, Arc::clone(c))
         }
     }
 

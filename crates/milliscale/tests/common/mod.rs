@@ -3,7 +3,7 @@
 
 #![allow(dead_code)]
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
@@ -96,14 +96,26 @@ impl ObjectStore for Recorder {
     delegate_reads!();
 }
 
-/// Wraps a store; log writes of a closed group's objects block until the
-/// group is opened again, or sleep a set delay.
+/// Wraps a store; log writes of a closed group's objects (or of one lane
+/// of it) block until it is opened again, or sleep a set delay.
 #[derive(Debug)]
 pub struct Gate {
     inner: Arc<dyn ObjectStore>,
-    closed: Mutex<BTreeSet<u32>>,
-    delay: Mutex<Vec<Duration>>,
+    /// (group, None): every lane of the group; (group, Some(lane)): one.
+    closed: Mutex<BTreeSet<(u32, Option<u32>)>>,
+    delay: Mutex<BTreeMap<(u32, Option<u32>), Duration>>,
     cv: Condvar,
+}
+
+/// (group, lane) of a log object's key.
+fn chain_of(key: &str) -> Option<(u32, u32)> {
+    let rest = key.strip_prefix("log/g")?;
+    let g = rest.get(..4)?.parse::<u32>().ok()?;
+    let lane = match rest.get(5..)?.strip_prefix('l') {
+        Some(r) => r.split('/').next()?.parse().ok()?,
+        None => 0,
+    };
+    Some((g, lane))
 }
 
 impl Gate {
@@ -111,17 +123,36 @@ impl Gate {
         Arc::new(Gate {
             inner,
             closed: Mutex::new(BTreeSet::new()),
-            delay: Mutex::new(Vec::new()),
+            delay: Mutex::new(BTreeMap::new()),
             cv: Condvar::new(),
         })
     }
 
+    /// Hold back every lane of `group`.
     pub fn close(&self, group: u32) {
-        self.closed.lock().insert(group);
+        self.closed.lock().insert((group, None));
     }
 
+    /// Hold back one lane of `group`.
+    pub fn close_lane(&self, group: u32, lane: u32) {
+        self.closed.lock().insert((group, Some(lane)));
+    }
+
+    /// Let `group` through (the lanes closed one by one stay closed).
     pub fn open(&self, group: u32) {
-        self.closed.lock().remove(&group);
+        self.closed.lock().remove(&(group, None));
+        self.cv.notify_all();
+    }
+
+    /// Let one lane of `group` through.
+    pub fn open_lane(&self, group: u32, lane: u32) {
+        self.closed.lock().remove(&(group, Some(lane)));
+        self.cv.notify_all();
+    }
+
+    /// Open everything.
+    pub fn open_all(&self) {
+        self.closed.lock().clear();
         self.cv.notify_all();
     }
 
@@ -135,24 +166,28 @@ impl Gate {
 
     /// Every write of `group` takes `d` (on top of any gate).
     pub fn set_delay(&self, group: u32, d: Duration) {
-        let mut v = self.delay.lock();
-        if v.len() <= group as usize {
-            v.resize(group as usize + 1, Duration::ZERO);
-        }
-        v[group as usize] = d;
+        self.delay.lock().insert((group, None), d);
+    }
+
+    /// Every write of one lane of `group` takes `d` (instead of the
+    /// group's delay).
+    pub fn set_lane_delay(&self, group: u32, lane: u32, d: Duration) {
+        self.delay.lock().insert((group, Some(lane)), d);
     }
 
     fn pass(&self, key: &str) {
-        let Some(g) = key.strip_prefix("log/g").and_then(|r| r.get(..4)?.parse::<u32>().ok())
-        else {
+        let Some((g, lane)) = chain_of(key) else {
             return;
         };
-        let d = self.delay.lock().get(g as usize).copied().unwrap_or_default();
-        if !d.is_zero() {
+        let d = {
+            let delays = self.delay.lock();
+            delays.get(&(g, Some(lane))).or_else(|| delays.get(&(g, None))).copied()
+        };
+        if let Some(d) = d.filter(|d| !d.is_zero()) {
             std::thread::sleep(d);
         }
         let mut c = self.closed.lock();
-        while c.contains(&g) {
+        while c.contains(&(g, None)) || c.contains(&(g, Some(lane))) {
             self.cv.wait(&mut c);
         }
     }

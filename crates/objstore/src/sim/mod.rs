@@ -17,6 +17,16 @@
 //!
 //! Writes wait out their latency and then apply; reads apply and then wait
 //! (the transfer time depends on the response size).
+//!
+//! **Hedged appends** ([`ObjectStore::append_hedged`]) are modelled as two
+//! requests racing, the way an asynchronous client sends them: the first
+//! is drawn; if it would take longer than the hedge delay, a second one
+//! (its own latency and faults) starts at the delay. Each lands at the end
+//! of its latency, in time order, at the same write offset, so at most one
+//! applies (the other finds the size changed: `InvalidWriteOffset`). The
+//! caller gets the first success, or the last answer if both failed. Both
+//! requests are counted and priced. The calling thread sleeps once, until
+//! the answer it gets: no second thread.
 
 pub mod accounting;
 pub mod model;
@@ -228,30 +238,30 @@ impl SimStore {
 
     /// Sleep for the request; return the injected error, if any.
     fn injected(&self, fault: Fault, delay: Duration) -> Option<StoreError> {
+        latency_sleep(match fault {
+            Fault::Stall => Duration::from_millis(self.preset.stall_timeout_ms),
+            _ => delay,
+        });
+        self.fault_answer(fault)
+    }
+
+    /// The error a request with `fault` answers, once its time is over.
+    fn fault_answer(&self, fault: Fault) -> Option<StoreError> {
         let name = &self.preset_name;
-        match fault {
+        let e = match fault {
             Fault::Stall => {
-                latency_sleep(Duration::from_millis(self.preset.stall_timeout_ms));
-                self.accounting.fault();
-                Some(StoreError::Transient(format!(
-                    "sim://{name}: request timed out (injected stall)"
-                )))
+                StoreError::Transient(format!("sim://{name}: request timed out (injected stall)"))
             }
             Fault::Throttle => {
-                latency_sleep(delay);
-                self.accounting.fault();
-                Some(StoreError::Throttled(format!("sim://{name}: 503 SlowDown (injected)")))
+                StoreError::Throttled(format!("sim://{name}: 503 SlowDown (injected)"))
             }
             Fault::Error => {
-                latency_sleep(delay);
-                self.accounting.fault();
-                Some(StoreError::Transient(format!("sim://{name}: 500 InternalError (injected)")))
+                StoreError::Transient(format!("sim://{name}: 500 InternalError (injected)"))
             }
-            Fault::None | Fault::Ambiguous => {
-                latency_sleep(delay);
-                None
-            }
-        }
+            Fault::None | Fault::Ambiguous => return None,
+        };
+        self.accounting.fault();
+        Some(e)
     }
 }
 
@@ -263,6 +273,77 @@ impl SimStore {
 pub fn latency_sleep(d: Duration) {
     if !d.is_zero() {
         std::thread::sleep(d);
+    }
+}
+
+impl SimStore {
+    /// See the module docs: two requests racing, in one thread.
+    fn hedged_append(
+        &self,
+        key: &str,
+        offset: u64,
+        body: Bytes,
+        hedge_after: Duration,
+    ) -> (Result<ObjectMeta>, bool) {
+        let up = body.len() as u64;
+        self.accounting.request(Kind::Append, up);
+        if let Err(e) = self.check_available() {
+            return (Err(e), false);
+        }
+        let stall = Duration::from_millis(self.preset.stall_timeout_ms);
+        let takes = |(fault, delay): (Fault, Duration)| match fault {
+            Fault::Stall => stall,
+            _ => delay,
+        };
+        let first = self.draw(OpClass::Write, up, true);
+        // A zero delay always races two requests (tests use it).
+        if !hedge_after.is_zero() && takes(first) <= hedge_after {
+            latency_sleep(takes(first));
+            return (self.finish_append(first.0, key, offset, &body), false);
+        }
+        self.accounting.request(Kind::Append, up);
+        let second = self.draw(OpClass::Write, up, true);
+        // (arrival time, draw) of both, in the order they land.
+        let mut arrivals = [(takes(first), first), (hedge_after + takes(second), second)];
+        arrivals.sort_by_key(|a| a.0);
+        let mut waited = Duration::ZERO;
+        let mut answer = None;
+        for (at, (fault, _)) in arrivals {
+            latency_sleep(at.saturating_sub(waited));
+            waited = at;
+            let r = self.finish_append(fault, key, offset, &body);
+            if r.is_ok() {
+                return (r, true);
+            }
+            answer = Some(r);
+        }
+        (answer.expect("two requests"), true)
+    }
+
+    /// One append request whose latency was already waited out: apply it
+    /// (or fail it) as its fault says.
+    fn finish_append(
+        &self,
+        fault: Fault,
+        key: &str,
+        offset: u64,
+        body: &Bytes,
+    ) -> Result<ObjectMeta> {
+        match self.fault_answer(fault) {
+            Some(e) => Err(e),
+            None => {
+                let r = self.inner.append(key, offset, body.clone());
+                match (fault, r) {
+                    (Fault::Ambiguous, Ok(_)) => {
+                        self.accounting.fault();
+                        Err(StoreError::Transient(
+                            "connection reset after the append was applied (injected ambiguous append)".into(),
+                        ))
+                    }
+                    (_, r) => r,
+                }
+            }
+        }
     }
 }
 
@@ -301,5 +382,14 @@ impl ObjectStore for SimStore {
     }
     fn accounting(&self) -> Option<AccountingReport> {
         Some(self.accounting.report(self.prices))
+    }
+    fn append_hedged(
+        &self,
+        key: &str,
+        offset: u64,
+        body: Bytes,
+        hedge_after: Duration,
+    ) -> Option<(Result<ObjectMeta>, bool)> {
+        Some(self.hedged_append(key, offset, body, hedge_after))
     }
 }
