@@ -101,8 +101,9 @@ pub fn worker_rng(seed: u64, w: u64) -> SmallRng {
     SmallRng::seed_from_u64(seed.wrapping_add(w.wrapping_mul(0x9E37_79B9_7F4A_7C15)))
 }
 
-/// A store's accounting and hedged appends when the window opened.
-type StoreStart = (Option<AccountingReport>, u64);
+/// A store's accounting, hedged appends and hedges won when the window
+/// opened.
+type StoreStart = (Option<AccountingReport>, u64, u64);
 
 /// The log's metrics and store accounting over the measured phase.
 pub struct LogWindow<'a> {
@@ -120,10 +121,9 @@ impl<'a> LogWindow<'a> {
     pub fn at(&self, phase: u8) {
         if phase == PHASE_MEASURE {
             self.db.reset_log_metrics();
-            *self.start.lock() = self
-                .db
-                .log_metrics()
-                .map(|m| m.stores.into_iter().map(|s| (s.accounting, s.hedged)).collect());
+            *self.start.lock() = self.db.log_metrics().map(|m| {
+                m.stores.into_iter().map(|s| (s.accounting, s.hedged, s.hedges_won)).collect()
+            });
         } else {
             *self.end.lock() = self.db.log_metrics();
         }
@@ -145,9 +145,10 @@ impl<'a> LogWindow<'a> {
         }
         let mut requests = BTreeMap::<String, f64>::new();
         let mut usd = 0.0;
-        let mut hedged = 0;
+        let (mut hedged, mut won) = (0, 0);
         for (i, st) in m.stores.iter().enumerate() {
             hedged += st.hedged - start.get(i).map_or(0, |s| s.1);
+            won += st.hedges_won - start.get(i).map_or(0, |s| s.2);
             let Some(end) = &st.accounting else { continue };
             let before = start.get(i).and_then(|s| s.0.clone());
             for (k, n) in &end.requests {
@@ -158,8 +159,35 @@ impl<'a> LogWindow<'a> {
             }
             usd += end.cost_usd - before.map_or(0.0, |b| b.cost_usd);
         }
+        let commit = Percentiles::from_micros(&m.commit.latency_us);
+        let store_append =
+            m.stores.iter().find_map(|s| s.accounting.as_ref().and_then(|a| a.append_latency));
+        let log_requests: f64 =
+            ["append", "put_if_absent"].iter().filter_map(|k| requests.get(*k)).sum::<f64>() * secs;
         let report = LogReport {
             groups: m.groups.len(),
+            lanes: m.groups.first().map_or(0, |g| g.lanes as usize),
+            overlapped_fraction: if flushes == 0 {
+                0.0
+            } else {
+                m.groups.iter().map(|g| g.overlapped).sum::<u64>() as f64 / flushes as f64
+            },
+            out_of_order_parts: m.groups.iter().map(|g| g.out_of_order).sum(),
+            hedges_won_per_s: won as f64 / secs,
+            log_requests_per_txn: if committed == 0 {
+                0.0
+            } else {
+                log_requests / committed as f64
+            },
+            commit_over_store: store_append.map(|a| {
+                let r = |c: f64, s: u64| c / (s.max(1) as f64);
+                [
+                    r(commit.p50_us, a.p50_us),
+                    r(commit.p99_us, a.p99_us),
+                    r(commit.p999_us, a.p999_us),
+                ]
+            }),
+            store_append,
             stores: m
                 .stores
                 .iter()
@@ -185,7 +213,7 @@ impl<'a> LogWindow<'a> {
             requests_per_s: requests,
             usd_per_1000_txn: if committed == 0 { 0.0 } else { usd / committed as f64 * 1000.0 },
         };
-        Some((report, Percentiles::from_micros(&m.commit.latency_us)))
+        Some((report, commit))
     }
 }
 

@@ -59,11 +59,28 @@ pub fn abort_rate(committed: u64, aborted: u64) -> f64 {
     if committed + aborted == 0 { 0.0 } else { aborted as f64 / (committed + aborted) as f64 }
 }
 
+/// A dollar figure with four significant digits, however small
+/// (`0.000001235`, not `0.00`).
+pub fn usd(v: f64) -> String {
+    if v == 0.0 || !v.is_finite() {
+        return format!("{v}");
+    }
+    let digits = (3 - v.abs().log10().floor() as i32).clamp(0, 12) as usize;
+    format!("{v:.digits$}")
+}
+
 /// What the log did during the measured phase.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct LogReport {
-    /// Log groups (= buffers = flusher threads).
+    /// Log groups (= buffers).
     pub groups: usize,
+    /// Lanes per group (appends a group may keep in flight).
+    pub lanes: usize,
+    /// Flushes that started while another lane of their group was still
+    /// writing.
+    pub overlapped_fraction: f64,
+    /// Parts that landed before an earlier part of their group.
+    pub out_of_order_parts: u64,
     /// Stores, with the mode the probe chose ("append" or "put").
     pub stores: Vec<String>,
     /// Flushes (parts written to each store) per second, all groups.
@@ -89,6 +106,17 @@ pub struct LogReport {
     /// Log appends sent a second time because the first was slow, per
     /// second (their requests are counted in `requests_per_s` too).
     pub hedged_appends_per_s: f64,
+    /// Of those, the ones whose second request answered first.
+    pub hedges_won_per_s: f64,
+    /// Log write requests (appends, or part objects) per committed
+    /// transaction, summed over stores.
+    pub log_requests_per_txn: f64,
+    /// The first store's own single append requests in the same window
+    /// (client side): the floor commit latency is compared with.
+    pub store_append: Option<objstore::sim::accounting::LatencySummary>,
+    /// Commit latency over the store's single-append latency, at p50, p99
+    /// and p99.9.
+    pub commit_over_store: Option<[f64; 3]>,
     /// Store requests per second by kind, summed over stores.
     pub requests_per_s: BTreeMap<String, f64>,
     /// Store cost of the measured phase per 1,000 committed transactions.
@@ -264,7 +292,8 @@ impl Report {
             );
         }
         for (name, v) in &self.extra {
-            let _ = writeln!(s, "{name:<22}{v:>16.2}");
+            let v = if name.contains("usd") { usd(*v) } else { format!("{v:.2}") };
+            let _ = writeln!(s, "{name:<22}{v:>16}");
         }
         if let Some(l) = self.log.as_ref().filter(|l| l.groups == 0) {
             // A peer engine: only the store's side is known.
@@ -272,10 +301,16 @@ impl Report {
                 l.requests_per_s.iter().map(|(k, v)| format!("{k} {v:.1}")).collect();
             let _ = writeln!(s, "store: {}", l.stores.join(", "));
             let _ = writeln!(s, "  store requests/s: {}", reqs.join(", "));
-            let _ = writeln!(s, "  $ per 1,000 committed txns: {:.8}", l.usd_per_1000_txn);
+            let _ = writeln!(s, "  $ per 1,000 committed txns: {}", usd(l.usd_per_1000_txn));
         }
         if let Some(l) = self.log.as_ref().filter(|l| l.groups > 0) {
-            let _ = writeln!(s, "log: {} groups, stores {}", l.groups, l.stores.join(", "));
+            let _ = writeln!(
+                s,
+                "log: {} groups x {} lanes, stores {}",
+                l.groups,
+                l.lanes,
+                l.stores.join(", ")
+            );
             let _ = writeln!(
                 s,
                 "  flushes/s {:.1} ({:.0}% full), {:.0} B/flush, {:.0} B/logged txn, {} room waits",
@@ -296,6 +331,35 @@ impl Report {
                     name, p.mean_us, p.p50_us, p.p90_us, p.p99_us, p.p999_us, p.p9999_us, p.max_us
                 );
             }
+            if let Some(a) = &l.store_append {
+                let _ = writeln!(
+                    s,
+                    "{:<22}{:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}   ({} requests)",
+                    "  store: one append",
+                    "",
+                    a.p50_us,
+                    a.p90_us,
+                    a.p99_us,
+                    a.p999_us,
+                    "",
+                    a.max_us,
+                    a.count
+                );
+            }
+            if let Some([p50, p99, p999]) = l.commit_over_store {
+                let _ = writeln!(
+                    s,
+                    "  commit / one append: p50 {p50:.2}x, p99 {p99:.2}x, p99.9 {p999:.2}x"
+                );
+            }
+            let _ = writeln!(
+                s,
+                "  lanes: {:.0}% of flushes overlapped another in flight, {} parts landed out of \
+                 order; {:.4} log requests per committed txn",
+                l.overlapped_fraction * 100.0,
+                l.out_of_order_parts,
+                l.log_requests_per_txn
+            );
             let _ = writeln!(
                 s,
                 "  released {} txns; {} waited on dependencies after their own records were durable",
@@ -304,8 +368,12 @@ impl Report {
             let reqs: Vec<String> =
                 l.requests_per_s.iter().map(|(k, v)| format!("{k} {v:.1}")).collect();
             let _ = writeln!(s, "  store requests/s: {}", reqs.join(", "));
-            let _ = writeln!(s, "  hedged appends/s: {:.2}", l.hedged_appends_per_s);
-            let _ = writeln!(s, "  $ per 1,000 committed txns: {:.8}", l.usd_per_1000_txn);
+            let _ = writeln!(
+                s,
+                "  hedged appends/s: {:.2} ({:.2} won by the second request)",
+                l.hedged_appends_per_s, l.hedges_won_per_s
+            );
+            let _ = writeln!(s, "  $ per 1,000 committed txns: {}", usd(l.usd_per_1000_txn));
         }
         if let Some(m) = &self.memory {
             let at10 = m.rss_mib_at_10s.map_or("n/a".to_owned(), |v| format!("{v:.1}"));
@@ -325,6 +393,15 @@ impl Report {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dollars_keep_significant_digits() {
+        assert_eq!(usd(1.24e-6), "0.000001240");
+        assert_eq!(usd(0.5), "0.5000");
+        assert_eq!(usd(12.345), "12.35");
+        assert_eq!(usd(12345.6), "12346");
+        assert_eq!(usd(0.0), "0");
+    }
 
     #[test]
     fn percentiles_are_in_microseconds() {

@@ -204,3 +204,59 @@ fn a_slow_store_catches_up() {
     }
     assert!(db.log_metrics().expect("a log").stores.iter().all(|s| s.dropped == 0));
 }
+
+/// An idle database makes no requests: adaptive flushing sends nothing
+/// when the buffers are empty, with two lanes per group and the default
+/// policy. A request budget holds: 40 single-row commits from 4 threads
+/// against a budget of 20 parts a second take about 2 s, and the store sees
+/// at most the budget (plus its 100 ms burst).
+#[test]
+fn an_idle_database_makes_no_requests_and_a_budget_holds() {
+    use objstore::ObjectStore;
+    let sim = Arc::new(SimStore::from_url("sim://nvme?seed=3").expect("sim"));
+    let db = Database::open(
+        Options::new().add_store_handle(sim.clone()).workers(4).log_group_size(1).log_lanes(2),
+    )
+    .expect("open");
+    let t = db.create_table("t").expect("table");
+    for i in 0..20u32 {
+        let mut tx = db.begin().expect("begin");
+        tx.put(&t, &i.to_be_bytes(), b"v").expect("put");
+        tx.commit_and_wait().expect("commit");
+    }
+    let requests = || sim.accounting().expect("sim counts").put_class;
+    let before = requests();
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(requests(), before, "no requests while idle");
+    drop(db);
+
+    let sim = Arc::new(SimStore::from_url("sim://nvme?seed=4").expect("sim"));
+    let db = Database::open(
+        Options::new()
+            .add_store_handle(sim.clone())
+            .workers(4)
+            .log_group_size(1)
+            .max_appends_per_s(Some(20)),
+    )
+    .expect("open");
+    let t = db.create_table("t").expect("table");
+    let appends = || sim.accounting().expect("sim counts").requests["append"];
+    let before = appends();
+    let started = std::time::Instant::now();
+    std::thread::scope(|s| {
+        for w in 0..4u32 {
+            let (db, t) = (&db, &t);
+            s.spawn(move || {
+                for i in 0..10u32 {
+                    let mut tx = db.begin().expect("begin");
+                    tx.put(t, &(w * 100 + i).to_be_bytes(), b"v").expect("put");
+                    tx.commit_and_wait().expect("commit");
+                }
+            });
+        }
+    });
+    let took = started.elapsed().as_secs_f64();
+    let sent = appends() - before;
+    assert!(sent as f64 <= 20.0 * took + 2.0 + 1.0, "{sent} appends in {took:.2} s");
+    assert!(took > 1.0, "40 commits that each wait need about 2 s at 20 parts/s: {took:.2} s");
+}

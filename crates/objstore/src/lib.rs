@@ -32,6 +32,24 @@ mod s3;
 pub mod sim;
 
 pub use error::{Result, StoreError};
+
+/// What a hedged append did ([`ObjectStore::append_hedged`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hedge {
+    /// The first request answered in time; no second one went out.
+    NotSent,
+    /// A second request went out, and the first still answered first.
+    Lost,
+    /// A second request went out and its answer was used.
+    Won,
+}
+
+impl Hedge {
+    /// Whether a second request went out.
+    pub fn sent(self) -> bool {
+        self != Hedge::NotSent
+    }
+}
 pub use fs::FsStore;
 pub use memory::MemoryStore;
 pub use s3::S3Store;
@@ -92,20 +110,25 @@ pub trait ObjectStore: Send + Sync + Debug {
     fn prefers_ranged_reads(&self) -> bool {
         true
     }
+    /// Forget the request latencies the accounting recorded so far
+    /// (benchmarks call it before the measured phase); counts and dollars
+    /// are kept.
+    fn reset_latency(&self) {}
     /// [`ObjectStore::append`], hedged inside the store: if no answer has
     /// come after `hedge_after`, the same bytes are sent again at the same
     /// offset, and the first answer wins (at most one copy can land; the
     /// other is refused, or cancelled in flight). Returns the answer and
-    /// whether a second request went out. `None` (the default) means the
-    /// store cannot do this without the caller's threads, and the caller
-    /// hedges itself; asynchronous clients (`s3://`) do it with a timer.
+    /// what the hedge did. `None` (the default) means the store cannot do
+    /// this without the caller's threads, and the caller hedges itself;
+    /// asynchronous clients (`s3://`) do it with a timer, and `sim://`
+    /// models the two requests.
     fn append_hedged(
         &self,
         _key: &str,
         _offset: u64,
         _body: Bytes,
         _hedge_after: std::time::Duration,
-    ) -> Option<(Result<ObjectMeta>, bool)> {
+    ) -> Option<(Result<ObjectMeta>, Hedge)> {
         None
     }
 }

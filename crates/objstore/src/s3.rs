@@ -2,7 +2,11 @@
 //!
 //! URL parameters: `endpoint=http://127.0.0.1:9000` (else `AWS_ENDPOINT_URL`,
 //! else AWS), `region=` (else `AWS_REGION`, else `us-east-1`),
-//! `path_style=true|false` (default: true when an endpoint is given).
+//! `path_style=true|false` (default: true when an endpoint is given),
+//! `price=TABLE` (the price table for the accounting: a table of
+//! `data/sim-presets.toml` or a preset's name, e.g. `s3x`; default
+//! `s3-express` for directory-bucket names `name--zone--x-s3`, else
+//! `s3-standard`).
 //! Credentials come from `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and
 //! optionally `AWS_SESSION_TOKEN`, never from the URL. With an S3 Express
 //! directory bucket (`name--zone--x-s3`) the SDK creates and renews the
@@ -14,6 +18,10 @@
 //! `If-None-Match: *` and `If-Match`. S3 does not report a part count, so
 //! `ObjectMeta::parts` is `None`, and `InvalidWriteOffset` is completed with
 //! a HEAD, since S3's error does not carry the size.
+//!
+//! Every request is counted on the client side, with its bytes, and priced
+//! (`ObjectStore::accounting`); each append request's wall time is
+//! recorded (a hedge's cancelled loser is not).
 //!
 //! The SDK's own retries are off: one call is one request. Retrying is the
 //! caller's decision, because only the caller knows whether a timed-out
@@ -33,7 +41,11 @@ use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::ChecksumAlgorithm;
 use bytes::Bytes;
 
-use crate::{KEY_BYTES_MAX, ObjectMeta, ObjectStore, PARTS_MAX, Result, StoreError, check_key};
+use crate::sim::accounting::{Accounting, AccountingReport, Kind};
+use crate::sim::model::{Catalog, Prices};
+use crate::{
+    Hedge, KEY_BYTES_MAX, ObjectMeta, ObjectStore, PARTS_MAX, Result, StoreError, check_key,
+};
 
 /// See the module docs.
 #[derive(Debug)]
@@ -42,6 +54,8 @@ pub struct S3Store {
     bucket: String,
     prefix: String,
     rt: tokio::runtime::Runtime,
+    accounting: Accounting,
+    prices: Prices,
 }
 
 fn env(name: &str) -> Option<String> {
@@ -71,14 +85,18 @@ impl S3Store {
             return Err(bad(format!("no bucket in {url:?}")));
         }
         let (mut endpoint, mut region, mut path_style) = (env("AWS_ENDPOINT_URL"), None, None);
+        let directory_bucket = bucket.ends_with("--x-s3");
+        let mut price = if directory_bucket { "s3-express" } else { "s3-standard" };
         for kv in query.split('&').filter(|s| !s.is_empty()) {
             match kv.split_once('=') {
                 Some(("endpoint", v)) => endpoint = Some(v.to_owned()),
                 Some(("region", v)) => region = Some(v.to_owned()),
                 Some(("path_style", v)) => path_style = Some(matches!(v, "true" | "1")),
+                Some(("price", v)) => price = v,
                 _ => return Err(bad(format!("unknown s3 URL parameter {kv:?} in {url:?}"))),
             }
         }
+        let prices = Catalog::builtin().prices_named(price)?;
         let region = region.or_else(|| env("AWS_REGION")).unwrap_or_else(|| "us-east-1".into());
         let creds = match creds {
             Some(c) => c,
@@ -115,6 +133,8 @@ impl S3Store {
             bucket: bucket.to_owned(),
             prefix,
             rt,
+            accounting: Accounting::default(),
+            prices,
         })
     }
 
@@ -162,7 +182,8 @@ impl S3Store {
     /// HEAD here.
     fn send_put(&self, req: PutObjectFluentBuilder, key: &str) -> Result<PutObjectOutput> {
         let req = req.checksum_algorithm(ChecksumAlgorithm::Crc32C);
-        match self.rt.block_on(req.customize().disable_payload_signing().send()) {
+        let r = self.rt.block_on(req.customize().disable_payload_signing().send());
+        match r {
             Ok(out) => Ok(out),
             Err(e) if e.code() == Some("InvalidWriteOffset") => Err(self.offset_error(key)),
             Err(e) => Err(map_err(e, key)),
@@ -170,8 +191,9 @@ impl S3Store {
     }
 
     /// Send a GET and collect its body.
-    fn fetch(&self, req: GetObjectFluentBuilder, key: &str) -> Result<Bytes> {
-        self.rt.block_on(async {
+    fn fetch(&self, kind: Kind, req: GetObjectFluentBuilder, key: &str) -> Result<Bytes> {
+        self.accounting.request(kind, 0);
+        let r = self.rt.block_on(async {
             let out = req.send().await.map_err(|e| map_err(e, key))?;
             let body = out
                 .body
@@ -179,7 +201,11 @@ impl S3Store {
                 .await
                 .map_err(|e| StoreError::Transient(format!("reading {key}: {e}")))?;
             Ok(body.into_bytes())
-        })
+        });
+        if let Ok(b) = &r {
+            self.accounting.download(b.len() as u64);
+        }
+        r
     }
 
     /// A PutObject request for `key` with `body` (plain, conditional or
@@ -235,6 +261,7 @@ impl ObjectStore for S3Store {
     fn put(&self, key: &str, body: Bytes) -> Result<ObjectMeta> {
         let size = body.len() as u64;
         let req = self.put_req(key, body)?;
+        self.accounting.request(Kind::Put, size);
         let out = self.send_put(req, key)?;
         Ok(S3Store::meta(key, size, out.e_tag(), Some(1)))
     }
@@ -242,6 +269,7 @@ impl ObjectStore for S3Store {
     fn put_if_absent(&self, key: &str, body: Bytes) -> Result<ObjectMeta> {
         let size = body.len() as u64;
         let req = self.put_req(key, body)?.if_none_match("*");
+        self.accounting.request(Kind::PutIfAbsent, size);
         match self.send_put(req, key) {
             Ok(out) => Ok(S3Store::meta(key, size, out.e_tag(), Some(1))),
             Err(StoreError::PreconditionFailed(_)) => {
@@ -254,6 +282,7 @@ impl ObjectStore for S3Store {
     fn put_if_match(&self, key: &str, body: Bytes, etag: &str) -> Result<ObjectMeta> {
         let size = body.len() as u64;
         let req = self.put_req(key, body)?.if_match(etag);
+        self.accounting.request(Kind::PutIfMatch, size);
         let out = self.send_put(req, key)?;
         Ok(S3Store::meta(key, size, out.e_tag(), Some(1)))
     }
@@ -263,9 +292,12 @@ impl ObjectStore for S3Store {
             return Err(StoreError::InvalidRequest("an append needs a non-empty body".into()));
         }
         let size = offset + body.len() as u64;
+        self.accounting.request(Kind::Append, body.len() as u64);
         let req = self.put_req(key, body)?.write_offset_bytes(offset as i64);
-        let out = self.send_put(req, key)?;
-        Ok(S3Store::meta(key, size, out.e_tag(), None))
+        let started = std::time::Instant::now();
+        let out = self.send_put(req, key);
+        self.accounting.append_latency(started.elapsed());
+        Ok(S3Store::meta(key, size, out?.e_tag(), None))
     }
 
     /// Both requests run on this store's runtime: a timer and a second
@@ -277,15 +309,16 @@ impl ObjectStore for S3Store {
         offset: u64,
         body: Bytes,
         hedge_after: std::time::Duration,
-    ) -> Option<(Result<ObjectMeta>, bool)> {
+    ) -> Option<(Result<ObjectMeta>, Hedge)> {
         if body.is_empty() {
             return Some((
                 Err(StoreError::InvalidRequest("an append needs a non-empty body".into())),
-                false,
+                Hedge::NotSent,
             ));
         }
         let size = offset + body.len() as u64;
         let send = |body: Bytes| {
+            self.accounting.request(Kind::Append, body.len() as u64);
             self.put_req(key, body).map(|req| {
                 req.write_offset_bytes(offset as i64)
                     .checksum_algorithm(ChecksumAlgorithm::Crc32C)
@@ -296,22 +329,32 @@ impl ObjectStore for S3Store {
         };
         let first = match send(body.clone()) {
             Ok(f) => f,
-            Err(e) => return Some((Err(e), false)),
+            Err(e) => return Some((Err(e), Hedge::NotSent)),
         };
+        let started = std::time::Instant::now();
         let (answer, hedged) = self.rt.block_on(async {
             tokio::pin!(first);
             tokio::select! {
-                r = &mut first => return (Ok(r), false),
+                r = &mut first => {
+                    self.accounting.append_latency(started.elapsed());
+                    return (Ok(r), Hedge::NotSent);
+                }
                 () = tokio::time::sleep(hedge_after) => {}
             }
             let second = match send(body) {
                 Ok(f) => f,
-                Err(e) => return (Err(e), false),
+                Err(e) => return (Err(e), Hedge::NotSent),
             };
             tokio::pin!(second);
             tokio::select! {
-                r = &mut first => (Ok(r), true),
-                r = &mut second => (Ok(r), true),
+                r = &mut first => {
+                    self.accounting.append_latency(started.elapsed());
+                    (Ok(r), Hedge::Lost)
+                }
+                r = &mut second => {
+                    self.accounting.append_latency(started.elapsed().saturating_sub(hedge_after));
+                    (Ok(r), Hedge::Won)
+                }
             }
         });
         let r = match answer {
@@ -325,7 +368,7 @@ impl ObjectStore for S3Store {
 
     fn get(&self, key: &str) -> Result<Bytes> {
         let req = self.client.get_object().bucket(&self.bucket).key(self.full(key)?);
-        self.fetch(req, key)
+        self.fetch(Kind::Get, req, key)
     }
 
     fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
@@ -349,7 +392,7 @@ impl ObjectStore for S3Store {
             .bucket(&self.bucket)
             .key(self.full(key)?)
             .range(format!("bytes={}-{}", range.start, range.end - 1));
-        match self.fetch(req, key) {
+        match self.fetch(Kind::GetRange, req, key) {
             Err(StoreError::InvalidRequest(m)) if m.contains("InvalidRange") => {
                 let size = self.head(key)?.size;
                 Err(StoreError::InvalidRange { start: range.start, size })
@@ -360,6 +403,7 @@ impl ObjectStore for S3Store {
 
     fn head(&self, key: &str) -> Result<ObjectMeta> {
         let req = self.client.head_object().bucket(&self.bucket).key(self.full(key)?);
+        self.accounting.request(Kind::Head, 0);
         let out = self.rt.block_on(req.send()).map_err(|e| map_err(e, key))?;
         let size = out.content_length().unwrap_or(0).max(0) as u64;
         Ok(S3Store::meta(key, size, out.e_tag(), None))
@@ -374,6 +418,7 @@ impl ObjectStore for S3Store {
             if let Some(t) = &token {
                 req = req.continuation_token(t);
             }
+            self.accounting.request(Kind::List, 0);
             let page = self.rt.block_on(req.send()).map_err(|e| map_err(e, prefix))?;
             for o in page.contents() {
                 let Some(k) = o.key().and_then(|k| k.strip_prefix(&self.prefix)) else { continue };
@@ -391,7 +436,15 @@ impl ObjectStore for S3Store {
 
     fn delete(&self, key: &str) -> Result<()> {
         let req = self.client.delete_object().bucket(&self.bucket).key(self.full(key)?);
+        self.accounting.request(Kind::Delete, 0);
         self.rt.block_on(req.send()).map_err(|e| map_err(e, key))?;
         Ok(())
+    }
+
+    fn accounting(&self) -> Option<AccountingReport> {
+        Some(self.accounting.report(self.prices))
+    }
+    fn reset_latency(&self) {
+        self.accounting.reset_latency();
     }
 }

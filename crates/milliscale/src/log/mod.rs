@@ -48,6 +48,8 @@ pub struct StoreStatus {
     pub parts: u64,
     /// Appends sent a second time because the first was slow (all groups).
     pub hedged: u64,
+    /// Of those, the ones whose second request answered first.
+    pub hedges_won: u64,
     /// Groups that dropped it from replication (0 = healthy).
     pub dropped: u64,
     /// The error that made a group drop it.
@@ -242,6 +244,9 @@ impl Log {
             g.reset_metrics();
         }
         *self.commit.metrics.lock() = CommitMetrics::new();
+        for s in &self.stores {
+            s.store.reset_latency();
+        }
     }
 }
 
@@ -252,6 +257,7 @@ fn status(s: &OpenStore) -> StoreStatus {
         put_reason: s.put_reason.clone(),
         parts: s.health.parts.load(Ordering::Relaxed),
         hedged: s.health.hedged.load(Ordering::Relaxed),
+        hedges_won: s.health.hedges_won.load(Ordering::Relaxed),
         dropped: s.health.dropped.load(Ordering::Relaxed),
         last_error: s.health.last_error.lock().clone(),
         accounting: s.store.accounting(),

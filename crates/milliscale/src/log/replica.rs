@@ -35,6 +35,8 @@ pub(crate) struct StoreHealth {
     pub(crate) parts: AtomicU64,
     /// Appends sent a second time because the first was slow.
     pub(crate) hedged: AtomicU64,
+    /// Of those, the ones whose second request answered first.
+    pub(crate) hedges_won: AtomicU64,
     /// Groups that dropped this store.
     pub(crate) dropped: AtomicU64,
     pub(crate) last_error: parking_lot::Mutex<Option<String>>,
@@ -59,6 +61,7 @@ impl StoreHealth {
             mode,
             parts: AtomicU64::new(0),
             hedged: AtomicU64::new(0),
+            hedges_won: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
             last_error: parking_lot::Mutex::new(None),
             foreign: std::sync::atomic::AtomicBool::new(false),
@@ -108,6 +111,7 @@ impl ReplicaSet {
                 Ok(_) => {
                     s.health.parts.fetch_add(1, Ordering::Relaxed);
                     s.health.hedged.fetch_add(s.writer.take_hedged(), Ordering::Relaxed);
+                    s.health.hedges_won.fetch_add(s.writer.take_hedges_won(), Ordering::Relaxed);
                     Ok(())
                 }
                 Err(e) => {
@@ -161,6 +165,9 @@ impl Replicas {
                                 Ok(()) => {
                                     health.parts.fetch_add(1, Ordering::Relaxed);
                                     health.hedged.fetch_add(w.take_hedged(), Ordering::Relaxed);
+                                    health
+                                        .hedges_won
+                                        .fetch_add(w.take_hedges_won(), Ordering::Relaxed);
                                 }
                                 // Report at once: the flusher only reads
                                 // results while it writes, and the log may

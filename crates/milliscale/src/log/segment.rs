@@ -318,6 +318,7 @@ pub struct SegmentWriter {
     rng: SmallRng,
     recent: Recent,
     hedged: u64,
+    hedges_won: u64,
     /// Hedges the writer may still send (`HedgePolicy::max_share` per
     /// append, up to a burst).
     hedge_credit: f64,
@@ -358,6 +359,7 @@ impl SegmentWriter {
             ),
             recent: Recent::default(),
             hedged: 0,
+            hedges_won: 0,
             hedge_credit: HEDGE_BURST,
             pool: AppendPool::new(),
         }
@@ -366,6 +368,12 @@ impl SegmentWriter {
     /// Appends sent a second time since the last call.
     pub fn take_hedged(&mut self) -> u64 {
         std::mem::take(&mut self.hedged)
+    }
+
+    /// Of those, the ones whose second request answered first (known where
+    /// the store hedges itself), since the last call.
+    pub fn take_hedges_won(&mut self) -> u64 {
+        std::mem::take(&mut self.hedges_won)
     }
 
     /// How long to wait for an append before hedging it, if at all.
@@ -407,9 +415,12 @@ impl SegmentWriter {
         // A store with an asynchronous client hedges on its own runtime
         // (the simulated one models it), with no hand-off between threads
         // of ours.
-        if let Some((r, hedged)) = self.store.append_hedged(key, self.offset, part.clone(), delay) {
-            if hedged {
+        if let Some((r, hedge)) = self.store.append_hedged(key, self.offset, part.clone(), delay) {
+            if hedge.sent() {
                 self.count_hedge();
+            }
+            if hedge == objstore::Hedge::Won {
+                self.hedges_won += 1;
             }
             return r;
         }

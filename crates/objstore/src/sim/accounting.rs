@@ -4,6 +4,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use hdrhistogram::Histogram;
+
 use super::model::Prices;
 
 /// The kinds of requests counted.
@@ -68,13 +70,49 @@ impl Kind {
 }
 
 /// Live counters. Every request is counted when it is sent, including those
-/// that fail: a store bills failed requests too.
+/// that fail: a store bills failed requests too. Append requests also
+/// record how long each took on its own (for `sim://`, the drawn latency of
+/// every request, a hedge's loser included; for `s3://`, the wall time of
+/// every request that answered): the store's floor that commit latency is
+/// compared with.
 #[derive(Debug, Default)]
 pub struct Accounting {
     requests: [AtomicU64; 9],
     bytes_up: AtomicU64,
     bytes_down: AtomicU64,
     faults: AtomicU64,
+    append_us: parking_lot::Mutex<Option<Histogram<u64>>>,
+}
+
+/// Percentiles of one request kind's latency, in microseconds.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct LatencySummary {
+    /// Requests measured.
+    pub count: u64,
+    /// Median.
+    pub p50_us: u64,
+    /// 90th percentile.
+    pub p90_us: u64,
+    /// 99th percentile.
+    pub p99_us: u64,
+    /// 99.9th percentile.
+    pub p999_us: u64,
+    /// The slowest.
+    pub max_us: u64,
+}
+
+impl LatencySummary {
+    /// The summary of `h` (`None` when empty).
+    pub fn of(h: &Histogram<u64>) -> Option<LatencySummary> {
+        (h.len() > 0).then(|| LatencySummary {
+            count: h.len(),
+            p50_us: h.value_at_quantile(0.5),
+            p90_us: h.value_at_quantile(0.9),
+            p99_us: h.value_at_quantile(0.99),
+            p999_us: h.value_at_quantile(0.999),
+            max_us: h.max(),
+        })
+    }
 }
 
 /// A snapshot of the counters, priced.
@@ -92,6 +130,8 @@ pub struct AccountingReport {
     pub bytes_down: u64,
     /// Requests that failed by injected fault.
     pub injected_faults: u64,
+    /// Latency of single append requests, if any were measured.
+    pub append_latency: Option<LatencySummary>,
     /// The price table used.
     pub prices: Prices,
     /// Total cost in US$.
@@ -113,6 +153,20 @@ impl Accounting {
     /// Count an injected fault.
     pub fn fault(&self) {
         self.faults.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Forget the recorded latencies.
+    pub fn reset_latency(&self) {
+        *self.append_us.lock() = None;
+    }
+
+    /// Record how long one append request took on its own.
+    pub fn append_latency(&self, d: std::time::Duration) {
+        let mut h = self.append_us.lock();
+        let h = h.get_or_insert_with(|| {
+            Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds")
+        });
+        h.saturating_record((d.as_micros() as u64).max(1));
     }
 
     /// The counters now, priced with `prices`.
@@ -142,6 +196,7 @@ impl Accounting {
             bytes_up,
             bytes_down,
             injected_faults: self.faults.load(Ordering::Relaxed),
+            append_latency: self.append_us.lock().as_ref().and_then(LatencySummary::of),
             prices,
             cost_usd,
         }

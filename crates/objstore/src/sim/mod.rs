@@ -40,7 +40,7 @@ use parking_lot::Mutex;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use crate::{ObjectMeta, ObjectStore, Result, StoreError};
+use crate::{Hedge, ObjectMeta, ObjectStore, Result, StoreError};
 use accounting::{Accounting, AccountingReport, Kind};
 use model::{Catalog, OpClass, Preset, Prices};
 
@@ -199,6 +199,9 @@ impl SimStore {
         self.accounting.request(kind, up);
         self.check_available()?;
         let (fault, delay) = self.draw(OpClass::Write, up, kind == Kind::Append);
+        if kind == Kind::Append {
+            self.accounting.append_latency(self.takes(fault, delay));
+        }
         match self.injected(fault, delay) {
             Some(e) => Err(e),
             None => {
@@ -236,12 +239,17 @@ impl SimStore {
         r
     }
 
-    /// Sleep for the request; return the injected error, if any.
-    fn injected(&self, fault: Fault, delay: Duration) -> Option<StoreError> {
-        latency_sleep(match fault {
+    /// How long a request with `fault` and drawn `delay` takes to answer.
+    fn takes(&self, fault: Fault, delay: Duration) -> Duration {
+        match fault {
             Fault::Stall => Duration::from_millis(self.preset.stall_timeout_ms),
             _ => delay,
-        });
+        }
+    }
+
+    /// Sleep for the request; return the injected error, if any.
+    fn injected(&self, fault: Fault, delay: Duration) -> Option<StoreError> {
+        latency_sleep(self.takes(fault, delay));
         self.fault_answer(fault)
     }
 
@@ -284,40 +292,41 @@ impl SimStore {
         offset: u64,
         body: Bytes,
         hedge_after: Duration,
-    ) -> (Result<ObjectMeta>, bool) {
+    ) -> (Result<ObjectMeta>, Hedge) {
         let up = body.len() as u64;
         self.accounting.request(Kind::Append, up);
         if let Err(e) = self.check_available() {
-            return (Err(e), false);
+            return (Err(e), Hedge::NotSent);
         }
-        let stall = Duration::from_millis(self.preset.stall_timeout_ms);
-        let takes = |(fault, delay): (Fault, Duration)| match fault {
-            Fault::Stall => stall,
-            _ => delay,
-        };
+        let takes = |(fault, delay): (Fault, Duration)| self.takes(fault, delay);
         let first = self.draw(OpClass::Write, up, true);
+        self.accounting.append_latency(takes(first));
         // A zero delay always races two requests (tests use it).
         if !hedge_after.is_zero() && takes(first) <= hedge_after {
             latency_sleep(takes(first));
-            return (self.finish_append(first.0, key, offset, &body), false);
+            return (self.finish_append(first.0, key, offset, &body), Hedge::NotSent);
         }
         self.accounting.request(Kind::Append, up);
         let second = self.draw(OpClass::Write, up, true);
-        // (arrival time, draw) of both, in the order they land.
-        let mut arrivals = [(takes(first), first), (hedge_after + takes(second), second)];
+        self.accounting.append_latency(takes(second));
+        // (arrival time, draw, which) of both, in the order they land.
+        let mut arrivals = [
+            (takes(first), first.0, Hedge::Lost),
+            (hedge_after + takes(second), second.0, Hedge::Won),
+        ];
         arrivals.sort_by_key(|a| a.0);
         let mut waited = Duration::ZERO;
         let mut answer = None;
-        for (at, (fault, _)) in arrivals {
+        for (at, fault, which) in arrivals {
             latency_sleep(at.saturating_sub(waited));
             waited = at;
             let r = self.finish_append(fault, key, offset, &body);
             if r.is_ok() {
-                return (r, true);
+                return (r, which);
             }
-            answer = Some(r);
+            answer = Some((r, which));
         }
-        (answer.expect("two requests"), true)
+        answer.expect("two requests")
     }
 
     /// One append request whose latency was already waited out: apply it
@@ -383,13 +392,16 @@ impl ObjectStore for SimStore {
     fn accounting(&self) -> Option<AccountingReport> {
         Some(self.accounting.report(self.prices))
     }
+    fn reset_latency(&self) {
+        self.accounting.reset_latency();
+    }
     fn append_hedged(
         &self,
         key: &str,
         offset: u64,
         body: Bytes,
         hedge_after: Duration,
-    ) -> Option<(Result<ObjectMeta>, bool)> {
+    ) -> Option<(Result<ObjectMeta>, Hedge)> {
         Some(self.hedged_append(key, offset, body, hedge_after))
     }
 }

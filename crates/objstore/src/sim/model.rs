@@ -115,6 +115,26 @@ impl Catalog {
             .ok_or_else(|| StoreError::InvalidRequest(format!("unknown price table {name:?}")))
     }
 
+    /// A price table by its name, or by the name of a preset (its table):
+    /// `s3-express` or `s3x`.
+    pub fn prices_named(&self, name: &str) -> Result<Prices> {
+        match self.prices.get(name) {
+            Some(p) => Ok(*p),
+            None => match self.presets.get(name) {
+                Some(p) => self.prices(&p.price),
+                None => {
+                    let tables: Vec<&str> = self.prices.keys().map(String::as_str).collect();
+                    let presets: Vec<&str> = self.presets.keys().map(String::as_str).collect();
+                    Err(StoreError::InvalidRequest(format!(
+                        "unknown price table {name:?}; tables: {}; presets: {}",
+                        tables.join(", "),
+                        presets.join(", ")
+                    )))
+                }
+            },
+        }
+    }
+
     /// Preset names.
     pub fn preset_names(&self) -> Vec<String> {
         self.presets.keys().cloned().collect()
