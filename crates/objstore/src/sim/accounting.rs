@@ -104,7 +104,7 @@ pub struct LatencySummary {
 impl LatencySummary {
     /// The summary of `h` (`None` when empty).
     pub fn of(h: &Histogram<u64>) -> Option<LatencySummary> {
-        (h.len() > 0).then(|| LatencySummary {
+        (!h.is_empty()).then(|| LatencySummary {
             count: h.len(),
             p50_us: h.value_at_quantile(0.5),
             p90_us: h.value_at_quantile(0.9),
