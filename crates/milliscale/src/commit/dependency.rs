@@ -259,7 +259,9 @@ impl CommitState {
     }
 }
 
-/// The committer: one thread per database with a log.
+/// The committer: releases transactions and measures their commit
+/// latency. One per database with a log, behind a mutex: the lane that
+/// lands a part runs a round at once, and a thread runs one every 50 ms.
 pub(crate) struct Committer {
     state: Arc<CommitState>,
     groups: Vec<Arc<LogGroup>>,
@@ -279,15 +281,22 @@ impl Committer {
         Committer { state, groups, held, stop }
     }
 
-    /// Run until stopped; the last round runs after `stop` is seen.
-    pub(crate) fn run(mut self) {
+    /// The committer thread: a round every 50 ms or when woken, until
+    /// stopped (the last round runs after `stop` is seen). The lanes run a
+    /// round themselves after each part lands (`LogGroup::run_lane`), so
+    /// this thread is the safety net and the closer, not the fast path.
+    pub(crate) fn run(shared: Arc<Mutex<Committer>>) {
+        let (state, stop) = {
+            let c = shared.lock();
+            (Arc::clone(&c.state), Arc::clone(&c.stop))
+        };
         loop {
-            let stopping = self.stop.load(Ordering::Acquire);
-            self.round();
-            if stopping || self.state.is_poisoned() {
+            let stopping = stop.load(Ordering::Acquire);
+            shared.lock().round();
+            if stopping || state.is_poisoned() {
                 return;
             }
-            self.state.sleep(Duration::from_millis(50));
+            state.sleep(Duration::from_millis(50));
         }
     }
 

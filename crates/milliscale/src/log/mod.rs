@@ -144,6 +144,12 @@ impl Log {
         };
         let needed = options.quorum.needed(stores.len());
         let mut threads = Vec::new();
+        let stop_committer = Arc::new(AtomicBool::new(false));
+        let committer = Arc::new(parking_lot::Mutex::new(Committer::new(
+            Arc::clone(&commit),
+            groups.clone(),
+            stop_committer.clone(),
+        )));
         for g in &groups {
             for lane in 0..log.lanes {
                 let configs = stores
@@ -158,11 +164,12 @@ impl Log {
                 let replicas = ReplicaSet::start(Chain::new(g.id, lane), configs, needed);
                 let g = Arc::clone(g);
                 let all = groups.clone();
+                let committer = Arc::clone(&committer);
                 threads.push(
                     std::thread::Builder::new()
                         .name(format!("ms-flusher-g{}-l{lane}", g.id))
                         .spawn(move || {
-                            g.run_lane(lane as usize, replicas, &all);
+                            g.run_lane(lane as usize, replicas, &committer);
                             // A poisoned group wakes every group's workers.
                             for other in &all {
                                 other.wake_all();
@@ -172,12 +179,10 @@ impl Log {
                 );
             }
         }
-        let stop_committer = Arc::new(AtomicBool::new(false));
-        let committer = Committer::new(Arc::clone(&commit), groups.clone(), stop_committer.clone());
         threads.push(
             std::thread::Builder::new()
                 .name("ms-committer".into())
-                .spawn(move || committer.run())
+                .spawn(move || Committer::run(committer))
                 .map_err(|e| Error::Store(format!("cannot start the committer thread: {e}")))?,
         );
         Ok(Log {
