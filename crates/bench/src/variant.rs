@@ -2,7 +2,7 @@
 //!
 //! | variant       | store              | group | buffer  | tracking | writes          | lanes, flushes  |
 //! |---------------|--------------------|-------|---------|----------|-----------------|-----------------|
-//! | `milliscale`  | `sim://s3x`        | 2     | 1 MiB   | record   | append          | 2, adaptive     |
+//! | `milliscale`  | `sim://s3x`        | 2     | 1 MiB   | record   | append          | 3, adaptive     |
 //! | `s3x`         | `sim://s3x`        | 1     | 512 KiB | txn      | append          | 1, 10 ms timeout|
 //! | `s3-standard` | `sim://s3-standard`| 1     | 512 KiB | txn      | object per flush| 1, 10 ms timeout|
 //! | `gp3`         | `sim://gp3`        | 1     | 512 KiB | txn      | append          | 1, 10 ms timeout|

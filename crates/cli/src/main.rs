@@ -341,7 +341,7 @@ struct LogArgs {
     #[arg(long)]
     flush_timeout: Option<f64>,
     /// Appends each log group keeps in flight, each lane its own chain of
-    /// segments (1..=16). [default: the variant's; milliscale 2]
+    /// segments (1..=16). [default: the variant's; milliscale 3]
     #[arg(long)]
     log_lanes: Option<usize>,
     /// When a group flushes: adaptive (when a lane is free and the buffer

@@ -4,6 +4,11 @@
 //! - every transfer the client journaled as acknowledged is in `history`;
 //! - the accounts hold the bank's exact total (a consistent cut).
 //!
+//! Each trial runs 1 to 3 log lanes per group (adaptive flushing), and
+//! half of them hedge every slow append (`--hedging always`: helper threads
+//! on a directory; the emulator's `s3://` client hedges in its runtime
+//! either way), so crashes land with parts in flight on several lanes.
+//!
 //! Odd trials crash twice: the second run recovers and continues the
 //! database (a new epoch, new segments, a checkpoint at open), is killed in
 //! turn, and the check runs again over both journals. Trials run against a
@@ -38,6 +43,8 @@ fn run_bank(t: &Target, journal: &Path, seed: u64, after: Duration) {
     cmd.args(["bench", "bank", "--accounts", &ACCOUNTS.to_string(), "--threads", "4"])
         .args(["--duration", "60", "--flush-timeout", "2", "--seed", &seed.to_string()])
         .args(["--store", &t.url])
+        .args(["--log-lanes", &(1 + seed % 3).to_string()])
+        .args(["--hedging", if seed % 4 < 2 { "always" } else { "auto" }])
         .arg("--acked-log")
         .arg(journal)
         .stdout(Stdio::null())
