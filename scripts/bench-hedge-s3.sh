@@ -3,8 +3,9 @@
 # emulator with the s3x latency preset, over loopback HTTP. The S3 store
 # hedges inside its own tokio runtime (`ObjectStore::append_hedged`), so a
 # hedge costs the flusher no thread hand-off. Each run gets a fresh
-# emulator with latency seed 1..SEEDS, the same seed with and without
-# `--hedge-appends`, so both meet the same latency draws.
+# emulator with latency seed 1..SEEDS, the same seed with `--hedging off`
+# and with the default (`auto`, which hedges in the s3 client), so both
+# meet the same latency draws.
 # Usage: scripts/bench-hedge-s3.sh [SEEDS] [SECONDS] [RECORDS]
 set -euo pipefail
 seeds=${1:-3}
@@ -12,24 +13,21 @@ secs=${2:-8}
 records=${3:-200000}
 source "$(dirname "$0")/bench-common.sh"  # bin, out; builds; prints the machine
 echo "seeds=1..$seeds seconds=$secs records=$records; raw reports in $out"
-export AWS_ACCESS_KEY_ID=milliscale AWS_SECRET_ACCESS_KEY=milliscale-secret
-run() { # seed threads name [flags...]
-    local seed=$1 threads=$2 name=$3
-    shift 3
-    $bin emulator --preset s3x --port 0 --seed "$seed" --bucket bench > "$out/emulator.out" 2>/dev/null &
-    local pid=$!
-    for _ in $(seq 1 80); do grep -q '^http' "$out/emulator.out" && break; sleep 0.25; done
-    local ep
-    ep=$(head -1 "$out/emulator.out")
+ycsb() { # threads name [flags...], against the emulator at $ep
+    local threads=$1 name=$2
+    shift 2
     $bin bench ycsb --workload a --records "$records" --duration "$secs" --warmup 2 \
         --threads "$threads" --store "s3://bench/run?endpoint=$ep" --json "$@" > "$out/$name.json"
-    kill "$pid"
-    wait "$pid" 2>/dev/null || true
+}
+run() { # seed threads name [flags...]
+    local seed=$1
+    shift
+    with_emulator "$seed" ycsb "$@"
 }
 for seed in $(seq 1 "$seeds"); do
     for threads in 2 8; do
-        run "$seed" "$threads" "t$threads-plain-$seed"
-        run "$seed" "$threads" "t$threads-hedged-$seed" --hedge-appends
+        run "$seed" "$threads" "t$threads-plain-$seed" --hedging off
+        run "$seed" "$threads" "t$threads-hedged-$seed"
     done
 done
 python3 - "$out" "$seeds" <<'PY'

@@ -52,19 +52,14 @@ for seed in $(seq 1 "$seeds"); do
     echo "seed $seed done"
 done
 if [ "${HTTP:-0}" = 1 ]; then
-    export AWS_ACCESS_KEY_ID=milliscale AWS_SECRET_ACCESS_KEY=milliscale-secret
-    http_run() { # seed threads name [flags...]
+    http_ycsb() { # seed threads name [flags...], against the emulator at $ep
         local seed=$1 threads=$2 name=$3
         shift 3
-        $bin emulator --preset s3x --port 0 --seed "$seed" --bucket bench > "$out/emulator.out" 2>/dev/null &
-        local pid=$!
-        for _ in $(seq 1 80); do grep -q '^http' "$out/emulator.out" && break; sleep 0.25; done
-        local ep
-        ep=$(head -1 "$out/emulator.out")
         $bin "${ycsb[@]}" --records "$records" --threads "$threads" --seed "$seed" \
             --store "s3://bench/run?endpoint=$ep&price=s3x" "$@" > "$out/$name.json"
-        kill "$pid"
-        wait "$pid" 2>/dev/null || true
+    }
+    http_run() { # seed threads name [flags...]
+        with_emulator "$1" http_ycsb "$@"
     }
     for seed in $(seq 1 "$seeds"); do
         for t in 2 8; do

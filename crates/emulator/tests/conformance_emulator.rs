@@ -177,3 +177,57 @@ fn injected_faults_reach_clients_as_aws_errors() {
     std::thread::sleep(std::time::Duration::from_millis(350));
     s.put("k", Bytes::from_static(b"v")).expect("back after the outage");
 }
+
+/// The `s3` backend counts every request on the client side and prices it:
+/// with `?price=` naming a table or a preset, S3 Express by default for a
+/// directory-bucket name, S3 Standard otherwise. The emulator's own
+/// accounting (server side) agrees on the requests it served.
+#[test]
+fn the_s3_client_counts_and_prices_its_requests() {
+    let e = start(Backing::Memory, objstore::PARTS_MAX);
+    let url = format!("s3://priced?endpoint={}&price=s3x", e.endpoint());
+    let s = S3Store::with_credentials(&url, DEFAULT_ACCESS_KEY, DEFAULT_SECRET_KEY).expect("s3");
+    s.create_bucket().expect("bucket");
+    s.put("a", Bytes::from(vec![1u8; 1000])).expect("put");
+    s.append("seg", 0, Bytes::from(vec![2u8; 300])).expect("append");
+    s.append("seg", 300, Bytes::from(vec![3u8; 200])).expect("append");
+    let (r, _) = s
+        .append_hedged("seg", 500, Bytes::from(vec![4u8; 100]), std::time::Duration::from_secs(5))
+        .expect("the s3 client hedges itself");
+    r.expect("hedged append");
+    assert_eq!(s.get("a").expect("get").len(), 1000);
+    s.head("seg").expect("head");
+    assert_eq!(s.list("").expect("list").len(), 2);
+    s.delete("a").expect("delete");
+    let r = s.accounting().expect("the s3 client counts");
+    assert_eq!(r.requests["put"], 1);
+    assert_eq!(r.requests["append"], 3, "an unhedged hedged-append call is one request");
+    assert_eq!((r.requests["get"], r.requests["head"], r.requests["list"]), (1, 1, 1));
+    assert_eq!(r.requests["delete"], 1);
+    assert_eq!((r.bytes_up, r.bytes_down), (1600, 1000));
+    let express = objstore::sim::model::Catalog::builtin().prices("s3-express").expect("table");
+    assert_eq!(r.prices, express, "?price=s3x is the s3x preset's table");
+    let want = 5.0 / 1e6 * express.put_per_million
+        + 2.0 / 1e6 * express.get_per_million
+        + 1600.0 / 1e9 * express.upload_per_gb
+        + 1000.0 / 1e9 * express.download_per_gb;
+    assert!((r.cost_usd - want).abs() < 1e-12, "{} vs {want}", r.cost_usd);
+    let a = r.append_latency.expect("append latencies are recorded");
+    assert_eq!(a.count, 3);
+    assert!(e.accounting().requests["append"] >= 3, "the server saw them too");
+
+    // Defaults by bucket name, and a bad table name.
+    let prices = |bucket: &str| {
+        let url = format!("s3://{bucket}?endpoint={}", e.endpoint());
+        let s = S3Store::with_credentials(&url, DEFAULT_ACCESS_KEY, DEFAULT_SECRET_KEY);
+        s.expect("s3").accounting().expect("counts").prices
+    };
+    assert_eq!(prices("logs--use1-az4--x-s3"), express, "a directory bucket is S3 Express");
+    let standard = objstore::sim::model::Catalog::builtin().prices("s3-standard").expect("table");
+    assert_eq!(prices("logs"), standard);
+    let bad = format!("s3://logs?endpoint={}&price=nope", e.endpoint());
+    match S3Store::with_credentials(&bad, DEFAULT_ACCESS_KEY, DEFAULT_SECRET_KEY) {
+        Err(StoreError::InvalidRequest(m)) => assert!(m.contains("nope"), "{m}"),
+        other => panic!("expected InvalidRequest, got {other:?}"),
+    }
+}

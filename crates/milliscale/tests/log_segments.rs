@@ -29,16 +29,7 @@ fn fast_retry() -> RetryPolicy {
 /// Hedge every append at once: two copies of every part race for the same
 /// offset, the harshest case for "each part lands exactly once".
 fn hedge_always() -> RetryPolicy {
-    RetryPolicy {
-        hedge: Some(HedgePolicy {
-            multiple: 0.0,
-            min: Duration::ZERO,
-            max_share: 1.0,
-            threads: true,
-            ..HedgePolicy::DEFAULT
-        }),
-        ..fast_retry()
-    }
+    RetryPolicy { hedge: Some(HedgePolicy::EVERY_APPEND), ..fast_retry() }
 }
 
 /// Part `i`: one abort entry with CSN i, padded by its group number so

@@ -110,16 +110,7 @@ fn hedged_appends_through_the_emulator_land_once() {
     let opts = emulator::EmulatorOptions { faults, preset: "s3x".into(), ..Default::default() };
     let e = emulator::Emulator::start(opts).expect("emulator");
     let store = common::emulator_bucket(&e, "hedged");
-    let retry = RetryPolicy {
-        hedge: Some(HedgePolicy {
-            multiple: 0.0,
-            min: Duration::ZERO,
-            max_share: 1.0,
-            threads: true,
-            ..HedgePolicy::DEFAULT
-        }),
-        ..retry()
-    };
+    let retry = RetryPolicy { hedge: Some(HedgePolicy::EVERY_APPEND), ..retry() };
     let mut w = SegmentWriter::new(store.clone(), Chain::new(0, 0), WriteMode::Append, 7, 0, retry);
     for i in 0..100 {
         w.write(&part(i)).unwrap_or_else(|e| panic!("part {i}: {e}"));

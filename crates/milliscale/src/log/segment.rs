@@ -133,6 +133,16 @@ impl HedgePolicy {
         threads: false,
     };
 
+    /// Race every append at once, through helper threads where the store
+    /// cannot hedge itself, with no cap (tests use it).
+    pub const EVERY_APPEND: HedgePolicy = HedgePolicy {
+        quantile: 0.9,
+        multiple: 0.0,
+        min: Duration::ZERO,
+        max_share: 1.0,
+        threads: true,
+    };
+
     /// The policy for a [`Hedging`] setting.
     pub fn for_setting(h: Hedging) -> Option<HedgePolicy> {
         match h {

@@ -202,20 +202,25 @@ impl SimStore {
         if kind == Kind::Append {
             self.accounting.append_latency(self.takes(fault, delay));
         }
-        match self.injected(fault, delay) {
-            Some(e) => Err(e),
-            None => {
-                let r = op();
-                match (fault, r) {
-                    (Fault::Ambiguous, Ok(_)) => {
-                        self.accounting.fault();
-                        Err(StoreError::Transient(
-                            "connection reset after the append was applied (injected ambiguous append)".into(),
-                        ))
-                    }
-                    (_, r) => r,
-                }
+        latency_sleep(self.takes(fault, delay));
+        self.answer(fault, op)
+    }
+
+    /// A write request whose time is over: fail it as its fault says, or
+    /// apply `op` (and, for an ambiguous fault, report it failed anyway).
+    fn answer<T>(&self, fault: Fault, op: impl FnOnce() -> Result<T>) -> Result<T> {
+        if let Some(e) = self.fault_answer(fault) {
+            return Err(e);
+        }
+        match (fault, op()) {
+            (Fault::Ambiguous, Ok(_)) => {
+                self.accounting.fault();
+                Err(StoreError::Transient(
+                    "connection reset after the append was applied (injected ambiguous append)"
+                        .into(),
+                ))
             }
+            (_, r) => r,
         }
     }
 
@@ -304,7 +309,10 @@ impl SimStore {
         // A zero delay always races two requests (tests use it).
         if !hedge_after.is_zero() && takes(first) <= hedge_after {
             latency_sleep(takes(first));
-            return (self.finish_append(first.0, key, offset, &body), Hedge::NotSent);
+            return (
+                self.answer(first.0, || self.inner.append(key, offset, body.clone())),
+                Hedge::NotSent,
+            );
         }
         self.accounting.request(Kind::Append, up);
         let second = self.draw(OpClass::Write, up, true);
@@ -320,39 +328,13 @@ impl SimStore {
         for (at, fault, which) in arrivals {
             latency_sleep(at.saturating_sub(waited));
             waited = at;
-            let r = self.finish_append(fault, key, offset, &body);
+            let r = self.answer(fault, || self.inner.append(key, offset, body.clone()));
             if r.is_ok() {
                 return (r, which);
             }
             answer = Some((r, which));
         }
         answer.expect("two requests")
-    }
-
-    /// One append request whose latency was already waited out: apply it
-    /// (or fail it) as its fault says.
-    fn finish_append(
-        &self,
-        fault: Fault,
-        key: &str,
-        offset: u64,
-        body: &Bytes,
-    ) -> Result<ObjectMeta> {
-        match self.fault_answer(fault) {
-            Some(e) => Err(e),
-            None => {
-                let r = self.inner.append(key, offset, body.clone());
-                match (fault, r) {
-                    (Fault::Ambiguous, Ok(_)) => {
-                        self.accounting.fault();
-                        Err(StoreError::Transient(
-                            "connection reset after the append was applied (injected ambiguous append)".into(),
-                        ))
-                    }
-                    (_, r) => r,
-                }
-            }
-        }
     }
 }
 
