@@ -36,7 +36,6 @@ use bytes::{Buf, BufMut, Bytes};
 use objstore::{ObjectStore, StoreError};
 
 use crate::error::{Error, Result};
-use crate::log::segment::Chain;
 use crate::manifest::{CheckpointRef, ChunkRef, LogRef, retry};
 use crate::mvcc::Csn;
 use crate::table::TableInner;
@@ -320,12 +319,9 @@ pub(crate) fn delete_superseded(
             }
         }
         if let Ok(list) = s.list("log/") {
-            let floor = |c: Chain| {
-                if c.group < log.groups && c.lane < log.lanes { log.start(c) } else { u64::MAX }
-            };
             for o in list {
                 if let Some(obj) = crate::recovery::parse_key(&o.key)
-                    && obj.segment() < floor(obj.chain())
+                    && obj.segment() < log.start(obj.chain()).unwrap_or(u64::MAX)
                 {
                     deletes += 1;
                     let _ = s.delete(&o.key);

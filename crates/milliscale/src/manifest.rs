@@ -76,9 +76,19 @@ fn one_lane() -> u32 {
 }
 
 impl LogRef {
-    /// The first segment recovery reads in `chain`.
-    pub fn start(&self, chain: Chain) -> u64 {
-        self.group_start[(chain.group * self.lanes + chain.lane) as usize]
+    /// The first segment recovery reads in `chain`; `None` for a chain this
+    /// log does not have.
+    pub fn start(&self, chain: Chain) -> Option<u64> {
+        if chain.group >= self.groups || chain.lane >= self.lanes {
+            return None;
+        }
+        self.group_start.get((chain.group * self.lanes + chain.lane) as usize).copied()
+    }
+
+    /// The first segments of group `g`'s lanes, lane by lane.
+    pub fn group_starts(&self, g: u32) -> &[u64] {
+        let lanes = self.lanes as usize;
+        &self.group_start[lanes * g as usize..lanes * (g as usize + 1)]
     }
 
     /// Every chain of this log, group by group.

@@ -294,7 +294,14 @@ fn workload(seed: u64, store: Arc<CrashStore>, rng: &mut SmallRng, groups: usize
         // thread per append, a second copy when one is slow).
         .hedge_appends(rng.random_bool(0.5))
         .recovery_threads(rng.random_range(1..4));
-    let Ok(db) = Database::open(opts) else { return BTreeSet::new() };
+    // The process ends wherever the workload stops: at open or set-up
+    // too (a store that keeps failing past the deadline makes open give
+    // up, with nothing acknowledged).
+    let end = || store.s.lock().crashed = true;
+    let Ok(db) = Database::open(opts) else {
+        end();
+        return BTreeSet::new();
+    };
     let setup = || -> milliscale::Result<(milliscale::Table, milliscale::Table)> {
         let a = db.create_table("accounts")?;
         let h = db.create_table("history")?;
@@ -305,7 +312,10 @@ fn workload(seed: u64, store: Arc<CrashStore>, rng: &mut SmallRng, groups: usize
         tx.commit_and_wait()?;
         Ok((a, h))
     };
-    let Ok((accounts, history)) = setup() else { return BTreeSet::new() };
+    let Ok((accounts, history)) = setup() else {
+        end();
+        return BTreeSet::new();
+    };
     let acked = Mutex::new(BTreeSet::new());
     let transfers: u64 = rng.random_range(20..80);
     let checkpoints: u64 = rng.random_range(0..4);
@@ -366,7 +376,7 @@ fn workload(seed: u64, store: Arc<CrashStore>, rng: &mut SmallRng, groups: usize
     });
     // The process dies here (if the schedule has not crashed it yet):
     // nothing more reaches the store.
-    store.s.lock().crashed = true;
+    end();
     drop(db);
     acked.into_inner()
 }

@@ -326,20 +326,26 @@ impl LogGroup {
     }
 
     /// Committer: take the queued transactions whose own records are
-    /// durable (their part landed, whatever happened to earlier parts).
+    /// durable (their part landed, whatever happened to earlier parts):
+    /// the contiguous prefix up to `durable[g]`, and, only when parts have
+    /// landed out of order, those of the landed parts after it.
     pub(crate) fn drain_durable(&self) -> Vec<Pending> {
         let mut st = self.state.lock();
         let id = self.id as usize;
-        let mut out = Vec::new();
-        st.queue.retain(|p| {
-            let own = crate::commit::dependency::OwnPart { group: id, part: p.part };
-            if self.commit.own_records_durable(p.csn, own) {
-                out.push(*p);
-                false
-            } else {
-                true
-            }
-        });
+        let durable = self.commit.durable[id].load(Ordering::SeqCst);
+        let n = st.queue.partition_point(|p| p.csn <= durable);
+        let mut out: Vec<Pending> = st.queue.drain(..n).collect();
+        if st.in_flight.iter().any(|p| p.durable) {
+            st.queue.retain(|p| {
+                let own = crate::commit::dependency::OwnPart { group: id, part: p.part };
+                if self.commit.own_records_durable(p.csn, own) {
+                    out.push(*p);
+                    false
+                } else {
+                    true
+                }
+            });
+        }
         out
     }
 

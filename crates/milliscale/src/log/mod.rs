@@ -125,14 +125,13 @@ impl Log {
             min_interval: options.flush_min_interval,
             budget: options.max_appends_per_s.map(|n| Arc::new(RequestBudget::new(n))),
         };
-        let lanes = log.lanes as usize;
         let groups: Vec<Arc<LogGroup>> = (0..log.groups)
             .map(|g| {
                 Arc::new(LogGroup::new(
                     g,
                     options.log_buffer_bytes,
                     flush.clone(),
-                    (&log.group_start[lanes * g as usize..lanes * (g as usize + 1)], log.parts_max),
+                    (log.group_starts(g), log.parts_max),
                     Arc::clone(&commit),
                 ))
             })

@@ -46,7 +46,8 @@ pub(crate) fn fence_store(
     deadline: Duration,
 ) -> Result<()> {
     for chain in log.chains() {
-        fence_chain(store.as_ref(), mode, chain, log.start(chain), epoch, deadline)?;
+        let start = log.start(chain).expect("a chain of the log");
+        fence_chain(store.as_ref(), mode, chain, start, epoch, deadline)?;
     }
     Ok(())
 }

@@ -119,10 +119,6 @@ impl LogObject {
             LogObject::Segment { chain, .. } | LogObject::Part { chain, .. } => *chain,
         }
     }
-
-    pub(crate) fn group(&self) -> u32 {
-        self.chain().group
-    }
 }
 
 /// Parse a log object name: `log/gGGGG/[lL/]sSSSSSSSS[/pPPPPP]`.
@@ -218,8 +214,7 @@ pub fn scan_stores(
         for o in listed {
             let parsed =
                 parse_key(&o.key).ok_or_else(|| corrupt(&o.key, "not a log object name"))?;
-            let (g, lane) = (parsed.group(), parsed.chain().lane);
-            if g < log.groups && lane < log.lanes && parsed.segment() >= log.start(parsed.chain()) {
+            if log.start(parsed.chain()).is_some_and(|start| parsed.segment() >= start) {
                 objects
                     .entry(parsed)
                     .or_insert_with(|| Copies { key: o.key.clone(), copies: Vec::new() });
@@ -262,7 +257,7 @@ pub fn scan_stores(
     }
     let walked = parallel_map(&ranges, threads, |(c, range)| {
         let mut repaired = Vec::new();
-        let start = log.start(*c);
+        let start = log.start(*c).expect("a chain of the log");
         walk_chain(*c, start, &objects[range.clone()], stores, &mut repaired).map(|l| (l, repaired))
     });
     for ((c, _), w) in ranges.iter().zip(walked) {
