@@ -317,7 +317,11 @@ mod tests {
             accounts: 50,
             initial_balance: 1000,
             threads: 4,
-            duration: Duration::from_millis(400),
+            // Each acknowledged transfer fsyncs the journal under one
+            // lock, so a slow disk serializes the run: it ran 4 transfers
+            // in 400 ms once in CI (700 locally). Long enough to get past
+            // a slow moment.
+            duration: Duration::from_millis(1500),
             log: LogSettings { stores: vec!["memory://".into()], ..LogSettings::default() },
             isolation: Isolation::Snapshot,
             acked_log: Some(journal.clone()),
