@@ -133,7 +133,10 @@ impl<'a> LogWindow<'a> {
         let m = self.end.lock().take()?;
         let start = self.start.lock().take().unwrap_or_default();
         let secs = measured.as_secs_f64().max(1e-9);
-        let flushes: u64 = m.groups.iter().map(|g| g.flushes).sum();
+        // A flush is one append of a stream; it carries a part of each of
+        // the stream's groups that had entries.
+        let flushes: u64 = m.streams.iter().map(|s| s.appends).sum();
+        let parts: u64 = m.groups.iter().map(|g| g.flushes).sum();
         let full: u64 = m.groups.iter().map(|g| g.full_flushes).sum();
         let bytes: u64 = m.groups.iter().map(|g| g.bytes).sum();
         let entries: u64 = m.groups.iter().map(|g| g.entries).sum();
@@ -166,12 +169,14 @@ impl<'a> LogWindow<'a> {
             ["append", "put_if_absent"].iter().filter_map(|k| requests.get(*k)).sum::<f64>() * secs;
         let report = LogReport {
             groups: m.groups.len(),
-            lanes: m.groups.first().map_or(0, |g| g.lanes as usize),
+            streams: m.streams.len(),
+            lanes: m.streams.first().map_or(0, |s| s.lanes as usize),
             overlapped_fraction: if flushes == 0 {
                 0.0
             } else {
-                m.groups.iter().map(|g| g.overlapped).sum::<u64>() as f64 / flushes as f64
+                m.streams.iter().map(|s| s.overlapped).sum::<u64>() as f64 / flushes as f64
             },
+            parts_per_flush: if flushes == 0 { 0.0 } else { parts as f64 / flushes as f64 },
             out_of_order_parts: m.groups.iter().map(|g| g.out_of_order).sum(),
             hedges_won_per_s: won as f64 / secs,
             log_requests_per_txn: if committed == 0 {
@@ -200,7 +205,7 @@ impl<'a> LogWindow<'a> {
                 })
                 .collect(),
             flushes_per_s: flushes as f64 / secs,
-            full_flush_fraction: if flushes == 0 { 0.0 } else { full as f64 / flushes as f64 },
+            full_flush_fraction: if parts == 0 { 0.0 } else { full as f64 / parts as f64 },
             bytes_per_flush: if flushes == 0 { 0.0 } else { bytes as f64 / flushes as f64 },
             bytes_per_logged_txn: if entries == 0 { 0.0 } else { bytes as f64 / entries as f64 },
             fill: Percentiles::from_micros(&fill),

@@ -74,19 +74,24 @@ pub fn usd(v: f64) -> String {
 pub struct LogReport {
     /// Log groups (= buffers).
     pub groups: usize,
-    /// Lanes per group (appends a group may keep in flight).
+    /// Log streams (sets of lanes; each flush of a stream is one append
+    /// carrying a part of each of its groups that had entries).
+    pub streams: usize,
+    /// Lanes per stream (appends a stream may keep in flight).
     pub lanes: usize,
-    /// Flushes that started while another lane of their group was still
+    /// Flushes that started while another lane of their stream was still
     /// writing.
     pub overlapped_fraction: f64,
+    /// Group parts per flush (per append).
+    pub parts_per_flush: f64,
     /// Parts that landed before an earlier part of their group.
     pub out_of_order_parts: u64,
     /// Stores, with the mode the probe chose ("append" or "put").
     pub stores: Vec<String>,
-    /// Flushes (parts written to each store) per second, all groups.
+    /// Flushes (appends written to each store) per second, all streams.
     pub flushes_per_s: f64,
-    /// Fraction of flushes made because the buffer was full (the rest
-    /// because of the flush timeout).
+    /// Fraction of group parts cut because a buffer was full (the rest
+    /// by the flush policy).
     pub full_flush_fraction: f64,
     pub bytes_per_flush: f64,
     /// Log bytes per logged (writing) transaction.
@@ -306,15 +311,18 @@ impl Report {
         if let Some(l) = self.log.as_ref().filter(|l| l.groups > 0) {
             let _ = writeln!(
                 s,
-                "log: {} groups x {} lanes, stores {}",
+                "log: {} groups in {} streams x {} lanes, stores {}",
                 l.groups,
+                l.streams,
                 l.lanes,
                 l.stores.join(", ")
             );
             let _ = writeln!(
                 s,
-                "  flushes/s {:.1} ({:.0}% full), {:.0} B/flush, {:.0} B/logged txn, {} room waits",
+                "  flushes/s {:.1} ({:.2} parts each, {:.0}% full), {:.0} B/flush, {:.0} B/logged \
+                 txn, {} room waits",
                 l.flushes_per_s,
+                l.parts_per_flush,
                 l.full_flush_fraction * 100.0,
                 l.bytes_per_flush,
                 l.bytes_per_logged_txn,

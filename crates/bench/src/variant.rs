@@ -48,6 +48,7 @@ impl Variant {
             log_buffer_bytes: 512 * 1024,
             tracking: Tracking::Txn,
             log_lanes: 1,
+            log_streams: milliscale::options::LOG_STREAMS_PER_GROUP,
             flush_policy: FlushPolicy::Timeout,
             hedging: Hedging::Off,
             ..LogSettings::default()
@@ -74,6 +75,10 @@ pub struct LogSettings {
     pub log_buffer_bytes: usize,
     pub flush_timeout: Duration,
     pub log_lanes: usize,
+    /// `Options::log_streams`; `LOG_STREAMS_PER_GROUP` is one per group.
+    pub log_streams: usize,
+    /// `Options::log_thread_slice`.
+    pub log_thread_slice: Option<Duration>,
     pub flush_policy: FlushPolicy,
     pub flush_min_interval: Duration,
     pub max_appends_per_s: Option<u32>,
@@ -96,6 +101,8 @@ impl Default for LogSettings {
             log_buffer_bytes: milliscale::options::LOG_BUFFER_BYTES_DEFAULT,
             flush_timeout: milliscale::options::FLUSH_TIMEOUT_DEFAULT,
             log_lanes: milliscale::options::LOG_LANES_DEFAULT,
+            log_streams: milliscale::options::LOG_STREAMS_DEFAULT,
+            log_thread_slice: Some(milliscale::sched::LOG_THREAD_SLICE_DEFAULT),
             flush_policy: FlushPolicy::Adaptive,
             flush_min_interval: milliscale::options::FLUSH_MIN_INTERVAL_DEFAULT,
             max_appends_per_s: None,
@@ -119,6 +126,18 @@ impl LogSettings {
         m.insert("log_buffer_bytes".into(), self.log_buffer_bytes.to_string());
         m.insert("flush_timeout_ms".into(), (self.flush_timeout.as_secs_f64() * 1e3).to_string());
         m.insert("log_lanes".into(), self.log_lanes.to_string());
+        m.insert(
+            "log_streams".into(),
+            if self.log_streams >= milliscale::options::LOG_STREAMS_PER_GROUP {
+                "per-group".to_owned()
+            } else {
+                self.log_streams.to_string()
+            },
+        );
+        m.insert(
+            "log_thread_slice_ms".into(),
+            self.log_thread_slice.map_or("off".to_owned(), |d| (d.as_secs_f64() * 1e3).to_string()),
+        );
         m.insert("flush_policy".into(), format!("{:?}", self.flush_policy).to_lowercase());
         if self.flush_policy == FlushPolicy::Adaptive {
             m.insert(
@@ -172,6 +191,8 @@ impl LogSettings {
             .log_buffer_bytes(self.log_buffer_bytes)
             .flush_timeout(self.flush_timeout)
             .log_lanes(self.log_lanes)
+            .log_streams(self.log_streams)
+            .log_thread_slice(self.log_thread_slice)
             .flush_policy(self.flush_policy)
             .flush_min_interval(self.flush_min_interval)
             .max_appends_per_s(self.max_appends_per_s)

@@ -340,10 +340,21 @@ struct LogArgs {
     /// latest. [default: 10]
     #[arg(long)]
     flush_timeout: Option<f64>,
-    /// Appends each log group keeps in flight, each lane its own chain of
+    /// Appends each log stream keeps in flight, each lane its own chain of
     /// segments (1..=16). [default: the variant's; milliscale 3]
     #[arg(long)]
     log_lanes: Option<usize>,
+    /// Log streams: the groups are split among this many streams, each
+    /// with its own lanes; one append carries a part of every group of its
+    /// stream. A number, or `per-group` (the paper's layout: each group its
+    /// own log). [default: the variant's; milliscale 1]
+    #[arg(long)]
+    log_streams: Option<String>,
+    /// The scheduler slice the log's threads ask for, in milliseconds
+    /// (0.1..=100), so that they preempt busy workers when they wake
+    /// (Linux 6.12+); `off` leaves the kernel's default. [default: 0.1]
+    #[arg(long)]
+    log_thread_slice: Option<String>,
     /// When a group flushes: adaptive (when a lane is free and the buffer
     /// holds data, at most once per --flush-min-interval) or timeout (the
     /// paper's: full, or --flush-timeout after the first entry).
@@ -652,6 +663,34 @@ fn log_settings(a: &LogArgs) -> Result<(Variant, LogSettings), String> {
     if let Some(n) = a.log_lanes {
         l.log_lanes = n;
     }
+    if let Some(v) = &a.log_thread_slice {
+        l.log_thread_slice = match v.as_str() {
+            "off" => None,
+            ms => match ms.parse::<f64>() {
+                Ok(ms) if (0.1..=100.0).contains(&ms) => {
+                    Some(std::time::Duration::from_secs_f64(ms / 1e3))
+                }
+                _ => {
+                    return Err(format!(
+                        "--log-thread-slice must be in 0.1..=100 (ms) or off, got {v:?}"
+                    ));
+                }
+            },
+        };
+    }
+    if let Some(n) = &a.log_streams {
+        l.log_streams = match n.as_str() {
+            "per-group" => milliscale::options::LOG_STREAMS_PER_GROUP,
+            n => match n.parse::<usize>() {
+                Ok(n) if n >= 1 => n,
+                _ => {
+                    return Err(format!(
+                        "--log-streams must be a number of at least 1 or per-group, got {n:?}"
+                    ));
+                }
+            },
+        };
+    }
     if let Some(p) = a.flush_policy {
         l.flush_policy = match p {
             FlushPolicyArg::Adaptive => milliscale::FlushPolicy::Adaptive,
@@ -902,9 +941,15 @@ fn inspect(a: InspectArgs) -> Result<(), String> {
         }
     }
     println!(
-        "log of epoch {}: {} groups of {} lanes, base CSN {}, segments from {:?}, {} parts per \
-         segment",
-        m.log.epoch, m.log.groups, m.log.lanes, m.log.base_csn, m.log.group_start, m.log.parts_max
+        "log of epoch {}: {} groups in {} streams of {} lanes, base CSN {}, segments from {:?}, \
+         {} parts per segment",
+        m.log.epoch,
+        m.log.groups,
+        m.log.streams(),
+        m.log.lanes,
+        m.log.base_csn,
+        m.log.group_start,
+        m.log.parts_max
     );
     println!(
         "{}: {} log objects, {} bytes (read in {:.2} s)",
@@ -916,14 +961,17 @@ fn inspect(a: InspectArgs) -> Result<(), String> {
     for (c, log) in &scan.chains {
         let entries: usize = log.parts.iter().map(|(_, p)| p.entries.len()).sum();
         let csns = |e: Option<&Entry>| e.map_or(0, Entry::csn);
-        let first = csns(log.parts.first().and_then(|(_, p)| p.entries.first()));
-        let last = csns(log.parts.last().and_then(|(_, p)| p.entries.last()));
+        // A stream's lanes interleave its groups' parts: CSNs by group.
+        let all = log.parts.iter().flat_map(|(_, p)| p.entries.iter().map(Entry::csn));
+        let first = all.clone().min().unwrap_or(0);
+        let last = all.max().unwrap_or(0);
         let objects: std::collections::BTreeSet<&str> =
             log.parts.iter().map(|(k, _)| k.as_str()).collect();
+        let groups = m.log.chain_groups(*c);
         println!(
-            "group {} lane {}: {} objects, {} parts, {entries} entries, CSN {first}..={last}{}",
-            c.group,
-            c.lane,
+            "{c} (groups {}..={}): {} objects, {} parts, {entries} entries, CSN {first}..={last}{}",
+            groups.start,
+            groups.end.saturating_sub(1),
             objects.len(),
             log.parts.len(),
             log.fenced_by.map_or(String::new(), |e| format!(", fenced by epoch {e}"))
@@ -931,7 +979,8 @@ fn inspect(a: InspectArgs) -> Result<(), String> {
         if a.parts {
             for (key, p) in &log.parts {
                 println!(
-                    "  {key}: {} entries, CSN {}..={}",
+                    "  {key}: group {}, {} entries, CSN {}..={}",
+                    p.group,
                     p.entries.len(),
                     csns(p.entries.first()),
                     csns(p.entries.last())

@@ -29,7 +29,7 @@ fn inspect_reads_back_a_benchmark_log() {
     let out = bin().args(["inspect", "--store", &url, "--parts"]).output().expect("inspect");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("group 0 lane 0:"), "{text}");
+    assert!(text.contains("chain log/g0000 lane 0 (groups 0..="), "{text}");
     assert!(text.contains("log/g0000/s00000000"), "{text}");
     let replayed: u64 = text
         .split("recovery would replay ")

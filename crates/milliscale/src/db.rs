@@ -239,6 +239,7 @@ impl Database {
         }
         let m = Manifest::initial(
             options.log_groups() as u32,
+            options.groups_per_stream() as u32,
             options.log_lanes as u32,
             options.segment_parts_max,
         );
@@ -287,12 +288,17 @@ impl Database {
         let base = old.replay_from().max(plan.max_csn + 1);
         let first_segment = recovery::next_free_segment(&named, &old.log, options.store_deadline);
         let groups = options.log_groups() as u32;
+        let per_stream = options.groups_per_stream();
         let new_log = LogRef {
             epoch: claim.epoch,
             base_csn: base,
             groups,
+            groups_per_stream: per_stream as u32,
             lanes: options.log_lanes as u32,
-            group_start: vec![first_segment; groups as usize * options.log_lanes],
+            group_start: vec![
+                first_segment;
+                (groups as usize).div_ceil(per_stream) * options.log_lanes
+            ],
             parts_max: options.segment_parts_max,
         };
         let commit = Arc::new(CommitState::new(groups as usize, options.tracking, true, base));
@@ -547,6 +553,9 @@ impl DbInner {
                         for g in log.groups() {
                             g.wake_all();
                         }
+                        for s in log.streams() {
+                            s.wake_all();
+                        }
                     }
                 }
                 Err(e)
@@ -633,7 +642,7 @@ impl DbInner {
         let log_bytes = log.bytes_written();
         // 1. Fresh segments from here on, and the CSN bound they give.
         let marks: Vec<(Vec<u64>, Csn)> =
-            log.groups().iter().map(|g| g.mark_checkpoint()).collect();
+            log.streams().iter().map(|s| s.mark_checkpoint()).collect();
         let bound = marks.iter().map(|m| m.1).max().unwrap_or(0);
         // 2. Wait until everything below the bound is durable.
         let deadline = Instant::now() + self.options.store_deadline;
@@ -653,7 +662,7 @@ impl DbInner {
         // 3. The snapshot, in chunks.
         let cref = self.write_checkpoint()?;
         debug_assert!(cref.csn >= bound);
-        // Per chain, group by group (`LogRef::start`).
+        // Per chain, stream by stream (`LogRef::start`).
         let starts: Vec<u64> = marks.into_iter().flat_map(|m| m.0).collect();
         // 4. Publish, then 5. delete what it superseded.
         self.publish(|m| {

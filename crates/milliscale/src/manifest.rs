@@ -55,45 +55,84 @@ pub struct LogRef {
     pub epoch: u64,
     /// Its first CSN: everything below is in the checkpoint.
     pub base_csn: Csn,
-    /// Log groups; group `g` writes `log/gGGGG/...`.
+    /// Log groups (buffers), numbered from 0.
     pub groups: u32,
-    /// Lanes per group, each its own chain of segments (lane 0
-    /// `log/gGGGG/sSSSSSSSS`, lane `L` `log/gGGGG/lL/sSSSSSSSS`). Manifests
-    /// written before lanes existed have none: one lane.
-    #[serde(default = "one_lane")]
+    /// Groups per log stream. The groups are split into streams of this
+    /// many consecutive groups (the last may have fewer); a stream's lanes
+    /// carry the parts of all its groups, and its chains are named after
+    /// its first group. Manifests written before streams existed have
+    /// none: one group per stream, the paper's layout.
+    #[serde(default = "one")]
+    pub groups_per_stream: u32,
+    /// Lanes per stream, each its own chain of segments (lane 0
+    /// `log/gGGGG/sSSSSSSSS`, lane `L` `log/gGGGG/lL/sSSSSSSSS`, where
+    /// `GGGG` is the stream's first group). Manifests written before lanes
+    /// existed have none: one lane.
+    #[serde(default = "one")]
     pub lanes: u32,
-    /// Per chain, the first segment recovery reads: group `g`'s lane `l`
-    /// at index `g * lanes + l` (with one lane, one per group). Older
-    /// segments hold only CSNs the checkpoint covers (and may not be
-    /// deleted yet).
+    /// Per chain, the first segment recovery reads: stream `s`'s lane `l`
+    /// at index `s * lanes + l`. Older segments hold only CSNs the
+    /// checkpoint covers (and may not be deleted yet).
     pub group_start: Vec<u64>,
     /// Parts per segment before rollover.
     pub parts_max: u32,
 }
 
-fn one_lane() -> u32 {
+fn one() -> u32 {
     1
 }
 
 impl LogRef {
+    /// Groups per stream, at least 1.
+    fn per_stream(&self) -> u32 {
+        self.groups_per_stream.max(1)
+    }
+
+    /// The number of streams.
+    pub fn streams(&self) -> u32 {
+        self.groups.div_ceil(self.per_stream())
+    }
+
+    /// The groups of stream `s`.
+    pub fn stream_groups(&self, s: u32) -> std::ops::Range<u32> {
+        let k = self.per_stream();
+        (s * k).min(self.groups)..((s + 1) * k).min(self.groups)
+    }
+
+    /// The stream a chain belongs to; `None` for a chain this log does not
+    /// have.
+    fn stream_of_chain(&self, chain: Chain) -> Option<u32> {
+        let k = self.per_stream();
+        (chain.group < self.groups && chain.group.is_multiple_of(k) && chain.lane < self.lanes)
+            .then_some(chain.group / k)
+    }
+
     /// The first segment recovery reads in `chain`; `None` for a chain this
     /// log does not have.
     pub fn start(&self, chain: Chain) -> Option<u64> {
-        if chain.group >= self.groups || chain.lane >= self.lanes {
-            return None;
-        }
-        self.group_start.get((chain.group * self.lanes + chain.lane) as usize).copied()
+        let s = self.stream_of_chain(chain)?;
+        self.group_start.get((s * self.lanes + chain.lane) as usize).copied()
     }
 
-    /// The first segments of group `g`'s lanes, lane by lane.
-    pub fn group_starts(&self, g: u32) -> &[u64] {
+    /// The groups whose parts `chain` may hold (those of its stream).
+    pub fn chain_groups(&self, chain: Chain) -> std::ops::Range<u32> {
+        self.stream_of_chain(chain).map_or(0..0, |s| self.stream_groups(s))
+    }
+
+    /// The first segments of stream `s`'s lanes, lane by lane.
+    pub fn stream_starts(&self, s: u32) -> &[u64] {
         let lanes = self.lanes as usize;
-        &self.group_start[lanes * g as usize..lanes * (g as usize + 1)]
+        &self.group_start[lanes * s as usize..lanes * (s as usize + 1)]
     }
 
-    /// Every chain of this log, group by group.
+    /// Lane `lane` of stream `s`.
+    pub fn chain(&self, s: u32, lane: u32) -> Chain {
+        Chain::new(s * self.per_stream(), lane)
+    }
+
+    /// Every chain of this log, stream by stream.
     pub fn chains(&self) -> impl Iterator<Item = Chain> + '_ {
-        (0..self.groups).flat_map(move |g| (0..self.lanes).map(move |l| Chain::new(g, l)))
+        (0..self.streams()).flat_map(move |s| (0..self.lanes).map(move |l| self.chain(s, l)))
     }
 }
 
@@ -128,7 +167,7 @@ pub fn manifest_key(version: u64) -> String {
 
 impl Manifest {
     /// The first manifest of a new database.
-    pub fn initial(groups: u32, lanes: u32, parts_max: u32) -> Manifest {
+    pub fn initial(groups: u32, groups_per_stream: u32, lanes: u32, parts_max: u32) -> Manifest {
         Manifest {
             version: 1,
             epoch: 1,
@@ -139,8 +178,9 @@ impl Manifest {
                 epoch: 1,
                 base_csn: crate::mvcc::CSN_FIRST,
                 groups,
+                groups_per_stream,
                 lanes,
-                group_start: vec![0; (groups * lanes) as usize],
+                group_start: vec![0; (groups.div_ceil(groups_per_stream.max(1)) * lanes) as usize],
                 parts_max,
             },
         }
@@ -191,10 +231,16 @@ impl Manifest {
             return Err(bad(format!("holds version {}", m.version)));
         }
         if m.log.lanes == 0 || m.log.lanes as usize > crate::options::LOG_LANES_MAX {
-            return Err(bad(format!("{} lanes per group", m.log.lanes)));
+            return Err(bad(format!("{} lanes per stream", m.log.lanes)));
         }
-        if m.log.group_start.len() as u64 != u64::from(m.log.groups) * u64::from(m.log.lanes) {
-            return Err(bad("group_start does not hold one segment per group and lane".into()));
+        if m.log.groups as usize > crate::limits::LOG_GROUPS_MAX || m.log.groups_per_stream == 0 {
+            return Err(bad(format!(
+                "{} groups, {} per stream",
+                m.log.groups, m.log.groups_per_stream
+            )));
+        }
+        if m.log.group_start.len() as u64 != u64::from(m.log.streams()) * u64::from(m.log.lanes) {
+            return Err(bad("group_start does not hold one segment per stream and lane".into()));
         }
         Ok(m)
     }
@@ -356,7 +402,7 @@ mod tests {
 
     #[test]
     fn encode_decode_and_damage() {
-        let mut m = Manifest::initial(2, 1, 10_000);
+        let mut m = Manifest::initial(2, 1, 1, 10_000);
         m.tables = vec!["a".into(), "b".into()];
         let bytes = m.encode();
         let key = manifest_key(1);
@@ -374,7 +420,7 @@ mod tests {
         let s: Arc<dyn ObjectStore> = Arc::new(objstore::MemoryStore::new());
         let ms = ManifestStore::new(vec![("m".into(), s)], 1, std::time::Duration::from_secs(1));
         assert_eq!(ms.read_latest().expect("reads"), None);
-        let m = Manifest::initial(1, 1, 10);
+        let m = Manifest::initial(1, 1, 1, 10);
         ms.create(&m).expect("first create");
         ms.create(&m).expect("the same body again is ours");
         let mut other = m.clone();

@@ -112,6 +112,8 @@ pub struct Options {
     pub(crate) log_buffer_bytes: usize,
     pub(crate) flush_timeout: Duration,
     pub(crate) log_lanes: usize,
+    pub(crate) log_streams: usize,
+    pub(crate) log_thread_slice: Option<Duration>,
     pub(crate) flush_policy: FlushPolicy,
     pub(crate) flush_min_interval: Duration,
     pub(crate) max_appends_per_s: Option<u32>,
@@ -138,6 +140,11 @@ pub const FLUSH_TIMEOUT_DEFAULT: Duration = Duration::from_millis(10);
 /// append against 1.48x with two, at 1.4x the appends (BENCHMARKS.md, "The
 /// commit tail").
 pub const LOG_LANES_DEFAULT: usize = 3;
+/// Default [`Options::log_streams`]: every group flushes through one set of
+/// lanes, so the appends a second do not grow with the number of groups.
+pub const LOG_STREAMS_DEFAULT: usize = 1;
+/// [`Options::log_streams`] for one stream per group, the paper's layout.
+pub const LOG_STREAMS_PER_GROUP: usize = LOG_GROUPS_MAX;
 /// Most lanes a log group may have.
 pub const LOG_LANES_MAX: usize = 16;
 /// Default [`Options::flush_min_interval`].
@@ -176,6 +183,8 @@ impl Default for Options {
             log_buffer_bytes: LOG_BUFFER_BYTES_DEFAULT,
             flush_timeout: FLUSH_TIMEOUT_DEFAULT,
             log_lanes: LOG_LANES_DEFAULT,
+            log_streams: LOG_STREAMS_DEFAULT,
+            log_thread_slice: Some(crate::sched::LOG_THREAD_SLICE_DEFAULT),
             flush_policy: FlushPolicy::Adaptive,
             flush_min_interval: FLUSH_MIN_INTERVAL_DEFAULT,
             max_appends_per_s: None,
@@ -307,6 +316,32 @@ impl Options {
         self
     }
 
+    /// Log streams: the groups are split into this many streams of
+    /// consecutive groups, and each stream flushes through its own
+    /// `log_lanes` lanes. A stream's flush takes what every one of its
+    /// groups has buffered and writes it as one append (each group's part
+    /// keeps its own header and checksum), so appends a second grow with
+    /// the streams, not with the groups, and all of a stream's groups
+    /// become durable together. Groups still have their own buffers: the
+    /// workers of different groups never contend for one lock. 1 (the
+    /// default) shares the lanes among all groups;
+    /// [`LOG_STREAMS_PER_GROUP`] (or any value at least the number of
+    /// groups) gives each group its own stream, the paper's layout.
+    pub fn log_streams(mut self, n: usize) -> Options {
+        self.log_streams = n;
+        self
+    }
+
+    /// The scheduler slice the log's threads ask for, so that they get a
+    /// core as soon as they wake even when the workers keep every core
+    /// busy (see [`crate::sched`]; Linux 6.12 and later, no privilege
+    /// needed). The kernel takes 0.1 to 100 ms. Default 0.1 ms; `None`
+    /// leaves the threads at the kernel's default.
+    pub fn log_thread_slice(mut self, slice: Option<Duration>) -> Options {
+        self.log_thread_slice = slice;
+        self
+    }
+
     /// When a group flushes ([`FlushPolicy`]). Default adaptive.
     pub fn flush_policy(mut self, p: FlushPolicy) -> Options {
         self.flush_policy = p;
@@ -393,6 +428,13 @@ impl Options {
         self.workers.div_ceil(self.log_group_size.max(1)).clamp(1, LOG_GROUPS_MAX)
     }
 
+    /// Groups per log stream these options give (see
+    /// [`Options::log_streams`]).
+    pub fn groups_per_stream(&self) -> usize {
+        let groups = self.log_groups();
+        groups.div_ceil(self.log_streams.clamp(1, groups))
+    }
+
     pub(crate) fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(Error::InvalidArgument(m));
         if self.max_transactions == 0 || self.max_transactions > TRANSACTIONS_MAX {
@@ -431,6 +473,14 @@ impl Options {
                 "log_lanes must be in 1..={LOG_LANES_MAX}, got {}",
                 self.log_lanes
             ));
+        }
+        if let Some(s) = self.log_thread_slice
+            && !(Duration::from_micros(100)..=Duration::from_millis(100)).contains(&s)
+        {
+            return bad(format!("log_thread_slice must be in 0.1..=100 ms, got {s:?}"));
+        }
+        if self.log_streams == 0 {
+            return bad("log_streams must be at least 1".into());
         }
         if self.flush_min_interval > Duration::from_secs(1) {
             return bad(format!(

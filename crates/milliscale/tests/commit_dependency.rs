@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{Gate, Recorder};
+use milliscale::options::LOG_STREAMS_PER_GROUP;
 use milliscale::{CommitAck, Database, Options, Table, Tracking};
 use objstore::ObjectStore;
 
@@ -21,12 +22,14 @@ fn acked_within(ack: &CommitAck, d: Duration) -> bool {
     ack.is_acknowledged()
 }
 
+/// `groups` groups, each its own stream, so that the gate holds one group.
 fn open(store: Arc<dyn ObjectStore>, tracking: Tracking, groups: usize) -> Database {
     Database::open(
         Options::new()
             .add_store_handle(store)
             .workers(groups)
             .log_group_size(1)
+            .log_streams(LOG_STREAMS_PER_GROUP)
             .flush_timeout(Duration::from_millis(2))
             .tracking(tracking),
     )
@@ -86,13 +89,14 @@ fn record_tracking_commits_what_txn_tracking_holds_back() {
     assert!(!t3);
 }
 
-/// Many random interleavings: 4 workers in 2 or 4 groups of `lanes` lanes
-/// on 16 hot keys, while a chaos thread holds lanes back and slows them at
-/// random (so a group's parts land out of order). The moment a worker sees
-/// an ack resolve, the recorder (which saw every part land) must hold the
-/// transaction's own CSN and every CSN up to its DSN; and everything below
-/// the published gCSN must have landed.
-fn random_interleavings(tracking: Tracking, seed: u64, groups: usize, lanes: u32) {
+/// Many random interleavings: 4 workers in 2 or 4 groups, in one stream
+/// or one stream per group, of `lanes` lanes, on 16 hot keys, while a
+/// chaos thread holds chains back and slows them at random (so a group's
+/// parts land out of order). The moment a worker sees an ack resolve, the
+/// recorder (which saw every part land) must hold the transaction's own
+/// CSN and every CSN up to its DSN; and everything below the published
+/// gCSN must have landed.
+fn random_interleavings(tracking: Tracking, seed: u64, groups: usize, lanes: u32, shared: bool) {
     use rand::rngs::SmallRng;
     use rand::{Rng, SeedableRng};
     let rec = Recorder::memory();
@@ -102,6 +106,7 @@ fn random_interleavings(tracking: Tracking, seed: u64, groups: usize, lanes: u32
             .add_store_handle(gate.clone())
             .workers(4)
             .log_group_size(4 / groups)
+            .log_streams(if shared { 1 } else { LOG_STREAMS_PER_GROUP })
             .log_lanes(lanes as usize)
             .log_buffer_bytes(4096)
             .flush_timeout(Duration::from_millis(1))
@@ -115,8 +120,10 @@ fn random_interleavings(tracking: Tracking, seed: u64, groups: usize, lanes: u32
     std::thread::scope(|s| {
         s.spawn(|| {
             let mut rng = SmallRng::seed_from_u64(seed);
+            // Chains are named after their stream's first group.
+            let chains = if shared { 1 } else { groups as u32 };
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let g = rng.random_range(0..groups as u32);
+                let g = rng.random_range(0..chains);
                 let l = rng.random_range(0..lanes);
                 let d = Duration::from_micros(rng.random_range(0..3000));
                 match rng.random_range(0..6) {
@@ -214,16 +221,17 @@ impl Drop for StopOnPanic<'_> {
 
 #[test]
 fn record_tracking_never_acknowledges_before_dependencies_are_durable() {
-    for seed in 0..12 {
+    for seed in 0..16 {
         let groups = if seed % 2 == 0 { 4 } else { 2 };
-        random_interleavings(Tracking::Record, seed, groups, 1 + (seed / 2 % 3) as u32);
+        let shared = seed % 4 >= 2;
+        random_interleavings(Tracking::Record, seed, groups, 1 + (seed / 4 % 3) as u32, shared);
     }
 }
 
 #[test]
 fn txn_tracking_never_acknowledges_before_dependencies_are_durable() {
-    for seed in 100..106 {
-        random_interleavings(Tracking::Txn, seed, 4, 1 + (seed % 2) as u32);
+    for seed in 100..108 {
+        random_interleavings(Tracking::Txn, seed, 4, 1 + (seed % 2) as u32, seed % 4 >= 2);
     }
 }
 

@@ -206,10 +206,11 @@ fn a_slow_store_catches_up() {
 }
 
 /// An idle database makes no requests: adaptive flushing sends nothing
-/// when the buffers are empty, with two lanes per group and the default
-/// policy. A request budget holds: 40 single-row commits from 4 threads
-/// against a budget of 20 parts a second take about 2 s, and the store sees
-/// at most the budget (plus its 100 ms burst).
+/// when the buffers are empty, with two lanes and the default policy. A
+/// request budget holds for the whole database: 40 single-row commits from
+/// 4 threads, each group its own stream (so that each commit needs its own
+/// append), against a budget of 20 appends a second take about 2 s, and the
+/// store sees at most the budget (plus its 100 ms burst).
 #[test]
 fn an_idle_database_makes_no_requests_and_a_budget_holds() {
     use objstore::ObjectStore;
@@ -236,6 +237,7 @@ fn an_idle_database_makes_no_requests_and_a_budget_holds() {
             .add_store_handle(sim.clone())
             .workers(4)
             .log_group_size(1)
+            .log_streams(milliscale::options::LOG_STREAMS_PER_GROUP)
             .max_appends_per_s(Some(20)),
     )
     .expect("open");

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::read_log;
+use common::{WriteCounter, read_log, read_log_parts};
 use milliscale::log::record::{Entry, Op};
 use milliscale::log::segment::WriteMode;
 use milliscale::{Database, Options};
@@ -41,50 +41,119 @@ fn load(db: &Database, n: u32) -> (Written, u64) {
     (written.into_inner(), db.stats().next_csn)
 }
 
-#[test]
-fn the_log_holds_every_csn_once_and_segments_roll_over() {
-    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+/// 4 workers in 2 groups, 2 lanes, 3 appends per segment; with one
+/// stream per group (the paper's layout) or one stream for both.
+fn every_csn_once_and_segments_roll_over(streams: usize) {
+    let store = WriteCounter::new(Arc::new(MemoryStore::new()));
     let db = Database::open(
         Options::new()
             .add_store_handle(store.clone())
             .workers(4)
             .log_group_size(2)
             .log_lanes(2)
+            .log_streams(streams)
             .segment_parts_max(3)
             .flush_timeout(Duration::from_millis(1)),
     )
     .expect("open");
     let (written, next) = load(&db, 60);
     db.close();
+    for (key, writes) in store.writes.lock().iter() {
+        assert!(writes.len() <= 3, "{key} took {} appends", writes.len());
+    }
     let mut seen = BTreeMap::new();
-    // Chain (a lane of a group: the key up to the segment number) ->
-    // (segments, last CSN).
-    let mut chains = BTreeMap::<String, (usize, u64)>::new();
-    for (key, parts) in read_log(&*store) {
-        assert!(parts.len() <= 3, "{key} holds {} parts", parts.len());
+    // Chain (a lane of a stream: the key up to the segment number) ->
+    // (segments, groups seen, last CSN per group).
+    type ChainSeen = (usize, BTreeMap<u32, u64>);
+    let mut chains = BTreeMap::<String, ChainSeen>::new();
+    for (key, parts) in read_log_parts(&*store) {
         let chain = key[..key.rfind("/s").expect("a segment key")].to_owned();
         let (segments, last) = chains.entry(chain).or_default();
         *segments += 1;
-        for e in parts.into_iter().flatten() {
-            assert!(e.csn() > *last, "{key}: a chain's log is in CSN order");
-            *last = e.csn();
-            let Entry::Commit { csn, records, .. } = e else { panic!("no aborts here") };
-            let records = records.to_vec();
-            assert_eq!(records.len(), 1);
-            let (k, v) = &written[&csn];
-            assert_eq!(&records[0].key[..], &k[..]);
-            match &records[0].op {
-                Op::Insert(b) | Op::Update(b) => assert_eq!(&b[..], &v[..]),
-                op => panic!("unexpected {op:?}"),
+        for part in parts {
+            let last = last.entry(part.group).or_default();
+            for e in part.entries {
+                assert!(e.csn() > *last, "{key}: a chain holds each group's log in CSN order");
+                *last = e.csn();
+                let Entry::Commit { csn, records, .. } = e else { panic!("no aborts here") };
+                let records = records.to_vec();
+                assert_eq!(records.len(), 1);
+                let (k, v) = &written[&csn];
+                assert_eq!(&records[0].key[..], &k[..]);
+                match &records[0].op {
+                    Op::Insert(b) | Op::Update(b) => assert_eq!(&b[..], &v[..]),
+                    op => panic!("unexpected {op:?}"),
+                }
+                assert!(seen.insert(csn, ()).is_none(), "CSN {csn} logged twice");
             }
-            assert!(seen.insert(csn, ()).is_none(), "CSN {csn} logged twice");
         }
     }
     let all: Vec<u64> = seen.into_keys().collect();
     assert_eq!(all, (1..next).collect::<Vec<_>>(), "CSNs are dense and all logged");
     let names: Vec<&String> = chains.keys().collect();
-    assert_eq!(names, ["log/g0000", "log/g0000/l1", "log/g0001", "log/g0001/l1"], "2 x 2 lanes");
-    assert!(chains.values().all(|&(n, _)| n > 1), "segments rolled over: {chains:?}");
+    assert!(chains.values().all(|(n, _)| *n > 1), "segments rolled over: {chains:?}");
+    if streams == 1 {
+        assert_eq!(names, ["log/g0000", "log/g0000/l1"], "one stream of 2 lanes");
+        let groups: std::collections::BTreeSet<u32> =
+            chains.values().flat_map(|(_, g)| g.keys().copied()).collect();
+        assert_eq!(groups.into_iter().collect::<Vec<_>>(), [0, 1], "both groups in one stream");
+    } else {
+        assert_eq!(names, ["log/g0000", "log/g0000/l1", "log/g0001", "log/g0001/l1"], "2 x 2");
+        for (chain, (_, groups)) in &chains {
+            let own = if chain.starts_with("log/g0000") { 0 } else { 1 };
+            assert!(groups.keys().all(|&g| g == own), "{chain} holds only its group's parts");
+        }
+    }
+}
+
+#[test]
+fn the_log_holds_every_csn_once_and_segments_roll_over() {
+    every_csn_once_and_segments_roll_over(1);
+    every_csn_once_and_segments_roll_over(milliscale::options::LOG_STREAMS_PER_GROUP);
+}
+
+/// One append carries a part of each group of its stream: with one lane
+/// held at the gate, two groups' commits wait in their buffers, and the
+/// next append takes both. Recovery reads both parts back.
+#[test]
+fn one_append_carries_a_part_of_each_group_that_had_entries() {
+    let counter = WriteCounter::new(Arc::new(MemoryStore::new()));
+    let gate = common::Gate::new(counter.clone());
+    let db = Database::open(
+        Options::new()
+            .add_store_handle(gate.clone())
+            .workers(2)
+            .log_group_size(1)
+            .log_lanes(1)
+            .flush_timeout(Duration::from_millis(1)),
+    )
+    .expect("open");
+    let _open = gate.open_on_drop();
+    let t = db.create_table("t").expect("table");
+    gate.close(0);
+    let put = |k: &[u8]| {
+        let mut tx = db.begin().expect("begin");
+        tx.put(&t, k, b"v").expect("put");
+        tx.commit().expect("commit")
+    };
+    let first = put(b"a"); // worker 0: group 0; its append waits at the gate
+    std::thread::sleep(Duration::from_millis(20));
+    let second = put(b"b");
+    let third = std::thread::scope(|s| s.spawn(|| put(b"c")).join().expect("worker 1"));
+    assert!(!first.is_acknowledged() && !second.is_acknowledged() && !third.is_acknowledged());
+    gate.open(0);
+    for a in [first, second, third] {
+        a.wait().expect("durable");
+    }
+    db.close();
+    let writes: Vec<usize> = counter.writes.lock().values().flatten().copied().collect();
+    assert_eq!(writes, [1, 2], "the held append, then one with both groups' parts");
+    let db = Database::open(Options::new().add_store_handle(counter.clone())).expect("recover");
+    let t = db.open_table("t").expect("table");
+    let mut tx = db.begin().expect("begin");
+    for k in [b"a", b"b", b"c"] {
+        assert_eq!(tx.get(&t, k).expect("get"), Some(b"v".to_vec()), "{k:?} recovered");
+    }
 }
 
 #[test]
@@ -140,6 +209,8 @@ fn put_mode(store: Arc<dyn ObjectStore>, force: bool) {
     let (written, next) = load(&db, 10);
     db.close();
     let log = read_log(&*store);
+    // One object per flush, each with a part of each group that had
+    // entries (2 workers: one group here).
     assert!(log.iter().all(|(k, parts)| k.contains("/p") && parts.len() == 1), "one part each");
     assert!(log.iter().any(|(k, _)| k.contains("/s00000001/")), "rolled over to segment 1");
     let n: usize = log.iter().map(|(_, p)| p[0].len()).sum();

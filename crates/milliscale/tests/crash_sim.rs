@@ -34,6 +34,7 @@ use std::ops::{Bound, Range};
 use std::sync::Arc;
 use std::time::Duration;
 
+use milliscale::options::LOG_STREAMS_PER_GROUP;
 use milliscale::{Database, Direction, Error, Options};
 use objstore::{Bytes, MemoryStore, ObjectMeta, ObjectStore, Result, StoreError};
 use parking_lot::Mutex;
@@ -276,13 +277,15 @@ fn dump(db: &Database) -> BTreeMap<String, Rows> {
 }
 
 /// The workload until the crash (or its end), with one log group of two
-/// workers or two groups of one. Returns acknowledged ids.
+/// workers or two groups of one (sharing one stream's lanes, or each with
+/// its own). Returns acknowledged ids.
 fn workload(seed: u64, store: Arc<CrashStore>, rng: &mut SmallRng, groups: usize) -> BTreeSet<u64> {
     let opts = Options::new()
         .add_store_handle(store.clone())
         .workers(2)
         .log_group_size(2 / groups)
         .log_lanes([1, 2, 2, 3][rng.random_range(0..4)])
+        .log_streams(if rng.random_bool(0.5) { 1 } else { LOG_STREAMS_PER_GROUP })
         .flush_timeout(Duration::from_millis(1))
         .flush_min_interval(Duration::from_micros(rng.random_range(0..=1000)))
         .segment_parts_max(rng.random_range(2..8))

@@ -3,18 +3,22 @@
 //! - [`record`]: the byte format of parts, entries and records.
 //! - [`segment`]: writing one group's parts to one store: segments,
 //!   rollover, and reconciliation after unknown outcomes.
-//! - `group`: restricted decentralized logging: a buffer and a flusher
-//!   per group of workers, and the one-step CSN reservation.
-//! - `replica`: every part to every store, durable at a quorum.
+//! - `group`: restricted decentralized logging: a buffer per group of
+//!   workers, the one-step CSN reservation, and the group's parts in
+//!   flight.
+//! - `stream`: the lanes that cut the groups' buffers and write them, and
+//!   when they flush.
+//! - `replica`: every append to every store, durable at a quorum.
 //!
-//! [`Log`] ties them together: it opens and probes the stores, starts one
-//! flusher per group and the committer (`commit::dependency`), and maps
-//! worker threads to groups.
+//! [`Log`] ties them together: it opens and probes the stores, starts the
+//! streams' lanes and the committer (`commit::dependency`), and maps worker
+//! threads to groups.
 
 pub mod group;
 pub mod record;
 pub(crate) mod replica;
 pub mod segment;
+pub(crate) mod stream;
 
 use std::cell::Cell;
 use std::sync::Arc;
@@ -29,9 +33,12 @@ use crate::commit::dependency::{CommitMetrics, CommitState, Committer};
 use crate::error::{Error, Result};
 use crate::manifest::LogRef;
 use crate::options::{Options, StoreSpec};
-use group::{FlushSettings, GroupMetrics, LogGroup, RequestBudget};
+use group::{GroupMetrics, LogGroup};
 use replica::{ReplicaConfig, ReplicaSet, StoreHealth};
-use segment::{Chain, HedgePolicy, RetryPolicy, WriteMode};
+use segment::{HedgePolicy, RetryPolicy, WriteMode};
+use stream::{FlushSettings, LogStream, RequestBudget};
+
+pub use stream::StreamMetrics;
 
 pub use replica::LAG_PARTS_MAX;
 
@@ -63,6 +70,8 @@ pub struct StoreStatus {
 pub struct LogMetrics {
     /// Per log group.
     pub groups: Vec<GroupMetrics>,
+    /// Per log stream.
+    pub streams: Vec<StreamMetrics>,
     /// Commit latency and dependency waits.
     pub commit: CommitMetrics,
     /// Per store.
@@ -94,6 +103,7 @@ pub(crate) fn open_stores(options: &Options) -> Result<Vec<OpenStore>> {
 /// The running log of one database.
 pub(crate) struct Log {
     groups: Vec<Arc<LogGroup>>,
+    streams: Vec<Arc<LogStream>>,
     group_size: usize,
     stores: Vec<OpenStore>,
     commit: Arc<CommitState>,
@@ -125,17 +135,31 @@ impl Log {
             min_interval: options.flush_min_interval,
             budget: options.max_appends_per_s.map(|n| Arc::new(RequestBudget::new(n))),
         };
-        let groups: Vec<Arc<LogGroup>> = (0..log.groups)
-            .map(|g| {
-                Arc::new(LogGroup::new(
-                    g,
-                    options.log_buffer_bytes,
+        let mut streams: Vec<LogStream> = (0..log.streams())
+            .map(|s| {
+                LogStream::new(
+                    s,
                     flush.clone(),
-                    (log.group_starts(g), log.parts_max),
+                    (log.stream_starts(s), log.parts_max),
                     Arc::clone(&commit),
-                ))
+                )
             })
             .collect();
+        let mut groups: Vec<Arc<LogGroup>> = Vec::new();
+        for stream in &mut streams {
+            for g in log.stream_groups(stream.id) {
+                let group = Arc::new(LogGroup::new(
+                    g,
+                    options.log_buffer_bytes,
+                    log.lanes,
+                    stream.signal(),
+                    Arc::clone(&commit),
+                ));
+                stream.add_group(Arc::clone(&group));
+                groups.push(group);
+            }
+        }
+        let streams: Vec<Arc<LogStream>> = streams.into_iter().map(Arc::new).collect();
         let retry = RetryPolicy {
             deadline: options.store_deadline,
             hedge: HedgePolicy::for_setting(options.hedging),
@@ -143,13 +167,14 @@ impl Log {
         };
         let needed = options.quorum.needed(stores.len());
         let mut threads = Vec::new();
+        let slice = options.log_thread_slice;
         let stop_committer = Arc::new(AtomicBool::new(false));
         let committer = Arc::new(parking_lot::Mutex::new(Committer::new(
             Arc::clone(&commit),
             groups.clone(),
             stop_committer.clone(),
         )));
-        for g in &groups {
+        for stream in &streams {
             for lane in 0..log.lanes {
                 let configs = stores
                     .iter()
@@ -158,18 +183,21 @@ impl Log {
                         health: Arc::clone(&s.health),
                         parts_max: options.segment_parts_max,
                         retry,
+                        slice: options.log_thread_slice,
                     })
                     .collect();
-                let replicas = ReplicaSet::start(Chain::new(g.id, lane), configs, needed);
-                let g = Arc::clone(g);
+                let replicas = ReplicaSet::start(log.chain(stream.id, lane), configs, needed);
+                let stream = Arc::clone(stream);
                 let all = groups.clone();
                 let committer = Arc::clone(&committer);
+                let slice = options.log_thread_slice;
                 threads.push(
                     std::thread::Builder::new()
-                        .name(format!("ms-flusher-g{}-l{lane}", g.id))
+                        .name(format!("ms-flusher-s{}-l{lane}", stream.id))
                         .spawn(move || {
-                            g.run_lane(lane as usize, replicas, &committer);
-                            // A poisoned group wakes every group's workers.
+                            crate::sched::request_slice(slice);
+                            stream.run_lane(lane as usize, replicas, &committer);
+                            // A poisoned stream wakes every group's workers.
                             for other in &all {
                                 other.wake_all();
                             }
@@ -181,11 +209,15 @@ impl Log {
         threads.push(
             std::thread::Builder::new()
                 .name("ms-committer".into())
-                .spawn(move || Committer::run(committer))
+                .spawn(move || {
+                    crate::sched::request_slice(slice);
+                    Committer::run(committer)
+                })
                 .map_err(|e| Error::Store(format!("cannot start the committer thread: {e}")))?,
         );
         Ok(Log {
             groups,
+            streams,
             group_size: options.log_group_size,
             stores,
             commit,
@@ -213,6 +245,9 @@ impl Log {
         for g in &self.groups {
             g.close();
         }
+        for s in &self.streams {
+            s.close();
+        }
         let mut threads = std::mem::take(&mut *self.threads.lock());
         let committer = threads.pop();
         for t in threads {
@@ -228,6 +263,7 @@ impl Log {
     pub(crate) fn metrics(&self) -> LogMetrics {
         LogMetrics {
             groups: self.groups.iter().map(|g| g.metrics()).collect(),
+            streams: self.streams.iter().map(|s| s.metrics()).collect(),
             commit: self.commit.metrics.lock().clone(),
             stores: self.stores.iter().map(status).collect(),
         }
@@ -238,6 +274,11 @@ impl Log {
         &self.groups
     }
 
+    /// The log streams.
+    pub(crate) fn streams(&self) -> &[Arc<LogStream>] {
+        &self.streams
+    }
+
     /// Part bytes written since the log started (all groups).
     pub(crate) fn bytes_written(&self) -> u64 {
         self.groups.iter().map(|g| g.bytes_written()).sum()
@@ -246,6 +287,9 @@ impl Log {
     pub(crate) fn reset_metrics(&self) {
         for g in &self.groups {
             g.reset_metrics();
+        }
+        for s in &self.streams {
+            s.reset_metrics();
         }
         *self.commit.metrics.lock() = CommitMetrics::new();
         for s in &self.stores {

@@ -142,6 +142,8 @@ pub(crate) struct ReplicaConfig {
     pub(crate) health: Arc<StoreHealth>,
     pub(crate) parts_max: u32,
     pub(crate) retry: RetryPolicy,
+    /// The scheduler slice its writer thread asks for (`crate::sched`).
+    pub(crate) slice: Option<std::time::Duration>,
 }
 
 impl Replicas {
@@ -156,9 +158,11 @@ impl Replicas {
                     SegmentWriter::new(c.store, chain, c.health.mode, c.parts_max, 0, c.retry);
                 let result_tx = result_tx.clone();
                 let health = Arc::clone(&c.health);
+                let slice = c.slice;
                 let thread = std::thread::Builder::new()
                     .name(format!("ms-log-g{}-l{}-s{index}", chain.group, chain.lane))
                     .spawn(move || {
+                        crate::sched::request_slice(slice);
                         for (seq, segment, part) in rx {
                             let r = w.write_at(segment, &part).map(|_| ());
                             match &r {

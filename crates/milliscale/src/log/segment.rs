@@ -1,15 +1,17 @@
-//! Writing a log group's parts to a store: segments, rollover, and the
+//! Writing a log stream's appends to a store: segments, rollover, and the
 //! failure handling of DESIGN.md invariant 5.
 //!
-//! **Chains.** A log group writes through `log_lanes` *lanes*, each its own
-//! chain of segment objects ([`Chain`]): lane 0 is `log/gGGGG/sSSSSSSSS`
-//! (the name a one-lane log has always had), lane `L > 0` is
-//! `log/gGGGG/lL/sSSSSSSSS`. A writer writes one chain.
+//! **Chains.** A log stream writes through `log_lanes` *lanes*, each its
+//! own chain of segment objects ([`Chain`], named after the stream's first
+//! group `GGGG`): lane 0 is `log/gGGGG/sSSSSSSSS` (the name a one-lane log
+//! has always had), lane `L > 0` is `log/gGGGG/lL/sSSSSSSSS`. A writer
+//! writes one chain. Each append carries one part of each group of the
+//! stream that had entries; to this module it is just bytes.
 //!
-//! **Append mode.** A chain is a run of segment objects; each part is one
-//! append at the segment's current size. After
-//! `parts_max` parts (10,000 on S3 Express) the segment is sealed and the
-//! next one starts at offset 0 (invariant 4).
+//! **Append mode.** A chain is a run of segment objects; each write is one
+//! append at the segment's current size. After `parts_max` appends
+//! (10,000 on S3 Express) the segment is sealed and the next one starts at
+//! offset 0 (invariant 4).
 //!
 //! **Put mode**, for stores whose probe says they cannot append: one object
 //! per part, `<segment>/pPPPPP`, written with `If-None-Match: *`,
@@ -283,17 +285,19 @@ pub struct PartLocation {
     pub offset: u64,
 }
 
-/// One chain of segment objects: lane `lane` of log group `group`.
+/// One chain of segment objects: lane `lane` of the log stream whose
+/// first group is `group` (with one stream per group, the paper's
+/// layout, simply group `group`'s lane).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct Chain {
-    /// The log group.
+    /// The first log group of its stream; the chain is named after it.
     pub group: u32,
-    /// The lane within the group, from 0.
+    /// The lane within the stream, from 0.
     pub lane: u32,
 }
 
 impl Chain {
-    /// Lane `lane` of group `group`.
+    /// Lane `lane` of the stream that starts at group `group`.
     pub const fn new(group: u32, lane: u32) -> Chain {
         Chain { group, lane }
     }
@@ -310,7 +314,7 @@ impl Chain {
 
 impl std::fmt::Display for Chain {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "group {} lane {}", self.group, self.lane)
+        write!(f, "chain log/g{:04} lane {}", self.group, self.lane)
     }
 }
 

@@ -258,7 +258,9 @@ pub fn scan_stores(
     let walked = parallel_map(&ranges, threads, |(c, range)| {
         let mut repaired = Vec::new();
         let start = log.start(*c).expect("a chain of the log");
-        walk_chain(*c, start, &objects[range.clone()], stores, &mut repaired).map(|l| (l, repaired))
+        let groups = log.chain_groups(*c);
+        walk_chain(start, groups, &objects[range.clone()], stores, &mut repaired)
+            .map(|l| (l, repaired))
     });
     for ((c, _), w) in ranges.iter().zip(walked) {
         let (chain, repaired) = w?;
@@ -424,16 +426,18 @@ fn part_at(
 }
 
 /// Walk one chain's objects in order, merging the stores' copies, up to a
-/// fence part or a torn tail.
+/// fence part or a torn tail. The chain holds parts of `groups` (its
+/// stream's), each group's in CSN order.
 fn walk_chain(
-    chain: Chain,
     start: u64,
+    groups: std::ops::Range<u32>,
     objects: &[(LogObject, Copies)],
     stores: &[(String, Arc<dyn ObjectStore>)],
     repaired: &mut Vec<String>,
 ) -> Result<ChainLog> {
-    let group = chain.group;
     let mut out = ChainLog::default();
+    // Per group of the stream, the last CSN seen in this chain.
+    let mut last_csn: BTreeMap<u32, Csn> = BTreeMap::new();
     let mut prev: Option<LogObject> = None;
     for (idx, (obj, c)) in objects.iter().enumerate() {
         let key = &c.key;
@@ -465,21 +469,23 @@ fn walk_chain(
                     break;
                 }
                 AtPlace::Part(p, n) => {
-                    if p.group != group {
+                    if !groups.contains(&p.group) {
                         return Err(corrupt(key, format!("holds a part of group {}", p.group)));
                     }
-                    let last = out.parts.last().and_then(|(_, q)| q.entries.last()).map(Entry::csn);
+                    let last = last_csn.get(&p.group).copied();
                     if let (Some(last), Some(first)) = (last, p.entries.first().map(Entry::csn))
                         && first <= last
                     {
-                        return Err(corrupt(key, format!("CSN {first} after CSN {last}")));
+                        return Err(corrupt(
+                            key,
+                            format!("CSN {first} after CSN {last} of group {}", p.group),
+                        ));
+                    }
+                    if let Some(e) = p.entries.last() {
+                        last_csn.insert(p.group, e.csn());
                     }
                     out.parts.push((key.clone(), p));
                     offset += n;
-                    if matches!(obj, LogObject::Part { .. }) {
-                        // One part per object in put mode.
-                        break;
-                    }
                 }
                 AtPlace::Damage(error) => {
                     let tail =

@@ -63,13 +63,20 @@ impl Recorder {
         if !key.starts_with("log/") {
             return;
         }
-        let (part, _) = decode_part(body).expect("the engine writes whole, valid parts");
+        // One write carries a part of each group of its stream that had
+        // entries.
+        let mut at = 0;
         let mut l = self.landed.lock();
-        for e in &part.entries {
-            let csn = match e {
-                Entry::Commit { csn, .. } | Entry::Abort { csn } => *csn,
-            };
-            assert!(l.insert(csn), "CSN {csn} landed twice");
+        while at < body.len() {
+            let (part, n) =
+                decode_part(&body.slice(at..)).expect("the engine writes whole, valid parts");
+            for e in &part.entries {
+                let csn = match e {
+                    Entry::Commit { csn, .. } | Entry::Abort { csn } => *csn,
+                };
+                assert!(l.insert(csn), "CSN {csn} landed twice");
+            }
+            at += n;
         }
     }
 }
@@ -96,8 +103,11 @@ impl ObjectStore for Recorder {
     delegate_reads!();
 }
 
-/// Wraps a store; log writes of a closed group's objects (or of one lane
-/// of it) block until it is opened again, or sleep a set delay.
+/// Wraps a store; log writes of a closed chain's objects block until it is
+/// opened again, or sleep a set delay. Chains are named after the first
+/// group of their stream: with one stream per group
+/// (`LOG_STREAMS_PER_GROUP`), `close(g)` holds group `g`; with one stream,
+/// `close(0)` holds every group.
 #[derive(Debug)]
 pub struct Gate {
     inner: Arc<dyn ObjectStore>,
@@ -224,14 +234,68 @@ impl ObjectStore for Gate {
 
 /// Every entry in a store's log, as (object key, entries of each part).
 pub fn read_log(store: &dyn ObjectStore) -> Vec<(String, Vec<Vec<Entry>>)> {
+    read_log_parts(store)
+        .into_iter()
+        .map(|(k, parts)| (k, parts.into_iter().map(|p| p.entries).collect()))
+        .collect()
+}
+
+/// Every log object and its parts (with the group of each).
+pub fn read_log_parts(
+    store: &dyn ObjectStore,
+) -> Vec<(String, Vec<milliscale::log::record::Part>)> {
     let mut out = Vec::new();
     for o in store.list("log/").expect("list") {
         let bytes = store.get(&o.key).expect("get");
         let (parts, tail) = milliscale::log::record::decode_segment(&bytes);
         assert!(tail.is_none(), "{} has a bad tail: {tail:?}", o.key);
-        out.push((o.key, parts.into_iter().map(|p| p.entries).collect()));
+        out.push((o.key, parts));
     }
     out
+}
+
+/// Wraps a store; counts the log writes (appends or part objects) per key,
+/// and keeps each write's part count.
+#[derive(Debug)]
+pub struct WriteCounter {
+    inner: Arc<dyn ObjectStore>,
+    /// Key -> parts in each write, in order.
+    pub writes: Mutex<BTreeMap<String, Vec<usize>>>,
+}
+
+impl WriteCounter {
+    pub fn new(inner: Arc<dyn ObjectStore>) -> Arc<WriteCounter> {
+        Arc::new(WriteCounter { inner, writes: Mutex::new(BTreeMap::new()) })
+    }
+
+    fn note(&self, key: &str, body: &Bytes) {
+        if key.starts_with("log/") {
+            let (parts, _) = milliscale::log::record::decode_segment(body);
+            self.writes.lock().entry(key.to_owned()).or_default().push(parts.len());
+        }
+    }
+}
+
+impl ObjectStore for WriteCounter {
+    fn put(&self, key: &str, body: Bytes) -> Result<ObjectMeta> {
+        let r = self.inner.put(key, body.clone())?;
+        self.note(key, &body);
+        Ok(r)
+    }
+    fn put_if_absent(&self, key: &str, body: Bytes) -> Result<ObjectMeta> {
+        let r = self.inner.put_if_absent(key, body.clone())?;
+        self.note(key, &body);
+        Ok(r)
+    }
+    fn put_if_match(&self, key: &str, body: Bytes, etag: &str) -> Result<ObjectMeta> {
+        self.inner.put_if_match(key, body, etag)
+    }
+    fn append(&self, key: &str, offset: u64, body: Bytes) -> Result<ObjectMeta> {
+        let r = self.inner.append(key, offset, body.clone())?;
+        self.note(key, &body);
+        Ok(r)
+    }
+    delegate_reads!();
 }
 
 /// A new bucket on `e`, through the `s3` backend.

@@ -1,0 +1,412 @@
+//! Log streams: the lanes that write the groups' parts.
+//!
+//! Groups (`group`) keep the paper's restricted decentralized logging: a
+//! buffer per group of workers, so workers of different groups never
+//! contend for one lock. A **stream** is what writes them. It owns
+//! `log_lanes` **lanes**, each a flusher thread with its own chain of
+//! segment objects (`segment::Chain`, named after the stream's first
+//! group). An S3 Express object takes one append at a time, so one chain
+//! can have only one append in flight; several lanes let the next flush
+//! start while an earlier one is still out.
+//!
+//! A free lane that decides to flush cuts the active buffer of *every*
+//! group of its stream that holds entries, seals each as that group's next
+//! part (its own header, CSN range and checksum), and writes them all as
+//! one append. So the appends a second follow the streams and the lanes,
+//! not the groups: by default one stream carries every group
+//! (`Options::log_streams`), and a database with four groups sends the
+//! appends of one. And the groups of a stream become durable together,
+//! append by append, so a slow append of one group no longer holds gCSN
+//! for all the others while their own appends have landed. With one
+//! stream per group (`LOG_STREAMS_PER_GROUP`) this is the paper's layout.
+//!
+//! **When to flush** (`FlushPolicy`). Adaptive (the default): a free lane
+//! flushes as soon as a group holds data and `flush_min_interval` has
+//! passed since the stream's last flush, within the database's request
+//! budget; the appends in flight pace the flushes, so a busy stream sends
+//! bigger parts and an idle one sends none. Timeout (the paper's): when a
+//! buffer is full or `flush_timeout` after the first entry that found its
+//! buffer empty. Either way a full buffer and data older than
+//! `flush_timeout` go out at once.
+//!
+//! **Locks.** A worker signals its stream ([`FlushSignal`]) while it holds
+//! its group's lock: when its entry is the first in an empty buffer, and
+//! when it finds no room. A lane never takes a group's lock while it holds
+//! the stream's: it clears the signal, releases it, then cuts the groups.
+//! So every entry that is in a buffer after a cut signalled after it.
+//!
+//! **Segments are chosen here**, not by each store's writer: a lane's
+//! append goes to its chain's current segment, which moves on after
+//! `parts_max` appends or when a checkpoint asks for a fresh one
+//! ([`LogStream::mark_checkpoint`]). A lane cuts first and picks the
+//! segment after, under the stream's lock; so an append that goes to a
+//! segment from before a checkpoint's mark holds only CSNs taken before
+//! it. Every store holds the same appends in the same segments, each
+//! chain's segments are consecutive, and a checkpoint knows exactly which
+//! segments it makes obsolete.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use parking_lot::{Condvar, Mutex};
+
+use super::group::{Cut, LogGroup};
+use super::replica::ReplicaSet;
+use crate::commit::dependency::{CommitState, Committer};
+use crate::mvcc::Csn;
+use crate::options::FlushPolicy;
+
+/// How a stream decides when to flush (see the module docs).
+#[derive(Debug, Clone)]
+pub(crate) struct FlushSettings {
+    pub(crate) policy: FlushPolicy,
+    pub(crate) timeout: Duration,
+    pub(crate) min_interval: Duration,
+    /// The database's request budget, shared by every stream.
+    pub(crate) budget: Option<Arc<RequestBudget>>,
+}
+
+/// A token bucket of appends per second, shared by a database's streams.
+#[derive(Debug)]
+pub(crate) struct RequestBudget {
+    per_s: f64,
+    burst: f64,
+    state: Mutex<(f64, Instant)>,
+}
+
+impl RequestBudget {
+    /// `per_s` appends a second, up to 100 ms of them at once.
+    pub(crate) fn new(per_s: u32) -> RequestBudget {
+        let per_s = f64::from(per_s.max(1));
+        let burst = (per_s / 10.0).max(1.0);
+        RequestBudget { per_s, burst, state: Mutex::new((burst, Instant::now())) }
+    }
+
+    /// Take one token, or say how long until one is there.
+    fn take(&self) -> std::result::Result<(), Duration> {
+        let mut st = self.state.lock();
+        let now = Instant::now();
+        let (tokens, at) = *st;
+        let tokens = (tokens + now.duration_since(at).as_secs_f64() * self.per_s).min(self.burst);
+        if tokens >= 1.0 {
+            *st = (tokens - 1.0, now);
+            Ok(())
+        } else {
+            *st = (tokens, now);
+            Err(Duration::from_secs_f64((1.0 - tokens) / self.per_s))
+        }
+    }
+}
+
+/// Where a lane's next append goes.
+#[derive(Debug, Clone, Copy)]
+struct LaneState {
+    segment: u64,
+    segment_parts: u32,
+}
+
+struct StreamState {
+    /// Since when some group of the stream has held entries no lane has
+    /// cut (`None`: every buffer was empty at the last cut, and no entry
+    /// has signalled since).
+    data_since: Option<Instant>,
+    /// A worker found no room: flush without waiting.
+    full: bool,
+    closing: bool,
+    /// When the stream last started a flush.
+    last_flush: Option<Instant>,
+    lanes: Vec<LaneState>,
+    /// Lanes writing an append now.
+    writing: u32,
+}
+
+/// What a stream's groups signal and its lanes wait on.
+pub(crate) struct FlushSignal {
+    state: Mutex<StreamState>,
+    work: Condvar,
+}
+
+impl FlushSignal {
+    fn new(first_segments: &[u64]) -> FlushSignal {
+        FlushSignal {
+            state: Mutex::new(StreamState {
+                data_since: None,
+                full: false,
+                closing: false,
+                last_flush: None,
+                writing: 0,
+                lanes: first_segments
+                    .iter()
+                    .map(|&segment| LaneState { segment, segment_parts: 0 })
+                    .collect(),
+            }),
+            work: Condvar::new(),
+        }
+    }
+
+    /// An entry went into an empty buffer.
+    pub(crate) fn data(&self) {
+        let mut st = self.state.lock();
+        st.data_since.get_or_insert_with(Instant::now);
+        self.work.notify_one();
+    }
+
+    /// A worker found no room in its buffer.
+    pub(crate) fn full(&self) {
+        let mut st = self.state.lock();
+        st.data_since.get_or_insert_with(Instant::now);
+        st.full = true;
+        self.work.notify_one();
+    }
+}
+
+/// One append a lane is about to write: a part of each group that had
+/// entries.
+struct Flush {
+    cuts: Vec<(Arc<LogGroup>, Cut)>,
+    segment: u64,
+}
+
+/// What one log stream did; see [`crate::Database::log_metrics`].
+#[derive(Debug, Clone, Default)]
+pub struct StreamMetrics {
+    /// The stream.
+    pub stream: u32,
+    /// Its groups.
+    pub groups: u32,
+    /// Its lanes (appends it may keep in flight at once).
+    pub lanes: u32,
+    /// Appends written (to each store; each carries one part of each group
+    /// that had entries).
+    pub appends: u64,
+    /// Of those, started while another lane of the stream was still
+    /// writing: the flushes that one lane would have made wait.
+    pub overlapped: u64,
+}
+
+/// One log stream: its groups and the state its lanes share.
+pub(crate) struct LogStream {
+    /// The stream's number.
+    pub(crate) id: u32,
+    groups: Vec<Arc<LogGroup>>,
+    lanes: u32,
+    signal: Arc<FlushSignal>,
+    flush: FlushSettings,
+    parts_max: u32,
+    commit: Arc<CommitState>,
+    appends: AtomicU64,
+    overlapped: AtomicU64,
+}
+
+impl LogStream {
+    /// A stream whose lanes start at `first_segments` (one per lane). Its
+    /// groups are made with [`LogStream::signal`] and added with
+    /// [`LogStream::add_group`].
+    pub(crate) fn new(
+        id: u32,
+        flush: FlushSettings,
+        (first_segments, parts_max): (&[u64], u32),
+        commit: Arc<CommitState>,
+    ) -> LogStream {
+        LogStream {
+            id,
+            groups: Vec::new(),
+            lanes: first_segments.len() as u32,
+            signal: Arc::new(FlushSignal::new(first_segments)),
+            flush,
+            parts_max: parts_max.max(1),
+            commit,
+            appends: AtomicU64::new(0),
+            overlapped: AtomicU64::new(0),
+        }
+    }
+
+    /// A snapshot of the counters.
+    pub(crate) fn metrics(&self) -> StreamMetrics {
+        StreamMetrics {
+            stream: self.id,
+            groups: self.groups.len() as u32,
+            lanes: self.lanes,
+            appends: self.appends.load(Ordering::Relaxed),
+            overlapped: self.overlapped.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Zero the counters (benchmarks: after loading, before measuring).
+    pub(crate) fn reset_metrics(&self) {
+        self.appends.store(0, Ordering::Relaxed);
+        self.overlapped.store(0, Ordering::Relaxed);
+    }
+
+    /// What a group of this stream signals.
+    pub(crate) fn signal(&self) -> Arc<FlushSignal> {
+        Arc::clone(&self.signal)
+    }
+
+    pub(crate) fn add_group(&mut self, group: Arc<LogGroup>) {
+        self.groups.push(group);
+    }
+
+    /// Write what the groups hold and stop (after the groups are closed).
+    pub(crate) fn close(&self) {
+        self.signal.state.lock().closing = true;
+        self.signal.work.notify_all();
+    }
+
+    /// Wake the lanes (after poisoning).
+    pub(crate) fn wake_all(&self) {
+        let _st = self.signal.state.lock();
+        self.signal.work.notify_all();
+    }
+
+    /// Checkpoint: start a fresh segment in every lane for everything
+    /// logged from now on (the next segment number of each lane's chain,
+    /// so a chain's segments stay consecutive). Returns those segments,
+    /// lane by lane, and a CSN bound: every CSN logged from now on is at
+    /// least the bound, and goes to one of those segments or a later one
+    /// (lanes cut before they pick a segment; see the module docs).
+    pub(crate) fn mark_checkpoint(&self) -> (Vec<u64>, Csn) {
+        let mut st = self.signal.state.lock();
+        let starts = st
+            .lanes
+            .iter_mut()
+            .map(|l| {
+                if l.segment_parts > 0 {
+                    l.segment += 1;
+                    l.segment_parts = 0;
+                }
+                l.segment
+            })
+            .collect();
+        (starts, self.commit.next_csn.load(Ordering::SeqCst))
+    }
+
+    /// Wait until lane `lane` should flush, cut the groups' buffers and
+    /// pick the segment; `None` when the lane should stop (closing with
+    /// nothing left, or poisoned).
+    fn next_flush(&self, lane: usize) -> Option<Flush> {
+        loop {
+            let mut st = self.signal.state.lock();
+            loop {
+                if self.commit.is_poisoned() {
+                    return None;
+                }
+                let Some(since) = st.data_since else {
+                    if st.closing {
+                        return None;
+                    }
+                    self.signal.work.wait(&mut st);
+                    continue;
+                };
+                let now = Instant::now();
+                let age = now.saturating_duration_since(since);
+                let due = match self.flush.policy {
+                    FlushPolicy::Timeout => self.flush.timeout.saturating_sub(age),
+                    FlushPolicy::Adaptive => {
+                        let since = st.last_flush.map_or(Duration::MAX, |t| now - t);
+                        self.flush
+                            .min_interval
+                            .saturating_sub(since)
+                            .min(self.flush.timeout.saturating_sub(age))
+                    }
+                };
+                if !(st.full || st.closing || due.is_zero()) {
+                    self.signal.work.wait_for(&mut st, due);
+                    continue;
+                }
+                if !st.closing
+                    && let Some(budget) = &self.flush.budget
+                    && let Err(wait) = budget.take()
+                {
+                    self.signal.work.wait_for(&mut st, wait);
+                    continue;
+                }
+                break;
+            }
+            st.data_since = None;
+            st.full = false;
+            drop(st);
+            let now = Instant::now();
+            let cuts: Vec<(Arc<LogGroup>, Cut)> =
+                self.groups.iter().filter_map(|g| g.cut(now).map(|c| (Arc::clone(g), c))).collect();
+            let mut st = self.signal.state.lock();
+            if cuts.is_empty() {
+                // Another lane took it all.
+                continue;
+            }
+            st.last_flush = Some(now);
+            if st.writing > 0 {
+                self.overlapped.fetch_add(1, Ordering::Relaxed);
+            }
+            st.writing += 1;
+            let parts_max = self.parts_max;
+            let l = &mut st.lanes[lane];
+            if l.segment_parts >= parts_max {
+                l.segment += 1;
+                l.segment_parts = 0;
+            }
+            l.segment_parts += 1;
+            return Some(Flush { cuts, segment: l.segment });
+        }
+    }
+
+    /// One lane's flusher loop: wait, cut, seal, write to a quorum,
+    /// publish. After each append the lane runs the committer's round
+    /// itself (raise gCSN, release, wake the ack waiters, record
+    /// latencies), so an ack needs no hop through another thread, which
+    /// costs milliseconds when the cores are busy.
+    pub(crate) fn run_lane(
+        &self,
+        lane: usize,
+        mut replicas: ReplicaSet,
+        committer: &Mutex<Committer>,
+    ) {
+        while let Some(Flush { mut cuts, segment }) = self.next_flush(lane) {
+            for (g, c) in &mut cuts {
+                g.seal(c);
+            }
+            let bytes = if let [(_, c)] = &mut cuts[..] {
+                // One part: hand the buffer itself to the stores. A store
+                // may keep the bytes (the memory store does): do not let a
+                // small part pin a whole buffer's allocation.
+                let mut b = std::mem::take(&mut c.bytes);
+                if b.capacity() > 2 * b.len() {
+                    b.shrink_to_fit();
+                }
+                b
+            } else {
+                let mut b = Vec::with_capacity(cuts.iter().map(|(_, c)| c.bytes.len()).sum());
+                for (_, c) in &cuts {
+                    b.extend_from_slice(&c.bytes);
+                }
+                b
+            };
+            let sizes: Vec<u64> = if cuts.len() == 1 {
+                vec![bytes.len() as u64]
+            } else {
+                cuts.iter().map(|(_, c)| c.bytes.len() as u64).collect()
+            };
+            let started = Instant::now();
+            if let Err(e) = replicas.write(segment, Bytes::from(bytes)) {
+                self.commit.poison(e);
+                for g in &self.groups {
+                    g.wake_all();
+                }
+                self.wake_all();
+                return;
+            }
+            let took = started.elapsed();
+            self.signal.state.lock().writing -= 1;
+            self.appends.fetch_add(1, Ordering::Relaxed);
+            for (g, c) in &cuts {
+                g.landed(c.part);
+            }
+            committer.lock().round();
+            for ((g, c), size) in cuts.iter().zip(sizes) {
+                g.record_flush(c, size, took);
+            }
+        }
+    }
+}
