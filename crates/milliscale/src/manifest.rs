@@ -401,6 +401,31 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_manifest_from_before_lanes_and_streams_reads_as_one_log_per_group() {
+        let m = Manifest::initial(3, 1, 1, 10_000);
+        let mut json: serde_json::Value = serde_json::to_value(&m).expect("json");
+        let log = json["log"].as_object_mut().expect("log");
+        log.remove("lanes");
+        log.remove("groups_per_stream");
+        let old: Manifest = serde_json::from_value(json).expect("an old manifest");
+        assert_eq!((old.log.lanes, old.log.streams()), (1, 3));
+        let chains: Vec<Chain> = old.log.chains().collect();
+        assert_eq!(chains, [Chain::new(0, 0), Chain::new(1, 0), Chain::new(2, 0)]);
+        assert_eq!(old.log.chain_groups(Chain::new(2, 0)), 2..3);
+        let shared = Manifest::initial(3, 2, 2, 10_000).log;
+        assert_eq!(shared.streams(), 2);
+        let chains: Vec<Chain> = shared.chains().collect();
+        assert_eq!(
+            chains,
+            [Chain::new(0, 0), Chain::new(0, 1), Chain::new(2, 0), Chain::new(2, 1)],
+            "named after each stream's first group"
+        );
+        assert_eq!(shared.chain_groups(Chain::new(0, 1)), 0..2);
+        assert_eq!(shared.chain_groups(Chain::new(1, 0)), 0..0, "not a chain of this log");
+        assert_eq!(shared.start(Chain::new(1, 0)), None);
+    }
+
+    #[test]
     fn encode_decode_and_damage() {
         let mut m = Manifest::initial(2, 1, 1, 10_000);
         m.tables = vec!["a".into(), "b".into()];

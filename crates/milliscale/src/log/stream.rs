@@ -33,7 +33,9 @@
 //! its group's lock: when its entry is the first in an empty buffer, and
 //! when it finds no room. A lane never takes a group's lock while it holds
 //! the stream's: it clears the signal, releases it, then cuts the groups.
-//! So every entry that is in a buffer after a cut signalled after it.
+//! So every entry that is in a buffer after a cut signalled after it, or
+//! sits in a group the lane skipped because a worker held its lock (the
+//! lane then signals again itself; see `group`).
 //!
 //! **Segments are chosen here**, not by each store's writer: a lane's
 //! append goes to its chain's current segment, which moves on after
@@ -52,7 +54,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use parking_lot::{Condvar, Mutex};
 
-use super::group::{Cut, LogGroup};
+use super::group::{Cut, CutResult, LogGroup};
 use super::replica::ReplicaSet;
 use crate::commit::dependency::{CommitState, Committer};
 use crate::mvcc::Csn;
@@ -100,6 +102,10 @@ impl RequestBudget {
     }
 }
 
+/// How long a lane waits before it tries again a group whose buffer lock
+/// was busy, when it had nothing else to write.
+const SKIPPED_RETRY: Duration = Duration::from_micros(200);
+
 /// Where a lane's next append goes.
 #[derive(Debug, Clone, Copy)]
 struct LaneState {
@@ -129,7 +135,7 @@ pub(crate) struct FlushSignal {
 }
 
 impl FlushSignal {
-    fn new(first_segments: &[u64]) -> FlushSignal {
+    pub(crate) fn new(first_segments: &[u64]) -> FlushSignal {
         FlushSignal {
             state: Mutex::new(StreamState {
                 data_since: None,
@@ -327,13 +333,30 @@ impl LogStream {
             }
             st.data_since = None;
             st.full = false;
+            // At close, wait for every buffer: nothing may stay behind.
+            let wait = st.closing;
             drop(st);
             let now = Instant::now();
-            let cuts: Vec<(Arc<LogGroup>, Cut)> =
-                self.groups.iter().filter_map(|g| g.cut(now).map(|c| (Arc::clone(g), c))).collect();
+            let mut skipped = false;
+            let mut cuts: Vec<(Arc<LogGroup>, Cut)> = Vec::new();
+            for g in &self.groups {
+                match g.cut(now, wait) {
+                    CutResult::Part(c) => cuts.push((Arc::clone(g), c)),
+                    CutResult::Empty => {}
+                    CutResult::Skipped => skipped = true,
+                }
+            }
             let mut st = self.signal.state.lock();
+            if skipped {
+                // A busy group still holds entries: the next flush takes them.
+                st.data_since.get_or_insert(now);
+            }
             if cuts.is_empty() {
-                // Another lane took it all.
+                if skipped {
+                    // Do not spin on a lock whose holder waits for a core.
+                    self.signal.work.wait_for(&mut st, SKIPPED_RETRY);
+                }
+                // Else another lane took it all.
                 continue;
             }
             st.last_flush = Some(now);
