@@ -5,11 +5,13 @@
 # so every commit percentile is set beside the floor it cannot beat.
 #
 # Configurations, at 2 and 8 threads (1 and 4 log groups), RECORDS records:
-# - milliscale: the defaults (adaptive flushing, hedging auto) with 2 lanes
-#   (the default until this script's first run chose 3);
-# - lanes3: the same with 3 lanes (the default now);
-# - paper: today's log before this issue (1 lane, 10 ms timeout, no
-#   hedging) -- the throughput reference;
+# - milliscale: the defaults (one log stream of 3 lanes shared by every
+#   group, adaptive flushing, hedging auto, a 0.1 ms scheduler slice for
+#   the log's threads);
+# - pergroup: the same with a stream per group and the kernel's slice
+#   (the defaults before log streams);
+# - paper: the log before issue 14 (a stream per group, 1 lane, 10 ms
+#   timeout, no hedging, the kernel's slice) -- the throughput reference;
 # - slatedb: SlateDB 0.18 on the same store, flush_interval 10 ms, 64
 #   clients (its best throughput in BENCHMARKS.md).
 # The 8-thread runs are closed loop on this 2-core machine: every wake-up of
@@ -17,7 +19,8 @@
 # and paper also run at 8 threads in open loop at RATE txn/s (Poisson
 # arrivals, latency from arrival to the durable ack), below saturation.
 # Then, at 8 threads and BIG records, uniform and zipfian: milliscale
-# against the paper's s3x variant (the p99.9 comparison of Figs. 11-13).
+# against the paper's s3x variant (the p99.9 comparison of Figs. 11-13);
+# BIG=0 skips them.
 # With HTTP=1, milliscale and paper also run over loopback HTTP against
 # the emulator with the s3x preset (a fresh emulator per run, seeded).
 # Usage: scripts/bench-tail.sh [SEEDS] [SECONDS] [RECORDS] [BIG] [RATE]
@@ -30,21 +33,23 @@ rate=${5:-60000}
 source "$(dirname "$0")/bench-common.sh"  # bin, out; builds; prints the machine
 echo "seeds=1..$seeds seconds=$secs records=$records big=$big rate=$rate http=${HTTP:-0}; raw reports in $out"
 ycsb=(bench ycsb --workload a --duration "$secs" --warmup 2 --json)
-paper=(--log-lanes 1 --flush-policy timeout --hedging off)
+pergroup=(--log-streams per-group --log-thread-slice off)
+paper=(--log-lanes 1 --flush-policy timeout --hedging off "${pergroup[@]}")
 for seed in $(seq 1 "$seeds"); do
     for t in 2 8; do
         common=("${ycsb[@]}" --records "$records" --threads "$t" --seed "$seed" --store sim://s3x)
-        $bin "${common[@]}" --log-lanes 2 > "$out/milliscale-$t-$seed.json"
-        $bin "${common[@]}" --log-lanes 3 > "$out/lanes3-$t-$seed.json"
+        $bin "${common[@]}" > "$out/milliscale-$t-$seed.json"
+        $bin "${common[@]}" "${pergroup[@]}" > "$out/pergroup-$t-$seed.json"
         $bin "${common[@]}" "${paper[@]}" > "$out/paper-$t-$seed.json"
     done
     common=("${ycsb[@]}" --records "$records" --threads 8 --seed "$seed" --rate "$rate")
-    $bin "${common[@]}" --log-lanes 2 > "$out/milliscale-open-$seed.json"
-    $bin "${common[@]}" --log-lanes 3 > "$out/lanes3-open-$seed.json"
+    $bin "${common[@]}" > "$out/milliscale-open-$seed.json"
+    $bin "${common[@]}" "${pergroup[@]}" > "$out/pergroup-open-$seed.json"
     $bin "${common[@]}" "${paper[@]}" > "$out/paper-open-$seed.json"
     $bin "${ycsb[@]}" --records "$records" --seed "$seed" --store sim://s3x --engine slatedb \
         --clients 64 --slatedb-flush-ms 10 > "$out/slatedb-$seed.json"
     for dist in uniform zipfian; do
+        [ "$big" = 0 ] && continue
         common=("${ycsb[@]}" --records "$big" --threads 8 --seed "$seed" --dist "$dist")
         $bin "${common[@]}" > "$out/big-milliscale-$dist-$seed.json"
         $bin "${common[@]}" --variant s3x > "$out/big-s3x-$dist-$seed.json"
@@ -68,9 +73,10 @@ if [ "${HTTP:-0}" = 1 ]; then
         done
     done
 fi
-python3 - "$out" "$seeds" "${HTTP:-0}" <<'PY'
+python3 - "$out" "$seeds" "${HTTP:-0}" "$big" <<'PY'
 import json, os, statistics, sys
 out, seeds, http = sys.argv[1], range(1, int(sys.argv[2]) + 1), sys.argv[3] == "1"
+big = sys.argv[4] != "0"
 load = lambda name: [json.load(open(f"{out}/{name}-{s}.json")) for s in seeds]
 med = statistics.median
 ms = lambda us: us / 1e3
@@ -99,14 +105,15 @@ print(f"\nMedians over sim seeds {seeds.start}..{seeds.stop - 1}.\n")
 print(head)
 print("|---|" + "---:|" * (head.count("|") - 2))
 res = {}
-for name, label in [("milliscale", "milliscale, 2 lanes"), ("lanes3", "milliscale, 3 lanes"),
+for name, label in [("milliscale", "milliscale (1 stream, slice 0.1 ms)"),
+                    ("pergroup", "stream per group, kernel slice"),
                     ("paper", "paper's log (1 lane, timeout, no hedge)")]:
     for t in (2, 8, "open"):
         res[(name, t)] = load(f"{name}-{t}")
         row(f"{label}, " + (f"{t} threads" if t != "open" else "8 threads, open loop"), res[(name, t)])
 res["slatedb"] = load("slatedb")
 row("SlateDB 0.18, flush 10 ms, 64 clients", res["slatedb"])
-for dist in ("uniform", "zipfian"):
+for dist in ("uniform", "zipfian") if big else ():
     for name, label in [("milliscale", "milliscale"), ("s3x", "s3x variant")]:
         res[(name, dist)] = load(f"big-{name}-{dist}")
         row(f"{label}, 8 threads, big, {dist}", res[(name, dist)])
@@ -123,7 +130,7 @@ def m(runs, get):
 c = lambda q: (lambda r: r["commit_latency"][q])
 ratio = lambda i: (lambda r: r["log"]["commit_over_store"][i])
 print("\nAcceptance (medians over seeds):")
-for name in ("milliscale", "lanes3"):
+for name in ("milliscale", "pergroup"):
     for t in (2, 8, "open"):
         r = res[(name, t)]
         print(f"- {name} {t} threads: commit/append p50 {m(r, ratio(0)):.2f}x (goal <= 1.35), "
@@ -134,7 +141,7 @@ for name in ("milliscale", "lanes3"):
     for t in (2, 8, "open"):
         print(f"- {name} {t} threads: throughput / paper's log {m(res[(name, t)], lambda r: r['txn_per_s']) / m(res[('paper', t)], lambda r: r['txn_per_s']):.3f} (goal >= 0.95); "
               f"$ per txn / SlateDB's {m(res[(name, t)], lambda r: r['log']['usd_per_1000_txn']) / m(res['slatedb'], lambda r: r['log']['usd_per_1000_txn']):.3f} (goal <= 0.25)")
-for dist, goal in (("uniform", 0.60), ("zipfian", 0.50)):
+for dist, goal in (("uniform", 0.60), ("zipfian", 0.50)) if big else ():
     a, b = res[("milliscale", dist)], res[("s3x", dist)]
     cut = 1 - m(a, c("p999_us")) / m(b, c("p999_us"))
     print(f"- big {dist}, 8 threads: p99.9 {ms(m(a, c('p999_us'))):.1f} ms vs s3x {ms(m(b, c('p999_us'))):.1f} ms: "
