@@ -1,7 +1,9 @@
 //! PNG plots for `bench sweep` (plotters, bitmap backend).
 //!
 //! X is categorical (the grid's values in order, or percentile names);
-//! each series is a line with markers, or a group of bars. Text needs a
+//! each series is a line with markers, or a group of bars; or, for a
+//! scatter, both axes are report values. Y is linear or logarithmic. Text
+//! needs a
 //! TrueType font: the first of `MILLISCALE_FONT` and a few common system
 //! paths that exists is loaded once.
 
@@ -11,7 +13,7 @@ use std::sync::OnceLock;
 use plotters::prelude::*;
 use plotters::style::{FontStyle, register_font};
 
-use crate::sweep::{PlotSpec, Series};
+use crate::sweep::{PlotSpec, ScatterSeries, Series};
 
 const FONT_PATHS: [&str; 5] = [
     "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
@@ -66,17 +68,54 @@ fn tick(v: f64, ymax: f64) -> String {
     }
 }
 
+/// A log axis tick: `10^v` with at most 3 significant digits.
+fn log_tick(v: f64) -> String {
+    let x = 10f64.powf(v);
+    if x >= 100.0 {
+        tick(x, x)
+    } else {
+        let s = format!("{:.*}", (2 - x.log10().floor() as i32).max(0) as usize, x);
+        if s.contains('.') { s.trim_end_matches('0').trim_end_matches('.').to_owned() } else { s }
+    }
+}
+
+/// The y axis: where a value is drawn, its range, and its tick labels.
+struct YAxis {
+    log: bool,
+    range: std::ops::Range<f64>,
+    /// The largest value (for linear tick formats).
+    max: f64,
+}
+
+impl YAxis {
+    fn new(spec: &PlotSpec, values: impl Iterator<Item = f64> + Clone) -> YAxis {
+        let max = values.clone().fold(0.0f64, f64::max).max(1e-12);
+        if spec.y_axis == "log" {
+            let min = values.filter(|v| *v > 0.0).fold(f64::INFINITY, f64::min).min(max);
+            let lo = min.log10().floor();
+            let hi = (max.log10() + 0.15).ceil().max(lo + 1.0);
+            YAxis { log: true, range: lo..hi, max }
+        } else {
+            YAxis { log: false, range: 0.0..max * 1.15, max: max * 1.15 }
+        }
+    }
+
+    /// Where `v` is drawn (a non-positive value sits on a log axis' floor).
+    fn at(&self, v: f64) -> f64 {
+        if self.log { if v > 0.0 { v.log10() } else { self.range.start } } else { v }
+    }
+
+    fn label(&self, v: f64) -> String {
+        if self.log { log_tick(v) } else { tick(v, self.max) }
+    }
+}
+
 /// Draw `series` over `xs` into a PNG at `path`: evenly spaced
 /// categories, or with `x_axis = "linear"` at their numeric values.
 pub fn draw(path: &Path, spec: &PlotSpec, xs: &[String], series: &[Series]) -> Result<(), String> {
     ensure_font()?;
     let n = xs.len().max(1);
-    let ymax = series
-        .iter()
-        .flat_map(|(_, pts)| pts.iter().map(|p| p.1))
-        .fold(0.0f64, f64::max)
-        .max(1e-12)
-        * 1.15;
+    let y = YAxis::new(spec, series.iter().flat_map(|(_, pts)| pts.iter().map(|p| p.1)));
     let linear = spec.x_axis == "linear";
     let numbers = if linear {
         let parse = |x: &String| {
@@ -107,7 +146,7 @@ pub fn draw(path: &Path, spec: &PlotSpec, xs: &[String], series: &[Series]) -> R
         .margin(20)
         .x_label_area_size(55)
         .y_label_area_size(90)
-        .build_cartesian_2d(x_range, 0f64..ymax)
+        .build_cartesian_2d(x_range, y.range.clone())
         .map_err(err)?;
     let label = |v: &f64| {
         if linear {
@@ -125,7 +164,7 @@ pub fn draw(path: &Path, spec: &PlotSpec, xs: &[String], series: &[Series]) -> R
         .x_labels(if linear { 8 } else { 2 * n + 1 })
         .x_label_formatter(&label)
         .disable_x_mesh()
-        .y_label_formatter(&|v| tick(*v, ymax))
+        .y_label_formatter(&|v| y.label(*v))
         .x_desc(spec.x_label.clone().unwrap_or_else(|| spec.x.clone()))
         .y_desc(spec.y_label.clone().unwrap_or_else(|| spec.y.join(", ")))
         .label_style(("sans-serif", 17))
@@ -138,15 +177,16 @@ pub fn draw(path: &Path, spec: &PlotSpec, xs: &[String], series: &[Series]) -> R
         let name = if name.is_empty() { spec.y.join(", ") } else { name.clone() };
         if spec.kind == "bar" {
             let width = 0.8 / groups;
-            let bars = pts.iter().map(|(x, y)| {
+            let base = y.range.start;
+            let bars = pts.iter().map(|(x, v)| {
                 let x0 = index(x) - 0.4 + width * i as f64;
-                Rectangle::new([(x0, 0.0), (x0 + width * 0.92, *y)], color.filled())
+                Rectangle::new([(x0, base), (x0 + width * 0.92, y.at(*v))], color.filled())
             });
             chart.draw_series(bars).map_err(err)?.label(name).legend(move |(x, y)| {
                 Rectangle::new([(x, y - 6), (x + 16, y + 6)], color.filled())
             });
         } else {
-            let line: Vec<(f64, f64)> = pts.iter().map(|(x, y)| (index(x), *y)).collect();
+            let line: Vec<(f64, f64)> = pts.iter().map(|(x, v)| (index(x), y.at(*v))).collect();
             chart
                 .draw_series(LineSeries::new(line.clone(), color.stroke_width(3)))
                 .map_err(err)?
@@ -162,6 +202,67 @@ pub fn draw(path: &Path, spec: &PlotSpec, xs: &[String], series: &[Series]) -> R
     chart
         .configure_series_labels()
         .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 17))
+        .draw()
+        .map_err(err)?;
+    root.present().map_err(err)?;
+    Ok(())
+}
+
+/// Draw a scatter: every configuration at (x, y), each series' points
+/// joined in x order and labelled.
+pub fn draw_scatter(path: &Path, spec: &PlotSpec, series: &[ScatterSeries]) -> Result<(), String> {
+    ensure_font()?;
+    let y = YAxis::new(spec, series.iter().flat_map(|(_, pts)| pts.iter().map(|p| p.1)));
+    let xs = || series.iter().flat_map(|(_, pts)| pts.iter().map(|p| p.0));
+    let (lo, hi) = (xs().fold(f64::INFINITY, f64::min), xs().fold(f64::NEG_INFINITY, f64::max));
+    if !lo.is_finite() {
+        return Err(format!("plot {}: no points", spec.file));
+    }
+    let pad = (hi - lo).max(hi.abs() * 0.1).max(1e-9) * 0.08;
+    let x_range = (lo - pad).min(0.0f64.max(lo - pad))..(hi + pad * 3.0);
+    let x_max = x_range.end;
+    let root = BitMapBackend::new(path, (960, 600)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(&spec.title, ("sans-serif", 26))
+        .margin(20)
+        .x_label_area_size(55)
+        .y_label_area_size(90)
+        .build_cartesian_2d(x_range, y.range.clone())
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_labels(8)
+        .x_label_formatter(&|v| tick(*v, x_max))
+        .y_label_formatter(&|v| y.label(*v))
+        .x_desc(spec.x_label.clone().unwrap_or_else(|| spec.x.clone()))
+        .y_desc(spec.y_label.clone().unwrap_or_else(|| spec.y.join(", ")))
+        .label_style(("sans-serif", 17))
+        .axis_desc_style(("sans-serif", 19))
+        .draw()
+        .map_err(err)?;
+    for (i, (name, pts)) in series.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        let line: Vec<(f64, f64)> = pts.iter().map(|(x, v, _)| (*x, y.at(*v))).collect();
+        chart
+            .draw_series(LineSeries::new(line.clone(), color.stroke_width(2)))
+            .map_err(err)?
+            .label(name.clone())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(3))
+            });
+        chart.draw_series(line.iter().map(|p| Circle::new(*p, 5, color.filled()))).map_err(err)?;
+        let labels = pts.iter().zip(&line).map(|((_, _, label), p)| {
+            Text::new(format!(" {label}"), *p, ("sans-serif", 13).into_font().color(&BLACK))
+        });
+        chart.draw_series(labels).map_err(err)?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .label_font(("sans-serif", 17))
@@ -199,6 +300,45 @@ mod tests {
         // IHDR: width and height, big-endian, at bytes 16..24.
         assert_eq!(u32::from_be_bytes(bytes[16..20].try_into().expect("4")), 960);
         assert_eq!(u32::from_be_bytes(bytes[20..24].try_into().expect("4")), 600);
+        std::fs::remove_file(&path).expect("clean up");
+    }
+
+    #[test]
+    fn log_ticks_read_well() {
+        assert_eq!(log_tick(0.0), "1");
+        assert_eq!(log_tick(1.0), "10");
+        assert_eq!(log_tick(0.5), "3.16");
+        assert_eq!(log_tick(3.0), "1,000");
+        assert_eq!(log_tick(-1.0), "0.1");
+    }
+
+    /// A log y axis and a scatter draw to PNG files.
+    #[test]
+    fn a_log_axis_and_a_scatter_draw() {
+        let spec: PlotSpec = toml::from_str(
+            "file = \"t.png\"\ntitle = \"t\"\nx = \"log.usd_per_hour\"\ny = [\"p50\"]\n\
+             kind = \"scatter\"\ny_axis = \"log\"",
+        )
+        .expect("spec");
+        let path = std::env::temp_dir().join(format!("ms-plot-sc-{}.png", std::process::id()));
+        let series = vec![
+            (
+                "milliscale p50".to_owned(),
+                vec![(0.5, 10.0, "a".to_owned()), (2.0, 9.0, "b".into())],
+            ),
+            ("slatedb p50".to_owned(), vec![(0.1, 200.0, "c".to_owned())]),
+        ];
+        draw_scatter(&path, &spec, &series).expect("draw");
+        assert_eq!(&std::fs::read(&path).expect("written")[..8], b"\x89PNG\r\n\x1a\n");
+        let bars: PlotSpec = toml::from_str(
+            "file = \"t.png\"\ntitle = \"t\"\nx = \"@y\"\ny = [\"p50\"]\nkind = \"bar\"\n\
+             y_axis = \"log\"",
+        )
+        .expect("spec");
+        let xs = vec!["p50".to_owned(), "p99.9".to_owned()];
+        let pts = vec![("p50".to_owned(), 8.0), ("p99.9".to_owned(), 300.0)];
+        draw(&path, &bars, &xs, &[("a".to_owned(), pts)]).expect("draw");
+        assert_eq!(&std::fs::read(&path).expect("written")[..8], b"\x89PNG\r\n\x1a\n");
         std::fs::remove_file(&path).expect("clean up");
     }
 

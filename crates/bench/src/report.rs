@@ -126,6 +126,8 @@ pub struct LogReport {
     pub requests_per_s: BTreeMap<String, f64>,
     /// Store cost of the measured phase per 1,000 committed transactions.
     pub usd_per_1000_txn: f64,
+    /// The same cost per hour at the measured rate.
+    pub usd_per_hour: f64,
 }
 
 /// Counts per transaction type (YCSB: read-only / read-modify-write).
@@ -307,6 +309,7 @@ impl Report {
             let _ = writeln!(s, "store: {}", l.stores.join(", "));
             let _ = writeln!(s, "  store requests/s: {}", reqs.join(", "));
             let _ = writeln!(s, "  $ per 1,000 committed txns: {}", usd(l.usd_per_1000_txn));
+            let _ = writeln!(s, "  $ per hour: {}", usd(l.usd_per_hour));
         }
         if let Some(l) = self.log.as_ref().filter(|l| l.groups > 0) {
             let _ = writeln!(
@@ -382,6 +385,7 @@ impl Report {
                 l.hedged_appends_per_s, l.hedges_won_per_s
             );
             let _ = writeln!(s, "  $ per 1,000 committed txns: {}", usd(l.usd_per_1000_txn));
+            let _ = writeln!(s, "  $ per hour: {}", usd(l.usd_per_hour));
         }
         if let Some(m) = &self.memory {
             let at10 = m.rss_mib_at_10s.map_or("n/a".to_owned(), |v| format!("{v:.1}"));

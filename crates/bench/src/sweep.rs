@@ -20,11 +20,32 @@
 //! x = "threads"               # a grid flag, or "@y" (the y fields as categories)
 //! y = ["txn_per_s"]           # report fields, dotted paths into its JSON
 //! series = "variant"          # a grid flag: one line (or bar group) each
-//! kind = "line"               # or "bar"
+//! kind = "line"               # or "bar", or "scatter" (below)
 //! x_axis = "category"         # or "linear": x at its numeric value (line plots)
+//! y_axis = "linear"           # or "log"
 //! x_label = "worker threads"
 //! y_label = "transactions/s"
 //! ```
+//!
+//! Configurations that are not a product of flags are named sets: a grid
+//! flag `set` whose values name tables of flags, each run gets its set's
+//! flags.
+//!
+//! ```toml
+//! [grid]
+//! set = ["timeout-10ms", "slatedb-10ms"]
+//! [sets.timeout-10ms]
+//! flush-policy = "timeout"
+//! [sets.slatedb-10ms]
+//! engine = "slatedb"
+//! slatedb-flush-ms = 10
+//! ```
+//!
+//! A `scatter` plot puts every configuration at (x, y), both report fields
+//! (for example `log.usd_per_hour` against `commit_latency.p50_us`), means
+//! over repetitions; `series` is a grid flag or a report field with text
+//! values (`engine`), and each series' points are joined in x order and
+//! labelled with their set's name.
 //!
 //! Each run is a separate process (`milliscale bench <benchmark> ...
 //! --json`), so runs do not share memory or threads. Repetitions are the
@@ -54,6 +75,9 @@ pub struct SweepConfig {
     pub grid: BTreeMap<String, Vec<toml::Value>>,
     #[serde(default)]
     pub plot: Vec<PlotSpec>,
+    /// Named sets of flags, for a `set` grid flag (see the module docs).
+    #[serde(default)]
+    pub sets: BTreeMap<String, BTreeMap<String, toml::Value>>,
 }
 
 fn one() -> usize {
@@ -83,6 +107,10 @@ pub struct PlotSpec {
     /// (offered load, for instance), so spacing shows the values.
     #[serde(default = "category")]
     pub x_axis: String,
+    /// `linear` (the default) or `log` (decades evenly spaced, so a p50
+    /// shows next to a p99.9).
+    #[serde(default = "linear")]
+    pub y_axis: String,
 }
 
 fn line() -> String {
@@ -90,6 +118,9 @@ fn line() -> String {
 }
 fn category() -> String {
     "category".into()
+}
+fn linear() -> String {
+    "linear".into()
 }
 fn unit() -> f64 {
     1.0
@@ -135,6 +166,11 @@ impl SweepConfig {
         if self.repetitions == 0 {
             return Err("repetitions must be at least 1".into());
         }
+        for name in self.grid.get("set").into_iter().flatten().map(flag_value) {
+            if !self.sets.contains_key(&name) {
+                return Err(format!("grid.set names {name:?}, which [sets] does not define"));
+            }
+        }
         for (k, v) in &self.grid {
             if v.is_empty() {
                 return Err(format!("grid.{k} has no values"));
@@ -147,6 +183,14 @@ impl SweepConfig {
             if p.y.is_empty() {
                 return Err(format!("plot {}: y names no field", p.file));
             }
+            if !matches!(p.y_axis.as_str(), "linear" | "log") {
+                return Err(format!("plot {}: y_axis must be linear or log", p.file));
+            }
+            if p.kind == "scatter" {
+                // x and series are report fields (or series a grid flag):
+                // checked against the reports when drawn.
+                continue;
+            }
             if p.x != "@y" && !self.grid.contains_key(&p.x) {
                 return Err(format!(
                     "plot {}: x = {:?} is not a grid flag (or \"@y\")",
@@ -157,7 +201,7 @@ impl SweepConfig {
                 return Err(format!("plot {}: series = {s:?} is not a grid flag", p.file));
             }
             if !matches!(p.kind.as_str(), "line" | "bar") {
-                return Err(format!("plot {}: kind must be line or bar", p.file));
+                return Err(format!("plot {}: kind must be line, bar or scatter", p.file));
             }
             match p.x_axis.as_str() {
                 "category" => {}
@@ -217,7 +261,14 @@ impl SweepConfig {
             argv.push((42 + repetition).to_string());
         }
         let fixed = self.args.iter().map(|(k, v)| (k.clone(), flag_value(v)));
-        for (k, v) in fixed.chain(point.iter().map(|(k, v)| (k.clone(), v.clone()))) {
+        let mut flags: Vec<(String, String)> = fixed.collect();
+        for (k, v) in point {
+            match self.sets.get(v).filter(|_| k == "set") {
+                Some(set) => flags.extend(set.iter().map(|(k, v)| (k.clone(), flag_value(v)))),
+                None => flags.push((k.clone(), v.clone())),
+            }
+        }
+        for (k, v) in flags {
             match v.as_str() {
                 "true" => argv.push(format!("--{k}")),
                 "false" => {}
@@ -412,6 +463,66 @@ pub fn plot_data(
     Ok((xs, out))
 }
 
+/// One scatter series: its name and its points (x, y, label) in x order.
+pub type ScatterSeries = (String, Vec<(f64, f64, String)>);
+
+/// A scatter plot's data: per configuration (grid point), the mean x and
+/// y over repetitions; one series per value of `series` and y field.
+pub fn scatter_data(spec: &PlotSpec, rows: &[Row]) -> Result<Vec<ScatterSeries>, String> {
+    let number =
+        |r: &Row, field: &str, scale: f64| -> Result<f64, String> {
+            r.fields.get(field).and_then(Value::as_f64).map(|v| v * scale).ok_or_else(|| {
+                format!("plot {}: the reports have no number at {field:?}", spec.file)
+            })
+        };
+    let series_of = |r: &Row| match &spec.series {
+        None => String::new(),
+        Some(s) => r.point.get(s).cloned().unwrap_or_else(|| {
+            r.fields
+                .get(s)
+                .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_owned))
+                .unwrap_or_default()
+        }),
+    };
+    // Configurations in first-seen order, each with its rows.
+    let mut configs: Vec<(&BTreeMap<String, String>, Vec<&Row>)> = Vec::new();
+    for r in rows {
+        match configs.iter_mut().find(|(p, _)| **p == r.point) {
+            Some((_, v)) => v.push(r),
+            None => configs.push((&r.point, vec![r])),
+        }
+    }
+    let mut out: Vec<ScatterSeries> = Vec::new();
+    for f in &spec.y {
+        for (point, mine) in &configs {
+            let mean = |field: &str, scale: f64| -> Result<f64, String> {
+                let v: Result<Vec<f64>, String> =
+                    mine.iter().map(|r| number(r, field, scale)).collect();
+                let v = v?;
+                Ok(v.iter().sum::<f64>() / v.len() as f64)
+            };
+            let (x, y) = (mean(&spec.x, 1.0)?, mean(f, spec.y_scale)?);
+            let series = series_of(mine[0]);
+            let name = match (series.is_empty(), spec.y.len() > 1) {
+                (false, true) => format!("{series} {}", short_name(f)),
+                (false, false) => series,
+                (true, _) => short_name(f),
+            };
+            let label = point.get("set").cloned().unwrap_or_else(|| {
+                point.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", ")
+            });
+            match out.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, pts)) => pts.push((x, y, label)),
+                None => out.push((name, vec![(x, y, label)])),
+            }
+        }
+    }
+    for (_, pts) in &mut out {
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+    }
+    Ok(out)
+}
+
 /// "commit_latency.p99_us" -> "p99"; other paths keep their last part.
 fn short_name(field: &str) -> String {
     let last = field.rsplit('.').next().unwrap_or(field);
@@ -496,9 +607,13 @@ pub fn write_outputs(
         written.push(csv);
     }
     for spec in &cfg.plot {
-        let (xs, series) = plot_data(cfg, spec, rows)?;
         let path = out_dir.join(&spec.file);
-        crate::plot::draw(&path, spec, &xs, &series)?;
+        if spec.kind == "scatter" {
+            crate::plot::draw_scatter(&path, spec, &scatter_data(spec, rows)?)?;
+        } else {
+            let (xs, series) = plot_data(cfg, spec, rows)?;
+            crate::plot::draw(&path, spec, &xs, &series)?;
+        }
         written.push(path);
     }
     Ok(written)
@@ -547,6 +662,68 @@ series = "variant"
             }
         }
         rows
+    }
+
+    /// Named sets expand into their flags; an unknown set is refused; the
+    /// shipped configs all load.
+    #[test]
+    fn sets_expand_and_every_shipped_config_loads() {
+        let cfg: SweepConfig = toml::from_str(
+            r#"
+name = "s"
+benchmark = "ycsb"
+[args]
+threads = 2
+[grid]
+set = ["a", "b"]
+[sets.a]
+log-lanes = 1
+put-per-flush = true
+[sets.b]
+engine = "slatedb"
+[[plot]]
+file = "p.png"
+title = "t"
+kind = "scatter"
+x = "log.usd_per_hour"
+y = ["commit_latency.p50_us"]
+series = "engine"
+"#,
+        )
+        .expect("parse");
+        cfg.validate().expect("valid");
+        let points = cfg.points();
+        let argv = cfg.argv(&points[0], 0);
+        assert!(argv.windows(2).any(|w| w == ["--log-lanes", "1"]), "{argv:?}");
+        assert!(
+            argv.contains(&"--put-per-flush".to_owned()) && !argv.contains(&"--set".to_owned())
+        );
+        let argv = cfg.argv(&points[1], 0);
+        assert!(argv.windows(2).any(|w| w == ["--engine", "slatedb"]), "{argv:?}");
+        let mut bad = cfg.clone();
+        bad.grid.insert("set".into(), vec![toml::Value::String("c".into())]);
+        assert!(bad.validate().expect_err("unknown set").contains("\"c\""));
+        let rows: Vec<Row> = points
+            .iter()
+            .enumerate()
+            .map(|(i, p)| Row {
+                repetition: 0,
+                point: p.clone(),
+                fields: flatten(&serde_json::json!({
+                    "engine": if i == 0 { "milliscale" } else { "slatedb" },
+                    "log": {"usd_per_hour": 1.0 + i as f64},
+                    "commit_latency": {"p50_us": 10.0},
+                })),
+            })
+            .collect();
+        let data = scatter_data(&cfg.plot[0], &rows).expect("data");
+        assert_eq!(data.len(), 2, "one series per engine");
+        assert_eq!(data[0].1, [(1.0, 10.0, "a".to_owned())]);
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/sweeps");
+        for f in std::fs::read_dir(&dir).expect("configs") {
+            let path = f.expect("entry").path();
+            SweepConfig::load(&path).unwrap_or_else(|e| panic!("{e}"));
+        }
     }
 
     #[test]

@@ -212,6 +212,7 @@ fn window(
         stores: vec!["SlateDB WAL + SSTs (object per flush)".into()],
         requests_per_s: requests,
         usd_per_1000_txn: if committed == 0 { 0.0 } else { usd / committed as f64 * 1000.0 },
+        usd_per_hour: usd / secs * 3600.0,
         ..LogReport::default()
     })
 }
