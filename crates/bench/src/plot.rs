@@ -92,7 +92,8 @@ impl YAxis {
         let max = values.clone().fold(0.0f64, f64::max).max(1e-12);
         if spec.y_axis == "log" {
             let min = values.filter(|v| *v > 0.0).fold(f64::INFINITY, f64::min).min(max);
-            let lo = min.log10().floor();
+            // Room below the smallest bar: at least a factor of 2.
+            let lo = (min.log10() - 0.3).floor();
             let hi = (max.log10() + 0.15).ceil().max(lo + 1.0);
             YAxis { log: true, range: lo..hi, max }
         } else {
