@@ -111,6 +111,63 @@ impl YAxis {
     }
 }
 
+type Area<'b> = DrawingArea<BitMapBackend<'b>, plotters::coord::Shift>;
+type Chart<'a, 'b> = ChartContext<
+    'a,
+    BitMapBackend<'b>,
+    Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+>;
+
+/// Every plot's chart: its title, margins and axis ranges.
+fn new_chart<'a, 'b>(
+    root: &'a Area<'b>,
+    spec: &PlotSpec,
+    x: std::ops::Range<f64>,
+    y: &YAxis,
+) -> Result<Chart<'a, 'b>, String> {
+    ChartBuilder::on(root)
+        .caption(&spec.title, ("sans-serif", 26))
+        .margin(20)
+        .x_label_area_size(55)
+        .y_label_area_size(90)
+        .build_cartesian_2d(x, y.range.clone())
+        .map_err(err)
+}
+
+/// A series as a line with a marker at each point, named in the legend.
+fn line_with_markers(
+    chart: &mut Chart<'_, '_>,
+    line: &[(f64, f64)],
+    color: RGBAColor,
+    name: String,
+    width: u32,
+) -> Result<(), String> {
+    chart
+        .draw_series(LineSeries::new(line.to_vec(), color.stroke_width(width)))
+        .map_err(err)?
+        .label(name)
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(3)));
+    chart.draw_series(line.iter().map(|p| Circle::new(*p, 5, color.filled()))).map_err(err)?;
+    Ok(())
+}
+
+/// Draw the legend and write the file.
+fn finish<'a, 'b: 'a>(
+    mut chart: Chart<'a, 'b>,
+    root: &Area<'b>,
+    legend: SeriesLabelPosition,
+) -> Result<(), String> {
+    chart
+        .configure_series_labels()
+        .position(legend)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 17))
+        .draw()
+        .map_err(err)?;
+    root.present().map_err(err)
+}
+
 /// Draw `series` over `xs` into a PNG at `path`: evenly spaced
 /// categories, or with `x_axis = "linear"` at their numeric values.
 pub fn draw(path: &Path, spec: &PlotSpec, xs: &[String], series: &[Series]) -> Result<(), String> {
@@ -142,13 +199,7 @@ pub fn draw(path: &Path, spec: &PlotSpec, xs: &[String], series: &[Series]) -> R
     };
     let root = BitMapBackend::new(path, (960, 600)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(&spec.title, ("sans-serif", 26))
-        .margin(20)
-        .x_label_area_size(55)
-        .y_label_area_size(90)
-        .build_cartesian_2d(x_range, y.range.clone())
-        .map_err(err)?;
+    let mut chart = new_chart(&root, spec, x_range, &y)?;
     let label = |v: &f64| {
         if linear {
             return tick(*v, x_max);
@@ -188,28 +239,10 @@ pub fn draw(path: &Path, spec: &PlotSpec, xs: &[String], series: &[Series]) -> R
             });
         } else {
             let line: Vec<(f64, f64)> = pts.iter().map(|(x, v)| (index(x), y.at(*v))).collect();
-            chart
-                .draw_series(LineSeries::new(line.clone(), color.stroke_width(3)))
-                .map_err(err)?
-                .label(name)
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(3))
-                });
-            chart
-                .draw_series(line.into_iter().map(|p| Circle::new(p, 5, color.filled())))
-                .map_err(err)?;
+            line_with_markers(&mut chart, &line, color, name, 3)?;
         }
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 17))
-        .draw()
-        .map_err(err)?;
-    root.present().map_err(err)?;
-    Ok(())
+    finish(chart, &root, SeriesLabelPosition::UpperLeft)
 }
 
 /// Draw a scatter: every configuration at (x, y), each series' points
@@ -227,13 +260,7 @@ pub fn draw_scatter(path: &Path, spec: &PlotSpec, series: &[ScatterSeries]) -> R
     let x_max = x_range.end;
     let root = BitMapBackend::new(path, (960, 600)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(&spec.title, ("sans-serif", 26))
-        .margin(20)
-        .x_label_area_size(55)
-        .y_label_area_size(90)
-        .build_cartesian_2d(x_range, y.range.clone())
-        .map_err(err)?;
+    let mut chart = new_chart(&root, spec, x_range, &y)?;
     chart
         .configure_mesh()
         .x_labels(8)
@@ -248,29 +275,13 @@ pub fn draw_scatter(path: &Path, spec: &PlotSpec, series: &[ScatterSeries]) -> R
     for (i, (name, pts)) in series.iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
         let line: Vec<(f64, f64)> = pts.iter().map(|(x, v, _)| (*x, y.at(*v))).collect();
-        chart
-            .draw_series(LineSeries::new(line.clone(), color.stroke_width(2)))
-            .map_err(err)?
-            .label(name.clone())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(3))
-            });
-        chart.draw_series(line.iter().map(|p| Circle::new(*p, 5, color.filled()))).map_err(err)?;
+        line_with_markers(&mut chart, &line, color, name.clone(), 2)?;
         let labels = pts.iter().zip(&line).map(|((_, _, label), p)| {
             Text::new(format!(" {label}"), *p, ("sans-serif", 13).into_font().color(&BLACK))
         });
         chart.draw_series(labels).map_err(err)?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 17))
-        .draw()
-        .map_err(err)?;
-    root.present().map_err(err)?;
-    Ok(())
+    finish(chart, &root, SeriesLabelPosition::UpperRight)
 }
 
 #[cfg(test)]

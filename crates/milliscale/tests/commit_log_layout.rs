@@ -199,7 +199,10 @@ fn put_mode(store: Arc<dyn ObjectStore>, force: bool) {
             .add_store_handle(store.clone())
             .put_per_flush(force)
             .workers(2)
-            .segment_parts_max(4)
+            // Each of the 4 threads waits for each of its 10 commits, so
+            // there are at least 10 flushes; over 3 lanes one lane takes at
+            // least 4, so it rolls over past 2.
+            .segment_parts_max(2)
             .flush_timeout(Duration::from_millis(1)),
     )
     .expect("open");
@@ -212,7 +215,11 @@ fn put_mode(store: Arc<dyn ObjectStore>, force: bool) {
     // One object per flush, each with a part of each group that had
     // entries (2 workers: one group here).
     assert!(log.iter().all(|(k, parts)| k.contains("/p") && parts.len() == 1), "one part each");
-    assert!(log.iter().any(|(k, _)| k.contains("/s00000001/")), "rolled over to segment 1");
+    let keys: Vec<&String> = log.iter().map(|(k, _)| k).collect();
+    assert!(
+        log.iter().any(|(k, _)| k.contains("/s00000001/")),
+        "rolled over to segment 1: {keys:?}"
+    );
     let n: usize = log.iter().map(|(_, p)| p[0].len()).sum();
     assert_eq!(n as u64, next - 1);
     assert_eq!(n, written.len());

@@ -33,6 +33,31 @@ macro_rules! delegate_reads {
     };
 }
 
+/// The `ObjectStore` write methods of a wrapper that passes each write to
+/// `self.inner` and, once it is applied, shows it to `self.note`.
+macro_rules! noting_log_writes {
+    () => {
+        fn put(&self, key: &str, body: Bytes) -> Result<ObjectMeta> {
+            let r = self.inner.put(key, body.clone())?;
+            self.note(key, &body);
+            Ok(r)
+        }
+        fn put_if_absent(&self, key: &str, body: Bytes) -> Result<ObjectMeta> {
+            let r = self.inner.put_if_absent(key, body.clone())?;
+            self.note(key, &body);
+            Ok(r)
+        }
+        fn put_if_match(&self, key: &str, body: Bytes, etag: &str) -> Result<ObjectMeta> {
+            self.inner.put_if_match(key, body, etag)
+        }
+        fn append(&self, key: &str, offset: u64, body: Bytes) -> Result<ObjectMeta> {
+            let r = self.inner.append(key, offset, body.clone())?;
+            self.note(key, &body);
+            Ok(r)
+        }
+    };
+}
+
 /// Wraps a store; every part that lands (the inner call applied it) is
 /// decoded and its CSNs recorded, with the log group that wrote it.
 #[derive(Debug)]
@@ -82,24 +107,7 @@ impl Recorder {
 }
 
 impl ObjectStore for Recorder {
-    fn put(&self, key: &str, body: Bytes) -> Result<ObjectMeta> {
-        let r = self.inner.put(key, body.clone())?;
-        self.note(key, &body);
-        Ok(r)
-    }
-    fn put_if_absent(&self, key: &str, body: Bytes) -> Result<ObjectMeta> {
-        let r = self.inner.put_if_absent(key, body.clone())?;
-        self.note(key, &body);
-        Ok(r)
-    }
-    fn put_if_match(&self, key: &str, body: Bytes, etag: &str) -> Result<ObjectMeta> {
-        self.inner.put_if_match(key, body, etag)
-    }
-    fn append(&self, key: &str, offset: u64, body: Bytes) -> Result<ObjectMeta> {
-        let r = self.inner.append(key, offset, body.clone())?;
-        self.note(key, &body);
-        Ok(r)
-    }
+    noting_log_writes!();
     delegate_reads!();
 }
 
@@ -277,24 +285,7 @@ impl WriteCounter {
 }
 
 impl ObjectStore for WriteCounter {
-    fn put(&self, key: &str, body: Bytes) -> Result<ObjectMeta> {
-        let r = self.inner.put(key, body.clone())?;
-        self.note(key, &body);
-        Ok(r)
-    }
-    fn put_if_absent(&self, key: &str, body: Bytes) -> Result<ObjectMeta> {
-        let r = self.inner.put_if_absent(key, body.clone())?;
-        self.note(key, &body);
-        Ok(r)
-    }
-    fn put_if_match(&self, key: &str, body: Bytes, etag: &str) -> Result<ObjectMeta> {
-        self.inner.put_if_match(key, body, etag)
-    }
-    fn append(&self, key: &str, offset: u64, body: Bytes) -> Result<ObjectMeta> {
-        let r = self.inner.append(key, offset, body.clone())?;
-        self.note(key, &body);
-        Ok(r)
-    }
+    noting_log_writes!();
     delegate_reads!();
 }
 
