@@ -5,17 +5,17 @@
 # so every commit percentile is set beside the floor it cannot beat.
 #
 # Configurations, at 2 and 8 threads (1 and 4 log groups), RECORDS records:
-# - milliscale: the defaults (one log stream of 3 lanes shared by every
-#   group, adaptive flushing, hedging auto, a 0.1 ms scheduler slice for
-#   the log's threads);
-# - pergroup: the same with a stream per group and the kernel's slice
-#   (the defaults before log streams);
+# - milliscale: the defaults (one log stream of up to 8 lanes shared by
+#   every group, flushes paced at 2.75 per store round trip, hedging auto,
+#   a 0.1 ms scheduler slice for the log's threads);
+# - unpaced: the same with 3 lanes that flush whenever free (the defaults
+#   before the pace);
 # - paper: the log before issue 14 (a stream per group, 1 lane, 10 ms
 #   timeout, no hedging, the kernel's slice) -- the throughput reference;
 # - slatedb: SlateDB 0.18 on the same store, flush_interval 10 ms, 64
 #   clients (its best throughput in BENCHMARKS.md).
 # The 8-thread runs are closed loop on this 2-core machine: every wake-up of
-# a lane or a waiter queues behind CPU-bound workers. So milliscale, lanes3
+# a lane or a waiter queues behind CPU-bound workers. So milliscale, unpaced
 # and paper also run at 8 threads in open loop at RATE txn/s (Poisson
 # arrivals, latency from arrival to the durable ack), below saturation.
 # Then, at 8 threads and BIG records, uniform and zipfian: milliscale
@@ -33,18 +33,18 @@ rate=${5:-60000}
 source "$(dirname "$0")/bench-common.sh"  # bin, out; builds; prints the machine
 echo "seeds=1..$seeds seconds=$secs records=$records big=$big rate=$rate http=${HTTP:-0}; raw reports in $out"
 ycsb=(bench ycsb --workload a --duration "$secs" --warmup 2 --json)
-pergroup=(--log-streams per-group --log-thread-slice off)
-paper=(--log-lanes 1 --flush-policy timeout --hedging off "${pergroup[@]}")
+unpaced=(--log-lanes 3 --flush-pace off)
+paper=(--log-lanes 1 --flush-policy timeout --hedging off --log-streams per-group --log-thread-slice off)
 for seed in $(seq 1 "$seeds"); do
     for t in 2 8; do
         common=("${ycsb[@]}" --records "$records" --threads "$t" --seed "$seed" --store sim://s3x)
         $bin "${common[@]}" > "$out/milliscale-$t-$seed.json"
-        $bin "${common[@]}" "${pergroup[@]}" > "$out/pergroup-$t-$seed.json"
+        $bin "${common[@]}" "${unpaced[@]}" > "$out/unpaced-$t-$seed.json"
         $bin "${common[@]}" "${paper[@]}" > "$out/paper-$t-$seed.json"
     done
     common=("${ycsb[@]}" --records "$records" --threads 8 --seed "$seed" --rate "$rate")
     $bin "${common[@]}" > "$out/milliscale-open-$seed.json"
-    $bin "${common[@]}" "${pergroup[@]}" > "$out/pergroup-open-$seed.json"
+    $bin "${common[@]}" "${unpaced[@]}" > "$out/unpaced-open-$seed.json"
     $bin "${common[@]}" "${paper[@]}" > "$out/paper-open-$seed.json"
     $bin "${ycsb[@]}" --records "$records" --seed "$seed" --store sim://s3x --engine slatedb \
         --clients 64 --slatedb-flush-ms 10 > "$out/slatedb-$seed.json"
@@ -105,8 +105,8 @@ print(f"\nMedians over sim seeds {seeds.start}..{seeds.stop - 1}.\n")
 print(head)
 print("|---|" + "---:|" * (head.count("|") - 2))
 res = {}
-for name, label in [("milliscale", "milliscale (1 stream, slice 0.1 ms)"),
-                    ("pergroup", "stream per group, kernel slice"),
+for name, label in [("milliscale", "milliscale (defaults: paced, 8 lanes)"),
+                    ("unpaced", "3 lanes flushing when free (no pace)"),
                     ("paper", "paper's log (1 lane, timeout, no hedge)")]:
     for t in (2, 8, "open"):
         res[(name, t)] = load(f"{name}-{t}")
@@ -130,7 +130,7 @@ def m(runs, get):
 c = lambda q: (lambda r: r["commit_latency"][q])
 ratio = lambda i: (lambda r: r["log"]["commit_over_store"][i])
 print("\nAcceptance (medians over seeds):")
-for name in ("milliscale", "pergroup"):
+for name in ("milliscale", "unpaced"):
     for t in (2, 8, "open"):
         r = res[(name, t)]
         print(f"- {name} {t} threads: commit/append p50 {m(r, ratio(0)):.2f}x (goal <= 1.35), "

@@ -177,6 +177,8 @@ impl<'a> LogWindow<'a> {
                 m.streams.iter().map(|s| s.overlapped).sum::<u64>() as f64 / flushes as f64
             },
             parts_per_flush: if flushes == 0 { 0.0 } else { parts as f64 / flushes as f64 },
+            busy_skips_per_s: m.groups.iter().map(|g| g.skipped).sum::<u64>() as f64 / secs,
+            flush_interval_ms: m.streams.first().map_or(0.0, |s| s.interval.as_secs_f64() * 1e3),
             out_of_order_parts: m.groups.iter().map(|g| g.out_of_order).sum(),
             hedges_won_per_s: won as f64 / secs,
             log_requests_per_txn: if committed == 0 {

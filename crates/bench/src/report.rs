@@ -84,6 +84,12 @@ pub struct LogReport {
     pub overlapped_fraction: f64,
     /// Group parts per flush (per append).
     pub parts_per_flush: f64,
+    /// Groups a flush left for the next one because a worker held the
+    /// group's buffer lock, per second.
+    pub busy_skips_per_s: f64,
+    /// Adaptive flushing: the least time between two flushes of the first
+    /// stream at the end of the run (the pace's interval), milliseconds.
+    pub flush_interval_ms: f64,
     /// Parts that landed before an earlier part of their group.
     pub out_of_order_parts: u64,
     /// Stores, with the mode the probe chose ("append" or "put").
@@ -322,14 +328,16 @@ impl Report {
             );
             let _ = writeln!(
                 s,
-                "  flushes/s {:.1} ({:.2} parts each, {:.0}% full), {:.0} B/flush, {:.0} B/logged \
-                 txn, {} room waits",
+                "  flushes/s {:.1} (paced every {:.2} ms, {:.2} parts each, {:.0}% full), {:.0} \
+                 B/flush, {:.0} B/logged txn, {} room waits, {:.1} busy skips/s",
                 l.flushes_per_s,
+                l.flush_interval_ms,
                 l.parts_per_flush,
                 l.full_flush_fraction * 100.0,
                 l.bytes_per_flush,
                 l.bytes_per_logged_txn,
-                l.room_waits
+                l.room_waits,
+                l.busy_skips_per_s
             );
             for (name, p) in [
                 ("  buffer fill", &l.fill),

@@ -83,6 +83,8 @@ pub struct LogSettings {
     pub log_thread_slice: Option<Duration>,
     pub flush_policy: FlushPolicy,
     pub flush_min_interval: Duration,
+    /// `Options::flush_pace`.
+    pub flush_pace: Option<f64>,
     pub max_appends_per_s: Option<u32>,
     pub tracking: Tracking,
     pub put_per_flush: bool,
@@ -107,6 +109,7 @@ impl Default for LogSettings {
             log_thread_slice: Some(milliscale::sched::LOG_THREAD_SLICE_DEFAULT),
             flush_policy: FlushPolicy::Adaptive,
             flush_min_interval: milliscale::options::FLUSH_MIN_INTERVAL_DEFAULT,
+            flush_pace: Some(milliscale::options::FLUSH_PACE_DEFAULT),
             max_appends_per_s: None,
             tracking: Tracking::Record,
             put_per_flush: false,
@@ -145,6 +148,10 @@ impl LogSettings {
             m.insert(
                 "flush_min_interval_ms".into(),
                 (self.flush_min_interval.as_secs_f64() * 1e3).to_string(),
+            );
+            m.insert(
+                "flush_pace".into(),
+                self.flush_pace.map_or("off".to_owned(), |p| p.to_string()),
             );
         }
         if let Some(n) = self.max_appends_per_s {
@@ -197,6 +204,7 @@ impl LogSettings {
             .log_thread_slice(self.log_thread_slice)
             .flush_policy(self.flush_policy)
             .flush_min_interval(self.flush_min_interval)
+            .flush_pace(self.flush_pace)
             .max_appends_per_s(self.max_appends_per_s)
             .tracking(self.tracking)
             .put_per_flush(self.put_per_flush)

@@ -340,8 +340,8 @@ struct LogArgs {
     /// latest. [default: 10]
     #[arg(long)]
     flush_timeout: Option<f64>,
-    /// Appends each log stream keeps in flight, each lane its own chain of
-    /// segments (1..=16). [default: the variant's; milliscale 3]
+    /// The most appends each log stream keeps in flight, each lane its own
+    /// chain of segments (1..=16). [default: the variant's; milliscale 8]
     #[arg(long)]
     log_lanes: Option<usize>,
     /// Log streams: the groups are split among this many streams, each
@@ -355,16 +355,21 @@ struct LogArgs {
     /// (Linux 6.12+); `off` leaves the kernel's default. [default: 0.1]
     #[arg(long)]
     log_thread_slice: Option<String>,
-    /// When a group flushes: adaptive (when a lane is free and the buffer
-    /// holds data, at most once per --flush-min-interval) or timeout (the
-    /// paper's: full, or --flush-timeout after the first entry).
-    /// [default: the variant's; milliscale adaptive]
+    /// When a stream flushes: adaptive (evenly paced by the store's
+    /// latency, see --flush-pace, on a free lane, when a buffer holds data)
+    /// or timeout (the paper's: full, or --flush-timeout after the first
+    /// entry). [default: the variant's; milliscale adaptive]
     #[arg(long, value_enum)]
     flush_policy: Option<FlushPolicyArg>,
     /// Adaptive flushing: the least milliseconds between two flushes of a
-    /// group. [default: 1]
+    /// stream. [default: 1]
     #[arg(long)]
     flush_min_interval: Option<f64>,
+    /// Adaptive flushing: appends a stream starts per store round trip
+    /// (the median of its recent appends), evenly spaced, in (0, 64];
+    /// `off` flushes whenever a lane is free. [default: 2.75]
+    #[arg(long)]
+    flush_pace: Option<String>,
     /// A request budget: at most this many log parts per second for the
     /// whole database (each part one request per store). [default: none]
     #[arg(long)]
@@ -702,6 +707,17 @@ fn log_settings(a: &LogArgs) -> Result<(Variant, LogSettings), String> {
             return Err(format!("--flush-min-interval must be in 0..=1000 ms, got {ms}"));
         }
         l.flush_min_interval = std::time::Duration::from_secs_f64(ms / 1e3);
+    }
+    if let Some(v) = &a.flush_pace {
+        l.flush_pace = match v.as_str() {
+            "off" => None,
+            p => match p.parse::<f64>() {
+                Ok(p) if p > 0.0 && p <= milliscale::options::FLUSH_PACE_MAX => Some(p),
+                _ => {
+                    return Err(format!("--flush-pace must be in (0, 64] or off, got {v:?}"));
+                }
+            },
+        };
     }
     if a.max_appends_per_s.is_some() {
         l.max_appends_per_s = a.max_appends_per_s;

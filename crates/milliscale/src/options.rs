@@ -116,6 +116,7 @@ pub struct Options {
     pub(crate) log_thread_slice: Option<Duration>,
     pub(crate) flush_policy: FlushPolicy,
     pub(crate) flush_min_interval: Duration,
+    pub(crate) flush_pace: Option<f64>,
     pub(crate) max_appends_per_s: Option<u32>,
     pub(crate) tracking: Tracking,
     pub(crate) segment_parts_max: u32,
@@ -135,11 +136,11 @@ pub const CHECKPOINT_LOG_BYTES_DEFAULT: u64 = 1 << 30;
 
 /// Default [`Options::flush_timeout`].
 pub const FLUSH_TIMEOUT_DEFAULT: Duration = Duration::from_millis(10);
-/// Default [`Options::log_lanes`].
-/// Three lanes: on `sim://s3x` with 2 threads the commit p50 is 1.34x one
-/// append against 1.48x with two, at 1.4x the appends (BENCHMARKS.md, "The
-/// commit tail").
-pub const LOG_LANES_DEFAULT: usize = 3;
+/// Default [`Options::log_lanes`]: the most appends a stream keeps in
+/// flight. The pace ([`Options::flush_pace`]) sets how many it sends; the
+/// spare lanes keep the pace when some appends are slow (BENCHMARKS.md,
+/// "The commit tail").
+pub const LOG_LANES_DEFAULT: usize = 8;
 /// Default [`Options::log_streams`]: every group flushes through one set of
 /// lanes, so the appends a second do not grow with the number of groups.
 pub const LOG_STREAMS_DEFAULT: usize = 1;
@@ -149,16 +150,28 @@ pub const LOG_STREAMS_PER_GROUP: usize = LOG_GROUPS_MAX;
 pub const LOG_LANES_MAX: usize = 16;
 /// Default [`Options::flush_min_interval`].
 pub const FLUSH_MIN_INTERVAL_DEFAULT: Duration = Duration::from_millis(1);
+/// Default [`Options::flush_pace`]: 2.75 appends per store round trip (on
+/// `sim://s3x`, one every 2.9 ms). Measured on `sim://s3x`, YCSB-A, 8
+/// threads, seeds 1-3: paces of 2.5, 2.75 and 3 commit at 1.32x, 1.29x and
+/// 1.27x one append's p50, at 0.23x, 0.24x and 0.26x SlateDB's dollars per
+/// transaction; three lanes flushing whenever free took 1.40x at 0.22x
+/// (BENCHMARKS.md, "The commit tail").
+pub const FLUSH_PACE_DEFAULT: f64 = 2.75;
+/// Largest [`Options::flush_pace`].
+pub const FLUSH_PACE_MAX: f64 = 64.0;
 
 /// When a log group writes its buffer out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum FlushPolicy {
-    /// Flush as soon as a lane is free and the buffer holds data, at most
-    /// once per `flush_min_interval` per group (and within the database's
+    /// Flush evenly paced, by the store's own latency: a stream starts
+    /// `flush_pace` appends per round trip (the median of its recent
+    /// appends), never more often than `flush_min_interval`, on any free
+    /// lane, and only when a buffer holds data (and within the database's
     /// `max_appends_per_s`, if set); a full buffer, or data older than
-    /// `flush_timeout`, goes out without waiting for the interval. The
-    /// appends in flight pace the flushes: a busy group sends larger
-    /// parts, an idle one none. The default.
+    /// `flush_timeout`, goes out without waiting. A busy stream sends
+    /// bigger parts at the same pace, an idle one sends none. Without a
+    /// pace, a free lane flushes as soon as `flush_min_interval` allows.
+    /// The default.
     #[default]
     Adaptive,
     /// The paper's policy: flush when the buffer is full or when
@@ -187,6 +200,7 @@ impl Default for Options {
             log_thread_slice: Some(crate::sched::LOG_THREAD_SLICE_DEFAULT),
             flush_policy: FlushPolicy::Adaptive,
             flush_min_interval: FLUSH_MIN_INTERVAL_DEFAULT,
+            flush_pace: Some(FLUSH_PACE_DEFAULT),
             max_appends_per_s: None,
             tracking: Tracking::Record,
             segment_parts_max: objstore::PARTS_MAX,
@@ -306,11 +320,13 @@ impl Options {
         self
     }
 
-    /// Appends a log group keeps in flight at once (1..=16), each lane its
-    /// own chain of segment objects. A flush goes to a free lane, so a
+    /// Appends a log stream may keep in flight at once (1..=16), each lane
+    /// its own chain of segment objects. A flush goes to a free lane, so a
     /// slow append holds back only the transactions in its own part (and
-    /// those that depend on them), not the group's next flush. 1 is the
-    /// paper's design: one append at a time per group. Default 3.
+    /// those that depend on them), not the stream's next flush. 1 is the
+    /// paper's design: one append at a time per group. Default 8: with the
+    /// default pace about three are out at once, and the spare lanes keep
+    /// the pace through slow appends.
     pub fn log_lanes(mut self, n: usize) -> Options {
         self.log_lanes = n;
         self
@@ -348,10 +364,22 @@ impl Options {
         self
     }
 
-    /// Adaptive flushing: the least time between two flushes of a group
+    /// Adaptive flushing: the least time between two flushes of a stream
     /// (0..=1 s). Default 1 ms.
     pub fn flush_min_interval(mut self, d: Duration) -> Options {
         self.flush_min_interval = d;
+        self
+    }
+
+    /// Adaptive flushing: how many appends a stream starts per store round
+    /// trip, evenly spaced (the interval is the median of its last 64
+    /// appends' latencies divided by this; in (0, 64]). A transaction then
+    /// waits half an interval for its flush on average, so the pace buys
+    /// commit latency with requests: on a store with 8 ms appends, 3 gives
+    /// one append every 2.7 ms. `None`: flush whenever a lane is free (the
+    /// lanes' own cycle paces the flushes, unevenly). Default 2.75.
+    pub fn flush_pace(mut self, pace: Option<f64>) -> Options {
+        self.flush_pace = pace;
         self
     }
 
@@ -487,6 +515,11 @@ impl Options {
                 "flush_min_interval must be at most 1 s, got {:?}",
                 self.flush_min_interval
             ));
+        }
+        if let Some(p) = self.flush_pace
+            && !(p > 0.0 && p <= FLUSH_PACE_MAX)
+        {
+            return bad(format!("flush_pace must be in (0, {FLUSH_PACE_MAX}], got {p}"));
         }
         if self.max_appends_per_s == Some(0) {
             return bad("max_appends_per_s must be at least 1 (or unset)".into());

@@ -262,3 +262,64 @@ fn an_idle_database_makes_no_requests_and_a_budget_holds() {
     assert!(sent as f64 <= 20.0 * took + 2.0 + 1.0, "{sent} appends in {took:.2} s");
     assert!(took > 1.0, "40 commits that each wait need about 2 s at 20 parts/s: {took:.2} s");
 }
+
+/// Adaptive flushing paces a stream by its store's latency: appends that
+/// take 20 ms with a pace of 2 go out about one every 10 ms, two in flight
+/// on separate lanes, however fast commits arrive; without a pace, eight
+/// free lanes flush as often as `flush_min_interval` lets them (about 400
+/// a second here). Commits are pipelined from 2 threads for 1 s.
+#[test]
+fn a_paced_stream_appends_at_its_pace_whatever_the_load() {
+    use common::{Gate, WriteCounter};
+    let run = |pace: Option<f64>| {
+        let gate = Gate::new(Arc::new(objstore::MemoryStore::new()));
+        gate.set_delay(0, Duration::from_millis(20));
+        let counter = WriteCounter::new(gate.clone());
+        let db = Database::open(
+            Options::new()
+                .add_store_handle(counter.clone())
+                .workers(2)
+                .log_lanes(8)
+                .flush_pace(pace),
+        )
+        .expect("open");
+        let t = db.create_table("t").expect("table");
+        let started = std::time::Instant::now();
+        let end = started + Duration::from_secs(1);
+        std::thread::scope(|s| {
+            for w in 0..2u32 {
+                let (db, t) = (&db, &t);
+                s.spawn(move || {
+                    let mut acks = Vec::new();
+                    let mut i = 0u32;
+                    while std::time::Instant::now() < end {
+                        let mut tx = db.begin().expect("begin");
+                        tx.put(t, &((w << 24) | (i % 1000)).to_be_bytes(), b"v").expect("put");
+                        acks.push(tx.commit().expect("commit"));
+                        i += 1;
+                        if i.is_multiple_of(64) {
+                            std::thread::sleep(Duration::from_micros(200));
+                        }
+                    }
+                    for a in acks {
+                        a.wait().expect("acknowledged");
+                    }
+                });
+            }
+        });
+        let took = started.elapsed().as_secs_f64();
+        db.close();
+        let writes = counter.writes.lock();
+        let appends: usize = writes.values().map(Vec::len).sum();
+        let lanes = writes.keys().filter(|k| k.starts_with("log/")).count();
+        (appends as f64 / took, lanes)
+    };
+    let (paced, paced_lanes) = run(Some(2.0));
+    // 100 a second at the pace, plus the first 16 appends (measured before
+    // the pace is known) at the 1 ms floor, and the close's last flush.
+    assert!((50.0..=140.0).contains(&paced), "paced: {paced:.0} appends/s");
+    assert!(paced_lanes >= 2, "a 20 ms append every 10 ms needs two lanes: {paced_lanes}");
+    let (free, _) = run(None);
+    eprintln!("paced {paced:.0}/s on {paced_lanes} lanes, unpaced {free:.0}/s");
+    assert!(free >= 2.0 * paced, "unpaced: {free:.0} appends/s against {paced:.0} paced");
+}

@@ -15,7 +15,8 @@
 //! - recovering the recovered database again changes nothing.
 //!
 //! Appends take a seeded random time (now and then a long one), and the
-//! log runs 1 to 3 lanes per group, with one or two groups: so parts are
+//! log runs 1 to 8 lanes per stream (paced or not), with one or two
+//! groups in one stream or two: so parts are
 //! in flight on several lanes at the crash, and a part can be lost at the
 //! end of one lane while later parts of its group landed in another (a
 //! hole in the group's CSNs, which the replay rule must respect). The
@@ -284,10 +285,11 @@ fn workload(seed: u64, store: Arc<CrashStore>, rng: &mut SmallRng, groups: usize
         .add_store_handle(store.clone())
         .workers(2)
         .log_group_size(2 / groups)
-        .log_lanes([1, 2, 2, 3][rng.random_range(0..4)])
+        .log_lanes([1, 2, 2, 3, 8][rng.random_range(0..5)])
         .log_streams(if rng.random_bool(0.5) { 1 } else { LOG_STREAMS_PER_GROUP })
         .flush_timeout(Duration::from_millis(1))
         .flush_min_interval(Duration::from_micros(rng.random_range(0..=1000)))
+        .flush_pace(rng.random_bool(0.5).then(|| rng.random_range(0.5..8.0)))
         .segment_parts_max(rng.random_range(2..8))
         .log_buffer_bytes(4096)
         .checkpoint_log_bytes(0)

@@ -133,6 +133,7 @@ impl Log {
             policy: options.flush_policy,
             timeout: options.flush_timeout,
             min_interval: options.flush_min_interval,
+            pace: options.flush_pace,
             budget: options.max_appends_per_s.map(|n| Arc::new(RequestBudget::new(n))),
         };
         let mut streams: Vec<LogStream> = (0..log.streams())

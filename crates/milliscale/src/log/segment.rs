@@ -158,7 +158,8 @@ impl HedgePolicy {
 /// Hedges a burst may take beyond the long-run share.
 const HEDGE_BURST: f64 = 10.0;
 
-/// Appends measured before the writer hedges at all.
+/// Appends measured before the writer hedges at all (and before a stream
+/// paces its flushes by the store's latency).
 const HEDGE_WARMUP: usize = 16;
 
 /// Helper threads that send a hedging writer's appends, so that the
@@ -212,11 +213,12 @@ impl AppendPool {
     }
 }
 
-/// Latencies of recent appends that succeeded, for the hedge delay. A
-/// hedged append counts with the time it took (at least the delay), so
-/// the slow ones stay in the sample and the quantile does not drift down.
+/// Latencies of recent appends that succeeded: for the hedge delay (per
+/// writer), and for a stream's pace (`stream`). A hedged append counts
+/// with the time it took (at least the delay), so the slow ones stay in
+/// the sample and the quantile does not drift down.
 #[derive(Debug, Default)]
-struct Recent {
+pub(crate) struct Recent {
     micros: Vec<u32>,
     next: usize,
 }
@@ -224,7 +226,7 @@ struct Recent {
 impl Recent {
     const KEEP: usize = 64;
 
-    fn add(&mut self, d: Duration) {
+    pub(crate) fn add(&mut self, d: Duration) {
         let us = d.as_micros().min(u128::from(u32::MAX)) as u32;
         if self.micros.len() < Self::KEEP {
             self.micros.push(us);
@@ -234,7 +236,9 @@ impl Recent {
         }
     }
 
-    fn quantile(&self, q: f64) -> Option<Duration> {
+    /// The `q` quantile of the kept latencies; `None` until
+    /// [`HEDGE_WARMUP`] appends were measured.
+    pub(crate) fn quantile(&self, q: f64) -> Option<Duration> {
         if self.micros.len() < HEDGE_WARMUP {
             return None;
         }

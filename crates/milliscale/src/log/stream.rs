@@ -20,22 +20,36 @@
 //! for all the others while their own appends have landed. With one
 //! stream per group (`LOG_STREAMS_PER_GROUP`) this is the paper's layout.
 //!
-//! **When to flush** (`FlushPolicy`). Adaptive (the default): a free lane
-//! flushes as soon as a group holds data and `flush_min_interval` has
-//! passed since the stream's last flush, within the database's request
-//! budget; the appends in flight pace the flushes, so a busy stream sends
-//! bigger parts and an idle one sends none. Timeout (the paper's): when a
-//! buffer is full or `flush_timeout` after the first entry that found its
-//! buffer empty. Either way a full buffer and data older than
+//! **When to flush** (`FlushPolicy`). Adaptive (the default) is *paced*:
+//! the stream starts an append every `interval`, the median latency of its
+//! last 64 appends divided by `flush_pace` (at least `flush_min_interval`),
+//! on any free lane, when a group holds data, within the database's
+//! request budget. A transaction waits for the next cut half an interval
+//! on average, and at most one interval, as long as a lane is free: the
+//! lanes beyond the pace's two or three in flight are there so that a slow
+//! append does not stretch the intervals behind it. (Letting every free
+//! lane flush at once, without a pace, makes the lanes' own cycle the
+//! pace: uneven, because appends land unevenly, and a transaction's wait
+//! for its cut grows with the gaps' spread.) A busy stream sends bigger
+//! parts at the same pace; an idle one sends none. Timeout (the paper's):
+//! when a buffer is full or `flush_timeout` after the first entry that
+//! found its buffer empty. Either way a full buffer and data older than
 //! `flush_timeout` go out at once.
 //!
-//! **Locks.** A worker signals its stream ([`FlushSignal`]) while it holds
-//! its group's lock: when its entry is the first in an empty buffer, and
-//! when it finds no room. A lane never takes a group's lock while it holds
-//! the stream's: it clears the signal, releases it, then cuts the groups.
-//! So every entry that is in a buffer after a cut signalled after it, or
-//! sits in a group the lane skipped because a worker held its lock (the
-//! lane then signals again itself; see `group`).
+//! Only one free lane, the *pacer*, sleeps until the next flush is due;
+//! the others sleep until woken, so a stream with many spare lanes wakes
+//! one thread per flush, not all of them.
+//!
+//! **Signals.** A worker signals its stream ([`FlushSignal`]) when its
+//! entry is the first in an empty buffer, just after it releases its
+//! group's lock (see `group` for why not under it), and when it finds no
+//! room. A lane clears the signal under the stream's lock, releases it,
+//! then cuts the groups (it never holds both locks). So every entry in a
+//! buffer after a cut either signalled after the clear, or sits in a group
+//! the lane skipped because a worker held its lock (the lane then signals
+//! again itself), or was put in after its buffer's first entry, which
+//! signalled. A signal whose entry a cut already took only costs a lane a
+//! look at empty buffers.
 //!
 //! **Segments are chosen here**, not by each store's writer: a lane's
 //! append goes to its chain's current segment, which moves on after
@@ -56,6 +70,7 @@ use parking_lot::{Condvar, Mutex};
 
 use super::group::{Cut, CutResult, LogGroup};
 use super::replica::ReplicaSet;
+use super::segment::Recent;
 use crate::commit::dependency::{CommitState, Committer};
 use crate::mvcc::Csn;
 use crate::options::FlushPolicy;
@@ -66,6 +81,8 @@ pub(crate) struct FlushSettings {
     pub(crate) policy: FlushPolicy,
     pub(crate) timeout: Duration,
     pub(crate) min_interval: Duration,
+    /// Appends per store round trip (`Options::flush_pace`).
+    pub(crate) pace: Option<f64>,
     /// The database's request budget, shared by every stream.
     pub(crate) budget: Option<Arc<RequestBudget>>,
 }
@@ -126,6 +143,13 @@ struct StreamState {
     lanes: Vec<LaneState>,
     /// Lanes writing an append now.
     writing: u32,
+    /// The free lane that sleeps until the next flush is due (the others
+    /// sleep until woken).
+    pacer: Option<usize>,
+    /// Latencies of the stream's recent appends (to a quorum).
+    recent: Recent,
+    /// Adaptive flushing: the least time between two flushes now.
+    interval: Duration,
 }
 
 /// What a stream's groups signal and its lanes wait on.
@@ -135,7 +159,7 @@ pub(crate) struct FlushSignal {
 }
 
 impl FlushSignal {
-    pub(crate) fn new(first_segments: &[u64]) -> FlushSignal {
+    pub(crate) fn new(first_segments: &[u64], interval: Duration) -> FlushSignal {
         FlushSignal {
             state: Mutex::new(StreamState {
                 data_since: None,
@@ -143,6 +167,9 @@ impl FlushSignal {
                 closing: false,
                 last_flush: None,
                 writing: 0,
+                pacer: None,
+                recent: Recent::default(),
+                interval,
                 lanes: first_segments
                     .iter()
                     .map(|&segment| LaneState { segment, segment_parts: 0 })
@@ -190,6 +217,9 @@ pub struct StreamMetrics {
     /// Of those, started while another lane of the stream was still
     /// writing: the flushes that one lane would have made wait.
     pub overlapped: u64,
+    /// Adaptive flushing: the least time between two flushes at the end
+    /// (the pace's interval, or `flush_min_interval`).
+    pub interval: Duration,
 }
 
 /// One log stream: its groups and the state its lanes share.
@@ -220,7 +250,7 @@ impl LogStream {
             id,
             groups: Vec::new(),
             lanes: first_segments.len() as u32,
-            signal: Arc::new(FlushSignal::new(first_segments)),
+            signal: Arc::new(FlushSignal::new(first_segments, flush.min_interval)),
             flush,
             parts_max: parts_max.max(1),
             commit,
@@ -237,6 +267,7 @@ impl LogStream {
             lanes: self.lanes,
             appends: self.appends.load(Ordering::Relaxed),
             overlapped: self.overlapped.load(Ordering::Relaxed),
+            interval: self.signal.state.lock().interval,
         }
     }
 
@@ -312,24 +343,31 @@ impl LogStream {
                     FlushPolicy::Timeout => self.flush.timeout.saturating_sub(age),
                     FlushPolicy::Adaptive => {
                         let since = st.last_flush.map_or(Duration::MAX, |t| now - t);
-                        self.flush
-                            .min_interval
+                        st.interval
                             .saturating_sub(since)
                             .min(self.flush.timeout.saturating_sub(age))
                     }
                 };
-                if !(st.full || st.closing || due.is_zero()) {
-                    self.signal.work.wait_for(&mut st, due);
-                    continue;
-                }
-                if !st.closing
-                    && let Some(budget) = &self.flush.budget
-                    && let Err(wait) = budget.take()
-                {
+                let wait = if st.full || st.closing || due.is_zero() {
+                    match &self.flush.budget {
+                        Some(budget) if !st.closing => budget.take().err(),
+                        _ => None,
+                    }
+                } else {
+                    Some(due)
+                };
+                let Some(wait) = wait else { break };
+                // One lane, the pacer, sleeps until the flush is due; the
+                // others until woken (new data, a full buffer, a busy group
+                // left behind, closing). The pacer keeps the role only
+                // while it sleeps, so it never sleeps untimed with it.
+                if st.pacer.is_some() {
+                    self.signal.work.wait(&mut st);
+                } else {
+                    st.pacer = Some(lane);
                     self.signal.work.wait_for(&mut st, wait);
-                    continue;
+                    st.pacer = None;
                 }
-                break;
             }
             st.data_since = None;
             st.full = false;
@@ -348,8 +386,10 @@ impl LogStream {
             }
             let mut st = self.signal.state.lock();
             if skipped {
-                // A busy group still holds entries: the next flush takes them.
+                // A busy group still holds entries: the next flush takes
+                // them. Wake a free lane to pace it.
                 st.data_since.get_or_insert(now);
+                self.signal.work.notify_one();
             }
             if cuts.is_empty() {
                 if skipped {
@@ -421,7 +461,16 @@ impl LogStream {
                 return;
             }
             let took = started.elapsed();
-            self.signal.state.lock().writing -= 1;
+            {
+                let mut st = self.signal.state.lock();
+                st.writing -= 1;
+                st.recent.add(took);
+                if let Some(pace) = self.flush.pace
+                    && let Some(median) = st.recent.quantile(0.5)
+                {
+                    st.interval = median.div_f64(pace).max(self.flush.min_interval);
+                }
+            }
             self.appends.fetch_add(1, Ordering::Relaxed);
             for (g, c) in &cuts {
                 g.landed(c.part);
