@@ -36,7 +36,9 @@
 //! - the parts in flight have their own lock (`flight`), which only the
 //!   log's threads take;
 //! - the commit queue has its own lock (`queue`), which a worker holds
-//!   only to push one entry;
+//!   only to push one entry, and a committer round only to move the new
+//!   entries to its own list (`staged`): a worker that found it held would
+//!   park inside the buffer lock;
 //! - the oldest CSN not yet durable in the active buffer is published in
 //!   an atomic (`pending_first`), which the committer reads for gCSN
 //!   without the buffer lock. A worker publishes a lower bound of its CSN
@@ -83,10 +85,14 @@ pub(crate) struct LogGroup {
     /// if any, is not durable. Only the log's threads take this lock; a
     /// lane takes it inside `state` when it cuts.
     flight: Mutex<VecDeque<InFlight>>,
-    /// Pre-committed transactions of the active and in-flight parts, and
-    /// of parts made durable since the committer last looked, in CSN
-    /// order. A worker pushes inside `state`.
+    /// Pre-committed transactions not yet taken by the committer, in CSN
+    /// order. A worker pushes inside `state`; a committer round moves them
+    /// all to `staged` at once.
     queue: Mutex<Vec<Pending>>,
+    /// Pre-committed transactions the committer took from `queue` and has
+    /// not yet found durable, in CSN order. Only committer rounds (which
+    /// run one at a time) take this lock.
+    staged: Mutex<Vec<Pending>>,
     /// The first CSN of the active buffer, or a lower bound of it while a
     /// worker takes it; 0 when the buffer is empty. Written under `state`.
     pending_first: AtomicU64,
@@ -228,6 +234,7 @@ impl LogGroup {
             }),
             flight: Mutex::new(VecDeque::new()),
             queue: Mutex::new(Vec::new()),
+            staged: Mutex::new(Vec::new()),
             pending_first: AtomicU64::new(0),
             room: Condvar::new(),
             signal,
@@ -271,7 +278,11 @@ impl LogGroup {
     /// landed out of order, those of the landed parts after it.
     pub(crate) fn drain_durable(&self) -> Vec<Pending> {
         let out_of_order = self.flight.lock().iter().any(|p| p.durable);
-        let mut queue = self.queue.lock();
+        let mut queue = self.staged.lock();
+        // Hold the workers' lock only to move the new entries over: a
+        // worker pushes into `queue` inside its buffer lock, and must not
+        // wait there (see the module docs).
+        queue.append(&mut self.queue.lock());
         let id = self.id as usize;
         let durable = self.commit.durable[id].load(Ordering::SeqCst);
         let n = queue.partition_point(|p| p.csn <= durable);
