@@ -346,13 +346,22 @@ impl ObjectStore for S3Store {
                 Err(e) => return (Err(e), Hedge::NotSent),
             };
             tokio::pin!(second);
+            // Every request sent counts once in the store's latencies, as
+            // the simulator counts them: the loser, cancelled, with the
+            // time it had taken so far (a lower bound). Counting only the
+            // winner would drop the slow requests that hedging exists for,
+            // and flatter the store's tail.
+            let elapsed = || started.elapsed();
+            let second_elapsed = || started.elapsed().saturating_sub(hedge_after);
             tokio::select! {
                 r = &mut first => {
-                    self.accounting.append_latency(started.elapsed());
+                    self.accounting.append_latency(elapsed());
+                    self.accounting.append_latency(second_elapsed());
                     (Ok(r), Hedge::Lost)
                 }
                 r = &mut second => {
-                    self.accounting.append_latency(started.elapsed().saturating_sub(hedge_after));
+                    self.accounting.append_latency(second_elapsed());
+                    self.accounting.append_latency(elapsed());
                     (Ok(r), Hedge::Won)
                 }
             }

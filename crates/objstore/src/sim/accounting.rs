@@ -160,7 +160,9 @@ impl Accounting {
         *self.append_us.lock() = None;
     }
 
-    /// Record how long one append request took on its own.
+    /// Record how long one append request took on its own (for a hedged
+    /// request that was cancelled when its twin answered: how long it had
+    /// taken until then).
     pub fn append_latency(&self, d: std::time::Duration) {
         let mut h = self.append_us.lock();
         let h = h.get_or_insert_with(|| {
