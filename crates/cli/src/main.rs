@@ -66,6 +66,10 @@ struct RecoverArgs {
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
+    /// Create an empty database if the stores hold none (without it, a
+    /// store with no database is an error: most often a mistyped address).
+    #[arg(long)]
+    create: bool,
 }
 
 #[derive(Args)]
@@ -933,7 +937,8 @@ fn inspect(a: InspectArgs) -> Result<(), String> {
     use milliscale::log::record::Entry;
     let store = objstore::open(&a.store).map_err(|e| format!("{}: {e}", a.store))?;
     let started = std::time::Instant::now();
-    let (m, scan) = milliscale::recovery::scan_log(&store).map_err(|e| e.to_string())?;
+    let (m, scan) =
+        milliscale::recovery::scan_log(&store).map_err(|e| format!("{}: {e}", a.store))?;
     println!(
         "manifest {}: epoch {}, log format {}, tables {:?}",
         milliscale::manifest::manifest_key(m.version),
@@ -1035,7 +1040,7 @@ fn store_options(stores: &[String]) -> milliscale::Options {
 }
 
 fn recover(a: RecoverArgs) -> Result<(), String> {
-    let mut o = store_options(&a.store).checkpoint_log_bytes(0);
+    let mut o = store_options(&a.store).checkpoint_log_bytes(0).create_if_missing(a.create);
     if let Some(t) = a.threads {
         o = o.recovery_threads(t);
     }
@@ -1043,7 +1048,7 @@ fn recover(a: RecoverArgs) -> Result<(), String> {
     let db = milliscale::Database::open(o).map_err(|e| e.to_string())?;
     let took = started.elapsed();
     let Some(r) = db.recovery_report() else {
-        println!("{}: no database there; created an empty one", a.store.join(", "));
+        println!("{}: no database there; created an empty one (--create)", a.store.join(", "));
         return Ok(());
     };
     if a.json {

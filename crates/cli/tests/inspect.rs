@@ -72,3 +72,33 @@ fn inspect_reads_back_a_benchmark_log() {
     assert!(String::from_utf8_lossy(&again.stderr).contains("already holds a database"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `recover` on an address that holds no database fails, says so, and
+/// leaves the address empty: a standby or an operator pointed at a
+/// mistyped prefix must not get a healthy-looking empty database. With
+/// `--create` it makes one; the next `recover` finds it.
+#[test]
+fn recover_refuses_a_store_without_a_database_unless_told_to_create_one() {
+    let dir = std::env::temp_dir().join(format!("milliscale-nodb-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let url = format!("file://{}", dir.display());
+    let out = bin().args(["recover", "--store", &url]).output().expect("recover");
+    assert!(!out.status.success(), "recover of nothing must fail");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no database at"), "{err}");
+    let left: Vec<_> = std::fs::read_dir(&dir).expect("dir").collect();
+    assert!(left.is_empty(), "nothing written: {left:?}");
+    for args in [&["inspect", "--store", &url][..], &["dump", "--store", &url, "--table", "t"]] {
+        let out = bin().args(args).output().expect("run");
+        assert!(!out.status.success(), "{args:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("no database at"), "{args:?}");
+    }
+
+    let out = bin().args(["recover", "--store", &url, "--create"]).output().expect("recover");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("created an empty one"));
+    let out = bin().args(["recover", "--store", &url, "--json"]).output().expect("recover");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -124,6 +124,11 @@ fn read_log(
 /// The price of `put` PUT-class requests and `up` uploaded bytes, spread
 /// evenly over `stores`, at each store's price table; `None` if a store has
 /// no price table.
+/// The stores' names, for messages.
+fn describe(stores: &[(String, Arc<dyn ObjectStore>)]) -> String {
+    stores.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")
+}
+
 fn price(stores: &[(String, Arc<dyn ObjectStore>)], put: u64, up: u64) -> Option<f64> {
     let n = stores.len().max(1) as f64;
     stores
@@ -178,6 +183,7 @@ impl Database {
         let needed = options.quorum.needed(stores.len());
         let ms = ManifestStore::new(named.clone(), needed, options.store_deadline);
         match ms.read_latest()? {
+            None if !options.create_if_missing => Err(Error::NoDatabase(describe(&named))),
             None => Database::create(id, options, stores, named, ms),
             Some(old) => Database::recover(id, options, stores, named, ms, old),
         }
@@ -201,9 +207,7 @@ impl Database {
             .collect::<Result<Vec<_>>>()?;
         let needed = options.quorum.needed(named.len());
         let ms = ManifestStore::new(named.clone(), needed, options.store_deadline);
-        let m = ms.read_latest()?.ok_or_else(|| {
-            Error::InvalidArgument("the store holds no database (no manifest/ objects)".into())
-        })?;
+        let m = ms.read_latest()?.ok_or_else(|| Error::NoDatabase(describe(&named)))?;
         let (plan, mut report) = read_log(&named, needed, &m, &m, &options)?;
         let base = m.replay_from().max(plan.max_csn + 1);
         let commit = Arc::new(CommitState::new(0, options.tracking, false, base));

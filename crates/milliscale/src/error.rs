@@ -2,7 +2,8 @@
 //!
 //! Each variant tells the caller what to do: `Conflict` means retry the
 //! transaction; `InvalidArgument`, `NotFound`, `TableNotFound` and
-//! `TableExists` mean fix the call; `Closed` means the database is gone;
+//! `TableExists` mean fix the call; `NoDatabase` means check the store's
+//! address (or ask for a new database); `Closed` means the database is gone;
 //! `TooManyTransactions` means wait for other transactions to finish.
 
 use std::fmt;
@@ -52,6 +53,11 @@ pub enum Error {
     /// tail; the message names the object. Nothing past it can be trusted.
     #[error("corrupt: {0}")]
     Corrupt(String),
+    /// The stores hold no database (no `manifest/` objects) and the caller
+    /// did not ask for a new one ([`crate::Options::create_if_missing`]).
+    /// Most often a mistyped store URL or prefix.
+    #[error("no database at {0} (no manifest/ objects); check the address, or create one")]
+    NoDatabase(String),
     /// A store could not be used at open (a bad URL, a refused request, a
     /// log that is already there).
     #[error("store error: {0}")]

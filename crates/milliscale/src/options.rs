@@ -104,6 +104,7 @@ impl StoreSpec {
 #[derive(Debug, Clone)]
 pub struct Options {
     pub(crate) stores: Vec<StoreSpec>,
+    pub(crate) create_if_missing: bool,
     pub(crate) quorum: Quorum,
     pub(crate) max_transactions: usize,
     pub(crate) isolation: Isolation,
@@ -154,7 +155,7 @@ pub const FLUSH_MIN_INTERVAL_DEFAULT: Duration = Duration::from_millis(1);
 /// `sim://s3x`, one every 2.9 ms). Measured on `sim://s3x`, YCSB-A, 8
 /// threads, seeds 1-3: paces of 2.5, 2.75 and 3 commit at 1.32x, 1.29x and
 /// 1.27x one append's p50, at 0.23x, 0.24x and 0.26x SlateDB's dollars per
-/// transaction; three lanes flushing whenever free took 1.40x at 0.22x
+/// transaction; three lanes flushing whenever free took 1.42x at 0.22x
 /// (BENCHMARKS.md, "The commit tail").
 pub const FLUSH_PACE_DEFAULT: f64 = 2.75;
 /// Largest [`Options::flush_pace`].
@@ -188,6 +189,7 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             stores: Vec::new(),
+            create_if_missing: true,
             quorum: Quorum::Majority,
             max_transactions: 1024,
             isolation: Isolation::Snapshot,
@@ -355,6 +357,16 @@ impl Options {
     /// leaves the threads at the kernel's default.
     pub fn log_thread_slice(mut self, slice: Option<Duration>) -> Options {
         self.log_thread_slice = slice;
+        self
+    }
+
+    /// What [`crate::Database::open`] does when the stores hold no
+    /// database: create one (`true`, the default), or fail with
+    /// [`crate::Error::NoDatabase`] (`false`: for tools that must find an
+    /// existing database, such as `milliscale recover`, where a mistyped
+    /// prefix would otherwise give an empty database that looks healthy).
+    pub fn create_if_missing(mut self, create: bool) -> Options {
+        self.create_if_missing = create;
         self
     }
 

@@ -161,11 +161,9 @@ fn corrupt(key: &str, what: impl std::fmt::Display) -> Error {
 /// Read one store's manifest and scan its live log: what `milliscale
 /// inspect` and tests use on a single store.
 pub fn scan_log(store: &Arc<dyn ObjectStore>) -> Result<(Manifest, LogScan)> {
-    let stores = vec![("store".to_owned(), Arc::clone(store))];
+    let stores = vec![("the store".to_owned(), Arc::clone(store))];
     let ms = ManifestStore::new(stores.clone(), 1, std::time::Duration::from_secs(30));
-    let m = ms.read_latest()?.ok_or_else(|| {
-        Error::InvalidArgument("the store holds no database (no manifest/ objects)".into())
-    })?;
+    let m = ms.read_latest()?.ok_or_else(|| Error::NoDatabase(stores[0].0.clone()))?;
     let scan =
         scan_stores(&stores, 1, &m.log, m.replay_from(), 4, std::time::Duration::from_secs(30))?;
     Ok((m, scan))
