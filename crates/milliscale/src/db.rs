@@ -177,6 +177,21 @@ impl Database {
             let inner = DbInner::new(id, options, commit, None, None, None, Vec::new());
             return Ok(Database::wrap(inner));
         }
+        if !options.create_if_missing {
+            // Before the stores are probed: the probe writes (and deletes)
+            // an object, and an address without a database must be left
+            // as it was.
+            let raw = options
+                .stores
+                .iter()
+                .map(|spec| Ok((spec.describe(), spec.open()?)))
+                .collect::<Result<Vec<_>>>()?;
+            let needed = options.quorum.needed(raw.len());
+            let ms = ManifestStore::new(raw.clone(), needed, options.store_deadline);
+            if ms.read_latest()?.is_none() {
+                return Err(Error::NoDatabase(describe(&raw)));
+            }
+        }
         let stores = crate::log::open_stores(&options)?;
         let named: Vec<(String, Arc<dyn ObjectStore>)> =
             stores.iter().map(|s| (s.name().to_owned(), Arc::clone(&s.store))).collect();

@@ -202,6 +202,7 @@ fn put_mode(store: Arc<dyn ObjectStore>, force: bool) {
             // Each of the 4 threads waits for each of its 10 commits, so
             // there are at least 10 flushes; over 3 lanes one lane takes at
             // least 4, so it rolls over past 2.
+            .log_lanes(3)
             .segment_parts_max(2)
             .flush_timeout(Duration::from_millis(1)),
     )
