@@ -37,6 +37,7 @@ pub mod manifest;
 mod mvcc;
 pub mod options;
 pub mod recovery;
+pub mod replica;
 pub mod sched;
 mod table;
 mod txn;

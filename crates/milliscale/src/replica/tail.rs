@@ -1,0 +1,406 @@
+//! Following one chain of the live log, reading only what is new.
+//!
+//! A chain (one lane of one log stream, `log::segment::Chain`) is a run of
+//! consecutive segment objects. The writer appends parts to the current
+//! segment (append mode) or puts each part as its own object (put mode),
+//! and moves to the next segment after `parts_max` appends or when a
+//! checkpoint asks for a fresh one. It never writes to a segment again once
+//! it has written to the next one. (One append, or one put object, carries
+//! a part of each group of its stream; the bytes do not mark where an
+//! append ends, so in append mode the tail learns that a segment is done
+//! only from the next one's existence.)
+//!
+//! A [`ChainTail`] remembers where it stopped (segment, byte offset, part)
+//! and on each [`ChainTail::poll`] reads from there: one ranged GET of the
+//! current segment's new bytes in append mode (a range that starts at the
+//! end is `InvalidRange`: nothing new), or a GET of the next part's object
+//! in put mode. When the current segment has nothing new, it looks for
+//! the next segment; if that exists, the writer has left the current one,
+//! so the tail reads the current one to its end once more (the writer's
+//! last append there happened before its first in the next) and moves on.
+//!
+//! What it hands out is complete, checksummed parts, in chain order, each
+//! once. Bytes that do not yet make a whole part are left for the next
+//! poll (a store that shows an append while it is being written, such as a
+//! local directory, can show half of one); any other damage is `Corrupt`.
+//! A fence part ends the chain: the writer was replaced there.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use objstore::{ObjectStore, StoreError};
+
+use crate::error::{Error, Result};
+use crate::log::record::{DecodeError, Part, decode_part};
+use crate::log::segment::{Chain, WriteMode, put_part_key, segment_key};
+
+/// Where a tail stands in its chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TailPosition {
+    /// The segment it reads.
+    pub segment: u64,
+    /// Bytes of it consumed (append mode).
+    pub offset: u64,
+    /// Objects of it consumed (put mode: one per append).
+    pub object: u32,
+}
+
+/// What one poll found.
+#[derive(Debug, Default)]
+pub struct Polled {
+    /// New whole parts, in chain order.
+    pub parts: Vec<Part>,
+    /// Requests sent.
+    pub requests: u64,
+    /// Bytes read.
+    pub bytes: u64,
+}
+
+/// Follows one chain; see the module docs.
+#[derive(Debug)]
+pub struct ChainTail {
+    chain: Chain,
+    parts_max: u32,
+    at: TailPosition,
+    /// Learned from the first object found.
+    mode: Option<WriteMode>,
+    /// The epoch of the fence part that ended the chain, once read.
+    fenced_by: Option<u64>,
+}
+
+impl ChainTail {
+    /// A tail of `chain` from the start of segment `start`; segments roll
+    /// over after `parts_max` parts.
+    pub fn new(chain: Chain, start: u64, parts_max: u32) -> ChainTail {
+        ChainTail {
+            chain,
+            parts_max: parts_max.max(1),
+            at: TailPosition { segment: start, offset: 0, object: 0 },
+            mode: None,
+            fenced_by: None,
+        }
+    }
+
+    /// The chain it follows.
+    pub fn chain(&self) -> Chain {
+        self.chain
+    }
+
+    /// Where the next poll starts.
+    pub fn position(&self) -> TailPosition {
+        self.at
+    }
+
+    /// The epoch that fenced the chain, once its fence part was read:
+    /// nothing more will be written to it.
+    pub fn fenced_by(&self) -> Option<u64> {
+        self.fenced_by
+    }
+
+    /// Read what the chain gained since the last poll.
+    pub fn poll(&mut self, store: &Arc<dyn ObjectStore>) -> Result<Polled> {
+        let mut out = Polled::default();
+        while self.fenced_by.is_none() {
+            let before = out.parts.len();
+            self.read_segment(store, &mut out)?;
+            if self.fenced_by.is_some() {
+                break;
+            }
+            if !self.segment_full() {
+                if out.parts.len() > before {
+                    break; // more may come here: the next poll looks
+                }
+                // Nothing new here: has the writer moved on?
+                if !self.next_segment_exists(store, &mut out)? {
+                    break;
+                }
+                // It has: what it wrote here is final; read it to the end.
+                if !self.read_segment(store, &mut out)? {
+                    return Err(Error::Corrupt(format!(
+                        "{}: ends in a partial part at offset {}, but the chain goes on",
+                        segment_key(self.chain, self.at.segment),
+                        self.at.offset
+                    )));
+                }
+                if self.fenced_by.is_some() {
+                    break;
+                }
+            }
+            self.at = TailPosition { segment: self.at.segment + 1, offset: 0, object: 0 };
+        }
+        Ok(out)
+    }
+
+    /// Put mode: every object of the segment was read.
+    fn segment_full(&self) -> bool {
+        self.mode == Some(WriteMode::PutPerFlush) && self.at.object >= self.parts_max
+    }
+
+    /// Read the current segment's new parts. Returns false if it ended in
+    /// bytes that do not make a whole part.
+    fn read_segment(&mut self, store: &Arc<dyn ObjectStore>, out: &mut Polled) -> Result<bool> {
+        loop {
+            if self.segment_full() || self.fenced_by.is_some() {
+                return Ok(true);
+            }
+            let got = match self.mode {
+                Some(WriteMode::Append) => self.get_appended(store, out)?,
+                Some(WriteMode::PutPerFlush) => self.get_put_part(store, out)?,
+                None => match self.get_appended(store, out)? {
+                    Some(b) => {
+                        self.mode = Some(WriteMode::Append);
+                        Some(b)
+                    }
+                    None => {
+                        let b = self.get_put_part(store, out)?;
+                        if b.is_some() {
+                            self.mode = Some(WriteMode::PutPerFlush);
+                        }
+                        b
+                    }
+                },
+            };
+            let Some(bytes) = got else { return Ok(true) };
+            let whole = self.take_parts(&bytes, out)?;
+            if self.mode == Some(WriteMode::Append) {
+                // Read everything there was in one request.
+                return Ok(whole);
+            }
+            if !whole {
+                // A put object is written whole: a partial part in it is
+                // damage, not an append in progress.
+                return Err(Error::Corrupt(format!(
+                    "{}: ends in a partial part",
+                    put_part_key(self.chain, self.at.segment, self.at.object)
+                )));
+            }
+            self.at.object += 1;
+        }
+    }
+
+    /// The current segment's bytes from the offset on; `None` if there are
+    /// none (yet).
+    fn get_appended(
+        &self,
+        store: &Arc<dyn ObjectStore>,
+        out: &mut Polled,
+    ) -> Result<Option<Bytes>> {
+        let key = segment_key(self.chain, self.at.segment);
+        out.requests += 1;
+        match store.get_range(&key, self.at.offset..u64::MAX) {
+            Ok(b) => {
+                out.bytes += b.len() as u64;
+                Ok((!b.is_empty()).then_some(b))
+            }
+            Err(StoreError::NotFound(_) | StoreError::InvalidRange { .. }) => Ok(None),
+            Err(e) => Err(Error::Store(format!("{key}: {e}"))),
+        }
+    }
+
+    /// The current segment's next part object (put mode); `None` if it is
+    /// not there (yet).
+    fn get_put_part(
+        &self,
+        store: &Arc<dyn ObjectStore>,
+        out: &mut Polled,
+    ) -> Result<Option<Bytes>> {
+        let key = put_part_key(self.chain, self.at.segment, self.at.object);
+        out.requests += 1;
+        match store.get(&key) {
+            Ok(b) => {
+                out.bytes += b.len() as u64;
+                Ok(Some(b))
+            }
+            Err(StoreError::NotFound(_)) => Ok(None),
+            Err(e) => Err(Error::Store(format!("{key}: {e}"))),
+        }
+    }
+
+    /// Decode whole parts from `bytes` into `out`; in append mode advance
+    /// the offset past them. Returns false if bytes were left over that do
+    /// not make a whole part.
+    fn take_parts(&mut self, bytes: &Bytes, out: &mut Polled) -> Result<bool> {
+        let mut at = 0;
+        while at < bytes.len() {
+            match decode_part(&bytes.slice(at..)) {
+                Ok((part, n)) => {
+                    at += n;
+                    if self.mode != Some(WriteMode::PutPerFlush) {
+                        self.at.offset += n as u64;
+                    }
+                    if let Some(epoch) = part.fence {
+                        self.fenced_by = Some(epoch);
+                        return Ok(true);
+                    }
+                    out.parts.push(part);
+                }
+                Err(DecodeError::Truncated { .. }) => return Ok(false),
+                Err(e) => {
+                    let key = segment_key(self.chain, self.at.segment);
+                    return Err(Error::Corrupt(format!(
+                        "{key}: object {} offset {}: {e}",
+                        self.at.object,
+                        self.at.offset + at as u64
+                    )));
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// Does the segment after the current one exist?
+    fn next_segment_exists(&self, store: &Arc<dyn ObjectStore>, out: &mut Polled) -> Result<bool> {
+        let next = self.at.segment + 1;
+        let key = match self.mode {
+            Some(WriteMode::PutPerFlush) => put_part_key(self.chain, next, 0),
+            _ => segment_key(self.chain, next),
+        };
+        out.requests += 1;
+        match store.head(&key) {
+            Ok(_) => Ok(true),
+            Err(StoreError::NotFound(_)) if self.mode.is_none() => {
+                // Mode unknown (nothing read yet): try the put-mode name.
+                out.requests += 1;
+                match store.head(&put_part_key(self.chain, next, 0)) {
+                    Ok(_) => Ok(true),
+                    Err(StoreError::NotFound(_)) => Ok(false),
+                    Err(e) => Err(Error::Store(format!("{key}: {e}"))),
+                }
+            }
+            Err(StoreError::NotFound(_)) => Ok(false),
+            Err(e) => Err(Error::Store(format!("{key}: {e}"))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::record::{Entry, PartBuilder, fence_part};
+    use objstore::{MemoryStore, ObjectMeta};
+    use parking_lot::Mutex;
+
+    /// A part of group 0 holding an abort entry for `csn`.
+    fn part(csn: u64) -> Bytes {
+        let mut b = PartBuilder::new(0, 64);
+        b.push(&Entry::Abort { csn });
+        b.finish()
+    }
+
+    type PendingWrite = Box<dyn FnOnce(&MemoryStore) + Send>;
+
+    /// A memory store that runs a pending write just before it answers the
+    /// first HEAD of `trigger`: the writer's last append to a segment and
+    /// its move to the next land between the tail's read of the segment
+    /// and its look for the next one.
+    struct Racing {
+        inner: MemoryStore,
+        trigger: String,
+        pending: Mutex<Option<PendingWrite>>,
+    }
+
+    impl std::fmt::Debug for Racing {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.debug_struct("Racing").field("trigger", &self.trigger).finish()
+        }
+    }
+
+    impl ObjectStore for Racing {
+        fn put(&self, key: &str, body: Bytes) -> objstore::Result<ObjectMeta> {
+            self.inner.put(key, body)
+        }
+        fn put_if_absent(&self, key: &str, body: Bytes) -> objstore::Result<ObjectMeta> {
+            self.inner.put_if_absent(key, body)
+        }
+        fn put_if_match(&self, key: &str, body: Bytes, etag: &str) -> objstore::Result<ObjectMeta> {
+            self.inner.put_if_match(key, body, etag)
+        }
+        fn append(&self, key: &str, offset: u64, body: Bytes) -> objstore::Result<ObjectMeta> {
+            self.inner.append(key, offset, body)
+        }
+        fn get(&self, key: &str) -> objstore::Result<Bytes> {
+            self.inner.get(key)
+        }
+        fn get_range(&self, key: &str, range: std::ops::Range<u64>) -> objstore::Result<Bytes> {
+            self.inner.get_range(key, range)
+        }
+        fn head(&self, key: &str) -> objstore::Result<ObjectMeta> {
+            if key == self.trigger
+                && let Some(write) = self.pending.lock().take()
+            {
+                write(&self.inner);
+            }
+            self.inner.head(key)
+        }
+        fn list(&self, prefix: &str) -> objstore::Result<Vec<ObjectMeta>> {
+            self.inner.list(prefix)
+        }
+        fn delete(&self, key: &str) -> objstore::Result<()> {
+            self.inner.delete(key)
+        }
+    }
+
+    fn csns(parts: &[Part]) -> Vec<u64> {
+        parts.iter().flat_map(|p| p.entries.iter().map(Entry::csn)).collect()
+    }
+
+    #[test]
+    fn the_last_append_before_a_segment_move_is_read_and_a_fence_ends_the_chain() {
+        let chain = Chain::new(0, 1);
+        let (s0, s1) = (segment_key(chain, 0), segment_key(chain, 1));
+        let racing =
+            Racing { inner: MemoryStore::new(), trigger: s1.clone(), pending: Mutex::new(None) };
+        let first = part(1);
+        racing.append(&s0, 0, first.clone()).expect("append");
+        let store: Arc<dyn ObjectStore> = Arc::new(racing);
+        let mut tail = ChainTail::new(chain, 0, 10_000);
+        assert_eq!(csns(&tail.poll(&store).expect("poll").parts), [1]);
+
+        // Between the tail's read of segment 0 (nothing new) and its look
+        // for segment 1, the writer appends CSN 2 to segment 0 and CSN 3 to
+        // a new segment 1.
+        let at = first.len() as u64;
+        let s1_write = s1.clone();
+        let racing = Racing {
+            inner: MemoryStore::new(),
+            trigger: s1.clone(),
+            pending: Mutex::new(Some(Box::new(move |m: &MemoryStore| {
+                m.append(&segment_key(chain, 0), at, part(2)).expect("append");
+                m.append(&s1_write, 0, part(3)).expect("append");
+            }))),
+        };
+        racing.inner.append(&s0, 0, first).expect("append");
+        let store: Arc<dyn ObjectStore> = Arc::new(racing);
+        let got = tail.poll(&store).expect("poll");
+        assert_eq!(csns(&got.parts), [2, 3], "the last append of segment 0, then segment 1");
+        assert_eq!(tail.position().segment, 1);
+
+        // A fence part ends the chain; nothing after it is handed out.
+        let s1_len = part(3).len() as u64;
+        store.append(&s1, s1_len, fence_part(0, 7)).expect("fence");
+        store.append(&s1, s1_len + fence_part(0, 7).len() as u64, part(4)).expect("append");
+        assert!(tail.poll(&store).expect("poll").parts.is_empty());
+        assert_eq!(tail.fenced_by(), Some(7));
+        assert!(tail.poll(&store).expect("poll").parts.is_empty());
+    }
+
+    #[test]
+    fn half_a_part_waits_and_damage_is_corrupt() {
+        let chain = Chain::new(0, 0);
+        let key = segment_key(chain, 0);
+        let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+        let p = part(1);
+        let half = p.len() / 2;
+        store.append(&key, 0, p.slice(..half)).expect("append");
+        let mut tail = ChainTail::new(chain, 0, 10_000);
+        assert!(tail.poll(&store).expect("poll").parts.is_empty(), "half a part waits");
+        store.append(&key, half as u64, p.slice(half..)).expect("append");
+        assert_eq!(csns(&tail.poll(&store).expect("poll").parts), [1]);
+
+        let mut bad = part(2).to_vec();
+        let last = bad.len() - 1;
+        bad[last] ^= 0xff;
+        store.append(&key, p.len() as u64, Bytes::from(bad)).expect("append");
+        assert!(matches!(tail.poll(&store), Err(Error::Corrupt(_))));
+    }
+}
