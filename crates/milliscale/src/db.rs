@@ -124,6 +124,24 @@ fn read_log(
 /// The price of `put` PUT-class requests and `up` uploaded bytes, spread
 /// evenly over `stores`, at each store's price table; `None` if a store has
 /// no price table.
+/// Stores by name.
+type NamedStores = Vec<(String, Arc<dyn ObjectStore>)>;
+
+/// Open the stores without probing them (nothing is written) and read the
+/// current manifest: the stores by name, the quorum, and the manifest.
+/// Fails with `NoDatabase` if there is none.
+fn read_manifest_unprobed(options: &Options) -> Result<(NamedStores, usize, Manifest)> {
+    let named = options
+        .stores
+        .iter()
+        .map(|spec| Ok((spec.describe(), spec.open()?)))
+        .collect::<Result<Vec<_>>>()?;
+    let needed = options.quorum.needed(named.len());
+    let ms = ManifestStore::new(named.clone(), needed, options.store_deadline);
+    let m = ms.read_latest()?.ok_or_else(|| Error::NoDatabase(describe(&named)))?;
+    Ok((named, needed, m))
+}
+
 /// The stores' names, for messages.
 fn describe(stores: &[(String, Arc<dyn ObjectStore>)]) -> String {
     stores.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")
@@ -181,16 +199,7 @@ impl Database {
             // Before the stores are probed: the probe writes (and deletes)
             // an object, and an address without a database must be left
             // as it was.
-            let raw = options
-                .stores
-                .iter()
-                .map(|spec| Ok((spec.describe(), spec.open()?)))
-                .collect::<Result<Vec<_>>>()?;
-            let needed = options.quorum.needed(raw.len());
-            let ms = ManifestStore::new(raw.clone(), needed, options.store_deadline);
-            if ms.read_latest()?.is_none() {
-                return Err(Error::NoDatabase(describe(&raw)));
-            }
+            read_manifest_unprobed(&options)?;
         }
         let stores = crate::log::open_stores(&options)?;
         let named: Vec<(String, Arc<dyn ObjectStore>)> =
@@ -215,14 +224,7 @@ impl Database {
             return Err(Error::InvalidArgument("open_read_only needs a store".into()));
         }
         let id = NEXT_DB_ID.fetch_add(1, Ordering::Relaxed);
-        let named = options
-            .stores
-            .iter()
-            .map(|spec| Ok((spec.describe(), spec.open()?)))
-            .collect::<Result<Vec<_>>>()?;
-        let needed = options.quorum.needed(named.len());
-        let ms = ManifestStore::new(named.clone(), needed, options.store_deadline);
-        let m = ms.read_latest()?.ok_or_else(|| Error::NoDatabase(describe(&named)))?;
+        let (named, needed, m) = read_manifest_unprobed(&options)?;
         let (plan, mut report) = read_log(&named, needed, &m, &m, &options)?;
         let base = m.replay_from().max(plan.max_csn + 1);
         let commit = Arc::new(CommitState::new(0, options.tracking, false, base));
