@@ -237,7 +237,7 @@ pub fn decode_chunk(key: &str, bytes: &Bytes) -> Result<Chunk> {
 }
 
 /// Fetch a chunk from whichever store has it intact.
-fn fetch_chunk(
+pub(crate) fn fetch_chunk(
     stores: &[(String, Arc<dyn ObjectStore>)],
     c: &ChunkRef,
     deadline: Duration,
@@ -300,7 +300,9 @@ pub(crate) fn load(
 /// hold only CSNs the checkpoint covers (before their chain's start in
 /// `log`, any group or lane).
 /// Best effort: what is left is deleted next time. Returns the requests
-/// made: (lists, deletes).
+/// made: (lists, deletes). Objects go in key order (a listing's), so a
+/// segment's part objects go first to last: a replica's tail
+/// (`replica::tail`) tells a deleted segment from a short one by that.
 pub(crate) fn delete_superseded(
     stores: &[(String, Arc<dyn ObjectStore>)],
     keep: Option<&CheckpointRef>,

@@ -125,12 +125,12 @@ fn read_log(
 /// evenly over `stores`, at each store's price table; `None` if a store has
 /// no price table.
 /// Stores by name.
-type NamedStores = Vec<(String, Arc<dyn ObjectStore>)>;
+pub(crate) type NamedStores = Vec<(String, Arc<dyn ObjectStore>)>;
 
 /// Open the stores without probing them (nothing is written) and read the
 /// current manifest: the stores by name, the quorum, and the manifest.
 /// Fails with `NoDatabase` if there is none.
-fn read_manifest_unprobed(options: &Options) -> Result<(NamedStores, usize, Manifest)> {
+pub(crate) fn read_manifest_unprobed(options: &Options) -> Result<(NamedStores, usize, Manifest)> {
     let named = options
         .stores
         .iter()
@@ -233,6 +233,17 @@ impl Database {
         inner.rebuild(&named, m.checkpoint.as_ref(), &plan, &mut report)?;
         inner.recovery = Some(report);
         Ok(Database::wrap(inner))
+    }
+
+    /// An empty in-memory database whose transactions are read-only, with
+    /// `tables` named and its CSN counter at `base`: what a read replica
+    /// (`replica`) fills from the log. It has no log and no manifest.
+    pub(crate) fn replica_shell(options: Options, tables: Vec<String>, base: Csn) -> Database {
+        let id = NEXT_DB_ID.fetch_add(1, Ordering::Relaxed);
+        let commit = Arc::new(CommitState::new(0, options.tracking, false, base));
+        let mut inner = DbInner::new(id, options, commit, None, None, None, tables);
+        inner.read_only = true;
+        Database::wrap(inner)
     }
 
     fn wrap(inner: DbInner) -> Database {
@@ -541,6 +552,35 @@ impl DbInner {
             }
         }
         inner
+    }
+
+    /// The tables, by id.
+    pub(crate) fn tables_by_id(&self) -> Vec<Arc<TableInner>> {
+        self.tables.read().by_id.clone()
+    }
+
+    /// Add the tables of `names` (a manifest's list, by id) that are not
+    /// there yet. A name that differs from the table of its id is
+    /// `Corrupt`: the list only ever grows.
+    pub(crate) fn add_tables(&self, names: &[String]) -> Result<()> {
+        let mut cat = self.tables.write();
+        for (i, name) in names.iter().enumerate() {
+            match cat.by_id.get(i) {
+                Some(t) if t.name == *name => {}
+                Some(t) => {
+                    return Err(Error::Corrupt(format!(
+                        "the manifest names table {i} {name:?}, but it was {:?}",
+                        t.name
+                    )));
+                }
+                None => {
+                    let t = self.new_table(i as u32, name);
+                    cat.by_id.push(Arc::clone(&t));
+                    cat.by_name.insert(name.clone(), t);
+                }
+            }
+        }
+        Ok(())
     }
 
     fn new_table(&self, id: u32, name: &str) -> Arc<TableInner> {

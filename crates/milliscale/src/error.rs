@@ -4,7 +4,8 @@
 //! transaction; `InvalidArgument`, `NotFound`, `TableNotFound` and
 //! `TableExists` mean fix the call; `NoDatabase` means check the store's
 //! address (or ask for a new database); `Closed` means the database is gone;
-//! `TooManyTransactions` means wait for other transactions to finish.
+//! `TooManyTransactions` means wait for other transactions to finish;
+//! `Stale` means a replica is behind the session's token.
 
 use std::fmt;
 
@@ -58,6 +59,23 @@ pub enum Error {
     /// Most often a mistyped store URL or prefix.
     #[error("no database at {0} (no manifest/ objects); check the address, or create one")]
     NoDatabase(String),
+    /// A read replica had not applied the commit a session asked for
+    /// (`Replica::begin_at`) within the deadline. Wait and retry, read
+    /// from another replica, or read from the writer.
+    #[error(
+        "replica is stale: CSN {token} not applied within {waited:?}; it has applied every CSN \
+         below {applied} and seen the log up to CSN {seen}"
+    )]
+    Stale {
+        /// The token asked for: a commit's CSN.
+        token: u64,
+        /// The replica's applied CSN: every commit below it is visible.
+        applied: u64,
+        /// The largest CSN the replica has read from the log.
+        seen: u64,
+        /// How long it waited.
+        waited: std::time::Duration,
+    },
     /// A store could not be used at open (a bad URL, a refused request, a
     /// log that is already there).
     #[error("store error: {0}")]

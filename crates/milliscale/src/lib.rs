@@ -52,6 +52,7 @@ pub use mvcc::Csn;
 pub use options::{
     FlushPolicy, Hedging, Isolation, Options, Quorum, StoreSpec, Tracking, TxnOptions,
 };
+pub use replica::{Replica, ReplicaMetrics, ReplicaOptions};
 pub use table::Table;
 pub use txn::Transaction;
 

@@ -3,7 +3,343 @@
 //! be confused with the store replicas of `log::replica`, the several
 //! buckets every part is written to.
 //!
-//! - [`tail`]: following one chain of the live log, reading only new
-//!   bytes.
+//! A [`Replica`] loads the checkpoint, then follows the manifest and every
+//! chain of the log, applying committed transactions in CSN order under
+//! the recovery rule, and serves read-only transactions at the CSN it has
+//! applied. It never shows a state that a crash of the writer could take
+//! back, and its snapshots only move forward.
+//!
+//! - [`tail`]: following one chain of the live log, reading only new bytes.
+//! - `follow`: the follower thread (the replay rule, continuously; the
+//!   manifest; checkpoints, truncation and new writers) and its tail
+//!   threads.
+//! - `apply`: applying entries as new versions while readers read.
+//!
+//! **Session consistency.** A commit's CSN is a token:
+//! [`Replica::begin_at`] waits until the replica has applied it, so a
+//! session that passes the largest token it has seen (its commits' CSNs,
+//! and [`Replica::token_of`] of its reads) reads its writes and never goes
+//! back in time, from any replica.
 
+mod apply;
+mod follow;
 pub mod tail;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::db::{Database, read_manifest_unprobed};
+use crate::error::{Error, Result};
+use crate::mvcc::Csn;
+use crate::options::{Options, TxnOptions};
+use crate::table::Table;
+use crate::txn::Transaction;
+use follow::{Follower, Shared};
+
+pub use follow::ACTIVE_WINDOW;
+
+/// How a replica polls.
+#[derive(Debug, Clone)]
+pub struct ReplicaOptions {
+    /// The interval between polls of a chain while the database is active
+    /// (default 5 ms). Each poll is a GET.
+    pub poll_min: Duration,
+    /// The longest interval between polls of a chain when the database is
+    /// idle (default 1 s): empty polls double the interval up to this.
+    pub poll_max: Duration,
+    /// How often the manifest is checked (default 1 s): one HEAD.
+    pub manifest_every: Duration,
+}
+
+impl Default for ReplicaOptions {
+    fn default() -> ReplicaOptions {
+        ReplicaOptions {
+            poll_min: Duration::from_millis(5),
+            poll_max: Duration::from_secs(1),
+            manifest_every: Duration::from_secs(1),
+        }
+    }
+}
+
+/// What a replica has done and what it costs.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ReplicaMetrics {
+    /// Every commit below this CSN is visible.
+    pub applied_csn: Csn,
+    /// One past the largest CSN read from the log.
+    pub seen_csn: Csn,
+    /// The writer's epoch followed.
+    pub epoch: u64,
+    /// The manifest version last read.
+    pub manifest_version: u64,
+    /// Time since the replica opened.
+    pub elapsed: Duration,
+    /// Transactions applied (commits and aborts).
+    pub entries_applied: u64,
+    /// Records applied.
+    pub records_applied: u64,
+    /// Lag, as an upper bound: from a part's landing in the store (after
+    /// the poll before the one that found it) to its transactions being
+    /// visible here; p50, p99 and max.
+    pub lag_p50: Duration,
+    /// See `lag_p50`.
+    pub lag_p99: Duration,
+    /// See `lag_p50`.
+    pub lag_max: Duration,
+    /// Polls of chains.
+    pub polls: u64,
+    /// Polls that failed (retried).
+    pub poll_errors: u64,
+    /// GET-class requests (GET, ranged GET, HEAD), all stores.
+    pub get_requests: u64,
+    /// PUT-class requests (LIST), all stores.
+    pub put_requests: u64,
+    /// Bytes read.
+    pub bytes_read: u64,
+    /// Manifest versions read.
+    pub manifest_reads: u64,
+    /// Times the replica moved to a checkpoint (behind truncation, or a
+    /// new writer), and the rows read for that.
+    pub catch_ups: u64,
+    /// See `catch_ups`.
+    pub catch_up_rows: u64,
+    /// New writers' logs followed.
+    pub epochs_followed: u64,
+    /// What the requests cost at the stores' price table (`None` if a store
+    /// has none).
+    pub cost_usd: Option<f64>,
+    /// The last error met (polls retry), if any.
+    pub last_error: Option<String>,
+    /// The follower stopped on this error; reads go on at `applied_csn`.
+    pub stopped: Option<String>,
+}
+
+impl ReplicaMetrics {
+    /// Requests per hour, at the rate so far.
+    pub fn requests_per_hour(&self) -> f64 {
+        let h = self.elapsed.as_secs_f64() / 3600.0;
+        if h > 0.0 { (self.get_requests + self.put_requests) as f64 / h } else { 0.0 }
+    }
+
+    /// Dollars per hour, at the rate so far.
+    pub fn usd_per_hour(&self) -> Option<f64> {
+        let h = self.elapsed.as_secs_f64() / 3600.0;
+        self.cost_usd.map(|c| if h > 0.0 { c / h } else { 0.0 })
+    }
+
+    /// Records applied per second, on average so far.
+    pub fn records_per_s(&self) -> f64 {
+        let s = self.elapsed.as_secs_f64();
+        if s > 0.0 { self.records_applied as f64 / s } else { 0.0 }
+    }
+}
+
+/// A read replica; see the module docs. Dropping it stops it.
+pub struct Replica {
+    db: Database,
+    shared: Arc<Shared>,
+    follower: parking_lot::Mutex<Option<std::thread::JoinHandle<()>>>,
+    stores: Vec<Arc<dyn objstore::ObjectStore>>,
+}
+
+impl Replica {
+    /// Open a replica of the database on `options`' stores, with default
+    /// polling.
+    pub fn open(options: Options) -> Result<Replica> {
+        Replica::open_with(options, ReplicaOptions::default())
+    }
+
+    /// Open a replica: read the manifest (a store without a database is
+    /// `NoDatabase`; nothing is written), load the checkpoint, and start
+    /// following the log. Returns once the checkpoint is loaded; the log is
+    /// applied in the background ([`Replica::wait_for`]).
+    pub fn open_with(options: Options, replica: ReplicaOptions) -> Result<Replica> {
+        options.validate()?;
+        if !options.is_logged() {
+            return Err(Error::InvalidArgument("a replica needs the database's stores".into()));
+        }
+        if replica.poll_min > replica.poll_max {
+            return Err(Error::InvalidArgument(format!(
+                "poll_min ({:?}) is above poll_max ({:?})",
+                replica.poll_min, replica.poll_max
+            )));
+        }
+        let (named, needed, m) = read_manifest_unprobed(&options)?;
+        let base = m.replay_from();
+        let deadline = options.store_deadline;
+        let threads = options.recovery_threads;
+        let db = Database::replica_shell(options, m.tables.clone(), base);
+        if let Some(c) = &m.checkpoint {
+            let tables = db.inner.tables_by_id();
+            crate::checkpoint::load(&named, c, &tables, threads, deadline)?;
+        }
+        let shared = Arc::new(Shared::new());
+        {
+            let mut c = shared.counters.lock();
+            c.get_class += m.checkpoint.as_ref().map_or(0, |c| c.chunks.len() as u64);
+            c.get_class += named.len() as u64;
+            c.put_class += named.len() as u64;
+            c.bytes_down += m.checkpoint.as_ref().map_or(0, |c| c.bytes);
+            c.manifest_reads += 1;
+        }
+        let stores = named.iter().map(|(_, s)| Arc::clone(s)).collect();
+        let follower = Follower::new(
+            Arc::clone(&db.inner),
+            Arc::clone(&shared),
+            named,
+            needed,
+            deadline,
+            replica,
+            m,
+        );
+        let handle = std::thread::Builder::new()
+            .name("replica-follow".into())
+            .spawn(move || follower.run())
+            .map_err(|e| Error::InvalidArgument(format!("starting the follower thread: {e}")))?;
+        Ok(Replica { db, shared, follower: parking_lot::Mutex::new(Some(handle)), stores })
+    }
+
+    /// Every commit below this CSN is visible to new transactions.
+    pub fn applied_csn(&self) -> Csn {
+        self.shared.progress.lock().applied
+    }
+
+    /// A read-only transaction at the applied CSN.
+    pub fn begin(&self) -> Result<Transaction<'_>> {
+        self.db.begin_with(TxnOptions::read_only())
+    }
+
+    /// A read-only transaction that sees the commit whose CSN is `token`
+    /// (and everything before it): waits until the replica has applied it,
+    /// or fails with `Stale` after `deadline`. A token of 0 waits for
+    /// nothing.
+    pub fn begin_at(&self, token: Csn, deadline: Duration) -> Result<Transaction<'_>> {
+        self.wait_for(token, deadline)?;
+        let tx = self.begin()?;
+        debug_assert!(tx.snapshot() > token);
+        Ok(tx)
+    }
+
+    /// Wait until the commit `token` is applied (visible), or fail with
+    /// `Stale` after `deadline`; if the follower has stopped on an error,
+    /// fail with that error.
+    pub fn wait_for(&self, token: Csn, deadline: Duration) -> Result<()> {
+        let started = Instant::now();
+        let until = started + deadline;
+        let mut p = self.shared.progress.lock();
+        loop {
+            if p.applied > token {
+                return Ok(());
+            }
+            if let Some(e) = &p.error {
+                return Err(e.clone());
+            }
+            if p.stopped || self.shared.progressed.wait_until(&mut p, until).timed_out() {
+                if p.applied > token {
+                    return Ok(());
+                }
+                return Err(Error::Stale {
+                    token,
+                    applied: p.applied,
+                    seen: p.seen,
+                    waited: started.elapsed(),
+                });
+            }
+        }
+    }
+
+    /// The token a session keeps after reading in `tx`: a later
+    /// `begin_at` with it sees at least what `tx` saw (monotonic reads).
+    pub fn token_of(tx: &Transaction<'_>) -> Csn {
+        tx.snapshot().saturating_sub(1)
+    }
+
+    /// Open a table by name (tables appear as the writer creates them).
+    pub fn open_table(&self, name: &str) -> Result<Table> {
+        self.db.open_table(name)
+    }
+
+    /// Names of all tables, in creation order.
+    pub fn table_names(&self) -> Vec<String> {
+        self.db.table_names()
+    }
+
+    /// The replica's database, read-only: what `begin` reads.
+    pub fn database(&self) -> &Database {
+        &self.db
+    }
+
+    /// The error the follower stopped on, if it did.
+    pub fn error(&self) -> Option<Error> {
+        self.shared.progress.lock().error.clone()
+    }
+
+    /// What the replica has done and what it cost.
+    pub fn metrics(&self) -> ReplicaMetrics {
+        let p = self.shared.progress.lock();
+        let c = self.shared.counters.lock();
+        let q = |x: f64| Duration::from_micros(c.lag_us.value_at_quantile(x));
+        let lagged = !c.lag_us.is_empty();
+        let cost = self
+            .stores
+            .iter()
+            .map(|s| s.accounting().map(|a| a.prices))
+            .collect::<Option<Vec<_>>>()
+            .and_then(|prices| prices.first().copied())
+            .map(|p| {
+                c.get_class as f64 / 1e6 * p.get_per_million
+                    + c.put_class as f64 / 1e6 * p.put_per_million
+                    + c.bytes_down as f64 / 1e9 * p.download_per_gb
+            });
+        ReplicaMetrics {
+            applied_csn: p.applied,
+            seen_csn: p.seen,
+            epoch: p.epoch,
+            manifest_version: p.manifest_version,
+            elapsed: c.started.elapsed(),
+            entries_applied: c.entries,
+            records_applied: c.records,
+            lag_p50: if lagged { q(0.5) } else { Duration::ZERO },
+            lag_p99: if lagged { q(0.99) } else { Duration::ZERO },
+            lag_max: if lagged { Duration::from_micros(c.lag_us.max()) } else { Duration::ZERO },
+            polls: c.polls,
+            poll_errors: c.poll_errors,
+            get_requests: c.get_class,
+            put_requests: c.put_class,
+            bytes_read: c.bytes_down,
+            manifest_reads: c.manifest_reads,
+            catch_ups: c.catch_ups,
+            catch_up_rows: c.catch_up_rows,
+            epochs_followed: c.epochs_followed,
+            cost_usd: cost,
+            last_error: c.last_error.clone(),
+            stopped: p.error.as_ref().map(Error::to_string),
+        }
+    }
+
+    /// Forget the lag percentiles measured so far (benchmarks call it
+    /// before the measured phase); counts are kept.
+    pub fn reset_lag(&self) {
+        self.shared.counters.lock().lag_us.reset();
+    }
+
+    /// Stop following the log. Reads go on at the applied CSN.
+    pub fn close(&self) {
+        self.shared.shut_down();
+        if let Some(h) = self.follower.lock().take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+impl std::fmt::Debug for Replica {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replica").field("applied_csn", &self.applied_csn()).finish()
+    }
+}

@@ -54,10 +54,15 @@ pub struct Polled {
     pub requests: u64,
     /// Bytes read.
     pub bytes: u64,
+    /// The segment the tail was reading is gone while the chain went on:
+    /// the writer deleted it after a checkpoint that covers its CSNs.
+    /// Parts it held past the tail's position are lost to this tail; the
+    /// reader must catch up from that checkpoint. The tail does not move.
+    pub gone: bool,
 }
 
 /// Follows one chain; see the module docs.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct ChainTail {
     chain: Chain,
     parts_max: u32,
@@ -66,6 +71,8 @@ pub struct ChainTail {
     mode: Option<WriteMode>,
     /// The epoch of the fence part that ended the chain, once read.
     fenced_by: Option<u64>,
+    /// The last read of the current segment found no object.
+    missing: bool,
 }
 
 impl ChainTail {
@@ -78,6 +85,7 @@ impl ChainTail {
             at: TailPosition { segment: start, offset: 0, object: 0 },
             mode: None,
             fenced_by: None,
+            missing: false,
         }
     }
 
@@ -115,7 +123,14 @@ impl ChainTail {
                     break;
                 }
                 // It has: what it wrote here is final; read it to the end.
-                if !self.read_segment(store, &mut out)? {
+                let whole = self.read_segment(store, &mut out)?;
+                if self.missing && self.segment_deleted(store, &mut out)? {
+                    // Deleted: the writer truncated the log past it (a
+                    // checkpoint covers it). The tail stays here.
+                    out.gone = true;
+                    break;
+                }
+                if !whole {
                     return Err(Error::Corrupt(format!(
                         "{}: ends in a partial part at offset {}, but the chain goes on",
                         segment_key(self.chain, self.at.segment),
@@ -181,18 +196,23 @@ impl ChainTail {
     /// The current segment's bytes from the offset on; `None` if there are
     /// none (yet).
     fn get_appended(
-        &self,
+        &mut self,
         store: &Arc<dyn ObjectStore>,
         out: &mut Polled,
     ) -> Result<Option<Bytes>> {
         let key = segment_key(self.chain, self.at.segment);
         out.requests += 1;
+        self.missing = false;
         match store.get_range(&key, self.at.offset..u64::MAX) {
             Ok(b) => {
                 out.bytes += b.len() as u64;
                 Ok((!b.is_empty()).then_some(b))
             }
-            Err(StoreError::NotFound(_) | StoreError::InvalidRange { .. }) => Ok(None),
+            Err(StoreError::NotFound(_)) => {
+                self.missing = true;
+                Ok(None)
+            }
+            Err(StoreError::InvalidRange { .. }) => Ok(None),
             Err(e) => Err(Error::Store(format!("{key}: {e}"))),
         }
     }
@@ -200,18 +220,22 @@ impl ChainTail {
     /// The current segment's next part object (put mode); `None` if it is
     /// not there (yet).
     fn get_put_part(
-        &self,
+        &mut self,
         store: &Arc<dyn ObjectStore>,
         out: &mut Polled,
     ) -> Result<Option<Bytes>> {
         let key = put_part_key(self.chain, self.at.segment, self.at.object);
         out.requests += 1;
+        self.missing = false;
         match store.get(&key) {
             Ok(b) => {
                 out.bytes += b.len() as u64;
                 Ok(Some(b))
             }
-            Err(StoreError::NotFound(_)) => Ok(None),
+            Err(StoreError::NotFound(_)) => {
+                self.missing = true;
+                Ok(None)
+            }
             Err(e) => Err(Error::Store(format!("{key}: {e}"))),
         }
     }
@@ -235,6 +259,27 @@ impl ChainTail {
                     out.parts.push(part);
                 }
                 Err(DecodeError::Truncated { .. }) => return Ok(false),
+                Err(e) if self.mode != Some(WriteMode::PutPerFlush) => {
+                    // A torn append (a writer died in it) is damage with
+                    // nothing valid after it, or only the next writer's
+                    // fence parts; anything else is corruption.
+                    let rest = bytes.slice(at..);
+                    match after_torn(&rest) {
+                        AfterTorn::Nothing => return Ok(false),
+                        AfterTorn::Fence(epoch) => {
+                            self.at.offset += rest.len() as u64;
+                            self.fenced_by = Some(epoch);
+                            return Ok(true);
+                        }
+                        AfterTorn::Entries => {
+                            let key = segment_key(self.chain, self.at.segment);
+                            return Err(Error::Corrupt(format!(
+                                "{key}: offset {}: {e}, with log after it",
+                                self.at.offset
+                            )));
+                        }
+                    }
+                }
                 Err(e) => {
                     let key = segment_key(self.chain, self.at.segment);
                     return Err(Error::Corrupt(format!(
@@ -246,6 +291,26 @@ impl ChainTail {
             }
         }
         Ok(true)
+    }
+
+    /// The writer has moved past the current segment and its last read
+    /// found no object there: was the segment deleted? In append mode the
+    /// segment must exist (a chain's segments are consecutive, each created
+    /// by its first append). In put mode a segment can end before
+    /// `parts_max` objects (a checkpoint asked for a fresh one): it was
+    /// deleted if the object read last is gone too (or none was read).
+    /// Truncation deletes a segment's part objects in key order.
+    fn segment_deleted(&self, store: &Arc<dyn ObjectStore>, out: &mut Polled) -> Result<bool> {
+        if self.mode != Some(WriteMode::PutPerFlush) || self.at.object == 0 {
+            return Ok(true);
+        }
+        let key = put_part_key(self.chain, self.at.segment, self.at.object - 1);
+        out.requests += 1;
+        match store.head(&key) {
+            Ok(_) => Ok(false),
+            Err(StoreError::NotFound(_)) => Ok(true),
+            Err(e) => Err(Error::Store(format!("{key}: {e}"))),
+        }
     }
 
     /// Does the segment after the current one exist?
@@ -271,6 +336,38 @@ impl ChainTail {
             Err(e) => Err(Error::Store(format!("{key}: {e}"))),
         }
     }
+}
+
+/// What follows damage in an appended segment.
+enum AfterTorn {
+    /// No valid part: a torn append, perhaps still landing.
+    Nothing,
+    /// Only fence parts: a torn append, then the next writer's fence (the
+    /// first one's epoch).
+    Fence(u64),
+    /// A part with entries: the damage is not a torn tail.
+    Entries,
+}
+
+/// Look past damage at `damaged[0]`: a corrupt length hides where the next
+/// part starts, so every later occurrence of the part magic is tried (as
+/// recovery does).
+fn after_torn(damaged: &Bytes) -> AfterTorn {
+    let magic = crate::log::record::PART_MAGIC;
+    let mut fence = None;
+    for i in 1..damaged.len().saturating_sub(3) {
+        if damaged[i..i + 4] != magic {
+            continue;
+        }
+        match decode_part(&damaged.slice(i..)) {
+            Ok((p, _)) if p.fence.is_none() => return AfterTorn::Entries,
+            Ok((p, _)) => {
+                fence = fence.or(p.fence);
+            }
+            Err(_) => {}
+        }
+    }
+    fence.map_or(AfterTorn::Nothing, AfterTorn::Fence)
 }
 
 #[cfg(test)]

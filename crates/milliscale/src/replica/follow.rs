@@ -1,0 +1,684 @@
+//! The follower: the thread that keeps a replica's tables in step with the
+//! log, and the tail threads that read it.
+//!
+//! **Tail threads.** One per (store, chain) of the writer's live log, each
+//! polling its chain ([`ChainTail`]) and sending what it read to the
+//! follower. A tail polls every `poll_min` while the database is active
+//! (any tail found something within the last [`ACTIVE_WINDOW`]); when it
+//! is idle, each empty poll doubles the interval up to `poll_max`, so an
+//! idle database costs a replica a few requests a second.
+//!
+//! **The replay rule, continuously.** An entry counts once `needed` stores
+//! have shown it (the writer's quorum: a part on fewer stores may not
+//! survive a crash of the writer). With `P` the applied CSN, the follower
+//! applies entry `P` as soon as it counts, and so on: every CSN below `P`
+//! is in the log (commit or abort), so every commit below `P` is one that
+//! recovery would replay whatever happens to the writer (its DSN is below
+//! its CSN, so below `P`). Entries above a missing CSN wait. The replica
+//! never applies what recovery could drop, and its CSN counter, which its
+//! readers' snapshots come from, moves to `P` only after the versions
+//! below `P` are in place.
+//!
+//! **The manifest.** Read at start, then checked every `manifest_every`
+//! (a HEAD of the next version), and at once when a tail meets a fence
+//! part or a deleted segment, or an entry names a table not yet known:
+//! - new tables are added;
+//! - a checkpoint past `P` (the replica fell behind the truncation point,
+//!   or a new writer recovered) moves the replica to it
+//!   ([`super::apply::catch_up`]);
+//! - tails behind their chain's first live segment move to it;
+//! - a new writer's log (a new epoch) replaces every tail. The new
+//!   writer's recovery wrote a checkpoint of what it replayed, and `P` is
+//!   never above it (everything below `P` was on a quorum of stores, so
+//!   recovery read it).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+use hdrhistogram::Histogram;
+use objstore::{ObjectStore, StoreError};
+use parking_lot::{Condvar, Mutex};
+
+use super::ReplicaOptions;
+use super::apply;
+use super::tail::ChainTail;
+use crate::db::DbInner;
+use crate::error::{Error, Result};
+use crate::log::record::{Entry, Part};
+use crate::manifest::{Manifest, ManifestStore, manifest_key};
+use crate::mvcc::Csn;
+use crate::table::TableInner;
+
+/// After a tail last found something, tails keep polling at `poll_min`
+/// for this long.
+pub const ACTIVE_WINDOW: Duration = Duration::from_secs(2);
+
+/// Once a tail met a fence part, the manifest is checked this often until
+/// the new writer's log appears.
+const FENCED_MANIFEST_EVERY: Duration = Duration::from_millis(20);
+
+/// Stores by name.
+pub(crate) use crate::db::NamedStores;
+
+/// What the follower publishes to readers.
+#[derive(Debug, Default)]
+pub(crate) struct Progress {
+    /// Every commit below this is applied (the readers' snapshot).
+    pub(crate) applied: Csn,
+    /// One past the largest CSN read from the log.
+    pub(crate) seen: Csn,
+    /// The writer's epoch whose log is followed.
+    pub(crate) epoch: u64,
+    /// The manifest version last read.
+    pub(crate) manifest_version: u64,
+    /// The follower stopped on this error; reads go on at `applied`.
+    pub(crate) error: Option<Error>,
+    /// The follower has stopped (closed, or failed).
+    pub(crate) stopped: bool,
+}
+
+/// Counters behind `ReplicaMetrics`.
+pub(crate) struct Counters {
+    pub(crate) started: Instant,
+    /// Upper bound of the time from a part's landing in the store to its
+    /// entries' being applied, in microseconds.
+    pub(crate) lag_us: Histogram<u64>,
+    pub(crate) entries: u64,
+    pub(crate) records: u64,
+    pub(crate) polls: u64,
+    pub(crate) get_class: u64,
+    pub(crate) put_class: u64,
+    pub(crate) bytes_down: u64,
+    pub(crate) poll_errors: u64,
+    pub(crate) manifest_reads: u64,
+    pub(crate) catch_ups: u64,
+    pub(crate) catch_up_rows: u64,
+    pub(crate) epochs_followed: u64,
+    pub(crate) last_error: Option<String>,
+}
+
+impl Counters {
+    pub(crate) fn new() -> Counters {
+        Counters {
+            started: Instant::now(),
+            lag_us: Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds"),
+            entries: 0,
+            records: 0,
+            polls: 0,
+            get_class: 0,
+            put_class: 0,
+            bytes_down: 0,
+            poll_errors: 0,
+            manifest_reads: 0,
+            catch_ups: 0,
+            catch_up_rows: 0,
+            epochs_followed: 0,
+            last_error: None,
+        }
+    }
+}
+
+/// State shared by the replica's handle, its follower and tail threads.
+pub(crate) struct Shared {
+    pub(crate) stop: AtomicBool,
+    pub(crate) progress: Mutex<Progress>,
+    /// Signalled when `progress` changes.
+    pub(crate) progressed: Condvar,
+    pub(crate) counters: Mutex<Counters>,
+    /// Wakes sleeping threads at close.
+    sleep: (Mutex<()>, Condvar),
+    /// When a tail last found something (ns since `origin`).
+    last_activity: AtomicU64,
+    origin: Instant,
+}
+
+impl Shared {
+    pub(crate) fn new() -> Shared {
+        Shared {
+            stop: AtomicBool::new(false),
+            progress: Mutex::new(Progress::default()),
+            progressed: Condvar::new(),
+            counters: Mutex::new(Counters::new()),
+            sleep: (Mutex::new(()), Condvar::new()),
+            last_activity: AtomicU64::new(0),
+            origin: Instant::now(),
+        }
+    }
+
+    /// Stop every thread.
+    pub(crate) fn shut_down(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _g = self.sleep.0.lock();
+        self.sleep.1.notify_all();
+    }
+
+    /// Sleep for `d`, or until `stop` (or the follower's stop) is set.
+    fn sleep(&self, d: Duration, stop: &AtomicBool) {
+        let mut g = self.sleep.0.lock();
+        if !self.stop.load(Ordering::SeqCst) && !stop.load(Ordering::SeqCst) {
+            self.sleep.1.wait_for(&mut g, d);
+        }
+    }
+
+    fn active(&self) -> bool {
+        let last = self.last_activity.load(Ordering::Relaxed);
+        last > 0 && self.origin.elapsed().as_nanos() as u64 - last < ACTIVE_WINDOW.as_nanos() as u64
+    }
+
+    fn mark_active(&self) {
+        self.last_activity.store(self.origin.elapsed().as_nanos().max(1) as u64, Ordering::Relaxed);
+    }
+}
+
+/// What a tail thread sends.
+enum TailMsg {
+    Polled {
+        store: usize,
+        parts: Vec<Part>,
+        /// The start of the poll before this one: the parts landed after it.
+        since: Instant,
+        gone: bool,
+        fenced: bool,
+    },
+    Failed(Error),
+}
+
+/// The tail threads of one log (one epoch's chains on every store).
+struct Tails {
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<(usize, ChainTail)>>,
+}
+
+/// The follower thread's state.
+pub(crate) struct Follower {
+    pub(crate) db: Arc<DbInner>,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) stores: NamedStores,
+    pub(crate) needed: usize,
+    pub(crate) deadline: Duration,
+    pub(crate) opts: ReplicaOptions,
+    pub(crate) manifest: Manifest,
+    /// The CSN applied up to (exclusive).
+    pub(crate) applied: Csn,
+    tables: Vec<Arc<TableInner>>,
+    /// Entries at or above `applied`, with the stores that showed them and
+    /// the earliest time they can have landed.
+    pending: BTreeMap<Csn, (Entry, u8, Instant)>,
+    seen: Csn,
+    tx: Sender<TailMsg>,
+    rx: Receiver<TailMsg>,
+    tails: Option<Tails>,
+    next_manifest_check: Instant,
+    check_manifest: bool,
+    /// Manifests read so far.
+    manifest_reads: u64,
+    /// An entry at this CSN named an unknown table; the manifest read count
+    /// after which that is damage.
+    missing_table: Option<(Csn, u64)>,
+    /// A tail met a fence part: a new writer is taking over, so the
+    /// manifest is checked often until its log appears.
+    fenced: bool,
+}
+
+impl Follower {
+    /// A follower of `manifest`'s log for `db`, whose tables hold its
+    /// checkpoint.
+    pub(crate) fn new(
+        db: Arc<DbInner>,
+        shared: Arc<Shared>,
+        stores: NamedStores,
+        needed: usize,
+        deadline: Duration,
+        opts: ReplicaOptions,
+        manifest: Manifest,
+    ) -> Follower {
+        let applied = manifest.replay_from();
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let tables = db.tables_by_id();
+        Follower {
+            db,
+            shared,
+            stores,
+            needed,
+            deadline,
+            opts,
+            manifest,
+            applied,
+            tables,
+            pending: BTreeMap::new(),
+            seen: applied,
+            tx,
+            rx,
+            tails: None,
+            next_manifest_check: Instant::now(),
+            check_manifest: false,
+            manifest_reads: 0,
+            missing_table: None,
+            fenced: false,
+        }
+    }
+
+    /// Run until closed or a fatal error.
+    pub(crate) fn run(mut self) {
+        let r = self.run_inner();
+        self.stop_tails();
+        let mut p = self.shared.progress.lock();
+        if let Err(e) = r {
+            tracing::error!("replica stopped: {e}");
+            self.shared.counters.lock().last_error = Some(e.to_string());
+            p.error = Some(e);
+        }
+        p.stopped = true;
+        self.shared.progressed.notify_all();
+    }
+
+    fn run_inner(&mut self) -> Result<()> {
+        self.publish();
+        self.start_tails(None);
+        while !self.shared.stop.load(Ordering::SeqCst) {
+            let wait = self.next_manifest_check.saturating_duration_since(Instant::now());
+            if let Ok(m) = self.rx.recv_timeout(wait.min(Duration::from_millis(100))) {
+                self.handle(m)?;
+                self.drain()?;
+            }
+            self.advance()?;
+            if self.check_manifest || Instant::now() >= self.next_manifest_check {
+                self.follow_manifest()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Take in what a tail read.
+    fn handle(&mut self, m: TailMsg) -> Result<()> {
+        match m {
+            TailMsg::Polled { store, parts, since, gone, fenced } => {
+                if gone || fenced {
+                    self.check_manifest = true;
+                }
+                self.fenced |= fenced;
+                for p in parts {
+                    for e in p.entries {
+                        let csn = e.csn();
+                        if csn < self.applied {
+                            continue;
+                        }
+                        self.seen = self.seen.max(csn + 1);
+                        let slot = self.pending.entry(csn).or_insert((e, 0, since));
+                        slot.1 |= 1 << store;
+                        slot.2 = slot.2.min(since);
+                    }
+                }
+                Ok(())
+            }
+            TailMsg::Failed(e @ Error::Corrupt(_)) => Err(e),
+            TailMsg::Failed(e) => {
+                let mut c = self.shared.counters.lock();
+                c.poll_errors += 1;
+                c.last_error = Some(e.to_string());
+                Ok(())
+            }
+        }
+    }
+
+    /// Apply every entry from `applied` on that a quorum of stores showed,
+    /// stopping at the first CSN not yet there; then publish.
+    fn advance(&mut self) -> Result<()> {
+        let start = self.applied;
+        let horizon = self.db.refresh_gc_horizon();
+        let guard = crossbeam_epoch::pin();
+        let (mut entries, mut records) = (0u64, 0u64);
+        let now = Instant::now();
+        let mut lags = Vec::new();
+        while let Some((e, stores, _)) = self.pending.get(&self.applied) {
+            if (stores.count_ones() as usize) < self.needed {
+                break;
+            }
+            let unknown = match e {
+                Entry::Commit { records: rs, .. } => {
+                    rs.refs().map(|r| r.table).find(|t| *t as usize >= self.tables.len())
+                }
+                Entry::Abort { .. } => None,
+            };
+            if let Some(table) = unknown {
+                // Tables are named in the manifest before they are written:
+                // read it (the main loop does), then try again. Still
+                // unknown after a read is damage.
+                if self.missing_table == Some((self.applied, self.manifest_reads)) {
+                    return Err(Error::Corrupt(format!(
+                        "CSN {} writes table id {table}, which the manifest does not name",
+                        self.applied
+                    )));
+                }
+                self.missing_table = Some((self.applied, self.manifest_reads + 1));
+                self.check_manifest = true;
+                break;
+            }
+            let (e, _, since) = self.pending.remove(&self.applied).expect("looked up above");
+            records += apply::apply_entry(&self.tables, &e, horizon, &guard)?;
+            entries += 1;
+            lags.push(now.saturating_duration_since(since));
+            self.applied += 1;
+        }
+        if self.applied > start {
+            {
+                let mut c = self.shared.counters.lock();
+                c.entries += entries;
+                c.records += records;
+                for l in lags {
+                    c.lag_us.saturating_record(l.as_micros().max(1) as u64);
+                }
+            }
+            self.publish();
+        }
+        Ok(())
+    }
+
+    /// Move the readers' snapshot to `applied` and tell waiters.
+    fn publish(&self) {
+        self.db.commit.next_csn.fetch_max(self.applied, Ordering::SeqCst);
+        let mut p = self.shared.progress.lock();
+        p.applied = self.applied;
+        p.seen = self.seen.max(self.applied);
+        p.epoch = self.manifest.log.epoch;
+        p.manifest_version = self.manifest.version;
+        self.shared.progressed.notify_all();
+    }
+
+    fn count(&self, get_class: u64, put_class: u64, bytes: u64) {
+        let mut c = self.shared.counters.lock();
+        c.get_class += get_class;
+        c.put_class += put_class;
+        c.bytes_down += bytes;
+    }
+
+    /// Has the manifest a newer version? (One HEAD per store until one
+    /// answers.)
+    fn manifest_changed(&self) -> bool {
+        let key = manifest_key(self.manifest.version + 1);
+        for (_, s) in &self.stores {
+            self.count(1, 0, 0);
+            match s.head(&key) {
+                Ok(_) => return true,
+                Err(StoreError::NotFound(_)) => {}
+                // Unsure: read it.
+                Err(_) => return true,
+            }
+        }
+        false
+    }
+
+    /// Check the manifest, and act on a new version (see the module docs).
+    fn follow_manifest(&mut self) -> Result<()> {
+        let forced = std::mem::take(&mut self.check_manifest);
+        let every = if self.fenced {
+            self.opts.manifest_every.min(FENCED_MANIFEST_EVERY)
+        } else {
+            self.opts.manifest_every
+        };
+        self.next_manifest_check = Instant::now() + every;
+        if !forced && !self.manifest_changed() {
+            return Ok(());
+        }
+        let ms = ManifestStore::new(self.stores.clone(), self.needed, self.deadline);
+        let n = self.stores.len() as u64;
+        self.count(n, n, 0);
+        self.shared.counters.lock().manifest_reads += 1;
+        self.manifest_reads += 1;
+        let m = match ms.read_latest() {
+            Ok(Some(m)) => m,
+            Ok(None) => {
+                return Err(Error::NoDatabase(format!(
+                    "{}: the manifest is gone",
+                    self.stores.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")
+                )));
+            }
+            Err(e @ Error::Corrupt(_)) => return Err(e),
+            Err(e) => {
+                // Try again at the next check.
+                self.shared.counters.lock().last_error = Some(e.to_string());
+                return Ok(());
+            }
+        };
+        if m.version < self.manifest.version {
+            return Ok(());
+        }
+        self.db.add_tables(&m.tables)?;
+        self.tables = self.db.tables_by_id();
+        if m.log.epoch != self.manifest.log.epoch {
+            // A new writer's log. Take in what the old tails read, then
+            // move to what the new writer recovered.
+            let old = self.stop_tails();
+            drop(old);
+            self.drain()?;
+            self.advance()?;
+            let from = m.replay_from();
+            if self.applied > from {
+                return Err(Error::Corrupt(format!(
+                    "the replica applied CSNs up to {}, but the writer of epoch {} recovered \
+                     only up to {from}",
+                    self.applied, m.log.epoch
+                )));
+            }
+            if self.applied < from {
+                self.catch_up(&m)?;
+            }
+            self.pending.clear();
+            self.fenced = false;
+            self.manifest = m;
+            self.shared.counters.lock().epochs_followed += 1;
+            self.publish();
+            self.start_tails(None);
+            return Ok(());
+        }
+        let behind = m.replay_from() > self.applied;
+        let moved = m.log.chains().any(|c| m.log.start(c) != self.manifest.log.start(c)) || behind;
+        if !moved {
+            self.manifest = m;
+            self.publish();
+            return Ok(());
+        }
+        // A checkpoint moved the log's start: tails behind it move up,
+        // after the replica reaches the checkpoint.
+        let old = self.stop_tails();
+        self.drain()?;
+        self.advance()?;
+        if m.replay_from() > self.applied {
+            self.catch_up(&m)?;
+        }
+        self.manifest = m;
+        self.publish();
+        self.start_tails(Some(old));
+        Ok(())
+    }
+
+    /// Handle every message still queued (tails stopped).
+    fn drain(&mut self) -> Result<()> {
+        while let Ok(m) = self.rx.try_recv() {
+            self.handle(m)?;
+        }
+        Ok(())
+    }
+
+    /// Move to `m`'s checkpoint (the replica's applied CSN is below it).
+    fn catch_up(&mut self, m: &Manifest) -> Result<()> {
+        let Some(cref) = &m.checkpoint else {
+            return Err(Error::Corrupt(format!(
+                "the log starts at CSN {} with no checkpoint, past the replica's {}",
+                m.replay_from(),
+                self.applied
+            )));
+        };
+        let started = Instant::now();
+        let threads = self.db.options.recovery_threads;
+        let chunks = crate::recovery::parallel_map(&cref.chunks, threads, |c| {
+            crate::checkpoint::fetch_chunk(&self.stores, c, self.deadline)
+        });
+        let mut rows = Vec::with_capacity(chunks.len());
+        for c in chunks {
+            let c = c?;
+            if c.csn != cref.csn {
+                return Err(Error::Corrupt(format!(
+                    "a chunk of checkpoint {} belongs to checkpoint {}",
+                    cref.csn, c.csn
+                )));
+            }
+            rows.push((c.table, c.rows));
+        }
+        let horizon = self.db.refresh_gc_horizon();
+        let done = apply::catch_up(&self.tables, cref.csn, &rows, horizon)?;
+        self.count(cref.chunks.len() as u64, 0, cref.bytes);
+        tracing::info!(
+            "replica caught up to checkpoint {} from CSN {} in {:?}: {} rows, {} changed, {} deleted",
+            cref.csn,
+            self.applied,
+            started.elapsed(),
+            done.rows,
+            done.changed,
+            done.deleted
+        );
+        self.applied = m.replay_from();
+        self.pending.retain(|csn, _| *csn >= self.applied);
+        {
+            let mut c = self.shared.counters.lock();
+            c.catch_ups += 1;
+            c.catch_up_rows += done.rows;
+        }
+        self.publish();
+        Ok(())
+    }
+
+    /// Start tails on every store for the current log: each chain from its
+    /// first live segment, or where `keep` (the tails stopped before) had
+    /// got to if that is further.
+    fn start_tails(&mut self, keep: Option<Vec<(usize, ChainTail)>>) {
+        let log = &self.manifest.log;
+        let mut tails: Vec<(usize, ChainTail)> = Vec::new();
+        for store in 0..self.stores.len() {
+            for c in log.chains() {
+                let start = log.start(c).expect("a chain of the log");
+                let kept = keep.as_ref().and_then(|k| {
+                    k.iter().find(|(s, t)| {
+                        *s == store && t.chain() == c && t.position().segment >= start
+                    })
+                });
+                tails.push(match kept {
+                    Some((_, t)) => (store, t.clone()),
+                    None => (store, ChainTail::new(c, start, log.parts_max)),
+                });
+            }
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads = tails
+            .into_iter()
+            .map(|(store, tail)| {
+                let ctx = TailCtx {
+                    store,
+                    handle: Arc::clone(&self.stores[store].1),
+                    shared: Arc::clone(&self.shared),
+                    stop: Arc::clone(&stop),
+                    tx: self.tx.clone(),
+                    opts: self.opts.clone(),
+                };
+                std::thread::Builder::new()
+                    .name(format!("tail-{store}-{}-{}", tail.chain().group, tail.chain().lane))
+                    .spawn(move || ctx.run(tail))
+                    .expect("spawn a replica tail thread")
+            })
+            .collect();
+        self.tails = Some(Tails { stop, threads });
+    }
+
+    /// Stop the tail threads; returns their tails.
+    fn stop_tails(&mut self) -> Vec<(usize, ChainTail)> {
+        let Some(t) = self.tails.take() else { return Vec::new() };
+        t.stop.store(true, Ordering::SeqCst);
+        {
+            let _g = self.shared.sleep.0.lock();
+            self.shared.sleep.1.notify_all();
+        }
+        t.threads.into_iter().filter_map(|h| h.join().ok()).collect()
+    }
+}
+
+/// What a tail thread needs.
+struct TailCtx {
+    store: usize,
+    handle: Arc<dyn ObjectStore>,
+    shared: Arc<Shared>,
+    stop: Arc<AtomicBool>,
+    tx: Sender<TailMsg>,
+    opts: ReplicaOptions,
+}
+
+impl TailCtx {
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::SeqCst) || self.shared.stop.load(Ordering::SeqCst)
+    }
+
+    fn run(self, mut tail: ChainTail) -> (usize, ChainTail) {
+        let mut interval = self.opts.poll_min;
+        let mut last_start: Option<Instant> = None;
+        // After a fence or a deleted segment the tail has nothing more to
+        // read; the follower replaces it.
+        let mut ended = false;
+        while !self.stopped() {
+            if ended {
+                self.shared.sleep(self.opts.poll_max, &self.stop);
+                continue;
+            }
+            let started = Instant::now();
+            let r = tail.poll(&self.handle);
+            let since = last_start.unwrap_or(started);
+            last_start = Some(started);
+            let found = match r {
+                Ok(p) => {
+                    {
+                        let mut c = self.shared.counters.lock();
+                        c.polls += 1;
+                        c.get_class += p.requests;
+                        c.bytes_down += p.bytes;
+                    }
+                    let found = !p.parts.is_empty();
+                    ended = p.gone || tail.fenced_by().is_some();
+                    let msg = TailMsg::Polled {
+                        store: self.store,
+                        parts: p.parts,
+                        since,
+                        gone: p.gone,
+                        fenced: tail.fenced_by().is_some(),
+                    };
+                    if (found || ended) && self.tx.send(msg).is_err() {
+                        break;
+                    }
+                    found
+                }
+                Err(e) => {
+                    self.shared.counters.lock().polls += 1;
+                    if self.tx.send(TailMsg::Failed(e)).is_err() {
+                        break;
+                    }
+                    interval = (interval * 2).min(self.opts.poll_max);
+                    self.shared.sleep(interval, &self.stop);
+                    continue;
+                }
+            };
+            if found {
+                self.shared.mark_active();
+            }
+            interval = if found || self.shared.active() {
+                self.opts.poll_min
+            } else {
+                (interval * 2).clamp(self.opts.poll_min, self.opts.poll_max)
+            };
+            if !interval.is_zero() {
+                self.shared.sleep(interval, &self.stop);
+            }
+        }
+        (self.store, tail)
+    }
+}

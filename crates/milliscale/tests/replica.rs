@@ -1,0 +1,298 @@
+//! A read replica follows a live writer: reads at a commit's token see it,
+//! snapshots only move forward, a replica cut off from the store while the
+//! writer checkpoints and truncates its log catches up from the
+//! checkpoint, it follows a new writer (a new epoch), an idle database
+//! costs it few requests, and it refuses an address with no database.
+
+use std::ops::{Bound, Range};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use milliscale::{Database, Direction, Error, Options, Replica, ReplicaOptions};
+use objstore::{Bytes, MemoryStore, ObjectMeta, ObjectStore, Result, StoreError};
+
+/// A store whose reads fail (a transient error) while it is cut off: the
+/// replica's side of a network partition.
+#[derive(Debug)]
+struct CutOff {
+    inner: Arc<dyn ObjectStore>,
+    cut: AtomicBool,
+}
+
+impl CutOff {
+    fn new(inner: Arc<dyn ObjectStore>) -> Arc<CutOff> {
+        Arc::new(CutOff { inner, cut: AtomicBool::new(false) })
+    }
+    fn check(&self) -> Result<()> {
+        if self.cut.load(Ordering::SeqCst) {
+            Err(StoreError::Transient("cut off".into()))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl ObjectStore for CutOff {
+    fn put(&self, key: &str, body: Bytes) -> Result<ObjectMeta> {
+        self.check()?;
+        self.inner.put(key, body)
+    }
+    fn put_if_absent(&self, key: &str, body: Bytes) -> Result<ObjectMeta> {
+        self.check()?;
+        self.inner.put_if_absent(key, body)
+    }
+    fn put_if_match(&self, key: &str, body: Bytes, etag: &str) -> Result<ObjectMeta> {
+        self.check()?;
+        self.inner.put_if_match(key, body, etag)
+    }
+    fn append(&self, key: &str, offset: u64, body: Bytes) -> Result<ObjectMeta> {
+        self.check()?;
+        self.inner.append(key, offset, body)
+    }
+    fn get(&self, key: &str) -> Result<Bytes> {
+        self.check()?;
+        self.inner.get(key)
+    }
+    fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
+        self.check()?;
+        self.inner.get_range(key, range)
+    }
+    fn head(&self, key: &str) -> Result<ObjectMeta> {
+        self.check()?;
+        self.inner.head(key)
+    }
+    fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>> {
+        self.check()?;
+        self.inner.list(prefix)
+    }
+    fn delete(&self, key: &str) -> Result<()> {
+        self.check()?;
+        self.inner.delete(key)
+    }
+}
+
+fn writer(store: &Arc<dyn ObjectStore>) -> Options {
+    Options::new()
+        .add_store_handle(Arc::clone(store))
+        .workers(2)
+        .log_lanes(3)
+        .segment_parts_max(4)
+        .checkpoint_log_bytes(0)
+        .checkpoint_chunk_bytes(4096)
+}
+
+fn fast() -> ReplicaOptions {
+    ReplicaOptions {
+        poll_min: Duration::from_millis(1),
+        poll_max: Duration::from_millis(50),
+        manifest_every: Duration::from_millis(50),
+    }
+}
+
+const WAIT: Duration = Duration::from_secs(10);
+
+fn all(replica: &Replica, table: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let t = replica.open_table(table).expect("table");
+    let mut tx = replica.begin().expect("begin");
+    tx.scan(&t, Bound::Unbounded, Bound::Unbounded, Direction::Forward, usize::MAX).expect("scan")
+}
+
+fn all_db(db: &Database, table: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let t = db.open_table(table).expect("table");
+    let mut tx = db.begin().expect("begin");
+    tx.scan(&t, Bound::Unbounded, Bound::Unbounded, Direction::Forward, usize::MAX).expect("scan")
+}
+
+#[test]
+fn reads_at_a_commits_token_see_it_and_snapshots_only_move_forward() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let db = Database::open(writer(&store)).expect("open");
+    let t = db.create_table("t").expect("table");
+    let mut tx = db.begin().expect("begin");
+    tx.put(&t, b"counter", &0u64.to_le_bytes()).expect("put");
+    tx.commit_and_wait().expect("commit");
+    let replica = Replica::open_with(Options::new().add_store_handle(Arc::clone(&store)), fast())
+        .expect("replica");
+    let mut last_seen = 0u64;
+    let mut last_token = 0;
+    for i in 1..=200u64 {
+        let mut tx = db.begin().expect("begin");
+        tx.update_range(&t, b"counter", 0, &i.to_le_bytes()).expect("delta");
+        tx.put(&t, format!("k{i:04}").as_bytes(), &i.to_le_bytes()).expect("put");
+        let info = tx.commit_and_wait().expect("commit");
+        let token = info.csn.expect("a write has a CSN");
+        // Read-your-writes: every tenth commit, read at its token.
+        if i % 10 == 0 {
+            let rt = replica.open_table("t").expect("table appears");
+            let mut r = replica.begin_at(token, WAIT).expect("the token's commit is applied");
+            assert!(r.snapshot() > token);
+            let v = r.get(&rt, b"counter").expect("get").expect("counter");
+            let v = u64::from_le_bytes(v.try_into().expect("8 bytes"));
+            assert!(v >= i, "read at token {token} saw counter {v}, not {i}");
+            assert!(v >= last_seen, "went back in time: {v} after {last_seen}");
+            assert!(r.get(&rt, format!("k{i:04}").as_bytes()).expect("get").is_some());
+            last_seen = v;
+            // Monotonic reads: a later read at this read's token sees as much.
+            let mt = Replica::token_of(&r);
+            assert!(mt >= last_token);
+            last_token = mt;
+            drop(r);
+            let mut r2 = replica.begin_at(mt, WAIT).expect("monotonic");
+            let v2 = r2.get(&rt, b"counter").expect("get").expect("counter");
+            assert!(u64::from_le_bytes(v2.try_into().expect("8")) >= v);
+        }
+    }
+    let end = db.durable_csn();
+    replica.wait_for(end - 1, WAIT).expect("caught up");
+    assert_eq!(all(&replica, "t"), all_db(&db, "t"));
+    let m = replica.metrics();
+    assert!(m.entries_applied >= 200, "{m:?}");
+    assert!(m.stopped.is_none() && m.applied_csn >= end, "{m:?}");
+    // A token the writer has not reached: Stale, with the lag, after the deadline.
+    let started = Instant::now();
+    match replica.begin_at(end + 1000, Duration::from_millis(100)) {
+        Err(Error::Stale { token, applied, .. }) => {
+            assert_eq!(token, end + 1000);
+            assert!(applied <= end + 1);
+        }
+        other => panic!("expected Stale, got {:?}", other.map(|t| t.snapshot())),
+    }
+    assert!(started.elapsed() >= Duration::from_millis(100));
+    // Replica transactions are read-only.
+    let rt = replica.open_table("t").expect("table");
+    let mut w = replica.begin().expect("begin");
+    assert!(w.put(&rt, b"x", b"y").is_err(), "a replica accepted a write");
+}
+
+#[test]
+fn a_replica_cut_off_while_the_writer_truncates_catches_up_from_the_checkpoint() {
+    let inner: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let cut = CutOff::new(Arc::clone(&inner));
+    let db = Database::open(writer(&inner)).expect("open");
+    let t = db.create_table("t").expect("table");
+    let u = db.create_table("u").expect("table");
+    let replica = Replica::open_with(
+        Options::new().add_store_handle(cut.clone() as Arc<dyn ObjectStore>),
+        fast(),
+    )
+    .expect("replica");
+    let commit = |i: u64| {
+        let mut tx = db.begin().expect("begin");
+        tx.put(&t, format!("k{}", i % 50).as_bytes(), &i.to_le_bytes()).expect("put");
+        if i % 7 == 0 {
+            tx.delete(&t, format!("k{}", (i + 25) % 50).as_bytes()).expect("delete");
+        }
+        tx.put(&u, &i.to_be_bytes(), b"u").expect("put");
+        tx.commit_and_wait().expect("commit").csn.expect("csn")
+    };
+    for i in 0..100 {
+        commit(i);
+    }
+    let token = commit(100);
+    replica.wait_for(token, WAIT).expect("caught up before the cut");
+    assert_eq!(all(&replica, "t"), all_db(&db, "t"));
+    // Cut off: the writer goes on, checkpoints twice (deleting the log the
+    // replica has not read), and goes on.
+    cut.cut.store(true, Ordering::SeqCst);
+    let before = replica.applied_csn();
+    for i in 101..300 {
+        commit(i);
+    }
+    db.checkpoint().expect("checkpoint");
+    for i in 300..400 {
+        commit(i);
+    }
+    db.checkpoint().expect("checkpoint");
+    let last = commit(400);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(replica.applied_csn(), before, "a cut-off replica moved");
+    assert!(replica.metrics().poll_errors > 0);
+    cut.cut.store(false, Ordering::SeqCst);
+    replica.wait_for(last, WAIT).expect("caught up after the cut");
+    assert_eq!(all(&replica, "t"), all_db(&db, "t"));
+    assert_eq!(all(&replica, "u"), all_db(&db, "u"));
+    let m = replica.metrics();
+    assert!(m.catch_ups >= 1, "the log it missed was deleted: {m:?}");
+    assert!(m.stopped.is_none(), "{m:?}");
+    // And it keeps following.
+    let more = commit(401);
+    replica.wait_for(more, WAIT).expect("follows on");
+}
+
+#[test]
+fn a_replica_follows_a_new_writer() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let replica_opts = Options::new().add_store_handle(Arc::clone(&store));
+    let db = Database::open(writer(&store)).expect("open");
+    let t = db.create_table("t").expect("table");
+    let replica = Replica::open_with(replica_opts, fast()).expect("replica");
+    let put = |db: &Database, t: &milliscale::Table, k: &str| {
+        let mut tx = db.begin().expect("begin");
+        tx.put(t, k.as_bytes(), b"v").expect("put");
+        tx.commit_and_wait().expect("commit").csn.expect("csn")
+    };
+    for i in 0..50 {
+        put(&db, &t, &format!("a{i}"));
+    }
+    // The writer goes away without closing (its log stays as it was), and
+    // a new one recovers: epoch 2.
+    let token = put(&db, &t, "a-last");
+    std::mem::forget(db);
+    let db2 = Database::open(writer(&store)).expect("recover");
+    let t2 = db2.open_table("t").expect("table");
+    let v = db2.create_table("v").expect("a table of the new writer");
+    let mut last = 0;
+    for i in 0..50 {
+        last = put(&db2, &t2, &format!("b{i}"));
+        put(&db2, &v, &format!("c{i}"));
+    }
+    assert!(last > token);
+    replica.wait_for(last, WAIT).expect("follows the new writer");
+    assert_eq!(all(&replica, "t"), all_db(&db2, "t"));
+    let m = replica.metrics();
+    assert_eq!(m.epoch, 2, "{m:?}");
+    assert!(m.epochs_followed >= 1);
+    let lv = put(&db2, &v, "c-last");
+    replica.wait_for(lv, WAIT).expect("follows");
+    assert_eq!(all(&replica, "v"), all_db(&db2, "v"));
+}
+
+#[test]
+fn an_idle_database_costs_a_replica_few_requests() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let db = Database::open(writer(&store)).expect("open");
+    let t = db.create_table("t").expect("table");
+    let mut tx = db.begin().expect("begin");
+    tx.put(&t, b"k", b"v").expect("put");
+    let csn = tx.commit_and_wait().expect("commit").csn.expect("csn");
+    let opts = ReplicaOptions {
+        poll_min: Duration::from_millis(1),
+        poll_max: Duration::from_millis(200),
+        manifest_every: Duration::from_millis(200),
+    };
+    let replica = Replica::open_with(Options::new().add_store_handle(Arc::clone(&store)), opts)
+        .expect("replica");
+    replica.wait_for(csn, WAIT).expect("applied");
+    // Past the active window, the polls back off to poll_max.
+    std::thread::sleep(milliscale::replica::ACTIVE_WINDOW + Duration::from_millis(500));
+    let a = replica.metrics();
+    std::thread::sleep(Duration::from_secs(2));
+    let b = replica.metrics();
+    let chains = db.manifest().expect("manifest").log.chains().count() as u64;
+    let polls = b.polls - a.polls;
+    // At 200 ms, 10 polls per chain in 2 s; at poll_min, 2000.
+    assert!(polls <= chains * 14, "{polls} polls of {chains} chains in 2 s idle");
+    assert!(b.get_requests - a.get_requests <= chains * 14 * 2 + 30);
+}
+
+#[test]
+fn a_replica_refuses_an_address_with_no_database() {
+    let dir = std::env::temp_dir().join(format!("milliscale-replica-none-{}", std::process::id()));
+    let url = format!("file://{}", dir.display());
+    match Replica::open(Options::new().store(url)) {
+        Err(Error::NoDatabase(at)) => assert!(at.contains("milliscale-replica-none")),
+        other => panic!("expected NoDatabase, got {other:?}"),
+    }
+    assert!(!dir.exists() || std::fs::read_dir(&dir).expect("dir").next().is_none());
+}
