@@ -123,7 +123,7 @@ fn reads_at_a_commits_token_see_it_and_snapshots_only_move_forward() {
         let info = tx.commit_and_wait().expect("commit");
         let token = info.csn.expect("a write has a CSN");
         // Read-your-writes: every tenth commit, read at its token.
-        if i % 10 == 0 {
+        if i.is_multiple_of(10) {
             let rt = replica.open_table("t").expect("table appears");
             let mut r = replica.begin_at(token, WAIT).expect("the token's commit is applied");
             assert!(r.snapshot() > token);
@@ -180,7 +180,7 @@ fn a_replica_cut_off_while_the_writer_truncates_catches_up_from_the_checkpoint()
     let commit = |i: u64| {
         let mut tx = db.begin().expect("begin");
         tx.put(&t, format!("k{}", i % 50).as_bytes(), &i.to_le_bytes()).expect("put");
-        if i % 7 == 0 {
+        if i.is_multiple_of(7) {
             tx.delete(&t, format!("k{}", (i + 25) % 50).as_bytes()).expect("delete");
         }
         tx.put(&u, &i.to_be_bytes(), b"u").expect("put");
