@@ -61,6 +61,14 @@ pub const ACTIVE_WINDOW: Duration = Duration::from_secs(2);
 /// the new writer's log appears.
 const FENCED_MANIFEST_EVERY: Duration = Duration::from_millis(20);
 
+/// Catch-ups in a row that may find a checkpoint chunk missing (a newer
+/// checkpoint deleted it) before that counts as damage.
+const CATCH_UP_TRIES: u32 = 8;
+
+/// One manifest check in this many reads it whole (a LIST), whatever the
+/// HEADs say.
+const FULL_MANIFEST_READ_EVERY: u64 = 16;
+
 /// Stores by name.
 pub(crate) use crate::db::NamedStores;
 
@@ -222,6 +230,10 @@ pub(crate) struct Follower {
     /// A tail met a fence part: a new writer is taking over, so the
     /// manifest is checked often until its log appears.
     fenced: bool,
+    /// Manifest checks so far.
+    checks: u64,
+    /// Catch-ups in a row that found a checkpoint chunk missing.
+    catch_up_failures: u32,
 }
 
 impl Follower {
@@ -259,6 +271,8 @@ impl Follower {
             manifest_reads: 0,
             missing_table: None,
             fenced: false,
+            checks: 0,
+            catch_up_failures: 0,
         }
     }
 
@@ -396,20 +410,34 @@ impl Follower {
         c.bytes_down += bytes;
     }
 
-    /// Has the manifest a newer version? (One HEAD per store until one
-    /// answers.)
-    fn manifest_changed(&self) -> bool {
-        let key = manifest_key(self.manifest.version + 1);
+    /// Has the manifest a newer version? Writers delete versions older
+    /// than the one before the latest, so either the next version is there
+    /// or the replica's own is gone. One or two HEADs per store, until one
+    /// answers; and a full read (a LIST) every [`FULL_MANIFEST_READ_EVERY`]
+    /// checks, in case deletes went out of order.
+    fn manifest_changed(&mut self) -> bool {
+        self.checks += 1;
+        if self.checks.is_multiple_of(FULL_MANIFEST_READ_EVERY) {
+            return true;
+        }
+        let next = manifest_key(self.manifest.version + 1);
+        let mine = manifest_key(self.manifest.version);
         for (_, s) in &self.stores {
             self.count(1, 0, 0);
-            match s.head(&key) {
+            match s.head(&next) {
                 Ok(_) => return true,
                 Err(StoreError::NotFound(_)) => {}
-                // Unsure: read it.
-                Err(_) => return true,
+                Err(_) => continue,
             }
+            self.count(1, 0, 0);
+            return match s.head(&mine) {
+                Ok(_) => false,
+                Err(StoreError::NotFound(_)) => true,
+                // Unsure: read it.
+                Err(_) => true,
+            };
         }
-        false
+        true
     }
 
     /// Check the manifest, and act on a new version (see the module docs).
@@ -464,8 +492,8 @@ impl Follower {
                     self.applied, m.log.epoch
                 )));
             }
-            if self.applied < from {
-                self.catch_up(&m)?;
+            if self.applied < from && !self.try_catch_up(&m)? {
+                return Ok(());
             }
             self.pending.clear();
             self.fenced = false;
@@ -487,8 +515,8 @@ impl Follower {
         let old = self.stop_tails();
         self.drain()?;
         self.advance()?;
-        if m.replay_from() > self.applied {
-            self.catch_up(&m)?;
+        if m.replay_from() > self.applied && !self.try_catch_up(&m)? {
+            return Ok(());
         }
         self.manifest = m;
         self.publish();
@@ -502,6 +530,26 @@ impl Follower {
             self.handle(m)?;
         }
         Ok(())
+    }
+
+    /// [`Follower::catch_up`]; `Ok(false)` if a chunk was missing, which
+    /// a writer's newer checkpoint explains (it deletes the older one): the
+    /// manifest is read again at once, and the caller stops here. Missing
+    /// chunks [`CATCH_UP_TRIES`] times in a row is damage.
+    fn try_catch_up(&mut self, m: &Manifest) -> Result<bool> {
+        match self.catch_up(m) {
+            Ok(()) => {
+                self.catch_up_failures = 0;
+                Ok(true)
+            }
+            Err(Error::Corrupt(e)) if self.catch_up_failures + 1 < CATCH_UP_TRIES => {
+                self.catch_up_failures += 1;
+                self.shared.counters.lock().last_error = Some(e);
+                self.check_manifest = true;
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Move to `m`'s checkpoint (the replica's applied CSN is below it).

@@ -258,11 +258,15 @@ impl ChainTail {
                     }
                     out.parts.push(part);
                 }
-                Err(DecodeError::Truncated { .. }) => return Ok(false),
+                Err(DecodeError::Truncated { .. }) if self.mode == Some(WriteMode::PutPerFlush) => {
+                    return Ok(false);
+                }
                 Err(e) if self.mode != Some(WriteMode::PutPerFlush) => {
-                    // A torn append (a writer died in it) is damage with
-                    // nothing valid after it, or only the next writer's
-                    // fence parts; anything else is corruption.
+                    // Half an append (still landing, or torn: its writer
+                    // died in it) is damage with nothing valid after it,
+                    // or only the next writer's fence parts; anything else
+                    // is corruption. A torn part's length can reach into
+                    // the fence part after it.
                     let rest = bytes.slice(at..);
                     match after_torn(&rest) {
                         AfterTorn::Nothing => return Ok(false),

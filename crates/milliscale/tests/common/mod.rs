@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod crash;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 use std::sync::Arc;
