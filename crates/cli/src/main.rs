@@ -52,6 +52,10 @@ enum Command {
     /// Print a table's rows as hex `key value` lines, in key order, from the
     /// database's durable state. Reads only: the writer is not fenced.
     Dump(DumpArgs),
+    /// Follow a database's log as a read replica: load the checkpoint,
+    /// apply what the writer commits, and print the replica's progress, lag
+    /// and cost. Reads only: the writer is not asked or fenced.
+    Replica(ReplicaArgs),
 }
 
 #[derive(Args)]
@@ -80,6 +84,37 @@ struct DumpArgs {
     /// The table to print.
     #[arg(long)]
     table: String,
+}
+
+#[derive(Args)]
+struct ReplicaArgs {
+    /// A store holding the database (repeat for replicas, in the writer's
+    /// order).
+    #[arg(long, required = true)]
+    store: Vec<String>,
+    /// Stop after this many seconds (default: run until killed).
+    #[arg(long = "for", value_name = "SECONDS")]
+    run_for: Option<f64>,
+    /// Stop once this CSN (a commit's token) is applied, or fail after
+    /// `--for` seconds (default 30) without it.
+    #[arg(long, value_name = "CSN")]
+    until_csn: Option<u64>,
+    /// Print a progress line this often, in seconds (0: never).
+    #[arg(long, default_value_t = 1.0)]
+    every: f64,
+    /// Poll a chain this often while the database is active, in ms.
+    #[arg(long, default_value_t = 5.0)]
+    poll_min_ms: f64,
+    /// Poll a chain at most this seldom while the database is idle, in ms.
+    #[arg(long, default_value_t = 1000.0)]
+    poll_max_ms: f64,
+    /// When it stops, print this table's rows (hex `key value` lines, in
+    /// key order) as the replica sees them.
+    #[arg(long)]
+    dump: Option<String>,
+    /// When it stops, print the metrics as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -1190,6 +1225,150 @@ fn dump(a: DumpArgs) -> Result<(), String> {
     out.flush().map_err(|e| e.to_string())
 }
 
+fn replica(a: ReplicaArgs) -> Result<(), String> {
+    let ms = |x: f64, what: &str| {
+        Duration::try_from_secs_f64(x / 1000.0).map_err(|_| format!("--{what} must be >= 0"))
+    };
+    let poll = milliscale::ReplicaOptions {
+        poll_min: ms(a.poll_min_ms, "poll-min-ms")?,
+        poll_max: ms(a.poll_max_ms, "poll-max-ms")?,
+        ..milliscale::ReplicaOptions::default()
+    };
+    let run_for = a
+        .run_for
+        .or(a.until_csn.map(|_| 30.0))
+        .map(Duration::try_from_secs_f64)
+        .transpose()
+        .map_err(|_| "--for must be >= 0".to_string())?;
+    let every = Duration::try_from_secs_f64(a.every).map_err(|_| "--every must be >= 0")?;
+    let started = std::time::Instant::now();
+    let r =
+        milliscale::Replica::open_with(store_options(&a.store), poll).map_err(|e| e.to_string())?;
+    eprintln!(
+        "replica of {}: checkpoint loaded in {:.2?}, following the log from CSN {}",
+        a.store.join(", "),
+        started.elapsed(),
+        r.applied_csn()
+    );
+    let step = if every.is_zero() { Duration::from_millis(100) } else { every };
+    let mut last_print = std::time::Instant::now();
+    let mut last_records = 0;
+    loop {
+        let left = run_for.map(|d| d.saturating_sub(started.elapsed()));
+        if left.is_some_and(|l| l.is_zero()) {
+            break;
+        }
+        let wait = left.map_or(step, |l| l.min(step));
+        if let Some(csn) = a.until_csn {
+            match r.wait_for(csn, wait) {
+                Ok(()) => break,
+                Err(milliscale::Error::Stale { .. }) => {}
+                Err(e) => return Err(e.to_string()),
+            }
+        } else {
+            std::thread::sleep(wait);
+        }
+        if let Some(e) = r.error() {
+            return Err(format!("the replica stopped: {e}"));
+        }
+        if !every.is_zero() && last_print.elapsed() >= every {
+            let m = r.metrics();
+            let per_s = (m.records_applied - last_records) as f64
+                / last_print.elapsed().as_secs_f64().max(1e-9);
+            eprintln!(
+                "applied CSN {} (seen {}), epoch {}, {:.0} records/s, lag p50 {:.1?} p99 {:.1?}, \
+                 {:.0} requests/h{}",
+                m.applied_csn,
+                m.seen_csn,
+                m.epoch,
+                per_s,
+                m.lag_p50,
+                m.lag_p99,
+                m.requests_per_hour(),
+                m.usd_per_hour().map(|u| format!(", ${u:.4}/h")).unwrap_or_default()
+            );
+            last_records = m.records_applied;
+            last_print = std::time::Instant::now();
+        }
+    }
+    if let Some(csn) = a.until_csn
+        && r.applied_csn() <= csn
+    {
+        let m = r.metrics();
+        return Err(format!(
+            "CSN {csn} was not applied within {:.1?}: the replica has applied every CSN below {} \
+             and read the log up to CSN {}",
+            started.elapsed(),
+            m.applied_csn,
+            m.seen_csn
+        ));
+    }
+    r.close();
+    let m = r.metrics();
+    if let Some(table) = &a.dump {
+        use std::io::Write;
+        let t = r.open_table(table).map_err(|e| e.to_string())?;
+        let mut tx = r.begin().map_err(|e| e.to_string())?;
+        let rows = tx
+            .scan(
+                &t,
+                std::ops::Bound::Unbounded,
+                std::ops::Bound::Unbounded,
+                milliscale::Direction::Forward,
+                usize::MAX,
+            )
+            .map_err(|e| e.to_string())?;
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        for (k, v) in &rows {
+            writeln!(out, "{} {}", hex(k), hex(v)).map_err(|e| e.to_string())?;
+        }
+    }
+    if a.json {
+        let j = serde_json::json!({
+            "applied_csn": m.applied_csn,
+            "seen_csn": m.seen_csn,
+            "epoch": m.epoch,
+            "manifest_version": m.manifest_version,
+            "elapsed_s": m.elapsed.as_secs_f64(),
+            "entries_applied": m.entries_applied,
+            "records_applied": m.records_applied,
+            "records_per_s": m.records_per_s(),
+            "lag_ms": {
+                "p50": m.lag_p50.as_secs_f64() * 1e3,
+                "p99": m.lag_p99.as_secs_f64() * 1e3,
+                "max": m.lag_max.as_secs_f64() * 1e3,
+            },
+            "polls": m.polls,
+            "poll_errors": m.poll_errors,
+            "get_requests": m.get_requests,
+            "put_requests": m.put_requests,
+            "bytes_read": m.bytes_read,
+            "requests_per_hour": m.requests_per_hour(),
+            "cost_usd": m.cost_usd,
+            "usd_per_hour": m.usd_per_hour(),
+            "catch_ups": m.catch_ups,
+            "epochs_followed": m.epochs_followed,
+            "last_error": m.last_error,
+        });
+        println!("{}", serde_json::to_string_pretty(&j).map_err(|e| e.to_string())?);
+    } else {
+        eprintln!(
+            "stopped at CSN {}: {} transactions ({} records) applied in {:.1?}, lag p50 {:.1?} \
+             p99 {:.1?} max {:.1?}, {} GET-class and {} PUT-class requests",
+            m.applied_csn,
+            m.entries_applied,
+            m.records_applied,
+            m.elapsed,
+            m.lag_p50,
+            m.lag_p99,
+            m.lag_max,
+            m.get_requests,
+            m.put_requests
+        );
+    }
+    Ok(())
+}
+
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
@@ -1207,6 +1386,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Recover(a) => recover(a),
         Command::Dump(a) => dump(a),
+        Command::Replica(a) => replica(a),
         Command::Bench(Bench::Ycsb(a)) => bench_ycsb(a),
         Command::Bench(Bench::Tpcc(a)) => bench_tpcc(a),
         Command::Bench(Bench::Sweep(a)) => bench_sweep(a),

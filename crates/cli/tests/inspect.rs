@@ -89,7 +89,11 @@ fn recover_refuses_a_store_without_a_database_unless_told_to_create_one() {
     assert!(err.contains("no database at"), "{err}");
     let left: Vec<_> = std::fs::read_dir(&dir).expect("dir").collect();
     assert!(left.is_empty(), "nothing written: {left:?}");
-    for args in [&["inspect", "--store", &url][..], &["dump", "--store", &url, "--table", "t"]] {
+    for args in [
+        &["inspect", "--store", &url][..],
+        &["dump", "--store", &url, "--table", "t"],
+        &["replica", "--store", &url, "--for", "0.1"],
+    ] {
         let out = bin().args(args).output().expect("run");
         assert!(!out.status.success(), "{args:?}");
         assert!(String::from_utf8_lossy(&out.stderr).contains("no database at"), "{args:?}");
@@ -100,5 +104,36 @@ fn recover_refuses_a_store_without_a_database_unless_told_to_create_one() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("created an empty one"));
     let out = bin().args(["recover", "--store", &url, "--json"]).output().expect("recover");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_replica_reads_what_the_writer_committed() {
+    let dir = std::env::temp_dir().join(format!("milliscale-replica-cli-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let url = format!("file://{}", dir.display());
+    let bank = bin()
+        .args(["bench", "bank", "--store", &url, "--duration", "0.5", "--threads", "2"])
+        .args(["--accounts", "50"])
+        .output()
+        .expect("bank");
+    assert!(bank.status.success(), "{}", String::from_utf8_lossy(&bank.stderr));
+    let dump = bin().args(["dump", "--store", &url, "--table", "accounts"]).output().expect("dump");
+    assert!(dump.status.success(), "{}", String::from_utf8_lossy(&dump.stderr));
+    let rows = String::from_utf8_lossy(&dump.stdout).to_string();
+    assert_eq!(rows.lines().count(), 50, "{rows}");
+    let out = bin()
+        .args(["replica", "--store", &url, "--for", "2", "--every", "0", "--dump", "accounts"])
+        .args(["--json", "--poll-min-ms", "1"])
+        .output()
+        .expect("replica");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let (dumped, json) = text.split_at(text.find('{').expect("the metrics follow the rows"));
+    assert_eq!(dumped, rows, "the replica's accounts differ from the durable state");
+    let m: serde_json::Value = serde_json::from_str(json).expect("json");
+    assert!(m["entries_applied"].as_u64().expect("entries") > 0, "{m}");
+    assert!(m["get_requests"].as_u64().expect("requests") > 0, "{m}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -175,6 +175,13 @@ impl Replica {
         }
         let shared = Arc::new(Shared::new());
         {
+            let mut p = shared.progress.lock();
+            p.applied = base;
+            p.seen = base;
+            p.epoch = m.log.epoch;
+            p.manifest_version = m.version;
+        }
+        {
             let mut c = shared.counters.lock();
             c.get_class += m.checkpoint.as_ref().map_or(0, |c| c.chunks.len() as u64);
             c.get_class += named.len() as u64;
