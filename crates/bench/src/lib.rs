@@ -10,6 +10,7 @@ pub mod harness;
 pub mod index_bench;
 pub mod keys;
 pub mod plot;
+pub mod replica_bench;
 pub mod report;
 pub mod rss;
 pub mod store_bench;

@@ -77,6 +77,10 @@ pub struct YcsbConfig {
     pub pacing: Pacing,
     /// Draw a progress bar on stderr (only if it is a terminal).
     pub progress: bool,
+    /// Run a read replica beside the writer (`replica_bench`); after the
+    /// measured phase, this many reader threads read from it for
+    /// `replica_read` (0: no read phase).
+    pub replica: Option<(usize, Duration)>,
 }
 
 impl YcsbConfig {
@@ -204,8 +208,12 @@ pub fn run(cfg: &YcsbConfig) -> Result<Report, String> {
         Engine::Milliscale => {
             let mut log = cfg.log.clone();
             log.seed_sims(cfg.seed);
-            let db = Database::open(log.options(cfg.threads).isolation(cfg.isolation))
-                .map_err(|e| e.to_string())?;
+            let mut opts = log.options(cfg.threads).isolation(cfg.isolation);
+            if cfg.replica.is_some() {
+                // One handle per store, shared with the replica.
+                opts = opts.open_stores().map_err(|e| e.to_string())?;
+            }
+            let db = Database::open(opts.clone()).map_err(|e| e.to_string())?;
             if let Some(r) = db.recovery_report() {
                 return Err(format!(
                     "the store already holds a database (epoch {}, tables {:?}); YCSB loads \
@@ -230,18 +238,51 @@ pub fn run(cfg: &YcsbConfig) -> Result<Report, String> {
                 cfg.records,
                 t0.elapsed().as_secs_f64()
             ));
+            let replica = match cfg.replica {
+                Some(_) => Some(crate::replica_bench::ReplicaRun::open(&db, &opts)?),
+                None => None,
+            };
             let window = LogWindow::new(&db);
             // Checkpoint cost over the measured window: the background column.
             let background = parking_lot::Mutex::new(Vec::new());
-            let (stats, measured) = drive(
-                &cfg.shape(),
-                &phase,
-                |w| engine_worker(&db, &table, cfg, &chooser, &phase, w),
-                |p| {
-                    window.at(p);
-                    background.lock().push(db.checkpoint_stats().cost_usd.unwrap_or(0.0));
-                },
-            )?;
+            let (stats, measured) = std::thread::scope(|s| {
+                if let Some(r) = &replica {
+                    s.spawn(|| r.probe(&db));
+                }
+                let out = drive(
+                    &cfg.shape(),
+                    &phase,
+                    |w| engine_worker(&db, &table, cfg, &chooser, &phase, w),
+                    |p| {
+                        window.at(p);
+                        background.lock().push(db.checkpoint_stats().cost_usd.unwrap_or(0.0));
+                        if let Some(r) = &replica {
+                            r.mark(&db, p == PHASE_MEASURE);
+                        }
+                    },
+                );
+                if let Some(r) = &replica {
+                    r.stop();
+                }
+                out
+            })?;
+            if let (Some(r), Some((readers, secs))) = (&replica, cfg.replica) {
+                let reads = if readers > 0 && !secs.is_zero() {
+                    Some(r.read_throughput(
+                        &chooser,
+                        cfg.ops_per_txn,
+                        readers,
+                        secs,
+                        cfg.seed,
+                        |id| key_bytes(id).to_vec(),
+                    )?)
+                } else {
+                    None
+                };
+                let (x, note) = r.report(&db, reads);
+                extra.extend(x);
+                notes.push(note);
+            }
             let committed: u64 = stats.iter().map(|s| s.committed[0] + s.committed[1]).sum();
             log_report = window.report(measured.0, committed);
             if let (Some(l), [before, after]) = (&log_report, background.lock().as_slice()) {
@@ -530,6 +571,7 @@ mod tests {
             seed: 7,
             pacing: Pacing::Closed,
             progress: false,
+            replica: None,
         }
     }
 

@@ -487,6 +487,18 @@ struct YcsbArgs {
     /// SlateDB only: its WAL flush interval in milliseconds.
     #[arg(long, default_value_t = 10.0)]
     slatedb_flush_ms: f64,
+    /// Run a read replica beside the writer, on the same stores: report its
+    /// lag (writer gCSN to replica visibility), whether it keeps up, and
+    /// its requests; then read from it (see --replica-readers).
+    #[arg(long)]
+    replica: bool,
+    /// With --replica: reader threads that run read-only transactions of
+    /// --ops-per-txn keys on the replica after the measured phase.
+    #[arg(long, default_value_t = 2)]
+    replica_readers: usize,
+    /// With --replica: seconds the readers run.
+    #[arg(long, default_value_t = 3.0)]
+    replica_read_secs: f64,
     #[command(flatten)]
     run: RunArgs,
 }
@@ -832,6 +844,11 @@ fn bench_ycsb(a: YcsbArgs) -> Result<(), String> {
         seed: r.seed,
         pacing: r.pacing(),
         progress: r.progress(),
+        replica: if a.replica {
+            Some((a.replica_readers, seconds("replica-read-secs", a.replica_read_secs)?))
+        } else {
+            None
+        },
     };
     let report = if matches!(a.engine, EngineArg::Slatedb) {
         let opts = peer::slatedb_ycsb::SlateOptions {

@@ -249,6 +249,24 @@ impl Options {
         self
     }
 
+    /// Open every store given by URL now, so that everything opened with
+    /// these options (a database, and a [`crate::Replica`] in the same
+    /// process) shares one handle per store: a `sim://` or `memory://` URL
+    /// names a new store each time it is opened.
+    pub fn open_stores(mut self) -> Result<Options> {
+        for spec in &mut self.stores {
+            if let StoreSpec::Url(_) = spec {
+                *spec = StoreSpec::Handle(spec.open()?);
+            }
+        }
+        Ok(self)
+    }
+
+    /// The stores, in order.
+    pub fn stores(&self) -> &[StoreSpec] {
+        &self.stores
+    }
+
     /// How many stores must hold a part. Default majority.
     pub fn quorum(mut self, quorum: Quorum) -> Options {
         self.quorum = quorum;

@@ -64,6 +64,7 @@ fn slatedb_runs_ycsb_on_a_sim_store_with_durable_commits() {
         seed: 3,
         pacing: milliscale_bench::harness::Pacing::Closed,
         progress: false,
+        replica: None,
     };
     let opts =
         peer::slatedb_ycsb::SlateOptions { clients: 8, flush_interval: Duration::from_millis(10) };

@@ -1,0 +1,199 @@
+//! A read replica beside a benchmark's writer, in the same process and on
+//! the same store handles (`bench ycsb --replica`).
+//!
+//! - **Lag**: a probe reads the writer's gCSN (every CSN below it is
+//!   durable, so acknowledged or about to be) and waits until the replica
+//!   has applied it; the time taken is one sample. Probes run back to back
+//!   (2 ms apart) through the measured phase.
+//! - **Keeping up**: the replica's applied transactions per second against
+//!   the writer's CSNs per second over the measured phase, and the replica's
+//!   distance in CSNs at its end.
+//! - **Reads**: after the writer's workers stop, reader threads run
+//!   read-only transactions of the workload's key choice on the replica.
+//! - **Cost**: the replica's own requests and dollars per hour. In this
+//!   setup they also reach the writer's store accounting.
+//!
+//! On this 2-core machine the replica's threads compete with the writer's
+//! for CPU; the report says so.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use milliscale::{Database, Options, Replica, ReplicaOptions, Table};
+use parking_lot::Mutex;
+
+use crate::keys::KeyChooser;
+
+/// A replica and its lag probe.
+pub struct ReplicaRun {
+    pub replica: Replica,
+    lag_us: Mutex<Histogram<u64>>,
+    measuring: AtomicBool,
+    stop: AtomicBool,
+    /// (writer next CSN, replica entries applied, replica applied CSN,
+    /// instant) at the start and end of the measured phase.
+    marks: Mutex<Vec<(u64, u64, u64, Instant)>>,
+    probes: AtomicU64,
+    caught_up_in: Duration,
+}
+
+impl ReplicaRun {
+    /// Open a replica on `db`'s stores (`writer` must have been through
+    /// [`Options::open_stores`]) and wait until it has applied what the
+    /// writer has made durable so far.
+    pub fn open(db: &Database, writer: &Options) -> Result<ReplicaRun, String> {
+        let mut o = Options::new();
+        for s in writer.stores() {
+            o = o.add_store_handle(s.open().map_err(|e| e.to_string())?);
+        }
+        let started = Instant::now();
+        let replica =
+            Replica::open_with(o, ReplicaOptions::default()).map_err(|e| e.to_string())?;
+        let target = db.durable_csn().saturating_sub(1);
+        replica
+            .wait_for(target, Duration::from_secs(600))
+            .map_err(|e| format!("the replica did not catch up with the load: {e}"))?;
+        Ok(ReplicaRun {
+            replica,
+            lag_us: Mutex::new(Histogram::new_with_bounds(1, 600_000_000, 3).expect("bounds")),
+            measuring: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            marks: Mutex::new(Vec::new()),
+            probes: AtomicU64::new(0),
+            caught_up_in: started.elapsed(),
+        })
+    }
+
+    /// The probe loop; run it on its own thread until [`ReplicaRun::stop`].
+    pub fn probe(&self, db: &Database) {
+        while !self.stop.load(Ordering::Acquire) {
+            let g = db.durable_csn();
+            let t0 = Instant::now();
+            if g > 1
+                && self.replica.wait_for(g - 1, Duration::from_secs(30)).is_ok()
+                && self.measuring.load(Ordering::Acquire)
+            {
+                {
+                    let us = t0.elapsed().as_micros().max(1) as u64;
+                    self.lag_us.lock().saturating_record(us);
+                    self.probes.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// Mark the start (`start = true`) or end of the measured phase.
+    pub fn mark(&self, db: &Database, start: bool) {
+        self.measuring.store(start, Ordering::Release);
+        if start {
+            self.replica.reset_lag();
+        }
+        let m = self.replica.metrics();
+        let at = (db.stats().next_csn, m.entries_applied, m.applied_csn, Instant::now());
+        self.marks.lock().push(at);
+    }
+
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+    }
+
+    /// Run `threads` readers of `ops` keys per transaction on the replica
+    /// for `duration`; returns transactions per second.
+    pub fn read_throughput(
+        &self,
+        chooser: &KeyChooser,
+        ops: usize,
+        threads: usize,
+        duration: Duration,
+        seed: u64,
+        key_bytes: impl Fn(u64) -> Vec<u8> + Sync,
+    ) -> Result<f64, String> {
+        use rand::SeedableRng;
+        let table: Table = self.replica.open_table("usertable").map_err(|e| e.to_string())?;
+        let done = AtomicBool::new(false);
+        let count = AtomicU64::new(0);
+        let started = Instant::now();
+        std::thread::scope(|s| {
+            let mut workers = Vec::new();
+            for w in 0..threads {
+                let (table, done, count, key_bytes) = (&table, &done, &count, &key_bytes);
+                workers.push(s.spawn(move || -> Result<(), String> {
+                    let mut rng = rand::rngs::SmallRng::seed_from_u64(seed ^ (w as u64 + 77));
+                    let mut n = 0u64;
+                    while !done.load(Ordering::Relaxed) {
+                        let mut tx = self.replica.begin().map_err(|e| e.to_string())?;
+                        for _ in 0..ops {
+                            let k = key_bytes(chooser.next(&mut rng));
+                            let found = tx
+                                .get_with(table, &k, |v| {
+                                    std::hint::black_box(v.len());
+                                })
+                                .map_err(|e| e.to_string())?;
+                            if found.is_none() {
+                                return Err("a record is missing on the replica".into());
+                            }
+                        }
+                        n += 1;
+                    }
+                    count.fetch_add(n, Ordering::Relaxed);
+                    Ok(())
+                }));
+            }
+            std::thread::sleep(duration);
+            done.store(true, Ordering::Relaxed);
+            workers.into_iter().try_for_each(|h| h.join().expect("a reader panicked"))
+        })?;
+        Ok(count.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64())
+    }
+
+    /// The report's figures (`replica_*`), and a note.
+    pub fn report(
+        &self,
+        db: &Database,
+        read_txn_per_s: Option<f64>,
+    ) -> (BTreeMap<String, f64>, String) {
+        let mut x = BTreeMap::new();
+        let h = self.lag_us.lock();
+        let ms = |us: u64| us as f64 / 1000.0;
+        if !h.is_empty() {
+            x.insert("replica_lag_p50_ms".into(), ms(h.value_at_quantile(0.5)));
+            x.insert("replica_lag_p99_ms".into(), ms(h.value_at_quantile(0.99)));
+            x.insert("replica_lag_max_ms".into(), ms(h.max()));
+        }
+        let m = self.replica.metrics();
+        let marks = self.marks.lock();
+        if let [(c0, a0, _, t0), (c1, a1, p1, t1), ..] = marks.as_slice() {
+            let s = (*t1 - *t0).as_secs_f64().max(1e-9);
+            x.insert("writer_csn_per_s".into(), (c1 - c0) as f64 / s);
+            x.insert("replica_applied_per_s".into(), (a1 - a0) as f64 / s);
+            // At the end of the measured phase (the writer's next CSN
+            // against the replica's applied CSN).
+            x.insert("replica_behind_csns_at_end".into(), c1.saturating_sub(*p1) as f64);
+        }
+        x.insert("replica_store_lag_p99_ms".into(), m.lag_p99.as_secs_f64() * 1e3);
+        x.insert("replica_requests_per_hour".into(), m.requests_per_hour());
+        if let Some(u) = m.usd_per_hour() {
+            x.insert("replica_usd_per_hour".into(), u);
+        }
+        if let Some(r) = read_txn_per_s {
+            x.insert("replica_read_txn_per_s".into(), r);
+        }
+        let note = format!(
+            "replica: caught up with the load in {:.2?}; {} lag probes (writer gCSN to replica \
+             visibility); it applied {} transactions, {} records, with {} GET-class and {} \
+             PUT-class requests of its own (they also count in the store's accounting above); \
+             it shares this machine's 2 cores with the writer; writer durable CSN {}",
+            self.caught_up_in,
+            self.probes.load(Ordering::Relaxed),
+            m.entries_applied,
+            m.records_applied,
+            m.get_requests,
+            m.put_requests,
+            db.durable_csn()
+        );
+        (x, note)
+    }
+}
