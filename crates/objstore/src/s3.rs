@@ -394,13 +394,14 @@ impl ObjectStore for S3Store {
             };
         }
         // S3 clips a range that ends past the object, and answers 416 to one
-        // that starts at or past its end; only then is the size needed.
-        let req = self
-            .client
-            .get_object()
-            .bucket(&self.bucket)
-            .key(self.full(key)?)
-            .range(format!("bytes={}-{}", range.start, range.end - 1));
+        // that starts at or past its end; only then is the size needed. An
+        // unbounded end is sent open (`bytes=N-`, "to the end").
+        let spec = if range.end == u64::MAX {
+            format!("bytes={}-", range.start)
+        } else {
+            format!("bytes={}-{}", range.start, range.end - 1)
+        };
+        let req = self.client.get_object().bucket(&self.bucket).key(self.full(key)?).range(spec);
         match self.fetch(Kind::GetRange, req, key) {
             Err(StoreError::InvalidRequest(m)) if m.contains("InvalidRange") => {
                 let size = self.head(key)?.size;
