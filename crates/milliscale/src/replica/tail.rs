@@ -486,7 +486,7 @@ mod tests {
     }
 
     #[test]
-    fn half_a_part_waits_and_damage_is_corrupt() {
+    fn half_a_part_waits_and_damage_before_a_part_is_corrupt() {
         let chain = Chain::new(0, 0);
         let key = segment_key(chain, 0);
         let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
@@ -501,7 +501,37 @@ mod tests {
         let mut bad = part(2).to_vec();
         let last = bad.len() - 1;
         bad[last] ^= 0xff;
+        let bad_len = bad.len() as u64;
         store.append(&key, p.len() as u64, Bytes::from(bad)).expect("append");
+        // Damage with nothing after it may be a torn append: it waits, as
+        // recovery would cut it.
+        assert!(tail.poll(&store).expect("poll").parts.is_empty(), "a torn tail waits");
+        // A valid part after it: the damage is not a torn tail.
+        store.append(&key, p.len() as u64 + bad_len, part(3)).expect("append");
         assert!(matches!(tail.poll(&store), Err(Error::Corrupt(_))));
+    }
+
+    #[test]
+    fn a_torn_append_then_the_next_writers_fence_ends_the_chain() {
+        let chain = Chain::new(0, 0);
+        let key = segment_key(chain, 0);
+        let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+        store.append(&key, 0, part(1)).expect("append");
+        let at = part(1).len();
+        // A big part torn after a few bytes: its length reaches past the
+        // fence part that follows.
+        let mut b = PartBuilder::new(0, 4096);
+        for csn in 2..60 {
+            b.push(&Entry::Abort { csn });
+        }
+        let torn = b.finish().slice(..40);
+        store.append(&key, at as u64, torn.clone()).expect("torn");
+        let mut tail = ChainTail::new(chain, 0, 10_000);
+        assert_eq!(csns(&tail.poll(&store).expect("poll").parts), [1]);
+        assert_eq!(tail.fenced_by(), None, "a torn tail alone waits");
+        store.append(&key, (at + torn.len()) as u64, fence_part(0, 9)).expect("fence");
+        store.append(&segment_key(chain, 1), 0, fence_part(0, 9)).expect("fence");
+        assert!(tail.poll(&store).expect("poll").parts.is_empty());
+        assert_eq!(tail.fenced_by(), Some(9));
     }
 }
