@@ -4,73 +4,15 @@
 //! checkpoint, it follows a new writer (a new epoch), an idle database
 //! costs it few requests, and it refuses an address with no database.
 
-use std::ops::{Bound, Range};
+use std::ops::Bound;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::switch::Switch;
 use milliscale::{Database, Direction, Error, Options, Replica, ReplicaOptions};
-use objstore::{Bytes, MemoryStore, ObjectMeta, ObjectStore, Result, StoreError};
-
-/// A store whose reads fail (a transient error) while it is cut off: the
-/// replica's side of a network partition.
-#[derive(Debug)]
-struct CutOff {
-    inner: Arc<dyn ObjectStore>,
-    cut: AtomicBool,
-}
-
-impl CutOff {
-    fn new(inner: Arc<dyn ObjectStore>) -> Arc<CutOff> {
-        Arc::new(CutOff { inner, cut: AtomicBool::new(false) })
-    }
-    fn check(&self) -> Result<()> {
-        if self.cut.load(Ordering::SeqCst) {
-            Err(StoreError::Transient("cut off".into()))
-        } else {
-            Ok(())
-        }
-    }
-}
-
-impl ObjectStore for CutOff {
-    fn put(&self, key: &str, body: Bytes) -> Result<ObjectMeta> {
-        self.check()?;
-        self.inner.put(key, body)
-    }
-    fn put_if_absent(&self, key: &str, body: Bytes) -> Result<ObjectMeta> {
-        self.check()?;
-        self.inner.put_if_absent(key, body)
-    }
-    fn put_if_match(&self, key: &str, body: Bytes, etag: &str) -> Result<ObjectMeta> {
-        self.check()?;
-        self.inner.put_if_match(key, body, etag)
-    }
-    fn append(&self, key: &str, offset: u64, body: Bytes) -> Result<ObjectMeta> {
-        self.check()?;
-        self.inner.append(key, offset, body)
-    }
-    fn get(&self, key: &str) -> Result<Bytes> {
-        self.check()?;
-        self.inner.get(key)
-    }
-    fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
-        self.check()?;
-        self.inner.get_range(key, range)
-    }
-    fn head(&self, key: &str) -> Result<ObjectMeta> {
-        self.check()?;
-        self.inner.head(key)
-    }
-    fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>> {
-        self.check()?;
-        self.inner.list(prefix)
-    }
-    fn delete(&self, key: &str) -> Result<()> {
-        self.check()?;
-        self.inner.delete(key)
-    }
-}
+use objstore::{MemoryStore, ObjectStore};
 
 fn writer(store: &Arc<dyn ObjectStore>) -> Options {
     Options::new()
@@ -168,7 +110,7 @@ fn reads_at_a_commits_token_see_it_and_snapshots_only_move_forward() {
 #[test]
 fn a_replica_cut_off_while_the_writer_truncates_catches_up_from_the_checkpoint() {
     let inner: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
-    let cut = CutOff::new(Arc::clone(&inner));
+    let cut = Switch::new(Arc::clone(&inner));
     let db = Database::open(writer(&inner)).expect("open");
     let t = db.create_table("t").expect("table");
     let u = db.create_table("u").expect("table");
@@ -194,7 +136,7 @@ fn a_replica_cut_off_while_the_writer_truncates_catches_up_from_the_checkpoint()
     assert_eq!(all(&replica, "t"), all_db(&db, "t"));
     // Cut off: the writer goes on, checkpoints twice (deleting the log the
     // replica has not read), and goes on.
-    cut.cut.store(true, Ordering::SeqCst);
+    cut.set_down(true);
     let before = replica.applied_csn();
     for i in 101..300 {
         commit(i);
@@ -208,7 +150,7 @@ fn a_replica_cut_off_while_the_writer_truncates_catches_up_from_the_checkpoint()
     std::thread::sleep(Duration::from_millis(100));
     assert_eq!(replica.applied_csn(), before, "a cut-off replica moved");
     assert!(replica.metrics().poll_errors > 0);
-    cut.cut.store(false, Ordering::SeqCst);
+    cut.set_down(false);
     replica.wait_for(last, WAIT).expect("caught up after the cut");
     assert_eq!(all(&replica, "t"), all_db(&db, "t"));
     assert_eq!(all(&replica, "u"), all_db(&db, "u"));

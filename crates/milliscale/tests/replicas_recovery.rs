@@ -5,76 +5,22 @@
 //! with the down store still down (two of three answer) or back up.
 
 use std::collections::BTreeSet;
-use std::ops::{Bound, Range};
+use std::ops::Bound;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+mod common;
+
+use common::switch::Switch;
 use milliscale::log::record::decode_segment;
 use milliscale::{Database, Direction, Error, Options};
-use objstore::{Bytes, MemoryStore, ObjectMeta, ObjectStore, Result, StoreError};
+use objstore::{Bytes, MemoryStore, ObjectStore};
 use parking_lot::Mutex;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 const ACCOUNTS: u64 = 10;
 const INITIAL: u64 = 1000;
-
-/// A store that can be switched off: every request fails as unavailable.
-#[derive(Debug)]
-struct Switch {
-    inner: Arc<MemoryStore>,
-    down: AtomicBool,
-}
-
-impl Switch {
-    fn check(&self) -> Result<()> {
-        if self.down.load(Ordering::Relaxed) {
-            Err(StoreError::Transient("503 the store is down".into()))
-        } else {
-            Ok(())
-        }
-    }
-}
-
-impl ObjectStore for Switch {
-    fn put(&self, key: &str, body: Bytes) -> Result<ObjectMeta> {
-        self.check()?;
-        self.inner.put(key, body)
-    }
-    fn put_if_absent(&self, key: &str, body: Bytes) -> Result<ObjectMeta> {
-        self.check()?;
-        self.inner.put_if_absent(key, body)
-    }
-    fn put_if_match(&self, key: &str, body: Bytes, etag: &str) -> Result<ObjectMeta> {
-        self.check()?;
-        self.inner.put_if_match(key, body, etag)
-    }
-    fn append(&self, key: &str, offset: u64, body: Bytes) -> Result<ObjectMeta> {
-        self.check()?;
-        self.inner.append(key, offset, body)
-    }
-    fn get(&self, key: &str) -> Result<Bytes> {
-        self.check()?;
-        self.inner.get(key)
-    }
-    fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
-        self.check()?;
-        self.inner.get_range(key, range)
-    }
-    fn head(&self, key: &str) -> Result<ObjectMeta> {
-        self.check()?;
-        self.inner.head(key)
-    }
-    fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>> {
-        self.check()?;
-        self.inner.list(prefix)
-    }
-    fn delete(&self, key: &str) -> Result<()> {
-        self.check()?;
-        self.inner.delete(key)
-    }
-}
 
 fn options(stores: &[Arc<Switch>]) -> Options {
     let mut o = Options::new()
@@ -109,7 +55,7 @@ fn run(stores: &[Arc<Switch>], seed: u64) -> BTreeSet<u64> {
                 let mut rng = SmallRng::seed_from_u64(seed * 2 + w);
                 for n in 0..150u64 {
                     if w == 0 && n == 60 {
-                        stores[0].down.store(true, Ordering::Relaxed);
+                        stores[0].set_down(true);
                     }
                     let id = n * 2 + w;
                     let r = (|| {
@@ -145,7 +91,7 @@ fn run(stores: &[Arc<Switch>], seed: u64) -> BTreeSet<u64> {
 }
 
 /// The last segment object of each group on `store`.
-fn last_segments(store: &MemoryStore) -> Vec<String> {
+fn last_segments(store: &dyn ObjectStore) -> Vec<String> {
     let mut last: std::collections::BTreeMap<String, String> = Default::default();
     for o in store.list("log/").expect("list") {
         let group = o.key[..9].to_owned();
@@ -174,19 +120,13 @@ fn check(stores: &[Arc<Switch>], acked: &BTreeSet<u64>, what: &str) -> Option<us
 #[test]
 fn a_down_store_a_lost_tail_and_a_damaged_part_lose_nothing() {
     for seed in 0..3 {
-        let stores: Vec<Arc<Switch>> = (0..3)
-            .map(|_| {
-                Arc::new(Switch {
-                    inner: Arc::new(MemoryStore::new()),
-                    down: AtomicBool::new(false),
-                })
-            })
-            .collect();
+        let stores: Vec<Arc<Switch>> =
+            (0..3).map(|_| Switch::new(Arc::new(MemoryStore::new()))).collect();
         let acked = run(&stores, seed);
         assert!(acked.len() > 200, "{} acknowledged", acked.len());
 
         // Store 1 loses the last parts of each group's log.
-        for key in last_segments(&stores[1].inner) {
+        for key in last_segments(stores[1].inner.as_ref()) {
             let b = stores[1].inner.get(&key).expect("get");
             let (parts, _) = decode_segment(&b);
             let mut cut = 0;
@@ -206,7 +146,7 @@ fn a_down_store_a_lost_tail_and_a_damaged_part_lose_nothing() {
         let repaired = check(&stores, &acked, &format!("seed {seed}, store 0 down"));
         assert!(repaired.is_some_and(|n| n > 0), "the damaged part was taken from another store");
         // Store 0 back, with only the log up to when it went down.
-        stores[0].down.store(false, Ordering::Relaxed);
+        stores[0].set_down(false);
         check(&stores, &acked, &format!("seed {seed}, all up"));
         // And the next writer recovers it and goes on.
         let t0 = std::time::Instant::now();

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod crash;
+pub mod switch;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
