@@ -57,6 +57,11 @@ pub(crate) struct DbInner {
     manifest: Option<ManifestState>,
     /// What recovery found at open, if the database existed.
     recovery: Option<RecoveryReport>,
+    /// What the promotion did, if a replica became this writer.
+    promotion: Option<PromotionReport>,
+    /// Take a checkpoint at the checkpointer's next wake-up, whatever the
+    /// log volume (after a promotion: it drops the sealed logs).
+    checkpoint_soon: AtomicBool,
     /// Opened with `open_read_only`: every transaction is read-only.
     read_only: bool,
     /// One checkpoint at a time.
@@ -113,10 +118,34 @@ fn read_log(
     options: &Options,
 ) -> Result<(recovery::ReplayPlan, RecoveryReport)> {
     let threads = options.recovery_threads;
-    let from = m.replay_from();
-    let scan = recovery::scan_stores(named, needed, &m.log, from, threads, options.store_deadline)?;
+    let deadline = options.store_deadline;
+    // The sealed logs first, each as its seal decided; then the current
+    // log from where they end.
+    let mut sealed = Vec::new();
+    let (mut objects, mut bytes) = (0, 0);
+    for seal in &m.sealed {
+        let scan = recovery::scan_sealed(named, needed, seal, threads, deadline)?;
+        objects += scan.objects;
+        bytes += scan.bytes;
+        sealed.push(recovery::plan_sealed(scan, seal)?);
+    }
+    let scan = recovery::scan_stores(named, needed, &m.log, m.log_from(), threads, deadline)?;
     let mut report = RecoveryReport::new(m, claim, &scan, threads);
-    let plan = recovery::plan_replay_owned(scan)?;
+    report.log_objects += objects;
+    report.log_bytes += bytes;
+    report.sealed_logs = sealed.len();
+    let mut plan = recovery::plan_replay_owned(scan)?;
+    if !sealed.is_empty() {
+        let last = std::mem::take(&mut plan);
+        plan.max_csn = sealed.iter().map(|p| p.max_csn).max().unwrap_or(0).max(last.max_csn);
+        plan.prefix = last.prefix;
+        for p in sealed.into_iter().chain(std::iter::once(last)) {
+            plan.replay.extend(p.replay);
+            plan.dropped.extend(p.dropped);
+            plan.aborts += p.aborts;
+            plan.covered += p.covered;
+        }
+    }
     report.set_plan(&plan);
     Ok((plan, report))
 }
@@ -164,6 +193,49 @@ fn price(stores: &[(String, Arc<dyn ObjectStore>)], put: u64, up: u64) -> Option
 struct Catalog {
     by_name: HashMap<String, Arc<TableInner>>,
     by_id: Vec<Arc<TableInner>>,
+}
+
+/// What a replica's promotion to writer found and did
+/// (`Replica::promote`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PromotionReport {
+    /// The epoch of the writer it replaced.
+    pub old_epoch: u64,
+    /// The epoch it writes as.
+    pub new_epoch: u64,
+    /// The replica's applied CSN when promotion began.
+    pub applied_before: Csn,
+    /// The sealed log's contiguous prefix (on a quorum of stores).
+    pub prefix: Csn,
+    /// Commits above the prefix replayed (DSN below it).
+    pub above: usize,
+    /// Commits seen but not replayed.
+    pub dropped: usize,
+    /// Transactions applied during promotion (the rest of the old log).
+    pub applied: u64,
+    /// The new log's first CSN.
+    pub base_csn: Csn,
+    /// Time per step.
+    pub timings: PromotionTimings,
+}
+
+/// How long each step of a promotion took.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PromotionTimings {
+    /// Reading the manifest until the replica follows the current log.
+    pub catch_up: Duration,
+    /// Creating the next manifest version with the next epoch.
+    pub claim: Duration,
+    /// Fencing the old writer's log.
+    pub fence: Duration,
+    /// Reading every chain up to its fence.
+    pub drain: Duration,
+    /// Deciding and applying the rest of the old log.
+    pub apply: Duration,
+    /// Starting the log and publishing the manifest with the seal.
+    pub publish: Duration,
+    /// All of it.
+    pub total: Duration,
 }
 
 /// Counters for monitoring.
@@ -226,7 +298,7 @@ impl Database {
         let id = NEXT_DB_ID.fetch_add(1, Ordering::Relaxed);
         let (named, needed, m) = read_manifest_unprobed(&options)?;
         let (plan, mut report) = read_log(&named, needed, &m, &m, &options)?;
-        let base = m.replay_from().max(plan.max_csn + 1);
+        let base = m.log_from().max(plan.max_csn + 1);
         let commit = Arc::new(CommitState::new(0, options.tracking, false, base));
         let mut inner = DbInner::new(id, options, commit, None, None, None, m.tables.clone());
         inner.read_only = true;
@@ -317,7 +389,7 @@ impl Database {
         let (plan, mut report) = read_log(&named, needed, &old, &claim, &options)?;
         let scanned_at = started.elapsed();
         // 4. Rebuild: the tables, the checkpoint, then the log on top.
-        let base = old.replay_from().max(plan.max_csn + 1);
+        let base = old.log_from().max(plan.max_csn + 1);
         let first_segment = recovery::next_free_segment(&named, &old.log, options.store_deadline);
         let groups = options.log_groups() as u32;
         let per_stream = options.groups_per_stream();
@@ -351,6 +423,7 @@ impl Database {
         };
         inner.publish(|m| {
             m.checkpoint = checkpoint.clone();
+            m.sealed.clear();
             m.log = new_log.clone();
         })?;
         let published_at = started.elapsed();
@@ -369,6 +442,58 @@ impl Database {
         let mut inner = inner;
         inner.recovery = Some(report);
         Ok(Database::start_checkpointer(inner))
+    }
+
+    /// The writer that a promoted replica becomes (`replica::promote`): its
+    /// tables (`tables`, by id, under database id `id`) hold everything up
+    /// to `seal`'s decision. `claim` is the manifest version it created to
+    /// take over; this publishes the next one, with the old log sealed and
+    /// `new_log` current, and starts the log. The background checkpointer,
+    /// if enabled, checkpoints soon after, which drops the seal.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn promoted(
+        id: u64,
+        options: Options,
+        tables: Vec<Arc<TableInner>>,
+        stores: Vec<OpenStore>,
+        claim: Manifest,
+        seal: crate::manifest::SealedLog,
+        new_log: LogRef,
+        mut report: PromotionReport,
+        started: Instant,
+    ) -> Result<Database> {
+        let named: NamedStores =
+            stores.iter().map(|s| (s.name().to_owned(), Arc::clone(&s.store))).collect();
+        let needed = options.quorum.needed(named.len());
+        let ms = ManifestStore::new(named.clone(), needed, options.store_deadline);
+        let groups = new_log.groups as usize;
+        let commit = Arc::new(CommitState::new(groups, options.tracking, true, new_log.base_csn));
+        let log = Log::start(&options, Arc::clone(&commit), id, stores, &new_log)?;
+        let state = ManifestState { store: ms, stores: named, needed, current: Mutex::new(claim) };
+        let mut inner = DbInner::new(id, options, commit, Some(log), Some(state), None, Vec::new());
+        {
+            let mut cat = inner.tables.write();
+            for t in tables {
+                cat.by_name.insert(t.name.clone(), Arc::clone(&t));
+                cat.by_id.push(t);
+            }
+        }
+        let published = Instant::now();
+        inner.publish(|m| {
+            m.sealed.push(seal.clone());
+            m.log = new_log.clone();
+        })?;
+        report.timings.publish = published.elapsed();
+        report.timings.total = started.elapsed();
+        inner.checkpoint_soon.store(true, Ordering::SeqCst);
+        inner.promotion = Some(report);
+        Ok(Database::start_checkpointer(inner))
+    }
+
+    /// What the promotion did, if a replica became this writer
+    /// (`Replica::promote`).
+    pub fn promotion_report(&self) -> Option<&PromotionReport> {
+        self.inner.promotion.as_ref()
     }
 
     fn start_checkpointer(inner: DbInner) -> Database {
@@ -538,6 +663,8 @@ impl DbInner {
             tables: RwLock::new(Catalog::default()),
             manifest,
             recovery,
+            promotion: None,
+            checkpoint_soon: AtomicBool::new(false),
             read_only: false,
             checkpoint_lock: Mutex::new(()),
             checkpoint_stats: Mutex::new(CheckpointStats::default()),
@@ -726,8 +853,11 @@ impl DbInner {
         // Per chain, stream by stream (`LogRef::start`).
         let starts: Vec<u64> = marks.into_iter().flat_map(|m| m.0).collect();
         // 4. Publish, then 5. delete what it superseded.
+        // The checkpoint is above every sealed log's CSNs (the current
+        // log starts above them): it drops them.
         self.publish(|m| {
             m.checkpoint = Some(cref.clone());
+            m.sealed.clear();
             m.log.group_start = starts.clone();
         })?;
         let new_log = st.current.lock().log.clone();
@@ -769,7 +899,8 @@ impl DbInner {
             let since = log.bytes_written() - self.checkpoint_stats.lock().log_bytes_at_last;
             let o = &self.options;
             let due = (o.checkpoint_log_bytes > 0 && since >= o.checkpoint_log_bytes)
-                || o.checkpoint_interval.is_some_and(|d| last.elapsed() >= d && since > 0);
+                || o.checkpoint_interval.is_some_and(|d| last.elapsed() >= d && since > 0)
+                || self.checkpoint_soon.swap(false, Ordering::SeqCst);
             if !due {
                 continue;
             }

@@ -43,7 +43,7 @@ mod table;
 mod txn;
 
 pub use commit::{CommitAck, CommitInfo, CommitMetrics};
-pub use db::{CheckpointStats, Database, DbStats};
+pub use db::{CheckpointStats, Database, DbStats, PromotionReport, PromotionTimings};
 pub use error::{ConflictKind, Error, Result};
 pub use index::Direction;
 pub use log::group::GroupMetrics;

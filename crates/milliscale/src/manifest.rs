@@ -44,8 +44,47 @@ pub struct Manifest {
     pub tables: Vec<String>,
     /// The current checkpoint, if one was taken.
     pub checkpoint: Option<CheckpointRef>,
-    /// The log written after the checkpoint.
+    /// Earlier epochs' logs whose outcome a new writer decided without
+    /// writing a checkpoint (a promoted replica, `replica::promote`),
+    /// oldest first. Recovery and replicas replay each as its seal says,
+    /// then `log`. The next checkpoint covers them all and drops them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sealed: Vec<SealedLog>,
+    /// The log written after the checkpoint (and the sealed logs).
     pub log: LogRef,
+}
+
+/// An earlier epoch's log, fenced, with the replay decision of the writer
+/// that took over from it. The decision is the replay rule applied to the
+/// entries that a quorum of stores held, so any quorum of stores can
+/// supply it again: every CSN in `from..prefix` (commit or abort) is there,
+/// and the commits replayed are those below `prefix` and those listed in
+/// `above`. Everything else in the log is ignored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SealedLog {
+    /// The log, with its starts as the last manifest of its epoch named
+    /// them.
+    pub log: LogRef,
+    /// Its segments are below this one in every chain: where the next
+    /// epoch's log starts.
+    pub end_segment: u64,
+    /// The first CSN it supplies: everything below is in the checkpoint or
+    /// an earlier sealed log.
+    pub from: Csn,
+    /// Every CSN in `from..prefix` is in it.
+    pub prefix: Csn,
+    /// Commits above `prefix` that are replayed (their DSN is below it),
+    /// in CSN order.
+    pub above: Vec<Csn>,
+    /// The largest CSN the decision reached; the next log starts above it.
+    pub max_csn: Csn,
+}
+
+impl SealedLog {
+    /// Is the entry at `csn` part of the decision (replayed if a commit)?
+    pub fn includes(&self, csn: Csn) -> bool {
+        (self.from..self.prefix).contains(&csn) || self.above.binary_search(&csn).is_ok()
+    }
 }
 
 /// Where the live log is: the segments of one epoch's log groups.
@@ -174,6 +213,7 @@ impl Manifest {
             log_format: crate::log::record::FORMAT_VERSION,
             tables: Vec::new(),
             checkpoint: None,
+            sealed: Vec::new(),
             log: LogRef {
                 epoch: 1,
                 base_csn: crate::mvcc::CSN_FIRST,
@@ -186,10 +226,22 @@ impl Manifest {
         }
     }
 
-    /// The CSN recovery starts replaying at: the checkpoint's, or the
-    /// log's base.
+    /// The CSN recovery starts replaying at: the first sealed log's first,
+    /// or else the checkpoint's or the log's base.
     pub fn replay_from(&self) -> Csn {
+        self.sealed.first().map_or_else(|| self.log_from(), |s| s.from)
+    }
+
+    /// The first CSN the current log (`log`) supplies: below it, the
+    /// checkpoint and the sealed logs hold everything.
+    pub fn log_from(&self) -> Csn {
         self.checkpoint.as_ref().map_or(self.log.base_csn, |c| c.csn).max(self.log.base_csn)
+    }
+
+    /// The logs to replay, in order: the sealed ones with their seals,
+    /// then the current one.
+    pub fn logs(&self) -> impl Iterator<Item = (&LogRef, Option<&SealedLog>)> {
+        self.sealed.iter().map(|s| (&s.log, Some(s))).chain(std::iter::once((&self.log, None)))
     }
 
     /// Encode: header line, then JSON.

@@ -68,6 +68,9 @@ pub enum StoreSpec {
     Url(String),
     /// A store the caller already opened (tests, custom backends).
     Handle(Arc<dyn ObjectStore>),
+    /// A store opened from this URL ([`Options::open_stores`]); the URL
+    /// names it in messages.
+    Opened(String, Arc<dyn ObjectStore>),
 }
 
 impl StoreSpec {
@@ -81,14 +84,14 @@ impl StoreSpec {
                 }
                 e => Error::Store(format!("{u}: {e}")),
             }),
-            StoreSpec::Handle(s) => Ok(Arc::clone(s)),
+            StoreSpec::Handle(s) | StoreSpec::Opened(_, s) => Ok(Arc::clone(s)),
         }
     }
 
     /// A short name for messages.
     pub fn describe(&self) -> String {
         match self {
-            StoreSpec::Url(u) => u.clone(),
+            StoreSpec::Url(u) | StoreSpec::Opened(u, _) => u.clone(),
             // Not its Debug output: a memory store prints every object.
             StoreSpec::Handle(_) => "store handle".to_owned(),
         }
@@ -255,8 +258,8 @@ impl Options {
     /// names a new store each time it is opened.
     pub fn open_stores(mut self) -> Result<Options> {
         for spec in &mut self.stores {
-            if let StoreSpec::Url(_) = spec {
-                *spec = StoreSpec::Handle(spec.open()?);
+            if let StoreSpec::Url(u) = spec {
+                *spec = StoreSpec::Opened(u.clone(), spec.open()?);
             }
         }
         Ok(self)

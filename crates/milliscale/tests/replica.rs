@@ -242,3 +242,75 @@ fn a_replica_refuses_an_address_with_no_database() {
     }
     assert!(!dir.exists() || std::fs::read_dir(&dir).expect("dir").next().is_none());
 }
+
+#[test]
+fn a_standby_promotes_without_a_checkpoint_and_every_reader_honours_the_seal() {
+    let inner: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    // The old writer reaches the store through a switch: off is its death
+    // (or a partition that leaves it running, cut off).
+    let cut = Switch::new(Arc::clone(&inner));
+    let old = Database::open(writer(&(cut.clone() as Arc<dyn ObjectStore>))).expect("open");
+    let t = old.create_table("t").expect("table");
+    let mut tx = old.begin().expect("begin");
+    tx.put(&t, b"counter", &0u64.to_le_bytes()).expect("put");
+    tx.commit_and_wait().expect("commit");
+    old.checkpoint().expect("a checkpoint the standby loads");
+    let standby = Replica::open_with(writer(&inner), fast()).expect("standby");
+    let other = Replica::open_with(writer(&inner), fast()).expect("another replica");
+    let mut acked = Vec::new();
+    for i in 1..=300u64 {
+        let mut tx = old.begin().expect("begin");
+        tx.update_range(&t, b"counter", 0, &i.to_le_bytes()).expect("delta");
+        tx.put(&t, format!("k{i:04}").as_bytes(), &i.to_le_bytes()).expect("put");
+        acked.push(tx.commit_and_wait().expect("commit").csn.expect("csn"));
+    }
+    let before = standby.applied_csn();
+    cut.set_down(true);
+    let checkpoint_before = Database::open_read_only(writer(&inner))
+        .expect("read")
+        .recovery_report()
+        .and_then(|r| r.checkpoint.map(|c| c.0));
+    let db = standby.promote().expect("promotes");
+    let r = db.promotion_report().expect("a promotion report").clone();
+    assert_eq!((r.old_epoch, r.new_epoch), (1, 2), "{r:?}");
+    assert!(r.applied_before >= before && r.base_csn > *acked.last().expect("acked"), "{r:?}");
+    let m = db.manifest().expect("manifest");
+    assert_eq!(m.sealed.len(), 1, "sealed, not checkpointed: {m:?}");
+    assert_eq!(m.checkpoint.as_ref().map(|c| c.csn), checkpoint_before, "no new checkpoint");
+    // Everything the old writer acknowledged is there.
+    let mut expect = all_db(&db, "t");
+    assert_eq!(expect.len(), 301);
+    let counter = expect.iter().find(|(k, _)| k == b"counter").expect("counter").1.clone();
+    assert_eq!(counter, 300u64.to_le_bytes());
+    // The old writer, alive again, is fenced: nothing it commits is
+    // acknowledged.
+    cut.set_down(false);
+    let mut tx = old.begin().expect("begin");
+    tx.put(&t, b"zombie", b"1").expect("put");
+    assert!(tx.commit_and_wait().is_err(), "the old writer acknowledged a commit");
+    drop(old);
+    // The new writer commits; the other replica follows the seal, then
+    // the new log.
+    let t2 = db.open_table("t").expect("table");
+    let mut last = 0;
+    for i in 0..50u64 {
+        let mut tx = db.begin().expect("begin");
+        tx.put(&t2, format!("n{i:04}").as_bytes(), b"new").expect("put");
+        last = tx.commit_and_wait().expect("commit").csn.expect("csn");
+    }
+    other.wait_for(last, WAIT).expect("the other replica follows the promoted writer");
+    expect = all_db(&db, "t");
+    assert_eq!(expect.len(), 351);
+    assert_eq!(all(&other, "t"), expect);
+    assert!(!expect.iter().any(|(k, _)| k == b"zombie"));
+    // A cold recovery replays the sealed log as the seal says, then the
+    // new one.
+    drop(db);
+    let again = Database::open(writer(&inner)).expect("recovers");
+    let rr = again.recovery_report().expect("report");
+    assert_eq!(rr.sealed_logs, 1, "{rr:?}");
+    assert_eq!(all_db(&again, "t"), expect);
+    assert!(again.manifest().expect("m").sealed.is_empty(), "recovery's checkpoint drops the seal");
+    drop(again);
+    assert_eq!(all_db(&Database::open(writer(&inner)).expect("reopen"), "t"), expect);
+}

@@ -4,11 +4,15 @@
 //! Each seed:
 //! 1. A clean writer creates the bank (accounts, and a history row per
 //!    transfer naming from, to and amount) and closes; a replica opens.
-//! 2. Two or three writers follow, each recovering the last one's log and
-//!    running transfers (with checkpoints that truncate the log) on a
-//!    `CrashStore` until its seeded crash point: a write dropped, landed
-//!    but unacknowledged, or torn, or an append overtaken on another lane.
-//! 3. A final writer recovers cleanly and runs a few more transfers.
+//! 2. Two or three writers follow, each running transfers (with
+//!    checkpoints that truncate the log) on a `CrashStore` until its seeded
+//!    crash point: a write dropped, landed but unacknowledged, or torn, or
+//!    an append overtaken on another lane. Each takes over from the last
+//!    one either by recovery or, half the time, as a standby replica that
+//!    followed it and is promoted (`Replica::promote`: the old log is
+//!    sealed, not checkpointed), on its own crashing store.
+//! 3. A final writer recovers cleanly (replaying sealed logs as their seals
+//!    say) and runs a few more transfers.
 //!
 //! Meanwhile a reader takes snapshots of the replica over and over, and a
 //! session thread reads at the token (CSN) of every acknowledged transfer.
@@ -247,6 +251,32 @@ fn transfers(
     });
 }
 
+/// A writer's store: the shared image behind a seeded crash schedule.
+fn crash_store(inner: &Arc<MemoryStore>, seed: u64, e: u64, rng: &mut SmallRng) -> Arc<CrashStore> {
+    let mode = match rng.random_range(0..5) {
+        0 => CrashMode::Dropped,
+        1 => CrashMode::Landed,
+        2 => CrashMode::Torn,
+        _ => CrashMode::Overtaken,
+    };
+    Arc::new(CrashStore {
+        inner: Arc::clone(inner),
+        s: Mutex::new(Schedule {
+            writes: 0,
+            crash_at: rng.random_range(10..160),
+            mode,
+            crashed: false,
+            rng: SmallRng::seed_from_u64(seed ^ (0x5eed + e)),
+            throttle: if rng.random_bool(0.5) { 0.03 } else { 0.0 },
+            ambiguous: if rng.random_bool(0.5) { 0.03 } else { 0.0 },
+            append_us: rng.random_range(0..1500),
+            slow_appends: rng.random_bool(0.5),
+            holding: None,
+            held_once: false,
+        }),
+    })
+}
+
 #[derive(Default)]
 struct Tally {
     acked: u64,
@@ -254,6 +284,7 @@ struct Tally {
     tokens: u64,
     catch_ups: u64,
     epochs: u64,
+    promotions: u64,
 }
 
 fn run_seed(seed: u64, tally: &mut Tally) {
@@ -290,7 +321,7 @@ fn run_seed(seed: u64, tally: &mut Tally) {
     let (ack_tx, ack_rx) = crossbeam_channel::unbounded::<(u64, u64)>();
     let snapshots: Mutex<Vec<Bank>> = Mutex::new(Vec::new());
     let problems: Mutex<Vec<String>> = Mutex::new(Vec::new());
-    let (final_db, acked_count, tokens) = std::thread::scope(|s| {
+    let (final_db, acked_count, tokens, promotions) = std::thread::scope(|s| {
         // The reader: snapshots, checked as they come.
         s.spawn(|| {
             let (a, h) = loop {
@@ -364,33 +395,44 @@ fn run_seed(seed: u64, tally: &mut Tally) {
         let mut acked_count = 0u64;
         let counter = crossbeam_channel::unbounded::<(u64, u64)>();
         let epochs = rng.random_range(2..=3u64);
+        let mut promotions = 0u64;
+        // The next writer's store and options, and its standby if it takes
+        // over by promotion.
+        let mut next: Option<(Arc<CrashStore>, Options, Replica)> = None;
         for e in 0..epochs {
-            let mode = match rng.random_range(0..5) {
-                0 => CrashMode::Dropped,
-                1 => CrashMode::Landed,
-                2 => CrashMode::Torn,
-                _ => CrashMode::Overtaken,
+            let (store, db) = match next.take() {
+                Some((store, _, standby)) => match standby.promote() {
+                    Ok(db) => {
+                        promotions += 1;
+                        (store, Ok(db))
+                    }
+                    // Its own store crashed during the promotion, or the
+                    // faults outlasted the deadline: the next writer
+                    // recovers as usual.
+                    Err(err) => (store, Err(err)),
+                },
+                None => {
+                    let store = crash_store(&inner, seed, e, &mut rng);
+                    let opts = options(store.clone(), &mut rng);
+                    let db = Database::open(opts);
+                    (store, db)
+                }
             };
-            let store = Arc::new(CrashStore {
-                inner: Arc::clone(&inner),
-                s: Mutex::new(Schedule {
-                    writes: 0,
-                    crash_at: rng.random_range(10..160),
-                    mode,
-                    crashed: false,
-                    rng: SmallRng::seed_from_u64(seed ^ (0x5eed + e)),
-                    throttle: if rng.random_bool(0.5) { 0.03 } else { 0.0 },
-                    ambiguous: if rng.random_bool(0.5) { 0.03 } else { 0.0 },
-                    append_us: rng.random_range(0..1500),
-                    slow_appends: rng.random_bool(0.5),
-                    holding: None,
-                    held_once: false,
-                }),
-            });
-            let opts = options(store.clone(), &mut rng);
+            if e + 1 < epochs && rng.random_bool(0.5) {
+                let store = crash_store(&inner, seed, e + 1, &mut rng);
+                let opts = options(store.clone(), &mut rng);
+                let poll = ReplicaOptions {
+                    poll_min: Duration::from_micros(rng.random_range(0..2000)),
+                    poll_max: Duration::from_millis(20),
+                    manifest_every: Duration::from_millis(rng.random_range(5..50)),
+                };
+                if let Ok(standby) = Replica::open_with(opts.clone(), poll) {
+                    next = Some((store, opts, standby));
+                }
+            }
             let n = rng.random_range(20..80);
             let cps = rng.random_range(0..3);
-            if let Ok(db) = Database::open(opts) {
+            if let Ok(db) = db {
                 transfers(&db, seed, (e + 1) * 1_000_000, n, cps, &counter.0);
                 store.s.lock().crashed = true;
                 drop(db);
@@ -401,6 +443,7 @@ fn run_seed(seed: u64, tally: &mut Tally) {
                 ack_tx.send(a).expect("sessions run");
             }
         }
+        drop(next);
         // 3. The final writer.
         let db = Database::open(options(Arc::clone(&image), &mut rng))
             .unwrap_or_else(|e| fail(format!("final recovery: {e}")));
@@ -417,7 +460,7 @@ fn run_seed(seed: u64, tally: &mut Tally) {
             problems.lock().push(format!("the replica did not reach the final writer: {e}"));
         }
         running.store(false, Ordering::Release);
-        (db, acked_count, tokens)
+        (db, acked_count, tokens, promotions)
     });
     let problems = problems.into_inner();
     if !problems.is_empty() {
@@ -459,6 +502,7 @@ fn run_seed(seed: u64, tally: &mut Tally) {
     tally.tokens += tokens;
     tally.catch_ups += m.catch_ups;
     tally.epochs += m.epochs_followed;
+    tally.promotions += promotions;
 }
 
 #[test]
@@ -477,12 +521,14 @@ fn a_replica_never_exposes_a_write_a_crash_takes_back() {
     }
     eprintln!(
         "{n} seeds in {:?}: {} acknowledged transfers read at their tokens ({} sessions), \
-         {} distinct snapshots checked, {} new writers followed, {} catch-ups from a checkpoint",
+         {} distinct snapshots checked, {} new writers followed ({} promoted standbys), {} \
+         catch-ups from a checkpoint",
         started.elapsed(),
         tally.acked,
         tally.tokens,
         tally.snapshots,
         tally.epochs,
+        tally.promotions,
         tally.catch_ups
     );
     assert!(tally.tokens > 0 && tally.snapshots > n, "the simulation checked nothing");

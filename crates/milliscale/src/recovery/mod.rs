@@ -36,7 +36,7 @@ use objstore::{ObjectStore, StoreError};
 use crate::error::{Error, Result};
 use crate::log::record::{DecodeError, Entry, Part, decode_part};
 use crate::log::segment::Chain;
-use crate::manifest::{LogRef, Manifest, ManifestStore};
+use crate::manifest::{LogRef, Manifest, ManifestStore, SealedLog};
 use crate::mvcc::Csn;
 
 /// Where a group's log was cut, and why.
@@ -194,6 +194,32 @@ pub fn scan_stores(
     threads: usize,
     deadline: std::time::Duration,
 ) -> Result<LogScan> {
+    scan_bounded(stores, needed, log, u64::MAX, from, threads, deadline)
+}
+
+/// [`scan_stores`] for a sealed log: from `seal.from`, and only segments
+/// below `seal.end_segment` (the next epoch's log shares the chains'
+/// names).
+pub fn scan_sealed(
+    stores: &[(String, Arc<dyn ObjectStore>)],
+    needed: usize,
+    seal: &SealedLog,
+    threads: usize,
+    deadline: std::time::Duration,
+) -> Result<LogScan> {
+    scan_bounded(stores, needed, &seal.log, seal.end_segment, seal.from, threads, deadline)
+}
+
+/// [`scan_stores`], reading only segments below `end_segment`.
+fn scan_bounded(
+    stores: &[(String, Arc<dyn ObjectStore>)],
+    needed: usize,
+    log: &LogRef,
+    end_segment: u64,
+    from: Csn,
+    threads: usize,
+    deadline: std::time::Duration,
+) -> Result<LogScan> {
     let mut scan = LogScan { from, ..LogScan::default() };
     // List every store; then fetch every (store, object) in parallel.
     let mut wanted: Vec<(usize, String, u64)> = Vec::new();
@@ -212,7 +238,9 @@ pub fn scan_stores(
         for o in listed {
             let parsed =
                 parse_key(&o.key).ok_or_else(|| corrupt(&o.key, "not a log object name"))?;
-            if log.start(parsed.chain()).is_some_and(|start| parsed.segment() >= start) {
+            if log.start(parsed.chain()).is_some_and(|start| parsed.segment() >= start)
+                && parsed.segment() < end_segment
+            {
                 objects
                     .entry(parsed)
                     .or_insert_with(|| Copies { key: o.key.clone(), copies: Vec::new() });
@@ -548,6 +576,84 @@ pub fn plan_replay(scan: &LogScan) -> Result<ReplayPlan> {
 /// instead of being copied (recovery of a large log).
 pub fn plan_replay_owned(scan: LogScan) -> Result<ReplayPlan> {
     let from = scan.from;
+    let (entries, covered) = entries_by_csn(scan)?;
+    let mut prefix = from;
+    for e in &entries {
+        if e.csn() != prefix {
+            break;
+        }
+        prefix += 1;
+    }
+    let mut plan = ReplayPlan {
+        prefix,
+        max_csn: entries.last().map_or(0, Entry::csn),
+        covered,
+        ..ReplayPlan::default()
+    };
+    for e in entries {
+        match e {
+            Entry::Abort { .. } => plan.aborts += 1,
+            Entry::Commit { dsn, .. } if dsn < prefix => plan.replay.push(e),
+            Entry::Commit { csn, dsn, .. } => plan.dropped.push((csn, dsn)),
+        }
+    }
+    Ok(plan)
+}
+
+/// Plan the replay of a sealed log (scanned from `seal.from`) as its seal
+/// decided. Fails with `Corrupt` if the log no longer holds what the
+/// decision was made on: a CSN below the seal's prefix, or a listed commit
+/// above it, is missing.
+pub fn plan_sealed(scan: LogScan, seal: &SealedLog) -> Result<ReplayPlan> {
+    let (entries, covered) = entries_by_csn(scan)?;
+    let mut plan = ReplayPlan { covered, ..ReplayPlan::default() };
+    let mut next = seal.from;
+    for e in entries {
+        let csn = e.csn();
+        if csn < seal.prefix {
+            if csn != next {
+                break;
+            }
+            next += 1;
+        }
+        if !seal.includes(csn) {
+            if let Entry::Commit { dsn, .. } = e {
+                plan.dropped.push((csn, dsn));
+            }
+            continue;
+        }
+        match e {
+            Entry::Abort { .. } => plan.aborts += 1,
+            Entry::Commit { .. } => plan.replay.push(e),
+        }
+    }
+    if next < seal.prefix {
+        return Err(Error::Corrupt(format!(
+            "the sealed log of epoch {}: CSN {next} is missing, but the seal says every CSN \
+             from {} to {} is there",
+            seal.log.epoch,
+            seal.from,
+            seal.prefix - 1
+        )));
+    }
+    let found: std::collections::BTreeSet<Csn> =
+        plan.replay.iter().map(Entry::csn).filter(|c| *c >= seal.prefix).collect();
+    if let Some(missing) = seal.above.iter().find(|c| !found.contains(c)) {
+        return Err(Error::Corrupt(format!(
+            "the sealed log of epoch {}: commit {missing} is missing, but the seal replays it",
+            seal.log.epoch
+        )));
+    }
+    plan.prefix = seal.prefix;
+    plan.max_csn = seal.max_csn;
+    Ok(plan)
+}
+
+/// Every entry of `scan` at or above its `from`, sorted by CSN, and the
+/// number below it. Fails with `Corrupt` if two entries carry one CSN
+/// (invariant 1 says each CSN is logged once).
+fn entries_by_csn(scan: LogScan) -> Result<(Vec<Entry>, usize)> {
+    let from = scan.from;
     let mut covered = 0;
     // Object keys, for error messages; entries point into them.
     let mut keys: Vec<String> = Vec::new();
@@ -572,27 +678,7 @@ pub fn plan_replay_owned(scan: LogScan) -> Result<ReplayPlan> {
     if let Some(w) = entries.windows(2).find(|w| w[0].0.csn() == w[1].0.csn()) {
         return Err(corrupt(&keys[w[1].1], format!("CSN {} is logged twice", w[1].0.csn())));
     }
-    let mut prefix = from;
-    for (e, _) in &entries {
-        if e.csn() != prefix {
-            break;
-        }
-        prefix += 1;
-    }
-    let mut plan = ReplayPlan {
-        prefix,
-        max_csn: entries.last().map_or(0, |(e, _)| e.csn()),
-        covered,
-        ..ReplayPlan::default()
-    };
-    for (e, _) in entries {
-        match e {
-            Entry::Abort { .. } => plan.aborts += 1,
-            Entry::Commit { dsn, .. } if dsn < prefix => plan.replay.push(e),
-            Entry::Commit { csn, dsn, .. } => plan.dropped.push((csn, dsn)),
-        }
-    }
-    Ok(plan)
+    Ok((entries.into_iter().map(|(e, _)| e).collect(), covered))
 }
 
 /// How long each step of recovery took.
@@ -638,6 +724,9 @@ pub struct RecoveryReport {
     pub prefix: Csn,
     /// The largest CSN in the log.
     pub max_csn: Csn,
+    /// Sealed logs replayed as their seals decided (logs of writers that a
+    /// promoted replica replaced without a checkpoint).
+    pub sealed_logs: usize,
     /// Transactions replayed.
     pub replayed: usize,
     /// Transactions found but not replayed (DSN not below the prefix), as

@@ -30,7 +30,14 @@
 //! - a new writer's log (a new epoch) replaces every tail. The new
 //!   writer's recovery wrote a checkpoint of what it replayed, and `P` is
 //!   never above it (everything below `P` was on a quorum of stores, so
-//!   recovery read it).
+//!   recovery read it);
+//! - unless the new writer was a promoted replica, which *sealed* the log
+//!   instead (`manifest::SealedLog`): then the tails read on to the fence,
+//!   and the follower applies the seal's decision (every CSN below its
+//!   prefix, and the commits it lists above) rather than the quorum rule,
+//!   up to the seal's last CSN; then it follows the next log. The seal's
+//!   prefix is never below `P`: the promoter counted a quorum's entries,
+//!   as the follower does, with all of them in.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -49,7 +56,8 @@ use super::tail::ChainTail;
 use crate::db::DbInner;
 use crate::error::{Error, Result};
 use crate::log::record::{Entry, Part};
-use crate::manifest::{Manifest, ManifestStore, manifest_key};
+use crate::log::segment::Chain;
+use crate::manifest::{LogRef, Manifest, ManifestStore, SealedLog, manifest_key};
 use crate::mvcc::Csn;
 use crate::table::TableInner;
 
@@ -133,6 +141,9 @@ impl Counters {
 /// State shared by the replica's handle, its follower and tail threads.
 pub(crate) struct Shared {
     pub(crate) stop: AtomicBool,
+    /// The follower should stop and hand itself back, tails running
+    /// (promotion).
+    pub(crate) handover: AtomicBool,
     pub(crate) progress: Mutex<Progress>,
     /// Signalled when `progress` changes.
     pub(crate) progressed: Condvar,
@@ -148,6 +159,7 @@ impl Shared {
     pub(crate) fn new() -> Shared {
         Shared {
             stop: AtomicBool::new(false),
+            handover: AtomicBool::new(false),
             progress: Mutex::new(Progress::default()),
             progressed: Condvar::new(),
             counters: Mutex::new(Counters::new()),
@@ -186,6 +198,7 @@ impl Shared {
 enum TailMsg {
     Polled {
         store: usize,
+        chain: Chain,
         parts: Vec<Part>,
         /// The start of the poll before this one: the parts landed after it.
         since: Instant,
@@ -210,18 +223,25 @@ pub(crate) struct Follower {
     pub(crate) deadline: Duration,
     pub(crate) opts: ReplicaOptions,
     pub(crate) manifest: Manifest,
+    /// The log followed: one of `manifest.logs()`.
+    pub(crate) log: LogRef,
+    /// Its seal, if a new writer sealed it: then its entries are applied
+    /// as the seal decided, not by the quorum rule.
+    pub(crate) seal: Option<SealedLog>,
     /// The CSN applied up to (exclusive).
     pub(crate) applied: Csn,
     tables: Vec<Arc<TableInner>>,
     /// Entries at or above `applied`, with the stores that showed them and
     /// the earliest time they can have landed.
-    pending: BTreeMap<Csn, (Entry, u8, Instant)>,
+    pub(crate) pending: BTreeMap<Csn, (Entry, u8, Instant)>,
     seen: Csn,
+    /// The tails (store, chain) that met a fence part.
+    pub(crate) fenced_tails: std::collections::BTreeSet<(usize, Chain)>,
     tx: Sender<TailMsg>,
     rx: Receiver<TailMsg>,
     tails: Option<Tails>,
     next_manifest_check: Instant,
-    check_manifest: bool,
+    pub(super) check_manifest: bool,
     /// Manifests read so far.
     manifest_reads: u64,
     /// An entry at this CSN named an unknown table; the manifest read count
@@ -251,6 +271,8 @@ impl Follower {
         let applied = manifest.replay_from();
         let (tx, rx) = crossbeam_channel::unbounded();
         let tables = db.tables_by_id();
+        let (log, seal) =
+            manifest.logs().next().map(|(l, s)| (l.clone(), s.cloned())).expect("a current log");
         Follower {
             db,
             shared,
@@ -259,10 +281,13 @@ impl Follower {
             deadline,
             opts,
             manifest,
+            log,
+            seal,
             applied,
             tables,
             pending: BTreeMap::new(),
             seen: applied,
+            fenced_tails: Default::default(),
             tx,
             rx,
             tails: None,
@@ -276,9 +301,13 @@ impl Follower {
         }
     }
 
-    /// Run until closed or a fatal error.
-    pub(crate) fn run(mut self) {
+    /// Run until closed or a fatal error; or, when asked to hand over,
+    /// return itself with its tails still running.
+    pub(crate) fn run(mut self) -> Option<Follower> {
         let r = self.run_inner();
+        if r.is_ok() && self.shared.handover.load(Ordering::SeqCst) {
+            return Some(self);
+        }
         self.stop_tails();
         let mut p = self.shared.progress.lock();
         if let Err(e) = r {
@@ -288,12 +317,15 @@ impl Follower {
         }
         p.stopped = true;
         self.shared.progressed.notify_all();
+        None
     }
 
     fn run_inner(&mut self) -> Result<()> {
         self.publish();
         self.start_tails(None);
-        while !self.shared.stop.load(Ordering::SeqCst) {
+        while !self.shared.stop.load(Ordering::SeqCst)
+            && !self.shared.handover.load(Ordering::SeqCst)
+        {
             let wait = self.next_manifest_check.saturating_duration_since(Instant::now());
             if let Ok(m) = self.rx.recv_timeout(wait.min(Duration::from_millis(100))) {
                 self.handle(m)?;
@@ -310,9 +342,12 @@ impl Follower {
     /// Take in what a tail read.
     fn handle(&mut self, m: TailMsg) -> Result<()> {
         match m {
-            TailMsg::Polled { store, parts, since, gone, fenced } => {
+            TailMsg::Polled { store, chain, parts, since, gone, fenced } => {
                 if gone || fenced {
                     self.check_manifest = true;
+                }
+                if fenced {
+                    self.fenced_tails.insert((store, chain));
                 }
                 self.fenced |= fenced;
                 for p in parts {
@@ -341,17 +376,41 @@ impl Follower {
 
     /// Apply every entry from `applied` on that a quorum of stores showed,
     /// stopping at the first CSN not yet there; then publish.
-    fn advance(&mut self) -> Result<()> {
+    pub(super) fn advance(&mut self) -> Result<()> {
         let start = self.applied;
         let horizon = self.db.refresh_gc_horizon();
         let guard = crossbeam_epoch::pin();
         let (mut entries, mut records) = (0u64, 0u64);
         let now = Instant::now();
         let mut lags = Vec::new();
-        while let Some((e, stores, _)) = self.pending.get(&self.applied) {
-            if (stores.count_ones() as usize) < self.needed {
-                break;
-            }
+        loop {
+            let e = if let Some(seal) = &self.seal {
+                if self.applied > seal.max_csn {
+                    self.next_log()?;
+                    continue;
+                }
+                if self.applied < seal.from {
+                    // The checkpoint holds these: the manifest check
+                    // catches up from it first.
+                    break;
+                }
+                if !seal.includes(self.applied) {
+                    // Not in the decision: skipped.
+                    self.pending.remove(&self.applied);
+                    self.applied += 1;
+                    continue;
+                }
+                // In the decision: applied once any store has shown it.
+                match self.pending.get(&self.applied) {
+                    Some((e, _, _)) => e,
+                    None => break,
+                }
+            } else {
+                match self.pending.get(&self.applied) {
+                    Some((e, stores, _)) if stores.count_ones() as usize >= self.needed => e,
+                    _ => break,
+                }
+            };
             let unknown = match e {
                 Entry::Commit { records: rs, .. } => {
                     rs.refs().map(|r| r.table).find(|t| *t as usize >= self.tables.len())
@@ -398,9 +457,31 @@ impl Follower {
         let mut p = self.shared.progress.lock();
         p.applied = self.applied;
         p.seen = self.seen.max(self.applied);
-        p.epoch = self.manifest.log.epoch;
+        p.epoch = self.log.epoch;
         p.manifest_version = self.manifest.version;
         self.shared.progressed.notify_all();
+    }
+
+    /// Take in what the tails send within `wait` (all that is queued, if
+    /// anything came).
+    pub(super) fn receive(&mut self, wait: Duration) -> Result<()> {
+        if let Ok(m) = self.rx.recv_timeout(wait) {
+            self.handle(m)?;
+            self.drain()?;
+        }
+        Ok(())
+    }
+
+    /// One past the largest CSN read from the log.
+    pub(super) fn seen_csn(&self) -> Csn {
+        self.seen
+    }
+
+    /// Make every tail poll now, and at `poll_min` for a while.
+    pub(super) fn wake_tails(&self) {
+        self.shared.mark_active();
+        let _g = self.shared.sleep.0.lock();
+        self.shared.sleep.1.notify_all();
     }
 
     fn count(&self, get_class: u64, put_class: u64, bytes: u64) {
@@ -441,7 +522,7 @@ impl Follower {
     }
 
     /// Check the manifest, and act on a new version (see the module docs).
-    fn follow_manifest(&mut self) -> Result<()> {
+    pub(super) fn follow_manifest(&mut self) -> Result<()> {
         let forced = std::mem::take(&mut self.check_manifest);
         let every = if self.fenced {
             self.opts.manifest_every.min(FENCED_MANIFEST_EVERY)
@@ -477,9 +558,46 @@ impl Follower {
         }
         self.db.add_tables(&m.tables)?;
         self.tables = self.db.tables_by_id();
-        if m.log.epoch != self.manifest.log.epoch {
-            // A new writer's log. Take in what the old tails read, then
-            // move to what the new writer recovered.
+        let mine = m.logs().find(|(l, _)| l.epoch == self.log.epoch);
+        if let Some((_, Some(seal))) = mine {
+            // A promoted replica took over and sealed this log: the tails
+            // read on to the fence, and `advance` applies the seal's
+            // decision, then moves to the next log.
+            if self.seal.is_none() {
+                tracing::info!(
+                    "the log of epoch {} was sealed at CSN {} by a new writer",
+                    seal.log.epoch,
+                    seal.max_csn
+                );
+            }
+            let seal = seal.clone();
+            let behind = seal.from > self.applied;
+            let moved = seal.log.chains().any(|c| seal.log.start(c) != self.log.start(c));
+            if behind || moved {
+                // A checkpoint of its writer moved the log's start, maybe
+                // past the replica: catch up from it first, as below.
+                let old = self.stop_tails();
+                self.drain()?;
+                self.advance()?;
+                if behind && !self.try_catch_up(&m)? {
+                    return Ok(());
+                }
+                self.log = seal.log.clone();
+                self.seal = Some(seal);
+                self.manifest = m;
+                self.publish();
+                self.start_tails(Some(old));
+                return Ok(());
+            }
+            self.seal = Some(seal);
+            self.manifest = m;
+            self.publish();
+            return Ok(());
+        }
+        if mine.is_none() {
+            // A new writer's log, and ours is gone from the manifest (the
+            // new writer's checkpoint covers it). Take in what the old
+            // tails read, then move to what the new writer recovered.
             let old = self.stop_tails();
             drop(old);
             self.drain()?;
@@ -497,14 +615,18 @@ impl Follower {
             }
             self.pending.clear();
             self.fenced = false;
+            let (log, seal) = m.logs().next().map(|(l, s)| (l.clone(), s.cloned())).expect("a log");
+            self.log = log;
+            self.seal = seal;
             self.manifest = m;
             self.shared.counters.lock().epochs_followed += 1;
             self.publish();
             self.start_tails(None);
             return Ok(());
         }
-        let behind = m.replay_from() > self.applied;
-        let moved = m.log.chains().any(|c| m.log.start(c) != self.manifest.log.start(c)) || behind;
+        // The same log, still current.
+        let behind = m.log_from() > self.applied;
+        let moved = m.log.chains().any(|c| m.log.start(c) != self.log.start(c)) || behind;
         if !moved {
             self.manifest = m;
             self.publish();
@@ -515,17 +637,53 @@ impl Follower {
         let old = self.stop_tails();
         self.drain()?;
         self.advance()?;
-        if m.replay_from() > self.applied && !self.try_catch_up(&m)? {
+        if m.log_from() > self.applied && !self.try_catch_up(&m)? {
             return Ok(());
         }
+        self.log = m.log.clone();
         self.manifest = m;
         self.publish();
         self.start_tails(Some(old));
         Ok(())
     }
 
+    /// The sealed log followed is done (everything up to its seal's last
+    /// CSN is applied): follow the manifest's next log.
+    fn next_log(&mut self) -> Result<()> {
+        let next = self
+            .manifest
+            .logs()
+            .skip_while(|(l, _)| l.epoch != self.log.epoch)
+            .nth(1)
+            .map(|(l, s)| (l.clone(), s.cloned()));
+        let Some((log, seal)) = next else {
+            return Err(Error::Corrupt(format!(
+                "the manifest seals the log of epoch {} but names no log after it",
+                self.log.epoch
+            )));
+        };
+        // What the old tails still hold is beyond the seal: dropped.
+        self.stop_tails();
+        self.drain()?;
+        self.pending.clear();
+        let from = seal.as_ref().map_or_else(|| self.manifest.log_from(), |s| s.from);
+        if from != self.applied {
+            return Err(Error::Corrupt(format!(
+                "the log of epoch {} starts at CSN {from}, but the one sealed before it ends at {}",
+                log.epoch,
+                self.applied - 1
+            )));
+        }
+        self.log = log;
+        self.seal = seal;
+        self.fenced = false;
+        self.shared.counters.lock().epochs_followed += 1;
+        self.start_tails(None);
+        Ok(())
+    }
+
     /// Handle every message still queued (tails stopped).
-    fn drain(&mut self) -> Result<()> {
+    pub(super) fn drain(&mut self) -> Result<()> {
         while let Ok(m) = self.rx.try_recv() {
             self.handle(m)?;
         }
@@ -604,7 +762,8 @@ impl Follower {
     /// first live segment, or where `keep` (the tails stopped before) had
     /// got to if that is further.
     fn start_tails(&mut self, keep: Option<Vec<(usize, ChainTail)>>) {
-        let log = &self.manifest.log;
+        self.fenced_tails.clear();
+        let log = &self.log;
         let mut tails: Vec<(usize, ChainTail)> = Vec::new();
         for store in 0..self.stores.len() {
             for c in log.chains() {
@@ -642,7 +801,7 @@ impl Follower {
     }
 
     /// Stop the tail threads; returns their tails.
-    fn stop_tails(&mut self) -> Vec<(usize, ChainTail)> {
+    pub(super) fn stop_tails(&mut self) -> Vec<(usize, ChainTail)> {
         let Some(t) = self.tails.take() else { return Vec::new() };
         t.stop.store(true, Ordering::SeqCst);
         {
@@ -695,6 +854,7 @@ impl TailCtx {
                     ended = p.gone || tail.fenced_by().is_some();
                     let msg = TailMsg::Polled {
                         store: self.store,
+                        chain: tail.chain(),
                         parts: p.parts,
                         since,
                         gone: p.gone,

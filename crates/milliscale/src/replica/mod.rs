@@ -23,6 +23,7 @@
 
 mod apply;
 mod follow;
+mod promote;
 pub mod tail;
 
 use std::sync::Arc;
@@ -138,7 +139,7 @@ impl ReplicaMetrics {
 pub struct Replica {
     db: Database,
     shared: Arc<Shared>,
-    follower: parking_lot::Mutex<Option<std::thread::JoinHandle<()>>>,
+    follower: parking_lot::Mutex<Option<std::thread::JoinHandle<Option<Follower>>>>,
     stores: Vec<Arc<dyn objstore::ObjectStore>>,
 }
 
@@ -164,6 +165,9 @@ impl Replica {
                 replica.poll_min, replica.poll_max
             )));
         }
+        // Open the stores once: a promoted replica writes through the same
+        // handles.
+        let options = options.open_stores()?;
         let (named, needed, m) = read_manifest_unprobed(&options)?;
         let base = m.replay_from();
         let deadline = options.store_deadline;
@@ -328,6 +332,30 @@ impl Replica {
     /// before the measured phase); counts are kept.
     pub fn reset_lag(&self) {
         self.shared.counters.lock().lag_us.reset();
+    }
+
+    /// Make this replica the writer: take the next epoch through the
+    /// manifest (which fences the old writer), read the old log to its
+    /// fence, apply what is left of it under the replay rule, and start a
+    /// new log, without reloading the database. See `promote.rs` for the
+    /// steps and [`Database::promotion_report`] for what it did.
+    ///
+    /// The options the replica was opened with become the writer's (log
+    /// groups, lanes, flush policy). Fails with `Fenced` if another writer
+    /// took over first, and with the follower's error if it had stopped on
+    /// one. On failure nothing is lost: a later recovery or promotion
+    /// takes over as usual.
+    pub fn promote(self) -> Result<Database> {
+        if let Some(e) = self.error() {
+            return Err(e);
+        }
+        self.shared.handover.store(true, std::sync::atomic::Ordering::SeqCst);
+        let handle = self.follower.lock().take();
+        let follower = handle.and_then(|h| h.join().ok()).flatten();
+        let Some(follower) = follower else {
+            return Err(self.error().unwrap_or(Error::Closed));
+        };
+        follower.promote()
     }
 
     /// Stop following the log. Reads go on at the applied CSN.
