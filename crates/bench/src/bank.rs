@@ -17,7 +17,15 @@
 //! A store that already holds a bank database is recovered and continued:
 //! the accounts must match `--accounts`, transfer ids go on from the
 //! largest in `history`, and the journal is appended to.
+//!
+//! **Standby** (`standby`): instead of recovering, the run opens a read
+//! replica of the bank and follows its writer until a trigger file
+//! appears (a supervisor creates it when the writer dies); then it
+//! promotes the replica (`Replica::promote`) and runs the transfers as the
+//! new writer. It reports the failover time: from the trigger file's
+//! modification time to the first transfer the new writer acknowledged.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -42,6 +50,61 @@ pub struct BankConfig {
     /// Where acknowledged transfer ids go, one decimal id per line.
     pub acked_log: Option<std::path::PathBuf>,
     pub seed: u64,
+    /// Run as a standby that promotes itself when this file exists.
+    pub standby: Option<std::path::PathBuf>,
+}
+
+/// What a standby's takeover took.
+struct Failover {
+    /// When the trigger file was written (the writer's death, as the
+    /// supervisor saw it).
+    died: Instant,
+    report: milliscale::PromotionReport,
+    /// The replica's applied CSN when the trigger was seen, and the CSN it
+    /// had read up to.
+    applied: u64,
+    seen: u64,
+}
+
+/// Follow the bank as a replica until `trigger` exists, then promote.
+fn standby(
+    options: milliscale::Options,
+    trigger: &std::path::Path,
+) -> Result<(Database, Failover), String> {
+    let r = milliscale::Replica::open(options).map_err(|e| e.to_string())?;
+    eprintln!(
+        "standby: following from CSN {}; promoting when {} exists",
+        r.applied_csn(),
+        trigger.display()
+    );
+    let modified = loop {
+        if let Ok(meta) = std::fs::metadata(trigger) {
+            break meta.modified().ok();
+        }
+        if let Some(e) = r.error() {
+            return Err(format!("the standby stopped: {e}"));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    let now = Instant::now();
+    let since = modified
+        .and_then(|m| std::time::SystemTime::now().duration_since(m).ok())
+        .unwrap_or_default();
+    let died = now.checked_sub(since).unwrap_or(now);
+    let m = r.metrics();
+    let db = r.promote().map_err(|e| format!("promotion: {e}"))?;
+    let report = db.promotion_report().cloned().unwrap_or_default();
+    eprintln!(
+        "standby: promoted in {:.1?} (epoch {} -> {}; applied {} of {} read, {} more on \
+         promotion)",
+        report.timings.total,
+        report.old_epoch,
+        report.new_epoch,
+        m.applied_csn,
+        m.seen_csn,
+        report.applied
+    );
+    Ok((db, Failover { died, report, applied: m.applied_csn, seen: m.seen_csn }))
 }
 
 /// The key of account `id` and of transfer `id`.
@@ -108,8 +171,14 @@ pub fn run(cfg: &BankConfig) -> Result<Report, String> {
     validate(cfg)?;
     let mut log = cfg.log.clone();
     log.seed_sims(cfg.seed);
-    let db = Database::open(log.options(cfg.threads).isolation(cfg.isolation))
-        .map_err(|e| e.to_string())?;
+    let options = log.options(cfg.threads).isolation(cfg.isolation);
+    let (db, failover) = match &cfg.standby {
+        None => (Database::open(options).map_err(|e| e.to_string())?, None),
+        Some(trigger) => {
+            let (db, f) = standby(options, trigger)?;
+            (db, Some(f))
+        }
+    };
     // A database that already exists (a store that held one) is continued:
     // its accounts must be the ones asked for, and transfer ids go on from
     // the largest in its history.
@@ -154,12 +223,13 @@ pub fn run(cfg: &BankConfig) -> Result<Report, String> {
     };
     let next_id = AtomicU64::new(last_id + 1);
     let stop = AtomicBool::new(false);
+    let first_ack: parking_lot::Mutex<Option<Instant>> = parking_lot::Mutex::new(None);
     let started = Instant::now();
     let results: Vec<Result<WorkerResult, String>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..cfg.threads as u64)
             .map(|w| {
                 let (db, accounts, history) = (&db, &accounts, &history);
-                let (journal, next_id, stop) = (&journal, &next_id, &stop);
+                let (journal, next_id, stop, first_ack) = (&journal, &next_id, &stop, &first_ack);
                 s.spawn(move || {
                     let mut rng = SmallRng::seed_from_u64(cfg.seed ^ ((w + 1) * 0x9E37_79B9));
                     let mut h = Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("bounds");
@@ -181,6 +251,7 @@ pub fn run(cfg: &BankConfig) -> Result<Report, String> {
                             }
                         }
                         let _ = h.record((t0.elapsed().as_micros() as u64).max(1));
+                        first_ack.lock().get_or_insert_with(Instant::now);
                         done += 1;
                         if let Some(j) = journal {
                             let mut f = j.lock();
@@ -222,6 +293,36 @@ pub fn run(cfg: &BankConfig) -> Result<Report, String> {
     config.insert("store".into(), cfg.log.stores.join(" + "));
     config.insert("seed".into(), cfg.seed.to_string());
     let latency = Percentiles::from_micros(&lat);
+    let mut notes = vec![format!(
+        "audit: the {} accounts hold {total} = {} × {}",
+        cfg.accounts, cfg.accounts, cfg.initial_balance
+    )];
+    let mut extra = BTreeMap::new();
+    if let Some(f) = failover {
+        let t = f.report.timings;
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let first = first_ack.into_inner().map(|a| a.saturating_duration_since(f.died));
+        if let Some(d) = first {
+            extra.insert("failover_ms".to_owned(), ms(d));
+        }
+        extra.insert("promotion_ms".to_owned(), ms(t.total));
+        notes.push(format!(
+            "failover: {} from the trigger file to the first acknowledged transfer; promotion \
+             {:.1} ms (catch-up {:.1}, claim {:.1}, fence {:.1}, drain {:.1}, apply {:.1}, \
+             publish {:.1}); the replica had applied CSN {} of {} read, and applied {} more",
+            first.map_or("no transfer acknowledged".to_owned(), |d| format!("{:.1} ms", ms(d))),
+            ms(t.total),
+            ms(t.catch_up),
+            ms(t.claim),
+            ms(t.fence),
+            ms(t.drain),
+            ms(t.apply),
+            ms(t.publish),
+            f.applied,
+            f.seen,
+            f.report.applied
+        ));
+    }
     Ok(Report {
         benchmark: "bank".into(),
         engine: "milliscale".into(),
@@ -239,13 +340,10 @@ pub fn run(cfg: &BankConfig) -> Result<Report, String> {
         commit_latency: latency,
         by_kind: [("transfer".to_owned(), KindStats { committed, aborted })].into(),
         latency_by_kind: Default::default(),
-        extra: Default::default(),
+        extra,
         memory: None,
         log: None,
-        notes: vec![format!(
-            "audit: the {} accounts hold {total} = {} × {}",
-            cfg.accounts, cfg.accounts, cfg.initial_balance
-        )],
+        notes,
     })
 }
 
@@ -326,6 +424,7 @@ mod tests {
             isolation: Isolation::Snapshot,
             acked_log: Some(journal.clone()),
             seed: 1,
+            standby: None,
         };
         let r = run(&cfg).expect("run");
         assert!(r.committed > 10, "{} transfers", r.committed);

@@ -455,6 +455,13 @@ struct BankArgs {
     acked_log: Option<std::path::PathBuf>,
     #[arg(long, default_value_t = 42)]
     seed: u64,
+    /// Run as a hot standby: follow the bank's writer as a read replica
+    /// until this file exists (create it when the writer dies), then
+    /// promote the replica to writer (the old writer is fenced) and run
+    /// the transfers. Reports the failover time, from the file's
+    /// modification time to the first acknowledged transfer.
+    #[arg(long, value_name = "FILE")]
+    promote_when: Option<std::path::PathBuf>,
     #[arg(long)]
     json: bool,
     #[command(flatten)]
@@ -808,6 +815,7 @@ fn bench_bank(a: BankArgs) -> Result<(), String> {
         isolation: Isolation::Snapshot,
         acked_log: a.acked_log,
         seed: a.seed,
+        standby: a.promote_when,
     };
     let report = milliscale_bench::bank::run(&cfg)?;
     print_report(&report, a.json, false);
