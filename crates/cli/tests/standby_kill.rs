@@ -109,6 +109,9 @@ fn trial(n: u64, t: &Target, dir: &Path) -> (usize, usize) {
             "{name}: the old writer kept running, or exited cleanly, after it was fenced: {st:?}"
         );
     }
+    // Reaped already unless something above failed.
+    let _ = writer.kill();
+    let _ = writer.wait();
     // The oracle, on a cold recovery.
     let (wa, sa) = (journaled_ids(&wj), journaled_ids(&sj));
     assert!(!sa.is_empty(), "{name}: the promoted standby acknowledged nothing: {log}");
