@@ -6,6 +6,7 @@
 
 pub mod bank;
 pub mod emulator_bench;
+pub mod failover;
 pub mod harness;
 pub mod index_bench;
 pub mod keys;

@@ -140,6 +140,9 @@ enum Bench {
     /// Bank transfers that wait for their acks and journal them: the
     /// crash-test workload. Audits the total at the end.
     Bank(BankArgs),
+    /// Failover time of a hot standby (promotion) against a cold recovery
+    /// of the same database, with a large live log.
+    Failover(FailoverArgs),
     /// Compare ordered-index candidates on inserts, lookups and scans.
     Index(IndexArgs),
     /// Append latency of a store, compared with its sim preset's model.
@@ -462,6 +465,31 @@ struct BankArgs {
     /// modification time to the first acknowledged transfer.
     #[arg(long, value_name = "FILE")]
     promote_when: Option<std::path::PathBuf>,
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    log: LogArgs,
+}
+
+#[derive(Args)]
+struct FailoverArgs {
+    /// Live log to build before the writer dies, in MB.
+    #[arg(long, default_value_t = 1024.0)]
+    log_mb: f64,
+    /// Rows in the table.
+    #[arg(long, default_value_t = 100_000)]
+    records: u64,
+    /// Bytes per value.
+    #[arg(long, default_value_t = 1000)]
+    value_bytes: usize,
+    /// Rows updated per transaction (whole values).
+    #[arg(long, default_value_t = 10)]
+    ops: usize,
+    /// Writer threads.
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
     #[arg(long)]
     json: bool,
     #[command(flatten)]
@@ -818,6 +846,25 @@ fn bench_bank(a: BankArgs) -> Result<(), String> {
         standby: a.promote_when,
     };
     let report = milliscale_bench::bank::run(&cfg)?;
+    print_report(&report, a.json, false);
+    Ok(())
+}
+
+fn bench_failover(a: FailoverArgs) -> Result<(), String> {
+    let (_, log) = log_settings(&a.log)?;
+    if !(a.log_mb > 0.0) {
+        return Err("--log-mb must be above 0".into());
+    }
+    let cfg = milliscale_bench::failover::FailoverConfig {
+        log,
+        log_bytes: (a.log_mb * 1e6) as u64,
+        records: a.records,
+        value_bytes: a.value_bytes,
+        ops: a.ops,
+        threads: a.threads,
+        seed: a.seed,
+    };
+    let report = milliscale_bench::failover::run(&cfg)?;
     print_report(&report, a.json, false);
     Ok(())
 }
@@ -1416,6 +1463,7 @@ fn main() -> ExitCode {
         Command::Bench(Bench::Tpcc(a)) => bench_tpcc(a),
         Command::Bench(Bench::Sweep(a)) => bench_sweep(a),
         Command::Bench(Bench::Bank(a)) => bench_bank(a),
+        Command::Bench(Bench::Failover(a)) => bench_failover(a),
         Command::Bench(Bench::Index(a)) => bench_index(a),
         Command::Bench(Bench::Store(a)) => bench_store(a),
         Command::Bench(Bench::Emulator(a)) => bench_emulator(a),
