@@ -119,7 +119,7 @@ pub fn run(cfg: &FailoverConfig) -> Result<Report, String> {
         for w in 0..cfg.threads as u64 {
             let (db, t, stop, committed) = (&db, &t, &stop, &committed);
             s.spawn(move || {
-                let mut rng = SmallRng::seed_from_u64(cfg.seed ^ (w + 1) * 0x9E37_79B9);
+                let mut rng = SmallRng::seed_from_u64(cfg.seed ^ ((w + 1) * 0x9E37_79B9));
                 while !stop.load(Ordering::Relaxed) {
                     let Ok(mut tx) = db.begin() else { return };
                     for _ in 0..cfg.ops {

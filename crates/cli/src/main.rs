@@ -852,7 +852,7 @@ fn bench_bank(a: BankArgs) -> Result<(), String> {
 
 fn bench_failover(a: FailoverArgs) -> Result<(), String> {
     let (_, log) = log_settings(&a.log)?;
-    if !(a.log_mb > 0.0) {
+    if a.log_mb.is_nan() || a.log_mb <= 0.0 {
         return Err("--log-mb must be above 0".into());
     }
     let cfg = milliscale_bench::failover::FailoverConfig {
