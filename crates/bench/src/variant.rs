@@ -93,6 +93,9 @@ pub struct LogSettings {
     /// Background checkpoint after this many log bytes; 0 (the benchmark
     /// default) takes none.
     pub checkpoint_log_bytes: u64,
+    /// `Options::checkpoint_offload`: adopt checkpoints replicas offer
+    /// instead of taking them.
+    pub checkpoint_offload: bool,
 }
 
 impl Default for LogSettings {
@@ -115,6 +118,7 @@ impl Default for LogSettings {
             put_per_flush: false,
             hedging: Hedging::Auto,
             checkpoint_log_bytes: 0,
+            checkpoint_offload: false,
         }
     }
 }
@@ -209,7 +213,8 @@ impl LogSettings {
             .tracking(self.tracking)
             .put_per_flush(self.put_per_flush)
             .hedging(self.hedging)
-            .checkpoint_log_bytes(self.checkpoint_log_bytes);
+            .checkpoint_log_bytes(self.checkpoint_log_bytes)
+            .checkpoint_offload(self.checkpoint_offload);
         for s in &self.stores {
             o = o.add_store(s.clone());
         }

@@ -56,6 +56,29 @@ enum Command {
     /// apply what the writer commits, and print the replica's progress, lag
     /// and cost. Reads only: the writer is not asked or fenced.
     Replica(ReplicaArgs),
+    /// Build a checkpoint off the writer: follow the log as a replica until
+    /// caught up, write a checkpoint of that state and offer it. A writer
+    /// opened with checkpoint offloading adopts it after checking it, and
+    /// truncates its log. Reads the log; writes only checkpoint objects.
+    Checkpoint(CheckpointArgs),
+}
+
+#[derive(Args)]
+struct CheckpointArgs {
+    /// A store holding the database (repeat for replicas, in the writer's
+    /// order).
+    #[arg(long, required = true)]
+    store: Vec<String>,
+    /// Build it from the log (the only way offered: the writer is not
+    /// asked, and its memory is not scanned).
+    #[arg(long, required = true)]
+    from_log: bool,
+    /// Give up if the replica has not caught up with the log within this
+    /// many seconds.
+    #[arg(long, default_value_t = 60.0)]
+    timeout: f64,
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -115,6 +138,11 @@ struct ReplicaArgs {
     /// When it stops, print the metrics as JSON.
     #[arg(long)]
     json: bool,
+    /// Build a checkpoint of the replica's state and offer it to the
+    /// writer this often, in seconds (a writer with --checkpoint-offload
+    /// adopts it and truncates its log).
+    #[arg(long, value_name = "SECONDS")]
+    offer_checkpoint_every: Option<f64>,
 }
 
 #[derive(Args)]
@@ -437,6 +465,11 @@ struct LogArgs {
     /// suffix). Off by default in benchmarks, so runs measure the log alone.
     #[arg(long)]
     checkpoint_every: Option<String>,
+    /// With --checkpoint-every: do not scan memory, adopt a checkpoint that
+    /// a replica offers (`milliscale checkpoint --from-log`, `replica
+    /// --offer-checkpoint-every`) once one covers the log.
+    #[arg(long)]
+    checkpoint_offload: bool,
 }
 
 #[derive(Args)]
@@ -825,6 +858,7 @@ fn log_settings(a: &LogArgs) -> Result<(Variant, LogSettings), String> {
             HedgingArg::Off => milliscale::Hedging::Off,
         };
     }
+    l.checkpoint_offload = a.checkpoint_offload;
     if let Some(b) = &a.checkpoint_every {
         l.checkpoint_log_bytes =
             parse_size(b).map_err(|e| e.replace("--size", "--checkpoint-every"))? as u64;
@@ -1322,7 +1356,14 @@ fn replica(a: ReplicaArgs) -> Result<(), String> {
         started.elapsed(),
         r.applied_csn()
     );
+    let offer_every = a
+        .offer_checkpoint_every
+        .map(Duration::try_from_secs_f64)
+        .transpose()
+        .map_err(|_| "--offer-checkpoint-every must be >= 0".to_string())?;
+    let mut last_offer = std::time::Instant::now();
     let step = if every.is_zero() { Duration::from_millis(100) } else { every };
+    let step = offer_every.map_or(step, |o| step.min(o.max(Duration::from_millis(10))));
     let mut last_print = std::time::Instant::now();
     let mut last_records = 0;
     loop {
@@ -1342,6 +1383,20 @@ fn replica(a: ReplicaArgs) -> Result<(), String> {
         }
         if let Some(e) = r.error() {
             return Err(format!("the replica stopped: {e}"));
+        }
+        if offer_every.is_some_and(|o| last_offer.elapsed() >= o) {
+            let t0 = std::time::Instant::now();
+            match r.offer_checkpoint() {
+                Ok(c) => eprintln!(
+                    "offered checkpoint {}: {} rows, {} bytes in {:.1?}",
+                    c.csn,
+                    c.rows,
+                    c.bytes,
+                    t0.elapsed()
+                ),
+                Err(e) => eprintln!("offering a checkpoint failed (will retry): {e}"),
+            }
+            last_offer = std::time::Instant::now();
         }
         if !every.is_zero() && last_print.elapsed() >= every {
             let m = r.metrics();
@@ -1441,6 +1496,42 @@ fn replica(a: ReplicaArgs) -> Result<(), String> {
     Ok(())
 }
 
+fn checkpoint_from_log(a: CheckpointArgs) -> Result<(), String> {
+    debug_assert!(a.from_log);
+    let timeout = Duration::try_from_secs_f64(a.timeout).map_err(|_| "--timeout must be >= 0")?;
+    let started = std::time::Instant::now();
+    let r = milliscale::Replica::open(store_options(&a.store)).map_err(|e| e.to_string())?;
+    // Caught up: after a second of following (every chain polled several
+    // times, even idle ones backing off), wait until everything read by
+    // then is applied. The log may still be growing: this is a point in it.
+    std::thread::sleep(Duration::from_secs(1).min(timeout));
+    let target = r.metrics().seen_csn;
+    r.wait_for(target.saturating_sub(1), timeout.saturating_sub(started.elapsed()))
+        .map_err(|e| format!("not caught up with CSN {target} within {timeout:?}: {e}"))?;
+    let caught_up = started.elapsed();
+    let c = r.offer_checkpoint().map_err(|e| e.to_string())?;
+    r.close();
+    if a.json {
+        let j = serde_json::json!({
+            "csn": c.csn, "rows": c.rows, "bytes": c.bytes, "chunks": c.chunks.len(),
+            "caught_up_s": caught_up.as_secs_f64(), "total_s": started.elapsed().as_secs_f64(),
+        });
+        println!("{}", serde_json::to_string_pretty(&j).map_err(|e| e.to_string())?);
+    } else {
+        println!(
+            "offered checkpoint {}: {} rows, {} bytes in {} chunks (caught up in {:.1?}, {:.1?} in \
+             all); a writer with checkpoint offloading adopts it",
+            c.csn,
+            c.rows,
+            c.bytes,
+            c.chunks.len(),
+            caught_up,
+            started.elapsed()
+        );
+    }
+    Ok(())
+}
+
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
@@ -1459,6 +1550,7 @@ fn main() -> ExitCode {
         Command::Recover(a) => recover(a),
         Command::Dump(a) => dump(a),
         Command::Replica(a) => replica(a),
+        Command::Checkpoint(a) => checkpoint_from_log(a),
         Command::Bench(Bench::Ycsb(a)) => bench_ycsb(a),
         Command::Bench(Bench::Tpcc(a)) => bench_tpcc(a),
         Command::Bench(Bench::Sweep(a)) => bench_sweep(a),

@@ -137,3 +137,53 @@ fn a_replica_reads_what_the_writer_committed() {
     assert!(m["get_requests"].as_u64().expect("requests") > 0, "{m}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_writer_with_offloading_adopts_a_checkpoint_built_from_the_log() {
+    let dir = std::env::temp_dir().join(format!("milliscale-offload-cli-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let url = format!("file://{}", dir.display());
+    let mut writer = bin()
+        .args(["bench", "bank", "--store", &url, "--duration", "6", "--threads", "2"])
+        .args(["--accounts", "50", "--checkpoint-every", "64K", "--checkpoint-offload"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("bank");
+    // Wait for the bank to exist, then build a checkpoint off the writer,
+    // until it adopts one (an offer made before the writer marked its log
+    // covers nothing it can truncate, and is passed over).
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let adopted = |csn: u64| {
+        let out = bin().args(["inspect", "--store", &url]).output().expect("inspect");
+        String::from_utf8_lossy(&out.stdout).contains(&format!("checkpoint at CSN {csn}:"))
+    };
+    let csn = loop {
+        assert!(std::time::Instant::now() < until, "no offer was adopted in 20 s");
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let out = bin()
+            .args(["checkpoint", "--from-log", "--store", &url, "--json", "--timeout", "5"])
+            .output()
+            .expect("checkpoint");
+        if !out.status.success() {
+            continue; // no database yet
+        }
+        let c: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        let csn = c["csn"].as_u64().expect("csn");
+        // The writer looks for offers once a second.
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        if adopted(csn) {
+            break csn;
+        }
+    };
+    let st = writer.wait().expect("the writer");
+    assert!(st.success(), "the writer failed");
+    // The writer adopted it (or a later one, if another offer came): the
+    // manifest names it and the log before it is gone.
+    let out = bin().args(["recover", "--store", &url, "--json"]).output().expect("recover");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(r["checkpoint_csn"].as_u64(), Some(csn), "{r}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -296,6 +296,130 @@ pub(crate) fn load(
     results.into_iter().sum()
 }
 
+/// Where read replicas offer checkpoints they built from the log
+/// (`Options::checkpoint_offload`): `checkpoint/offer/c<csn>`, holding the
+/// checkpoint's `CheckpointRef` as one line `MSCO <crc32c>` and the JSON.
+/// The chunks are the usual `checkpoint/c<csn>/...` objects.
+pub const OFFER_PREFIX: &str = "checkpoint/offer/";
+
+/// The object key of an offer of checkpoint `csn`.
+pub fn offer_key(csn: Csn) -> String {
+    format!("{OFFER_PREFIX}c{csn:020}")
+}
+
+/// Encode an offer.
+pub(crate) fn encode_offer(c: &CheckpointRef) -> Bytes {
+    let body = serde_json::to_vec(c).expect("a checkpoint ref serializes");
+    let mut out = format!("MSCO {:08x}\n", crc32c::crc32c(&body)).into_bytes();
+    out.extend_from_slice(&body);
+    Bytes::from(out)
+}
+
+/// Decode and check an offer.
+pub(crate) fn decode_offer(key: &str, bytes: &[u8]) -> Result<CheckpointRef> {
+    let bad = |what: &str| Error::Corrupt(format!("checkpoint offer {key}: {what}"));
+    let nl = bytes.iter().position(|&b| b == b'\n').ok_or_else(|| bad("no header"))?;
+    let header = std::str::from_utf8(&bytes[..nl]).map_err(|_| bad("bad header"))?;
+    let crc = header
+        .strip_prefix("MSCO ")
+        .and_then(|h| u32::from_str_radix(h, 16).ok())
+        .ok_or_else(|| bad("bad header"))?;
+    let body = &bytes[nl + 1..];
+    if crc32c::crc32c(body) != crc {
+        return Err(bad("checksum mismatch"));
+    }
+    let c: CheckpointRef = serde_json::from_slice(body).map_err(|_| bad("bad JSON"))?;
+    if offer_key(c.csn) != key
+        || c.chunks.iter().any(|k| !k.key.starts_with(&checkpoint_prefix(c.csn)))
+    {
+        return Err(bad("names another checkpoint"));
+    }
+    Ok(c)
+}
+
+/// Write `c` (whose chunks are written) as an offer on a quorum of
+/// `stores`. Returns the requests made.
+pub(crate) fn put_offer(
+    stores: &[(String, Arc<dyn ObjectStore>)],
+    needed: usize,
+    deadline: Duration,
+    c: &CheckpointRef,
+) -> Result<u64> {
+    let key = offer_key(c.csn);
+    let body = encode_offer(c);
+    let (mut ok, mut errors) = (0, Vec::new());
+    for (name, s) in stores {
+        match retry(deadline, || s.put(&key, body.clone())) {
+            Ok(_) => ok += 1,
+            Err(e) => errors.push(format!("{name}: {e}")),
+        }
+    }
+    if ok < needed {
+        return Err(Error::StoreUnavailable(format!(
+            "writing checkpoint offer {key}: {}",
+            errors.join("; ")
+        )));
+    }
+    Ok(stores.len() as u64)
+}
+
+/// The offers on `stores` (any store that answers), newest first; damaged
+/// ones are skipped. Returns them and the requests made.
+pub(crate) fn list_offers(
+    stores: &[(String, Arc<dyn ObjectStore>)],
+    deadline: Duration,
+) -> (Vec<CheckpointRef>, u64) {
+    let mut requests = 0;
+    let mut keys = std::collections::BTreeSet::new();
+    for (_, s) in stores {
+        requests += 1;
+        if let Ok(list) = retry(deadline, || s.list(OFFER_PREFIX)) {
+            keys.extend(list.into_iter().map(|o| o.key));
+        }
+    }
+    let mut out = Vec::new();
+    for key in keys.into_iter().rev() {
+        for (_, s) in stores {
+            requests += 1;
+            if let Ok(b) = retry(deadline, || s.get(&key)) {
+                match decode_offer(&key, &b) {
+                    Ok(c) => out.push(c),
+                    Err(e) => tracing::warn!("skipping a checkpoint offer: {e}"),
+                }
+                break;
+            }
+        }
+    }
+    (out, requests)
+}
+
+/// Check that every chunk of `c` is on a quorum of `stores` with the size
+/// it names (a HEAD each). Returns the requests made.
+pub(crate) fn check_chunks(
+    stores: &[(String, Arc<dyn ObjectStore>)],
+    needed: usize,
+    deadline: Duration,
+    c: &CheckpointRef,
+) -> Result<u64> {
+    let mut requests = 0;
+    for chunk in &c.chunks {
+        let mut ok = 0;
+        for (_, s) in stores {
+            requests += 1;
+            if retry(deadline, || s.head(&chunk.key)).is_ok_and(|m| m.size == chunk.bytes) {
+                ok += 1;
+            }
+        }
+        if ok < needed {
+            return Err(Error::Corrupt(format!(
+                "checkpoint offer {}: chunk {} is on {ok} stores with its size, {needed} needed",
+                c.csn, chunk.key
+            )));
+        }
+    }
+    Ok(requests)
+}
+
 /// Delete checkpoint chunks other than `keep`'s, and log segments that
 /// hold only CSNs the checkpoint covers (before their chain's start in
 /// `log`, any group or lane).

@@ -66,6 +66,12 @@ pub(crate) struct DbInner {
     read_only: bool,
     /// One checkpoint at a time.
     checkpoint_lock: Mutex<()>,
+    /// Offloaded checkpoints: the log marks (each stream's fresh segments,
+    /// lane by lane, and the CSN bound below which everything is in older
+    /// segments) waiting for an offer at or above their bound.
+    checkpoint_marks: Mutex<Vec<(Vec<u64>, Csn)>>,
+    /// When offers were last looked for.
+    offers_checked: Mutex<Option<Instant>>,
     checkpoint_stats: Mutex<CheckpointStats>,
     /// Wakes the background checkpointer early (close).
     checkpointer_wake: (Mutex<bool>, Condvar),
@@ -98,6 +104,9 @@ pub struct CheckpointStats {
     pub delete_requests: u64,
     /// Bytes uploaded by checkpoints, all stores.
     pub bytes_uploaded: u64,
+    /// Of `checkpoints`, those built by a replica and adopted
+    /// (`Options::checkpoint_offload`).
+    pub adopted: u64,
     /// Time spent in checkpoints.
     pub busy: Duration,
     /// Log bytes written when the last one started.
@@ -667,6 +676,8 @@ impl DbInner {
             checkpoint_soon: AtomicBool::new(false),
             read_only: false,
             checkpoint_lock: Mutex::new(()),
+            checkpoint_marks: Mutex::new(Vec::new()),
+            offers_checked: Mutex::new(None),
             checkpoint_stats: Mutex::new(CheckpointStats::default()),
             checkpointer_wake: (Mutex::new(false), Condvar::new()),
         };
@@ -881,6 +892,88 @@ impl DbInner {
         Ok(cref.csn)
     }
 
+    /// Offloaded checkpoints (`Options::checkpoint_offload`): mark the log
+    /// (fresh segments and their CSN bound) unless a mark is waiting, then
+    /// adopt the newest checkpoint a replica offered that covers a mark,
+    /// is durable and is newer than the current one, once its chunks
+    /// check out: publish it with the mark's segments as the log's start,
+    /// then delete what it superseded, as a local checkpoint does. Returns
+    /// its CSN, or `None` if no offer qualified yet.
+    fn adopt_offered(&self) -> Result<Option<Csn>> {
+        let log = self.log.as_ref().ok_or_else(|| Error::InvalidArgument("no log".into()))?;
+        let st = self.manifest.as_ref().ok_or_else(|| Error::InvalidArgument("no log".into()))?;
+        let _one = self.checkpoint_lock.lock();
+        let started = Instant::now();
+        let deadline = self.options.store_deadline;
+        {
+            let mut marks = self.checkpoint_marks.lock();
+            if marks.is_empty() {
+                let m: Vec<(Vec<u64>, Csn)> =
+                    log.streams().iter().map(|s| s.mark_checkpoint()).collect();
+                let bound = m.iter().map(|x| x.1).max().unwrap_or(0);
+                marks.push((m.into_iter().flat_map(|x| x.0).collect(), bound));
+            }
+        }
+        let (offers, mut requests) = checkpoint::list_offers(&st.stores, deadline);
+        let durable = self.commit.gcsn.load(Ordering::SeqCst);
+        let (current, current_starts) = {
+            let m = st.current.lock();
+            (m.checkpoint.as_ref().map_or(0, |c| c.csn), m.log.group_start.clone())
+        };
+        let marks = self.checkpoint_marks.lock().clone();
+        for offer in offers {
+            if offer.csn <= current || offer.csn > durable {
+                continue;
+            }
+            // The newest mark it covers: segments before the mark's hold
+            // only CSNs below its bound, so below the offer's.
+            let Some((starts, _)) = marks.iter().rev().find(|(_, b)| *b <= offer.csn) else {
+                continue;
+            };
+            match checkpoint::check_chunks(&st.stores, st.needed, deadline, &offer) {
+                Ok(n) => requests += n,
+                Err(e) => {
+                    tracing::warn!("not adopting a checkpoint offer: {e}");
+                    continue;
+                }
+            }
+            // Never move a chain's start back (a local checkpoint may have
+            // moved it past an older mark).
+            let starts: Vec<u64> =
+                starts.iter().zip(&current_starts).map(|(a, b)| *a.max(b)).collect();
+            self.publish(|m| {
+                m.checkpoint = Some(offer.clone());
+                m.sealed.clear();
+                m.log.group_start = starts.clone();
+            })?;
+            self.checkpoint_marks.lock().retain(|(_, b)| *b > offer.csn);
+            let new_log = st.current.lock().log.clone();
+            let (lists, deletes) =
+                checkpoint::delete_superseded(&st.stores, Some(&offer), &new_log);
+            let puts = st.stores.len() as u64 + lists + requests;
+            let version = st.current.lock().version;
+            st.store.delete_below(version.saturating_sub(1));
+            let mut stats = self.checkpoint_stats.lock();
+            stats.checkpoints += 1;
+            stats.adopted += 1;
+            stats.last_csn = offer.csn;
+            stats.last_rows = offer.rows;
+            stats.last_bytes = offer.bytes;
+            stats.put_requests += puts;
+            stats.delete_requests += deletes;
+            if let Some(c) = price(&st.stores, puts, 0) {
+                *stats.cost_usd.get_or_insert(0.0) += c;
+            }
+            stats.busy += started.elapsed();
+            stats.log_bytes_at_last = log.bytes_written();
+            return Ok(Some(offer.csn));
+        }
+        let mut stats = self.checkpoint_stats.lock();
+        stats.put_requests += requests;
+        stats.busy += started.elapsed();
+        Ok(None)
+    }
+
     /// The background checkpointer: on log volume or interval.
     fn run_checkpointer(&self) {
         let Some(log) = &self.log else { return };
@@ -898,10 +991,31 @@ impl DbInner {
             }
             let since = log.bytes_written() - self.checkpoint_stats.lock().log_bytes_at_last;
             let o = &self.options;
+            let soon = self.checkpoint_soon.swap(false, Ordering::SeqCst);
             let due = (o.checkpoint_log_bytes > 0 && since >= o.checkpoint_log_bytes)
                 || o.checkpoint_interval.is_some_and(|d| last.elapsed() >= d && since > 0)
-                || self.checkpoint_soon.swap(false, Ordering::SeqCst);
+                || soon;
             if !due {
+                continue;
+            }
+            if o.checkpoint_offload && !soon {
+                // Look for offers at most once a second (a LIST per store).
+                let mut checked = self.offers_checked.lock();
+                if checked.is_some_and(|t| t.elapsed() < Duration::from_secs(1)) {
+                    continue;
+                }
+                *checked = Some(Instant::now());
+                drop(checked);
+                match self.adopt_offered() {
+                    Ok(Some(_)) => last = Instant::now(),
+                    Ok(None) => {}
+                    Err(e) => {
+                        if self.commit.is_poisoned() || self.check_open().is_err() {
+                            return;
+                        }
+                        tracing::warn!("adopting an offered checkpoint failed, will retry: {e}");
+                    }
+                }
                 continue;
             }
             match self.checkpoint_now() {

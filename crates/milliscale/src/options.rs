@@ -131,6 +131,7 @@ pub struct Options {
     pub(crate) checkpoint_chunk_bytes: usize,
     pub(crate) checkpoint_log_bytes: u64,
     pub(crate) checkpoint_interval: Option<Duration>,
+    pub(crate) checkpoint_offload: bool,
 }
 
 /// Default [`Options::checkpoint_chunk_bytes`].
@@ -216,6 +217,7 @@ impl Default for Options {
             checkpoint_chunk_bytes: CHECKPOINT_CHUNK_BYTES_DEFAULT,
             checkpoint_log_bytes: CHECKPOINT_LOG_BYTES_DEFAULT,
             checkpoint_interval: None,
+            checkpoint_offload: false,
         }
     }
 }
@@ -476,6 +478,17 @@ impl Options {
     /// grew since the last one). Default: none.
     pub fn checkpoint_interval(mut self, d: Option<Duration>) -> Options {
         self.checkpoint_interval = d;
+        self
+    }
+
+    /// Offload checkpoints (issue 15): when one is due, the writer does not
+    /// scan its memory but adopts a checkpoint that a read replica built
+    /// from the log (`Replica::offer_checkpoint`, `milliscale checkpoint
+    /// --from-log`), after checking it; then truncates the log as usual.
+    /// Until an offer covers the log it has marked, nothing is truncated.
+    /// `Database::checkpoint` still takes one locally. Default off.
+    pub fn checkpoint_offload(mut self, on: bool) -> Options {
+        self.checkpoint_offload = on;
         self
     }
 

@@ -314,3 +314,66 @@ fn a_standby_promotes_without_a_checkpoint_and_every_reader_honours_the_seal() {
     drop(again);
     assert_eq!(all_db(&Database::open(writer(&inner)).expect("reopen"), "t"), expect);
 }
+
+#[test]
+fn a_writer_adopts_a_checkpoint_a_replica_built_and_truncates_its_log() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let opts = || writer(&store).checkpoint_offload(true).checkpoint_log_bytes(2048);
+    let db = Database::open(opts()).expect("open");
+    let t = db.create_table("t").expect("table");
+    let replica = Replica::open_with(writer(&store), fast()).expect("replica");
+    let mut last = 0;
+    for i in 0..300u64 {
+        let mut tx = db.begin().expect("begin");
+        tx.put(&t, format!("k{:04}", i % 120).as_bytes(), &i.to_le_bytes()).expect("put");
+        last = tx.commit_and_wait().expect("commit").csn.expect("csn");
+    }
+    // Due (2 KiB of log), but nothing is adopted without an offer; the
+    // writer marks its log meanwhile.
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(db.checkpoint_stats().adopted, 0);
+    // A damaged offer (a chunk missing) is refused.
+    replica.wait_for(last, WAIT).expect("caught up");
+    let bad = replica.offer_checkpoint().expect("offer");
+    store.delete(&bad.chunks[0].key).expect("delete a chunk");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(db.checkpoint_stats().adopted, 0, "adopted an offer with a chunk missing");
+    // More commits (past the writer's mark), then a good offer.
+    for i in 0..50u64 {
+        let mut tx = db.begin().expect("begin");
+        tx.put(&t, format!("n{i:04}").as_bytes(), b"x").expect("put");
+        last = tx.commit_and_wait().expect("commit").csn.expect("csn");
+    }
+    replica.wait_for(last, WAIT).expect("caught up");
+    let offered = replica.offer_checkpoint().expect("offer");
+    assert_eq!(offered.csn, last + 1);
+    let until = Instant::now() + WAIT;
+    while db.checkpoint_stats().adopted == 0 {
+        assert!(Instant::now() < until, "the writer never adopted the offer");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let m = db.manifest().expect("manifest");
+    assert_eq!(m.checkpoint.as_ref().map(|c| c.csn), Some(offered.csn));
+    // Truncated: no log segment before each chain's new start is left.
+    let segments = store.list("log/").expect("list");
+    let starts: Vec<u64> = m.log.group_start.clone();
+    assert!(starts.iter().any(|s| *s > 0), "the log's start moved: {starts:?}");
+    assert!(
+        segments.iter().all(|o| milliscale::recovery::segment_of(&o.key)
+            .is_none_or(|(chain, seg)| m.log.start(chain).is_none_or(|s| seg >= s))),
+        "segments before the start were left"
+    );
+    // A cold recovery from the adopted checkpoint gives the writer's state.
+    for i in 0..10u64 {
+        let mut tx = db.begin().expect("begin");
+        tx.put(&t, format!("z{i:04}").as_bytes(), b"after").expect("put");
+        tx.commit_and_wait().expect("commit");
+    }
+    let expect = all_db(&db, "t");
+    drop(db);
+    let again = Database::open(writer(&store)).expect("recovers");
+    let rr = again.recovery_report().expect("report");
+    assert_eq!(rr.checkpoint.map(|c| c.0), Some(offered.csn), "{rr:?}");
+    assert_eq!(all_db(&again, "t"), expect);
+    assert_eq!(replica.metrics().checkpoints_offered, 2);
+}

@@ -146,6 +146,12 @@ pub(crate) fn parse_key(key: &str) -> Option<LogObject> {
     }
 }
 
+/// The chain and segment a log object's key names; `None` if it is not a
+/// log object's.
+pub fn segment_of(key: &str) -> Option<(Chain, u64)> {
+    parse_key(key).map(|o| (o.chain(), o.segment()))
+}
+
 /// A number written with ASCII digits only.
 fn digits<T: std::str::FromStr>(s: &str) -> Option<T> {
     if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {

@@ -114,6 +114,7 @@ pub(crate) struct Counters {
     pub(crate) catch_ups: u64,
     pub(crate) catch_up_rows: u64,
     pub(crate) epochs_followed: u64,
+    pub(crate) checkpoints_offered: u64,
     pub(crate) last_error: Option<String>,
 }
 
@@ -133,6 +134,7 @@ impl Counters {
             catch_ups: 0,
             catch_up_rows: 0,
             epochs_followed: 0,
+            checkpoints_offered: 0,
             last_error: None,
         }
     }

@@ -106,6 +106,8 @@ pub struct ReplicaMetrics {
     pub catch_up_rows: u64,
     /// New writers' logs followed.
     pub epochs_followed: u64,
+    /// Checkpoints built and offered to the writer.
+    pub checkpoints_offered: u64,
     /// What the requests cost at the stores' price table (`None` if a store
     /// has none).
     pub cost_usd: Option<f64>,
@@ -141,6 +143,10 @@ pub struct Replica {
     shared: Arc<Shared>,
     follower: parking_lot::Mutex<Option<std::thread::JoinHandle<Option<Follower>>>>,
     stores: Vec<Arc<dyn objstore::ObjectStore>>,
+    /// The stores by name, and the writer's quorum: where offered
+    /// checkpoints go.
+    named: follow::NamedStores,
+    needed: usize,
 }
 
 impl Replica {
@@ -197,7 +203,7 @@ impl Replica {
         let follower = Follower::new(
             Arc::clone(&db.inner),
             Arc::clone(&shared),
-            named,
+            named.clone(),
             needed,
             deadline,
             replica,
@@ -207,7 +213,14 @@ impl Replica {
             .name("replica-follow".into())
             .spawn(move || follower.run())
             .map_err(|e| Error::InvalidArgument(format!("starting the follower thread: {e}")))?;
-        Ok(Replica { db, shared, follower: parking_lot::Mutex::new(Some(handle)), stores })
+        Ok(Replica {
+            db,
+            shared,
+            follower: parking_lot::Mutex::new(Some(handle)),
+            stores,
+            named,
+            needed,
+        })
     }
 
     /// Every commit below this CSN is visible to new transactions.
@@ -322,6 +335,7 @@ impl Replica {
             catch_ups: c.catch_ups,
             catch_up_rows: c.catch_up_rows,
             epochs_followed: c.epochs_followed,
+            checkpoints_offered: c.checkpoints_offered,
             cost_usd: cost,
             last_error: c.last_error.clone(),
             stopped: p.error.as_ref().map(Error::to_string),
@@ -332,6 +346,42 @@ impl Replica {
     /// before the measured phase); counts are kept.
     pub fn reset_lag(&self) {
         self.shared.counters.lock().lag_us.reset();
+    }
+
+    /// Build a checkpoint of the replica's state at its applied CSN and
+    /// offer it to the writer (`Options::checkpoint_offload`): the chunks
+    /// go where a writer's own would (`checkpoint/c<csn>/...`, each on a
+    /// quorum of stores), then an offer naming them
+    /// (`checkpoint/offer/c<csn>`). A writer with offloading on adopts the
+    /// newest offer that covers the log it marked, after checking the
+    /// chunks, and truncates its log as after its own checkpoint. Reads go
+    /// on meanwhile; applying the log waits only for the snapshot's GC
+    /// horizon, as any long reader does. Returns the checkpoint.
+    pub fn offer_checkpoint(&self) -> Result<crate::manifest::CheckpointRef> {
+        let o = &self.db.inner.options;
+        let mut tx = self.begin()?;
+        let csn = tx.snapshot();
+        let mut w = crate::checkpoint::ChunkWriter::new(
+            &self.named,
+            self.needed,
+            o.store_deadline,
+            csn,
+            o.checkpoint_chunk_bytes,
+        );
+        for t in self.db.inner.tables_by_id() {
+            w.table(t.id)?;
+            tx.for_each_visible(&t, |k, v| w.row(k, v))?;
+        }
+        drop(tx);
+        let (cref, requests) = w.finish()?;
+        let offer =
+            crate::checkpoint::put_offer(&self.named, self.needed, o.store_deadline, &cref)?;
+        {
+            let mut c = self.shared.counters.lock();
+            c.put_class += requests + offer;
+            c.checkpoints_offered += 1;
+        }
+        Ok(cref)
     }
 
     /// Make this replica the writer: take the next epoch through the
