@@ -15,6 +15,12 @@
 //!    log segments before each group's new start (they hold only CSNs
 //!    below `M` ≤ `c`).
 //!
+//! **Offloaded** (`Options::checkpoint_offload`): a read replica builds
+//! the chunks from its own state and offers them (`put_offer`); the writer
+//! does step 1, then adopts an offer at or above its bound instead of
+//! steps 2 and 3, and does 4 and 5 (`Database` in `db.rs`,
+//! `adopt_offered`).
+//!
 //! Chunk format (little endian):
 //!
 //! ```text
