@@ -85,6 +85,29 @@ impl ReplicaRun {
         }
     }
 
+    /// Offer a checkpoint of the replica's state every `every` until
+    /// [`ReplicaRun::stop`] (for a writer with checkpoint offloading: it
+    /// adopts the newest offer that covers the log it marked). Returns the
+    /// offers made and the time they took.
+    pub fn offer_loop(&self, every: Duration) -> (u64, Duration) {
+        let (mut n, mut busy) = (0, Duration::ZERO);
+        let mut last = Instant::now();
+        while !self.stop.load(Ordering::Acquire) {
+            std::thread::sleep(Duration::from_millis(20));
+            if last.elapsed() < every {
+                continue;
+            }
+            let t0 = Instant::now();
+            match self.replica.offer_checkpoint() {
+                Ok(_) => n += 1,
+                Err(e) => eprintln!("the replica's checkpoint offer failed: {e}"),
+            }
+            busy += t0.elapsed();
+            last = Instant::now();
+        }
+        (n, busy)
+    }
+
     /// Mark the start (`start = true`) or end of the measured phase.
     pub fn mark(&self, db: &Database, start: bool) {
         self.measuring.store(start, Ordering::Release);

@@ -22,6 +22,10 @@ use crate::keys::{KeyChooser, KeyDist};
 use crate::report::{Environment, KindStats, Percentiles, Report};
 use crate::variant::LogSettings;
 
+/// With `--replica` and checkpoint offloading: how often the replica
+/// offers a checkpoint.
+const OFFER_EVERY: Duration = Duration::from_secs(2);
+
 pub const FIELDS: usize = 10;
 pub const FIELD_BYTES: usize = 8;
 pub const RECORD_BYTES: usize = FIELDS * FIELD_BYTES;
@@ -245,9 +249,14 @@ pub fn run(cfg: &YcsbConfig) -> Result<Report, String> {
             let window = LogWindow::new(&db);
             // Checkpoint cost over the measured window: the background column.
             let background = parking_lot::Mutex::new(Vec::new());
+            let offered = parking_lot::Mutex::new(None);
             let (stats, measured) = std::thread::scope(|s| {
                 if let Some(r) = &replica {
                     s.spawn(|| r.probe(&db));
+                    if cfg.log.checkpoint_offload {
+                        // The writer adopts what the replica offers.
+                        s.spawn(|| *offered.lock() = Some(r.offer_loop(OFFER_EVERY)));
+                    }
                 }
                 let out = drive(
                     &cfg.shape(),
@@ -282,6 +291,15 @@ pub fn run(cfg: &YcsbConfig) -> Result<Report, String> {
                 let (x, note) = r.report(&db, reads);
                 extra.extend(x);
                 notes.push(note);
+            }
+            if let Some((n, busy)) = offered.into_inner() {
+                notes.push(format!(
+                    "checkpoint offload: the replica offered {n} checkpoints (every {:?}, {:.2} s \
+                     building them); the writer adopted {}",
+                    OFFER_EVERY,
+                    busy.as_secs_f64(),
+                    db.checkpoint_stats().adopted
+                ));
             }
             let committed: u64 = stats.iter().map(|s| s.committed[0] + s.committed[1]).sum();
             log_report = window.report(measured.0, committed);
