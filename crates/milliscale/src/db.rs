@@ -159,6 +159,25 @@ fn read_log(
     Ok((plan, report))
 }
 
+/// A new writer's log, as `options` lay it out: epoch `epoch`, from CSN
+/// `base`, every chain starting at segment `first_segment`.
+pub(crate) fn fresh_log(options: &Options, epoch: u64, base: Csn, first_segment: u64) -> LogRef {
+    let groups = options.log_groups() as u32;
+    let per_stream = options.groups_per_stream();
+    LogRef {
+        epoch,
+        base_csn: base,
+        groups,
+        groups_per_stream: per_stream as u32,
+        lanes: options.log_lanes as u32,
+        group_start: vec![
+            first_segment;
+            (groups as usize).div_ceil(per_stream) * options.log_lanes
+        ],
+        parts_max: options.segment_parts_max,
+    }
+}
+
 /// The price of `put` PUT-class requests and `up` uploaded bytes, spread
 /// evenly over `stores`, at each store's price table; `None` if a store has
 /// no price table.
@@ -400,21 +419,9 @@ impl Database {
         // 4. Rebuild: the tables, the checkpoint, then the log on top.
         let base = old.log_from().max(plan.max_csn + 1);
         let first_segment = recovery::next_free_segment(&named, &old.log, options.store_deadline);
-        let groups = options.log_groups() as u32;
-        let per_stream = options.groups_per_stream();
-        let new_log = LogRef {
-            epoch: claim.epoch,
-            base_csn: base,
-            groups,
-            groups_per_stream: per_stream as u32,
-            lanes: options.log_lanes as u32,
-            group_start: vec![
-                first_segment;
-                (groups as usize).div_ceil(per_stream) * options.log_lanes
-            ],
-            parts_max: options.segment_parts_max,
-        };
-        let commit = Arc::new(CommitState::new(groups as usize, options.tracking, true, base));
+        let new_log = fresh_log(&options, claim.epoch, base, first_segment);
+        let groups = new_log.groups as usize;
+        let commit = Arc::new(CommitState::new(groups, options.tracking, true, base));
         let tables = claim.tables.clone();
         let state =
             ManifestState { store: ms, stores: named.clone(), needed, current: Mutex::new(claim) };
@@ -835,7 +842,9 @@ impl DbInner {
     /// See [`Database::checkpoint`] and the `checkpoint` module.
     fn checkpoint_now(&self) -> Result<Csn> {
         let log = self.log.as_ref().ok_or_else(|| Error::InvalidArgument("no log".into()))?;
-        let st = self.manifest.as_ref().ok_or_else(|| Error::InvalidArgument("no log".into()))?;
+        if self.manifest.is_none() {
+            return Err(Error::InvalidArgument("no log".into()));
+        }
         let _one = self.checkpoint_lock.lock();
         let started = Instant::now();
         let log_bytes = log.bytes_written();
@@ -871,14 +880,32 @@ impl DbInner {
             m.sealed.clear();
             m.log.group_start = starts.clone();
         })?;
+        self.after_checkpoint(&cref, 0, started, log_bytes, false);
+        Ok(cref.csn)
+    }
+
+    /// A checkpoint (`cref`) is published: delete what it superseded (log
+    /// segments before the new starts, other checkpoints' objects, old
+    /// manifest versions) and count it. `requests` were made before
+    /// publishing, beyond those the stats have already.
+    fn after_checkpoint(
+        &self,
+        cref: &crate::manifest::CheckpointRef,
+        requests: u64,
+        started: Instant,
+        log_bytes: u64,
+        adopted: bool,
+    ) {
+        let Some(st) = self.manifest.as_ref() else { return };
         let new_log = st.current.lock().log.clone();
-        let (lists, deletes) = checkpoint::delete_superseded(&st.stores, Some(&cref), &new_log);
+        let (lists, deletes) = checkpoint::delete_superseded(&st.stores, Some(cref), &new_log);
         // The manifest put on each store, and the lists.
-        let puts = st.stores.len() as u64 + lists;
+        let puts = st.stores.len() as u64 + lists + requests;
         let version = st.current.lock().version;
         st.store.delete_below(version.saturating_sub(1));
         let mut stats = self.checkpoint_stats.lock();
         stats.checkpoints += 1;
+        stats.adopted += u64::from(adopted);
         stats.last_csn = cref.csn;
         stats.last_rows = cref.rows;
         stats.last_bytes = cref.bytes;
@@ -889,7 +916,6 @@ impl DbInner {
         }
         stats.busy += started.elapsed();
         stats.log_bytes_at_last = log_bytes;
-        Ok(cref.csn)
     }
 
     /// Offloaded checkpoints (`Options::checkpoint_offload`): mark the log
@@ -947,25 +973,7 @@ impl DbInner {
                 m.log.group_start = starts.clone();
             })?;
             self.checkpoint_marks.lock().retain(|(_, b)| *b > offer.csn);
-            let new_log = st.current.lock().log.clone();
-            let (lists, deletes) =
-                checkpoint::delete_superseded(&st.stores, Some(&offer), &new_log);
-            let puts = st.stores.len() as u64 + lists + requests;
-            let version = st.current.lock().version;
-            st.store.delete_below(version.saturating_sub(1));
-            let mut stats = self.checkpoint_stats.lock();
-            stats.checkpoints += 1;
-            stats.adopted += 1;
-            stats.last_csn = offer.csn;
-            stats.last_rows = offer.rows;
-            stats.last_bytes = offer.bytes;
-            stats.put_requests += puts;
-            stats.delete_requests += deletes;
-            if let Some(c) = price(&st.stores, puts, 0) {
-                *stats.cost_usd.get_or_insert(0.0) += c;
-            }
-            stats.busy += started.elapsed();
-            stats.log_bytes_at_last = log.bytes_written();
+            self.after_checkpoint(&offer, requests, started, log.bytes_written(), true);
             return Ok(Some(offer.csn));
         }
         let mut stats = self.checkpoint_stats.lock();

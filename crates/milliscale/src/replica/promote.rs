@@ -34,7 +34,7 @@ use super::follow::Follower;
 use crate::db::{Database, PromotionReport};
 use crate::error::{Error, Result};
 use crate::log::record::Entry;
-use crate::manifest::{LogRef, ManifestStore, SealedLog};
+use crate::manifest::{ManifestStore, SealedLog};
 use crate::mvcc::Csn;
 
 /// Claims lost in a row to the old writer's own manifest updates (a
@@ -103,20 +103,7 @@ impl Follower {
         report.timings.apply = applied_at.elapsed();
         report.base_csn = seal.max_csn + 1;
         // 6. The new log, above every CSN seen; publish and go.
-        let per_stream = options.groups_per_stream();
-        let groups = options.log_groups() as u32;
-        let new_log = LogRef {
-            epoch: claim.epoch,
-            base_csn: seal.max_csn + 1,
-            groups,
-            groups_per_stream: per_stream as u32,
-            lanes: options.log_lanes as u32,
-            group_start: vec![
-                first_segment;
-                (groups as usize).div_ceil(per_stream) * options.log_lanes
-            ],
-            parts_max: options.segment_parts_max,
-        };
+        let new_log = crate::db::fresh_log(&options, claim.epoch, seal.max_csn + 1, first_segment);
         tracing::info!(
             "promotion: epoch {} sealed at CSN {} (prefix {}, {} above, {} dropped); writing \
              as epoch {} from CSN {}",
