@@ -26,6 +26,17 @@ use parking_lot::Mutex;
 
 use crate::keys::KeyChooser;
 
+/// How the benchmark runs its replica.
+#[derive(Debug, Clone, Copy)]
+pub struct ReplicaConfig {
+    /// After the measured phase, this many reader threads read from the
+    /// replica for `read_for` (0: no read phase).
+    pub readers: usize,
+    pub read_for: Duration,
+    /// The replica's apply threads (`ReplicaOptions::apply_threads`).
+    pub apply_threads: usize,
+}
+
 /// A replica and its lag probe.
 pub struct ReplicaRun {
     pub replica: Replica,
@@ -43,14 +54,14 @@ impl ReplicaRun {
     /// Open a replica on `db`'s stores (`writer` must have been through
     /// [`Options::open_stores`]) and wait until it has applied what the
     /// writer has made durable so far.
-    pub fn open(db: &Database, writer: &Options) -> Result<ReplicaRun, String> {
+    pub fn open(db: &Database, writer: &Options, rc: &ReplicaConfig) -> Result<ReplicaRun, String> {
         let mut o = Options::new();
         for s in writer.stores() {
             o = o.add_store_handle(s.open().map_err(|e| e.to_string())?);
         }
         let started = Instant::now();
-        let replica =
-            Replica::open_with(o, ReplicaOptions::default()).map_err(|e| e.to_string())?;
+        let opts = ReplicaOptions { apply_threads: rc.apply_threads, ..ReplicaOptions::default() };
+        let replica = Replica::open_with(o, opts).map_err(|e| e.to_string())?;
         let target = db.durable_csn().saturating_sub(1);
         replica
             .wait_for(target, Duration::from_secs(600))

@@ -81,10 +81,8 @@ pub struct YcsbConfig {
     pub pacing: Pacing,
     /// Draw a progress bar on stderr (only if it is a terminal).
     pub progress: bool,
-    /// Run a read replica beside the writer (`replica_bench`); after the
-    /// measured phase, this many reader threads read from it for
-    /// `replica_read` (0: no read phase).
-    pub replica: Option<(usize, Duration)>,
+    /// Run a read replica beside the writer (`replica_bench`).
+    pub replica: Option<crate::replica_bench::ReplicaConfig>,
 }
 
 impl YcsbConfig {
@@ -243,7 +241,7 @@ pub fn run(cfg: &YcsbConfig) -> Result<Report, String> {
                 t0.elapsed().as_secs_f64()
             ));
             let replica = match cfg.replica {
-                Some(_) => Some(crate::replica_bench::ReplicaRun::open(&db, &opts)?),
+                Some(rc) => Some(crate::replica_bench::ReplicaRun::open(&db, &opts, &rc)?),
                 None => None,
             };
             let window = LogWindow::new(&db);
@@ -275,7 +273,8 @@ pub fn run(cfg: &YcsbConfig) -> Result<Report, String> {
                 }
                 out
             })?;
-            if let (Some(r), Some((readers, secs))) = (&replica, cfg.replica) {
+            if let (Some(r), Some(rc)) = (&replica, cfg.replica) {
+                let (readers, secs) = (rc.readers, rc.read_for);
                 let reads = if readers > 0 && !secs.is_zero() {
                     Some(r.read_throughput(
                         &chooser,

@@ -131,6 +131,10 @@ struct ReplicaArgs {
     /// Poll a chain at most this seldom while the database is idle, in ms.
     #[arg(long, default_value_t = 1000.0)]
     poll_max_ms: f64,
+    /// Threads that apply the log, split by key (default: the cores, at
+    /// most 4).
+    #[arg(long)]
+    apply_threads: Option<usize>,
     /// When it stops, print this table's rows (hex `key value` lines, in
     /// key order) as the replica sees them.
     #[arg(long)]
@@ -567,6 +571,10 @@ struct YcsbArgs {
     /// With --replica: seconds the readers run.
     #[arg(long, default_value_t = 3.0)]
     replica_read_secs: f64,
+    /// With --replica: the replica's apply threads (default: the cores,
+    /// at most 4).
+    #[arg(long)]
+    replica_apply_threads: Option<usize>,
     #[command(flatten)]
     run: RunArgs,
 }
@@ -934,7 +942,11 @@ fn bench_ycsb(a: YcsbArgs) -> Result<(), String> {
         pacing: r.pacing(),
         progress: r.progress(),
         replica: if a.replica {
-            Some((a.replica_readers, seconds("replica-read-secs", a.replica_read_secs)?))
+            Some(milliscale_bench::replica_bench::ReplicaConfig {
+                readers: a.replica_readers,
+                read_for: seconds("replica-read-secs", a.replica_read_secs)?,
+                apply_threads: threads("replica-apply-threads", a.replica_apply_threads)?,
+            })
         } else {
             None
         },
@@ -1331,6 +1343,16 @@ fn dump(a: DumpArgs) -> Result<(), String> {
     out.flush().map_err(|e| e.to_string())
 }
 
+/// A thread count given as `--NAME`: at least 1; unset, the replica's
+/// default (`ReplicaOptions::apply_threads`).
+fn threads(name: &str, n: Option<usize>) -> Result<usize, String> {
+    match n {
+        None => Ok(milliscale::ReplicaOptions::default().apply_threads),
+        Some(0) => Err(format!("--{name} must be at least 1")),
+        Some(n) => Ok(n),
+    }
+}
+
 fn replica(a: ReplicaArgs) -> Result<(), String> {
     let ms = |x: f64, what: &str| {
         Duration::try_from_secs_f64(x / 1000.0).map_err(|_| format!("--{what} must be >= 0"))
@@ -1338,6 +1360,7 @@ fn replica(a: ReplicaArgs) -> Result<(), String> {
     let poll = milliscale::ReplicaOptions {
         poll_min: ms(a.poll_min_ms, "poll-min-ms")?,
         poll_max: ms(a.poll_max_ms, "poll-max-ms")?,
+        apply_threads: threads("apply-threads", a.apply_threads)?,
         ..milliscale::ReplicaOptions::default()
     };
     let run_for = a

@@ -29,6 +29,7 @@ fn fast() -> ReplicaOptions {
         poll_min: Duration::from_millis(1),
         poll_max: Duration::from_millis(50),
         manifest_every: Duration::from_millis(50),
+        ..ReplicaOptions::default()
     }
 }
 
@@ -212,6 +213,7 @@ fn an_idle_database_costs_a_replica_few_requests() {
         poll_min: Duration::from_millis(1),
         poll_max: Duration::from_millis(200),
         manifest_every: Duration::from_millis(200),
+        ..ReplicaOptions::default()
     };
     let replica = Replica::open_with(Options::new().add_store_handle(Arc::clone(&store)), opts)
         .expect("replica");

@@ -313,6 +313,8 @@ fn run_seed(seed: u64, tally: &mut Tally) {
         poll_min: Duration::from_micros(rng.random_range(0..2000)),
         poll_max: Duration::from_millis(20),
         manifest_every: Duration::from_millis(rng.random_range(5..50)),
+        apply_threads: rng.random_range(1..=3),
+        apply_parallel_min: rng.random_range(0..64),
     };
     let replica =
         Replica::open_with(Options::new().add_store_handle(flaky).recovery_threads(2), poll)
@@ -425,6 +427,8 @@ fn run_seed(seed: u64, tally: &mut Tally) {
                     poll_min: Duration::from_micros(rng.random_range(0..2000)),
                     poll_max: Duration::from_millis(20),
                     manifest_every: Duration::from_millis(rng.random_range(5..50)),
+                    apply_threads: rng.random_range(1..=3),
+                    apply_parallel_min: rng.random_range(0..64),
                 };
                 if let Ok(standby) = Replica::open_with(opts.clone(), poll) {
                     next = Some((store, opts, standby));

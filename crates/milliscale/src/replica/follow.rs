@@ -73,6 +73,18 @@ const FENCED_MANIFEST_EVERY: Duration = Duration::from_millis(20);
 /// checkpoint deleted it) before that counts as damage.
 const CATCH_UP_TRIES: u32 = 8;
 
+/// The most entries applied as one run before publishing: a replica far
+/// behind still shows progress every run.
+const RUN_MAX: usize = 8192;
+
+/// Entries taken from `pending` to apply together, with the earliest time
+/// each can have landed (for the lag).
+#[derive(Default)]
+struct Run {
+    entries: Vec<Entry>,
+    since: Vec<Instant>,
+}
+
 /// One manifest check in this many reads it whole (a LIST), whatever the
 /// HEADs say.
 const FULL_MANIFEST_READ_EVERY: u64 = 16;
@@ -377,38 +389,43 @@ impl Follower {
     }
 
     /// Apply every entry from `applied` on that a quorum of stores showed,
-    /// stopping at the first CSN not yet there; then publish.
+    /// stopping at the first CSN not yet there, in runs of consecutive
+    /// entries applied together ([`apply::apply_batch`]); publish after
+    /// each run.
     pub(super) fn advance(&mut self) -> Result<()> {
-        let start = self.applied;
         let horizon = self.db.refresh_gc_horizon();
-        let guard = crossbeam_epoch::pin();
-        let (mut entries, mut records) = (0u64, 0u64);
-        let now = Instant::now();
-        let mut lags = Vec::new();
+        // The run: entries from `applied` up to `next` (seal-skipped CSNs
+        // have no entry), with the earliest time each can have landed.
+        let mut run = Run::default();
+        let mut next = self.applied;
         loop {
+            if run.entries.len() >= RUN_MAX {
+                self.apply_run(&mut run, next, horizon)?;
+            }
             let e = if let Some(seal) = &self.seal {
-                if self.applied > seal.max_csn {
+                if next > seal.max_csn {
+                    self.apply_run(&mut run, next, horizon)?;
                     self.next_log()?;
                     continue;
                 }
-                if self.applied < seal.from {
+                if next < seal.from {
                     // The checkpoint holds these: the manifest check
                     // catches up from it first.
                     break;
                 }
-                if !seal.includes(self.applied) {
+                if !seal.includes(next) {
                     // Not in the decision: skipped.
-                    self.pending.remove(&self.applied);
-                    self.applied += 1;
+                    self.pending.remove(&next);
+                    next += 1;
                     continue;
                 }
                 // In the decision: applied once any store has shown it.
-                match self.pending.get(&self.applied) {
+                match self.pending.get(&next) {
                     Some((e, _, _)) => e,
                     None => break,
                 }
             } else {
-                match self.pending.get(&self.applied) {
+                match self.pending.get(&next) {
                     Some((e, stores, _)) if stores.count_ones() as usize >= self.needed => e,
                     _ => break,
                 }
@@ -423,32 +440,46 @@ impl Follower {
                 // Tables are named in the manifest before they are written:
                 // read it (the main loop does), then try again. Still
                 // unknown after a read is damage.
-                if self.missing_table == Some((self.applied, self.manifest_reads)) {
+                if self.missing_table == Some((next, self.manifest_reads)) {
                     return Err(Error::Corrupt(format!(
-                        "CSN {} writes table id {table}, which the manifest does not name",
-                        self.applied
+                        "CSN {next} writes table id {table}, which the manifest does not name"
                     )));
                 }
-                self.missing_table = Some((self.applied, self.manifest_reads + 1));
+                self.missing_table = Some((next, self.manifest_reads + 1));
                 self.check_manifest = true;
                 break;
             }
-            let (e, _, since) = self.pending.remove(&self.applied).expect("looked up above");
-            records += apply::apply_entry(&self.tables, &e, horizon, &guard)?;
-            entries += 1;
-            lags.push(now.saturating_duration_since(since));
-            self.applied += 1;
+            let (e, _, since) = self.pending.remove(&next).expect("looked up above");
+            run.entries.push(e);
+            run.since.push(since);
+            next += 1;
         }
-        if self.applied > start {
-            {
-                let mut c = self.shared.counters.lock();
-                c.entries += entries;
-                c.records += records;
-                for l in lags {
-                    c.lag_us.saturating_record(l.as_micros().max(1) as u64);
-                }
-            }
-            self.publish();
+        self.apply_run(&mut run, next, horizon)
+    }
+
+    /// Apply `run` (every entry from `applied` below `next`, seal-skipped
+    /// CSNs aside), move `applied` to `next` and publish.
+    fn apply_run(&mut self, run: &mut Run, next: Csn, horizon: Csn) -> Result<()> {
+        if next == self.applied {
+            return Ok(());
+        }
+        let records = apply::apply_batch(
+            &self.tables,
+            &run.entries,
+            horizon,
+            self.opts.apply_threads,
+            self.opts.apply_parallel_min,
+        )?;
+        self.applied = next;
+        self.publish();
+        let now = Instant::now();
+        let mut c = self.shared.counters.lock();
+        c.entries += run.entries.len() as u64;
+        c.records += records;
+        run.entries.clear();
+        for since in run.since.drain(..) {
+            c.lag_us
+                .saturating_record(now.saturating_duration_since(since).as_micros().max(1) as u64);
         }
         Ok(())
     }

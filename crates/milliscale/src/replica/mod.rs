@@ -50,6 +50,14 @@ pub struct ReplicaOptions {
     pub poll_max: Duration,
     /// How often the manifest is checked (default 1 s): one HEAD.
     pub manifest_every: Duration,
+    /// Threads that apply the log (default: the machine's cores, at most
+    /// 4). Records are split among them by key; 1 applies on the follower
+    /// thread alone.
+    pub apply_threads: usize,
+    /// A run of fewer records than this (default 256) is applied on the
+    /// follower thread alone: starting threads would cost more than they
+    /// save.
+    pub apply_parallel_min: usize,
 }
 
 impl Default for ReplicaOptions {
@@ -58,6 +66,8 @@ impl Default for ReplicaOptions {
             poll_min: Duration::from_millis(5),
             poll_max: Duration::from_secs(1),
             manifest_every: Duration::from_secs(1),
+            apply_threads: std::thread::available_parallelism().map_or(1, |n| n.get().min(4)),
+            apply_parallel_min: 256,
         }
     }
 }

@@ -209,9 +209,8 @@ impl Follower {
     /// last; returns how many were applied.
     fn apply_sealed(&mut self, seal: &SealedLog) -> Result<u64> {
         let horizon = self.db.refresh_gc_horizon();
-        let guard = crossbeam_epoch::pin();
         let tables = self.db.tables_by_id();
-        let mut n = 0;
+        let mut batch = Vec::new();
         for csn in self.applied..=seal.max_csn {
             if !seal.includes(csn) {
                 continue;
@@ -219,9 +218,16 @@ impl Follower {
             let (e, _, _) = self.pending.remove(&csn).ok_or_else(|| {
                 Error::Corrupt(format!("promotion: decided entry {csn} is not at hand"))
             })?;
-            super::apply::apply_entry(&tables, &e, horizon, &guard)?;
-            n += 1;
+            batch.push(e);
         }
+        let n = batch.len() as u64;
+        super::apply::apply_batch(
+            &tables,
+            &batch,
+            horizon,
+            self.opts.apply_threads,
+            self.opts.apply_parallel_min,
+        )?;
         self.applied = seal.max_csn + 1;
         self.pending.clear();
         self.stop_tails();
