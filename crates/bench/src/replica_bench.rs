@@ -1,10 +1,11 @@
 //! A read replica beside a benchmark's writer, in the same process and on
 //! the same store handles (`bench ycsb --replica`).
 //!
-//! - **Lag**: a probe reads the writer's gCSN (every CSN below it is
-//!   durable, so acknowledged or about to be) and waits until the replica
-//!   has applied it; the time taken is one sample. Probes run back to back
-//!   (2 ms apart) through the measured phase.
+//! - **Lag**: every millisecond of the measured phase a probe reads the
+//!   writer's gCSN (every CSN below it is durable, so acknowledged or about
+//!   to be); the time until the replica has applied it is one sample. So
+//!   the lag is sampled at a steady rate however far behind the replica
+//!   is, and a stall shows in as many samples as it lasted.
 //! - **Keeping up**: the replica's applied transactions per second against
 //!   the writer's CSNs per second over the measured phase, and the replica's
 //!   distance in CSNs at its end.
@@ -14,7 +15,8 @@
 //!   setup they also reach the writer's store accounting.
 //!
 //! On this 2-core machine the replica's threads compete with the writer's
-//! for CPU; the report says so.
+//! for CPU, unless `pin` puts the writer on core 0 and the replica on core
+//! 1 (two one-core machines sharing a store); the report says which.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -35,12 +37,46 @@ pub struct ReplicaConfig {
     pub read_for: Duration,
     /// The replica's apply threads (`ReplicaOptions::apply_threads`).
     pub apply_threads: usize,
+    /// `ReplicaOptions::hedge_reads`.
+    pub hedge_reads: bool,
+    /// The writer's threads on core 0, the replica's (and its readers') on
+    /// core 1.
+    pub pin: bool,
+}
+
+/// The core the replica runs on when pinned: the second the process may
+/// use.
+const REPLICA_CORE: usize = 1;
+/// The core the writer runs on when pinned: the first.
+pub const WRITER_CORE: usize = 0;
+
+/// The cores the process may use, as it started (a pinned thread sees only
+/// its own core): call [`cores`] before pinning anything.
+static CORES: std::sync::OnceLock<Vec<core_affinity::CoreId>> = std::sync::OnceLock::new();
+
+/// The cores the process could use before any pinning.
+pub fn cores() -> &'static [core_affinity::CoreId] {
+    CORES.get_or_init(|| core_affinity::get_core_ids().unwrap_or_default())
+}
+
+/// Pin the calling thread (and the threads it starts later, which inherit
+/// its affinity) to the process's `n`th core.
+pub fn pin_current(n: usize) -> Result<(), String> {
+    let id = *cores().get(n).ok_or_else(|| {
+        format!("cannot pin to a core #{n}: the process has {} (pinning needs 2)", cores().len())
+    })?;
+    if core_affinity::set_for_current(id) {
+        Ok(())
+    } else {
+        Err(format!("pinning a thread to core {} failed", id.id))
+    }
 }
 
 /// A replica and its lag probe.
 pub struct ReplicaRun {
     pub replica: Replica,
     lag_us: Mutex<Histogram<u64>>,
+    pin: bool,
     measuring: AtomicBool,
     stop: AtomicBool,
     /// (writer next CSN, replica entries applied, replica applied CSN,
@@ -60,8 +96,22 @@ impl ReplicaRun {
             o = o.add_store_handle(s.open().map_err(|e| e.to_string())?);
         }
         let started = Instant::now();
-        let opts = ReplicaOptions { apply_threads: rc.apply_threads, ..ReplicaOptions::default() };
-        let replica = Replica::open_with(o, opts).map_err(|e| e.to_string())?;
+        let opts = ReplicaOptions {
+            apply_threads: rc.apply_threads,
+            hedge_reads: rc.hedge_reads,
+            ..ReplicaOptions::default()
+        };
+        // Opened on a thread of its own core, so its follower, tail and
+        // apply threads inherit the core.
+        let pin = rc.pin;
+        let replica = std::thread::spawn(move || {
+            if pin {
+                pin_current(REPLICA_CORE)?;
+            }
+            Replica::open_with(o, opts).map_err(|e| e.to_string())
+        })
+        .join()
+        .map_err(|_| "opening the replica panicked".to_string())??;
         let target = db.durable_csn().saturating_sub(1);
         replica
             .wait_for(target, Duration::from_secs(600))
@@ -69,6 +119,7 @@ impl ReplicaRun {
         Ok(ReplicaRun {
             replica,
             lag_us: Mutex::new(Histogram::new_with_bounds(1, 600_000_000, 3).expect("bounds")),
+            pin,
             measuring: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             marks: Mutex::new(Vec::new()),
@@ -79,20 +130,38 @@ impl ReplicaRun {
 
     /// The probe loop; run it on its own thread until [`ReplicaRun::stop`].
     pub fn probe(&self, db: &Database) {
+        const EVERY: Duration = Duration::from_millis(1);
+        // Samples taken and not yet applied: (when, the CSN to wait for).
+        let mut waiting: std::collections::VecDeque<(Instant, u64)> = Default::default();
+        let mut next = Instant::now();
+        // On the replica's core: on the writer's saturated core the probe
+        // itself would wait for CPU and add that to the lag.
+        if self.pin
+            && let Err(e) = pin_current(REPLICA_CORE)
+        {
+            eprintln!("the lag probe runs unpinned: {e}");
+        }
         while !self.stop.load(Ordering::Acquire) {
-            let g = db.durable_csn();
-            let t0 = Instant::now();
-            if g > 1
-                && self.replica.wait_for(g - 1, Duration::from_secs(30)).is_ok()
-                && self.measuring.load(Ordering::Acquire)
-            {
-                {
-                    let us = t0.elapsed().as_micros().max(1) as u64;
-                    self.lag_us.lock().saturating_record(us);
-                    self.probes.fetch_add(1, Ordering::Relaxed);
+            let now = Instant::now();
+            if now >= next {
+                next = now + EVERY;
+                let g = db.durable_csn();
+                if g > 1 && self.measuring.load(Ordering::Acquire) {
+                    waiting.push_back((now, g - 1));
                 }
             }
-            std::thread::sleep(Duration::from_millis(2));
+            match waiting.front().copied() {
+                Some((at, csn)) => {
+                    let left = next.saturating_duration_since(Instant::now());
+                    if self.replica.wait_for(csn, left).is_ok() {
+                        let us = at.elapsed().as_micros().max(1) as u64;
+                        self.lag_us.lock().saturating_record(us);
+                        self.probes.fetch_add(1, Ordering::Relaxed);
+                        waiting.pop_front();
+                    }
+                }
+                None => std::thread::sleep(next.saturating_duration_since(Instant::now())),
+            }
         }
     }
 
@@ -103,6 +172,11 @@ impl ReplicaRun {
     pub fn offer_loop(&self, every: Duration) -> (u64, Duration) {
         let (mut n, mut busy) = (0, Duration::ZERO);
         let mut last = Instant::now();
+        if self.pin
+            && let Err(e) = pin_current(REPLICA_CORE)
+        {
+            eprintln!("the replica's offer loop runs unpinned: {e}");
+        }
         while !self.stop.load(Ordering::Acquire) {
             std::thread::sleep(Duration::from_millis(20));
             if last.elapsed() < every {
@@ -155,6 +229,9 @@ impl ReplicaRun {
             for w in 0..threads {
                 let (table, done, count, key_bytes) = (&table, &done, &count, &key_bytes);
                 workers.push(s.spawn(move || -> Result<(), String> {
+                    if self.pin {
+                        pin_current(REPLICA_CORE)?;
+                    }
                     let mut rng = rand::rngs::SmallRng::seed_from_u64(seed ^ (w as u64 + 77));
                     let mut n = 0u64;
                     while !done.load(Ordering::Relaxed) {
@@ -207,8 +284,11 @@ impl ReplicaRun {
             // against the replica's applied CSN).
             x.insert("replica_behind_csns_at_end".into(), c1.saturating_sub(*p1) as f64);
         }
+        x.insert("replica_store_lag_p50_ms".into(), m.lag_p50.as_secs_f64() * 1e3);
         x.insert("replica_store_lag_p99_ms".into(), m.lag_p99.as_secs_f64() * 1e3);
         x.insert("replica_requests_per_hour".into(), m.requests_per_hour());
+        x.insert("replica_reads_hedged".into(), m.reads_hedged as f64);
+        x.insert("replica_reads_hedges_won".into(), m.reads_hedges_won as f64);
         if let Some(u) = m.usd_per_hour() {
             x.insert("replica_usd_per_hour".into(), u);
         }
@@ -219,13 +299,18 @@ impl ReplicaRun {
             "replica: caught up with the load in {:.2?}; {} lag probes (writer gCSN to replica \
              visibility); it applied {} transactions, {} records, with {} GET-class and {} \
              PUT-class requests of its own (they also count in the store's accounting above); \
-             it shares this machine's 2 cores with the writer; writer durable CSN {}",
+             {}; writer durable CSN {}",
             self.caught_up_in,
             self.probes.load(Ordering::Relaxed),
             m.entries_applied,
             m.records_applied,
             m.get_requests,
             m.put_requests,
+            if self.pin {
+                "the writer runs on core 0 and the replica (and its readers) on core 1"
+            } else {
+                "it shares this machine's 2 cores with the writer"
+            },
             db.durable_csn()
         );
         (x, note)

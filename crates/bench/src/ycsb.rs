@@ -200,6 +200,23 @@ fn load(db: &Database, table: &Table, cfg: &YcsbConfig) -> Result<(), Error> {
 
 /// Run the benchmark and produce its report.
 pub fn run(cfg: &YcsbConfig) -> Result<Report, String> {
+    if cfg.replica.is_some_and(|r| r.pin) {
+        crate::replica_bench::cores();
+        // On a thread of its own, pinned to the writer's core: the
+        // writer's threads inherit the pin and this thread's end drops it.
+        return std::thread::scope(|s| {
+            s.spawn(|| {
+                crate::replica_bench::pin_current(crate::replica_bench::WRITER_CORE)?;
+                run_here(cfg)
+            })
+            .join()
+            .map_err(|_| "the pinned benchmark panicked".to_string())?
+        });
+    }
+    run_here(cfg)
+}
+
+fn run_here(cfg: &YcsbConfig) -> Result<Report, String> {
     cfg.validate()?;
     let chooser = KeyChooser::new(cfg.records, cfg.dist)?;
     let phase = AtomicU8::new(PHASE_WARMUP);

@@ -135,6 +135,11 @@ struct ReplicaArgs {
     /// most 4).
     #[arg(long)]
     apply_threads: Option<usize>,
+    /// Never send a slow read a second time (by default a read slower than
+    /// twice the 90th percentile of recent ones is raced by a second, where the
+    /// store's client can: s3://, sim://).
+    #[arg(long)]
+    no_hedge_reads: bool,
     /// When it stops, print this table's rows (hex `key value` lines, in
     /// key order) as the replica sees them.
     #[arg(long)]
@@ -575,6 +580,13 @@ struct YcsbArgs {
     /// at most 4).
     #[arg(long)]
     replica_apply_threads: Option<usize>,
+    /// With --replica: run the writer's threads on core 0 and the
+    /// replica's on core 1, as two one-core machines sharing the store.
+    #[arg(long)]
+    replica_pin: bool,
+    /// With --replica: never send a slow read a second time.
+    #[arg(long)]
+    replica_no_hedge: bool,
     #[command(flatten)]
     run: RunArgs,
 }
@@ -946,6 +958,8 @@ fn bench_ycsb(a: YcsbArgs) -> Result<(), String> {
                 readers: a.replica_readers,
                 read_for: seconds("replica-read-secs", a.replica_read_secs)?,
                 apply_threads: threads("replica-apply-threads", a.replica_apply_threads)?,
+                pin: a.replica_pin,
+                hedge_reads: !a.replica_no_hedge,
             })
         } else {
             None
@@ -1361,6 +1375,7 @@ fn replica(a: ReplicaArgs) -> Result<(), String> {
         poll_min: ms(a.poll_min_ms, "poll-min-ms")?,
         poll_max: ms(a.poll_max_ms, "poll-max-ms")?,
         apply_threads: threads("apply-threads", a.apply_threads)?,
+        hedge_reads: !a.no_hedge_reads,
         ..milliscale::ReplicaOptions::default()
     };
     let run_for = a

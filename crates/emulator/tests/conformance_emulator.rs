@@ -231,3 +231,35 @@ fn the_s3_client_counts_and_prices_its_requests() {
         other => panic!("expected InvalidRequest, got {other:?}"),
     }
 }
+
+/// The `s3` client's hedged reads (`get_range_hedged`, `head_hedged`) over
+/// HTTP: with a zero delay both requests go out and either answer is
+/// right; a 416 is `InvalidRange` with the size, a missing key
+/// `NotFound`; with a long delay one request goes out. Both count.
+#[test]
+fn the_s3_client_hedges_reads() {
+    let e = start(Backing::Memory, objstore::PARTS_MAX);
+    let s = store_in(&e, "hedged-reads", true);
+    s.append("seg", 0, Bytes::from_static(b"abcdef")).expect("append");
+    let zero = std::time::Duration::ZERO;
+    for _ in 0..10 {
+        let (r, h) = s.get_range_hedged("seg", 2..u64::MAX, zero).expect("the s3 client hedges");
+        assert_eq!(&r.expect("read")[..], b"cdef");
+        assert!(h.sent());
+        let (m, _) = s.head_hedged("seg", zero).expect("the s3 client hedges");
+        assert_eq!(m.expect("head").size, 6);
+    }
+    let (r, _) = s.get_range_hedged("seg", 6..u64::MAX, zero).expect("hedges");
+    assert!(matches!(r, Err(StoreError::InvalidRange { start: 6, size: 6 })), "{r:?}");
+    let (r, _) = s.head_hedged("nope", zero).expect("hedges");
+    assert!(matches!(r, Err(StoreError::NotFound(_))), "{r:?}");
+    let long = std::time::Duration::from_secs(10);
+    let (r, h) = s.get_range_hedged("seg", 0..3, long).expect("hedges");
+    assert_eq!(&r.expect("read")[..], b"abc");
+    assert!(!h.sent());
+    let a = s.accounting().expect("the s3 client counts");
+    // 11 hedged range reads (two requests each) and the unhedged one; 11
+    // hedged HEADs, and the HEAD that sized the 416.
+    assert_eq!(a.requests["get_range"], 23);
+    assert_eq!(a.requests["head"], 23);
+}

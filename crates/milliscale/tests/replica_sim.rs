@@ -40,7 +40,7 @@ use std::time::Duration;
 use common::crash::{CrashMode, CrashStore, Schedule};
 use milliscale::options::LOG_STREAMS_PER_GROUP;
 use milliscale::{Database, Direction, Error, Options, Replica, ReplicaOptions, Table};
-use objstore::{Bytes, MemoryStore, ObjectMeta, ObjectStore, Result, StoreError};
+use objstore::{Bytes, Hedge, MemoryStore, ObjectMeta, ObjectStore, Result, StoreError};
 use parking_lot::Mutex;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -59,6 +59,23 @@ struct FlakyReads {
 }
 
 impl FlakyReads {
+    /// A hedged read, half the time: a second request after the first,
+    /// whose answer wins if it succeeded and a coin says so, or if the
+    /// first failed.
+    fn race<T>(&self, read: impl Fn() -> Result<T>) -> (Result<T>, Hedge) {
+        let first = read();
+        if self.rng.lock().random_bool(0.5) {
+            return (first, Hedge::NotSent);
+        }
+        let second = read();
+        let second_first = self.rng.lock().random_bool(0.5);
+        match (first, second) {
+            (_, Ok(b)) if second_first => (Ok(b), Hedge::Won),
+            (Ok(a), _) => (Ok(a), Hedge::Lost),
+            (Err(_), b) => (b, Hedge::Won),
+        }
+    }
+
     fn read(&self) -> Result<()> {
         if self.rng.lock().random::<f64>() < self.rate {
             Err(StoreError::Throttled("slow down".into()))
@@ -99,6 +116,19 @@ impl ObjectStore for FlakyReads {
     }
     fn delete(&self, _: &str) -> Result<()> {
         Err(StoreError::Fatal("a replica does not write".into()))
+    }
+    /// Two racing reads: the second is sent later, so it may see more of
+    /// the log than the first; either may answer first, or fail.
+    fn get_range_hedged(
+        &self,
+        key: &str,
+        range: Range<u64>,
+        _: Duration,
+    ) -> Option<(Result<Bytes>, Hedge)> {
+        Some(self.race(|| self.get_range(key, range.clone())))
+    }
+    fn head_hedged(&self, key: &str, _: Duration) -> Option<(Result<ObjectMeta>, Hedge)> {
+        Some(self.race(|| self.head(key)))
     }
 }
 
@@ -315,6 +345,7 @@ fn run_seed(seed: u64, tally: &mut Tally) {
         manifest_every: Duration::from_millis(rng.random_range(5..50)),
         apply_threads: rng.random_range(1..=3),
         apply_parallel_min: rng.random_range(0..64),
+        hedge_reads: rng.random_bool(0.5),
     };
     let replica =
         Replica::open_with(Options::new().add_store_handle(flaky).recovery_threads(2), poll)
@@ -429,6 +460,7 @@ fn run_seed(seed: u64, tally: &mut Tally) {
                     manifest_every: Duration::from_millis(rng.random_range(5..50)),
                     apply_threads: rng.random_range(1..=3),
                     apply_parallel_min: rng.random_range(0..64),
+                    hedge_reads: rng.random_bool(0.5),
                 };
                 if let Ok(standby) = Replica::open_with(opts.clone(), poll) {
                     next = Some((store, opts, standby));

@@ -131,6 +131,29 @@ pub trait ObjectStore: Send + Sync + Debug {
     ) -> Option<(Result<ObjectMeta>, Hedge)> {
         None
     }
+    /// [`ObjectStore::get_range`], hedged inside the store: if no answer
+    /// has come after `hedge_after`, the same read is sent again and the
+    /// first answer wins, a 404 or a 416 as much as data; a retryable
+    /// failure (throttled, transient) waits for the other request. A read
+    /// changes nothing, so racing two is always safe; the second may see
+    /// newer bytes, as any later read may.
+    /// `None` (the default): the store cannot, and the caller reads once.
+    fn get_range_hedged(
+        &self,
+        _key: &str,
+        _range: Range<u64>,
+        _hedge_after: std::time::Duration,
+    ) -> Option<(Result<Bytes>, Hedge)> {
+        None
+    }
+    /// [`ObjectStore::head`], hedged as [`ObjectStore::get_range_hedged`].
+    fn head_hedged(
+        &self,
+        _key: &str,
+        _hedge_after: std::time::Duration,
+    ) -> Option<(Result<ObjectMeta>, Hedge)> {
+        None
+    }
 }
 
 /// Check a key as S3 does: 1..=1024 bytes.

@@ -28,6 +28,7 @@
 //! append may have been applied (an *ambiguous append*) and how to check.
 
 use std::ops::Range;
+use std::time::Duration;
 
 use aws_sdk_s3::Client;
 use aws_sdk_s3::config::http::HttpResponse;
@@ -193,19 +194,92 @@ impl S3Store {
     /// Send a GET and collect its body.
     fn fetch(&self, kind: Kind, req: GetObjectFluentBuilder, key: &str) -> Result<Bytes> {
         self.accounting.request(kind, 0);
-        let r = self.rt.block_on(async {
-            let out = req.send().await.map_err(|e| map_err(e, key))?;
-            let body = out
-                .body
-                .collect()
-                .await
-                .map_err(|e| StoreError::Transient(format!("reading {key}: {e}")))?;
-            Ok(body.into_bytes())
-        });
+        let r = self.rt.block_on(S3Store::fetch_body(req, key));
         if let Ok(b) = &r {
             self.accounting.download(b.len() as u64);
         }
         r
+    }
+
+    /// Send a GetObject request and read its body.
+    async fn fetch_body(req: GetObjectFluentBuilder, key: &str) -> Result<Bytes> {
+        let out = req.send().await.map_err(|e| map_err(e, key))?;
+        let body = out
+            .body
+            .collect()
+            .await
+            .map_err(|e| StoreError::Transient(format!("reading {key}: {e}")))?;
+        Ok(body.into_bytes())
+    }
+
+    /// The GetObject request for `range` of `key` (not empty). S3 clips a
+    /// range that ends past the object, and answers 416 to one that starts
+    /// at or past its end; an unbounded end is sent open (`bytes=N-`, "to
+    /// the end").
+    fn range_req(&self, key: &str, range: &Range<u64>) -> Result<GetObjectFluentBuilder> {
+        let spec = if range.end == u64::MAX {
+            format!("bytes={}-", range.start)
+        } else {
+            format!("bytes={}-{}", range.start, range.end - 1)
+        };
+        Ok(self.client.get_object().bucket(&self.bucket).key(self.full(key)?).range(spec))
+    }
+
+    /// A ranged read's answer: a 416 becomes `InvalidRange` with the size.
+    fn range_answer(&self, key: &str, start: u64, r: Result<Bytes>) -> Result<Bytes> {
+        match r {
+            Err(StoreError::InvalidRequest(m)) if m.contains("InvalidRange") => {
+                let size = self.head(key)?.size;
+                Err(StoreError::InvalidRange { start, size })
+            }
+            r => r,
+        }
+    }
+
+    /// A read request that `send` makes, sent again if no answer has come
+    /// after `hedge_after` (zero: both at once); the first answer wins, or,
+    /// if it is a failure to answer (throttled, transient), the other one.
+    /// Each request sent counts once.
+    fn race<T, F, Fut>(&self, kind: Kind, hedge_after: Duration, send: F) -> (Result<T>, Hedge)
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
+        self.accounting.request(kind, 0);
+        self.rt.block_on(async {
+            let first = send();
+            tokio::pin!(first);
+            // A zero delay races two requests at once (as the simulator).
+            if !hedge_after.is_zero() {
+                tokio::select! {
+                    r = &mut first => return (r, Hedge::NotSent),
+                    () = tokio::time::sleep(hedge_after) => {}
+                }
+            }
+            self.accounting.request(kind, 0);
+            let second = send();
+            tokio::pin!(second);
+            // An answer wins (a 404 or a 416 too); a failure to answer
+            // (throttled, transient) waits for the other request.
+            tokio::select! {
+                r = &mut first => match r {
+                    Err(e) if e.is_retryable() => (second.await, Hedge::Won),
+                    r => (r, Hedge::Lost),
+                },
+                r = &mut second => match r {
+                    Err(e) if e.is_retryable() => (first.await, Hedge::Lost),
+                    r => (r, Hedge::Won),
+                },
+            }
+        })
+    }
+
+    /// A HeadObject request's answer as metadata.
+    async fn head_meta(&self, key: &str) -> Result<ObjectMeta> {
+        let req = self.client.head_object().bucket(&self.bucket).key(self.full(key)?);
+        let out = req.send().await.map_err(|e| map_err(e, key))?;
+        let size = out.content_length().unwrap_or(0).max(0) as u64;
+        Ok(S3Store::meta(key, size, out.e_tag(), None))
     }
 
     /// A PutObject request for `key` with `body` (plain, conditional or
@@ -393,30 +467,39 @@ impl ObjectStore for S3Store {
                 Ok(Bytes::new())
             };
         }
-        // S3 clips a range that ends past the object, and answers 416 to one
-        // that starts at or past its end; only then is the size needed. An
-        // unbounded end is sent open (`bytes=N-`, "to the end").
-        let spec = if range.end == u64::MAX {
-            format!("bytes={}-", range.start)
-        } else {
-            format!("bytes={}-{}", range.start, range.end - 1)
-        };
-        let req = self.client.get_object().bucket(&self.bucket).key(self.full(key)?).range(spec);
-        match self.fetch(Kind::GetRange, req, key) {
-            Err(StoreError::InvalidRequest(m)) if m.contains("InvalidRange") => {
-                let size = self.head(key)?.size;
-                Err(StoreError::InvalidRange { start: range.start, size })
-            }
-            r => r,
-        }
+        let req = self.range_req(key, &range)?;
+        let r = self.fetch(Kind::GetRange, req, key);
+        self.range_answer(key, range.start, r)
     }
 
     fn head(&self, key: &str) -> Result<ObjectMeta> {
-        let req = self.client.head_object().bucket(&self.bucket).key(self.full(key)?);
         self.accounting.request(Kind::Head, 0);
-        let out = self.rt.block_on(req.send()).map_err(|e| map_err(e, key))?;
-        let size = out.content_length().unwrap_or(0).max(0) as u64;
-        Ok(S3Store::meta(key, size, out.e_tag(), None))
+        self.rt.block_on(self.head_meta(key))
+    }
+
+    fn get_range_hedged(
+        &self,
+        key: &str,
+        range: Range<u64>,
+        hedge_after: Duration,
+    ) -> Option<(Result<Bytes>, Hedge)> {
+        if range.start >= range.end {
+            return Some((self.get_range(key, range), Hedge::NotSent));
+        }
+        let req = match self.range_req(key, &range) {
+            Ok(r) => r,
+            Err(e) => return Some((Err(e), Hedge::NotSent)),
+        };
+        let (r, hedge) =
+            self.race(Kind::GetRange, hedge_after, || S3Store::fetch_body(req.clone(), key));
+        if let Ok(b) = &r {
+            self.accounting.download(b.len() as u64);
+        }
+        Some((self.range_answer(key, range.start, r), hedge))
+    }
+
+    fn head_hedged(&self, key: &str, hedge_after: Duration) -> Option<(Result<ObjectMeta>, Hedge)> {
+        Some(self.race(Kind::Head, hedge_after, || self.head_meta(key)))
     }
 
     fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>> {

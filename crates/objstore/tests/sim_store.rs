@@ -181,7 +181,8 @@ fn hedged_appends_race_two_requests_and_land_once() {
         }
         offset += part.len() as u64;
     }
-    let whole = s.get("seg").expect("get");
+    // Reads fail by injected faults too: ask until one answers.
+    let whole = (0..100).find_map(|_| s.get("seg").ok()).expect("a get answers");
     let want: String = (0..150u32).map(|i| format!("part {i:04};")).collect();
     assert_eq!(&whole[..], want.as_bytes(), "every part once, in order");
     assert!(hedged > 50, "4 ms is below the s3x median: most appends hedge ({hedged})");
@@ -213,6 +214,68 @@ fn hedging_cuts_the_simulated_tail() {
                 s.append_hedged("seg", i, b("x"), Duration::from_millis(8)).expect("hedges").0
             } else {
                 s.append("seg", i, b("x"))
+            };
+            r.expect("no faults configured");
+            worst = worst.max(started.elapsed());
+        }
+        worst
+    };
+    let (plain, hedged) = (slowest(false), slowest(true));
+    assert!(hedged < plain, "hedged worst {hedged:?} vs plain {plain:?}");
+}
+
+/// The simulator's hedged reads: a zero delay always races two requests
+/// (both billed), the answer is what a read returns (the second request
+/// reads the store at the hedge delay, so it may see a later append), a
+/// delay far above the preset's latency never hedges, faults are answered
+/// by the other request when it succeeds, and a hedge cuts the read tail.
+#[test]
+fn hedged_reads_race_two_requests_and_answer_what_a_read_would() {
+    let s = SimStore::from_url("sim://s3x?seed=3").expect("sim");
+    s.append("seg", 0, b("abcdef")).expect("append");
+    for _ in 0..20 {
+        let (r, h) = s.get_range_hedged("seg", 2..u64::MAX, Duration::ZERO).expect("hedges");
+        assert_eq!(&r.expect("read")[..], b"cdef");
+        assert!(h.sent());
+        let (m, h) = s.head_hedged("seg", Duration::ZERO).expect("hedges");
+        assert_eq!(m.expect("head").size, 6);
+        assert!(h.sent());
+    }
+    let (r, _) = s.get_range_hedged("seg", 6..u64::MAX, Duration::ZERO).expect("hedges");
+    assert!(matches!(r, Err(StoreError::InvalidRange { start: 6, size: 6 })), "{r:?}");
+    let (r, _) = s.head_hedged("nope", Duration::ZERO).expect("hedges");
+    assert!(matches!(r, Err(StoreError::NotFound(_))), "{r:?}");
+    let a = s.accounting().expect("accounting");
+    assert_eq!((a.requests["get_range"], a.requests["head"]), (42, 42), "two per call");
+
+    let s = SimStore::from_url("sim://s3x?seed=4").expect("sim");
+    s.append("seg", 0, b("x")).expect("append");
+    let (r, h) = s.get_range_hedged("seg", 0..1, Duration::from_secs(10)).expect("hedges");
+    assert!(r.is_ok() && !h.sent());
+    assert_eq!(s.accounting().expect("accounting").requests["get_range"], 1);
+
+    // With faults, a hedged read fails only if both requests failed.
+    let s = SimStore::from_url("sim://s3x?seed=6&error=0.3").expect("sim");
+    s.put("k", b("v")).ok();
+    let (mut plain_fails, mut hedged_fails) = (0, 0);
+    for _ in 0..200 {
+        plain_fails += u32::from(s.get_range("k", 0..1).is_err());
+        let (r, _) = s.get_range_hedged("k", 0..1, Duration::ZERO).expect("hedges");
+        hedged_fails += u32::from(r.is_err());
+    }
+    assert!(hedged_fails * 2 < plain_fails, "hedged {hedged_fails} vs plain {plain_fails}");
+
+    // The read tail: the slowest of 300 hedged reads against 300 plain.
+    let slowest = |hedge: bool| {
+        let s = SimStore::from_url("sim://s3x?seed=11").expect("sim");
+        s.append("seg", 0, b("x")).expect("append");
+        let mut worst = Duration::ZERO;
+        for _ in 0..300 {
+            let started = Instant::now();
+            let r = if hedge {
+                s.get_range_hedged("seg", 0..1, Duration::from_millis(8)).expect("hedges").0
+            } else {
+                s.get_range("seg", 0..1)
             };
             r.expect("no faults configured");
             worst = worst.max(started.elapsed());

@@ -135,6 +135,11 @@ impl HedgePolicy {
         threads: false,
     };
 
+    /// For a replica's reads: twice the 90th percentile of recent reads
+    /// (at least 2 ms), so that only the tail's outliers are raced and the
+    /// 10% budget is not spent on reads that were merely a little slow.
+    pub const READS: HedgePolicy = HedgePolicy { multiple: 2.0, ..HedgePolicy::DEFAULT };
+
     /// Race every append at once, through helper threads where the store
     /// cannot hedge itself, with no cap (tests use it).
     pub const EVERY_APPEND: HedgePolicy = HedgePolicy {
@@ -217,7 +222,7 @@ impl AppendPool {
 /// writer), and for a stream's pace (`stream`). A hedged append counts
 /// with the time it took (at least the delay), so the slow ones stay in
 /// the sample and the quantile does not drift down.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct Recent {
     micros: Vec<u32>,
     next: usize,
@@ -246,6 +251,64 @@ impl Recent {
         let at = ((v.len() - 1) as f64 * q.clamp(0.0, 1.0)).round() as usize;
         let (_, m, _) = v.select_nth_unstable(at);
         Some(Duration::from_micros(u64::from(*m)))
+    }
+}
+
+/// When to send a request a second time: a [`HedgePolicy`], the latencies
+/// of one client's recent requests of one kind, and the credit that bounds
+/// the extra requests. The log's segment writers hedge appends with one;
+/// a replica's tails hedge their reads with another (reads are idempotent,
+/// so racing two is always safe).
+#[derive(Debug, Clone)]
+pub(crate) struct Hedger {
+    policy: Option<HedgePolicy>,
+    recent: Recent,
+    /// Hedges that may still go out (`max_share` per request, up to a
+    /// burst).
+    credit: f64,
+    /// Requests sent a second time.
+    pub(crate) hedged: u64,
+    /// Of those, the ones whose second request answered first (where the
+    /// store hedges itself and can tell).
+    pub(crate) won: u64,
+}
+
+impl Hedger {
+    pub(crate) fn new(policy: Option<HedgePolicy>) -> Hedger {
+        Hedger { policy, recent: Recent::default(), credit: HEDGE_BURST, hedged: 0, won: 0 }
+    }
+
+    pub(crate) fn policy(&self) -> Option<HedgePolicy> {
+        self.policy
+    }
+
+    /// How long to wait for the next request before hedging it, if at
+    /// all: the policy's quantile of recent latencies, once enough were
+    /// measured and while credit lasts.
+    pub(crate) fn delay(&mut self) -> Option<Duration> {
+        let h = self.policy?;
+        self.credit = (self.credit + h.max_share).min(HEDGE_BURST);
+        if self.credit < 1.0 {
+            return None;
+        }
+        let q = self.recent.quantile(h.quantile)?;
+        Some(q.mul_f64(h.multiple).max(h.min))
+    }
+
+    /// What a request's hedge did.
+    pub(crate) fn count(&mut self, hedge: objstore::Hedge) {
+        if hedge.sent() {
+            self.hedged += 1;
+            self.credit -= 1.0;
+        }
+        if hedge == objstore::Hedge::Won {
+            self.won += 1;
+        }
+    }
+
+    /// A request succeeded after `took` (hedge included).
+    pub(crate) fn record(&mut self, took: Duration) {
+        self.recent.add(took);
     }
 }
 
@@ -334,12 +397,7 @@ pub struct SegmentWriter {
     offset: u64,
     parts: u32,
     rng: SmallRng,
-    recent: Recent,
-    hedged: u64,
-    hedges_won: u64,
-    /// Hedges the writer may still send (`HedgePolicy::max_share` per
-    /// append, up to a burst).
-    hedge_credit: f64,
+    hedger: Hedger,
     pool: AppendPool,
 }
 
@@ -375,40 +433,20 @@ impl SegmentWriter {
             rng: SmallRng::seed_from_u64(
                 (u64::from(chain.group) << 8 | u64::from(chain.lane)) ^ 0x6c6f_6773,
             ),
-            recent: Recent::default(),
-            hedged: 0,
-            hedges_won: 0,
-            hedge_credit: HEDGE_BURST,
+            hedger: Hedger::new(retry.hedge),
             pool: AppendPool::new(),
         }
     }
 
     /// Appends sent a second time since the last call.
     pub fn take_hedged(&mut self) -> u64 {
-        std::mem::take(&mut self.hedged)
+        std::mem::take(&mut self.hedger.hedged)
     }
 
     /// Of those, the ones whose second request answered first (known where
     /// the store hedges itself), since the last call.
     pub fn take_hedges_won(&mut self) -> u64 {
-        std::mem::take(&mut self.hedges_won)
-    }
-
-    /// How long to wait for an append before hedging it, if at all.
-    fn hedge_delay(&mut self) -> Option<Duration> {
-        let h = self.retry.hedge?;
-        self.hedge_credit = (self.hedge_credit + h.max_share).min(HEDGE_BURST);
-        if self.hedge_credit < 1.0 {
-            return None;
-        }
-        let q = self.recent.quantile(h.quantile)?;
-        Some(q.mul_f64(h.multiple).max(h.min))
-    }
-
-    /// A hedge went out.
-    fn count_hedge(&mut self) {
-        self.hedged += 1;
-        self.hedge_credit -= 1.0;
+        std::mem::take(&mut self.hedger.won)
     }
 
     /// One append, hedged if it is slow (see the module docs). Returns the
@@ -417,7 +455,7 @@ impl SegmentWriter {
         let started = Instant::now();
         let r = self.append_maybe_hedged(key, part);
         if r.is_ok() {
-            self.recent.add(started.elapsed());
+            self.hedger.record(started.elapsed());
         }
         r
     }
@@ -427,22 +465,17 @@ impl SegmentWriter {
         key: &str,
         part: &Bytes,
     ) -> Result<objstore::ObjectMeta, StoreError> {
-        let Some(delay) = self.hedge_delay() else {
+        let Some(delay) = self.hedger.delay() else {
             return self.store.append(key, self.offset, part.clone());
         };
         // A store with an asynchronous client hedges on its own runtime
         // (the simulated one models it), with no hand-off between threads
         // of ours.
         if let Some((r, hedge)) = self.store.append_hedged(key, self.offset, part.clone(), delay) {
-            if hedge.sent() {
-                self.count_hedge();
-            }
-            if hedge == objstore::Hedge::Won {
-                self.hedges_won += 1;
-            }
+            self.hedger.count(hedge);
             return r;
         }
-        if !self.retry.hedge.is_some_and(|h| h.threads) {
+        if !self.hedger.policy().is_some_and(|h| h.threads) {
             return self.store.append(key, self.offset, part.clone());
         }
         let (tx, rx) = crossbeam_channel::bounded(2);
@@ -472,7 +505,7 @@ impl SegmentWriter {
                 unreachable!("this thread holds a sender")
             }
         }
-        self.count_hedge();
+        self.hedger.count(objstore::Hedge::Lost);
         // If the hedge cannot be queued, the first request is still ours
         // to wait for.
         let _ = self.pool.run(request(tx));

@@ -56,7 +56,7 @@ use super::tail::ChainTail;
 use crate::db::DbInner;
 use crate::error::{Error, Result};
 use crate::log::record::{Entry, Part};
-use crate::log::segment::Chain;
+use crate::log::segment::{Chain, HedgePolicy};
 use crate::manifest::{LogRef, Manifest, ManifestStore, SealedLog, manifest_key};
 use crate::mvcc::Csn;
 use crate::table::TableInner;
@@ -122,6 +122,8 @@ pub(crate) struct Counters {
     pub(crate) put_class: u64,
     pub(crate) bytes_down: u64,
     pub(crate) poll_errors: u64,
+    pub(crate) reads_hedged: u64,
+    pub(crate) reads_hedges_won: u64,
     pub(crate) manifest_reads: u64,
     pub(crate) catch_ups: u64,
     pub(crate) catch_up_rows: u64,
@@ -142,6 +144,8 @@ impl Counters {
             put_class: 0,
             bytes_down: 0,
             poll_errors: 0,
+            reads_hedged: 0,
+            reads_hedges_won: 0,
             manifest_reads: 0,
             catch_ups: 0,
             catch_up_rows: 0,
@@ -808,7 +812,10 @@ impl Follower {
                 });
                 tails.push(match kept {
                     Some((_, t)) => (store, t.clone()),
-                    None => (store, ChainTail::new(c, start, log.parts_max)),
+                    None => {
+                        let hedge = self.opts.hedge_reads.then_some(HedgePolicy::READS);
+                        (store, ChainTail::new(c, start, log.parts_max).hedging(hedge))
+                    }
                 });
             }
         }
@@ -881,6 +888,8 @@ impl TailCtx {
                         let mut c = self.shared.counters.lock();
                         c.polls += 1;
                         c.get_class += p.requests;
+                        c.reads_hedged += p.hedged;
+                        c.reads_hedges_won += p.hedges_won;
                         c.bytes_down += p.bytes;
                     }
                     let found = !p.parts.is_empty();

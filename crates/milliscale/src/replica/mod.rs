@@ -58,6 +58,11 @@ pub struct ReplicaOptions {
     /// follower thread alone: starting threads would cost more than they
     /// save.
     pub apply_parallel_min: usize,
+    /// Send a tail's read again when it is slower than twice the 90th
+    /// percentile of its recent reads, where the store can race two requests itself
+    /// (`s3://`, `sim://`); at most 10% more reads (default on). One slow
+    /// read holds back every CSN behind it.
+    pub hedge_reads: bool,
 }
 
 impl Default for ReplicaOptions {
@@ -68,6 +73,7 @@ impl Default for ReplicaOptions {
             manifest_every: Duration::from_secs(1),
             apply_threads: std::thread::available_parallelism().map_or(1, |n| n.get().min(4)),
             apply_parallel_min: 256,
+            hedge_reads: true,
         }
     }
 }
@@ -101,6 +107,11 @@ pub struct ReplicaMetrics {
     pub polls: u64,
     /// Polls that failed (retried).
     pub poll_errors: u64,
+    /// Reads sent a second time because the first was slow
+    /// (`ReplicaOptions::hedge_reads`); both count in `get_requests`.
+    pub reads_hedged: u64,
+    /// Of those, the ones the second request answered first.
+    pub reads_hedges_won: u64,
     /// GET-class requests (GET, ranged GET, HEAD), all stores.
     pub get_requests: u64,
     /// PUT-class requests (LIST), all stores.
@@ -338,6 +349,8 @@ impl Replica {
             lag_max: if lagged { Duration::from_micros(c.lag_us.max()) } else { Duration::ZERO },
             polls: c.polls,
             poll_errors: c.poll_errors,
+            reads_hedged: c.reads_hedged,
+            reads_hedges_won: c.reads_hedges_won,
             get_requests: c.get_class,
             put_requests: c.put_class,
             bytes_read: c.bytes_down,

@@ -24,15 +24,24 @@
 //! poll (a store that shows an append while it is being written, such as a
 //! local directory, can show half of one); any other damage is `Corrupt`.
 //! A fence part ends the chain: the writer was replaced there.
+//!
+//! **Hedged reads.** One slow GET holds back every CSN behind it on the
+//! replica, as one slow append holds back commits on the writer. So a read
+//! still unanswered after twice the 90th percentile of the tail's recent
+//! reads is sent again where the store can race two requests itself
+//! (`ObjectStore::get_range_hedged`, `head_hedged`), within the same 10%
+//! budget as the writer's appends (`log::segment::HedgePolicy::READS`).
 
+use std::ops::Range;
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
 use objstore::{ObjectStore, StoreError};
 
 use crate::error::{Error, Result};
 use crate::log::record::{DecodeError, Part, decode_part};
-use crate::log::segment::{Chain, WriteMode, put_part_key, segment_key};
+use crate::log::segment::{Chain, HedgePolicy, Hedger, WriteMode, put_part_key, segment_key};
 
 /// Where a tail stands in its chain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +63,11 @@ pub struct Polled {
     pub requests: u64,
     /// Bytes read.
     pub bytes: u64,
+    /// Of the requests, those sent a second time because the first was
+    /// slow (both are in `requests`).
+    pub hedged: u64,
+    /// Of those, the ones whose second request answered first.
+    pub hedges_won: u64,
     /// The segment the tail was reading is gone while the chain went on:
     /// the writer deleted it after a checkpoint that covers its CSNs.
     /// Parts it held past the tail's position are lost to this tail; the
@@ -73,6 +87,7 @@ pub struct ChainTail {
     fenced_by: Option<u64>,
     /// The last read of the current segment found no object.
     missing: bool,
+    hedger: Hedger,
 }
 
 impl ChainTail {
@@ -86,6 +101,68 @@ impl ChainTail {
             mode: None,
             fenced_by: None,
             missing: false,
+            hedger: Hedger::new(Some(HedgePolicy::READS)),
+        }
+    }
+
+    /// Hedge slow reads by `policy` (the default), or not (`None`).
+    pub fn hedging(mut self, policy: Option<HedgePolicy>) -> ChainTail {
+        self.hedger = Hedger::new(policy);
+        self
+    }
+
+    /// A ranged read, hedged if it is slow and the store can race two.
+    fn get_range(
+        &mut self,
+        store: &Arc<dyn ObjectStore>,
+        key: &str,
+        range: Range<u64>,
+        out: &mut Polled,
+    ) -> objstore::Result<Bytes> {
+        let started = Instant::now();
+        let raced = self.hedger.delay().and_then(|d| store.get_range_hedged(key, range.clone(), d));
+        let r = match raced {
+            Some((r, hedge)) => {
+                self.count(hedge, out);
+                r
+            }
+            None => store.get_range(key, range),
+        };
+        if r.is_ok() {
+            self.hedger.record(started.elapsed());
+        }
+        r
+    }
+
+    /// A HEAD, hedged as [`ChainTail::get_range`].
+    fn head(
+        &mut self,
+        store: &Arc<dyn ObjectStore>,
+        key: &str,
+        out: &mut Polled,
+    ) -> objstore::Result<objstore::ObjectMeta> {
+        let started = Instant::now();
+        let r = match self.hedger.delay().and_then(|d| store.head_hedged(key, d)) {
+            Some((r, hedge)) => {
+                self.count(hedge, out);
+                r
+            }
+            None => store.head(key),
+        };
+        if r.is_ok() {
+            self.hedger.record(started.elapsed());
+        }
+        r
+    }
+
+    fn count(&mut self, hedge: objstore::Hedge, out: &mut Polled) {
+        self.hedger.count(hedge);
+        if hedge.sent() {
+            out.requests += 1;
+            out.hedged += 1;
+        }
+        if hedge == objstore::Hedge::Won {
+            out.hedges_won += 1;
         }
     }
 
@@ -203,7 +280,7 @@ impl ChainTail {
         let key = segment_key(self.chain, self.at.segment);
         out.requests += 1;
         self.missing = false;
-        match store.get_range(&key, self.at.offset..u64::MAX) {
+        match self.get_range(store, &key, self.at.offset..u64::MAX, out) {
             Ok(b) => {
                 out.bytes += b.len() as u64;
                 Ok((!b.is_empty()).then_some(b))
@@ -227,7 +304,9 @@ impl ChainTail {
         let key = put_part_key(self.chain, self.at.segment, self.at.object);
         out.requests += 1;
         self.missing = false;
-        match store.get(&key) {
+        // A put part is never empty: the whole object, as a range.
+        match self.get_range(store, &key, 0..u64::MAX, out) {
+            Err(StoreError::InvalidRange { .. }) => Ok(Some(Bytes::new())),
             Ok(b) => {
                 out.bytes += b.len() as u64;
                 Ok(Some(b))
@@ -304,13 +383,13 @@ impl ChainTail {
     /// `parts_max` objects (a checkpoint asked for a fresh one): it was
     /// deleted if the object read last is gone too (or none was read).
     /// Truncation deletes a segment's part objects in key order.
-    fn segment_deleted(&self, store: &Arc<dyn ObjectStore>, out: &mut Polled) -> Result<bool> {
+    fn segment_deleted(&mut self, store: &Arc<dyn ObjectStore>, out: &mut Polled) -> Result<bool> {
         if self.mode != Some(WriteMode::PutPerFlush) || self.at.object == 0 {
             return Ok(true);
         }
         let key = put_part_key(self.chain, self.at.segment, self.at.object - 1);
         out.requests += 1;
-        match store.head(&key) {
+        match self.head(store, &key, out) {
             Ok(_) => Ok(false),
             Err(StoreError::NotFound(_)) => Ok(true),
             Err(e) => Err(Error::Store(format!("{key}: {e}"))),
@@ -318,19 +397,23 @@ impl ChainTail {
     }
 
     /// Does the segment after the current one exist?
-    fn next_segment_exists(&self, store: &Arc<dyn ObjectStore>, out: &mut Polled) -> Result<bool> {
+    fn next_segment_exists(
+        &mut self,
+        store: &Arc<dyn ObjectStore>,
+        out: &mut Polled,
+    ) -> Result<bool> {
         let next = self.at.segment + 1;
         let key = match self.mode {
             Some(WriteMode::PutPerFlush) => put_part_key(self.chain, next, 0),
             _ => segment_key(self.chain, next),
         };
         out.requests += 1;
-        match store.head(&key) {
+        match self.head(store, &key, out) {
             Ok(_) => Ok(true),
             Err(StoreError::NotFound(_)) if self.mode.is_none() => {
                 // Mode unknown (nothing read yet): try the put-mode name.
                 out.requests += 1;
-                match store.head(&put_part_key(self.chain, next, 0)) {
+                match self.head(store, &put_part_key(self.chain, next, 0), out) {
                     Ok(_) => Ok(true),
                     Err(StoreError::NotFound(_)) => Ok(false),
                     Err(e) => Err(Error::Store(format!("{key}: {e}"))),

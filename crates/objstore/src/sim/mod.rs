@@ -27,22 +27,31 @@
 //! caller gets the first success, or the last answer if both failed. Both
 //! requests are counted and priced. The calling thread sleeps once, until
 //! the answer it gets: no second thread.
+//!
+//! **Hedged reads** ([`ObjectStore::get_range_hedged`],
+//! [`ObjectStore::head_hedged`]) race the same way. A read applies when it
+//! is sent, so the second one reads the store as it is at the hedge delay.
+//! The first answer wins, whatever it says (a 404 is an answer); a request
+//! that failed to answer (throttled, transient) waits for its twin.
 
 pub mod accounting;
 pub mod model;
 
 use std::ops::Range;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use parking_lot::Mutex;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use crate::{Hedge, ObjectMeta, ObjectStore, Result, StoreError};
 use accounting::{Accounting, AccountingReport, Kind};
 use model::{Catalog, OpClass, Preset, Prices};
+
+/// Spreads consecutive draw numbers over the seed space (2^64 / phi).
+const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
 
 /// Fault injection settings; everything off by default.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -76,9 +85,16 @@ pub struct SimStore {
     preset: Preset,
     prices: Prices,
     faults: Faults,
-    rng: Mutex<SmallRng>,
+    /// Draws so far. Draw `n` has a generator of its own, seeded from the
+    /// store's seed and `n`, so requests on many threads never wait for
+    /// each other here: a lock held by a thread the OS preempted would
+    /// stall every other thread's request (say, a replica's reads behind a
+    /// busy writer's appends), a coupling real clients do not have.
+    draws: AtomicU64,
     accounting: Accounting,
-    unavailable_until: Mutex<Option<Instant>>,
+    /// When an injected outage ends, in nanoseconds after `born` (0: none).
+    unavailable_until: AtomicU64,
+    born: Instant,
 }
 
 impl SimStore {
@@ -103,10 +119,11 @@ impl SimStore {
             preset_name: preset.to_owned(),
             preset: p,
             prices,
-            rng: Mutex::new(SmallRng::seed_from_u64(faults.seed)),
+            draws: AtomicU64::new(0),
             faults,
             accounting: Accounting::default(),
-            unavailable_until: Mutex::new(None),
+            unavailable_until: AtomicU64::new(0),
+            born: Instant::now(),
         })
     }
 
@@ -156,11 +173,14 @@ impl SimStore {
 
     /// Fail every request with `Transient` for `d` from now.
     pub fn set_unavailable_for(&self, d: Duration) {
-        *self.unavailable_until.lock() = Some(Instant::now() + d);
+        let until = self.born.elapsed().saturating_add(d).as_nanos().max(1);
+        self.unavailable_until.store(u64::try_from(until).unwrap_or(u64::MAX), Ordering::SeqCst);
     }
 
     fn draw(&self, class: OpClass, bytes: u64, may_be_ambiguous: bool) -> (Fault, Duration) {
-        let mut rng = self.rng.lock();
+        let n = self.draws.fetch_add(1, Ordering::Relaxed);
+        let mut rng = SmallRng::seed_from_u64(self.faults.seed ^ n.wrapping_mul(GOLDEN));
+        let rng = &mut rng;
         let f = self.faults;
         let fault = if f.stalls && rng.random::<f64>() < self.preset.stall_prob {
             Fault::Stall
@@ -177,21 +197,15 @@ impl SimStore {
     }
 
     fn check_available(&self) -> Result<()> {
-        let mut until = self.unavailable_until.lock();
-        match *until {
-            Some(t) if Instant::now() < t => {
-                self.accounting.fault();
-                Err(StoreError::Transient(format!(
-                    "sim://{}: store unavailable (injected outage)",
-                    self.preset_name
-                )))
-            }
-            Some(_) => {
-                *until = None;
-                Ok(())
-            }
-            None => Ok(()),
+        let until = self.unavailable_until.load(Ordering::SeqCst);
+        if until != 0 && self.born.elapsed().as_nanos() < u128::from(until) {
+            self.accounting.fault();
+            return Err(StoreError::Transient(format!(
+                "sim://{}: store unavailable (injected outage)",
+                self.preset_name
+            )));
         }
+        Ok(())
     }
 
     /// Run a write-class request: wait, then apply (or fail).
@@ -278,6 +292,12 @@ impl SimStore {
     }
 }
 
+/// Whether a request that takes `takes` answers before a hedge at
+/// `hedge_after`. A zero delay always races two requests (tests use it).
+fn takes_no_hedge(hedge_after: Duration, takes: Duration) -> bool {
+    !hedge_after.is_zero() && takes <= hedge_after
+}
+
 /// Sleep `d`. This used to spin (yield) through the last 200 µs to cut
 /// the OS sleep's ~0.1 ms overshoot, but under load a yielding thread loses
 /// the CPU to busy worker threads for a whole time slice (milliseconds),
@@ -290,6 +310,69 @@ pub fn latency_sleep(d: Duration) {
 }
 
 impl SimStore {
+    /// See the module docs: two reads racing, in one thread. `op` reads;
+    /// `down` is the response's size.
+    fn hedged_read<T>(
+        &self,
+        kind: Kind,
+        class: OpClass,
+        op: impl Fn() -> Result<T>,
+        down: impl Fn(&T) -> u64,
+        hedge_after: Duration,
+    ) -> (Result<T>, Hedge) {
+        self.accounting.request(kind, 0);
+        if let Err(e) = self.check_available() {
+            return (Err(e), Hedge::NotSent);
+        }
+        let size = |r: &Result<T>| r.as_ref().map_or(0, &down);
+        let first_answer = op();
+        let first = self.draw(class, size(&first_answer), false);
+        let first_takes = self.takes(first.0, first.1);
+        if takes_no_hedge(hedge_after, first_takes) {
+            latency_sleep(first_takes);
+            return (self.read_answer(first.0, first_answer, &down), Hedge::NotSent);
+        }
+        latency_sleep(hedge_after);
+        self.accounting.request(kind, 0);
+        let second_answer = match self.check_available() {
+            Ok(()) => op(),
+            Err(e) => Err(e),
+        };
+        let second = self.draw(class, size(&second_answer), false);
+        let second_at = hedge_after + self.takes(second.0, second.1);
+        let mut arrivals = [
+            (first_takes, first.0, Some(first_answer), Hedge::Lost),
+            (second_at, second.0, Some(second_answer), Hedge::Won),
+        ];
+        arrivals.sort_by_key(|a| a.0);
+        let mut waited = hedge_after;
+        let mut last = None;
+        for (at, fault, answer, which) in &mut arrivals {
+            latency_sleep(at.saturating_sub(waited));
+            waited = waited.max(*at);
+            let r = self.read_answer(*fault, answer.take().expect("taken once"), &down);
+            // An answer wins (a 404 or a 416 too); a failure to answer
+            // (throttled, transient) waits for the other request.
+            if !r.as_ref().is_err_and(StoreError::is_retryable) {
+                return (r, *which);
+            }
+            last = Some((r, *which));
+        }
+        last.expect("two requests")
+    }
+
+    /// A read's answer once its time is over: its injected fault, or what
+    /// it read (counted as downloaded).
+    fn read_answer<T>(&self, fault: Fault, r: Result<T>, down: impl Fn(&T) -> u64) -> Result<T> {
+        if let Some(e) = self.fault_answer(fault) {
+            return Err(e);
+        }
+        if let Ok(v) = &r {
+            self.accounting.download(down(v));
+        }
+        r
+    }
+
     /// See the module docs: two requests racing, in one thread.
     fn hedged_append(
         &self,
@@ -306,8 +389,7 @@ impl SimStore {
         let takes = |(fault, delay): (Fault, Duration)| self.takes(fault, delay);
         let first = self.draw(OpClass::Write, up, true);
         self.accounting.append_latency(takes(first));
-        // A zero delay always races two requests (tests use it).
-        if !hedge_after.is_zero() && takes(first) <= hedge_after {
+        if takes_no_hedge(hedge_after, takes(first)) {
             latency_sleep(takes(first));
             return (
                 self.answer(first.0, || self.inner.append(key, offset, body.clone())),
@@ -385,5 +467,28 @@ impl ObjectStore for SimStore {
         hedge_after: Duration,
     ) -> Option<(Result<ObjectMeta>, Hedge)> {
         Some(self.hedged_append(key, offset, body, hedge_after))
+    }
+    fn get_range_hedged(
+        &self,
+        key: &str,
+        range: Range<u64>,
+        hedge_after: Duration,
+    ) -> Option<(Result<Bytes>, Hedge)> {
+        Some(self.hedged_read(
+            Kind::GetRange,
+            OpClass::Read,
+            || self.inner.get_range(key, range.clone()),
+            |b| b.len() as u64,
+            hedge_after,
+        ))
+    }
+    fn head_hedged(&self, key: &str, hedge_after: Duration) -> Option<(Result<ObjectMeta>, Hedge)> {
+        Some(self.hedged_read(
+            Kind::Head,
+            OpClass::Meta,
+            || self.inner.head(key),
+            |_| 0,
+            hedge_after,
+        ))
     }
 }
