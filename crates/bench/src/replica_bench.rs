@@ -77,6 +77,9 @@ pub struct ReplicaRun {
     pub replica: Replica,
     lag_us: Mutex<Histogram<u64>>,
     pin: bool,
+    /// The store handles (shared with the writer): their accounting has
+    /// the single read requests' latencies.
+    stores: Vec<std::sync::Arc<dyn objstore::ObjectStore>>,
     measuring: AtomicBool,
     stop: AtomicBool,
     /// (writer next CSN, replica entries applied, replica applied CSN,
@@ -92,8 +95,11 @@ impl ReplicaRun {
     /// writer has made durable so far.
     pub fn open(db: &Database, writer: &Options, rc: &ReplicaConfig) -> Result<ReplicaRun, String> {
         let mut o = Options::new();
+        let mut stores = Vec::new();
         for s in writer.stores() {
-            o = o.add_store_handle(s.open().map_err(|e| e.to_string())?);
+            let h = s.open().map_err(|e| e.to_string())?;
+            stores.push(std::sync::Arc::clone(&h));
+            o = o.add_store_handle(h);
         }
         let started = Instant::now();
         let opts = ReplicaOptions {
@@ -120,6 +126,7 @@ impl ReplicaRun {
             replica,
             lag_us: Mutex::new(Histogram::new_with_bounds(1, 600_000_000, 3).expect("bounds")),
             pin,
+            stores,
             measuring: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             marks: Mutex::new(Vec::new()),
@@ -283,6 +290,16 @@ impl ReplicaRun {
             // At the end of the measured phase (the writer's next CSN
             // against the replica's applied CSN).
             x.insert("replica_behind_csns_at_end".into(), c1.saturating_sub(*p1) as f64);
+        }
+        // The store's own single reads over the measured phase (writer's
+        // and replica's; the writer reads nothing while it runs).
+        if let Some(r) =
+            self.stores.first().and_then(|s| s.accounting()).and_then(|a| a.read_latency)
+        {
+            x.insert("store_read_p50_ms".into(), r.p50_us as f64 / 1e3);
+            x.insert("store_read_p99_ms".into(), r.p99_us as f64 / 1e3);
+            x.insert("store_read_p999_ms".into(), r.p999_us as f64 / 1e3);
+            x.insert("store_read_max_ms".into(), r.max_us as f64 / 1e3);
         }
         x.insert("replica_store_lag_p50_ms".into(), m.lag_p50.as_secs_f64() * 1e3);
         x.insert("replica_store_lag_p99_ms".into(), m.lag_p99.as_secs_f64() * 1e3);

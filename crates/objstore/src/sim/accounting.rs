@@ -82,6 +82,7 @@ pub struct Accounting {
     bytes_down: AtomicU64,
     faults: AtomicU64,
     append_us: parking_lot::Mutex<Option<Histogram<u64>>>,
+    read_us: parking_lot::Mutex<Option<Histogram<u64>>>,
 }
 
 /// Percentiles of one request kind's latency, in microseconds.
@@ -132,6 +133,10 @@ pub struct AccountingReport {
     pub injected_faults: u64,
     /// Latency of single append requests, if any were measured.
     pub append_latency: Option<LatencySummary>,
+    /// Latency of single read requests (GET, ranged GET, HEAD, LIST), if
+    /// any were measured (the simulator records each request it draws,
+    /// both of a hedged pair).
+    pub read_latency: Option<LatencySummary>,
     /// The price table used.
     pub prices: Prices,
     /// Total cost in US$.
@@ -158,17 +163,19 @@ impl Accounting {
     /// Forget the recorded latencies.
     pub fn reset_latency(&self) {
         *self.append_us.lock() = None;
+        *self.read_us.lock() = None;
+    }
+
+    /// Record how long one read request took on its own.
+    pub fn read_latency(&self, d: std::time::Duration) {
+        record(&self.read_us, d);
     }
 
     /// Record how long one append request took on its own (for a hedged
     /// request that was cancelled when its twin answered: how long it had
     /// taken until then).
     pub fn append_latency(&self, d: std::time::Duration) {
-        let mut h = self.append_us.lock();
-        let h = h.get_or_insert_with(|| {
-            Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds")
-        });
-        h.saturating_record((d.as_micros() as u64).max(1));
+        record(&self.append_us, d);
     }
 
     /// The counters now, priced with `prices`.
@@ -199,10 +206,20 @@ impl Accounting {
             bytes_down,
             injected_faults: self.faults.load(Ordering::Relaxed),
             append_latency: self.append_us.lock().as_ref().and_then(LatencySummary::of),
+            read_latency: self.read_us.lock().as_ref().and_then(LatencySummary::of),
             prices,
             cost_usd,
         }
     }
+}
+
+/// Record `d` in the histogram `h` (made on first use).
+fn record(h: &parking_lot::Mutex<Option<Histogram<u64>>>, d: std::time::Duration) {
+    let mut h = h.lock();
+    let h = h.get_or_insert_with(|| {
+        Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds")
+    });
+    h.saturating_record((d.as_micros() as u64).max(1));
 }
 
 impl AccountingReport {

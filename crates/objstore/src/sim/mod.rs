@@ -251,6 +251,7 @@ impl SimStore {
         let r = op();
         let bytes = r.as_ref().map_or(0, &down);
         let (fault, delay) = self.draw(class, bytes, false);
+        self.accounting.read_latency(self.takes(fault, delay));
         if let Some(e) = self.injected(fault, delay) {
             return Err(e);
         }
@@ -328,6 +329,7 @@ impl SimStore {
         let first_answer = op();
         let first = self.draw(class, size(&first_answer), false);
         let first_takes = self.takes(first.0, first.1);
+        self.accounting.read_latency(first_takes);
         if takes_no_hedge(hedge_after, first_takes) {
             latency_sleep(first_takes);
             return (self.read_answer(first.0, first_answer, &down), Hedge::NotSent);
@@ -339,6 +341,7 @@ impl SimStore {
             Err(e) => Err(e),
         };
         let second = self.draw(class, size(&second_answer), false);
+        self.accounting.read_latency(self.takes(second.0, second.1));
         let second_at = hedge_after + self.takes(second.0, second.1);
         let mut arrivals = [
             (first_takes, first.0, Some(first_answer), Hedge::Lost),
