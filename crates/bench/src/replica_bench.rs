@@ -172,13 +172,12 @@ impl ReplicaRun {
         }
     }
 
-    /// Offer a checkpoint of the replica's state every `every` until
-    /// [`ReplicaRun::stop`] (for a writer with checkpoint offloading: it
-    /// adopts the newest offer that covers the log it marked). Returns the
-    /// offers made and the time they took.
-    pub fn offer_loop(&self, every: Duration) -> (u64, Duration) {
+    /// Offer a checkpoint whenever the writer wants one (it marked its log
+    /// and published the mark: `Replica::offer_if_wanted`), checking every
+    /// 20 ms until [`ReplicaRun::stop`]. Returns the offers made and the
+    /// time they took.
+    pub fn offer_loop(&self) -> (u64, Duration) {
         let (mut n, mut busy) = (0, Duration::ZERO);
-        let mut last = Instant::now();
         if self.pin
             && let Err(e) = pin_current(REPLICA_CORE)
         {
@@ -186,16 +185,15 @@ impl ReplicaRun {
         }
         while !self.stop.load(Ordering::Acquire) {
             std::thread::sleep(Duration::from_millis(20));
-            if last.elapsed() < every {
-                continue;
-            }
             let t0 = Instant::now();
-            match self.replica.offer_checkpoint() {
-                Ok(_) => n += 1,
+            match self.replica.offer_if_wanted() {
+                Ok(Some(_)) => {
+                    n += 1;
+                    busy += t0.elapsed();
+                }
+                Ok(None) => {}
                 Err(e) => eprintln!("the replica's checkpoint offer failed: {e}"),
             }
-            busy += t0.elapsed();
-            last = Instant::now();
         }
         (n, busy)
     }

@@ -152,6 +152,11 @@ struct ReplicaArgs {
     /// adopts it and truncates its log).
     #[arg(long, value_name = "SECONDS")]
     offer_checkpoint_every: Option<f64>,
+    /// Offer a checkpoint whenever a writer with --checkpoint-offload wants
+    /// one (it publishes where it marked its log; the replica offers once
+    /// it has applied that far).
+    #[arg(long)]
+    offer_checkpoints: bool,
 }
 
 #[derive(Args)]
@@ -476,7 +481,8 @@ struct LogArgs {
     checkpoint_every: Option<String>,
     /// With --checkpoint-every: do not scan memory, adopt a checkpoint that
     /// a replica offers (`milliscale checkpoint --from-log`, `replica
-    /// --offer-checkpoint-every`) once one covers the log.
+    /// --offer-checkpoints` or `--offer-checkpoint-every`) once one covers
+    /// the log.
     #[arg(long)]
     checkpoint_offload: bool,
 }
@@ -1402,6 +1408,7 @@ fn replica(a: ReplicaArgs) -> Result<(), String> {
     let mut last_offer = std::time::Instant::now();
     let step = if every.is_zero() { Duration::from_millis(100) } else { every };
     let step = offer_every.map_or(step, |o| step.min(o.max(Duration::from_millis(10))));
+    let step = if a.offer_checkpoints { step.min(Duration::from_millis(100)) } else { step };
     let mut last_print = std::time::Instant::now();
     let mut last_records = 0;
     loop {
@@ -1422,10 +1429,13 @@ fn replica(a: ReplicaArgs) -> Result<(), String> {
         if let Some(e) = r.error() {
             return Err(format!("the replica stopped: {e}"));
         }
-        if offer_every.is_some_and(|o| last_offer.elapsed() >= o) {
+        let timed = offer_every.is_some_and(|o| last_offer.elapsed() >= o);
+        if timed || a.offer_checkpoints {
             let t0 = std::time::Instant::now();
-            match r.offer_checkpoint() {
-                Ok(c) => eprintln!(
+            let offer = if timed { r.offer_checkpoint().map(Some) } else { r.offer_if_wanted() };
+            match offer {
+                Ok(None) => {}
+                Ok(Some(c)) => eprintln!(
                     "offered checkpoint {}: {} rows, {} bytes in {:.1?}",
                     c.csn,
                     c.rows,
@@ -1434,7 +1444,9 @@ fn replica(a: ReplicaArgs) -> Result<(), String> {
                 ),
                 Err(e) => eprintln!("offering a checkpoint failed (will retry): {e}"),
             }
-            last_offer = std::time::Instant::now();
+            if timed {
+                last_offer = std::time::Instant::now();
+            }
         }
         if !every.is_zero() && last_print.elapsed() >= every {
             let m = r.metrics();

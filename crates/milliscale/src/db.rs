@@ -441,6 +441,7 @@ impl Database {
             m.checkpoint = checkpoint.clone();
             m.sealed.clear();
             m.log = new_log.clone();
+            m.checkpoint_wanted = None;
         })?;
         let published_at = started.elapsed();
         let deleted = checkpoint::delete_superseded(&named, checkpoint.as_ref(), &new_log);
@@ -498,6 +499,7 @@ impl Database {
         inner.publish(|m| {
             m.sealed.push(seal.clone());
             m.log = new_log.clone();
+            m.checkpoint_wanted = None;
         })?;
         report.timings.publish = published.elapsed();
         report.timings.total = started.elapsed();
@@ -879,6 +881,7 @@ impl DbInner {
             m.checkpoint = Some(cref.clone());
             m.sealed.clear();
             m.log.group_start = starts.clone();
+            m.checkpoint_wanted = None;
         })?;
         self.after_checkpoint(&cref, 0, started, log_bytes, false);
         Ok(cref.csn)
@@ -931,7 +934,7 @@ impl DbInner {
         let _one = self.checkpoint_lock.lock();
         let started = Instant::now();
         let deadline = self.options.store_deadline;
-        {
+        let want = {
             let mut marks = self.checkpoint_marks.lock();
             if marks.is_empty() {
                 let m: Vec<(Vec<u64>, Csn)> =
@@ -939,6 +942,12 @@ impl DbInner {
                 let bound = m.iter().map(|x| x.1).max().unwrap_or(0);
                 marks.push((m.into_iter().flat_map(|x| x.0).collect(), bound));
             }
+            marks.first().map(|(_, b)| *b)
+        };
+        // Tell replicas (again, if a publish failed): they offer once they
+        // have applied the oldest mark's bound.
+        if st.current.lock().checkpoint_wanted != want {
+            self.publish(|m| m.checkpoint_wanted = want)?;
         }
         let (offers, mut requests) = checkpoint::list_offers(&st.stores, deadline);
         let durable = self.commit.gcsn.load(Ordering::SeqCst);
@@ -967,10 +976,13 @@ impl DbInner {
             // moved it past an older mark).
             let starts: Vec<u64> =
                 starts.iter().zip(&current_starts).map(|(a, b)| *a.max(b)).collect();
+            // A mark the offer does not cover stays wanted.
+            let wanted = marks.iter().map(|(_, b)| *b).find(|b| *b > offer.csn);
             self.publish(|m| {
                 m.checkpoint = Some(offer.clone());
                 m.sealed.clear();
                 m.log.group_start = starts.clone();
+                m.checkpoint_wanted = wanted;
             })?;
             self.checkpoint_marks.lock().retain(|(_, b)| *b > offer.csn);
             self.after_checkpoint(&offer, requests, started, log.bytes_written(), true);

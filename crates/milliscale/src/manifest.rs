@@ -52,6 +52,12 @@ pub struct Manifest {
     pub sealed: Vec<SealedLog>,
     /// The log written after the checkpoint (and the sealed logs).
     pub log: LogRef,
+    /// A writer that offloads its checkpoints (`Options::checkpoint_offload`)
+    /// marked its log here: it will adopt an offered checkpoint at or above
+    /// this CSN, and replicas offer one once they have applied it
+    /// (`Replica::offer_if_wanted`). Cleared by the next checkpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_wanted: Option<Csn>,
 }
 
 /// An earlier epoch's log, fenced, with the replay decision of the writer
@@ -223,6 +229,7 @@ impl Manifest {
                 group_start: vec![0; (groups.div_ceil(groups_per_stream.max(1)) * lanes) as usize],
                 parts_max,
             },
+            checkpoint_wanted: None,
         }
     }
 

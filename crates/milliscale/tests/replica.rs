@@ -317,6 +317,48 @@ fn a_standby_promotes_without_a_checkpoint_and_every_reader_honours_the_seal() {
     assert_eq!(all_db(&Database::open(writer(&inner)).expect("reopen"), "t"), expect);
 }
 
+/// Offers on demand: a writer with offloading publishes where it marked
+/// its log (`Manifest::checkpoint_wanted`); a replica offers once it has
+/// applied that far, once; the writer adopts the offer and clears the want.
+#[test]
+fn a_replica_offers_a_checkpoint_when_the_writer_wants_one() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let db = Database::open(writer(&store).checkpoint_offload(true).checkpoint_log_bytes(2048))
+        .expect("open");
+    let t = db.create_table("t").expect("table");
+    let replica = Replica::open_with(writer(&store), fast()).expect("replica");
+    assert_eq!(replica.checkpoint_wanted(), None);
+    assert_eq!(replica.offer_if_wanted().expect("no want"), None, "nothing wanted yet");
+    for i in 0..300u64 {
+        let mut tx = db.begin().expect("begin");
+        tx.put(&t, format!("k{:04}", i % 120).as_bytes(), &i.to_le_bytes()).expect("put");
+        tx.commit_and_wait().expect("commit");
+    }
+    let until = Instant::now() + WAIT;
+    let offered = loop {
+        if let Some(c) = replica.offer_if_wanted().expect("offer") {
+            break c;
+        }
+        assert!(Instant::now() < until, "no checkpoint was wanted and offered");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let wanted = db.manifest().expect("manifest").checkpoint_wanted;
+    assert!(wanted.is_some_and(|w| offered.csn >= w), "offer {} for want {wanted:?}", offered.csn);
+    assert_eq!(replica.offer_if_wanted().expect("again"), None, "one offer per want");
+    while db.checkpoint_stats().adopted == 0 {
+        assert!(Instant::now() < until, "the writer never adopted the offer");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let m = db.manifest().expect("manifest");
+    assert_eq!(m.checkpoint.as_ref().map(|c| c.csn), Some(offered.csn));
+    assert_eq!(m.checkpoint_wanted, None, "adopting clears the want");
+    while replica.checkpoint_wanted().is_some() {
+        assert!(Instant::now() < until, "the replica still sees a want");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(replica.metrics().checkpoints_offered, 1);
+}
+
 #[test]
 fn a_writer_adopts_a_checkpoint_a_replica_built_and_truncates_its_log() {
     let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());

@@ -103,6 +103,8 @@ pub(crate) struct Progress {
     pub(crate) epoch: u64,
     /// The manifest version last read.
     pub(crate) manifest_version: u64,
+    /// Its `checkpoint_wanted`.
+    pub(crate) checkpoint_wanted: Option<Csn>,
     /// The follower stopped on this error; reads go on at `applied`.
     pub(crate) error: Option<Error>,
     /// The follower has stopped (closed, or failed).
@@ -496,6 +498,7 @@ impl Follower {
         p.seen = self.seen.max(self.applied);
         p.epoch = self.log.epoch;
         p.manifest_version = self.manifest.version;
+        p.checkpoint_wanted = self.manifest.checkpoint_wanted;
         self.shared.progressed.notify_all();
     }
 

@@ -168,6 +168,8 @@ pub struct Replica {
     /// checkpoints go.
     named: follow::NamedStores,
     needed: usize,
+    /// The CSN of the last checkpoint this replica offered (0: none).
+    offered: std::sync::atomic::AtomicU64,
 }
 
 impl Replica {
@@ -241,6 +243,7 @@ impl Replica {
             stores,
             named,
             needed,
+            offered: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -371,6 +374,32 @@ impl Replica {
         self.shared.counters.lock().lag_us.reset();
     }
 
+    /// The CSN above which a writer that offloads its checkpoints waits
+    /// for one (its manifest's `checkpoint_wanted`: where it marked its
+    /// log), as of the last manifest this replica read.
+    pub fn checkpoint_wanted(&self) -> Option<Csn> {
+        self.shared.progress.lock().checkpoint_wanted
+    }
+
+    /// Offer a checkpoint if the writer wants one that this replica can
+    /// give ([`Replica::checkpoint_wanted`]): it has applied the wanted CSN
+    /// and has not offered at or above it yet. Returns the offer made, if
+    /// any. Call it now and then (`milliscale replica --offer-checkpoints`
+    /// does, at each progress tick); it costs nothing while nothing is
+    /// wanted.
+    pub fn offer_if_wanted(&self) -> Result<Option<crate::manifest::CheckpointRef>> {
+        let (wanted, applied) = {
+            let p = self.shared.progress.lock();
+            (p.checkpoint_wanted, p.applied)
+        };
+        let Some(wanted) = wanted else { return Ok(None) };
+        let offered = self.offered.load(std::sync::atomic::Ordering::SeqCst);
+        if applied < wanted || offered >= wanted {
+            return Ok(None);
+        }
+        self.offer_checkpoint().map(Some)
+    }
+
     /// Build a checkpoint of the replica's state at its applied CSN and
     /// offer it to the writer (`Options::checkpoint_offload`): the chunks
     /// go where a writer's own would (`checkpoint/c<csn>/...`, each on a
@@ -404,6 +433,7 @@ impl Replica {
             c.put_class += requests + offer;
             c.checkpoints_offered += 1;
         }
+        self.offered.fetch_max(cref.csn, std::sync::atomic::Ordering::SeqCst);
         Ok(cref)
     }
 
