@@ -1134,6 +1134,47 @@ fn inspect(a: InspectArgs) -> Result<(), String> {
             }
         }
     }
+    // What a replica follows: sealed logs (as their seals decided), then
+    // the current log; and the checkpoints replicas offered a writer.
+    for s in &m.sealed {
+        println!(
+            "sealed log of epoch {}: CSNs {}..={} as the next writer decided: every CSN below {} \
+             and {} commits above it replayed; its segments end before {}",
+            s.log.epoch,
+            s.from,
+            s.max_csn,
+            s.prefix,
+            s.above.len(),
+            s.end_segment
+        );
+    }
+    println!(
+        "a replica opened now loads the checkpoint and follows the log from CSN {}",
+        m.replay_from()
+    );
+    if let Some(w) = m.checkpoint_wanted {
+        println!(
+            "checkpoint wanted: the writer offloads its checkpoints and marked its log at CSN \
+             {w}; a replica offers one once it has applied that far"
+        );
+    }
+    let named = [(a.store.clone(), std::sync::Arc::clone(&store))];
+    let (offers, _) = milliscale::checkpoint::list_offers(&named, Duration::from_secs(30));
+    let current = m.checkpoint.as_ref().map_or(0, |c| c.csn);
+    for o in &offers {
+        let state = match o.csn.cmp(&current) {
+            std::cmp::Ordering::Equal => "adopted",
+            std::cmp::Ordering::Less => "superseded",
+            std::cmp::Ordering::Greater => "not adopted yet",
+        };
+        println!(
+            "checkpoint offer at CSN {}: {} chunks, {} rows, {} bytes ({state})",
+            o.csn,
+            o.chunks.len(),
+            o.rows,
+            o.bytes
+        );
+    }
     println!(
         "log of epoch {}: {} groups in {} streams of {} lanes, base CSN {}, segments from {:?}, \
          {} parts per segment",

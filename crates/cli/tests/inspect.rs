@@ -179,6 +179,24 @@ fn a_writer_with_offloading_adopts_a_checkpoint_built_from_the_log() {
     };
     let st = writer.wait().expect("the writer");
     assert!(st.success(), "the writer failed");
+    // `inspect` shows the replicas' view: where a replica starts, and an
+    // offer no writer has adopted yet (the writer is gone; adopted offers
+    // are deleted with what the checkpoint superseded).
+    let out = bin()
+        .args(["checkpoint", "--from-log", "--store", &url, "--json", "--timeout", "5"])
+        .output()
+        .expect("checkpoint");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let c: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let pending = c["csn"].as_u64().expect("csn");
+    let out = bin().args(["inspect", "--store", &url]).output().expect("inspect");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(text.contains("a replica opened now loads the checkpoint"), "{text}");
+    assert!(
+        text.lines().any(|l| l.starts_with(&format!("checkpoint offer at CSN {pending}:"))
+            && l.ends_with("(not adopted yet)")),
+        "{text}"
+    );
     // The writer adopted it (or a later one, if another offer came): the
     // manifest names it and the log before it is gone.
     let out = bin().args(["recover", "--store", &url, "--json"]).output().expect("recover");

@@ -371,7 +371,7 @@ pub(crate) fn put_offer(
 
 /// The offers on `stores` (any store that answers), newest first; damaged
 /// ones are skipped. Returns them and the requests made.
-pub(crate) fn list_offers(
+pub fn list_offers(
     stores: &[(String, Arc<dyn ObjectStore>)],
     deadline: Duration,
 ) -> (Vec<CheckpointRef>, u64) {

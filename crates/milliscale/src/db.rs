@@ -15,8 +15,9 @@ use crate::commit::dependency::CommitState;
 use crate::error::{Error, Result};
 use crate::index::OrderedIndex;
 use crate::limits::{TABLE_NAME_BYTES_MAX, TABLES_MAX};
+use crate::log::record::Entry;
 use crate::log::{Log, LogMetrics, OpenStore};
-use crate::manifest::{LogRef, Manifest, ManifestStore};
+use crate::manifest::{LogRef, Manifest, ManifestStore, SealedLog};
 use crate::mvcc::Csn;
 use crate::mvcc::oid_array::OidArray;
 use crate::options::{Isolation, Options, TxnOptions};
@@ -157,6 +158,16 @@ fn read_log(
     }
     report.set_plan(&plan);
     Ok((plan, report))
+}
+
+/// Whether recovery seals the old log instead of writing a checkpoint: a
+/// writer that leaves its checkpoints to replicas
+/// (`Options::checkpoint_offload`), on one store. With replication the
+/// entries a recovery replays may sit on fewer stores than a quorum (the
+/// scan merges every store that answered), and a seal must be readable
+/// from any quorum again; so there recovery still writes its checkpoint.
+fn seals_recovery(options: &Options, stores: usize) -> bool {
+    options.checkpoint_offload && stores == 1
 }
 
 /// A new writer's log, as `options` lay it out: epoch `epoch`, from CSN
@@ -430,21 +441,40 @@ impl Database {
         let inner = DbInner::new(id, options, commit, Some(log), Some(state), None, tables);
         inner.rebuild(&named, old.checkpoint.as_ref(), &plan, &mut report)?;
         let rebuilt_at = started.elapsed();
-        // 5. Pin what this recovery included: a checkpoint of the result
-        //    (when the log held anything), and the new epoch's log.
-        let checkpoint = if base > old.replay_from() {
+        // 5. Pin what this recovery included, and the new epoch's log:
+        //    a checkpoint of the result (when the log held anything); or,
+        //    for a writer that leaves checkpoints to replicas, a seal of the
+        //    old log with this decision, as a promotion writes.
+        let logged = base > old.replay_from();
+        let seal = (logged && seals_recovery(&inner.options, named.len())).then(|| SealedLog {
+            log: old.log.clone(),
+            end_segment: first_segment,
+            from: old.log_from(),
+            prefix: plan.prefix,
+            above: plan.replay.iter().map(Entry::csn).filter(|c| *c >= plan.prefix).collect(),
+            max_csn: base - 1,
+        });
+        let checkpoint = if logged && seal.is_none() {
             Some(inner.write_checkpoint()?)
         } else {
             old.checkpoint.clone()
         };
         inner.publish(|m| {
             m.checkpoint = checkpoint.clone();
-            m.sealed.clear();
+            match &seal {
+                Some(s) => m.sealed.push(s.clone()),
+                None => m.sealed.clear(),
+            }
             m.log = new_log.clone();
             m.checkpoint_wanted = None;
         })?;
         let published_at = started.elapsed();
-        let deleted = checkpoint::delete_superseded(&named, checkpoint.as_ref(), &new_log);
+        // With a seal, the old log's segments stay: nothing covers them yet.
+        let deleted = if seal.is_some() {
+            (0, 0)
+        } else {
+            checkpoint::delete_superseded(&named, checkpoint.as_ref(), &new_log)
+        };
         if let Some(st) = &inner.manifest {
             st.store.delete_below(st.current.lock().version.saturating_sub(1));
         }
@@ -455,7 +485,13 @@ impl Database {
         t.total = started.elapsed();
         report.cleanup_requests = deleted.0 + deleted.1;
         report.new_epoch = new_log.epoch;
-        report.new_checkpoint_csn = checkpoint.as_ref().map(|c| c.csn);
+        report.new_checkpoint_csn =
+            if seal.is_some() { None } else { checkpoint.as_ref().map(|c| c.csn) };
+        report.sealed_old_log = seal.is_some();
+        if seal.is_some() {
+            // The checkpointer marks the log soon: replicas then offer.
+            inner.checkpoint_soon.store(true, Ordering::SeqCst);
+        }
         let mut inner = inner;
         inner.recovery = Some(report);
         Ok(Database::start_checkpointer(inner))
@@ -474,7 +510,7 @@ impl Database {
         tables: Vec<Arc<TableInner>>,
         stores: Vec<OpenStore>,
         claim: Manifest,
-        seal: crate::manifest::SealedLog,
+        seal: SealedLog,
         new_log: LogRef,
         mut report: PromotionReport,
         started: Instant,

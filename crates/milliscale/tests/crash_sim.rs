@@ -183,18 +183,40 @@ fn workload(seed: u64, store: Arc<CrashStore>, rng: &mut SmallRng, groups: usize
     acked.into_inner()
 }
 
-/// Recover `image` and check it; returns whether recovery met a hole (a CSN
-/// missing below one that is there).
-fn check(seed: u64, image: Arc<dyn ObjectStore>, acked: &BTreeSet<u64>, threads: usize) -> bool {
+/// Recover `image` and check it (a hole: a CSN missing below one that is
+/// there).
+/// With `seal`, the recovering writer leaves checkpoints to replicas
+/// (`checkpoint_offload`): it seals the old log with its decision instead
+/// of writing a checkpoint, and every later recovery replays the seal.
+/// Returns whether recovery met a hole and whether it sealed.
+fn check(
+    seed: u64,
+    image: Arc<dyn ObjectStore>,
+    acked: &BTreeSet<u64>,
+    threads: usize,
+    seal: bool,
+) -> (bool, bool) {
     let fail = |what: String| -> ! { panic!("seed {seed}: {what}") };
-    let db = Database::open(
+    let writer = || {
         Options::new()
             .add_store_handle(Arc::clone(&image))
             .recovery_threads(threads)
             .checkpoint_log_bytes(0)
-            .checkpoint_chunk_bytes(4096),
-    )
-    .unwrap_or_else(|e| fail(format!("recovery failed: {e}")));
+            .checkpoint_chunk_bytes(4096)
+            .checkpoint_offload(seal)
+    };
+    let db = Database::open(writer()).unwrap_or_else(|e| fail(format!("recovery failed: {e}")));
+    let sealed = db.recovery_report().is_some_and(|r| r.sealed_old_log);
+    if let Some(r) = db.recovery_report() {
+        // Sealing writes no checkpoint; without offload nothing is sealed;
+        // a seal is in the manifest.
+        let in_manifest = db.manifest().is_some_and(|m| !m.sealed.is_empty());
+        let wrote =
+            r.new_checkpoint_csn.is_some() && r.new_checkpoint_csn != r.checkpoint.map(|c| c.0);
+        if (seal && wrote) || (!seal && sealed) || sealed != in_manifest {
+            fail(format!("offload {seal}, sealed {sealed}, in manifest {in_manifest}: {r:?}"));
+        }
+    }
     let state = dump(&db);
     let hole = db.recovery_report().is_some_and(|r| r.prefix < r.max_csn);
     match (state.get("accounts"), state.get("history")) {
@@ -232,7 +254,36 @@ fn check(seed: u64, image: Arc<dyn ObjectStore>, acked: &BTreeSet<u64>, threads:
     if dump(&again) != state {
         fail("a second recovery found a different state".into());
     }
-    hole
+    drop(again);
+    if seal && state.contains_key("history") {
+        // A writer on top of the seal: its commits and the sealed log's
+        // decision both survive the next recovery.
+        let db = Database::open(writer()).unwrap_or_else(|e| fail(format!("reopen: {e}")));
+        let h = db.open_table("history").unwrap_or_else(|e| fail(format!("history: {e}")));
+        let mut more = BTreeSet::new();
+        for id in 900_000..900_005u64 {
+            let mut tx = db.begin().unwrap_or_else(|e| fail(format!("begin: {e}")));
+            tx.put(&h, &key(id), b"after the seal").unwrap_or_else(|e| fail(format!("put: {e}")));
+            tx.commit_and_wait().unwrap_or_else(|e| fail(format!("commit: {e}")));
+            more.insert(id);
+        }
+        drop(db);
+        let last = Database::open_read_only(Options::new().add_store_handle(Arc::clone(&image)))
+            .unwrap_or_else(|e| fail(format!("third recovery failed: {e}")));
+        let after = dump(&last);
+        if after.get("accounts") != state.get("accounts") {
+            fail("the accounts changed across a sealed recovery".into());
+        }
+        let ids: BTreeSet<u64> = after["history"]
+            .iter()
+            .map(|(k, _)| u64::from_be_bytes(k[..8].try_into().expect("8")))
+            .collect();
+        let lost: Vec<_> = acked.union(&more).filter(|id| !ids.contains(id)).collect();
+        if !lost.is_empty() {
+            fail(format!("lost across a sealed recovery: {lost:?}"));
+        }
+    }
+    (hole, sealed)
 }
 
 /// What one seed did, for the summary.
@@ -245,6 +296,8 @@ struct Tally {
     /// one that landed: a part lost at the end of one lane while a later
     /// part of the group landed in another.
     lane_holes: u64,
+    /// Seeds whose recovery sealed the old log instead of checkpointing.
+    sealed: u64,
 }
 
 fn run_seed(seed: u64, tally: &mut Tally) {
@@ -280,8 +333,10 @@ fn run_seed(seed: u64, tally: &mut Tally) {
     tally.seeds_with_acks += u64::from(!acked.is_empty());
     tally.writes_before_crash += store.s.lock().writes;
     let image: Arc<dyn ObjectStore> = inner;
-    let hole = check(seed, image, &acked, rng.random_range(1..5));
+    let threads = rng.random_range(1..5);
+    let (hole, sealed) = check(seed, image, &acked, threads, rng.random_bool(0.5));
     tally.lane_holes += u64::from(hole && groups == 1);
+    tally.sealed += u64::from(sealed);
 }
 
 #[test]
@@ -301,15 +356,17 @@ fn crashes_at_random_writes_lose_no_acknowledged_transfer() {
     eprintln!(
         "{n} seeds from {first} passed in {:.1?}: {} acknowledged transfers checked, {} seeds \
          with acks, {:.1} writes per seed before the crash, {} seeds recovered across a hole \
-         between lanes",
+         between lanes, {} recoveries sealed the old log",
         started.elapsed(),
         tally.acked,
         tally.seeds_with_acks,
         tally.writes_before_crash as f64 / n as f64,
-        tally.lane_holes
+        tally.lane_holes,
+        tally.sealed
     );
     assert!(tally.seeds_with_acks * 2 > n, "most seeds must get as far as an acknowledgment");
     if n >= 100 {
         assert!(tally.lane_holes > 0, "no seed lost a part behind a later one of its group");
+        assert!(tally.sealed > 0, "no recovery sealed the old log");
     }
 }

@@ -746,6 +746,10 @@ pub struct RecoveryReport {
     pub keys_installed: u64,
     /// The checkpoint recovery wrote, if the log held anything.
     pub new_checkpoint_csn: Option<Csn>,
+    /// Instead of a checkpoint, recovery sealed the old log with its
+    /// decision (a writer that offloads its checkpoints, on one store):
+    /// a replica's checkpoint covers it later.
+    pub sealed_old_log: bool,
     /// Requests spent deleting what the new checkpoint superseded.
     pub cleanup_requests: u64,
     /// Threads used.
