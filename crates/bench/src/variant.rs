@@ -90,6 +90,10 @@ pub struct LogSettings {
     pub put_per_flush: bool,
     /// Where slow appends are sent a second time (`Options::hedging`).
     pub hedging: Hedging,
+    /// `Options::hedge_multiple`.
+    pub hedge_multiple: f64,
+    /// `Options::hedge_budget`.
+    pub hedge_budget: f64,
     /// Background checkpoint after this many log bytes; 0 (the benchmark
     /// default) takes none.
     pub checkpoint_log_bytes: u64,
@@ -117,6 +121,8 @@ impl Default for LogSettings {
             tracking: Tracking::Record,
             put_per_flush: false,
             hedging: Hedging::Auto,
+            hedge_multiple: 1.0,
+            hedge_budget: 0.1,
             checkpoint_log_bytes: 0,
             checkpoint_offload: false,
         }
@@ -169,6 +175,12 @@ impl LogSettings {
             m.insert("put_per_flush".into(), "true".into());
         }
         m.insert("hedging".into(), format!("{:?}", self.hedging).to_lowercase());
+        if self.hedge_multiple != 1.0 {
+            m.insert("hedge_multiple".into(), self.hedge_multiple.to_string());
+        }
+        if self.hedge_budget != 0.1 {
+            m.insert("hedge_budget".into(), self.hedge_budget.to_string());
+        }
     }
 
     pub fn is_logged(&self) -> bool {
@@ -213,6 +225,8 @@ impl LogSettings {
             .tracking(self.tracking)
             .put_per_flush(self.put_per_flush)
             .hedging(self.hedging)
+            .hedge_multiple(self.hedge_multiple)
+            .hedge_budget(self.hedge_budget)
             .checkpoint_log_bytes(self.checkpoint_log_bytes)
             .checkpoint_offload(self.checkpoint_offload);
         for s in &self.stores {

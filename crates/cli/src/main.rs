@@ -475,6 +475,14 @@ struct LogArgs {
     /// Same as --hedging always.
     #[arg(long, conflicts_with = "hedging")]
     hedge_appends: bool,
+    /// Hedge an append once it is slower than this many times the 90th
+    /// percentile of recent appends.
+    #[arg(long, default_value_t = 1.0)]
+    hedge_multiple: f64,
+    /// Hedge at most this share of appends in the long run (each hedge is
+    /// one more request).
+    #[arg(long, default_value_t = 0.1)]
+    hedge_budget: f64,
     /// Take a background checkpoint after this many log bytes (K/M/G
     /// suffix). Off by default in benchmarks, so runs measure the log alone.
     #[arg(long)]
@@ -884,6 +892,14 @@ fn log_settings(a: &LogArgs) -> Result<(Variant, LogSettings), String> {
             HedgingArg::Off => milliscale::Hedging::Off,
         };
     }
+    if !(a.hedge_multiple.is_finite() && a.hedge_multiple >= 0.0) {
+        return Err("--hedge-multiple must be a number >= 0".into());
+    }
+    l.hedge_multiple = a.hedge_multiple;
+    if !(0.0..=1.0).contains(&a.hedge_budget) {
+        return Err("--hedge-budget must be a share in 0..=1".into());
+    }
+    l.hedge_budget = a.hedge_budget;
     l.checkpoint_offload = a.checkpoint_offload;
     if let Some(b) = &a.checkpoint_every {
         l.checkpoint_log_bytes =

@@ -126,6 +126,8 @@ pub struct Options {
     pub(crate) segment_parts_max: u32,
     pub(crate) store_deadline: Duration,
     pub(crate) hedging: Hedging,
+    pub(crate) hedge_multiple: f64,
+    pub(crate) hedge_budget: f64,
     pub(crate) force_put_per_flush: bool,
     pub(crate) recovery_threads: usize,
     pub(crate) checkpoint_chunk_bytes: usize,
@@ -212,6 +214,8 @@ impl Default for Options {
             segment_parts_max: objstore::PARTS_MAX,
             store_deadline: Duration::from_secs(30),
             hedging: Hedging::Auto,
+            hedge_multiple: 1.0,
+            hedge_budget: 0.1,
             force_put_per_flush: false,
             recovery_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             checkpoint_chunk_bytes: CHECKPOINT_CHUNK_BYTES_DEFAULT,
@@ -437,6 +441,23 @@ impl Options {
     /// median latency when the cores are busy (BENCHMARKS.md).
     pub fn hedging(mut self, h: Hedging) -> Options {
         self.hedging = h;
+        self
+    }
+
+    /// Hedge an append once it is slower than this many times the 90th
+    /// percentile of recent appends (default 1.0; at least 2 ms). Higher
+    /// values race fewer appends, which leaves more of the 10% budget for
+    /// the slow tail (a replica's reads use 2.0).
+    pub fn hedge_multiple(mut self, m: f64) -> Options {
+        self.hedge_multiple = if m.is_finite() && m >= 0.0 { m } else { 1.0 };
+        self
+    }
+
+    /// In the long run, hedge at most this share of appends (default 0.1;
+    /// each hedge is one more PUT-class request). A slow append that finds
+    /// the budget spent is not raced.
+    pub fn hedge_budget(mut self, share: f64) -> Options {
+        self.hedge_budget = if (0.0..=1.0).contains(&share) { share } else { 0.1 };
         self
     }
 

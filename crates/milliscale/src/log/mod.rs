@@ -163,7 +163,11 @@ impl Log {
         let streams: Vec<Arc<LogStream>> = streams.into_iter().map(Arc::new).collect();
         let retry = RetryPolicy {
             deadline: options.store_deadline,
-            hedge: HedgePolicy::for_setting(options.hedging),
+            hedge: HedgePolicy::for_setting(options.hedging).map(|h| HedgePolicy {
+                multiple: options.hedge_multiple,
+                max_share: options.hedge_budget,
+                ..h
+            }),
             ..RetryPolicy::default()
         };
         let needed = options.quorum.needed(stores.len());
