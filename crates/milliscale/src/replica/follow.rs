@@ -477,16 +477,20 @@ impl Follower {
             self.opts.apply_parallel_min,
         )?;
         self.applied = next;
-        self.publish();
+        // Counted before the readers are told, so that anyone woken by
+        // the new applied CSN sees the counts that go with it.
         let now = Instant::now();
-        let mut c = self.shared.counters.lock();
-        c.entries += run.entries.len() as u64;
-        c.records += records;
-        run.entries.clear();
-        for since in run.since.drain(..) {
-            c.lag_us
-                .saturating_record(now.saturating_duration_since(since).as_micros().max(1) as u64);
+        {
+            let mut c = self.shared.counters.lock();
+            c.entries += run.entries.len() as u64;
+            c.records += records;
+            for since in run.since.drain(..) {
+                let lag = now.saturating_duration_since(since).as_micros().max(1) as u64;
+                c.lag_us.saturating_record(lag);
+            }
         }
+        run.entries.clear();
+        self.publish();
         Ok(())
     }
 
