@@ -132,6 +132,19 @@ impl ObjectStore for FlakyReads {
     }
 }
 
+/// A replica's (or standby's) options, drawn: polling, apply threads and
+/// the parallel threshold, read hedging.
+fn replica_options(rng: &mut SmallRng) -> ReplicaOptions {
+    ReplicaOptions {
+        poll_min: Duration::from_micros(rng.random_range(0..2000)),
+        poll_max: Duration::from_millis(20),
+        manifest_every: Duration::from_millis(rng.random_range(5..50)),
+        apply_threads: rng.random_range(1..=3),
+        apply_parallel_min: rng.random_range(0..64),
+        hedge_reads: rng.random_bool(0.5),
+    }
+}
+
 fn key(id: u64) -> [u8; 8] {
     id.to_be_bytes()
 }
@@ -339,14 +352,7 @@ fn run_seed(seed: u64, tally: &mut Tally) {
         rate: if rng.random_bool(0.5) { 0.05 } else { 0.0 },
         rng: Mutex::new(SmallRng::seed_from_u64(seed ^ 0xf1a4)),
     });
-    let poll = ReplicaOptions {
-        poll_min: Duration::from_micros(rng.random_range(0..2000)),
-        poll_max: Duration::from_millis(20),
-        manifest_every: Duration::from_millis(rng.random_range(5..50)),
-        apply_threads: rng.random_range(1..=3),
-        apply_parallel_min: rng.random_range(0..64),
-        hedge_reads: rng.random_bool(0.5),
-    };
+    let poll = replica_options(&mut rng);
     let replica =
         Replica::open_with(Options::new().add_store_handle(flaky).recovery_threads(2), poll)
             .unwrap_or_else(|e| fail(format!("replica open: {e}")));
@@ -454,14 +460,7 @@ fn run_seed(seed: u64, tally: &mut Tally) {
             if e + 1 < epochs && rng.random_bool(0.5) {
                 let store = crash_store(&inner, seed, e + 1, &mut rng);
                 let opts = options(store.clone(), &mut rng);
-                let poll = ReplicaOptions {
-                    poll_min: Duration::from_micros(rng.random_range(0..2000)),
-                    poll_max: Duration::from_millis(20),
-                    manifest_every: Duration::from_millis(rng.random_range(5..50)),
-                    apply_threads: rng.random_range(1..=3),
-                    apply_parallel_min: rng.random_range(0..64),
-                    hedge_reads: rng.random_bool(0.5),
-                };
+                let poll = replica_options(&mut rng);
                 if let Ok(standby) = Replica::open_with(opts.clone(), poll) {
                     next = Some((store, opts, standby));
                 }
