@@ -119,19 +119,11 @@ impl ChainTail {
         range: Range<u64>,
         out: &mut Polled,
     ) -> objstore::Result<Bytes> {
-        let started = Instant::now();
-        let raced = self.hedger.delay().and_then(|d| store.get_range_hedged(key, range.clone(), d));
-        let r = match raced {
-            Some((r, hedge)) => {
-                self.count(hedge, out);
-                r
-            }
-            None => store.get_range(key, range),
-        };
-        if r.is_ok() {
-            self.hedger.record(started.elapsed());
-        }
-        r
+        self.read(
+            out,
+            |d| store.get_range_hedged(key, range.clone(), d),
+            || store.get_range(key, range.clone()),
+        )
     }
 
     /// A HEAD, hedged as [`ChainTail::get_range`].
@@ -141,29 +133,38 @@ impl ChainTail {
         key: &str,
         out: &mut Polled,
     ) -> objstore::Result<objstore::ObjectMeta> {
+        self.read(out, |d| store.head_hedged(key, d), || store.head(key))
+    }
+
+    /// One read: `raced` with the hedger's delay where the store races two
+    /// requests itself, else `plain`. Every answer (a 404 or a 416 too)
+    /// goes into the latencies the delay comes from; a failure to answer
+    /// does not.
+    fn read<T>(
+        &mut self,
+        out: &mut Polled,
+        raced: impl FnOnce(std::time::Duration) -> Option<(objstore::Result<T>, objstore::Hedge)>,
+        plain: impl FnOnce() -> objstore::Result<T>,
+    ) -> objstore::Result<T> {
         let started = Instant::now();
-        let r = match self.hedger.delay().and_then(|d| store.head_hedged(key, d)) {
+        let r = match self.hedger.delay().and_then(raced) {
             Some((r, hedge)) => {
-                self.count(hedge, out);
+                self.hedger.count(hedge);
+                if hedge.sent() {
+                    out.requests += 1;
+                    out.hedged += 1;
+                }
+                if hedge == objstore::Hedge::Won {
+                    out.hedges_won += 1;
+                }
                 r
             }
-            None => store.head(key),
+            None => plain(),
         };
-        if r.is_ok() {
+        if !r.as_ref().is_err_and(StoreError::is_retryable) {
             self.hedger.record(started.elapsed());
         }
         r
-    }
-
-    fn count(&mut self, hedge: objstore::Hedge, out: &mut Polled) {
-        self.hedger.count(hedge);
-        if hedge.sent() {
-            out.requests += 1;
-            out.hedged += 1;
-        }
-        if hedge == objstore::Hedge::Won {
-            out.hedges_won += 1;
-        }
     }
 
     /// The chain it follows.
