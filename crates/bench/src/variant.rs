@@ -19,7 +19,7 @@
 
 use std::time::Duration;
 
-use milliscale::{FlushPolicy, Hedging, Options, Quorum, Tracking};
+use milliscale::{CommitProtocol, FlushPolicy, Hedging, Options, Quorum, Tracking};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Variant {
@@ -100,6 +100,16 @@ pub struct LogSettings {
     /// `Options::checkpoint_offload`: adopt checkpoints replicas offer
     /// instead of taking them.
     pub checkpoint_offload: bool,
+    /// `Options::commit_protocol`. Autonomous commit brings its own layout
+    /// (a buffer per worker, streams of `steal_group` buffers, as many
+    /// lanes), which replaces the group size, lanes and streams above.
+    pub commit_protocol: CommitProtocol,
+    /// Autonomous: `Options::flush_unit`.
+    pub flush_unit: usize,
+    /// Autonomous: `Options::max_idle`.
+    pub max_idle: Duration,
+    /// Autonomous: `Options::steal_group`.
+    pub steal_group: usize,
 }
 
 impl Default for LogSettings {
@@ -125,6 +135,10 @@ impl Default for LogSettings {
             hedge_budget: 0.1,
             checkpoint_log_bytes: 0,
             checkpoint_offload: false,
+            commit_protocol: CommitProtocol::Pipelined,
+            flush_unit: milliscale::options::FLUSH_UNIT_DEFAULT,
+            max_idle: milliscale::options::MAX_IDLE_DEFAULT,
+            steal_group: milliscale::options::STEAL_GROUP_DEFAULT,
         }
     }
 }
@@ -135,6 +149,20 @@ impl LogSettings {
     pub fn describe_into(&self, m: &mut std::collections::BTreeMap<String, String>) {
         m.insert("store".into(), self.stores.join(" + "));
         if !self.is_logged() {
+            return;
+        }
+        m.insert("commit_protocol".into(), self.commit_protocol.to_string());
+        if self.commit_protocol == CommitProtocol::Autonomous {
+            m.insert("flush_unit".into(), self.flush_unit.to_string());
+            m.insert("max_idle_us".into(), self.max_idle.as_micros().to_string());
+            m.insert("steal_group".into(), self.steal_group.to_string());
+            m.insert("tracking".into(), format!("{:?}", self.tracking).to_lowercase());
+            m.insert("log_buffer_bytes".into(), self.log_buffer_bytes.to_string());
+            m.insert(
+                "flush_timeout_ms".into(),
+                (self.flush_timeout.as_secs_f64() * 1e3).to_string(),
+            );
+            m.insert("hedging".into(), format!("{:?}", self.hedging).to_lowercase());
             return;
         }
         m.insert("log_group_size".into(), self.log_group_size.to_string());
@@ -229,6 +257,13 @@ impl LogSettings {
             .hedge_budget(self.hedge_budget)
             .checkpoint_log_bytes(self.checkpoint_log_bytes)
             .checkpoint_offload(self.checkpoint_offload);
+        if self.commit_protocol == CommitProtocol::Autonomous {
+            o = o
+                .steal_group(self.steal_group)
+                .commit_protocol(CommitProtocol::Autonomous)
+                .flush_unit(self.flush_unit)
+                .max_idle(self.max_idle);
+        }
         for s in &self.stores {
             o = o.add_store(s.clone());
         }

@@ -34,6 +34,8 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once per process: the size of the benchmark variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Run a benchmark.
@@ -372,6 +374,12 @@ enum QuorumArg {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
+enum CommitArg {
+    Pipelined,
+    Autonomous,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
 enum TrackingArg {
     Record,
     Txn,
@@ -462,6 +470,24 @@ struct LogArgs {
     /// [default: the variant's]
     #[arg(long, value_enum)]
     tracking: Option<TrackingArg>,
+    /// The commit protocol: pipelined (lane threads flush, paced by the
+    /// store) or autonomous (seed 001: each worker flushes its own buffer,
+    /// and its neighbours', at a flush unit or when idle, and acknowledges
+    /// commits itself; a buffer per worker, streams of --steal-group).
+    #[arg(long = "commit", value_enum, default_value = "pipelined")]
+    commit: CommitArg,
+    /// Autonomous commit: a worker flushes once its buffer holds this much
+    /// (K/M suffix). [default: 16K]
+    #[arg(long)]
+    flush_unit: Option<String>,
+    /// Autonomous commit: force a flush after a transaction when the
+    /// worker's average idle time reaches a random draw below this many
+    /// microseconds; 0 turns the prediction off. [default: 50]
+    #[arg(long)]
+    max_idle_us: Option<u64>,
+    /// Autonomous commit: buffers per stream (log stealing). [default: 4]
+    #[arg(long)]
+    steal_group: Option<usize>,
     /// Write one object per flush even where the store appends.
     #[arg(long)]
     put_per_flush: bool,
@@ -880,6 +906,31 @@ fn log_settings(a: &LogArgs) -> Result<(Variant, LogSettings), String> {
             TrackingArg::Record => Tracking::Record,
             TrackingArg::Txn => Tracking::Txn,
         };
+    }
+    l.commit_protocol = match a.commit {
+        CommitArg::Pipelined => milliscale::CommitProtocol::Pipelined,
+        CommitArg::Autonomous => milliscale::CommitProtocol::Autonomous,
+    };
+    if let Some(u) = &a.flush_unit {
+        l.flush_unit = parse_size(u).map_err(|e| e.replace("--size", "--flush-unit"))?;
+        if l.flush_unit == 0 {
+            return Err("--flush-unit must be at least 1 byte".into());
+        }
+    }
+    if let Some(us) = a.max_idle_us {
+        if us > 1_000_000 {
+            return Err(format!("--max-idle-us must be at most 1000000, got {us}"));
+        }
+        l.max_idle = std::time::Duration::from_micros(us);
+    }
+    if let Some(n) = a.steal_group {
+        if !(1..=milliscale::options::LOG_LANES_MAX).contains(&n) {
+            return Err(format!(
+                "--steal-group must be in 1..={}, got {n}",
+                milliscale::options::LOG_LANES_MAX
+            ));
+        }
+        l.steal_group = n;
     }
     l.put_per_flush |= a.put_per_flush;
     if a.hedge_appends {

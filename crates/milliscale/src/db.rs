@@ -834,6 +834,9 @@ impl DbInner {
     /// Begin a transaction (`Database::begin_with`).
     pub(crate) fn begin_with(&self, opts: TxnOptions) -> Result<Transaction<'_>> {
         self.check_open()?;
+        if let Some(log) = &self.log {
+            log.note_begin();
+        }
         let isolation = opts.isolation.unwrap_or(self.options.isolation);
         // The durable snapshot reads at gCSN; its registration uses the GC
         // counter so the horizon proof holds (see `DbInner::gc_counter`).

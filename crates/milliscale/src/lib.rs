@@ -50,7 +50,8 @@ pub use log::group::GroupMetrics;
 pub use log::{LogMetrics, StoreStatus};
 pub use mvcc::Csn;
 pub use options::{
-    FlushPolicy, Hedging, Isolation, Options, Quorum, StoreSpec, Tracking, TxnOptions,
+    CommitProtocol, FlushPolicy, Hedging, Isolation, Options, Quorum, StoreSpec, Tracking,
+    TxnOptions,
 };
 pub use replica::{Replica, ReplicaMetrics, ReplicaOptions};
 pub use table::Table;

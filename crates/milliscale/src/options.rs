@@ -40,6 +40,48 @@ pub enum Tracking {
     Txn,
 }
 
+/// Who writes the log and who acknowledges commits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CommitProtocol {
+    /// Pipelined group commit (paper §2.4, §4.3): workers only pre-commit;
+    /// the log's lane threads flush the groups' buffers, paced by the
+    /// store's latency, and run the committer's round after each append.
+    /// The default.
+    #[default]
+    Pipelined,
+    /// Autonomous commit (seed 001): each worker writes the log itself.
+    /// After a pre-commit it flushes its stream (its own buffer and its
+    /// neighbours', *log stealing*) once its buffer holds a flush unit, or
+    /// at once when it expects to be idle (*force commit*: its average
+    /// idle time between transactions reaches a random draw below
+    /// `max_idle`, or it waits for an ack); it acknowledges commits itself
+    /// after each flush and, with probability 1/log2(workers), after a
+    /// transaction. The lane threads remain as a backstop that flushes
+    /// what a worker left behind after `flush_timeout`. See `log` and
+    /// ARCHITECTURE.md.
+    Autonomous,
+}
+
+impl std::str::FromStr for CommitProtocol {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "pipelined" => Ok(CommitProtocol::Pipelined),
+            "autonomous" => Ok(CommitProtocol::Autonomous),
+            _ => Err(format!("unknown commit protocol {s:?} (pipelined or autonomous)")),
+        }
+    }
+}
+
+impl std::fmt::Display for CommitProtocol {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            CommitProtocol::Pipelined => "pipelined",
+            CommitProtocol::Autonomous => "autonomous",
+        })
+    }
+}
+
 /// How many stores must hold a log part before it counts as durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Quorum {
@@ -123,6 +165,10 @@ pub struct Options {
     pub(crate) flush_pace: Option<f64>,
     pub(crate) max_appends_per_s: Option<u32>,
     pub(crate) tracking: Tracking,
+    pub(crate) commit_protocol: CommitProtocol,
+    pub(crate) flush_unit: usize,
+    pub(crate) max_idle: Duration,
+    pub(crate) steal_group: usize,
     pub(crate) segment_parts_max: u32,
     pub(crate) store_deadline: Duration,
     pub(crate) hedging: Hedging,
@@ -135,6 +181,14 @@ pub struct Options {
     pub(crate) checkpoint_interval: Option<Duration>,
     pub(crate) checkpoint_offload: bool,
 }
+
+/// Default [`Options::flush_unit`]: seed 001's 16 KiB, for block devices.
+pub const FLUSH_UNIT_DEFAULT: usize = 16 << 10;
+/// Default [`Options::max_idle`]: seed 001's 50 µs.
+pub const MAX_IDLE_DEFAULT: Duration = Duration::from_micros(50);
+/// Default [`Options::steal_group`]: log groups whose buffers one worker
+/// may write together (seed 001's worker groups are 2-4 workers).
+pub const STEAL_GROUP_DEFAULT: usize = 4;
 
 /// Default [`Options::checkpoint_chunk_bytes`].
 pub const CHECKPOINT_CHUNK_BYTES_DEFAULT: usize = 8 << 20;
@@ -211,6 +265,10 @@ impl Default for Options {
             flush_pace: Some(FLUSH_PACE_DEFAULT),
             max_appends_per_s: None,
             tracking: Tracking::Record,
+            commit_protocol: CommitProtocol::Pipelined,
+            flush_unit: FLUSH_UNIT_DEFAULT,
+            max_idle: MAX_IDLE_DEFAULT,
+            steal_group: STEAL_GROUP_DEFAULT,
             segment_parts_max: objstore::PARTS_MAX,
             store_deadline: Duration::from_secs(30),
             hedging: Hedging::Auto,
@@ -324,6 +382,52 @@ impl Options {
     /// [`FlushPolicy::Timeout`], exactly then). Default 10 ms.
     pub fn flush_timeout(mut self, d: Duration) -> Options {
         self.flush_timeout = d;
+        self
+    }
+
+    /// The commit protocol. Default [`CommitProtocol::Pipelined`].
+    ///
+    /// [`CommitProtocol::Autonomous`] also lays the log out as seed 001
+    /// does: a log buffer per worker (`log_group_size(1)`), streams of
+    /// [`Options::steal_group`] buffers, and as many lanes per stream, so
+    /// every worker of a stream can have its own append in flight. Call the
+    /// layout setters after this one to change that.
+    pub fn commit_protocol(mut self, p: CommitProtocol) -> Options {
+        self.commit_protocol = p;
+        if p == CommitProtocol::Autonomous {
+            self.log_group_size = 1;
+            self.log_lanes = self.steal_group.min(LOG_LANES_MAX);
+        }
+        self
+    }
+
+    /// Autonomous commit: a worker flushes its stream once its own buffer
+    /// holds this many bytes (seed 001's flush unit). Default 16 KiB; a
+    /// unit above [`Options::log_buffer_bytes`] counts as the buffer's
+    /// size.
+    pub fn flush_unit(mut self, bytes: usize) -> Options {
+        self.flush_unit = bytes;
+        self
+    }
+
+    /// Autonomous commit: force commit. After a transaction a worker
+    /// flushes at once, whatever its buffer holds, when its average idle
+    /// time between transactions is at least a random draw from
+    /// `[0, max_idle)` (seed 001's rule). Zero turns the prediction off
+    /// (a worker that waits for an ack still flushes). Default 50 µs.
+    pub fn max_idle(mut self, d: Duration) -> Options {
+        self.max_idle = d;
+        self
+    }
+
+    /// Autonomous commit: how many log groups share a stream, i.e. whose
+    /// buffers a flushing worker takes along (log stealing). Default 4.
+    /// Also sets the lanes per stream to match.
+    pub fn steal_group(mut self, n: usize) -> Options {
+        self.steal_group = n;
+        if self.commit_protocol == CommitProtocol::Autonomous {
+            self.log_lanes = n.clamp(1, LOG_LANES_MAX);
+        }
         self
     }
 
@@ -527,7 +631,10 @@ impl Options {
     /// [`Options::log_streams`]).
     pub fn groups_per_stream(&self) -> usize {
         let groups = self.log_groups();
-        groups.div_ceil(self.log_streams.clamp(1, groups))
+        match self.commit_protocol {
+            CommitProtocol::Autonomous => self.steal_group.clamp(1, groups),
+            CommitProtocol::Pipelined => groups.div_ceil(self.log_streams.clamp(1, groups)),
+        }
     }
 
     pub(crate) fn validate(&self) -> Result<()> {
@@ -590,6 +697,18 @@ impl Options {
         }
         if self.max_appends_per_s == Some(0) {
             return bad("max_appends_per_s must be at least 1 (or unset)".into());
+        }
+        if self.flush_unit == 0 {
+            return bad("flush_unit must be at least 1 byte".into());
+        }
+        if self.max_idle > Duration::from_secs(1) {
+            return bad(format!("max_idle must be at most 1 s, got {:?}", self.max_idle));
+        }
+        if self.steal_group == 0 || self.steal_group > LOG_GROUPS_MAX {
+            return bad(format!(
+                "steal_group must be in 1..={LOG_GROUPS_MAX}, got {}",
+                self.steal_group
+            ));
         }
         if self.recovery_threads == 0 || self.recovery_threads > 256 {
             return bad(format!(

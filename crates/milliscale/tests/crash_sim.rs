@@ -22,8 +22,11 @@
 //! hole in the group's CSNs, which the replay rule must respect). The
 //! summary counts the seeds whose recovery met such a hole.
 //!
+//! Half the seeds commit autonomously (seed 001, `CommitProtocol::
+//! Autonomous`): the workers write the log and acknowledge themselves.
+//!
 //! A seed fixes the workload's choices, the fault and crash schedule, the
-//! segment size, the lanes and the thread counts; a failure prints it. Thread timing
+//! segment size, the lanes, the commit protocol and the thread counts; a failure prints it. Thread timing
 //! is not controlled, so a seed replays the same schedule of store faults
 //! against whatever interleaving the OS gives.
 //!
@@ -36,7 +39,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use milliscale::options::LOG_STREAMS_PER_GROUP;
-use milliscale::{Database, Direction, Error, Options};
+use milliscale::{CommitProtocol, Database, Direction, Error, Options};
 use objstore::{MemoryStore, ObjectStore};
 use parking_lot::Mutex;
 use rand::rngs::SmallRng;
@@ -76,13 +79,20 @@ fn dump(db: &Database) -> BTreeMap<String, Rows> {
 
 /// The workload until the crash (or its end), with one log group of two
 /// workers or two groups of one (sharing one stream's lanes, or each with
-/// its own). Returns acknowledged ids.
-fn workload(seed: u64, store: Arc<CrashStore>, rng: &mut SmallRng, groups: usize) -> BTreeSet<u64> {
+/// its own), committing pipelined or autonomously. Returns acknowledged
+/// ids, and whether the commits were autonomous.
+fn workload(
+    seed: u64,
+    store: Arc<CrashStore>,
+    rng: &mut SmallRng,
+    groups: usize,
+) -> (BTreeSet<u64>, bool) {
+    let lanes = [1, 2, 2, 3, 8][rng.random_range(0..5)];
     let opts = Options::new()
         .add_store_handle(store.clone())
         .workers(2)
         .log_group_size(2 / groups)
-        .log_lanes([1, 2, 2, 3, 8][rng.random_range(0..5)])
+        .log_lanes(lanes)
         .log_streams(if rng.random_bool(0.5) { 1 } else { LOG_STREAMS_PER_GROUP })
         .flush_timeout(Duration::from_millis(1))
         .flush_min_interval(Duration::from_micros(rng.random_range(0..=1000)))
@@ -96,13 +106,28 @@ fn workload(seed: u64, store: Arc<CrashStore>, rng: &mut SmallRng, groups: usize
         // thread per append, a second copy when one is slow).
         .hedge_appends(rng.random_bool(0.5))
         .recovery_threads(rng.random_range(1..4));
+    // Half the seeds commit autonomously (seed 001): workers flush and
+    // acknowledge themselves, a neighbour's buffer goes out with theirs,
+    // and the lanes' threads are the backstop. The layout stays the one
+    // drawn above.
+    let autonomous = rng.random_bool(0.5);
+    let opts = if autonomous {
+        opts.commit_protocol(CommitProtocol::Autonomous)
+            .steal_group(rng.random_range(1..=2))
+            .flush_unit(rng.random_range(64..=4096))
+            .max_idle(Duration::from_micros(rng.random_range(0..=200)))
+            .log_group_size(2 / groups)
+            .log_lanes(lanes)
+    } else {
+        opts
+    };
     // The process ends wherever the workload stops: at open or set-up
     // too (a store that keeps failing past the deadline makes open give
     // up, with nothing acknowledged).
     let end = || store.s.lock().crashed = true;
     let Ok(db) = Database::open(opts) else {
         end();
-        return BTreeSet::new();
+        return (BTreeSet::new(), autonomous);
     };
     let setup = || -> milliscale::Result<(milliscale::Table, milliscale::Table)> {
         let a = db.create_table("accounts")?;
@@ -116,7 +141,7 @@ fn workload(seed: u64, store: Arc<CrashStore>, rng: &mut SmallRng, groups: usize
     };
     let Ok((accounts, history)) = setup() else {
         end();
-        return BTreeSet::new();
+        return (BTreeSet::new(), autonomous);
     };
     let acked = Mutex::new(BTreeSet::new());
     let transfers: u64 = rng.random_range(20..80);
@@ -180,7 +205,7 @@ fn workload(seed: u64, store: Arc<CrashStore>, rng: &mut SmallRng, groups: usize
     // nothing more reaches the store.
     end();
     drop(db);
-    acked.into_inner()
+    (acked.into_inner(), autonomous)
 }
 
 /// Recover `image` and check it (a hole: a CSN missing below one that is
@@ -298,6 +323,8 @@ struct Tally {
     lane_holes: u64,
     /// Seeds whose recovery sealed the old log instead of checkpointing.
     sealed: u64,
+    /// Acknowledged transfers committed autonomously.
+    autonomous_acked: u64,
 }
 
 fn run_seed(seed: u64, tally: &mut Tally) {
@@ -327,7 +354,10 @@ fn run_seed(seed: u64, tally: &mut Tally) {
     });
     // `Overtaken` aims at lanes of one group.
     let groups = if matches!(mode, CrashMode::Overtaken) { 1 } else { rng.random_range(1..=2) };
-    let acked = workload(seed, Arc::clone(&store), &mut rng, groups);
+    let (acked, autonomous) = workload(seed, Arc::clone(&store), &mut rng, groups);
+    if autonomous {
+        tally.autonomous_acked += acked.len() as u64;
+    }
     assert!(store.crashed());
     tally.acked += acked.len() as u64;
     tally.seeds_with_acks += u64::from(!acked.is_empty());
@@ -356,17 +386,20 @@ fn crashes_at_random_writes_lose_no_acknowledged_transfer() {
     eprintln!(
         "{n} seeds from {first} passed in {:.1?}: {} acknowledged transfers checked, {} seeds \
          with acks, {:.1} writes per seed before the crash, {} seeds recovered across a hole \
-         between lanes, {} recoveries sealed the old log",
+         between lanes, {} recoveries sealed the old log, {} of the transfers committed \
+         autonomously",
         started.elapsed(),
         tally.acked,
         tally.seeds_with_acks,
         tally.writes_before_crash as f64 / n as f64,
         tally.lane_holes,
-        tally.sealed
+        tally.sealed,
+        tally.autonomous_acked
     );
     assert!(tally.seeds_with_acks * 2 > n, "most seeds must get as far as an acknowledgment");
     if n >= 100 {
         assert!(tally.lane_holes > 0, "no seed lost a part behind a later one of its group");
         assert!(tally.sealed > 0, "no recovery sealed the old log");
+        assert!(tally.autonomous_acked > 0, "no transfer was committed autonomously");
     }
 }

@@ -81,7 +81,13 @@ pub(crate) struct CommitState {
     wake: Mutex<bool>,
     wake_cv: Condvar,
     pub(crate) metrics: Mutex<CommitMetrics>,
+    /// Autonomous commit: flush the stream of a group now (force commit by
+    /// a worker about to wait for an ack). Unset under pipelined commit.
+    force_flush: std::sync::OnceLock<ForceFlush>,
 }
+
+/// See [`CommitState::set_force_flush`].
+pub(crate) type ForceFlush = Box<dyn Fn(usize) + Send + Sync>;
 
 /// What the committer measured.
 #[derive(Debug, Clone)]
@@ -118,6 +124,7 @@ impl CommitState {
                 .map(|_| (0..PART_RING).map(|_| AtomicU64::new(0)).collect())
                 .collect(),
             tracking,
+            force_flush: std::sync::OnceLock::new(),
             logged,
             poisoned: AtomicBool::new(false),
             poison: Mutex::new(None),
@@ -195,6 +202,16 @@ impl CommitState {
             }
             std::hint::spin_loop();
         }
+        if csn.is_some()
+            && let Some(flush) = self.force_flush.get()
+        {
+            // Autonomous commit: a waiting worker is idle; it writes its
+            // own records out rather than wait for the backstop.
+            flush(own.group);
+            if self.is_acknowledged(csn, dsn, own) {
+                return Ok(());
+            }
+        }
         self.waiters.fetch_add(1, Ordering::SeqCst);
         let result = loop {
             let mut round = self.acked.lock();
@@ -216,6 +233,11 @@ impl CommitState {
         };
         self.waiters.fetch_sub(1, Ordering::SeqCst);
         result
+    }
+
+    /// Autonomous commit: how a waiting worker flushes its group's stream.
+    pub(crate) fn set_force_flush(&self, f: ForceFlush) {
+        let _ = self.force_flush.set(f);
     }
 
     /// Wake the ack waiters to look again (after a publication).

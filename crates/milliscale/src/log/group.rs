@@ -519,16 +519,18 @@ impl Reservation<'_> {
     }
 
     /// Log a commit entry: header, then the records encoded while the
-    /// transaction ran; queue its ack.
-    pub(crate) fn write_commit(mut self, dsn: Csn, records: u32, redo: &[u8]) -> Pending {
+    /// transaction ran; queue its ack. Returns it, and the bytes the
+    /// buffer now holds.
+    pub(crate) fn write_commit(mut self, dsn: Csn, records: u32, redo: &[u8]) -> (Pending, usize) {
         let csn = self.csn.take().expect("take_csn first");
         record::encode_entry_header(&mut self.st.active, EntryKind::Commit, records, csn, dsn);
         self.st.active.extend_from_slice(redo);
         let first = self.push_entry(csn);
         let p = Pending { csn, dsn, part: self.st.active_part, at: Instant::now() };
+        let buffered = self.st.active.len() - PART_HEADER_BYTES;
         self.group.queue.lock().push(p);
         self.release(first);
-        p
+        (p, buffered)
     }
 
     /// Log an abort entry for a CSN that will not commit (invariant 1).
@@ -559,7 +561,8 @@ mod tests {
         assert_eq!(g.oldest_not_durable(), None);
         let mut r = g.reserve(32).expect("room");
         let csn = r.take_csn();
-        let p = r.write_commit(0, 0, &[]);
+        let (p, buffered) = r.write_commit(0, 0, &[]);
+        assert_eq!(buffered, record::ENTRY_HEADER_BYTES);
         assert_eq!(p.csn, csn);
         // A worker holds the buffer lock (as if the scheduler took it off
         // its core there): the lane does not wait, and gCSN is known.

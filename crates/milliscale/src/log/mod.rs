@@ -24,6 +24,7 @@ use std::cell::Cell;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use objstore::ObjectStore;
 use objstore::probe::{AppendSupport, probe_appends};
@@ -32,7 +33,7 @@ use objstore::sim::accounting::AccountingReport;
 use crate::commit::dependency::{CommitMetrics, CommitState, Committer};
 use crate::error::{Error, Result};
 use crate::manifest::LogRef;
-use crate::options::{Options, StoreSpec};
+use crate::options::{CommitProtocol, FlushPolicy, Options, StoreSpec};
 use group::{GroupMetrics, LogGroup};
 use replica::{ReplicaConfig, ReplicaSet, StoreHealth};
 use segment::{HedgePolicy, RetryPolicy, WriteMode};
@@ -100,13 +101,26 @@ pub(crate) fn open_stores(options: &Options) -> Result<Vec<OpenStore>> {
     options.stores.iter().map(|spec| open_store(spec, options)).collect()
 }
 
+/// Autonomous commit's settings (see [`crate::CommitProtocol`]).
+struct Autonomous {
+    flush_unit: usize,
+    max_idle: Duration,
+    /// The chance that a worker runs the committer's round after a
+    /// transaction it did not flush: 1/log2(workers), seed 001's rule.
+    ack_chance: f64,
+}
+
 /// The running log of one database.
 pub(crate) struct Log {
     groups: Vec<Arc<LogGroup>>,
     streams: Vec<Arc<LogStream>>,
+    /// The stream of each group.
+    stream_of: Vec<usize>,
     group_size: usize,
     stores: Vec<OpenStore>,
     commit: Arc<CommitState>,
+    committer: Arc<parking_lot::Mutex<Committer>>,
+    autonomous: Option<Autonomous>,
     threads: parking_lot::Mutex<Vec<JoinHandle<()>>>,
     stop_committer: Arc<AtomicBool>,
     /// Worker numbers handed out, for the thread -> group map.
@@ -117,6 +131,19 @@ pub(crate) struct Log {
 thread_local! {
     /// (database id, worker number) of this thread.
     static WORKER: Cell<(u64, usize)> = const { Cell::new((0, 0)) };
+    /// Autonomous commit: this worker's idle clock.
+    static IDLE: Cell<IdleClock> = const { Cell::new(IdleClock { last_commit: None, avg_idle_ns: 0 }) };
+}
+
+/// How long a worker stays idle between transactions, to predict whether
+/// it will be idle after this one (force commit, seed 001).
+#[derive(Clone, Copy)]
+struct IdleClock {
+    /// When its last pre-commit returned (`None`: it has begun since).
+    last_commit: Option<Instant>,
+    /// Moving average (1/8 weight) of the gaps from a pre-commit to the
+    /// next begin.
+    avg_idle_ns: u64,
 }
 
 impl Log {
@@ -129,8 +156,17 @@ impl Log {
         stores: Vec<OpenStore>,
         log: &LogRef,
     ) -> Result<Log> {
+        let autonomous = (options.commit_protocol == CommitProtocol::Autonomous).then(|| {
+            let workers = options.workers.max(2) as f64;
+            Autonomous {
+                flush_unit: options.flush_unit.min(options.log_buffer_bytes),
+                max_idle: options.max_idle,
+                ack_chance: 1.0 / workers.log2(),
+            }
+        });
         let flush = FlushSettings {
-            policy: options.flush_policy,
+            // Autonomous: the lanes' threads are only the backstop.
+            policy: if autonomous.is_some() { FlushPolicy::Timeout } else { options.flush_policy },
             timeout: options.flush_timeout,
             min_interval: options.flush_min_interval,
             pace: options.flush_pace,
@@ -160,7 +196,6 @@ impl Log {
                 groups.push(group);
             }
         }
-        let streams: Vec<Arc<LogStream>> = streams.into_iter().map(Arc::new).collect();
         let retry = RetryPolicy {
             deadline: options.store_deadline,
             hedge: HedgePolicy::for_setting(options.hedging).map(|h| HedgePolicy {
@@ -171,6 +206,31 @@ impl Log {
             ..RetryPolicy::default()
         };
         let needed = options.quorum.needed(stores.len());
+        for stream in &mut streams {
+            let writers = (0..log.lanes)
+                .map(|lane| {
+                    let configs = stores
+                        .iter()
+                        .map(|s| ReplicaConfig {
+                            store: Arc::clone(&s.store),
+                            health: Arc::clone(&s.health),
+                            parts_max: options.segment_parts_max,
+                            retry,
+                            slice: options.log_thread_slice,
+                        })
+                        .collect();
+                    ReplicaSet::start(log.chain(stream.id, lane), configs, needed)
+                })
+                .collect();
+            stream.set_writers(writers);
+        }
+        let streams: Vec<Arc<LogStream>> = streams.into_iter().map(Arc::new).collect();
+        let mut stream_of = vec![0; groups.len()];
+        for (s, stream) in streams.iter().enumerate() {
+            for g in log.stream_groups(stream.id) {
+                stream_of[g as usize] = s;
+            }
+        }
         let mut threads = Vec::new();
         let slice = options.log_thread_slice;
         let stop_committer = Arc::new(AtomicBool::new(false));
@@ -179,19 +239,23 @@ impl Log {
             groups.clone(),
             stop_committer.clone(),
         )));
+        if autonomous.is_some() {
+            // Force commit on wait: a worker that waits for an ack is idle,
+            // so it flushes its own stream first. Weak: the streams and the
+            // committer hold the commit state.
+            let weak: Vec<std::sync::Weak<LogStream>> =
+                stream_of.iter().map(|&s| Arc::downgrade(&streams[s])).collect();
+            let c = Arc::downgrade(&committer);
+            commit.set_force_flush(Box::new(move |group| {
+                if let (Some(stream), Some(c)) =
+                    (weak.get(group).and_then(|w| w.upgrade()), c.upgrade())
+                {
+                    stream.flush_now(&c);
+                }
+            }));
+        }
         for stream in &streams {
             for lane in 0..log.lanes {
-                let configs = stores
-                    .iter()
-                    .map(|s| ReplicaConfig {
-                        store: Arc::clone(&s.store),
-                        health: Arc::clone(&s.health),
-                        parts_max: options.segment_parts_max,
-                        retry,
-                        slice: options.log_thread_slice,
-                    })
-                    .collect();
-                let replicas = ReplicaSet::start(log.chain(stream.id, lane), configs, needed);
                 let stream = Arc::clone(stream);
                 let all = groups.clone();
                 let committer = Arc::clone(&committer);
@@ -201,7 +265,7 @@ impl Log {
                         .name(format!("ms-flusher-s{}-l{lane}", stream.id))
                         .spawn(move || {
                             crate::sched::request_slice(slice);
-                            stream.run_lane(lane as usize, replicas, &committer);
+                            stream.run_lane(lane as usize, &committer);
                             // A poisoned stream wakes every group's workers.
                             for other in &all {
                                 other.wake_all();
@@ -211,21 +275,25 @@ impl Log {
                 );
             }
         }
+        let run = Arc::clone(&committer);
         threads.push(
             std::thread::Builder::new()
                 .name("ms-committer".into())
                 .spawn(move || {
                     crate::sched::request_slice(slice);
-                    Committer::run(committer)
+                    Committer::run(run)
                 })
                 .map_err(|e| Error::Store(format!("cannot start the committer thread: {e}")))?,
         );
         Ok(Log {
             groups,
             streams,
+            stream_of,
             group_size: options.log_group_size,
             stores,
             commit,
+            committer,
+            autonomous,
             threads: parking_lot::Mutex::new(threads),
             stop_committer,
             workers: AtomicUsize::new(0),
@@ -245,6 +313,42 @@ impl Log {
         &self.groups[(worker / self.group_size) % self.groups.len()]
     }
 
+    /// A transaction begins on this thread: under autonomous commit, the
+    /// time since this worker's last pre-commit was idle time.
+    pub(crate) fn note_begin(&self) {
+        if self.autonomous.is_none() {
+            return;
+        }
+        let mut c = IDLE.get();
+        if let Some(at) = c.last_commit.take() {
+            let gap = at.elapsed().as_nanos().min(u128::from(u64::MAX / 8)) as u64;
+            c.avg_idle_ns = c.avg_idle_ns - c.avg_idle_ns / 8 + gap / 8;
+            IDLE.set(c);
+        }
+    }
+
+    /// Autonomous commit, after a worker pre-committed into `group`, whose
+    /// buffer now holds `buffered` bytes: flush the group's stream if the
+    /// buffer holds a flush unit or the worker expects to be idle (force
+    /// commit); else, with probability 1/log2(workers), run the
+    /// committer's round (autonomous acknowledgment). A no-op under
+    /// pipelined commit.
+    pub(crate) fn after_commit(&self, group: &LogGroup, buffered: usize) {
+        let Some(a) = &self.autonomous else { return };
+        let mut clock = IDLE.get();
+        let idle = !a.max_idle.is_zero()
+            && Duration::from_nanos(clock.avg_idle_ns) >= a.max_idle.mul_f64(rand::random::<f64>());
+        if buffered >= a.flush_unit || idle {
+            self.streams[self.stream_of[group.id as usize]].flush_now(&self.committer);
+        } else if rand::random::<f64>() < a.ack_chance
+            && let Some(mut c) = self.committer.try_lock()
+        {
+            c.round();
+        }
+        clock.last_commit = Some(Instant::now());
+        IDLE.set(clock);
+    }
+
     /// Flush everything, let the committer release it, stop the threads.
     pub(crate) fn shut_down(&self) {
         for g in &self.groups {
@@ -257,6 +361,9 @@ impl Log {
         let committer = threads.pop();
         for t in threads {
             let _ = t.join();
+        }
+        for s in &self.streams {
+            s.close_writers();
         }
         self.stop_committer.store(true, Ordering::Release);
         self.commit.wake_committer();

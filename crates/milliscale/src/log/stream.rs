@@ -51,6 +51,16 @@
 //! signalled. A signal whose entry a cut already took only costs a lane a
 //! look at empty buffers.
 //!
+//! **Who flushes** (`CommitProtocol`). With pipelined commit only the
+//! lanes' threads do. With autonomous commit a *worker* flushes its own
+//! stream after a pre-commit ([`LogStream::flush_now`]): it takes any free
+//! lane (`try_lock` on the lane's writer), cuts every group of the stream
+//! (its own buffer and its neighbours': log stealing) and writes the
+//! append itself, then runs the committer's round. The lanes' threads stay,
+//! under the timeout policy, as the backstop for what no worker flushed.
+//! Either way a lane's writer is locked before its segment is picked, so
+//! a chain's appends go out in the order their segments were chosen.
+//!
 //! **Segments are chosen here**, not by each store's writer: a lane's
 //! append goes to its chain's current segment, which moves on after
 //! `parts_max` appends or when a checkpoint asks for a fresh one
@@ -217,6 +227,9 @@ pub struct StreamMetrics {
     /// Of those, started while another lane of the stream was still
     /// writing: the flushes that one lane would have made wait.
     pub overlapped: u64,
+    /// Of the appends, written by a worker (autonomous commit) rather
+    /// than by a lane's thread.
+    pub worker_flushes: u64,
     /// Adaptive flushing: the least time between two flushes at the end
     /// (the pace's interval, or `flush_min_interval`).
     pub interval: Duration,
@@ -228,12 +241,16 @@ pub(crate) struct LogStream {
     pub(crate) id: u32,
     groups: Vec<Arc<LogGroup>>,
     lanes: u32,
+    /// Each lane's writers (one per store), locked by whoever writes on
+    /// the lane; `None` once the stream has shut down.
+    writers: Vec<Mutex<Option<ReplicaSet>>>,
     signal: Arc<FlushSignal>,
     flush: FlushSettings,
     parts_max: u32,
     commit: Arc<CommitState>,
     appends: AtomicU64,
     overlapped: AtomicU64,
+    worker_flushes: AtomicU64,
 }
 
 impl LogStream {
@@ -250,12 +267,14 @@ impl LogStream {
             id,
             groups: Vec::new(),
             lanes: first_segments.len() as u32,
+            writers: Vec::new(),
             signal: Arc::new(FlushSignal::new(first_segments, flush.min_interval)),
             flush,
             parts_max: parts_max.max(1),
             commit,
             appends: AtomicU64::new(0),
             overlapped: AtomicU64::new(0),
+            worker_flushes: AtomicU64::new(0),
         }
     }
 
@@ -267,6 +286,7 @@ impl LogStream {
             lanes: self.lanes,
             appends: self.appends.load(Ordering::Relaxed),
             overlapped: self.overlapped.load(Ordering::Relaxed),
+            worker_flushes: self.worker_flushes.load(Ordering::Relaxed),
             interval: self.signal.state.lock().interval,
         }
     }
@@ -275,6 +295,7 @@ impl LogStream {
     pub(crate) fn reset_metrics(&self) {
         self.appends.store(0, Ordering::Relaxed);
         self.overlapped.store(0, Ordering::Relaxed);
+        self.worker_flushes.store(0, Ordering::Relaxed);
     }
 
     /// What a group of this stream signals.
@@ -284,6 +305,20 @@ impl LogStream {
 
     pub(crate) fn add_group(&mut self, group: Arc<LogGroup>) {
         self.groups.push(group);
+    }
+
+    /// Give the stream its lanes' writers, lane by lane.
+    pub(crate) fn set_writers(&mut self, writers: Vec<ReplicaSet>) {
+        debug_assert_eq!(writers.len(), self.lanes as usize);
+        self.writers = writers.into_iter().map(|w| Mutex::new(Some(w))).collect();
+    }
+
+    /// Drop the lanes' writers (after the lanes' threads stopped): their
+    /// per-store threads finish and exit.
+    pub(crate) fn close_writers(&self) {
+        for w in &self.writers {
+            w.lock().take();
+        }
     }
 
     /// Write what the groups hold and stop (after the groups are closed).
@@ -320,165 +355,206 @@ impl LogStream {
         (starts, self.commit.next_csn.load(Ordering::SeqCst))
     }
 
-    /// Wait until lane `lane` should flush, cut the groups' buffers and
-    /// pick the segment; `None` when the lane should stop (closing with
-    /// nothing left, or poisoned).
-    fn next_flush(&self, lane: usize) -> Option<Flush> {
+    /// Wait until a flush is due and clear the signal (under the stream's
+    /// lock, as the decision); `None` when the lane should stop (closing
+    /// with nothing left, or poisoned), else whether the cut must wait for
+    /// busy buffers (at close: nothing may stay behind).
+    fn wait_due(&self, lane: usize) -> Option<bool> {
+        let mut st = self.signal.state.lock();
         loop {
-            let mut st = self.signal.state.lock();
-            loop {
-                if self.commit.is_poisoned() {
+            if self.commit.is_poisoned() {
+                return None;
+            }
+            let Some(since) = st.data_since else {
+                if st.closing {
                     return None;
                 }
-                let Some(since) = st.data_since else {
-                    if st.closing {
-                        return None;
-                    }
-                    self.signal.work.wait(&mut st);
-                    continue;
-                };
-                let now = Instant::now();
-                let age = now.saturating_duration_since(since);
-                let due = match self.flush.policy {
-                    FlushPolicy::Timeout => self.flush.timeout.saturating_sub(age),
-                    FlushPolicy::Adaptive => {
-                        let since = st.last_flush.map_or(Duration::MAX, |t| now - t);
-                        st.interval
-                            .saturating_sub(since)
-                            .min(self.flush.timeout.saturating_sub(age))
-                    }
-                };
-                let wait = if st.full || st.closing || due.is_zero() {
-                    match &self.flush.budget {
-                        Some(budget) if !st.closing => budget.take().err(),
-                        _ => None,
-                    }
-                } else {
-                    Some(due)
-                };
-                let Some(wait) = wait else { break };
-                // One lane, the pacer, sleeps until the flush is due; the
-                // others until woken (new data, a full buffer, a busy group
-                // left behind, closing). The pacer keeps the role only
-                // while it sleeps, so it never sleeps untimed with it.
-                if st.pacer.is_some() {
-                    self.signal.work.wait(&mut st);
-                } else {
-                    st.pacer = Some(lane);
-                    self.signal.work.wait_for(&mut st, wait);
-                    st.pacer = None;
-                }
-            }
-            st.data_since = None;
-            st.full = false;
-            // At close, wait for every buffer: nothing may stay behind.
-            let wait = st.closing;
-            drop(st);
-            let now = Instant::now();
-            let mut skipped = false;
-            let mut cuts: Vec<(Arc<LogGroup>, Cut)> = Vec::new();
-            for g in &self.groups {
-                match g.cut(now, wait) {
-                    CutResult::Part(c) => cuts.push((Arc::clone(g), c)),
-                    CutResult::Empty => {}
-                    CutResult::Skipped => skipped = true,
-                }
-            }
-            let mut st = self.signal.state.lock();
-            if skipped {
-                // A busy group still holds entries: the next flush takes
-                // them. Wake a free lane to pace it.
-                st.data_since.get_or_insert(now);
-                self.signal.work.notify_one();
-            }
-            if cuts.is_empty() {
-                if skipped {
-                    // Do not spin on a lock whose holder waits for a core.
-                    self.signal.work.wait_for(&mut st, SKIPPED_RETRY);
-                }
-                // Else another lane took it all.
+                self.signal.work.wait(&mut st);
                 continue;
+            };
+            let now = Instant::now();
+            let age = now.saturating_duration_since(since);
+            let due = match self.flush.policy {
+                FlushPolicy::Timeout => self.flush.timeout.saturating_sub(age),
+                FlushPolicy::Adaptive => {
+                    let since = st.last_flush.map_or(Duration::MAX, |t| now - t);
+                    st.interval.saturating_sub(since).min(self.flush.timeout.saturating_sub(age))
+                }
+            };
+            let wait = if st.full || st.closing || due.is_zero() {
+                match &self.flush.budget {
+                    Some(budget) if !st.closing => budget.take().err(),
+                    _ => None,
+                }
+            } else {
+                Some(due)
+            };
+            let Some(wait) = wait else {
+                st.data_since = None;
+                st.full = false;
+                return Some(st.closing);
+            };
+            // One lane, the pacer, sleeps until the flush is due; the
+            // others until woken (new data, a full buffer, a busy group
+            // left behind, closing). The pacer keeps the role only while
+            // it sleeps, so it never sleeps untimed with it.
+            if st.pacer.is_some() {
+                self.signal.work.wait(&mut st);
+            } else {
+                st.pacer = Some(lane);
+                self.signal.work.wait_for(&mut st, wait);
+                st.pacer = None;
             }
-            st.last_flush = Some(now);
-            if st.writing > 0 {
-                self.overlapped.fetch_add(1, Ordering::Relaxed);
-            }
-            st.writing += 1;
-            let parts_max = self.parts_max;
-            let l = &mut st.lanes[lane];
-            if l.segment_parts >= parts_max {
-                l.segment += 1;
-                l.segment_parts = 0;
-            }
-            l.segment_parts += 1;
-            return Some(Flush { cuts, segment: l.segment });
         }
     }
 
-    /// One lane's flusher loop: wait, cut, seal, write to a quorum,
-    /// publish. After each append the lane runs the committer's round
-    /// itself (raise gCSN, release, wake the ack waiters, record
-    /// latencies), so an ack needs no hop through another thread, which
-    /// costs milliseconds when the cores are busy.
-    pub(crate) fn run_lane(
-        &self,
-        lane: usize,
-        mut replicas: ReplicaSet,
-        committer: &Mutex<Committer>,
-    ) {
-        while let Some(Flush { mut cuts, segment }) = self.next_flush(lane) {
-            for (g, c) in &mut cuts {
-                g.seal(c);
-            }
-            let bytes = if let [(_, c)] = &mut cuts[..] {
-                // One part: hand the buffer itself to the stores. A store
-                // may keep the bytes (the memory store does): do not let a
-                // small part pin a whole buffer's allocation.
-                let mut b = std::mem::take(&mut c.bytes);
-                if b.capacity() > 2 * b.len() {
-                    b.shrink_to_fit();
-                }
-                b
-            } else {
-                let mut b = Vec::with_capacity(cuts.iter().map(|(_, c)| c.bytes.len()).sum());
-                for (_, c) in &cuts {
-                    b.extend_from_slice(&c.bytes);
-                }
-                b
-            };
-            let sizes: Vec<u64> = if cuts.len() == 1 {
-                vec![bytes.len() as u64]
-            } else {
-                cuts.iter().map(|(_, c)| c.bytes.len() as u64).collect()
-            };
-            let started = Instant::now();
-            if let Err(e) = replicas.write(segment, Bytes::from(bytes)) {
-                self.commit.poison(e);
-                for g in &self.groups {
-                    g.wake_all();
-                }
-                self.wake_all();
-                return;
-            }
-            let took = started.elapsed();
-            {
-                let mut st = self.signal.state.lock();
-                st.writing -= 1;
-                st.recent.add(took);
-                if let Some(pace) = self.flush.pace
-                    && let Some(median) = st.recent.quantile(0.5)
-                {
-                    st.interval = median.div_f64(pace).max(self.flush.min_interval);
-                }
-            }
-            self.appends.fetch_add(1, Ordering::Relaxed);
-            for (g, c) in &cuts {
-                g.landed(c.part);
-            }
-            committer.lock().round();
-            for ((g, c), size) in cuts.iter().zip(sizes) {
-                g.record_flush(c, size, took);
+    /// Cut the groups' buffers for an append on lane `lane` (whose writer
+    /// the caller holds) and pick its segment; `None` if there was nothing
+    /// to cut. Unless `wait`, a group whose buffer lock is busy is left
+    /// for the next flush.
+    fn cut_for(&self, lane: usize, wait: bool) -> Option<Flush> {
+        let now = Instant::now();
+        let mut skipped = false;
+        let mut cuts: Vec<(Arc<LogGroup>, Cut)> = Vec::new();
+        for g in &self.groups {
+            match g.cut(now, wait) {
+                CutResult::Part(c) => cuts.push((Arc::clone(g), c)),
+                CutResult::Empty => {}
+                CutResult::Skipped => skipped = true,
             }
         }
+        let mut st = self.signal.state.lock();
+        if skipped {
+            // A busy group still holds entries: the next flush takes them.
+            // Wake a free lane to pace it.
+            st.data_since.get_or_insert(now);
+            self.signal.work.notify_one();
+        }
+        if cuts.is_empty() {
+            if skipped {
+                // Do not spin on a lock whose holder waits for a core.
+                self.signal.work.wait_for(&mut st, SKIPPED_RETRY);
+            }
+            // Else another lane took it all.
+            return None;
+        }
+        st.last_flush = Some(now);
+        if st.writing > 0 {
+            self.overlapped.fetch_add(1, Ordering::Relaxed);
+        }
+        st.writing += 1;
+        let parts_max = self.parts_max;
+        let l = &mut st.lanes[lane];
+        if l.segment_parts >= parts_max {
+            l.segment += 1;
+            l.segment_parts = 0;
+        }
+        l.segment_parts += 1;
+        Some(Flush { cuts, segment: l.segment })
+    }
+
+    /// Autonomous commit: the calling worker flushes the stream itself on
+    /// a free lane, then runs the committer's round. False if every lane
+    /// was busy (their appends will be followed by the backstop's), there
+    /// was nothing to cut, or the log stopped.
+    pub(crate) fn flush_now(&self, committer: &Mutex<Committer>) -> bool {
+        for (lane, writer) in self.writers.iter().enumerate() {
+            let Some(mut w) = writer.try_lock() else { continue };
+            let Some(replicas) = w.as_mut() else { return false };
+            if self.commit.is_poisoned() {
+                return false;
+            }
+            {
+                // Clear the signal before cutting, as a lane does.
+                let mut st = self.signal.state.lock();
+                st.data_since = None;
+                st.full = false;
+            }
+            let Some(flush) = self.cut_for(lane, false) else { return false };
+            self.worker_flushes.fetch_add(1, Ordering::Relaxed);
+            return self.write(flush, replicas, committer);
+        }
+        false
+    }
+
+    /// One lane's flusher loop: wait, take the lane's writer, cut, seal,
+    /// write to a quorum, publish. After each append the lane runs the
+    /// committer's round itself (raise gCSN, release, wake the ack
+    /// waiters, record latencies), so an ack needs no hop through another
+    /// thread, which costs milliseconds when the cores are busy.
+    pub(crate) fn run_lane(&self, lane: usize, committer: &Mutex<Committer>) {
+        while let Some(wait) = self.wait_due(lane) {
+            let mut w = self.writers[lane].lock();
+            let Some(replicas) = w.as_mut() else { return };
+            let Some(flush) = self.cut_for(lane, wait) else { continue };
+            if !self.write(flush, replicas, committer) {
+                return;
+            }
+        }
+    }
+
+    /// Seal the cut parts, write them as one append on the lane whose
+    /// writers are `replicas`, publish them durable and run the
+    /// committer's round. False if the write failed: the database is then
+    /// poisoned and everyone waiting is woken.
+    fn write(
+        &self,
+        Flush { mut cuts, segment }: Flush,
+        replicas: &mut ReplicaSet,
+        committer: &Mutex<Committer>,
+    ) -> bool {
+        for (g, c) in &mut cuts {
+            g.seal(c);
+        }
+        let bytes = if let [(_, c)] = &mut cuts[..] {
+            // One part: hand the buffer itself to the stores. A store may
+            // keep the bytes (the memory store does): do not let a small
+            // part pin a whole buffer's allocation.
+            let mut b = std::mem::take(&mut c.bytes);
+            if b.capacity() > 2 * b.len() {
+                b.shrink_to_fit();
+            }
+            b
+        } else {
+            let mut b = Vec::with_capacity(cuts.iter().map(|(_, c)| c.bytes.len()).sum());
+            for (_, c) in &cuts {
+                b.extend_from_slice(&c.bytes);
+            }
+            b
+        };
+        let sizes: Vec<u64> = if cuts.len() == 1 {
+            vec![bytes.len() as u64]
+        } else {
+            cuts.iter().map(|(_, c)| c.bytes.len() as u64).collect()
+        };
+        let started = Instant::now();
+        if let Err(e) = replicas.write(segment, Bytes::from(bytes)) {
+            self.commit.poison(e);
+            for g in &self.groups {
+                g.wake_all();
+            }
+            self.wake_all();
+            return false;
+        }
+        let took = started.elapsed();
+        {
+            let mut st = self.signal.state.lock();
+            st.writing -= 1;
+            st.recent.add(took);
+            if let Some(pace) = self.flush.pace
+                && let Some(median) = st.recent.quantile(0.5)
+            {
+                st.interval = median.div_f64(pace).max(self.flush.min_interval);
+            }
+        }
+        self.appends.fetch_add(1, Ordering::Relaxed);
+        for (g, c) in &cuts {
+            g.landed(c.part);
+        }
+        committer.lock().round();
+        for ((g, c), size) in cuts.iter().zip(sizes) {
+            g.record_flush(c, size, took);
+        }
+        true
     }
 }

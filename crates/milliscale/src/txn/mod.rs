@@ -245,6 +245,7 @@ impl<'db> Transaction<'db> {
         // Pin before the state says COMMITTED: once it does, other writers may
         // install over our versions and retire them, and we still stamp them.
         let guard = crossbeam_epoch::pin();
+        let mut logged = None;
         let (csn, own) = match self.db.log.as_ref() {
             None => match self.take_csn(&lease, &guard, None) {
                 Ok(csn) => (csn, OwnPart::default()),
@@ -259,7 +260,8 @@ impl<'db> Transaction<'db> {
                 };
                 match self.take_csn(&lease, &guard, Some(&mut r)) {
                     Ok(_) => {
-                        let p = r.write_commit(self.dsn, self.redo_records, &self.redo);
+                        let (p, buffered) = r.write_commit(self.dsn, self.redo_records, &self.redo);
+                        logged = Some((log, group, buffered));
                         (p.csn, OwnPart { group: group.id as usize, part: p.part })
                     }
                     Err(e) => {
@@ -278,6 +280,10 @@ impl<'db> Transaction<'db> {
         let info = CommitInfo { csn: Some(csn), dsn: self.dsn };
         self.lease = Some(lease);
         self.finish();
+        if let Some((log, group, buffered)) = logged {
+            // Autonomous commit: the worker may flush and acknowledge now.
+            log.after_commit(group, buffered);
+        }
         Ok(self.ack(info, own))
     }
 
