@@ -11,7 +11,9 @@
 //!
 //! Odd trials crash twice: the second run recovers and continues the
 //! database (a new epoch, new segments, a checkpoint at open), is killed in
-//! turn, and the check runs again over both journals. Trials run against a
+//! turn, and the check runs again over both journals. Their first run
+//! commits autonomously (seed 001: the workers write the log, with flush
+//! units of 256 B to 4 KiB), the second pipelined. Trials run against a
 //! directory (`file://`) and against the emulator over HTTP.
 //!
 //! `MILLISCALE_KILL_TRIALS` sets the number of trials (default 50).
@@ -39,12 +41,16 @@ struct Target {
 }
 
 fn run_bank(t: &Target, journal: &Path, seed: u64, after: Duration) {
+    // Odd trials start autonomous and, crashed, are continued pipelined.
+    let autonomous = (seed / 10 + seed % 10) % 2 == 1;
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_milliscale"));
     cmd.args(["bench", "bank", "--accounts", &ACCOUNTS.to_string(), "--threads", "4"])
         .args(["--duration", "60", "--flush-timeout", "2", "--seed", &seed.to_string()])
         .args(["--store", &t.url])
         .args(["--log-lanes", &(1 + seed % 3).to_string()])
         .args(["--hedging", if seed % 4 < 2 { "always" } else { "auto" }])
+        .args(["--commit", if autonomous { "autonomous" } else { "pipelined" }])
+        .args(["--flush-unit", &(256 << (seed % 5)).to_string()])
         .arg("--acked-log")
         .arg(journal)
         .stdout(Stdio::null())
