@@ -114,8 +114,8 @@ struct Autonomous {
 pub(crate) struct Log {
     groups: Vec<Arc<LogGroup>>,
     streams: Vec<Arc<LogStream>>,
-    /// The stream of each group.
-    stream_of: Vec<usize>,
+    /// Groups per stream: group `g` is in stream `g / groups_per_stream`.
+    groups_per_stream: usize,
     group_size: usize,
     stores: Vec<OpenStore>,
     commit: Arc<CommitState>,
@@ -225,12 +225,7 @@ impl Log {
             stream.set_writers(writers);
         }
         let streams: Vec<Arc<LogStream>> = streams.into_iter().map(Arc::new).collect();
-        let mut stream_of = vec![0; groups.len()];
-        for (s, stream) in streams.iter().enumerate() {
-            for g in log.stream_groups(stream.id) {
-                stream_of[g as usize] = s;
-            }
-        }
+        let groups_per_stream = log.groups_per_stream.max(1) as usize;
         let mut threads = Vec::new();
         let slice = options.log_thread_slice;
         let stop_committer = Arc::new(AtomicBool::new(false));
@@ -244,11 +239,11 @@ impl Log {
             // so it flushes its own stream first. Weak: the streams and the
             // committer hold the commit state.
             let weak: Vec<std::sync::Weak<LogStream>> =
-                stream_of.iter().map(|&s| Arc::downgrade(&streams[s])).collect();
+                streams.iter().map(Arc::downgrade).collect();
             let c = Arc::downgrade(&committer);
             commit.set_force_flush(Box::new(move |group| {
                 if let (Some(stream), Some(c)) =
-                    (weak.get(group).and_then(|w| w.upgrade()), c.upgrade())
+                    (weak.get(group / groups_per_stream).and_then(|w| w.upgrade()), c.upgrade())
                 {
                     stream.flush_now(&c);
                 }
@@ -288,7 +283,7 @@ impl Log {
         Ok(Log {
             groups,
             streams,
-            stream_of,
+            groups_per_stream,
             group_size: options.log_group_size,
             stores,
             commit,
@@ -339,7 +334,7 @@ impl Log {
         let idle = !a.max_idle.is_zero()
             && Duration::from_nanos(clock.avg_idle_ns) >= a.max_idle.mul_f64(rand::random::<f64>());
         if buffered >= a.flush_unit || idle {
-            self.streams[self.stream_of[group.id as usize]].flush_now(&self.committer);
+            self.streams[group.id as usize / self.groups_per_stream].flush_now(&self.committer);
         } else if rand::random::<f64>() < a.ack_chance
             && let Some(mut c) = self.committer.try_lock()
         {
