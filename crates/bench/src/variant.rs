@@ -7,6 +7,13 @@
 //! | `s3-standard` | `sim://s3-standard`| 1     | 512 KiB | txn      | object per flush| per group x 1, 10 ms timeout |
 //! | `gp3`         | `sim://gp3`        | 1     | 512 KiB | txn      | append          | per group x 1, 10 ms timeout |
 //! | `io2`         | `sim://io2`        | 1     | 512 KiB | txn      | append          | per group x 1, 10 ms timeout |
+//! | `naive-pages` | `sim://s3-standard`| -     | -       | -        | page PUTs at commit | no log (seed 003's Naïve) |
+//! | `atomic-pages`| `sim://s3-standard`| -     | -       | -        | ATOMIC-queue PUT at commit, pages at checkpoints | no log (seed 003's Atomicity) |
+//!
+//! The two page variants (`milliscale::pages`) run the transactions in the
+//! engine's memory without a log and make them durable as seed 003 did:
+//! the first store holds the pages, `--checkpoint-interval` paces the
+//! atomic variant's checkpoints.
 //!
 //! The baselines keep the paper's log: each buffer its own log, one append
 //! in flight per buffer, flushed by the timeout, never hedged, the
@@ -19,6 +26,7 @@
 
 use std::time::Duration;
 
+use milliscale::pages::PageProtocol;
 use milliscale::{CommitProtocol, FlushPolicy, Hedging, Options, Quorum, Tracking};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,6 +36,8 @@ pub enum Variant {
     S3Standard,
     Gp3,
     Io2,
+    NaivePages,
+    AtomicPages,
 }
 
 impl Variant {
@@ -38,6 +48,8 @@ impl Variant {
             Variant::S3Standard => "s3-standard",
             Variant::Gp3 => "gp3",
             Variant::Io2 => "io2",
+            Variant::NaivePages => "naive-pages",
+            Variant::AtomicPages => "atomic-pages",
         }
     }
 
@@ -63,6 +75,12 @@ impl Variant {
             }
             Variant::Gp3 => per_thread("sim://gp3"),
             Variant::Io2 => per_thread("sim://io2"),
+            Variant::NaivePages => {
+                LogSettings { pages: Some(PageProtocol::Naive), ..per_thread("sim://s3-standard") }
+            }
+            Variant::AtomicPages => {
+                LogSettings { pages: Some(PageProtocol::Atomic), ..per_thread("sim://s3-standard") }
+            }
         }
     }
 }
@@ -110,6 +128,11 @@ pub struct LogSettings {
     pub max_idle: Duration,
     /// Autonomous: `Options::steal_group`.
     pub steal_group: usize,
+    /// `Options::checkpoint_interval`; for the atomic page variant, how
+    /// often its checkpointer applies the ATOMIC queue to the pages.
+    pub checkpoint_interval: Option<Duration>,
+    /// No log: page-at-commit on the first store (seed 003's baselines).
+    pub pages: Option<PageProtocol>,
 }
 
 impl Default for LogSettings {
@@ -139,6 +162,8 @@ impl Default for LogSettings {
             flush_unit: milliscale::options::FLUSH_UNIT_DEFAULT,
             max_idle: milliscale::options::MAX_IDLE_DEFAULT,
             steal_group: milliscale::options::STEAL_GROUP_DEFAULT,
+            checkpoint_interval: None,
+            pages: None,
         }
     }
 }
@@ -148,8 +173,21 @@ impl LogSettings {
     /// there is no log).
     pub fn describe_into(&self, m: &mut std::collections::BTreeMap<String, String>) {
         m.insert("store".into(), self.stores.join(" + "));
+        if let Some(p) = self.pages {
+            m.insert("pages".into(), p.to_string());
+            if let Some(d) = self.checkpoint_interval {
+                m.insert("checkpoint_interval_s".into(), d.as_secs_f64().to_string());
+            }
+            return;
+        }
         if !self.is_logged() {
             return;
+        }
+        if self.checkpoint_log_bytes > 0 {
+            m.insert("checkpoint_every".into(), self.checkpoint_log_bytes.to_string());
+        }
+        if let Some(d) = self.checkpoint_interval {
+            m.insert("checkpoint_interval_s".into(), d.as_secs_f64().to_string());
         }
         m.insert("commit_protocol".into(), self.commit_protocol.to_string());
         if self.commit_protocol == CommitProtocol::Autonomous {
@@ -212,7 +250,7 @@ impl LogSettings {
     }
 
     pub fn is_logged(&self) -> bool {
-        !(self.stores.is_empty() || self.stores.iter().all(|s| s == "none"))
+        self.pages.is_none() && !(self.stores.is_empty() || self.stores.iter().all(|s| s == "none"))
     }
 
     /// Give every `sim://` store without an explicit seed this one, so
@@ -256,6 +294,7 @@ impl LogSettings {
             .hedge_multiple(self.hedge_multiple)
             .hedge_budget(self.hedge_budget)
             .checkpoint_log_bytes(self.checkpoint_log_bytes)
+            .checkpoint_interval(self.checkpoint_interval)
             .checkpoint_offload(self.checkpoint_offload);
         if self.commit_protocol == CommitProtocol::Autonomous {
             o = o

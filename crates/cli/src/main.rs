@@ -365,6 +365,12 @@ enum VariantArg {
     S3Standard,
     Gp3,
     Io2,
+    /// No log: write every dirty page at commit (seed 003's Naïve).
+    NaivePages,
+    /// No log: the records and a commit record to an ATOMIC-queue object
+    /// at commit, applied to the pages by checkpoints (seed 003's
+    /// Atomicity).
+    AtomicPages,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -519,6 +525,12 @@ struct LogArgs {
     /// the log.
     #[arg(long)]
     checkpoint_offload: bool,
+    /// Take a background checkpoint this often, in seconds, when the log
+    /// grew (besides --checkpoint-every). For --variant atomic-pages: how
+    /// often the ATOMIC queue is applied to the pages [default there: 15,
+    /// the fourth paper's].
+    #[arg(long)]
+    checkpoint_interval: Option<f64>,
 }
 
 #[derive(Args)]
@@ -823,6 +835,8 @@ fn log_settings(a: &LogArgs) -> Result<(Variant, LogSettings), String> {
         VariantArg::S3Standard => Variant::S3Standard,
         VariantArg::Gp3 => Variant::Gp3,
         VariantArg::Io2 => Variant::Io2,
+        VariantArg::NaivePages => Variant::NaivePages,
+        VariantArg::AtomicPages => Variant::AtomicPages,
     };
     let mut l = variant.settings();
     if !a.store.is_empty() {
@@ -956,11 +970,23 @@ fn log_settings(a: &LogArgs) -> Result<(Variant, LogSettings), String> {
         l.checkpoint_log_bytes =
             parse_size(b).map_err(|e| e.replace("--size", "--checkpoint-every"))? as u64;
     }
+    if let Some(secs) = a.checkpoint_interval {
+        let d = seconds("checkpoint-interval", secs)?;
+        if d.is_zero() {
+            return Err("--checkpoint-interval must be above 0 seconds".into());
+        }
+        l.checkpoint_interval = Some(d);
+    } else if l.pages == Some(milliscale::pages::PageProtocol::Atomic) {
+        l.checkpoint_interval = Some(std::time::Duration::from_secs(15));
+    }
     Ok((variant, l))
 }
 
 fn bench_bank(a: BankArgs) -> Result<(), String> {
     let (_, log) = log_settings(&a.log)?;
+    if log.pages.is_some() {
+        return Err("the page variants (naive-pages, atomic-pages) run `bench ycsb` only".into());
+    }
     let cfg = milliscale_bench::bank::BankConfig {
         accounts: a.accounts,
         initial_balance: a.initial_balance,
@@ -979,6 +1005,9 @@ fn bench_bank(a: BankArgs) -> Result<(), String> {
 
 fn bench_failover(a: FailoverArgs) -> Result<(), String> {
     let (_, log) = log_settings(&a.log)?;
+    if log.pages.is_some() {
+        return Err("the page variants (naive-pages, atomic-pages) run `bench ycsb` only".into());
+    }
     if a.log_mb.is_nan() || a.log_mb <= 0.0 {
         return Err("--log-mb must be above 0".into());
     }
@@ -1038,6 +1067,9 @@ fn bench_ycsb(a: YcsbArgs) -> Result<(), String> {
             None
         },
     };
+    if cfg.log.pages.is_some() && !matches!(a.engine, EngineArg::Milliscale) {
+        return Err("the page variants run on the milliscale engine (--engine milliscale)".into());
+    }
     let report = if matches!(a.engine, EngineArg::Slatedb) {
         let opts = peer::slatedb_ycsb::SlateOptions {
             clients: a.clients,
@@ -1054,6 +1086,9 @@ fn bench_ycsb(a: YcsbArgs) -> Result<(), String> {
 fn bench_tpcc(a: TpccArgs) -> Result<(), String> {
     let r = &a.run;
     let (variant, log) = log_settings(&r.log)?;
+    if log.pages.is_some() {
+        return Err("the page variants (naive-pages, atomic-pages) run `bench ycsb` only".into());
+    }
     let mix: [u32; 5] = a.mix.as_slice().try_into().map_err(|_| {
         format!("--mix takes five percentages (NewOrder,Payment,OrderStatus,Delivery,StockLevel), got {:?}", a.mix)
     })?;

@@ -36,6 +36,7 @@ pub mod log;
 pub mod manifest;
 mod mvcc;
 pub mod options;
+pub mod pages;
 pub mod recovery;
 pub mod replica;
 pub mod sched;

@@ -130,12 +130,19 @@ fn bad_sim_urls_say_what_is_wrong() {
         ("sim://s3x?throttle=x", "not a number"),
         ("sim://s3x?color=red", "unknown sim parameter"),
         ("sim://s3x?inner=ftp://x", "unknown store scheme"),
+        ("sim://s3x?price=s3-1999", "unknown price table"),
     ] {
         let e = objstore::open(url).expect_err(url);
         assert!(e.to_string().contains(words), "{url}: {e}");
     }
     let s = SimStore::from_url("sim://gp3?seed=3&stalls=1&inner=memory://").expect("stacked url");
     assert_eq!(s.preset_name(), "gp3");
+    // Another price table on the same latencies.
+    let s = SimStore::from_url("sim://s3-standard?price=s3-2008").expect("repriced");
+    s.put("k", bytes::Bytes::from_static(b"v")).expect("put");
+    let r = s.accounting().expect("accounting");
+    assert_eq!(r.prices.put_per_million, 10.0, "the 2008 table, not s3-standard's 5.0");
+    assert!((r.cost_usd - 10.0 / 1e6 - 1.0 / 1e9 * 0.10).abs() < 1e-15, "{}", r.cost_usd);
 }
 
 /// The simulator's hedged append: two requests racing at one write offset.

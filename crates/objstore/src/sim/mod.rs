@@ -1,7 +1,10 @@
 //! `sim://PRESET`: a store that stacks over any other store and adds
 //! latency drawn from a preset, seeded fault injection, and accounting.
 //!
-//! URL: `sim://PRESET[?seed=N&throttle=P&error=P&ambiguous=P&stalls=1&inner=URL]`.
+//! URL: `sim://PRESET[?seed=N&price=TABLE&throttle=P&error=P&ambiguous=P&stalls=1&inner=URL]`.
+//! `price` bills with another price table of `data/sim-presets.toml` than
+//! the preset's own (say `s3-2008`, the fourth paper's prices, on the
+//! `s3-standard` latencies).
 //! `inner` defaults to `memory://` and, if given, must come last (it takes
 //! the rest of the URL, so it may carry its own query). Faults are off
 //! unless a probability is given:
@@ -138,6 +141,7 @@ impl SimStore {
             None => (query, "memory://"),
         };
         let mut faults = Faults::default();
+        let mut price = None;
         for kv in params.split('&').filter(|s| !s.is_empty()) {
             let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
             let num = |v: &str| {
@@ -155,6 +159,7 @@ impl SimStore {
                 "error" => faults.error = num(v)?,
                 "ambiguous" => faults.ambiguous = num(v)?,
                 "stalls" => faults.stalls = matches!(v, "1" | "true" | "on"),
+                "price" => price = Some(Catalog::builtin().prices_named(v)?),
                 _ => {
                     return Err(StoreError::InvalidRequest(format!(
                         "unknown sim parameter {k:?} in {url:?}"
@@ -163,7 +168,11 @@ impl SimStore {
             }
         }
         let inner = crate::open(inner_url.trim_end_matches('&'))?;
-        SimStore::new(inner, preset, faults)
+        let mut sim = SimStore::new(inner, preset, faults)?;
+        if let Some(p) = price {
+            sim.prices = p;
+        }
+        Ok(sim)
     }
 
     /// The preset's name.
