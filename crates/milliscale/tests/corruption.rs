@@ -9,7 +9,7 @@ use std::ops::Bound;
 use std::sync::Arc;
 use std::time::Duration;
 
-use milliscale::{Database, Direction, Error, Options};
+use milliscale::{CommitProtocol, Database, Direction, Error, Options};
 use objstore::{Bytes, MemoryStore, ObjectStore};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -20,7 +20,7 @@ const INITIAL: u64 = 1000;
 type Rows = Vec<(Vec<u8>, Vec<u8>)>;
 
 /// A bank database with a checkpoint and log after it, closed cleanly.
-fn build(groups: usize, lanes: usize, seed: u64) -> Arc<MemoryStore> {
+fn build(groups: usize, lanes: usize, seed: u64, protocol: CommitProtocol) -> Arc<MemoryStore> {
     let store = Arc::new(MemoryStore::new());
     let db = Database::open(
         Options::new()
@@ -31,7 +31,8 @@ fn build(groups: usize, lanes: usize, seed: u64) -> Arc<MemoryStore> {
             .segment_parts_max(4)
             .flush_timeout(Duration::from_millis(1))
             .checkpoint_chunk_bytes(4096)
-            .checkpoint_log_bytes(0),
+            .checkpoint_log_bytes(0)
+            .commit_protocol(protocol),
     )
     .expect("open");
     let a = db.create_table("accounts").expect("table");
@@ -102,10 +103,14 @@ fn state(db: &Database) -> (Rows, Rows) {
 #[test]
 fn flipped_bytes_are_cut_at_a_tail_or_refused_as_corrupt_never_loaded() {
     let (mut refused, mut truncated) = (0, 0);
-    for seed in 0..6u64 {
+    // Seeds 6 and 7 commit autonomously (a buffer per worker, lanes
+    // stealing across them).
+    for seed in 0..8u64 {
         let groups = 1 + (seed as usize % 2);
         let lanes = 1 + (seed as usize / 2 % 2);
-        let clean = build(groups, lanes, seed);
+        let protocol =
+            if seed >= 6 { CommitProtocol::Autonomous } else { CommitProtocol::Pipelined };
+        let clean = build(groups, lanes, seed, protocol);
         let reader = |s: Arc<MemoryStore>| {
             Database::open_read_only(Options::new().add_store_handle(s).recovery_threads(2))
         };
@@ -177,7 +182,7 @@ fn flipped_bytes_are_cut_at_a_tail_or_refused_as_corrupt_never_loaded() {
 
 #[test]
 fn a_writer_refuses_a_corrupt_checkpoint_chunk() {
-    let clean = build(1, 2, 9);
+    let clean = build(1, 2, 9, CommitProtocol::Pipelined);
     let image = copy(&clean);
     let chunk = image.list("checkpoint/").expect("list").into_iter().next().expect("a chunk").key;
     let mut b = image.get(&chunk).expect("get").to_vec();

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use milliscale::log::record::{Entry, Op};
 use milliscale::recovery::{plan_replay, scan_log};
-use milliscale::{CommitAck, Database, Error, Options};
+use milliscale::{CommitAck, CommitProtocol, Database, Error, Options};
 use objstore::{Bytes, MemoryStore, ObjectMeta, ObjectStore, Result};
 use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 
@@ -145,7 +145,13 @@ fn bank_run(seed: u64, groups: usize, checkpoints: bool) {
             .workers(4)
             .log_group_size(4 / groups)
             .log_buffer_bytes(4096)
-            .flush_timeout(Duration::from_millis(1)),
+            .flush_timeout(Duration::from_millis(1))
+            // Seeds 3 and 7: autonomous commit (workers flush, steal, ack).
+            .commit_protocol(if seed % 4 == 3 {
+                CommitProtocol::Autonomous
+            } else {
+                CommitProtocol::Pipelined
+            }),
     )
     .expect("open");
     let t = db.create_table("accounts").expect("table");

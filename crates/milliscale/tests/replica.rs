@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 mod common;
 
 use common::switch::Switch;
-use milliscale::{Database, Direction, Error, Options, Replica, ReplicaOptions};
+use milliscale::{CommitProtocol, Database, Direction, Error, Options, Replica, ReplicaOptions};
 use objstore::{MemoryStore, ObjectStore};
 
 fn writer(store: &Arc<dyn ObjectStore>) -> Options {
@@ -22,6 +22,10 @@ fn writer(store: &Arc<dyn ObjectStore>) -> Options {
         .segment_parts_max(4)
         .checkpoint_log_bytes(0)
         .checkpoint_chunk_bytes(4096)
+}
+
+fn writer_with(p: CommitProtocol, store: &Arc<dyn ObjectStore>) -> Options {
+    writer(store).commit_protocol(p)
 }
 
 fn fast() -> ReplicaOptions {
@@ -247,18 +251,26 @@ fn a_replica_refuses_an_address_with_no_database() {
 
 #[test]
 fn a_standby_promotes_without_a_checkpoint_and_every_reader_honours_the_seal() {
+    for p in [CommitProtocol::Pipelined, CommitProtocol::Autonomous] {
+        promote_and_fence(p);
+    }
+}
+
+/// The old writer commits under protocol `p`; the standby promotes, seals
+/// its log and fences it.
+fn promote_and_fence(p: CommitProtocol) {
     let inner: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
     // The old writer reaches the store through a switch: off is its death
     // (or a partition that leaves it running, cut off).
     let cut = Switch::new(Arc::clone(&inner));
-    let old = Database::open(writer(&(cut.clone() as Arc<dyn ObjectStore>))).expect("open");
+    let old = Database::open(writer_with(p, &(cut.clone() as Arc<dyn ObjectStore>))).expect("open");
     let t = old.create_table("t").expect("table");
     let mut tx = old.begin().expect("begin");
     tx.put(&t, b"counter", &0u64.to_le_bytes()).expect("put");
     tx.commit_and_wait().expect("commit");
     old.checkpoint().expect("a checkpoint the standby loads");
-    let standby = Replica::open_with(writer(&inner), fast()).expect("standby");
-    let other = Replica::open_with(writer(&inner), fast()).expect("another replica");
+    let standby = Replica::open_with(writer_with(p, &inner), fast()).expect("standby");
+    let other = Replica::open_with(writer_with(p, &inner), fast()).expect("another replica");
     let mut acked = Vec::new();
     for i in 1..=300u64 {
         let mut tx = old.begin().expect("begin");
@@ -268,7 +280,7 @@ fn a_standby_promotes_without_a_checkpoint_and_every_reader_honours_the_seal() {
     }
     let before = standby.applied_csn();
     cut.set_down(true);
-    let checkpoint_before = Database::open_read_only(writer(&inner))
+    let checkpoint_before = Database::open_read_only(writer_with(p, &inner))
         .expect("read")
         .recovery_report()
         .and_then(|r| r.checkpoint.map(|c| c.0));
@@ -308,13 +320,13 @@ fn a_standby_promotes_without_a_checkpoint_and_every_reader_honours_the_seal() {
     // A cold recovery replays the sealed log as the seal says, then the
     // new one.
     drop(db);
-    let again = Database::open(writer(&inner)).expect("recovers");
+    let again = Database::open(writer_with(p, &inner)).expect("recovers");
     let rr = again.recovery_report().expect("report");
     assert_eq!(rr.sealed_logs, 1, "{rr:?}");
     assert_eq!(all_db(&again, "t"), expect);
     assert!(again.manifest().expect("m").sealed.is_empty(), "recovery's checkpoint drops the seal");
     drop(again);
-    assert_eq!(all_db(&Database::open(writer(&inner)).expect("reopen"), "t"), expect);
+    assert_eq!(all_db(&Database::open(writer_with(p, &inner)).expect("reopen"), "t"), expect);
 }
 
 /// Offers on demand: a writer with offloading publishes where it marked
