@@ -266,9 +266,21 @@ impl Pacer {
     /// Wait for the next arrival and return its scheduled instant, the
     /// origin of the transaction's latency. Closed loop: now.
     pub fn next_arrival(&mut self, rng: &mut SmallRng) -> Instant {
+        self.next_arrival_tracking(rng, &mut Pending::default(), |_, _| {})
+    }
+
+    /// [`Pacer::next_arrival`], recording the acks of `pending` while it
+    /// waits ([`Pending::wait_until`]).
+    pub fn next_arrival_tracking(
+        &mut self,
+        rng: &mut SmallRng,
+        pending: &mut Pending,
+        record: impl FnMut(usize, u64),
+    ) -> Instant {
         let Some(gap) = &self.gap else { return Instant::now() };
         let at = self.next;
         self.next += Duration::from_secs_f64(rand_distr::Distribution::sample(gap, rng));
+        pending.wait_until(at, record);
         if let Some(wait) = at.checked_duration_since(Instant::now()) {
             std::thread::sleep(wait);
         }
@@ -288,6 +300,22 @@ impl Pending {
     /// Track `ack` of a transaction of `kind` whose latency starts at `origin`.
     pub fn push(&mut self, kind: usize, origin: Instant, ack: milliscale::CommitAck) {
         self.items.push((kind, origin, ack));
+    }
+
+    /// Until `deadline`, wait on the oldest tracked commit rather than
+    /// sleep, recording each ack as it happens: an open-loop worker between
+    /// arrivals then sees an ack when it resolves, not at its next arrival
+    /// (which would add up to one inter-arrival gap to the latency).
+    pub fn wait_until(&mut self, deadline: Instant, mut record: impl FnMut(usize, u64)) {
+        loop {
+            self.poll(&mut record);
+            let Some((_, _, ack)) = self.items.first() else { return };
+            match ack.wait_until(deadline) {
+                Some(Ok(_)) => continue,
+                // Timed out, or failed: `finish` reports a failure.
+                None | Some(Err(_)) => return,
+            }
+        }
     }
 
     /// Call `record(kind, nanoseconds)` for every commit acknowledged by now.

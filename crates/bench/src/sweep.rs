@@ -27,6 +27,9 @@
 //! y_label = "transactions/s"
 //! ```
 //!
+//! A flag value may hold `{tmp}`: each run gets a fresh empty directory
+//! there (removed after the run), for `store = "file://{tmp}"`.
+//!
 //! Configurations that are not a product of flags are named sets: a grid
 //! flag `set` whose values name tables of flags, each run gets its set's
 //! flags.
@@ -331,13 +334,33 @@ pub fn run(
     let mut rows = Vec::with_capacity(total);
     for rep in 0..cfg.repetitions {
         for point in &points {
-            let argv = cfg.argv(point, rep);
+            let mut argv = cfg.argv(point, rep);
+            // `{tmp}` in a flag: a fresh empty directory for this run
+            // (a `file://` store must start empty), removed after it.
+            let tmp = argv.iter().any(|a| a.contains("{tmp}")).then(|| {
+                std::env::temp_dir().join(format!(
+                    "milliscale-sweep-{}-{}-{}",
+                    std::process::id(),
+                    rep,
+                    rows.len()
+                ))
+            });
+            if let Some(t) = &tmp {
+                std::fs::create_dir_all(t).map_err(|e| format!("{}: {e}", t.display()))?;
+                for a in &mut argv {
+                    *a = a.replace("{tmp}", &t.display().to_string());
+                }
+            }
             progress(rows.len(), total, &argv);
             let out = std::process::Command::new(exe)
                 .args(&argv)
                 .stdin(std::process::Stdio::null())
                 .output()
-                .map_err(|e| format!("{}: {e}", exe.display()))?;
+                .map_err(|e| format!("{}: {e}", exe.display()));
+            if let Some(t) = &tmp {
+                let _ = std::fs::remove_dir_all(t);
+            }
+            let out = out?;
             if !out.status.success() {
                 return Err(format!(
                     "`milliscale {}` failed: {}",

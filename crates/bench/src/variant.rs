@@ -122,8 +122,9 @@ pub struct LogSettings {
     /// (a buffer per worker, streams of `steal_group` buffers, as many
     /// lanes), which replaces the group size, lanes and streams above.
     pub commit_protocol: CommitProtocol,
-    /// Autonomous: `Options::flush_unit`.
-    pub flush_unit: usize,
+    /// Autonomous: `Options::flush_unit` (`None`: the engine's default for
+    /// the store).
+    pub flush_unit: Option<usize>,
     /// Autonomous: `Options::max_idle`.
     pub max_idle: Duration,
     /// Autonomous: `Options::steal_group`.
@@ -159,7 +160,7 @@ impl Default for LogSettings {
             checkpoint_log_bytes: 0,
             checkpoint_offload: false,
             commit_protocol: CommitProtocol::Pipelined,
-            flush_unit: milliscale::options::FLUSH_UNIT_DEFAULT,
+            flush_unit: None,
             max_idle: milliscale::options::MAX_IDLE_DEFAULT,
             steal_group: milliscale::options::STEAL_GROUP_DEFAULT,
             checkpoint_interval: None,
@@ -191,7 +192,10 @@ impl LogSettings {
         }
         m.insert("commit_protocol".into(), self.commit_protocol.to_string());
         if self.commit_protocol == CommitProtocol::Autonomous {
-            m.insert("flush_unit".into(), self.flush_unit.to_string());
+            m.insert(
+                "flush_unit".into(),
+                self.flush_unit.map_or("default".to_owned(), |u| u.to_string()),
+            );
             m.insert("max_idle_us".into(), self.max_idle.as_micros().to_string());
             m.insert("steal_group".into(), self.steal_group.to_string());
             m.insert("tracking".into(), format!("{:?}", self.tracking).to_lowercase());
@@ -300,8 +304,10 @@ impl LogSettings {
             o = o
                 .steal_group(self.steal_group)
                 .commit_protocol(CommitProtocol::Autonomous)
-                .flush_unit(self.flush_unit)
                 .max_idle(self.max_idle);
+            if let Some(u) = self.flush_unit {
+                o = o.flush_unit(u);
+            }
         }
         for s in &self.stores {
             o = o.add_store(s.clone());

@@ -287,7 +287,8 @@ fn run_here(cfg: &YcsbConfig) -> Result<Report, String> {
                     |w| engine_worker(&db, &table, cfg, &chooser, &phase, w),
                     |p| {
                         window.at(p);
-                        background.lock().push(db.checkpoint_stats().cost_usd.unwrap_or(0.0));
+                        let c = db.checkpoint_stats();
+                        background.lock().push((c.cost_usd.unwrap_or(0.0), c.checkpoints));
                         if let Some(r) = &replica {
                             r.mark(&db, p == PHASE_MEASURE);
                         }
@@ -329,9 +330,12 @@ fn run_here(cfg: &YcsbConfig) -> Result<Report, String> {
             if let (Some(l), [before, after]) = (&log_report, background.lock().as_slice()) {
                 let per_1000 =
                     |usd: f64| if committed == 0 { 0.0 } else { usd / committed as f64 * 1000.0 };
-                let bg = per_1000(after - before);
+                let bg = per_1000(after.0 - before.0);
+                // Checkpoints that finished inside the measured window.
+                extra.insert("checkpoints".to_owned(), (after.1 - before.1) as f64);
                 extra.insert("background_usd_per_1000_txn".to_owned(), bg);
                 extra.insert("foreground_usd_per_1000_txn".to_owned(), l.0.usd_per_1000_txn - bg);
+                extra.insert("usd_per_1000_txn".to_owned(), l.0.usd_per_1000_txn);
             }
             let c = db.checkpoint_stats();
             if c.checkpoints > 0 {
@@ -415,7 +419,10 @@ fn run_worker(
         if p == PHASE_STOP {
             break;
         }
-        let arrival = pacer.next_arrival(&mut rng);
+        let txn_ns = &mut stats.txn_ns;
+        let arrival = pacer.next_arrival_tracking(&mut rng, &mut pending, |_, ns| {
+            let _ = txn_ns.record(ns);
+        });
         let done = step(&mut rng)?;
         // Count only work that started and ended inside the measured phase.
         if p == PHASE_MEASURE && phase.load(Ordering::Relaxed) == PHASE_MEASURE {

@@ -483,7 +483,8 @@ struct LogArgs {
     #[arg(long = "commit", value_enum, default_value = "pipelined")]
     commit: CommitArg,
     /// Autonomous commit: a worker flushes once its buffer holds this much
-    /// (K/M suffix). [default: 16K]
+    /// (K/M suffix). [default: 16K; 256K when a log store is an object
+    /// store (s3://, sim://s3x, sim://s3-standard)]
     #[arg(long)]
     flush_unit: Option<String>,
     /// Autonomous commit: force a flush after a transaction when the
@@ -531,6 +532,11 @@ struct LogArgs {
     /// the fourth paper's].
     #[arg(long)]
     checkpoint_interval: Option<f64>,
+    /// Bill `sim://` stores with this price table of the presets file
+    /// (`s3-express`, `s3-standard`, `s3-2008` = the fourth paper's 2007
+    /// prices, `ebs`), or `preset`: each preset's own.
+    #[arg(long, default_value = "preset")]
+    price: String,
 }
 
 #[derive(Args)]
@@ -926,8 +932,9 @@ fn log_settings(a: &LogArgs) -> Result<(Variant, LogSettings), String> {
         CommitArg::Autonomous => milliscale::CommitProtocol::Autonomous,
     };
     if let Some(u) = &a.flush_unit {
-        l.flush_unit = parse_size(u).map_err(|e| e.replace("--size", "--flush-unit"))?;
-        if l.flush_unit == 0 {
+        let unit = parse_size(u).map_err(|e| e.replace("--size", "--flush-unit"))?;
+        l.flush_unit = Some(unit);
+        if unit == 0 {
             return Err("--flush-unit must be at least 1 byte".into());
         }
     }
@@ -969,6 +976,22 @@ fn log_settings(a: &LogArgs) -> Result<(Variant, LogSettings), String> {
     if let Some(b) = &a.checkpoint_every {
         l.checkpoint_log_bytes =
             parse_size(b).map_err(|e| e.replace("--size", "--checkpoint-every"))? as u64;
+    }
+    if a.price != "preset" {
+        objstore::sim::model::Catalog::builtin()
+            .prices_named(&a.price)
+            .map_err(|e| format!("--price: {e}"))?;
+        for url in &mut l.stores {
+            if let Some(rest) = url.strip_prefix("sim://") {
+                // Before `inner=`, which takes the rest of the URL.
+                let (preset, query) = rest.split_once('?').unwrap_or((rest, ""));
+                *url = if query.is_empty() {
+                    format!("sim://{preset}?price={}", a.price)
+                } else {
+                    format!("sim://{preset}?price={}&{query}", a.price)
+                };
+            }
+        }
     }
     if let Some(secs) = a.checkpoint_interval {
         let d = seconds("checkpoint-interval", secs)?;

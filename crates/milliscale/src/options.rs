@@ -166,7 +166,7 @@ pub struct Options {
     pub(crate) max_appends_per_s: Option<u32>,
     pub(crate) tracking: Tracking,
     pub(crate) commit_protocol: CommitProtocol,
-    pub(crate) flush_unit: usize,
+    pub(crate) flush_unit: Option<usize>,
     pub(crate) max_idle: Duration,
     pub(crate) steal_group: usize,
     pub(crate) segment_parts_max: u32,
@@ -182,8 +182,14 @@ pub struct Options {
     pub(crate) checkpoint_offload: bool,
 }
 
-/// Default [`Options::flush_unit`]: seed 001's 16 KiB, for block devices.
+/// Default [`Options::flush_unit`] on block devices and local disks: seed
+/// 001's 16 KiB.
 pub const FLUSH_UNIT_DEFAULT: usize = 16 << 10;
+/// Default [`Options::flush_unit`] when a log store is an object store
+/// (`ObjectStore::is_object_store`): 256 KiB, inside S3 Express's flat
+/// latency up to 512 KB; measured best of 16 KiB-1 MiB (BENCHMARKS.md,
+/// "Commit protocols per store").
+pub const OBJECT_FLUSH_UNIT_DEFAULT: usize = 256 << 10;
 /// Default [`Options::max_idle`]: seed 001's 50 µs.
 pub const MAX_IDLE_DEFAULT: Duration = Duration::from_micros(50);
 /// Default [`Options::steal_group`]: log groups whose buffers one worker
@@ -266,7 +272,7 @@ impl Default for Options {
             max_appends_per_s: None,
             tracking: Tracking::Record,
             commit_protocol: CommitProtocol::Pipelined,
-            flush_unit: FLUSH_UNIT_DEFAULT,
+            flush_unit: None,
             max_idle: MAX_IDLE_DEFAULT,
             steal_group: STEAL_GROUP_DEFAULT,
             segment_parts_max: objstore::PARTS_MAX,
@@ -402,11 +408,12 @@ impl Options {
     }
 
     /// Autonomous commit: a worker flushes its stream once its own buffer
-    /// holds this many bytes (seed 001's flush unit). Default 16 KiB; a
-    /// unit above [`Options::log_buffer_bytes`] counts as the buffer's
-    /// size.
+    /// holds this many bytes (seed 001's flush unit). Default
+    /// [`FLUSH_UNIT_DEFAULT`] (16 KiB), or [`OBJECT_FLUSH_UNIT_DEFAULT`]
+    /// (256 KiB) when a log store is an object store; a unit above
+    /// [`Options::log_buffer_bytes`] counts as the buffer's size.
     pub fn flush_unit(mut self, bytes: usize) -> Options {
-        self.flush_unit = bytes;
+        self.flush_unit = Some(bytes);
         self
     }
 
@@ -698,7 +705,7 @@ impl Options {
         if self.max_appends_per_s == Some(0) {
             return bad("max_appends_per_s must be at least 1 (or unset)".into());
         }
-        if self.flush_unit == 0 {
+        if self.flush_unit == Some(0) {
             return bad("flush_unit must be at least 1 byte".into());
         }
         if self.max_idle > Duration::from_secs(1) {

@@ -320,3 +320,32 @@ fn durable_snapshots_see_acknowledged_commits_with_one_group() {
 fn durable_snapshots_see_acknowledged_commits_with_txn_tracking() {
     durable_snapshots_see_acknowledged_commits(Tracking::Txn, 3);
 }
+
+/// `CommitAck::wait_until`: gives up at its deadline while the commit's
+/// part is held back, leaving the ack usable, and returns as soon as the
+/// part lands (well before a distant deadline).
+#[test]
+fn wait_until_returns_at_the_deadline_or_at_the_ack() {
+    let gate = Gate::new(Recorder::memory());
+    let db = open(gate.clone(), Tracking::Record, 1);
+    let _open = gate.open_on_drop();
+    let t = db.create_table("t").expect("table");
+    gate.close(0);
+    let ack = put(&db, &t, b"x");
+    let t0 = Instant::now();
+    assert!(ack.wait_until(t0 + Duration::from_millis(50)).is_none(), "held at the gate");
+    assert!(t0.elapsed() >= Duration::from_millis(50), "it waited until the deadline");
+    assert!(!ack.is_acknowledged());
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(30));
+            gate.open(0);
+        });
+        let t1 = Instant::now();
+        let r =
+            ack.wait_until(t1 + Duration::from_secs(30)).expect("acknowledged before the deadline");
+        assert_eq!(r.expect("no failure").csn, ack.csn());
+        assert!(t1.elapsed() < Duration::from_secs(10), "returned at the ack: {:?}", t1.elapsed());
+    });
+    assert!(ack.is_acknowledged());
+}

@@ -103,6 +103,14 @@ pub trait ObjectStore: Send + Sync + Debug {
     fn accounting(&self) -> Option<sim::accounting::AccountingReport> {
         None
     }
+    /// Whether this is an object store reached over the network (S3, S3
+    /// Express, or a `sim://` preset of one), where every write is a
+    /// request that costs milliseconds and money, rather than a local
+    /// directory or a block device. The engine sizes autonomous commit's
+    /// default flush unit by it.
+    fn is_object_store(&self) -> bool {
+        false
+    }
     /// Whether a large object is read faster as many concurrent ranged
     /// GETs (a remote store, where one connection gets a fraction of the
     /// bandwidth) than as one read (a local directory or memory, where

@@ -332,6 +332,10 @@ fn map_err<E: ProvideErrorMetadata + std::error::Error + 'static>(
 }
 
 impl ObjectStore for S3Store {
+    fn is_object_store(&self) -> bool {
+        true
+    }
+
     fn put(&self, key: &str, body: Bytes) -> Result<ObjectMeta> {
         let size = body.len() as u64;
         let req = self.put_req(key, body)?;

@@ -364,7 +364,10 @@ fn worker(
         }
         let kind = pick_kind(&mut rng, &cfg.mix);
         let wh = if cfg.home_warehouse { home } else { rng.random_range(1..=cfg.warehouses) };
-        let origin = pacer.next_arrival(&mut rng);
+        let lat = &mut stats.latency_ns;
+        let origin = pacer.next_arrival_tracking(&mut rng, &mut pending, |k, ns| {
+            let _ = lat[k].record(ns);
+        });
         let input = txns::input(&mut rng, &ctx, kind, wh);
         let mut retries = 0u32;
         let outcome = loop {

@@ -195,6 +195,45 @@ impl CommitState {
     }
 
     /// Block until acknowledged, or the database is poisoned.
+    /// [`CommitState::wait`], giving up at `deadline`: `None` if the
+    /// commit was not acknowledged by then.
+    pub(crate) fn wait_until(
+        &self,
+        csn: Option<Csn>,
+        dsn: Csn,
+        own: OwnPart,
+        deadline: std::time::Instant,
+    ) -> Option<Result<(), Error>> {
+        if self.is_acknowledged(csn, dsn, own) {
+            return Some(Ok(()));
+        }
+        if csn.is_some()
+            && let Some(flush) = self.force_flush.get()
+        {
+            flush(own.group);
+        }
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        let result = loop {
+            let mut round = self.acked.lock();
+            if self.is_acknowledged(csn, dsn, own) {
+                break Some(Ok(()));
+            }
+            if let Some(e) = self.poison_error() {
+                break Some(Err(e));
+            }
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                break None;
+            }
+            // Spurious or unrelated wake-ups go round the loop again.
+            let _ = self
+                .acked_cv
+                .wait_for(&mut round, (deadline - now).min(Duration::from_millis(100)));
+        };
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+        result
+    }
+
     pub(crate) fn wait(&self, csn: Option<Csn>, dsn: Csn, own: OwnPart) -> Result<(), Error> {
         for _ in 0..64 {
             if self.is_acknowledged(csn, dsn, own) {

@@ -77,6 +77,18 @@ impl CommitAck {
             .is_none_or(|s| s.is_acknowledged(self.info.csn, self.info.dsn, self.own))
     }
 
+    /// Block until the transaction is acknowledged or `deadline` passes:
+    /// `None` if it was not acknowledged by then (the ack stays valid),
+    /// else what [`CommitAck::wait`] returns.
+    pub fn wait_until(&self, deadline: std::time::Instant) -> Option<Result<CommitInfo>> {
+        match &self.state {
+            None => Some(Ok(self.info)),
+            Some(s) => s
+                .wait_until(self.info.csn, self.info.dsn, self.own, deadline)
+                .map(|r| r.map(|()| self.info)),
+        }
+    }
+
     /// Block until the transaction is acknowledged. Fails with
     /// `StoreUnavailable` (or `Fenced`) if the log stopped before it was:
     /// then the transaction may or may not survive a restart, and it must

@@ -159,7 +159,14 @@ impl Log {
         let autonomous = (options.commit_protocol == CommitProtocol::Autonomous).then(|| {
             let workers = options.workers.max(2) as f64;
             Autonomous {
-                flush_unit: options.flush_unit.min(options.log_buffer_bytes),
+                flush_unit: options
+                    .flush_unit
+                    .unwrap_or(if stores.iter().any(|s| s.store.is_object_store()) {
+                        crate::options::OBJECT_FLUSH_UNIT_DEFAULT
+                    } else {
+                        crate::options::FLUSH_UNIT_DEFAULT
+                    })
+                    .min(options.log_buffer_bytes),
                 max_idle: options.max_idle,
                 ack_chance: 1.0 / workers.log2(),
             }

@@ -433,6 +433,10 @@ impl SimStore {
 }
 
 impl ObjectStore for SimStore {
+    fn is_object_store(&self) -> bool {
+        self.preset.object
+    }
+
     fn put(&self, key: &str, body: Bytes) -> Result<ObjectMeta> {
         self.write(Kind::Put, body.len() as u64, || self.inner.put(key, body))
     }

@@ -34,6 +34,9 @@ struct Row {
 pub struct Preset {
     /// Name of the price table.
     pub price: String,
+    /// An object store (S3, S3 Express), not a block device or disk.
+    #[serde(default)]
+    pub object: bool,
     flat_bytes: u64,
     bandwidth_mib_s: f64,
     tail_prob: f64,
@@ -219,6 +222,7 @@ mod tests {
         for name in ["s3x", "s3-standard", "gp3", "io2", "nvme", "none"] {
             let p = c.preset(name).expect("preset");
             c.prices(&p.price).expect("price table");
+            assert_eq!(p.object, name.starts_with("s3"), "{name}: object store or not");
         }
         assert!(c.preset("s4").is_err());
         assert!(Catalog::parse("presets = 3").is_err());
