@@ -13,7 +13,8 @@
 //! must equal the object's size, each successful write adds a part, and an
 //! object holds at most [`PARTS_MAX`] parts.
 
-// One `unsafe` block in the crate: mapping a data file in `fs` (see there).
+// Two `unsafe` blocks in the crate: mapping a data file in `fs`, and setting
+// a thread's timer slack in `sim` (see there).
 #![deny(unsafe_code)]
 #![deny(missing_docs, clippy::unwrap_used, rust_2018_idioms)]
 
