@@ -146,8 +146,12 @@ impl Default for WorkerStats {
 
 impl WorkerStats {
     pub fn new() -> WorkerStats {
-        let h = || Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid bounds");
-        WorkerStats { committed: [0; 2], aborted: [0; 2], txn_ns: h(), commit_ns: h() }
+        WorkerStats {
+            committed: [0; 2],
+            aborted: [0; 2],
+            txn_ns: new_histogram(),
+            commit_ns: new_histogram(),
+        }
     }
 }
 
