@@ -237,9 +237,24 @@ struct EmulatorArgs {
     /// Secret key [default: $AWS_SECRET_ACCESS_KEY or milliscale-secret].
     #[arg(long)]
     secret_key: Option<String>,
+    /// Another accepted user, as ACCESS_KEY:SECRET_KEY (repeatable); every
+    /// user sees the same buckets.
+    #[arg(long = "user", value_name = "ACCESS_KEY:SECRET_KEY", value_parser = parse_user)]
+    users: Vec<(String, String)>,
+    /// Log each request as one JSON line (time, id, method, path, status,
+    /// bytes, ms) to this file, or to standard error with `-`.
+    #[arg(long, value_name = "PATH")]
+    request_log: Option<std::path::PathBuf>,
     /// HTTP worker threads.
     #[arg(long, default_value_t = 2)]
     threads: usize,
+}
+
+fn parse_user(s: &str) -> Result<(String, String), String> {
+    match s.split_once(':') {
+        Some((k, v)) if !k.is_empty() && !v.is_empty() => Ok((k.to_owned(), v.to_owned())),
+        _ => Err(format!("expected ACCESS_KEY:SECRET_KEY, got {s:?}")),
+    }
 }
 
 #[derive(Args)]
@@ -284,6 +299,14 @@ fn emulator(a: EmulatorArgs) -> Result<(), String> {
         secret_key: a
             .secret_key
             .unwrap_or_else(|| env_or("AWS_SECRET_ACCESS_KEY", emulator::DEFAULT_SECRET_KEY)),
+        users: a.users.clone(),
+        request_log: a.request_log.as_ref().map(|p| {
+            if p.as_os_str() == "-" {
+                emulator::RequestLog::Stderr
+            } else {
+                emulator::RequestLog::File(p.clone())
+            }
+        }),
         threads: a.threads,
     };
     let access_key = opts.access_key.clone();

@@ -1,11 +1,19 @@
-//! The emulator's buckets: a registry of per-bucket stores, and an
-//! [`ObjectStore`] over all of them keyed `bucket/key`, so that one `sim`
-//! wrapper (one latency model, one fault stream, one set of accounts) sits
-//! in front of every bucket.
+//! The emulator's buckets: a registry of per-bucket stores.
 //!
-//! Each bucket is its own `memory` store, or its own `fs` store in
-//! `DIR/<bucket>` (durable: every write is fsynced). A directory emulator
-//! finds its buckets again when it restarts.
+//! Each bucket has two stores of the same backing: `data` holds the
+//! objects' bytes (exact append semantics, parts, conditional writes), and
+//! `info` holds what S3 keeps beside the bytes (the ETag, content type,
+//! user metadata; see [`crate::objects`]). In memory both are `memory`
+//! stores; with a directory they are `fs` stores (every write fsynced):
+//! `DIR/<bucket>` for the bytes, `DIR/_info/<bucket>` for the info, and
+//! `DIR/_uploads` for multipart uploads in progress. A directory emulator
+//! finds all of it again when it restarts (names starting with `_` are not
+//! valid bucket names, so they never clash with a bucket).
+//!
+//! [`Buckets`] is also an [`ObjectStore`] keyed `bucket/key`: the `sim`
+//! wrapper (one latency model, one fault stream, one set of accounts) is
+//! built over it, and its calls go through the same object operations as
+//! the S3 API's.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -15,7 +23,9 @@ use std::time::SystemTime;
 
 use bytes::Bytes;
 use objstore::{FsStore, MemoryStore, ObjectMeta, ObjectStore, Result, StoreError};
-use parking_lot::RwLock;
+use parking_lot::{Mutex, MutexGuard, RwLock};
+
+use crate::objects::{Attrs, Precondition};
 
 /// Where bucket contents live.
 #[derive(Debug, Clone)]
@@ -26,11 +36,22 @@ pub enum Backing {
     Dir(PathBuf),
 }
 
-#[derive(Debug)]
-struct Bucket {
-    store: Arc<dyn ObjectStore>,
-    created: SystemTime,
+/// One bucket's stores.
+#[derive(Debug, Clone)]
+pub(crate) struct Bucket {
+    /// The objects' bytes.
+    pub(crate) data: Arc<dyn ObjectStore>,
+    /// What S3 keeps beside the bytes, one small JSON object per key.
+    pub(crate) info: Arc<dyn ObjectStore>,
+    /// When the bucket was created.
+    pub(crate) created: SystemTime,
+    /// A directory bucket (`name--zone-id--x-s3`): S3 Express rules.
+    pub(crate) directory: bool,
 }
+
+/// Lock stripes: writes (and consistent reads) of one key take its stripe,
+/// so the bytes and the info of an object change together.
+const STRIPES: usize = 256;
 
 /// See the module docs.
 #[derive(Debug)]
@@ -38,6 +59,9 @@ pub struct Buckets {
     backing: Backing,
     parts_max: u32,
     map: RwLock<BTreeMap<String, Bucket>>,
+    /// Multipart uploads in progress (parts and their records).
+    pub(crate) uploads: Arc<dyn ObjectStore>,
+    stripes: Vec<Mutex<()>>,
 }
 
 /// What went wrong with a bucket operation.
@@ -53,13 +77,33 @@ pub enum BucketError {
     Store(String),
 }
 
+/// Is `name` a directory bucket's (`base--zone-id--x-s3`)?
+pub fn is_directory_bucket(name: &str) -> bool {
+    name.strip_suffix("--x-s3")
+        .and_then(|rest| rest.rsplit_once("--"))
+        .is_some_and(|(base, zone)| !base.is_empty() && !zone.is_empty())
+}
+
 impl Buckets {
     /// Open the registry; a directory backing loads the buckets already there.
     pub fn open(backing: Backing, parts_max: u32) -> Result<Buckets> {
-        let b = Buckets { backing, parts_max, map: RwLock::new(BTreeMap::new()) };
+        let uploads: Arc<dyn ObjectStore> = match &backing {
+            Backing::Memory => Arc::new(MemoryStore::new()),
+            Backing::Dir(root) => {
+                std::fs::create_dir_all(root).map_err(|e| {
+                    StoreError::Fatal(format!("cannot create {}: {e}", root.display()))
+                })?;
+                Arc::new(FsStore::open(root.join("_uploads"))?)
+            }
+        };
+        let b = Buckets {
+            backing,
+            parts_max,
+            map: RwLock::new(BTreeMap::new()),
+            uploads,
+            stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+        };
         if let Backing::Dir(root) = &b.backing {
-            std::fs::create_dir_all(root)
-                .map_err(|e| StoreError::Fatal(format!("cannot create {}: {e}", root.display())))?;
             let entries = std::fs::read_dir(root)
                 .map_err(|e| StoreError::Fatal(format!("cannot read {}: {e}", root.display())))?;
             let mut map = b.map.write();
@@ -76,20 +120,25 @@ impl Buckets {
                     .metadata()
                     .and_then(|m| m.created().or_else(|_| m.modified()))
                     .unwrap_or(SystemTime::UNIX_EPOCH);
-                let store = b.new_store(&name)?;
-                map.insert(name, Bucket { store, created });
+                let bucket = b.new_bucket(&name, created)?;
+                map.insert(name, bucket);
             }
         }
         Ok(b)
     }
 
-    fn new_store(&self, name: &str) -> Result<Arc<dyn ObjectStore>> {
-        Ok(match &self.backing {
-            Backing::Memory => Arc::new(MemoryStore::with_parts_max(self.parts_max)),
-            Backing::Dir(root) => {
-                Arc::new(FsStore::with_parts_max(root.join(name), self.parts_max)?)
-            }
-        })
+    fn new_bucket(&self, name: &str, created: SystemTime) -> Result<Bucket> {
+        let (data, info): (Arc<dyn ObjectStore>, Arc<dyn ObjectStore>) = match &self.backing {
+            Backing::Memory => (
+                Arc::new(MemoryStore::with_parts_max(self.parts_max)),
+                Arc::new(MemoryStore::new()),
+            ),
+            Backing::Dir(root) => (
+                Arc::new(FsStore::with_parts_max(root.join(name), self.parts_max)?),
+                Arc::new(FsStore::open(root.join("_info").join(name))?),
+            ),
+        };
+        Ok(Bucket { data, info, created, directory: is_directory_bucket(name) })
     }
 
     /// Create a bucket.
@@ -98,21 +147,31 @@ impl Buckets {
         if map.contains_key(name) {
             return Err(BucketError::AlreadyExists);
         }
-        let store = self.new_store(name).map_err(|e| BucketError::Store(e.to_string()))?;
-        map.insert(name.to_owned(), Bucket { store, created: SystemTime::now() });
+        let bucket = self
+            .new_bucket(name, SystemTime::now())
+            .map_err(|e| BucketError::Store(e.to_string()))?;
+        map.insert(name.to_owned(), bucket);
         Ok(())
     }
 
-    /// Delete an empty bucket.
+    /// Delete an empty bucket (its multipart uploads in progress go with it).
     pub fn delete(&self, name: &str) -> std::result::Result<(), BucketError> {
         let mut map = self.map.write();
         let b = map.get(name).ok_or(BucketError::NoSuchBucket)?;
-        if !b.store.list("").map_err(|e| BucketError::Store(e.to_string()))?.is_empty() {
+        if !b.data.list("").map_err(|e| BucketError::Store(e.to_string()))?.is_empty() {
             return Err(BucketError::NotEmpty);
         }
+        self.abort_uploads_of(name).map_err(|e| BucketError::Store(e.to_string()))?;
         if let Backing::Dir(root) = &self.backing {
-            std::fs::remove_dir_all(root.join(name))
-                .map_err(|e| BucketError::Store(format!("removing bucket {name}: {e}")))?;
+            for dir in [root.join(name), root.join("_info").join(name)] {
+                match std::fs::remove_dir_all(&dir) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => {
+                        return Err(BucketError::Store(format!("removing {}: {e}", dir.display())));
+                    }
+                }
+            }
         }
         map.remove(name);
         Ok(())
@@ -128,14 +187,22 @@ impl Buckets {
         self.map.read().iter().map(|(n, b)| (n.clone(), b.created)).collect()
     }
 
-    fn route<'k>(&self, key: &'k str) -> Result<(Arc<dyn ObjectStore>, &'k str)> {
-        let (bucket, rest) = key.split_once('/').ok_or_else(|| {
-            StoreError::InvalidRequest(format!("emulator keys are bucket/key, got {key:?}"))
-        })?;
-        match self.map.read().get(bucket) {
-            Some(b) => Ok((b.store.clone(), rest)),
-            None => Err(StoreError::NotFound(format!("bucket {bucket}"))),
-        }
+    /// A bucket's stores, or `NotFound`.
+    pub(crate) fn bucket(&self, name: &str) -> Result<Bucket> {
+        self.map
+            .read()
+            .get(name)
+            .cloned()
+            .ok_or_else(|| StoreError::NotFound(format!("bucket {name}")))
+    }
+
+    /// The lock stripe of `name` (an object `bucket/key`, or an upload).
+    pub(crate) fn stripe(&self, name: &str) -> MutexGuard<'_, ()> {
+        // FNV-1a: cheap, and spreads similar keys.
+        let h = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        self.stripes[(h % STRIPES as u64) as usize].lock()
     }
 }
 
@@ -151,56 +218,69 @@ pub fn valid_bucket_name(name: &str) -> bool {
         && !name.contains("..")
 }
 
-/// Re-key a bucket store's answer into `bucket/key` form.
-fn rekey(bucket_key: &str, key: &str, mut m: ObjectMeta) -> ObjectMeta {
-    m.key = format!("{}{}", &bucket_key[..bucket_key.len() - key.len()], m.key);
+/// `bucket/key` split into its parts.
+fn split(path: &str) -> Result<(&str, &str)> {
+    path.split_once('/').ok_or_else(|| {
+        StoreError::InvalidRequest(format!("emulator keys are bucket/key, got {path:?}"))
+    })
+}
+
+fn with_path(bucket: &str, mut m: ObjectMeta) -> ObjectMeta {
+    m.key = format!("{bucket}/{}", m.key);
     m
 }
 
+/// The object operations, keyed `bucket/key`, with S3's ETags; the `sim`
+/// store wraps this.
 impl ObjectStore for Buckets {
     fn put(&self, key: &str, body: Bytes) -> Result<ObjectMeta> {
-        let (s, k) = self.route(key)?;
-        s.put(k, body).map(|m| rekey(key, k, m))
+        let (b, k) = split(key)?;
+        let o = self.put_object(b, k, body, Precondition::None, Attrs::default())?;
+        Ok(with_path(b, o.meta(k)))
     }
 
     fn put_if_absent(&self, key: &str, body: Bytes) -> Result<ObjectMeta> {
-        let (s, k) = self.route(key)?;
-        s.put_if_absent(k, body).map(|m| rekey(key, k, m))
+        let (b, k) = split(key)?;
+        let o = self.put_object(b, k, body, Precondition::IfAbsent, Attrs::default())?;
+        Ok(with_path(b, o.meta(k)))
     }
 
     fn put_if_match(&self, key: &str, body: Bytes, etag: &str) -> Result<ObjectMeta> {
-        let (s, k) = self.route(key)?;
-        s.put_if_match(k, body, etag).map(|m| rekey(key, k, m))
+        let (b, k) = split(key)?;
+        let pre = Precondition::IfMatch(etag.to_owned());
+        let o = self.put_object(b, k, body, pre, Attrs::default())?;
+        Ok(with_path(b, o.meta(k)))
     }
 
     fn append(&self, key: &str, offset: u64, body: Bytes) -> Result<ObjectMeta> {
-        let (s, k) = self.route(key)?;
-        s.append(k, offset, body).map(|m| rekey(key, k, m))
+        let (b, k) = split(key)?;
+        let o = self.append_object(b, k, offset, body, Precondition::None)?;
+        Ok(with_path(b, o.meta(k)))
     }
 
     fn get(&self, key: &str) -> Result<Bytes> {
-        let (s, k) = self.route(key)?;
-        s.get(k)
+        let (b, k) = split(key)?;
+        self.bucket(b)?.data.get(k)
     }
 
     fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
-        let (s, k) = self.route(key)?;
-        s.get_range(k, range)
+        let (b, k) = split(key)?;
+        self.bucket(b)?.data.get_range(k, range)
     }
 
     fn head(&self, key: &str) -> Result<ObjectMeta> {
-        let (s, k) = self.route(key)?;
-        s.head(k).map(|m| rekey(key, k, m))
+        let (b, k) = split(key)?;
+        Ok(with_path(b, self.head_object(b, k)?.meta(k)))
     }
 
     fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>> {
-        let (s, p) = self.route(prefix)?;
-        Ok(s.list(p)?.into_iter().map(|m| rekey(prefix, p, m)).collect())
+        let (b, p) = split(prefix)?;
+        Ok(self.list_objects(b, p)?.into_iter().map(|o| with_path(b, o.meta(&o.key))).collect())
     }
 
     fn delete(&self, key: &str) -> Result<()> {
-        let (s, k) = self.route(key)?;
-        s.delete(k)
+        let (b, k) = split(key)?;
+        self.delete_object(b, k)
     }
 }
 
@@ -234,6 +314,10 @@ mod tests {
         }
         for bad in ["ab", "Upper", "-lead", "trail-", "a..b", "_milliscale", &"a".repeat(64)] {
             assert!(!valid_bucket_name(bad), "{bad}");
+        }
+        assert!(is_directory_bucket("logs--use1-az4--x-s3"));
+        for not in ["logs", "--x-s3", "logs--x-s3", "a--b--x-s4"] {
+            assert!(!is_directory_bucket(not), "{not}");
         }
     }
 }

@@ -8,10 +8,14 @@
 //! The stack, per request:
 //!
 //! ```text
-//! hyper (HTTP/1.1, loopback) ─► /_milliscale/accounting (JSON)  or
-//!   s3s (SigV4 auth, parsing, XML) ─► S3Api (s3api.rs) ─► sim store
-//!   (latency, faults, accounting) ─► Buckets (buckets.rs) ─► per-bucket
-//!   memory or fs store (exact append semantics, atomic conditionals)
+//! hyper (HTTP/1.1, loopback; server.rs: request IDs, request log)
+//!   ─► /_milliscale/accounting, /_milliscale/ready (JSON)  or
+//!   s3s (SigV4 auth, path or *.localhost addressing (host.rs), XML)
+//!   ─► S3Api (s3api.rs: the operations; listing.rs: pages)
+//!   ─► sim store's model (latency, faults, accounting), one request each
+//!   ─► Buckets: objects.rs (bytes + ETag, headers, metadata),
+//!      multipart.rs (uploads) ─► per-bucket memory or fs stores
+//!      (exact append semantics, atomic conditionals)
 //! ```
 //!
 //! Store calls run on tokio's blocking pool, since the store is
@@ -20,6 +24,10 @@
 #![warn(missing_docs)]
 
 pub mod buckets;
+pub mod host;
+pub mod listing;
+pub mod multipart;
+pub mod objects;
 pub mod s3api;
 mod server;
 
@@ -36,6 +44,17 @@ pub use buckets::Backing;
 
 /// The HTTP path where the accounting is served as JSON (`GET`).
 pub const ACCOUNTING_PATH: &str = "/_milliscale/accounting";
+/// The HTTP path that answers 200 once the server is serving.
+pub const READY_PATH: &str = "/_milliscale/ready";
+
+/// Where the request log goes.
+#[derive(Debug, Clone)]
+pub enum RequestLog {
+    /// One JSON line per request on standard error.
+    Stderr,
+    /// One JSON line per request appended to this file.
+    File(std::path::PathBuf),
+}
 
 /// How to run the emulator.
 #[derive(Debug, Clone)]
@@ -54,6 +73,11 @@ pub struct EmulatorOptions {
     pub access_key: String,
     /// Its secret key.
     pub secret_key: String,
+    /// More accepted (access key, secret key) pairs; every user sees the
+    /// same buckets.
+    pub users: Vec<(String, String)>,
+    /// A request log (off by default).
+    pub request_log: Option<RequestLog>,
     /// Tokio worker threads for HTTP (store calls use the blocking pool).
     pub threads: usize,
 }
@@ -73,6 +97,8 @@ impl Default for EmulatorOptions {
             parts_max: PARTS_MAX,
             access_key: DEFAULT_ACCESS_KEY.into(),
             secret_key: DEFAULT_SECRET_KEY.into(),
+            users: Vec::new(),
+            request_log: None,
             threads: 2,
         }
     }
@@ -123,10 +149,29 @@ impl Emulator {
         }
         let buckets = Arc::new(buckets::Buckets::open(opts.backing.clone(), opts.parts_max)?);
         let sim = Arc::new(SimStore::new(buckets.clone(), &opts.preset, opts.faults)?);
-        let api = s3api::S3Api { store: sim.clone() as Arc<dyn ObjectStore>, buckets };
+        let api = s3api::S3Api {
+            sim: sim.clone(),
+            buckets,
+            session: (opts.access_key.clone(), opts.secret_key.clone()),
+        };
         let mut builder = S3ServiceBuilder::new(api);
-        builder.set_auth(SimpleAuth::from_single(opts.access_key.clone(), opts.secret_key.clone()));
+        let mut auth = SimpleAuth::from_single(opts.access_key.clone(), opts.secret_key.clone());
+        for (k, s) in &opts.users {
+            auth.register(k.clone(), s.clone().into());
+        }
+        builder.set_auth(auth);
+        builder.set_host(host::LocalhostBuckets);
         let service = builder.build();
+        let log: Option<Box<dyn std::io::Write + Send>> = match &opts.request_log {
+            None => None,
+            Some(RequestLog::Stderr) => Some(Box::new(std::io::stderr())),
+            Some(RequestLog::File(p)) => Some(Box::new(
+                std::fs::OpenOptions::new().create(true).append(true).open(p).map_err(|e| {
+                    StoreError::Fatal(format!("cannot open the request log {}: {e}", p.display()))
+                })?,
+            )),
+        };
+        let shared = Arc::new(server::Shared::new(service, sim.clone(), opts.preset.clone(), log));
 
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(opts.threads.max(1))
@@ -141,7 +186,6 @@ impl Emulator {
             .local_addr()
             .map_err(|e| StoreError::Fatal(format!("no local address: {e}")))?;
         let (tx, mut rx) = tokio::sync::oneshot::channel::<()>();
-        let (sim2, preset) = (sim.clone(), opts.preset.clone());
         let thread = std::thread::Builder::new()
             .name("emulator-accept".into())
             .spawn(move || {
@@ -158,9 +202,7 @@ impl Emulator {
                             _ = &mut rx => break,
                         };
                         let _ = stream.set_nodelay(true);
-                        let (service, sim, preset) =
-                            (service.clone(), sim2.clone(), preset.clone());
-                        tokio::spawn(server::serve_connection(stream, service, sim, preset));
+                        tokio::spawn(server::serve_connection(stream, shared.clone()));
                     }
                 });
                 // Dropping the runtime here ends the connection tasks.

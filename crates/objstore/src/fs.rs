@@ -199,6 +199,11 @@ impl FsStore {
         self.write_atomic(path, format!("{}\n{}\n{}\n", m.key, m.parts, m.etag).as_bytes())
     }
 
+    /// The data file's modification time: when the object was last written.
+    fn modified(data: &Path) -> Option<std::time::SystemTime> {
+        fs::metadata(data).and_then(|m| m.modified()).ok()
+    }
+
     fn size_of(path: &Path) -> Result<u64> {
         fs::metadata(path).map(|m| m.len()).map_err(|e| io("stat", path, e))
     }
@@ -216,6 +221,7 @@ impl FsStore {
             size: body.len() as u64,
             etag: m.etag,
             parts: Some(1),
+            modified: FsStore::modified(&data),
         })
     }
 
@@ -293,7 +299,13 @@ impl ObjectStore for FsStore {
         m.parts += 1;
         m.etag = self.etag(size);
         self.write_meta(&meta, &m)?;
-        Ok(ObjectMeta { key: key.to_owned(), size, etag: m.etag, parts: Some(m.parts) })
+        Ok(ObjectMeta {
+            key: key.to_owned(),
+            size,
+            etag: m.etag,
+            parts: Some(m.parts),
+            modified: FsStore::modified(&data),
+        })
     }
 
     fn get(&self, key: &str) -> Result<Bytes> {
@@ -322,9 +334,13 @@ impl ObjectStore for FsStore {
         check_key(key)?;
         match self.existing(key)? {
             None => Err(StoreError::NotFound(key.to_owned())),
-            Some((m, size)) => {
-                Ok(ObjectMeta { key: m.key, size, etag: m.etag, parts: Some(m.parts) })
-            }
+            Some((m, size)) => Ok(ObjectMeta {
+                key: m.key,
+                size,
+                etag: m.etag,
+                parts: Some(m.parts),
+                modified: FsStore::modified(&self.paths(key).0),
+            }),
         }
     }
 
@@ -341,8 +357,10 @@ impl ObjectStore for FsStore {
             if !m.key.starts_with(prefix) {
                 continue;
             }
-            let Ok(size) = FsStore::size_of(&path.with_extension("data")) else { continue };
-            out.push(ObjectMeta { key: m.key, size, etag: m.etag, parts: Some(m.parts) });
+            let data = path.with_extension("data");
+            let Ok(size) = FsStore::size_of(&data) else { continue };
+            let modified = FsStore::modified(&data);
+            out.push(ObjectMeta { key: m.key, size, etag: m.etag, parts: Some(m.parts), modified });
         }
         out.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(out)

@@ -72,6 +72,9 @@ pub struct ObjectMeta {
     /// Writes that make up the object (a put is one part, each append one
     /// more); `None` if the store does not report it (S3 HEAD does not).
     pub parts: Option<u32>,
+    /// When the object was last written (put or append); `None` if the
+    /// store did not say (S3 answers a PUT without it).
+    pub modified: Option<std::time::SystemTime>,
 }
 
 /// An object store: S3 Express One Zone semantics.

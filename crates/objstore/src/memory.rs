@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::SystemTime;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -20,6 +21,7 @@ struct Object {
     parts: Vec<Bytes>,
     size: u64,
     etag: String,
+    modified: SystemTime,
 }
 
 impl Object {
@@ -86,12 +88,14 @@ impl MemoryStore {
             size: o.size,
             etag: o.etag.clone(),
             parts: Some(o.parts.len() as u32),
+            modified: Some(o.modified),
         }
     }
 
     fn store(&self, map: &mut BTreeMap<String, Object>, key: &str, body: Bytes) -> ObjectMeta {
         let size = body.len() as u64;
-        let o = Object { etag: self.etag(size), parts: vec![body], size };
+        let o =
+            Object { etag: self.etag(size), parts: vec![body], size, modified: SystemTime::now() };
         let m = MemoryStore::meta(key, &o);
         map.insert(key.to_owned(), o);
         m
@@ -153,6 +157,7 @@ impl ObjectStore for MemoryStore {
         o.size += body.len() as u64;
         o.parts.push(body);
         o.etag = self.etag(o.size);
+        o.modified = SystemTime::now();
         Ok(MemoryStore::meta(key, o))
     }
 

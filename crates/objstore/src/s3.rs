@@ -169,7 +169,13 @@ impl S3Store {
     }
 
     fn meta(key: &str, size: u64, etag: Option<&str>, parts: Option<u32>) -> ObjectMeta {
-        ObjectMeta { key: key.to_owned(), size, etag: etag.unwrap_or_default().to_owned(), parts }
+        ObjectMeta {
+            key: key.to_owned(),
+            size,
+            etag: etag.unwrap_or_default().to_owned(),
+            parts,
+            modified: None,
+        }
     }
 
     /// Send a PUT (plain, conditional or append) with a CRC32C checksum of
@@ -279,7 +285,9 @@ impl S3Store {
         let req = self.client.head_object().bucket(&self.bucket).key(self.full(key)?);
         let out = req.send().await.map_err(|e| map_err(e, key))?;
         let size = out.content_length().unwrap_or(0).max(0) as u64;
-        Ok(S3Store::meta(key, size, out.e_tag(), None))
+        let mut m = S3Store::meta(key, size, out.e_tag(), None);
+        m.modified = out.last_modified().and_then(|t| std::time::SystemTime::try_from(*t).ok());
+        Ok(m)
     }
 
     /// A PutObject request for `key` with `body` (plain, conditional or
@@ -520,7 +528,10 @@ impl ObjectStore for S3Store {
             for o in page.contents() {
                 let Some(k) = o.key().and_then(|k| k.strip_prefix(&self.prefix)) else { continue };
                 let size = o.size().unwrap_or(0).max(0) as u64;
-                out.push(S3Store::meta(k, size, o.e_tag(), None));
+                let mut m = S3Store::meta(k, size, o.e_tag(), None);
+                m.modified =
+                    o.last_modified().and_then(|t| std::time::SystemTime::try_from(*t).ok());
+                out.push(m);
             }
             match page.next_continuation_token() {
                 Some(t) if page.is_truncated() == Some(true) => token = Some(t.to_owned()),

@@ -66,7 +66,7 @@ fn convert(e: StoreError, path: &str) -> os::Error {
 fn meta(m: objstore::ObjectMeta) -> ObjectMeta {
     ObjectMeta {
         location: Path::from(m.key.as_str()),
-        last_modified: chrono::Utc::now(),
+        last_modified: m.modified.map_or_else(chrono::Utc::now, chrono::DateTime::from),
         size: m.size,
         e_tag: Some(m.etag),
         version: None,

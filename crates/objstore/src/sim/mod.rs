@@ -217,6 +217,37 @@ impl SimStore {
         Ok(())
     }
 
+    /// Run `op` as one write request of `kind` carrying `up` bytes: the
+    /// latency model, the faults and the accounting see it exactly as they
+    /// see [`ObjectStore::put`]. A server in front of this store (the
+    /// emulator) runs its own operations through it: writes with metadata,
+    /// copies, multipart parts.
+    pub fn modelled_write<T>(
+        &self,
+        kind: Kind,
+        up: u64,
+        op: impl FnOnce() -> Result<T>,
+    ) -> Result<T> {
+        self.write(kind, up, op)
+    }
+
+    /// Run `op` as one read request of `kind` (a GET, HEAD or LIST) whose
+    /// answer carries `down(answer)` bytes, as [`SimStore::modelled_write`]
+    /// does for writes.
+    pub fn modelled_read<T>(
+        &self,
+        kind: Kind,
+        op: impl FnOnce() -> Result<T>,
+        down: impl Fn(&T) -> u64,
+    ) -> Result<T> {
+        let class = match kind {
+            Kind::Get | Kind::GetRange => OpClass::Read,
+            Kind::Head | Kind::List | Kind::Delete => OpClass::Meta,
+            Kind::Put | Kind::PutIfAbsent | Kind::PutIfMatch | Kind::Append => OpClass::Write,
+        };
+        self.read(kind, class, op, down)
+    }
+
     /// Run a write-class request: wait, then apply (or fail).
     fn write<T>(&self, kind: Kind, up: u64, op: impl FnOnce() -> Result<T>) -> Result<T> {
         self.accounting.request(kind, up);
