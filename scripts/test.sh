@@ -2,8 +2,10 @@
 # The test command (README.md): format check, lints, then all tests.
 # Tests build once, in release mode, because the concurrency tests need speed.
 # It starts MinIO on loopback (built once and cached, see scripts/minio.sh)
-# for the s3 backend's third-party conformance test, and installs boto3
-# for the emulator's third-party client test if it is missing.
+# for the s3 backend's third-party conformance test and the emulator's
+# conformance cases (which run against both), installs boto3 if it is
+# missing, and the AWS CLI and s3cmd into a cached virtualenv
+# (scripts/clients.sh) for the emulator's client tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo fmt --all -- --check
@@ -12,10 +14,12 @@ cargo clippy --all-targets --release -- -D warnings
 python3 -c 'import boto3' 2>/dev/null ||
   python3 -m pip install --quiet --disable-pip-version-check -r tests/python/requirements.txt
 
+eval "$(bash scripts/clients.sh)"
 eval "$(bash scripts/minio.sh start)"
 trap 'bash scripts/minio.sh stop' EXIT
-# In this script a missing S3 server fails the MinIO tests instead of skipping them.
-export MILLISCALE_REQUIRE_S3=1 MILLISCALE_REQUIRE_BOTO3=1
+# In this script a missing S3 server or client fails the tests that need it
+# instead of skipping them.
+export MILLISCALE_REQUIRE_S3=1 MILLISCALE_REQUIRE_BOTO3=1 MILLISCALE_REQUIRE_CLIENTS=1
 
 # A hang (e.g. a livelock bug) must fail the run, not stall CI.
 timeout 1500 cargo test --workspace --release

@@ -3,7 +3,7 @@
 Every result is checked against the AWS behaviour written down in
 shared/docs/latency-model.md ("Errors a faithful store produces") and the
 S3 API reference. Run: python3 emulator_boto3.py http://127.0.0.1:PORT
-(the Rust test crates/cli/tests/emulator_boto3.rs starts the emulator and
+(the Rust test crates/cli/tests/emulator_clients.rs starts the emulator and
 runs this). Exits non-zero on the first mismatch.
 """
 
