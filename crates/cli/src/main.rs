@@ -1780,10 +1780,19 @@ fn main() -> ExitCode {
     // The engine reports through `tracing` (a store that cannot append, a
     // store dropped from replication, a poisoned database): warnings and
     // errors go to stderr.
+    // The S3 layer (s3s) logs every refused request at error level; a
+    // client's 404 or 412 is not the server's error, so it stays quiet (the
+    // emulator's request log records every answer).
+    use tracing_subscriber::filter::{LevelFilter, Targets};
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    let filter =
+        Targets::new().with_target("s3s", LevelFilter::OFF).with_default(LevelFilter::WARN);
     tracing_subscriber::fmt()
-        .with_max_level(tracing_subscriber::filter::LevelFilter::WARN)
         .with_writer(std::io::stderr)
         .with_target(false)
+        .finish()
+        .with(filter)
         .init();
     let result = match cli.command {
         Command::Recover(a) => recover(a),
