@@ -7,7 +7,9 @@ S3 API reference. Run: python3 emulator_boto3.py http://127.0.0.1:PORT
 runs this). Exits non-zero on the first mismatch.
 """
 
+import hashlib
 import json
+import socket
 import sys
 import urllib.request
 
@@ -143,4 +145,43 @@ req = acct["accounting"]["requests"]
 assert req["append"] >= 5 and req["put_if_absent"] >= 2 and req["list"] >= 4, req
 assert acct["accounting"]["cost_usd"] > 0
 check("accounting JSON at /_milliscale/accounting")
+
+# A directory bucket through the SDK's S3 Express path: virtual-hosted
+# addressing (BUCKET.localhost), CreateSession, requests signed for the
+# service s3express with the session's token. RFC 6761 reserves .localhost
+# for loopback; this resolver does not answer it, so the test does.
+_getaddrinfo = socket.getaddrinfo
+
+
+def _loopback_localhost(host, *a, **kw):
+    if isinstance(host, str) and host.endswith(".localhost"):
+        host = "127.0.0.1"
+    return _getaddrinfo(host, *a, **kw)
+
+
+socket.getaddrinfo = _loopback_localhost
+port = ENDPOINT.rsplit(":", 1)[1]
+xs3 = boto3.client(
+    "s3",
+    endpoint_url=f"http://localhost:{port}",
+    aws_access_key_id="milliscale",
+    aws_secret_access_key="milliscale-secret",
+    region_name="us-east-1",
+    config=Config(retries={"max_attempts": 1}),
+)
+D = "logs--use1-az4--x-s3"
+xs3.create_bucket(Bucket=D, CreateBucketConfiguration={
+    "Location": {"Type": "AvailabilityZone", "Name": "use1-az4"},
+    "Bucket": {"Type": "Directory", "DataRedundancy": "SingleAvailabilityZone"}})
+xs3.put_object(Bucket=D, Key="seg", Body=b"ab", WriteOffsetBytes=0)
+xs3.put_object(Bucket=D, Key="seg", Body=b"cd", WriteOffsetBytes=2)
+assert xs3.get_object(Bucket=D, Key="seg")["Body"].read() == b"abcd"
+etag = xs3.head_object(Bucket=D, Key="seg")["ETag"]
+assert etag != '"' + hashlib.md5(b"abcd").hexdigest() + '"', "directory bucket ETags are not MD5s"
+assert [o["Key"] for o in xs3.list_objects_v2(Bucket=D)["Contents"]] == ["seg"]
+wrong = boto3.client("s3", endpoint_url=f"http://localhost:{port}", region_name="us-east-1",
+                     aws_access_key_id="milliscale", aws_secret_access_key="wrong",
+                     config=Config(retries={"max_attempts": 1}))
+fails(403, "SignatureDoesNotMatch", wrong.get_object, Bucket=D, Key="seg")
+check("a directory bucket through the SDK: *.localhost, CreateSession, s3express signatures")
 print("all boto3 checks passed")

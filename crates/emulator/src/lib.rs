@@ -8,7 +8,8 @@
 //! The stack, per request:
 //!
 //! ```text
-//! hyper (HTTP/1.1, loopback; server.rs: request IDs, request log)
+//! hyper (HTTP/1.1, loopback; server.rs: request IDs, request log,
+//!   s3express signatures checked in express.rs)
 //!   ─► /_milliscale/accounting, /_milliscale/ready (JSON)  or
 //!   s3s (SigV4 auth, path or *.localhost addressing (host.rs), XML)
 //!   ─► S3Api (s3api.rs: the operations; listing.rs: pages)
@@ -24,6 +25,7 @@
 #![warn(missing_docs)]
 
 pub mod buckets;
+pub mod express;
 pub mod host;
 pub mod listing;
 pub mod multipart;
@@ -160,6 +162,7 @@ impl Emulator {
             auth.register(k.clone(), s.clone().into());
         }
         builder.set_auth(auth);
+        builder.set_access(express::Access);
         builder.set_host(host::LocalhostBuckets);
         let service = builder.build();
         let log: Option<Box<dyn std::io::Write + Send>> = match &opts.request_log {
@@ -171,7 +174,11 @@ impl Emulator {
                 })?,
             )),
         };
-        let shared = Arc::new(server::Shared::new(service, sim.clone(), opts.preset.clone(), log));
+        let mut users: std::collections::HashMap<String, String> =
+            opts.users.iter().cloned().collect();
+        users.insert(opts.access_key.clone(), opts.secret_key.clone());
+        let shared =
+            Arc::new(server::Shared::new(service, sim.clone(), opts.preset.clone(), log, users));
 
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(opts.threads.max(1))

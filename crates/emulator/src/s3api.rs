@@ -664,7 +664,14 @@ impl S3 for S3Api {
         &self,
         req: S3Request<dto::CreateSessionInput>,
     ) -> S3Result<S3Response<dto::CreateSessionOutput>> {
-        self.need_bucket(&req.input.bucket)?;
+        // The SDKs ask for a session before every directory bucket call,
+        // CreateBucket included (S3 serves that from another endpoint,
+        // without sessions): a directory bucket name gets a session even
+        // before the bucket exists; its operations then answer as usual.
+        let name = &req.input.bucket;
+        if !crate::buckets::is_directory_bucket(name) {
+            self.need_bucket(name)?;
+        }
         // The session's credentials are the server's own: requests signed
         // with them (and carrying the session token) are accepted.
         let expires = SystemTime::now() + Duration::from_secs(300);

@@ -39,6 +39,7 @@ use objstore::ObjectStore;
 use objstore::sim::SimStore;
 use s3s::service::S3Service;
 
+use crate::express::{self, ExpressSession, Verdict};
 use crate::{ACCOUNTING_PATH, READY_PATH};
 
 /// What every connection shares.
@@ -52,6 +53,8 @@ pub(crate) struct Shared {
     pub(crate) next_id: AtomicU64,
     /// Process start, mixed into request IDs so two runs do not repeat them.
     pub(crate) epoch: u64,
+    /// Access key → secret key, for `s3express` signatures (express.rs).
+    pub(crate) users: std::collections::HashMap<String, String>,
 }
 
 impl Shared {
@@ -60,6 +63,7 @@ impl Shared {
         sim: Arc<SimStore>,
         preset: String,
         log: Option<Box<dyn std::io::Write + Send>>,
+        users: std::collections::HashMap<String, String>,
     ) -> Shared {
         let epoch = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
         Shared {
@@ -69,6 +73,7 @@ impl Shared {
             log: log.map(parking_lot::Mutex::new),
             next_id: AtomicU64::new(1),
             epoch,
+            users,
         }
     }
 }
@@ -167,7 +172,20 @@ async fn handle(
     Ok(resp)
 }
 
-async fn serve(req: hyper::Request<Incoming>, shared: &Shared) -> hyper::Response<s3s::Body> {
+/// An S3 error answered here, before s3s.
+fn error_response(status: http::StatusCode, code: &str, msg: &str) -> hyper::Response<s3s::Body> {
+    let esc = msg.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
+    let xml = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>{code}</Code><Message>{esc}</Message></Error>"
+    );
+    hyper::Response::builder()
+        .status(status)
+        .header("content-type", "application/xml")
+        .body(s3s::Body::from(xml))
+        .expect("a valid response")
+}
+
+async fn serve(mut req: hyper::Request<Incoming>, shared: &Shared) -> hyper::Response<s3s::Body> {
     let json = |body: String| {
         hyper::Response::builder()
             .header("content-type", "application/json")
@@ -181,6 +199,23 @@ async fn serve(req: hyper::Request<Incoming>, shared: &Shared) -> hyper::Respons
         }
         READY_PATH => return json(r#"{"ready":true}"#.into()),
         _ => {}
+    }
+    match express::verify(req.method(), req.uri(), req.headers(), &shared.users) {
+        Verdict::NotExpress => {}
+        Verdict::Valid(access_key) => {
+            let h = req.headers_mut();
+            h.remove(http::header::AUTHORIZATION);
+            h.remove("x-amz-s3session-token");
+            req.extensions_mut().insert(ExpressSession { access_key });
+        }
+        Verdict::Invalid(code, msg) => {
+            let status = if code == "NotImplemented" {
+                http::StatusCode::NOT_IMPLEMENTED
+            } else {
+                http::StatusCode::FORBIDDEN
+            };
+            return error_response(status, code, &msg);
+        }
     }
     let expects_continue = req
         .headers()
