@@ -196,10 +196,12 @@ impl Buckets {
             .ok_or_else(|| StoreError::NotFound(format!("bucket {name}")))
     }
 
-    /// The lock stripe of `name` (an object `bucket/key`, or an upload).
-    pub(crate) fn stripe(&self, name: &str) -> MutexGuard<'_, ()> {
-        // FNV-1a: cheap, and spreads similar keys.
-        let h = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+    /// The lock stripe of the object `bucket/key`.
+    pub(crate) fn stripe(&self, bucket: &str, key: &str) -> MutexGuard<'_, ()> {
+        // FNV-1a over `bucket/key`: cheap, spreads similar keys, and needs
+        // no allocation on the append path.
+        let bytes = bucket.bytes().chain(std::iter::once(b'/')).chain(key.bytes());
+        let h = bytes.fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
             (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
         });
         self.stripes[(h % STRIPES as u64) as usize].lock()

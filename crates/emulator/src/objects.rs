@@ -315,7 +315,7 @@ impl Buckets {
     /// The object at `bucket/key`.
     pub fn head_object(&self, bucket: &str, key: &str) -> Result<Object> {
         let b = self.bucket(bucket)?;
-        let _g = self.stripe_of(bucket, key);
+        let _g = self.stripe(bucket, key);
         Buckets::current(&b, key)?.ok_or_else(|| StoreError::NotFound(key.to_owned()))
     }
 
@@ -328,7 +328,7 @@ impl Buckets {
         plan: impl FnOnce(&Object) -> std::result::Result<Option<Range<u64>>, E>,
     ) -> Result<std::result::Result<(Object, Bytes), E>> {
         let b = self.bucket(bucket)?;
-        let _g = self.stripe_of(bucket, key);
+        let _g = self.stripe(bucket, key);
         let o = Buckets::current(&b, key)?.ok_or_else(|| StoreError::NotFound(key.to_owned()))?;
         let range = match plan(&o) {
             Ok(r) => r,
@@ -365,7 +365,7 @@ impl Buckets {
     ) -> Result<Object> {
         let b = self.bucket(bucket)?;
         objstore::check_key(key)?;
-        let _g = self.stripe_of(bucket, key);
+        let _g = self.stripe(bucket, key);
         Buckets::check_precondition(&b, key, &pre)?;
         let md5 = (!b.directory && new.etag.is_none()).then(|| md5_etag(&body));
         b.info.delete(key)?;
@@ -405,7 +405,7 @@ impl Buckets {
         pre: Precondition,
     ) -> Result<Object> {
         let b = self.bucket(bucket)?;
-        let _g = self.stripe_of(bucket, key);
+        let _g = self.stripe(bucket, key);
         Buckets::check_precondition(&b, key, &pre)?;
         let m = b.data.append(key, offset, body)?;
         // No record read: the new version tag is never a record's version,
@@ -424,7 +424,7 @@ impl Buckets {
     /// Delete `bucket/key`; a missing key is not an error.
     pub fn delete_object(&self, bucket: &str, key: &str) -> Result<()> {
         let b = self.bucket(bucket)?;
-        let _g = self.stripe_of(bucket, key);
+        let _g = self.stripe(bucket, key);
         b.info.delete(key)?;
         b.data.delete(key)
     }
@@ -443,10 +443,6 @@ impl Buckets {
             }
         }
         Ok(out)
-    }
-
-    fn stripe_of(&self, bucket: &str, key: &str) -> parking_lot::MutexGuard<'_, ()> {
-        self.stripe(&format!("{bucket}/{key}"))
     }
 }
 

@@ -315,26 +315,18 @@ fn verify_content_md5(sent: Option<&str>, body: &[u8]) -> S3Result<()> {
     Ok(())
 }
 
-fn checksums_of_put(i: &dto::PutObjectInput) -> dto::Checksum {
-    dto::Checksum {
-        checksum_crc32: i.checksum_crc32.clone(),
-        checksum_crc32c: i.checksum_crc32c.clone(),
-        checksum_sha1: i.checksum_sha1.clone(),
-        checksum_sha256: i.checksum_sha256.clone(),
-        checksum_crc64nvme: i.checksum_crc64nvme.clone(),
-        ..Default::default()
-    }
-}
-
-fn checksums_of_part(i: &dto::UploadPartInput) -> dto::Checksum {
-    dto::Checksum {
-        checksum_crc32: i.checksum_crc32.clone(),
-        checksum_crc32c: i.checksum_crc32c.clone(),
-        checksum_sha1: i.checksum_sha1.clone(),
-        checksum_sha256: i.checksum_sha256.clone(),
-        checksum_crc64nvme: i.checksum_crc64nvme.clone(),
-        ..Default::default()
-    }
+/// The checksums a write request carries in its headers.
+macro_rules! checksums_in {
+    ($input:expr) => {
+        dto::Checksum {
+            checksum_crc32: $input.checksum_crc32.clone(),
+            checksum_crc32c: $input.checksum_crc32c.clone(),
+            checksum_sha1: $input.checksum_sha1.clone(),
+            checksum_sha256: $input.checksum_sha256.clone(),
+            checksum_crc64nvme: $input.checksum_crc64nvme.clone(),
+            ..Default::default()
+        }
+    };
 }
 
 /// A write's precondition from `If-Match` / `If-None-Match`.
@@ -518,10 +510,72 @@ impl S3Api {
         blocking(move || sim.modelled_read(kind, || op(&buckets), down)).await
     }
 
-    /// Every object under `prefix` in `bucket` (one LIST request).
-    async fn list_all(&self, bucket: &str, prefix: &str) -> S3Result<Vec<Object>> {
-        let (b, p) = (bucket.to_owned(), prefix.to_owned());
-        self.read(Kind::List, move |bs| bs.list_objects(&b, &p), |_| 0).await.map_err(s3_err)
+    /// One page of `bucket`'s objects after `after` (one LIST request):
+    /// what ListObjects, ListObjectsV2 and ListObjectVersions share.
+    async fn listing(
+        &self,
+        bucket: &str,
+        prefix: &Option<String>,
+        delimiter: &Option<String>,
+        max_keys: Option<i32>,
+        encoding: &Option<dto::EncodingType>,
+        after: Option<String>,
+    ) -> S3Result<Listing> {
+        self.need_bucket(bucket)?;
+        let url = wants_url(encoding)?;
+        let prefix = prefix.clone().unwrap_or_default();
+        let max_keys =
+            listing::max_keys(max_keys).map_err(|m| s3_error!(InvalidArgument, "{m}"))?;
+        let delimiter = delimiter.clone().filter(|d| !d.is_empty());
+        let (b, p) = (bucket.to_owned(), prefix.clone());
+        let all = self
+            .read(Kind::List, move |bs| bs.list_objects(&b, &p), |_| 0)
+            .await
+            .map_err(s3_err)?;
+        let page = listing::walk(all, &prefix, delimiter.as_deref(), after.as_deref(), max_keys);
+        Ok(Listing { url, prefix, delimiter, max_keys, page })
+    }
+}
+
+/// A listing's page and the request parameters its answer echoes.
+struct Listing {
+    /// `encoding-type=url` was asked for.
+    url: bool,
+    prefix: String,
+    delimiter: Option<String>,
+    max_keys: usize,
+    page: Page,
+}
+
+impl Listing {
+    /// A key, prefix or marker as the answer carries it.
+    fn enc(&self, s: String) -> String {
+        if self.url { url_encode(&s) } else { s }
+    }
+
+    fn common_prefixes(&self) -> Vec<dto::CommonPrefix> {
+        self.page
+            .prefixes
+            .iter()
+            .map(|p| dto::CommonPrefix { prefix: Some(self.enc(p.clone())) })
+            .collect()
+    }
+
+    /// The page's objects, with their owner if `with_owner`.
+    fn objects(&self, with_owner: bool) -> Vec<dto::Object> {
+        self.page
+            .contents
+            .iter()
+            .map(|o| dto::Object {
+                key: Some(self.enc(o.key.clone())),
+                size: Some(o.size as i64),
+                e_tag: Some(etag(&o.etag)),
+                last_modified: Some(Timestamp::from(o.modified)),
+                owner: with_owner.then(owner),
+                storage_class: Some(storage_class()),
+                ..Default::default()
+            })
+            .collect()
     }
 }
 
@@ -694,7 +748,7 @@ impl S3 for S3Api {
         self.need_bucket(&req.input.bucket)?;
         let body = read_body(req.input.body.take(), req.input.content_length).await?;
         let input = &req.input;
-        verify_checksums(checksums_of_put(input), req.trailing_headers.as_ref(), &body)?;
+        verify_checksums(checksums_in!(input), req.trailing_headers.as_ref(), &body)?;
         verify_content_md5(input.content_md5.as_deref(), &body)?;
         let pre = write_precondition(input.if_match.as_ref(), input.if_none_match.as_ref())?;
         let (bucket, key) = (input.bucket.clone(), input.key.clone());
@@ -987,44 +1041,31 @@ impl S3 for S3Api {
         req: S3Request<dto::ListObjectsInput>,
     ) -> S3Result<S3Response<dto::ListObjectsOutput>> {
         let input = req.input;
-        self.need_bucket(&input.bucket)?;
-        let url = wants_url(&input.encoding_type)?;
-        let enc = |s: String| if url { url_encode(&s) } else { s };
-        let prefix = input.prefix.clone().unwrap_or_default();
-        let max_keys =
-            listing::max_keys(input.max_keys).map_err(|m| s3_error!(InvalidArgument, "{m}"))?;
-        let delim = input.delimiter.clone().filter(|d| !d.is_empty());
-        let all = self.list_all(&input.bucket, &prefix).await?;
         let marker = input.marker.clone().filter(|m| !m.is_empty());
-        let page = listing::walk(all, &prefix, delim.as_deref(), marker.as_deref(), max_keys);
+        let l = self
+            .listing(
+                &input.bucket,
+                &input.prefix,
+                &input.delimiter,
+                input.max_keys,
+                &input.encoding_type,
+                marker,
+            )
+            .await?;
         // S3 gives NextMarker only with a delimiter; without one, the last
         // key on the page is the next marker.
-        let next_marker = (page.truncated && delim.is_some()).then(|| page.last.clone()).flatten();
-        let Page { contents, prefixes, truncated, .. } = page;
-        let contents = contents
-            .into_iter()
-            .map(|o| dto::Object {
-                key: Some(enc(o.key)),
-                size: Some(o.size as i64),
-                e_tag: Some(etag(&o.etag)),
-                last_modified: Some(Timestamp::from(o.modified)),
-                owner: Some(owner()),
-                storage_class: Some(storage_class()),
-                ..Default::default()
-            })
-            .collect();
+        let next_marker =
+            (l.page.truncated && l.delimiter.is_some()).then(|| l.page.last.clone()).flatten();
         Ok(S3Response::new(dto::ListObjectsOutput {
+            marker: Some(l.enc(input.marker.unwrap_or_default())),
+            next_marker: next_marker.map(|m| l.enc(m)),
+            max_keys: Some(l.max_keys as i32),
+            is_truncated: Some(l.page.truncated),
+            prefix: Some(l.enc(l.prefix.clone())),
+            delimiter: l.delimiter.clone().map(|d| l.enc(d)),
+            common_prefixes: Some(l.common_prefixes()),
+            contents: Some(l.objects(true)),
             name: Some(input.bucket),
-            prefix: Some(enc(prefix)),
-            marker: Some(enc(input.marker.unwrap_or_default())),
-            next_marker: next_marker.map(&enc),
-            max_keys: Some(max_keys as i32),
-            delimiter: delim.map(&enc),
-            is_truncated: Some(truncated),
-            contents: Some(contents),
-            common_prefixes: Some(
-                prefixes.into_iter().map(|p| dto::CommonPrefix { prefix: Some(enc(p)) }).collect(),
-            ),
             encoding_type: input.encoding_type,
             ..Default::default()
         }))
@@ -1035,12 +1076,6 @@ impl S3 for S3Api {
         req: S3Request<dto::ListObjectsV2Input>,
     ) -> S3Result<S3Response<dto::ListObjectsV2Output>> {
         let input = req.input;
-        self.need_bucket(&input.bucket)?;
-        let url = wants_url(&input.encoding_type)?;
-        let enc = |s: String| if url { url_encode(&s) } else { s };
-        let prefix = input.prefix.clone().unwrap_or_default();
-        let max_keys =
-            listing::max_keys(input.max_keys).map_err(|m| s3_error!(InvalidArgument, "{m}"))?;
         // The continuation token is the last key (or common prefix) of the
         // previous page, hex-encoded so that it stays opaque and URL-safe.
         let after = match &input.continuation_token {
@@ -1049,42 +1084,30 @@ impl S3 for S3Api {
             })?),
             None => input.start_after.clone().filter(|s| !s.is_empty()),
         };
-        let delim = input.delimiter.clone().filter(|d| !d.is_empty());
-        let all = self.list_all(&input.bucket, &prefix).await?;
-        let page = listing::walk(all, &prefix, delim.as_deref(), after.as_deref(), max_keys);
-        let fetch_owner = input.fetch_owner == Some(true);
-        let key_count = (page.contents.len() + page.prefixes.len()) as i32;
-        let next = if page.truncated { page.last.as_deref().map(hex_token) } else { None };
-        let contents = page
-            .contents
-            .into_iter()
-            .map(|o| dto::Object {
-                key: Some(enc(o.key)),
-                size: Some(o.size as i64),
-                e_tag: Some(etag(&o.etag)),
-                last_modified: Some(Timestamp::from(o.modified)),
-                owner: fetch_owner.then(owner),
-                storage_class: Some(storage_class()),
-                ..Default::default()
-            })
-            .collect();
+        let l = self
+            .listing(
+                &input.bucket,
+                &input.prefix,
+                &input.delimiter,
+                input.max_keys,
+                &input.encoding_type,
+                after,
+            )
+            .await?;
+        let key_count = (l.page.contents.len() + l.page.prefixes.len()) as i32;
+        let next = if l.page.truncated { l.page.last.as_deref().map(hex_token) } else { None };
         Ok(S3Response::new(dto::ListObjectsV2Output {
-            name: Some(input.bucket),
-            prefix: Some(enc(prefix)),
-            delimiter: delim.map(&enc),
-            max_keys: Some(max_keys as i32),
+            max_keys: Some(l.max_keys as i32),
             key_count: Some(key_count),
-            continuation_token: input.continuation_token,
-            start_after: input.start_after.map(&enc),
-            is_truncated: Some(page.truncated),
+            start_after: input.start_after.map(|s| l.enc(s)),
+            is_truncated: Some(l.page.truncated),
             next_continuation_token: next,
-            contents: Some(contents),
-            common_prefixes: Some(
-                page.prefixes
-                    .into_iter()
-                    .map(|p| dto::CommonPrefix { prefix: Some(enc(p)) })
-                    .collect(),
-            ),
+            prefix: Some(l.enc(l.prefix.clone())),
+            delimiter: l.delimiter.clone().map(|d| l.enc(d)),
+            common_prefixes: Some(l.common_prefixes()),
+            contents: Some(l.objects(input.fetch_owner == Some(true))),
+            name: Some(input.bucket),
+            continuation_token: input.continuation_token,
             encoding_type: input.encoding_type,
             ..Default::default()
         }))
@@ -1095,28 +1118,30 @@ impl S3 for S3Api {
         req: S3Request<dto::ListObjectVersionsInput>,
     ) -> S3Result<S3Response<dto::ListObjectVersionsOutput>> {
         let input = req.input;
-        self.need_bucket(&input.bucket)?;
-        let url = wants_url(&input.encoding_type)?;
-        let enc = |s: String| if url { url_encode(&s) } else { s };
-        let prefix = input.prefix.clone().unwrap_or_default();
-        let max_keys =
-            listing::max_keys(input.max_keys).map_err(|m| s3_error!(InvalidArgument, "{m}"))?;
-        let delim = input.delimiter.clone().filter(|d| !d.is_empty());
         // Every object has one version, "null": the key marker alone says
         // where a page starts.
         let after = input.key_marker.clone().filter(|m| !m.is_empty());
-        let all = self.list_all(&input.bucket, &prefix).await?;
-        let page = listing::walk(all, &prefix, delim.as_deref(), after.as_deref(), max_keys);
-        let (next_key, next_version) = if page.truncated {
-            (page.last.clone().map(&enc), Some("null".to_owned()))
+        let l = self
+            .listing(
+                &input.bucket,
+                &input.prefix,
+                &input.delimiter,
+                input.max_keys,
+                &input.encoding_type,
+                after,
+            )
+            .await?;
+        let (next_key, next_version) = if l.page.truncated {
+            (l.page.last.clone().map(|k| l.enc(k)), Some("null".to_owned()))
         } else {
             (None, None)
         };
-        let versions = page
+        let versions = l
+            .page
             .contents
-            .into_iter()
+            .iter()
             .map(|o| dto::ObjectVersion {
-                key: Some(enc(o.key)),
+                key: Some(l.enc(o.key.clone())),
                 version_id: Some("null".into()),
                 is_latest: Some(true),
                 size: Some(o.size as i64),
@@ -1130,22 +1155,17 @@ impl S3 for S3Api {
             })
             .collect();
         Ok(S3Response::new(dto::ListObjectVersionsOutput {
-            name: Some(input.bucket),
-            prefix: Some(enc(prefix)),
-            delimiter: delim.map(&enc),
-            max_keys: Some(max_keys as i32),
-            key_marker: Some(enc(input.key_marker.unwrap_or_default())),
+            max_keys: Some(l.max_keys as i32),
+            key_marker: Some(l.enc(input.key_marker.unwrap_or_default())),
             version_id_marker: Some(input.version_id_marker.unwrap_or_default()),
-            is_truncated: Some(page.truncated),
+            is_truncated: Some(l.page.truncated),
             next_key_marker: next_key,
             next_version_id_marker: next_version,
+            prefix: Some(l.enc(l.prefix.clone())),
+            delimiter: l.delimiter.clone().map(|d| l.enc(d)),
+            common_prefixes: Some(l.common_prefixes()),
             versions: Some(versions),
-            common_prefixes: Some(
-                page.prefixes
-                    .into_iter()
-                    .map(|p| dto::CommonPrefix { prefix: Some(enc(p)) })
-                    .collect(),
-            ),
+            name: Some(input.bucket),
             encoding_type: input.encoding_type,
             ..Default::default()
         }))
@@ -1181,7 +1201,7 @@ impl S3 for S3Api {
         let n = multipart::check_part_number(req.input.part_number).map_err(upload_err)?;
         let body = read_body(req.input.body.take(), req.input.content_length).await?;
         let input = &req.input;
-        verify_checksums(checksums_of_part(input), req.trailing_headers.as_ref(), &body)?;
+        verify_checksums(checksums_in!(input), req.trailing_headers.as_ref(), &body)?;
         verify_content_md5(input.content_md5.as_deref(), &body)?;
         let (id, bucket, key) = (input.upload_id.clone(), input.bucket.clone(), input.key.clone());
         let len = body.len() as u64;
