@@ -559,6 +559,14 @@ mod tests {
         b.append_object("gp", "k", 0, Bytes::from_static(b"new"), Precondition::None)
             .expect("append creates");
         assert!(b.head_object("gp", "k").expect("head").attrs.is_empty());
+        // Deleting an object with headers drops them too: an append that
+        // creates the key again starts bare.
+        b.put_object("gp", "k2", Bytes::from_static(b"x"), Precondition::None, attrs.clone())
+            .expect("put");
+        b.delete_object("gp", "k2").expect("delete");
+        b.append_object("gp", "k2", 0, Bytes::from_static(b"y"), Precondition::None)
+            .expect("append creates");
+        assert!(b.head_object("gp", "k2").expect("head").attrs.is_empty());
     }
 
     #[test]
