@@ -148,6 +148,45 @@ fn accounting_is_served_as_json() {
 }
 
 #[test]
+fn readiness_and_the_request_log() {
+    let dir = TempDir::new();
+    std::fs::create_dir_all(&dir.0).expect("dir");
+    let log = dir.0.join("requests.jsonl");
+    let e = Emulator::start(EmulatorOptions {
+        request_log: Some(emulator::RequestLog::File(log.clone())),
+        ..Default::default()
+    })
+    .expect("start");
+    let ready = http_get(e.addr(), emulator::READY_PATH);
+    assert!(ready.starts_with("HTTP/1.1 200") && ready.ends_with(r#"{"ready":true}"#), "{ready}");
+    let s = store_in(&e, "logged", false);
+    s.put("k", Bytes::from_static(b"12345")).expect("put");
+    assert!(matches!(s.get("missing"), Err(StoreError::NotFound(_))));
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&log)
+        .expect("the log")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect();
+    // The readiness probe, CreateBucket, the PUT and the GET, in order.
+    let seen: Vec<(String, u64)> = lines
+        .iter()
+        .map(|l| (l["method"].as_str().unwrap_or("").to_owned(), l["status"].as_u64().unwrap_or(0)))
+        .collect();
+    assert_eq!(
+        seen,
+        [("GET".into(), 200), ("PUT".into(), 200), ("PUT".into(), 200), ("GET".into(), 404)],
+        "{lines:?}"
+    );
+    let put = &lines[2];
+    assert_eq!((put["path"].as_str(), put["bytes_in"].as_u64()), (Some("/logged/k"), Some(5)));
+    assert!(put["ms"].as_f64().is_some() && put["id"].as_str().is_some_and(|i| !i.is_empty()));
+    // Every answer names its request, and an error's body does too.
+    let missing = http_get(e.addr(), "/logged/missing");
+    assert!(missing.to_ascii_lowercase().contains("x-amz-request-id:"), "{missing}");
+    assert!(missing.contains("<RequestId>"), "{missing}");
+}
+
+#[test]
 fn injected_faults_reach_clients_as_aws_errors() {
     let faults = |f: objstore::sim::Faults| {
         Emulator::start(EmulatorOptions { faults: f, ..Default::default() }).expect("start")
