@@ -154,18 +154,27 @@ impl Buckets {
         Ok(id)
     }
 
-    /// The upload `id` of `bucket/key`.
-    pub fn upload(&self, id: &str, bucket: &str, key: &str) -> Result<Upload> {
+    /// Upload `id`'s record `name` (`upload` or `completed`);
+    /// `NoSuchUpload` if there is none.
+    fn record<T: serde::de::DeserializeOwned>(&self, id: &str, name: &str) -> Result<T> {
         if id.is_empty() || id.contains('/') {
             return Err(UploadError::NoSuchUpload);
         }
-        let bytes = match self.uploads.get(&format!("{id}/upload")) {
+        let bytes = match self.uploads.get(&format!("{id}/{name}")) {
             Ok(b) => b,
             Err(StoreError::NotFound(_)) => return Err(UploadError::NoSuchUpload),
             Err(e) => return Err(e.into()),
         };
-        let mut rec: Upload = serde_json::from_slice(&bytes)
-            .map_err(|e| StoreError::Fatal(format!("the record of upload {id} is damaged: {e}")))?;
+        serde_json::from_slice(&bytes).map_err(|e| {
+            UploadError::Store(StoreError::Fatal(format!(
+                "the {name} record of upload {id} is damaged: {e}"
+            )))
+        })
+    }
+
+    /// The upload `id` of `bucket/key`.
+    pub fn upload(&self, id: &str, bucket: &str, key: &str) -> Result<Upload> {
+        let mut rec: Upload = self.record(id, "upload")?;
         rec.id = id.to_owned();
         if rec.bucket != bucket || rec.key != key {
             return Err(UploadError::NoSuchUpload);
@@ -297,17 +306,7 @@ impl Buckets {
         key: &str,
         parts: &[(u32, String)],
     ) -> Result<Object> {
-        if id.is_empty() || id.contains('/') {
-            return Err(UploadError::NoSuchUpload);
-        }
-        let bytes = match self.uploads.get(&format!("{id}/completed")) {
-            Ok(b) => b,
-            Err(StoreError::NotFound(_)) => return Err(UploadError::NoSuchUpload),
-            Err(e) => return Err(e.into()),
-        };
-        let done: Completed = serde_json::from_slice(&bytes).map_err(|e| {
-            StoreError::Fatal(format!("the completion record of upload {id} is damaged: {e}"))
-        })?;
+        let done: Completed = self.record(id, "completed")?;
         let same_parts = done.parts.len() == parts.len()
             && done
                 .parts
