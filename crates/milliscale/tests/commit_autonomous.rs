@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 use common::{WriteCounter, read_log_parts};
 use milliscale::log::record::Entry;
 use milliscale::{CommitProtocol, Database, Options};
-use objstore::MemoryStore;
+use objstore::pending::Stage;
+use objstore::{Bytes, Hedge, MemoryStore, ObjectMeta, ObjectStore, PendingAppend};
 
 /// Long enough that the backstop never flushes during a test.
 const NO_BACKSTOP: Duration = Duration::from_secs(60);
@@ -199,4 +200,168 @@ fn concurrent_worker_flushes_log_every_csn_once_in_order() {
     }
     let all: Vec<u64> = seen.into_keys().collect();
     assert_eq!(all, (1..next).collect::<Vec<_>>(), "CSNs are dense and all logged");
+}
+
+/// A memory store with an asynchronous client whose appends answer only
+/// while the gate is open (the tests open the database with it open: the
+/// catalog's commits wait for their acks): what a worker does with an append in flight.
+#[derive(Debug)]
+struct AsyncGate {
+    inner: MemoryStore,
+    open: std::sync::atomic::AtomicBool,
+}
+
+impl AsyncGate {
+    fn new(open: bool) -> Arc<AsyncGate> {
+        Arc::new(AsyncGate { inner: MemoryStore::new(), open: open.into() })
+    }
+
+    fn set_open(&self, open: bool) {
+        self.open.store(open, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// The append's stage: lands once the gate is open (it looks again
+    /// every 200 µs).
+    fn stage(self: Arc<Self>, key: String, offset: u64, body: Bytes) -> Stage {
+        Stage::At(
+            Instant::now(),
+            Box::new(move || {
+                if self.open.load(std::sync::atomic::Ordering::SeqCst) {
+                    Stage::Done((self.inner.append(&key, offset, body), Hedge::NotSent))
+                } else {
+                    Stage::At(
+                        Instant::now() + Duration::from_micros(200),
+                        Box::new(move || self.stage(key, offset, body)),
+                    )
+                }
+            }),
+        )
+    }
+}
+
+impl ObjectStore for AsyncGate {
+    fn put(&self, key: &str, body: Bytes) -> objstore::Result<ObjectMeta> {
+        self.inner.put(key, body)
+    }
+    fn put_if_absent(&self, key: &str, body: Bytes) -> objstore::Result<ObjectMeta> {
+        self.inner.put_if_absent(key, body)
+    }
+    fn put_if_match(&self, key: &str, body: Bytes, etag: &str) -> objstore::Result<ObjectMeta> {
+        self.inner.put_if_match(key, body, etag)
+    }
+    fn append(&self, key: &str, offset: u64, body: Bytes) -> objstore::Result<ObjectMeta> {
+        // The synchronous call waits at the gate too.
+        while !self.open.load(std::sync::atomic::Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        self.inner.append(key, offset, body)
+    }
+    fn start_append(
+        self: Arc<Self>,
+        key: &str,
+        offset: u64,
+        body: Bytes,
+        _hedge_after: Option<Duration>,
+    ) -> Option<PendingAppend> {
+        let key = key.to_owned();
+        Some(PendingAppend::new(self.stage(key, offset, body)))
+    }
+    fn get(&self, key: &str) -> objstore::Result<Bytes> {
+        self.inner.get(key)
+    }
+    fn get_range(&self, key: &str, range: std::ops::Range<u64>) -> objstore::Result<Bytes> {
+        self.inner.get_range(key, range)
+    }
+    fn head(&self, key: &str) -> objstore::Result<ObjectMeta> {
+        self.inner.head(key)
+    }
+    fn list(&self, prefix: &str) -> objstore::Result<Vec<ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+    fn delete(&self, key: &str) -> objstore::Result<()> {
+        self.inner.delete(key)
+    }
+}
+
+fn appends(db: &Database) -> u64 {
+    db.log_metrics().expect("a log").streams.iter().map(|s| s.appends).sum()
+}
+
+/// On a store with an asynchronous client a worker sends its append and
+/// goes on (seed 001's workers submit their I/O and poll it): the commit
+/// returns with the append in flight, and the worker finishes it after a
+/// later transaction of its own, which acknowledges it. The lanes' threads
+/// take no part.
+#[test]
+fn a_worker_sends_its_append_and_finishes_it_after_its_next_transaction() {
+    let store = AsyncGate::new(true);
+    let db = Database::open(autonomous(store.clone(), 1).flush_unit(200)).expect("open");
+    let t = db.create_table("t").expect("table");
+    store.set_open(false);
+    // Over the unit: flushed at commit, and in flight at the closed gate.
+    let mut tx = db.begin().expect("begin");
+    tx.put(&t, b"big", &[7u8; 300]).expect("put");
+    let big = tx.commit().expect("commit");
+    assert_eq!(worker_flushes(&db), 1, "the worker sent it");
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(!big.is_acknowledged(), "the append has not answered");
+    assert_eq!(appends(&db), 0, "nothing finished");
+    store.set_open(true);
+    // Under the unit: no flush; the worker finishes what landed.
+    let small = put(&db, &t, b"s");
+    assert!(big.is_acknowledged(), "the worker's next transaction finished the append");
+    assert!(!small.is_acknowledged(), "the small commit was not flushed");
+    assert_eq!((worker_flushes(&db), appends(&db)), (1, 1));
+    db.close();
+}
+
+/// A worker that sent an append and then left (no transaction after it)
+/// does not strand it: the lanes' threads finish appends left in flight
+/// past `flush_timeout`.
+#[test]
+fn the_backstop_finishes_an_append_a_worker_left_in_flight() {
+    let store = AsyncGate::new(true);
+    let db = Database::open(
+        autonomous(store.clone(), 1).flush_unit(1).flush_timeout(Duration::from_millis(20)),
+    )
+    .expect("open");
+    let t = db.create_table("t").expect("table");
+    store.set_open(false);
+    let ack = put(&db, &t, b"a");
+    assert!(!ack.is_acknowledged());
+    store.set_open(true);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !ack.is_acknowledged() {
+        assert!(Instant::now() < deadline, "the backstop never finished the append");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!((worker_flushes(&db), appends(&db)), (1, 1), "finished, not written again");
+    db.close();
+}
+
+/// A worker that waits for its ack while its append is in flight waits
+/// for that append (force commit leaves nothing of its stream out), not
+/// for the backstop.
+#[test]
+fn a_waiting_worker_finishes_its_append_in_flight() {
+    let store = AsyncGate::new(true);
+    let db = Database::open(autonomous(store.clone(), 1).flush_unit(1)).expect("open");
+    let t = db.create_table("t").expect("table");
+    store.set_open(false);
+    let ack = put(&db, &t, b"a");
+    let opener = {
+        let store = store.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            store.set_open(true);
+        })
+    };
+    let started = Instant::now();
+    ack.wait().expect("acknowledged");
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(40), "it waited for the gate: {waited:?}");
+    assert!(waited < NO_BACKSTOP / 2, "the waiter finished it, not the backstop");
+    opener.join().expect("opener");
+    assert_eq!((worker_flushes(&db), appends(&db)), (1, 1));
+    db.close();
 }

@@ -316,6 +316,9 @@ fn crash_store(inner: &Arc<MemoryStore>, seed: u64, e: u64, rng: &mut SmallRng) 
             slow_appends: rng.random_bool(0.5),
             holding: None,
             held_once: false,
+            // Half the seeds (by a draw of their own, so the others are
+            // unchanged) send appends asynchronously.
+            asynchronous: SmallRng::seed_from_u64(seed ^ 0xa5a5_a5a5).random_bool(0.5),
         }),
     })
 }

@@ -7,7 +7,10 @@
 //! own a runtime and block on it inside the call; async callers (the
 //! emulator's HTTP layer) call the store from a blocking task. The
 //! sync/async boundary is therefore inside the backend, and the engine never
-//! sees a future.
+//! sees a future. The one exception is the log's append, which a store
+//! may also offer as submit-and-poll ([`ObjectStore::start_append`],
+//! [`pending`]), so that a worker that writes its own log (autonomous
+//! commit) can go on while the append is out.
 //!
 //! Semantics follow S3 Express One Zone: `append` writes at an offset that
 //! must equal the object's size, each successful write adds a part, and an
@@ -28,11 +31,13 @@ pub mod conformance;
 mod error;
 mod fs;
 mod memory;
+pub mod pending;
 pub mod probe;
 mod s3;
 pub mod sim;
 
 pub use error::{Result, StoreError};
+pub use pending::PendingAppend;
 
 /// What a hedged append did ([`ObjectStore::append_hedged`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,6 +146,21 @@ pub trait ObjectStore: Send + Sync + Debug {
         _body: Bytes,
         _hedge_after: std::time::Duration,
     ) -> Option<(Result<ObjectMeta>, Hedge)> {
+        None
+    }
+    /// [`ObjectStore::append`] (hedged as [`ObjectStore::append_hedged`]
+    /// with `hedge_after`) without waiting for the answer: the request is
+    /// sent, and the caller polls or waits on the returned
+    /// [`PendingAppend`] (see [`pending`]). `None` (the default): the store
+    /// has no asynchronous client, and the caller makes the synchronous
+    /// call. `sim://` models the request's time without a thread.
+    fn start_append(
+        self: Arc<Self>,
+        _key: &str,
+        _offset: u64,
+        _body: Bytes,
+        _hedge_after: Option<std::time::Duration>,
+    ) -> Option<PendingAppend> {
         None
     }
     /// [`ObjectStore::get_range`], hedged inside the store: if no answer

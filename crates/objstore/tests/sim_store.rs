@@ -292,3 +292,76 @@ fn hedged_reads_race_two_requests_and_answer_what_a_read_would() {
     let (plain, hedged) = (slowest(false), slowest(true));
     assert!(hedged < plain, "hedged worst {hedged:?} vs plain {plain:?}");
 }
+
+/// Appends sent without waiting (`start_append`): the request is billed
+/// when sent, lands only when its time is up (a poll before then finds
+/// nothing, and neither does a reader), and answers as the synchronous
+/// call would, hedge and faults included: with seeded faults, every part
+/// lands once, in order. A pending append dropped unanswered still lands.
+#[test]
+fn started_appends_land_when_due_and_answer_as_the_call_would() {
+    let s: Arc<SimStore> = Arc::new(SimStore::from_url("sim://s3x?seed=3").expect("sim"));
+    let mut p = Arc::clone(&s).start_append("a", 0, b("xy"), None).expect("the simulator can");
+    assert!(p.poll().is_none(), "an S3 Express append takes milliseconds");
+    assert!(s.head("a").is_err(), "not landed before its time");
+    assert_eq!(s.accounting().expect("accounting").requests["append"], 1, "billed when sent");
+    let due = p.due().expect("in flight");
+    let (r, h) = p.wait();
+    assert!(Instant::now() >= due);
+    assert_eq!((r.expect("landed").size, h.sent()), (2, false));
+    // Dropped while in flight: it lands all the same.
+    drop(Arc::clone(&s).start_append("a", 2, b("z"), None).expect("the simulator can"));
+    assert_eq!(s.get("a").expect("get"), b("xyz"));
+
+    let url = "sim://s3x?seed=9&throttle=0.1&error=0.1&ambiguous=0.2";
+    let s: Arc<SimStore> = Arc::new(SimStore::from_url(url).expect("sim"));
+    let (mut offset, mut calls, mut hedged) = (0u64, 0u64, 0u64);
+    for i in 0..120u32 {
+        let part = Bytes::from(format!("part {i:04};"));
+        loop {
+            calls += 1;
+            let hedge = (i % 2 == 0).then_some(Duration::from_millis(4));
+            let mut p = Arc::clone(&s)
+                .start_append("seg", offset, part.clone(), hedge)
+                .expect("the simulator can");
+            // Poll half of them to the end, wait for the others.
+            let (r, h) = if i % 3 == 0 {
+                p.wait()
+            } else {
+                loop {
+                    if let Some(answer) = p.poll() {
+                        break answer;
+                    }
+                    std::thread::sleep(Duration::from_micros(300));
+                }
+            };
+            hedged += u64::from(h.sent());
+            match r {
+                Ok(m) => {
+                    assert_eq!(m.size, offset + part.len() as u64);
+                    break;
+                }
+                Err(_) => {
+                    let size = loop {
+                        match s.head("seg") {
+                            Ok(m) => break m.size,
+                            Err(StoreError::NotFound(_)) => break 0,
+                            Err(_) => {}
+                        }
+                    };
+                    if size == offset + part.len() as u64 {
+                        break;
+                    }
+                    assert_eq!(size, offset, "nothing else lands");
+                }
+            }
+        }
+        offset += part.len() as u64;
+    }
+    let whole = (0..100).find_map(|_| s.get("seg").ok()).expect("a get answers");
+    let want: String = (0..120u32).map(|i| format!("part {i:04};")).collect();
+    assert_eq!(&whole[..], want.as_bytes(), "every part once, in order");
+    assert!(hedged > 10, "4 ms is below the s3x median: hedges went out ({hedged})");
+    let r = s.accounting().expect("accounting");
+    assert_eq!(r.requests["append"], calls + hedged, "a hedge is a second request, billed");
+}

@@ -182,8 +182,13 @@ fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds")
 }
 
-fn new_buffer(capacity: usize) -> Vec<u8> {
-    let mut v = Vec::with_capacity(PART_HEADER_BYTES + capacity);
+/// The least room a fresh buffer starts with.
+const BUFFER_START_MIN: usize = 4 << 10;
+
+/// An empty buffer (a part header's room) that can hold `bytes` before it
+/// grows.
+fn new_buffer(bytes: usize) -> Vec<u8> {
+    let mut v = Vec::with_capacity(bytes.max(PART_HEADER_BYTES));
     v.resize(PART_HEADER_BYTES, 0);
     v
 }
@@ -223,7 +228,7 @@ impl LogGroup {
             capacity,
             lanes,
             state: Mutex::new(GroupState {
-                active: new_buffer(capacity),
+                active: new_buffer(PART_HEADER_BYTES + capacity),
                 active_entries: 0,
                 active_first: 0,
                 active_last: 0,
@@ -350,7 +355,12 @@ impl LogGroup {
         if st.active_entries == 0 {
             return CutResult::Empty;
         }
-        let bytes = std::mem::replace(&mut st.active, new_buffer(self.capacity));
+        // The next buffer starts at twice this part's size: room to grow
+        // without copying, and no buffer-sized allocation per flush (a
+        // worker flushing 1 KiB parts would otherwise fault in a fresh
+        // megabyte each time).
+        let next = (2 * st.active.len()).clamp(BUFFER_START_MIN, PART_HEADER_BYTES + self.capacity);
+        let bytes = std::mem::replace(&mut st.active, new_buffer(next));
         let cut = Cut {
             bytes,
             part: st.active_part,

@@ -178,6 +178,7 @@ impl Log {
             min_interval: options.flush_min_interval,
             pace: options.flush_pace,
             budget: options.max_appends_per_s.map(|n| Arc::new(RequestBudget::new(n))),
+            reap: autonomous.is_some(),
         };
         let mut streams: Vec<LogStream> = (0..log.streams())
             .map(|s| {
@@ -252,7 +253,7 @@ impl Log {
                 if let (Some(stream), Some(c)) =
                     (weak.get(group / groups_per_stream).and_then(|w| w.upgrade()), c.upgrade())
                 {
-                    stream.flush_now(&c);
+                    stream.flush_now(&c, true);
                 }
             }));
         }
@@ -340,8 +341,12 @@ impl Log {
         let mut clock = IDLE.get();
         let idle = !a.max_idle.is_zero()
             && Duration::from_nanos(clock.avg_idle_ns) >= a.max_idle.mul_f64(rand::random::<f64>());
+        let stream = &self.streams[group.id as usize / self.groups_per_stream];
+        // Finish the stream's appends that have landed since (they
+        // acknowledge their transactions).
+        stream.finish_landed(&self.committer);
         if buffered >= a.flush_unit || idle {
-            self.streams[group.id as usize / self.groups_per_stream].flush_now(&self.committer);
+            stream.flush_now(&self.committer, idle);
         } else if rand::random::<f64>() < a.ack_chance
             && let Some(mut c) = self.committer.try_lock()
         {
@@ -365,7 +370,7 @@ impl Log {
             let _ = t.join();
         }
         for s in &self.streams {
-            s.close_writers();
+            s.close_writers(&self.committer);
         }
         self.stop_committer.store(true, Ordering::Release);
         self.commit.wake_committer();

@@ -20,7 +20,13 @@ use bytes::Bytes;
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use objstore::ObjectStore;
 
-use super::segment::{Chain, RetryPolicy, SegmentError, SegmentWriter, WriteMode};
+use std::time::Instant;
+
+use objstore::PendingAppend;
+
+use super::segment::{
+    Chain, PartLocation, RetryPolicy, SegmentError, SegmentWriter, StartedPart, WriteMode,
+};
 use crate::error::Error;
 
 /// Parts a store may be behind the quorum before it is dropped.
@@ -103,26 +109,80 @@ impl ReplicaSet {
         ReplicaSet::Many(Replicas::start(chain, stores, needed))
     }
 
-    /// Write `part` to `segment`; return once a quorum holds it.
-    pub(crate) fn write(&mut self, segment: u64, part: Bytes) -> Result<(), Error> {
+    /// Send `part` to `segment` and return without waiting for a quorum
+    /// (one store: its asynchronous append, if it has one; several: the
+    /// stores' writer threads). Then [`ReplicaSet::poll`] or
+    /// [`ReplicaSet::wait`]; one part at a time.
+    pub(crate) fn send(&mut self, segment: u64, part: Bytes) -> InFlight {
         match self {
-            ReplicaSet::Many(r) => r.write(segment, part),
-            ReplicaSet::Single(s) => match s.writer.write_at(segment, &part) {
-                Ok(_) => {
-                    s.health.parts.fetch_add(1, Ordering::Relaxed);
-                    s.health.hedged.fetch_add(s.writer.take_hedged(), Ordering::Relaxed);
-                    s.health.hedges_won.fetch_add(s.writer.take_hedges_won(), Ordering::Relaxed);
-                    Ok(())
-                }
-                Err(e) => {
-                    let msg = format!("{}: {e}", s.health.name);
-                    s.health.gave_up(s.writer.chain(), &e);
-                    Err(match e {
-                        SegmentError::Foreign { .. } => Error::Fenced(msg),
-                        _ => Error::StoreUnavailable(msg),
-                    })
-                }
+            ReplicaSet::Many(r) => InFlight::Quorum { seq: r.send(segment, part) },
+            ReplicaSet::Single(s) => match s.writer.start_at(segment, &part) {
+                StartedPart::Written(r) => InFlight::Answered(s.result(r)),
+                StartedPart::InFlight { pending, sent } => InFlight::Single { pending, sent, part },
             },
+        }
+    }
+
+    /// The outcome of a part in flight if it is known, without blocking
+    /// (`None`: still in flight). Once it returned the outcome, the part is
+    /// done with: do not poll or wait for it again.
+    pub(crate) fn poll(&mut self, part: &mut InFlight) -> Option<Result<(), Error>> {
+        match (self, part) {
+            (_, InFlight::Answered(r)) => Some(std::mem::replace(r, Ok(()))),
+            (ReplicaSet::Single(s), InFlight::Single { pending, sent, part }) => {
+                let answer = pending.poll()?;
+                let r = s.writer.finish(part, *sent, answer);
+                Some(s.result(r))
+            }
+            (ReplicaSet::Many(r), InFlight::Quorum { seq }) => r.poll(*seq),
+            _ => unreachable!("a part is polled on the set that sent it"),
+        }
+    }
+
+    /// The outcome of a part in flight, blocking until it is known.
+    pub(crate) fn wait(&mut self, part: InFlight) -> Result<(), Error> {
+        match (self, part) {
+            (_, InFlight::Answered(r)) => r,
+            (ReplicaSet::Single(s), InFlight::Single { pending, sent, part }) => {
+                let r = s.writer.finish(&part, sent, pending.wait());
+                s.result(r)
+            }
+            (ReplicaSet::Many(r), InFlight::Quorum { seq }) => r.wait(seq),
+            _ => unreachable!("a part is waited for on the set that sent it"),
+        }
+    }
+}
+
+/// A part a lane sent and has not heard the outcome of
+/// ([`ReplicaSet::send`]).
+#[derive(Debug)]
+pub(crate) enum InFlight {
+    /// Known already (the store wrote it synchronously, or failed).
+    Answered(Result<(), Error>),
+    /// One store's asynchronous append.
+    Single { pending: PendingAppend, sent: Instant, part: Bytes },
+    /// With the stores' writer threads: its sequence number.
+    Quorum { seq: u64 },
+}
+
+impl SingleWriter {
+    /// Count a written part, or report why the store failed.
+    fn result(&mut self, r: Result<PartLocation, SegmentError>) -> Result<(), Error> {
+        match r {
+            Ok(_) => {
+                self.health.parts.fetch_add(1, Ordering::Relaxed);
+                self.health.hedged.fetch_add(self.writer.take_hedged(), Ordering::Relaxed);
+                self.health.hedges_won.fetch_add(self.writer.take_hedges_won(), Ordering::Relaxed);
+                Ok(())
+            }
+            Err(e) => {
+                let msg = format!("{}: {e}", self.health.name);
+                self.health.gave_up(self.writer.chain(), &e);
+                Err(match e {
+                    SegmentError::Foreign { .. } => Error::Fenced(msg),
+                    _ => Error::StoreUnavailable(msg),
+                })
+            }
         }
     }
 }
@@ -213,8 +273,8 @@ impl Replicas {
         }
     }
 
-    /// Write `part` to every live store; return once a quorum holds it.
-    fn write(&mut self, segment: u64, part: Bytes) -> Result<(), Error> {
+    /// Send `part` to every live store; returns its sequence number.
+    fn send(&mut self, segment: u64, part: Bytes) -> u64 {
         self.seq += 1;
         let seq = self.seq;
         for i in 0..self.replicas.len() {
@@ -231,41 +291,73 @@ impl Replicas {
                 Err(TrySendError::Disconnected(_)) => self.drop_replica(i, None),
             }
         }
+        seq
+    }
+
+    /// Whether part `seq` is at a quorum (`Ok`), can no longer get there
+    /// (`Err`), or is still on its way (`None`), by the results read so far.
+    fn outcome(&self, seq: u64) -> Option<Result<(), Error>> {
+        let have = self.replicas.iter().filter(|r| r.done >= seq).count();
+        if have >= self.needed {
+            return Some(Ok(()));
+        }
+        if self.live() >= self.needed {
+            return None;
+        }
+        let errors: Vec<String> = self
+            .replicas
+            .iter()
+            .filter_map(|r| {
+                r.health.last_error.lock().as_ref().map(|e| format!("{}: {e}", r.health.name))
+            })
+            .collect();
+        let msg = format!(
+            "log {}: {} of {} stores left, a quorum needs {}; {}",
+            self.chain,
+            self.live(),
+            self.replicas.len(),
+            self.needed,
+            errors.join("; ")
+        );
+        let fenced = self.replicas.iter().any(|r| r.health.foreign.load(Ordering::Relaxed));
+        Some(Err(if fenced { Error::Fenced(msg) } else { Error::StoreUnavailable(msg) }))
+    }
+
+    /// Take in one writer's report.
+    fn absorb(&mut self, (index, done, result): (usize, u64, Result<(), SegmentError>)) {
+        match result {
+            Ok(()) => self.replicas[index].done = self.replicas[index].done.max(done),
+            Err(_) => self.drop_replica(index, None),
+        }
+    }
+
+    /// [`Replicas::wait`] without blocking: `None` while part `seq` is on
+    /// its way.
+    fn poll(&mut self, seq: u64) -> Option<Result<(), Error>> {
         loop {
-            let have = self.replicas.iter().filter(|r| r.done >= seq).count();
-            if have >= self.needed {
-                return Ok(());
+            if let Some(r) = self.outcome(seq) {
+                return Some(r);
             }
-            if self.live() < self.needed {
-                let errors: Vec<String> = self
-                    .replicas
-                    .iter()
-                    .filter_map(|r| {
-                        r.health
-                            .last_error
-                            .lock()
-                            .as_ref()
-                            .map(|e| format!("{}: {e}", r.health.name))
-                    })
-                    .collect();
-                let msg = format!(
-                    "log {}: {} of {} stores left, a quorum needs {}; {}",
-                    self.chain,
-                    self.live(),
-                    self.replicas.len(),
-                    self.needed,
-                    errors.join("; ")
-                );
-                let fenced = self.replicas.iter().any(|r| r.health.foreign.load(Ordering::Relaxed));
-                return Err(if fenced { Error::Fenced(msg) } else { Error::StoreUnavailable(msg) });
+            match self.results.try_recv() {
+                Ok(report) => self.absorb(report),
+                Err(crossbeam_channel::TryRecvError::Empty) => return None,
+                Err(crossbeam_channel::TryRecvError::Disconnected) => {
+                    return Some(Err(Error::StoreUnavailable("every log writer stopped".into())));
+                }
             }
-            let Ok((index, done, result)) = self.results.recv() else {
+        }
+    }
+
+    /// Block until part `seq` is at a quorum, or cannot get there.
+    fn wait(&mut self, seq: u64) -> Result<(), Error> {
+        loop {
+            if let Some(r) = self.outcome(seq) {
+                return r;
+            }
+            let Ok(report) = self.results.recv() else {
                 return Err(Error::StoreUnavailable("every log writer stopped".into()));
             };
-            match result {
-                Ok(()) => self.replicas[index].done = self.replicas[index].done.max(done),
-                Err(_) => self.drop_replica(index, None),
-            }
+            self.absorb(report);
         }
     }
 }

@@ -385,6 +385,20 @@ impl std::fmt::Display for Chain {
     }
 }
 
+/// A part [`SegmentWriter::start_at`] started.
+#[derive(Debug)]
+pub enum StartedPart {
+    /// The store has no asynchronous client: the write already ran.
+    Written(Result<PartLocation, SegmentError>),
+    /// The append is out; its answer goes to [`SegmentWriter::finish`].
+    InFlight {
+        /// The request.
+        pending: objstore::PendingAppend,
+        /// When it was sent.
+        sent: Instant,
+    },
+}
+
 /// Writes one chain's parts in order. See the module docs.
 #[derive(Debug)]
 pub struct SegmentWriter {
@@ -544,12 +558,64 @@ impl SegmentWriter {
     /// A store that refuses more parts in the segment is an error here:
     /// `parts_max` must not exceed the store's limit.
     pub fn write_at(&mut self, segment: u64, part: &Bytes) -> Result<PartLocation, SegmentError> {
+        self.move_to(segment);
+        self.write_here(part, false)
+    }
+
+    fn move_to(&mut self, segment: u64) {
         if segment != self.segment {
             self.segment = segment;
             self.offset = 0;
             self.parts = 0;
         }
-        self.write_here(part, false)
+    }
+
+    /// [`SegmentWriter::write_at`] without waiting, where the store can
+    /// (`ObjectStore::start_append`, append mode): the append is sent and
+    /// the caller polls or waits on the returned [`StartedPart`], then
+    /// hands its answer to [`SegmentWriter::finish`]. Anywhere else the
+    /// write runs here, and the part returned is already answered. One
+    /// part at a time: finish it before the next one starts.
+    pub fn start_at(&mut self, segment: u64, part: &Bytes) -> StartedPart {
+        self.move_to(segment);
+        if self.mode == WriteMode::Append {
+            let key = segment_key(self.chain, self.segment);
+            let hedge = self.hedger.delay();
+            if let Some(pending) =
+                Arc::clone(&self.store).start_append(&key, self.offset, part.clone(), hedge)
+            {
+                return StartedPart::InFlight { pending, sent: Instant::now() };
+            }
+        }
+        StartedPart::Written(self.write_here(part, false))
+    }
+
+    /// The end of a part started with [`SegmentWriter::start_at`], given
+    /// the store's answer: where it landed, or, after a failure, the same
+    /// reconciliation and retries as a synchronous write, here.
+    pub fn finish(
+        &mut self,
+        part: &Bytes,
+        sent: Instant,
+        (answer, hedge): objstore::pending::AppendAnswer,
+    ) -> Result<PartLocation, SegmentError> {
+        self.hedger.count(hedge);
+        if answer.is_ok() {
+            self.hedger.record(sent.elapsed());
+        }
+        let key = segment_key(self.chain, self.segment);
+        match self.append_outcome(&key, part, answer) {
+            Ok(Some(loc)) => Ok(loc),
+            Err(Step::Fail(e)) => Err(e),
+            Err(Step::RollOver) => Err(SegmentError::Store {
+                key,
+                error: StoreError::TooManyParts { parts: self.parts },
+            }),
+            // Surely not landed, or not known yet: as a synchronous write
+            // goes on after its first attempt (a stale offset is refused
+            // and reconciled, so sending again is safe).
+            Ok(None) | Err(Step::Retry(_)) => self.write_here(part, false),
+        }
     }
 
     fn write_here(&mut self, part: &Bytes, may_roll: bool) -> Result<PartLocation, SegmentError> {
@@ -605,7 +671,18 @@ impl SegmentWriter {
 
     /// One append. `Ok(Some)` landed, `Ok(None)` surely did not.
     fn try_append(&mut self, key: &str, part: &Bytes) -> Result<Option<PartLocation>, Step> {
-        match self.append_once(key, part) {
+        let answer = self.append_once(key, part);
+        self.append_outcome(key, part, answer)
+    }
+
+    /// What an append's answer means for the part (see `try_append`).
+    fn append_outcome(
+        &mut self,
+        key: &str,
+        part: &Bytes,
+        answer: Result<objstore::ObjectMeta, StoreError>,
+    ) -> Result<Option<PartLocation>, Step> {
+        match answer {
             Ok(m) if m.size == self.offset + part.len() as u64 => Ok(Some(self.landed(part))),
             Ok(m) => Err(Step::Fail(SegmentError::Foreign {
                 key: key.into(),

@@ -53,13 +53,19 @@
 //!
 //! **Who flushes** (`CommitProtocol`). With pipelined commit only the
 //! lanes' threads do. With autonomous commit a *worker* flushes its own
-//! stream after a pre-commit ([`LogStream::flush_now`]): it takes any free
-//! lane (`try_lock` on the lane's writer), cuts every group of the stream
-//! (its own buffer and its neighbours': log stealing) and writes the
-//! append itself, then runs the committer's round. The lanes' threads stay,
-//! under the timeout policy, as the backstop for what no worker flushed.
-//! Either way a lane's writer is locked before its segment is picked, so
-//! a chain's appends go out in the order their segments were chosen.
+//! stream after a pre-commit ([`LogStream::flush_now`]): it takes a free
+//! lane (`try_lock` on the lane's writer, and no append out on it), cuts
+//! every group of the stream (its own buffer and its neighbours': log
+//! stealing) and sends the append, without waiting for it where the store
+//! has an asynchronous client (`ObjectStore::start_append`). A lane holds
+//! at most one append out ([`Lane`]); whoever finishes it publishes its
+//! parts and runs the committer's round ([`LogStream::complete`]): a worker
+//! of the stream after its next transaction, a worker about to idle or
+//! wait for an ack, a lane's thread, or the backstop. The lanes' threads
+//! stay, under the timeout policy, as the backstop for what no worker
+//! flushed or finished (ARCHITECTURE.md, "Autonomous commit"). Either way
+//! a lane's writer is locked before its segment is picked, so a chain's
+//! appends go out in the order their segments were chosen.
 //!
 //! **Segments are chosen here**, not by each store's writer: a lane's
 //! append goes to its chain's current segment, which moves on after
@@ -72,14 +78,14 @@
 //! segments it makes obsolete.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use parking_lot::{Condvar, Mutex};
 
 use super::group::{Cut, CutResult, LogGroup};
-use super::replica::ReplicaSet;
+use super::replica::{InFlight, ReplicaSet};
 use super::segment::Recent;
 use crate::commit::dependency::{CommitState, Committer};
 use crate::mvcc::Csn;
@@ -95,6 +101,9 @@ pub(crate) struct FlushSettings {
     pub(crate) pace: Option<f64>,
     /// The database's request budget, shared by every stream.
     pub(crate) budget: Option<Arc<RequestBudget>>,
+    /// Autonomous commit: workers leave appends in flight, and the lanes'
+    /// threads look every `timeout` for ones nobody finished.
+    pub(crate) reap: bool,
 }
 
 /// A token bucket of appends per second, shared by a database's streams.
@@ -166,6 +175,10 @@ struct StreamState {
 pub(crate) struct FlushSignal {
     state: Mutex<StreamState>,
     work: Condvar,
+    /// Autonomous commit: the workers flush, so new data does not wake a
+    /// lane (the lanes look every `flush_timeout` on their own); a full
+    /// buffer still does.
+    quiet: std::sync::atomic::AtomicBool,
 }
 
 impl FlushSignal {
@@ -186,6 +199,7 @@ impl FlushSignal {
                     .collect(),
             }),
             work: Condvar::new(),
+            quiet: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -193,7 +207,9 @@ impl FlushSignal {
     pub(crate) fn data(&self) {
         let mut st = self.state.lock();
         st.data_since.get_or_insert_with(Instant::now);
-        self.work.notify_one();
+        if !self.quiet.load(Ordering::Relaxed) {
+            self.work.notify_one();
+        }
     }
 
     /// A worker found no room in its buffer.
@@ -211,6 +227,46 @@ struct Flush {
     cuts: Vec<(Arc<LogGroup>, Cut)>,
     segment: u64,
 }
+
+/// One lane's writers, and the append it has out.
+pub(crate) struct Lane {
+    replicas: ReplicaSet,
+    /// Sent and not yet finished: nothing else goes out on the lane (one
+    /// append at a time per chain) until someone finishes it.
+    out: Option<(InFlight, Landing)>,
+}
+
+/// What an append in flight publishes when it lands.
+struct Landing {
+    cuts: Vec<(Arc<LogGroup>, Cut)>,
+    sizes: Vec<u64>,
+    sent: Instant,
+}
+
+/// How [`LogStream::complete`] waits for a lane's append.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    /// Not at all: finish it only if its answer is in.
+    No,
+    /// Poll for a while first (see [`LogStream::spin_budget`]), then block.
+    Spin,
+    /// Block until the answer.
+    Block,
+}
+
+/// What [`LogStream::wait_due`] woke a lane's thread for.
+enum Due {
+    /// Flush; `true`: wait for busy buffers (at close nothing may stay).
+    Flush(bool),
+    /// Finish appends workers left in flight.
+    Reap,
+}
+
+/// The longest a worker polls for its own append before it sleeps: on a
+/// device this fast, a sleep's wake-up (tens of microseconds here) costs
+/// as much as the write, so polling is worth a core's time; on slower
+/// ones it is not (Linux's hybrid polling makes the same trade).
+const SPIN_MAX: Duration = Duration::from_micros(250);
 
 /// What one log stream did; see [`crate::Database::log_metrics`].
 #[derive(Debug, Clone, Default)]
@@ -241,9 +297,13 @@ pub(crate) struct LogStream {
     pub(crate) id: u32,
     groups: Vec<Arc<LogGroup>>,
     lanes: u32,
-    /// Each lane's writers (one per store), locked by whoever writes on
-    /// the lane; `None` once the stream has shut down.
-    writers: Vec<Mutex<Option<ReplicaSet>>>,
+    /// Each lane's writers (one per store) and its append in flight,
+    /// locked by whoever writes on the lane; `None` once the stream has
+    /// shut down.
+    writers: Vec<Mutex<Option<Lane>>>,
+    /// Lanes with an append in flight that a worker left (autonomous
+    /// commit), so a worker can skip looking when there are none.
+    out: AtomicU32,
     signal: Arc<FlushSignal>,
     flush: FlushSettings,
     parts_max: u32,
@@ -268,13 +328,18 @@ impl LogStream {
             groups: Vec::new(),
             lanes: first_segments.len() as u32,
             writers: Vec::new(),
-            signal: Arc::new(FlushSignal::new(first_segments, flush.min_interval)),
+            signal: {
+                let signal = FlushSignal::new(first_segments, flush.min_interval);
+                signal.quiet.store(flush.reap, Ordering::Relaxed);
+                Arc::new(signal)
+            },
             flush,
             parts_max: parts_max.max(1),
             commit,
             appends: AtomicU64::new(0),
             overlapped: AtomicU64::new(0),
             worker_flushes: AtomicU64::new(0),
+            out: AtomicU32::new(0),
         }
     }
 
@@ -310,14 +375,21 @@ impl LogStream {
     /// Give the stream its lanes' writers, lane by lane.
     pub(crate) fn set_writers(&mut self, writers: Vec<ReplicaSet>) {
         debug_assert_eq!(writers.len(), self.lanes as usize);
-        self.writers = writers.into_iter().map(|w| Mutex::new(Some(w))).collect();
+        self.writers = writers
+            .into_iter()
+            .map(|replicas| Mutex::new(Some(Lane { replicas, out: None })))
+            .collect();
     }
 
-    /// Drop the lanes' writers (after the lanes' threads stopped): their
-    /// per-store threads finish and exit.
-    pub(crate) fn close_writers(&self) {
+    /// Finish what is in flight and drop the lanes' writers (after the
+    /// lanes' threads stopped): their per-store threads finish and exit.
+    pub(crate) fn close_writers(&self, committer: &Mutex<Committer>) {
         for w in &self.writers {
-            w.lock().take();
+            let mut w = w.lock();
+            if let Some(lane) = w.as_mut() {
+                self.complete(lane, committer, Wait::Block);
+            }
+            w.take();
         }
     }
 
@@ -357,9 +429,10 @@ impl LogStream {
 
     /// Wait until a flush is due and clear the signal (under the stream's
     /// lock, as the decision); `None` when the lane should stop (closing
-    /// with nothing left, or poisoned), else whether the cut must wait for
-    /// busy buffers (at close: nothing may stay behind).
-    fn wait_due(&self, lane: usize) -> Option<bool> {
+    /// with nothing left, or poisoned). With `reap`, also wake every
+    /// `timeout` while workers have appends in flight, to finish those
+    /// they left.
+    fn wait_due(&self, lane: usize) -> Option<Due> {
         let mut st = self.signal.state.lock();
         loop {
             if self.commit.is_poisoned() {
@@ -369,7 +442,16 @@ impl LogStream {
                 if st.closing {
                     return None;
                 }
-                self.signal.work.wait(&mut st);
+                if self.flush.reap {
+                    // Timed: a worker sends without waking anyone.
+                    let timed_out =
+                        self.signal.work.wait_for(&mut st, self.flush.timeout).timed_out();
+                    if timed_out && st.data_since.is_none() && self.out.load(Ordering::SeqCst) > 0 {
+                        return Some(Due::Reap);
+                    }
+                } else {
+                    self.signal.work.wait(&mut st);
+                }
                 continue;
             };
             let now = Instant::now();
@@ -392,14 +474,18 @@ impl LogStream {
             let Some(wait) = wait else {
                 st.data_since = None;
                 st.full = false;
-                return Some(st.closing);
+                return Some(Due::Flush(st.closing));
             };
             // One lane, the pacer, sleeps until the flush is due; the
             // others until woken (new data, a full buffer, a busy group
             // left behind, closing). The pacer keeps the role only while
             // it sleeps, so it never sleeps untimed with it.
             if st.pacer.is_some() {
-                self.signal.work.wait(&mut st);
+                if self.flush.reap {
+                    self.signal.work.wait_for(&mut st, self.flush.timeout);
+                } else {
+                    self.signal.work.wait(&mut st);
+                }
             } else {
                 st.pacer = Some(lane);
                 self.signal.work.wait_for(&mut st, wait);
@@ -454,15 +540,24 @@ impl LogStream {
     }
 
     /// Autonomous commit: the calling worker flushes the stream itself on
-    /// a free lane, then runs the committer's round. False if every lane
-    /// was busy (their appends will be followed by the backstop's), there
-    /// was nothing to cut, or the log stopped.
-    pub(crate) fn flush_now(&self, committer: &Mutex<Committer>) -> bool {
+    /// a free lane: it cuts every group of the stream and sends the append
+    /// without waiting for it (the worker finishes it later, see
+    /// [`LogStream::finish_landed`]). With `idle` (force commit: the
+    /// worker expects to be idle, or waits for an ack), it then waits for
+    /// every append of the stream still in flight, so that none stays out
+    /// while it idles. False if every lane was busy (their appends will
+    /// be followed by the backstop's), there was nothing to cut, or the log
+    /// stopped.
+    pub(crate) fn flush_now(&self, committer: &Mutex<Committer>, idle: bool) -> bool {
+        let mut flushed = false;
         for (lane, writer) in self.writers.iter().enumerate() {
             let Some(mut w) = writer.try_lock() else { continue };
-            let Some(replicas) = w.as_mut() else { return false };
+            let Some(l) = w.as_mut() else { return false };
             if self.commit.is_poisoned() {
                 return false;
+            }
+            if !self.complete(l, committer, Wait::No) {
+                continue;
             }
             {
                 // Clear the signal before cutting, as a lane does.
@@ -470,39 +565,95 @@ impl LogStream {
                 st.data_since = None;
                 st.full = false;
             }
-            let Some(flush) = self.cut_for(lane, false) else { return false };
-            self.worker_flushes.fetch_add(1, Ordering::Relaxed);
-            return self.write(flush, replicas, committer);
+            if let Some(flush) = self.cut_for(lane, false) {
+                self.worker_flushes.fetch_add(1, Ordering::Relaxed);
+                self.send(flush, l);
+                // A store without an asynchronous client has answered
+                // already: publish it now.
+                self.complete(l, committer, Wait::No);
+                flushed = true;
+            }
+            break;
         }
-        false
+        if idle {
+            self.finish_all(committer, Wait::Spin);
+        }
+        flushed
     }
 
-    /// One lane's flusher loop: wait, take the lane's writer, cut, seal,
-    /// write to a quorum, publish. After each append the lane runs the
-    /// committer's round itself (raise gCSN, release, wake the ack
-    /// waiters, record latencies), so an ack needs no hop through another
-    /// thread, which costs milliseconds when the cores are busy.
-    pub(crate) fn run_lane(&self, lane: usize, committer: &Mutex<Committer>) {
-        while let Some(wait) = self.wait_due(lane) {
-            let mut w = self.writers[lane].lock();
-            let Some(replicas) = w.as_mut() else { return };
-            let Some(flush) = self.cut_for(lane, wait) else { continue };
-            if !self.write(flush, replicas, committer) {
+    /// Finish the appends in flight on this stream whose answers are in
+    /// (a worker between transactions: seed 001's workers poll their
+    /// completions). Costs one atomic load when none is out.
+    pub(crate) fn finish_landed(&self, committer: &Mutex<Committer>) {
+        if self.out.load(Ordering::SeqCst) > 0 {
+            self.finish_all(committer, Wait::No);
+        }
+    }
+
+    /// Finish the appends in flight on every lane not locked by someone
+    /// else, waiting for each as `wait` says.
+    fn finish_all(&self, committer: &Mutex<Committer>, wait: Wait) {
+        for writer in &self.writers {
+            if self.out.load(Ordering::SeqCst) == 0 {
                 return;
+            }
+            if let Some(mut w) = writer.try_lock()
+                && let Some(l) = w.as_mut()
+            {
+                self.complete(l, committer, wait);
             }
         }
     }
 
-    /// Seal the cut parts, write them as one append on the lane whose
-    /// writers are `replicas`, publish them durable and run the
-    /// committer's round. False if the write failed: the database is then
-    /// poisoned and everyone waiting is woken.
-    fn write(
-        &self,
-        Flush { mut cuts, segment }: Flush,
-        replicas: &mut ReplicaSet,
-        committer: &Mutex<Committer>,
-    ) -> bool {
+    /// One lane's flusher loop: wait, take the lane's writer, finish what
+    /// a worker left on it, cut, seal, write to a quorum, publish. After
+    /// each append the lane runs the committer's round itself (raise gCSN,
+    /// release, wake the ack waiters, record latencies), so an ack needs
+    /// no hop through another thread, which costs milliseconds when the
+    /// cores are busy.
+    pub(crate) fn run_lane(&self, lane: usize, committer: &Mutex<Committer>) {
+        while let Some(due) = self.wait_due(lane) {
+            let wait = match due {
+                Due::Flush(wait) => wait,
+                Due::Reap => {
+                    self.reap(committer);
+                    continue;
+                }
+            };
+            let mut w = self.writers[lane].lock();
+            let Some(l) = w.as_mut() else { return };
+            self.complete(l, committer, Wait::Block);
+            let Some(flush) = self.cut_for(lane, wait) else { continue };
+            self.send(flush, l);
+            self.complete(l, committer, Wait::Block);
+            if self.commit.is_poisoned() {
+                return;
+            }
+        }
+        if let Some(l) = self.writers[lane].lock().as_mut() {
+            self.complete(l, committer, Wait::Block);
+        }
+    }
+
+    /// The backstop: finish appends whose answers are in, and wait for
+    /// those out longer than the flush timeout (their worker went idle
+    /// without finishing them).
+    fn reap(&self, committer: &Mutex<Committer>) {
+        for writer in &self.writers {
+            let mut w = writer.lock();
+            let Some(l) = w.as_mut() else { continue };
+            let stale = l
+                .out
+                .as_ref()
+                .is_some_and(|(_, landing)| landing.sent.elapsed() >= self.flush.timeout);
+            self.complete(l, committer, if stale { Wait::Block } else { Wait::No });
+        }
+    }
+
+    /// Seal the cut parts and send them as one append on `lane` (which
+    /// must have none out); [`LogStream::complete`] finishes it.
+    fn send(&self, Flush { mut cuts, segment }: Flush, lane: &mut Lane) {
+        debug_assert!(lane.out.is_none(), "one append at a time per lane");
         for (g, c) in &mut cuts {
             g.seal(c);
         }
@@ -527,16 +678,52 @@ impl LogStream {
         } else {
             cuts.iter().map(|(_, c)| c.bytes.len() as u64).collect()
         };
-        let started = Instant::now();
-        if let Err(e) = replicas.write(segment, Bytes::from(bytes)) {
+        let sent = Instant::now();
+        let part = lane.replicas.send(segment, Bytes::from(bytes));
+        lane.out = Some((part, Landing { cuts, sizes, sent }));
+        self.out.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// How long a worker polls for an append before it blocks: twice the
+    /// median of the stream's recent appends, if that is under
+    /// [`SPIN_MAX`]; else not at all.
+    fn spin_budget(&self) -> Duration {
+        let median = self.signal.state.lock().recent.quantile(0.5);
+        median.filter(|m| *m <= SPIN_MAX).map_or(Duration::ZERO, |m| m * 2)
+    }
+
+    /// Finish the append `lane` has out, if any: once its answer is in
+    /// (waiting as `wait` says), publish its parts durable and run the
+    /// committer's round; if it failed, poison the database and wake
+    /// everyone waiting. Returns whether the lane is free now (false: its
+    /// append is still out, with [`Wait::No`]).
+    fn complete(&self, lane: &mut Lane, committer: &Mutex<Committer>, wait: Wait) -> bool {
+        let Some((mut part, landing)) = lane.out.take() else { return true };
+        let spin_until = (wait == Wait::Spin).then(|| Instant::now() + self.spin_budget());
+        let result = loop {
+            if let Some(r) = lane.replicas.poll(&mut part) {
+                break r;
+            }
+            match (wait, spin_until) {
+                (Wait::No, _) => {
+                    lane.out = Some((part, landing));
+                    return false;
+                }
+                (_, Some(until)) if Instant::now() < until => std::hint::spin_loop(),
+                _ => break lane.replicas.wait(part),
+            }
+        };
+        self.out.fetch_sub(1, Ordering::SeqCst);
+        let Landing { cuts, sizes, sent } = landing;
+        if let Err(e) = result {
             self.commit.poison(e);
             for g in &self.groups {
                 g.wake_all();
             }
             self.wake_all();
-            return false;
+            return true;
         }
-        let took = started.elapsed();
+        let took = sent.elapsed();
         {
             let mut st = self.signal.state.lock();
             st.writing -= 1;

@@ -4,9 +4,12 @@
 
 use std::ops::Range;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use objstore::{Bytes, MemoryStore, ObjectMeta, ObjectStore, Result, StoreError};
+use objstore::pending::Stage;
+use objstore::{
+    Bytes, Hedge, MemoryStore, ObjectMeta, ObjectStore, PendingAppend, Result, StoreError,
+};
 use parking_lot::Mutex;
 use rand::Rng;
 use rand::rngs::SmallRng;
@@ -45,6 +48,10 @@ pub struct Schedule {
     /// landed since.
     pub holding: Option<u32>,
     pub held_once: bool,
+    /// Offer `start_append`: the log's appends then go out without their
+    /// sender waiting (workers poll them), else through the synchronous
+    /// call.
+    pub asynchronous: bool,
 }
 
 /// A memory store with a fault schedule and a crash point.
@@ -132,6 +139,44 @@ impl CrashStore {
         false
     }
 
+    /// An append's time on the wire, before it reaches the store: a
+    /// crash meanwhile refuses it.
+    fn wire_time(&self) -> Duration {
+        let mut s = self.s.lock();
+        let most = s.append_us;
+        let mut us = s.rng.random_range(0..=most);
+        if s.slow_appends && s.rng.random_bool(0.125) {
+            us += 5_000;
+        }
+        Duration::from_micros(us)
+    }
+
+    /// An append reaches the store.
+    fn arrive(&self, key: &str, offset: u64, body: Bytes) -> Result<ObjectMeta> {
+        if self.hold_back() {
+            return Err(StoreError::Fatal("crashed while this append was on its way".into()));
+        }
+        match self.write() {
+            Verdict::Go => {
+                let r = self.inner.append(key, offset, body);
+                if let Some(n) = &mut self.s.lock().holding {
+                    *n += u32::from(r.is_ok());
+                }
+                r
+            }
+            Verdict::GoThenFail => {
+                let _ = self.inner.append(key, offset, body);
+                Err(StoreError::Transient("the response was lost".into()))
+            }
+            Verdict::Refuse(e) => Err(e),
+            Verdict::Torn => {
+                let cut = (body.len() / 2).max(1);
+                let _ = self.inner.append(key, offset, body.slice(..cut));
+                Err(StoreError::Fatal("crashed mid-append".into()))
+            }
+        }
+    }
+
     pub fn crashed(&self) -> bool {
         self.s.lock().crashed
     }
@@ -160,42 +205,29 @@ impl ObjectStore for CrashStore {
         self.apply(|| self.inner.put_if_match(key, body, etag))
     }
     fn append(&self, key: &str, offset: u64, body: Bytes) -> Result<ObjectMeta> {
-        // The request's time on the wire, before it reaches the store: a
-        // crash meanwhile refuses it.
-        let delay = {
-            let mut s = self.s.lock();
-            let most = s.append_us;
-            let mut us = s.rng.random_range(0..=most);
-            if s.slow_appends && s.rng.random_bool(0.125) {
-                us += 5_000;
-            }
-            Duration::from_micros(us)
-        };
+        let delay = self.wire_time();
         if !delay.is_zero() {
             std::thread::sleep(delay);
         }
-        if self.hold_back() {
-            return Err(StoreError::Fatal("crashed while this append was on its way".into()));
+        self.arrive(key, offset, body)
+    }
+    fn start_append(
+        self: Arc<Self>,
+        key: &str,
+        offset: u64,
+        body: Bytes,
+        _hedge_after: Option<Duration>,
+    ) -> Option<PendingAppend> {
+        if !self.s.lock().asynchronous {
+            return None;
         }
-        match self.write() {
-            Verdict::Go => {
-                let r = self.inner.append(key, offset, body);
-                if let Some(n) = &mut self.s.lock().holding {
-                    *n += u32::from(r.is_ok());
-                }
-                r
-            }
-            Verdict::GoThenFail => {
-                let _ = self.inner.append(key, offset, body);
-                Err(StoreError::Transient("the response was lost".into()))
-            }
-            Verdict::Refuse(e) => Err(e),
-            Verdict::Torn => {
-                let cut = (body.len() / 2).max(1);
-                let _ = self.inner.append(key, offset, body.slice(..cut));
-                Err(StoreError::Fatal("crashed mid-append".into()))
-            }
-        }
+        // The same request, answered to whoever polls once its time is up.
+        let at = Instant::now() + self.wire_time();
+        let key = key.to_owned();
+        Some(PendingAppend::new(Stage::At(
+            at,
+            Box::new(move || Stage::Done((self.arrive(&key, offset, body), Hedge::NotSent))),
+        )))
     }
     fn get(&self, key: &str) -> Result<Bytes> {
         self.read()?;

@@ -31,6 +31,13 @@
 //! requests are counted and priced. The calling thread sleeps once, until
 //! the answer it gets: no second thread.
 //!
+//! **Appends in flight** ([`ObjectStore::start_append`]) are drawn,
+//! counted and priced when sent, and land (or fail) at the end of their
+//! latency, at whichever poll or wait of the [`PendingAppend`] comes
+//! first (a hedged one as above, its twin's stage after the first's): no
+//! thread sleeps for them, so a caller that polls between other work
+//! sees the answer without a sleep's wake-up delay.
+//!
 //! **Hedged reads** ([`ObjectStore::get_range_hedged`],
 //! [`ObjectStore::head_hedged`]) race the same way. A read applies when it
 //! is sent, so the second one reads the store as it is at the hedge delay.
@@ -49,6 +56,7 @@ use bytes::Bytes;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
+use crate::pending::{PendingAppend, Stage};
 use crate::{Hedge, ObjectMeta, ObjectStore, Result, StoreError};
 use accounting::{Accounting, AccountingReport, Kind};
 use model::{Catalog, OpClass, Preset, Prices};
@@ -344,7 +352,7 @@ fn takes_no_hedge(hedge_after: Duration, takes: Duration) -> bool {
 /// the CPU to busy worker threads for a whole time slice (milliseconds),
 /// while a thread waking from sleep is scheduled promptly. A plain sleep is
 /// the better model of a request waiting on the network. Most of the
-/// overshoot was the kernel's timer slack, which [`precise_timers`] removes.
+/// overshoot was the kernel's timer slack, which `precise_timers` removes.
 pub fn latency_sleep(d: Duration) {
     if !d.is_zero() {
         precise_timers();
@@ -445,6 +453,34 @@ impl SimStore {
         r
     }
 
+    /// Send an append (and its hedge, if it would be slower than
+    /// `hedge_after`): count and draw them, and return when each lands, in
+    /// the order they land, with its fault and what it is to the hedge.
+    /// `Err`: the store refused it at once (an injected outage).
+    fn send_append(
+        &self,
+        up: u64,
+        hedge_after: Option<Duration>,
+    ) -> Result<Vec<(Duration, Fault, Hedge)>> {
+        self.accounting.request(Kind::Append, up);
+        self.check_available()?;
+        let takes = |(fault, delay): (Fault, Duration)| self.takes(fault, delay);
+        let first = self.draw(OpClass::Write, up, true);
+        self.accounting.append_latency(takes(first));
+        let Some(hedge_after) = hedge_after.filter(|h| !takes_no_hedge(*h, takes(first))) else {
+            return Ok(vec![(takes(first), first.0, Hedge::NotSent)]);
+        };
+        self.accounting.request(Kind::Append, up);
+        let second = self.draw(OpClass::Write, up, true);
+        self.accounting.append_latency(takes(second));
+        let mut arrivals = vec![
+            (takes(first), first.0, Hedge::Lost),
+            (hedge_after + takes(second), second.0, Hedge::Won),
+        ];
+        arrivals.sort_by_key(|a| a.0);
+        Ok(arrivals)
+    }
+
     /// See the module docs: two requests racing, in one thread.
     fn hedged_append(
         &self,
@@ -453,30 +489,10 @@ impl SimStore {
         body: Bytes,
         hedge_after: Duration,
     ) -> (Result<ObjectMeta>, Hedge) {
-        let up = body.len() as u64;
-        self.accounting.request(Kind::Append, up);
-        if let Err(e) = self.check_available() {
-            return (Err(e), Hedge::NotSent);
-        }
-        let takes = |(fault, delay): (Fault, Duration)| self.takes(fault, delay);
-        let first = self.draw(OpClass::Write, up, true);
-        self.accounting.append_latency(takes(first));
-        if takes_no_hedge(hedge_after, takes(first)) {
-            latency_sleep(takes(first));
-            return (
-                self.answer(first.0, || self.inner.append(key, offset, body.clone())),
-                Hedge::NotSent,
-            );
-        }
-        self.accounting.request(Kind::Append, up);
-        let second = self.draw(OpClass::Write, up, true);
-        self.accounting.append_latency(takes(second));
-        // (arrival time, draw, which) of both, in the order they land.
-        let mut arrivals = [
-            (takes(first), first.0, Hedge::Lost),
-            (hedge_after + takes(second), second.0, Hedge::Won),
-        ];
-        arrivals.sort_by_key(|a| a.0);
+        let arrivals = match self.send_append(body.len() as u64, Some(hedge_after)) {
+            Ok(a) => a,
+            Err(e) => return (Err(e), Hedge::NotSent),
+        };
         let mut waited = Duration::ZERO;
         let mut answer = None;
         for (at, fault, which) in arrivals {
@@ -488,8 +504,33 @@ impl SimStore {
             }
             answer = Some((r, which));
         }
-        answer.expect("two requests")
+        answer.expect("one or two requests")
     }
+}
+
+/// The stages of an append in flight ([`ObjectStore::start_append`]):
+/// each request of `arrivals` lands at `sent + at`; the first that
+/// succeeds answers, else the last one's failure does.
+fn append_stage(
+    sim: Arc<SimStore>,
+    key: String,
+    offset: u64,
+    body: Bytes,
+    sent: Instant,
+    mut arrivals: std::vec::IntoIter<(Duration, Fault, Hedge)>,
+) -> Stage {
+    let (at, fault, which) = arrivals.next().expect("one request at least");
+    Stage::At(
+        sent + at,
+        Box::new(move || {
+            let r = sim.answer(fault, || sim.inner.append(&key, offset, body.clone()));
+            if r.is_ok() || arrivals.len() == 0 {
+                Stage::Done((r, which))
+            } else {
+                append_stage(sim, key, offset, body, sent, arrivals)
+            }
+        }),
+    )
 }
 
 impl ObjectStore for SimStore {
@@ -508,6 +549,26 @@ impl ObjectStore for SimStore {
     }
     fn append(&self, key: &str, offset: u64, body: Bytes) -> Result<ObjectMeta> {
         self.write(Kind::Append, body.len() as u64, || self.inner.append(key, offset, body))
+    }
+    fn start_append(
+        self: Arc<Self>,
+        key: &str,
+        offset: u64,
+        body: Bytes,
+        hedge_after: Option<Duration>,
+    ) -> Option<PendingAppend> {
+        let sent = Instant::now();
+        Some(match self.send_append(body.len() as u64, hedge_after) {
+            Ok(arrivals) => PendingAppend::new(append_stage(
+                Arc::clone(&self),
+                key.to_owned(),
+                offset,
+                body,
+                sent,
+                arrivals.into_iter(),
+            )),
+            Err(e) => PendingAppend::done((Err(e), Hedge::NotSent)),
+        })
     }
     fn get(&self, key: &str) -> Result<Bytes> {
         self.read(Kind::Get, OpClass::Read, || self.inner.get(key), |b| b.len() as u64)
