@@ -365,3 +365,34 @@ fn a_waiting_worker_finishes_its_append_in_flight() {
     assert_eq!((worker_flushes(&db), appends(&db)), (1, 1));
     db.close();
 }
+
+/// A worker that expects to be idle (force commit) sends its append and,
+/// if the answer is not in after a brief poll, hands it to a lane's
+/// thread, which waits for it: the commit is acknowledged while the worker
+/// idles, with no later transaction and long before the backstop.
+#[test]
+fn an_idle_worker_hands_its_append_in_flight_to_a_lane() {
+    let store = AsyncGate::new(true);
+    let db = Database::open(autonomous(store.clone(), 1).max_idle(Duration::from_millis(2)))
+        .expect("open");
+    let t = db.create_table("t").expect("table");
+    // Gaps of 10 ms teach the worker that it idles between transactions.
+    for i in 0..20u32 {
+        std::thread::sleep(Duration::from_millis(10));
+        put(&db, &t, &i.to_be_bytes()).wait().expect("acknowledged");
+    }
+    store.set_open(false);
+    std::thread::sleep(Duration::from_millis(10));
+    let flushes = worker_flushes(&db);
+    let ack = put(&db, &t, b"idle");
+    assert_eq!(worker_flushes(&db), flushes + 1, "an idle worker flushes below the unit");
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(!ack.is_acknowledged(), "the gate holds the append");
+    store.set_open(true);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !ack.is_acknowledged() {
+        assert!(Instant::now() < deadline, "no lane finished the idle worker's append");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    db.close();
+}

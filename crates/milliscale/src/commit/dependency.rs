@@ -86,8 +86,10 @@ pub(crate) struct CommitState {
     force_flush: std::sync::OnceLock<ForceFlush>,
 }
 
-/// See [`CommitState::set_force_flush`].
-pub(crate) type ForceFlush = Box<dyn Fn(usize) + Send + Sync>;
+/// See [`CommitState::set_force_flush`]: flush group `g`'s stream for a
+/// worker that waits for an ack, with no deadline (`None`) or for at most
+/// the time given.
+pub(crate) type ForceFlush = Box<dyn Fn(usize, Option<Duration>) + Send + Sync>;
 
 /// What the committer measured.
 #[derive(Debug, Clone)]
@@ -207,10 +209,15 @@ impl CommitState {
         if self.is_acknowledged(csn, dsn, own) {
             return Some(Ok(()));
         }
+        // A waiter with a deadline has work at the deadline: it must not
+        // be held past it by the flush, and one whose deadline has passed
+        // does not idle at all (no force commit).
+        let idle = deadline.saturating_duration_since(std::time::Instant::now());
         if csn.is_some()
+            && !idle.is_zero()
             && let Some(flush) = self.force_flush.get()
         {
-            flush(own.group);
+            flush(own.group, Some(idle));
         }
         self.waiters.fetch_add(1, Ordering::SeqCst);
         let result = loop {
@@ -246,7 +253,7 @@ impl CommitState {
         {
             // Autonomous commit: a waiting worker is idle; it writes its
             // own records out rather than wait for the backstop.
-            flush(own.group);
+            flush(own.group, None);
             if self.is_acknowledged(csn, dsn, own) {
                 return Ok(());
             }

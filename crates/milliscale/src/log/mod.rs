@@ -37,7 +37,7 @@ use crate::options::{CommitProtocol, FlushPolicy, Options, StoreSpec};
 use group::{GroupMetrics, LogGroup};
 use replica::{ReplicaConfig, ReplicaSet, StoreHealth};
 use segment::{HedgePolicy, RetryPolicy, WriteMode};
-use stream::{FlushSettings, LogStream, RequestBudget};
+use stream::{Finish, FlushSettings, LogStream, RequestBudget};
 
 pub use stream::StreamMetrics;
 
@@ -249,11 +249,11 @@ impl Log {
             let weak: Vec<std::sync::Weak<LogStream>> =
                 streams.iter().map(Arc::downgrade).collect();
             let c = Arc::downgrade(&committer);
-            commit.set_force_flush(Box::new(move |group| {
+            commit.set_force_flush(Box::new(move |group, within| {
                 if let (Some(stream), Some(c)) =
                     (weak.get(group / groups_per_stream).and_then(|w| w.upgrade()), c.upgrade())
                 {
-                    stream.flush_now(&c, true);
+                    stream.flush_now(&c, within.map_or(Finish::Wait, Finish::Idle));
                 }
             }));
         }
@@ -346,7 +346,12 @@ impl Log {
         // acknowledge their transactions).
         stream.finish_landed(&self.committer);
         if buffered >= a.flush_unit || idle {
-            stream.flush_now(&self.committer, idle);
+            let then = if idle {
+                Finish::Idle(Duration::from_nanos(clock.avg_idle_ns))
+            } else {
+                Finish::Later
+            };
+            stream.flush_now(&self.committer, then);
         } else if rand::random::<f64>() < a.ack_chance
             && let Some(mut c) = self.committer.try_lock()
         {

@@ -169,6 +169,9 @@ struct StreamState {
     recent: Recent,
     /// Adaptive flushing: the least time between two flushes now.
     interval: Duration,
+    /// A worker about to idle left appends out: a lane's thread should
+    /// wait for them now (see [`LogStream::flush_now`]).
+    finish_out: bool,
 }
 
 /// What a stream's groups signal and its lanes wait on.
@@ -193,6 +196,7 @@ impl FlushSignal {
                 pacer: None,
                 recent: Recent::default(),
                 interval,
+                finish_out: false,
                 lanes: first_segments
                     .iter()
                     .map(|&segment| LaneState { segment, segment_parts: 0 })
@@ -248,24 +252,49 @@ struct Landing {
 enum Wait {
     /// Not at all: finish it only if its answer is in.
     No,
-    /// Poll for a while first (see [`LogStream::spin_budget`]), then block.
-    Spin,
+    /// Poll for up to this long (see [`spin_budget`]); if the
+    /// answer is not in by then, leave the append out.
+    Spin(Duration),
     /// Block until the answer.
     Block,
+}
+
+/// How long a worker about to idle polls for the stream's appends, given
+/// the median of its recent ones: twice that, if it is under [`SPIN_MAX`];
+/// else not at all (a lane's thread waits for them).
+fn spin_budget(median: Option<Duration>) -> Duration {
+    median.filter(|m| *m <= SPIN_MAX).map_or(Duration::ZERO, |m| m * 2)
+}
+
+/// What a flushing worker does about the appends out after its own
+/// ([`LogStream::flush_now`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Finish {
+    /// Nothing now: it finishes them after a later transaction.
+    Later,
+    /// It expects to be idle for about this long: poll briefly if that
+    /// is long enough, then hand them to a lane.
+    Idle(Duration),
+    /// It waits for an ack: wait for them.
+    Wait,
 }
 
 /// What [`LogStream::wait_due`] woke a lane's thread for.
 enum Due {
     /// Flush; `true`: wait for busy buffers (at close nothing may stay).
     Flush(bool),
-    /// Finish appends workers left in flight.
+    /// Finish appends workers left in flight: those whose answer is in,
+    /// and those out longer than `flush_timeout`.
     Reap,
+    /// Wait for every append out (a worker about to idle asked).
+    FinishOut,
 }
 
-/// The longest a worker polls for its own append before it sleeps: on a
+/// The longest a worker about to idle polls for its own append: on a
 /// device this fast, a sleep's wake-up (tens of microseconds here) costs
 /// as much as the write, so polling is worth a core's time; on slower
-/// ones it is not (Linux's hybrid polling makes the same trade).
+/// ones it is not (Linux's hybrid polling makes the same trade), and a
+/// lane's thread waits for the append instead.
 const SPIN_MAX: Duration = Duration::from_micros(250);
 
 /// What one log stream did; see [`crate::Database::log_metrics`].
@@ -438,6 +467,9 @@ impl LogStream {
             if self.commit.is_poisoned() {
                 return None;
             }
+            if std::mem::take(&mut st.finish_out) {
+                return Some(Due::FinishOut);
+            }
             let Some(since) = st.data_since else {
                 if st.closing {
                     return None;
@@ -542,13 +574,23 @@ impl LogStream {
     /// Autonomous commit: the calling worker flushes the stream itself on
     /// a free lane: it cuts every group of the stream and sends the append
     /// without waiting for it (the worker finishes it later, see
-    /// [`LogStream::finish_landed`]). With `idle` (force commit: the
-    /// worker expects to be idle, or waits for an ack), it then waits for
-    /// every append of the stream still in flight, so that none stays out
-    /// while it idles. False if every lane was busy (their appends will
-    /// be followed by the backstop's), there was nothing to cut, or the log
-    /// stopped.
-    pub(crate) fn flush_now(&self, committer: &Mutex<Committer>, idle: bool) -> bool {
+    /// [`LogStream::finish_landed`]). Then, as `then` says:
+    /// - [`Finish::Later`]: nothing more (the worker goes on to its next
+    ///   transaction);
+    /// - [`Finish::Idle`] (force commit: the worker expects to be idle for
+    ///   about the time given): no append of the stream should stay out
+    ///   while it idles, and none should hold it up when work comes. If it
+    ///   expects to idle at least [`spin_budget`], it polls them for up to
+    ///   that long (time it would idle anyway); if it expects to idle past
+    ///   the appends' median latency, whatever is still out goes to a
+    ///   lane's thread, which waits for it; else the worker, back first,
+    ///   finishes them after its next transaction;
+    /// - [`Finish::Wait`] (the worker waits for an ack): it waits for every
+    ///   append of the stream out.
+    ///
+    /// False if every lane was busy (their appends will be followed by the
+    /// backstop's), there was nothing to cut, or the log stopped.
+    pub(crate) fn flush_now(&self, committer: &Mutex<Committer>, then: Finish) -> bool {
         let mut flushed = false;
         for (lane, writer) in self.writers.iter().enumerate() {
             let Some(mut w) = writer.try_lock() else { continue };
@@ -575,8 +617,23 @@ impl LogStream {
             }
             break;
         }
-        if idle {
-            self.finish_all(committer, Wait::Spin);
+        match then {
+            Finish::Later => {}
+            Finish::Idle(expected) => {
+                let median = self.signal.state.lock().recent.quantile(0.5);
+                let budget = spin_budget(median);
+                if !budget.is_zero() && expected >= budget {
+                    self.finish_all(committer, Wait::Spin(budget));
+                }
+                // Back before its appends land, the worker finishes them
+                // itself; else a lane's thread waits for them.
+                if self.out.load(Ordering::SeqCst) > 0 && median.is_none_or(|m| expected >= m) {
+                    let mut st = self.signal.state.lock();
+                    st.finish_out = true;
+                    self.signal.work.notify_one();
+                }
+            }
+            Finish::Wait => self.finish_all(committer, Wait::Block),
         }
         flushed
     }
@@ -616,13 +673,20 @@ impl LogStream {
             let wait = match due {
                 Due::Flush(wait) => wait,
                 Due::Reap => {
-                    self.reap(committer);
+                    self.reap(committer, false);
+                    continue;
+                }
+                Due::FinishOut => {
+                    self.reap(committer, true);
                     continue;
                 }
             };
             let mut w = self.writers[lane].lock();
             let Some(l) = w.as_mut() else { return };
             self.complete(l, committer, Wait::Block);
+            if self.commit.is_poisoned() {
+                return;
+            }
             let Some(flush) = self.cut_for(lane, wait) else { continue };
             self.send(flush, l);
             self.complete(l, committer, Wait::Block);
@@ -635,17 +699,18 @@ impl LogStream {
         }
     }
 
-    /// The backstop: finish appends whose answers are in, and wait for
-    /// those out longer than the flush timeout (their worker went idle
-    /// without finishing them).
-    fn reap(&self, committer: &Mutex<Committer>) {
+    /// Finish the appends workers left out: wait for each if `all`, else
+    /// (the backstop) take those whose answers are in and wait for those
+    /// out longer than the flush timeout (their worker went idle without
+    /// finishing them).
+    fn reap(&self, committer: &Mutex<Committer>, all: bool) {
         for writer in &self.writers {
             let mut w = writer.lock();
             let Some(l) = w.as_mut() else { continue };
-            let stale = l
-                .out
-                .as_ref()
-                .is_some_and(|(_, landing)| landing.sent.elapsed() >= self.flush.timeout);
+            let stale = all
+                || l.out
+                    .as_ref()
+                    .is_some_and(|(_, landing)| landing.sent.elapsed() >= self.flush.timeout);
             self.complete(l, committer, if stale { Wait::Block } else { Wait::No });
         }
     }
@@ -684,14 +749,6 @@ impl LogStream {
         self.out.fetch_add(1, Ordering::SeqCst);
     }
 
-    /// How long a worker polls for an append before it blocks: twice the
-    /// median of the stream's recent appends, if that is under
-    /// [`SPIN_MAX`]; else not at all.
-    fn spin_budget(&self) -> Duration {
-        let median = self.signal.state.lock().recent.quantile(0.5);
-        median.filter(|m| *m <= SPIN_MAX).map_or(Duration::ZERO, |m| m * 2)
-    }
-
     /// Finish the append `lane` has out, if any: once its answer is in
     /// (waiting as `wait` says), publish its parts durable and run the
     /// committer's round; if it failed, poison the database and wake
@@ -699,18 +756,23 @@ impl LogStream {
     /// append is still out, with [`Wait::No`]).
     fn complete(&self, lane: &mut Lane, committer: &Mutex<Committer>, wait: Wait) -> bool {
         let Some((mut part, landing)) = lane.out.take() else { return true };
-        let spin_until = (wait == Wait::Spin).then(|| Instant::now() + self.spin_budget());
+        let spin_until = match wait {
+            Wait::Spin(budget) => Some(Instant::now() + budget),
+            _ => None,
+        };
         let result = loop {
             if let Some(r) = lane.replicas.poll(&mut part) {
                 break r;
             }
             match (wait, spin_until) {
-                (Wait::No, _) => {
+                (Wait::Spin(_), Some(until)) if Instant::now() < until => {
+                    std::hint::spin_loop();
+                }
+                (Wait::No | Wait::Spin(_), _) => {
                     lane.out = Some((part, landing));
                     return false;
                 }
-                (_, Some(until)) if Instant::now() < until => std::hint::spin_loop(),
-                _ => break lane.replicas.wait(part),
+                (Wait::Block, _) => break lane.replicas.wait(part),
             }
         };
         self.out.fetch_sub(1, Ordering::SeqCst);
