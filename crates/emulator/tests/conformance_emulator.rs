@@ -302,3 +302,45 @@ fn the_s3_client_hedges_reads() {
     assert_eq!(a.requests["get_range"], 23);
     assert_eq!(a.requests["head"], 23);
 }
+
+/// The `s3` client's appends in flight (`ObjectStore::start_append`): the
+/// request runs on the client's runtime while the caller goes on; polling
+/// finds the answer once it is in, a refused offset comes back as
+/// `InvalidWriteOffset` with the object's size (the HEAD runs on the
+/// caller's thread), a hedged one lands once, and a pending append dropped
+/// unanswered still lands.
+#[test]
+fn the_s3_client_sends_appends_without_waiting() {
+    let e = start(Backing::Memory, objstore::PARTS_MAX);
+    let s = store_in(&e, "inflight", true);
+    let wait = |mut p: objstore::PendingAppend| loop {
+        if let Some(answer) = p.poll() {
+            break answer;
+        }
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    };
+    let p = Arc::clone(&s).start_append("seg", 0, Bytes::from_static(b"abc"), None);
+    let (r, hedge) = wait(p.expect("the s3 client sends appends asynchronously"));
+    assert_eq!((r.expect("landed").size, hedge), (3, objstore::Hedge::NotSent));
+    // A stale offset, waited for rather than polled.
+    let p = Arc::clone(&s).start_append("seg", 0, Bytes::from_static(b"xyz"), None);
+    let (r, _) = p.expect("sent").wait();
+    assert!(matches!(r, Err(StoreError::InvalidWriteOffset { actual_size: 3 })), "{r:?}");
+    // Hedged as soon as the runtime's timer fires: whether the first
+    // request or both went out, the bytes land once (checked below).
+    let zero = std::time::Duration::ZERO;
+    let p = Arc::clone(&s).start_append("seg", 3, Bytes::from_static(b"de"), Some(zero));
+    let (r, _) = wait(p.expect("sent"));
+    assert_eq!(r.expect("landed").size, 5);
+    // Dropped in flight: the request still runs.
+    drop(Arc::clone(&s).start_append("seg", 5, Bytes::from_static(b"f"), None));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while s.head("seg").expect("head").size < 6 {
+        assert!(std::time::Instant::now() < deadline, "the dropped append never landed");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    assert_eq!(s.get("seg").expect("get"), Bytes::from_static(b"abcdef"));
+    // Bad input is answered at once.
+    let p = Arc::clone(&s).start_append("seg", 6, Bytes::new(), None).expect("answered");
+    assert!(matches!(p.wait().0, Err(StoreError::InvalidRequest(_))));
+}

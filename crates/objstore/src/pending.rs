@@ -16,9 +16,13 @@
 //! steps run on the thread that polls or waits, so no thread of the store
 //! is involved.
 //!
+//! A stage can also ask elsewhere: an asynchronous client's task answers
+//! through a channel (`s3://`).
+//!
 //! A request that was sent cannot be called back: dropping a pending
 //! append runs its remaining steps (the write lands, or fails, as the
-//! store decided when it was sent), and the answer is lost.
+//! store decided when it was sent), or leaves the client's task to run,
+//! and the answer is lost.
 
 use std::time::Instant;
 
@@ -36,6 +40,10 @@ pub enum Stage {
     Done(AppendAnswer),
     /// Nothing can be known before `at`; then `step` runs.
     At(Instant, Step),
+    /// The answer comes from elsewhere (an asynchronous client's task):
+    /// the function looks for it, blocking if asked to; `None` only when
+    /// not blocking and it is not in yet.
+    Ask(Box<dyn FnMut(bool) -> Option<AppendAnswer> + Send>),
 }
 
 /// An append in flight; see the module docs.
@@ -50,6 +58,7 @@ impl std::fmt::Debug for PendingAppend {
                 write!(f, "PendingAppend(done: {:?})", a.0.as_ref().map(|m| m.size))
             }
             Some(Stage::At(at, _)) => write!(f, "PendingAppend(due at {at:?})"),
+            Some(Stage::Ask(_)) => write!(f, "PendingAppend(asked elsewhere)"),
             None => write!(f, "PendingAppend(answered)"),
         }
     }
@@ -73,6 +82,13 @@ impl PendingAppend {
             match self.stage.take()? {
                 Stage::Done(answer) => return Some(answer),
                 Stage::At(at, step) if Instant::now() >= at => self.stage = Some(step()),
+                Stage::Ask(mut ask) => {
+                    let answer = ask(false);
+                    if answer.is_none() {
+                        self.stage = Some(Stage::Ask(ask));
+                    }
+                    return answer;
+                }
                 waiting => {
                     self.stage = Some(waiting);
                     return None;
@@ -81,7 +97,8 @@ impl PendingAppend {
         }
     }
 
-    /// When the next stage is due (`None`: the answer is in, or was taken).
+    /// When the next stage is due (`None`: the answer is in or was taken,
+    /// or no time is known).
     pub fn due(&self) -> Option<Instant> {
         match &self.stage {
             Some(Stage::At(at, _)) => Some(*at),
@@ -101,6 +118,7 @@ impl PendingAppend {
                     crate::sim::latency_sleep(at.saturating_duration_since(Instant::now()));
                     self.stage = Some(step());
                 }
+                Stage::Ask(mut ask) => return ask(true).expect("a blocking ask answers"),
             }
         }
     }

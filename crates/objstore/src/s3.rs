@@ -13,7 +13,9 @@
 //! session credentials itself.
 //!
 //! The SDK is async; this backend owns a small tokio runtime and blocks on
-//! it inside each call (see the crate docs for the boundary decision).
+//! it inside each call (see the crate docs for the boundary decision),
+//! except `start_append`, which leaves the append (and its hedge) as a
+//! task on the runtime and hands the answer back through a channel.
 //! Appends send `x-amz-write-offset-bytes`; conditional writes send
 //! `If-None-Match: *` and `If-Match`. S3 does not report a part count, so
 //! `ObjectMeta::parts` is `None`, and `InvalidWriteOffset` is completed with
@@ -28,6 +30,7 @@
 //! append may have been applied (an *ambiguous append*) and how to check.
 
 use std::ops::Range;
+use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_s3::Client;
@@ -36,12 +39,13 @@ use aws_sdk_s3::config::retry::RetryConfig;
 use aws_sdk_s3::config::{Credentials, Region};
 use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::operation::get_object::builders::GetObjectFluentBuilder;
-use aws_sdk_s3::operation::put_object::PutObjectOutput;
 use aws_sdk_s3::operation::put_object::builders::PutObjectFluentBuilder;
+use aws_sdk_s3::operation::put_object::{PutObjectError, PutObjectOutput};
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::ChecksumAlgorithm;
 use bytes::Bytes;
 
+use crate::pending::{PendingAppend, Stage};
 use crate::sim::accounting::{Accounting, AccountingReport, Kind};
 use crate::sim::model::{Catalog, Prices};
 use crate::{
@@ -55,7 +59,8 @@ pub struct S3Store {
     bucket: String,
     prefix: String,
     rt: tokio::runtime::Runtime,
-    accounting: Accounting,
+    /// Shared with the append tasks `start_append` leaves on the runtime.
+    accounting: Arc<Accounting>,
     prices: Prices,
 }
 
@@ -134,7 +139,7 @@ impl S3Store {
             bucket: bucket.to_owned(),
             prefix,
             rt,
-            accounting: Accounting::default(),
+            accounting: Arc::new(Accounting::default()),
             prices,
         })
     }
@@ -297,11 +302,120 @@ impl S3Store {
         Ok(req.body(ByteStream::from(body)))
     }
 
+    /// An append of `body` at `offset` to `key`, ready to send.
+    fn append_request(&self, key: &str, offset: u64, body: &Bytes) -> Result<AppendRequest> {
+        if body.is_empty() {
+            return Err(StoreError::InvalidRequest("an append needs a non-empty body".into()));
+        }
+        Ok(AppendRequest {
+            client: self.client.clone(),
+            bucket: self.bucket.clone(),
+            key: self.full(key)?,
+            offset,
+            accounting: Arc::clone(&self.accounting),
+        })
+    }
+
+    /// What an append's raw answer means.
+    fn append_answer(&self, key: &str, size: u64, answer: RawAppend) -> Result<ObjectMeta> {
+        match answer {
+            Err(e) => Err(e),
+            Ok(Ok(out)) => Ok(S3Store::meta(key, size, out.e_tag(), None)),
+            Ok(Err(e)) if e.code() == Some("InvalidWriteOffset") => Err(self.offset_error(key)),
+            Ok(Err(e)) => Err(map_err(e, key)),
+        }
+    }
+
     /// Complete a refused append with the object's actual size.
     fn offset_error(&self, key: &str) -> StoreError {
         match self.head(key) {
             Ok(m) => StoreError::InvalidWriteOffset { actual_size: m.size },
             Err(e) => e,
+        }
+    }
+}
+
+/// An append request's answer as the SDK gives it (the outer error: it
+/// could not be sent).
+type RawAppend =
+    Result<std::result::Result<PutObjectOutput, SdkError<PutObjectError, HttpResponse>>>;
+
+/// An append request, with what it needs apart from the store itself, so
+/// that a task on the runtime can send it (and its hedge).
+struct AppendRequest {
+    client: Client,
+    bucket: String,
+    /// The full key (prefix included).
+    key: String,
+    offset: u64,
+    accounting: Arc<Accounting>,
+}
+
+impl AppendRequest {
+    /// The object's size once `body` lands.
+    fn size(&self, body: &Bytes) -> u64 {
+        self.offset + body.len() as u64
+    }
+
+    /// Send one request with `body`, counted.
+    fn send(
+        &self,
+        body: Bytes,
+    ) -> impl std::future::Future<
+        Output = std::result::Result<PutObjectOutput, SdkError<PutObjectError, HttpResponse>>,
+    > + use<> {
+        self.accounting.request(Kind::Append, body.len() as u64);
+        self.client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(&self.key)
+            .body(ByteStream::from(body))
+            .write_offset_bytes(self.offset as i64)
+            .checksum_algorithm(ChecksumAlgorithm::Crc32C)
+            .customize()
+            .disable_payload_signing()
+            .send()
+    }
+
+    /// The append, and with `hedge_after` its hedge: if no answer has come
+    /// by then, the same bytes go again and the first answer wins; the
+    /// loser is dropped (cancelled in flight).
+    async fn race(self, body: Bytes, hedge_after: Option<Duration>) -> (RawAppend, Hedge) {
+        let started = std::time::Instant::now();
+        let first = self.send(body.clone());
+        tokio::pin!(first);
+        let Some(hedge_after) = hedge_after else {
+            let r = first.await;
+            self.accounting.append_latency(started.elapsed());
+            return (Ok(r), Hedge::NotSent);
+        };
+        tokio::select! {
+            r = &mut first => {
+                self.accounting.append_latency(started.elapsed());
+                return (Ok(r), Hedge::NotSent);
+            }
+            () = tokio::time::sleep(hedge_after) => {}
+        }
+        let second = self.send(body);
+        tokio::pin!(second);
+        // Every request sent counts once in the store's latencies, as
+        // the simulator counts them: the loser, cancelled, with the time
+        // it had taken so far (a lower bound). Counting only the winner
+        // would drop the slow requests that hedging exists for, and
+        // flatter the store's tail.
+        let elapsed = || started.elapsed();
+        let second_elapsed = || started.elapsed().saturating_sub(hedge_after);
+        tokio::select! {
+            r = &mut first => {
+                self.accounting.append_latency(elapsed());
+                self.accounting.append_latency(second_elapsed());
+                (Ok(r), Hedge::Lost)
+            }
+            r = &mut second => {
+                self.accounting.append_latency(second_elapsed());
+                self.accounting.append_latency(elapsed());
+                (Ok(r), Hedge::Won)
+            }
         }
     }
 }
@@ -374,16 +488,10 @@ impl ObjectStore for S3Store {
     }
 
     fn append(&self, key: &str, offset: u64, body: Bytes) -> Result<ObjectMeta> {
-        if body.is_empty() {
-            return Err(StoreError::InvalidRequest("an append needs a non-empty body".into()));
-        }
-        let size = offset + body.len() as u64;
-        self.accounting.request(Kind::Append, body.len() as u64);
-        let req = self.put_req(key, body)?.write_offset_bytes(offset as i64);
-        let started = std::time::Instant::now();
-        let out = self.send_put(req, key);
-        self.accounting.append_latency(started.elapsed());
-        Ok(S3Store::meta(key, size, out?.e_tag(), None))
+        let req = self.append_request(key, offset, &body)?;
+        let size = req.size(&body);
+        let (answer, _) = self.rt.block_on(req.race(body, None));
+        self.append_answer(key, size, answer)
     }
 
     /// Both requests run on this store's runtime: a timer and a second
@@ -396,69 +504,55 @@ impl ObjectStore for S3Store {
         body: Bytes,
         hedge_after: std::time::Duration,
     ) -> Option<(Result<ObjectMeta>, Hedge)> {
-        if body.is_empty() {
-            return Some((
-                Err(StoreError::InvalidRequest("an append needs a non-empty body".into())),
-                Hedge::NotSent,
-            ));
-        }
-        let size = offset + body.len() as u64;
-        let send = |body: Bytes| {
-            self.accounting.request(Kind::Append, body.len() as u64);
-            self.put_req(key, body).map(|req| {
-                req.write_offset_bytes(offset as i64)
-                    .checksum_algorithm(ChecksumAlgorithm::Crc32C)
-                    .customize()
-                    .disable_payload_signing()
-                    .send()
-            })
-        };
-        let first = match send(body.clone()) {
-            Ok(f) => f,
+        let req = match self.append_request(key, offset, &body) {
+            Ok(req) => req,
             Err(e) => return Some((Err(e), Hedge::NotSent)),
         };
-        let started = std::time::Instant::now();
-        let (answer, hedged) = self.rt.block_on(async {
-            tokio::pin!(first);
-            tokio::select! {
-                r = &mut first => {
-                    self.accounting.append_latency(started.elapsed());
-                    return (Ok(r), Hedge::NotSent);
-                }
-                () = tokio::time::sleep(hedge_after) => {}
-            }
-            let second = match send(body) {
-                Ok(f) => f,
-                Err(e) => return (Err(e), Hedge::NotSent),
-            };
-            tokio::pin!(second);
-            // Every request sent counts once in the store's latencies, as
-            // the simulator counts them: the loser, cancelled, with the
-            // time it had taken so far (a lower bound). Counting only the
-            // winner would drop the slow requests that hedging exists for,
-            // and flatter the store's tail.
-            let elapsed = || started.elapsed();
-            let second_elapsed = || started.elapsed().saturating_sub(hedge_after);
-            tokio::select! {
-                r = &mut first => {
-                    self.accounting.append_latency(elapsed());
-                    self.accounting.append_latency(second_elapsed());
-                    (Ok(r), Hedge::Lost)
-                }
-                r = &mut second => {
-                    self.accounting.append_latency(second_elapsed());
-                    self.accounting.append_latency(elapsed());
-                    (Ok(r), Hedge::Won)
-                }
-            }
-        });
-        let r = match answer {
-            Err(e) => Err(e),
-            Ok(Ok(out)) => Ok(S3Store::meta(key, size, out.e_tag(), None)),
-            Ok(Err(e)) if e.code() == Some("InvalidWriteOffset") => Err(self.offset_error(key)),
-            Ok(Err(e)) => Err(map_err(e, key)),
+        let size = req.size(&body);
+        let (answer, hedge) = self.rt.block_on(req.race(body, Some(hedge_after)));
+        Some((self.append_answer(key, size, answer), hedge))
+    }
+
+    /// The append runs as a task on this store's runtime, hedged there if
+    /// asked; the answer comes back through a channel, and a refused
+    /// offset is completed with a HEAD by whoever takes the answer (on its
+    /// own thread: not the runtime's).
+    fn start_append(
+        self: Arc<Self>,
+        key: &str,
+        offset: u64,
+        body: Bytes,
+        hedge_after: Option<Duration>,
+    ) -> Option<PendingAppend> {
+        let req = match self.append_request(key, offset, &body) {
+            Ok(req) => req,
+            Err(e) => return Some(PendingAppend::done((Err(e), Hedge::NotSent))),
         };
-        Some((r, hedged))
+        let size = req.size(&body);
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        // The task holds no reference to the store: the last one dropped
+        // on the runtime's own thread would stop the runtime there.
+        self.rt.spawn(async move {
+            let _ = tx.send(req.race(body, hedge_after).await);
+        });
+        let key = key.to_owned();
+        Some(PendingAppend::new(Stage::Ask(Box::new(move |block| {
+            use std::sync::mpsc::TryRecvError;
+            let raw = if block {
+                rx.recv().ok()
+            } else {
+                match rx.try_recv() {
+                    Ok(raw) => Some(raw),
+                    Err(TryRecvError::Empty) => return None,
+                    Err(TryRecvError::Disconnected) => None,
+                }
+            };
+            let (answer, hedge) = raw.unwrap_or_else(|| {
+                let e = StoreError::Transient("the append's task ended unanswered".into());
+                (Err(e), Hedge::NotSent)
+            });
+            Some((self.append_answer(&key, size, answer), hedge))
+        }))))
     }
 
     fn get(&self, key: &str) -> Result<Bytes> {
