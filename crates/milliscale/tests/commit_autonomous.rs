@@ -5,6 +5,7 @@
 //! threads are only a backstop, which these tests keep out of the way
 //! with a long flush timeout unless they test it.
 
+#[macro_use]
 mod common;
 
 use std::collections::BTreeMap;
@@ -15,7 +16,9 @@ use common::{WriteCounter, read_log_parts};
 use milliscale::log::record::Entry;
 use milliscale::{CommitProtocol, Database, Options};
 use objstore::pending::Stage;
-use objstore::{Bytes, Hedge, MemoryStore, ObjectMeta, ObjectStore, PendingAppend};
+use std::ops::Range;
+
+use objstore::{Bytes, Hedge, MemoryStore, ObjectMeta, ObjectStore, PendingAppend, Result};
 
 /// Long enough that the backstop never flushes during a test.
 const NO_BACKSTOP: Duration = Duration::from_secs(60);
@@ -240,16 +243,16 @@ impl AsyncGate {
 }
 
 impl ObjectStore for AsyncGate {
-    fn put(&self, key: &str, body: Bytes) -> objstore::Result<ObjectMeta> {
+    fn put(&self, key: &str, body: Bytes) -> Result<ObjectMeta> {
         self.inner.put(key, body)
     }
-    fn put_if_absent(&self, key: &str, body: Bytes) -> objstore::Result<ObjectMeta> {
+    fn put_if_absent(&self, key: &str, body: Bytes) -> Result<ObjectMeta> {
         self.inner.put_if_absent(key, body)
     }
-    fn put_if_match(&self, key: &str, body: Bytes, etag: &str) -> objstore::Result<ObjectMeta> {
+    fn put_if_match(&self, key: &str, body: Bytes, etag: &str) -> Result<ObjectMeta> {
         self.inner.put_if_match(key, body, etag)
     }
-    fn append(&self, key: &str, offset: u64, body: Bytes) -> objstore::Result<ObjectMeta> {
+    fn append(&self, key: &str, offset: u64, body: Bytes) -> Result<ObjectMeta> {
         // The synchronous call waits at the gate too.
         while !self.open.load(std::sync::atomic::Ordering::SeqCst) {
             std::thread::sleep(Duration::from_micros(200));
@@ -266,21 +269,7 @@ impl ObjectStore for AsyncGate {
         let key = key.to_owned();
         Some(PendingAppend::new(self.stage(key, offset, body)))
     }
-    fn get(&self, key: &str) -> objstore::Result<Bytes> {
-        self.inner.get(key)
-    }
-    fn get_range(&self, key: &str, range: std::ops::Range<u64>) -> objstore::Result<Bytes> {
-        self.inner.get_range(key, range)
-    }
-    fn head(&self, key: &str) -> objstore::Result<ObjectMeta> {
-        self.inner.head(key)
-    }
-    fn list(&self, prefix: &str) -> objstore::Result<Vec<ObjectMeta>> {
-        self.inner.list(prefix)
-    }
-    fn delete(&self, key: &str) -> objstore::Result<()> {
-        self.inner.delete(key)
-    }
+    delegate_reads!();
 }
 
 fn appends(db: &Database) -> u64 {

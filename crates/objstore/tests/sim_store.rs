@@ -145,6 +145,17 @@ fn bad_sim_urls_say_what_is_wrong() {
     assert!((r.cost_usd - 10.0 / 1e6 - 1.0 / 1e9 * 0.10).abs() < 1e-15, "{}", r.cost_usd);
 }
 
+/// The size of `key` (0 if absent), asking again through injected faults.
+fn size_now(s: &SimStore, key: &str) -> u64 {
+    loop {
+        match s.head(key) {
+            Ok(m) => return m.size,
+            Err(StoreError::NotFound(_)) => return 0,
+            Err(_) => {} // an injected fault: ask again
+        }
+    }
+}
+
 /// The simulator's hedged append: two requests racing at one write offset.
 /// Each part lands exactly once whatever the faults (ambiguous appends
 /// included), a hedged call answers no later than the delay plus the
@@ -171,13 +182,7 @@ fn hedged_appends_race_two_requests_and_land_once() {
                 }
                 // Reconcile as the log does: did it land?
                 Err(_) => {
-                    let size = loop {
-                        match s.head("seg") {
-                            Ok(m) => break m.size,
-                            Err(StoreError::NotFound(_)) => break 0,
-                            Err(_) => {} // an injected fault: ask again
-                        }
-                    };
+                    let size = size_now(&s, "seg");
                     if size == offset + part.len() as u64 {
                         ambiguous += 1;
                         break;
@@ -342,13 +347,7 @@ fn started_appends_land_when_due_and_answer_as_the_call_would() {
                     break;
                 }
                 Err(_) => {
-                    let size = loop {
-                        match s.head("seg") {
-                            Ok(m) => break m.size,
-                            Err(StoreError::NotFound(_)) => break 0,
-                            Err(_) => {}
-                        }
-                    };
+                    let size = size_now(s.as_ref(), "seg");
                     if size == offset + part.len() as u64 {
                         break;
                     }
