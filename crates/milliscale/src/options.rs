@@ -54,11 +54,14 @@ pub enum CommitProtocol {
     /// neighbours', *log stealing*) once its buffer holds a flush unit, or
     /// at once when it expects to be idle (*force commit*: its average
     /// idle time between transactions reaches a random draw below
-    /// `max_idle`, or it waits for an ack); it acknowledges commits itself
-    /// after each flush and, with probability 1/log2(workers), after a
+    /// `max_idle`, or it waits for an ack). Where the store has an
+    /// asynchronous client (`ObjectStore::start_append`) the worker sends
+    /// the append and goes on; it, or a neighbour, finishes it after a
+    /// later transaction, acknowledging its commits. Workers also run the
+    /// committer's round with probability 1/log2(workers) after a
     /// transaction. The lane threads remain as a backstop that flushes
-    /// what a worker left behind after `flush_timeout`. See `log` and
-    /// ARCHITECTURE.md.
+    /// what a worker left behind, and finishes what it left in flight,
+    /// after `flush_timeout`. See `log` and ARCHITECTURE.md.
     Autonomous,
 }
 
