@@ -156,35 +156,38 @@ fn size_now(s: &SimStore, key: &str) -> u64 {
     }
 }
 
-/// The simulator's hedged append: two requests racing at one write offset.
-/// Each part lands exactly once whatever the faults (ambiguous appends
-/// included), a hedged call answers no later than the delay plus the
-/// second request's time, both requests are billed, and a fast first
-/// request sends no second one.
-#[test]
-fn hedged_appends_race_two_requests_and_land_once() {
-    let url = "sim://s3x?seed=5&throttle=0.1&error=0.1&ambiguous=0.2";
-    let s = SimStore::from_url(url).expect("sim");
+/// What [`parts_land_once`] counted.
+struct Landed {
+    calls: u64,
+    hedged: u64,
+    ambiguous: u64,
+}
+
+/// Append `n` parts to `seg` through `append(i, offset, part)`, each until
+/// it lands, reconciling a failure as the log does (did it land?); then
+/// check that every part is there once, in order.
+fn parts_land_once(
+    s: &SimStore,
+    n: u32,
+    mut append: impl FnMut(u32, u64, Bytes) -> (objstore::Result<objstore::ObjectMeta>, objstore::Hedge),
+) -> Landed {
     let mut offset = 0u64;
-    let (mut hedged, mut calls, mut ambiguous) = (0u64, 0u64, 0u64);
-    for i in 0..150u32 {
+    let mut l = Landed { calls: 0, hedged: 0, ambiguous: 0 };
+    for i in 0..n {
         let part = Bytes::from(format!("part {i:04};"));
         loop {
-            calls += 1;
-            let (r, h) = s
-                .append_hedged("seg", offset, part.clone(), Duration::from_millis(4))
-                .expect("the simulator hedges itself");
-            hedged += u64::from(h.sent());
+            l.calls += 1;
+            let (r, h) = append(i, offset, part.clone());
+            l.hedged += u64::from(h.sent());
             match r {
                 Ok(m) => {
                     assert_eq!(m.size, offset + part.len() as u64);
                     break;
                 }
-                // Reconcile as the log does: did it land?
                 Err(_) => {
-                    let size = size_now(&s, "seg");
+                    let size = size_now(s, "seg");
                     if size == offset + part.len() as u64 {
-                        ambiguous += 1;
+                        l.ambiguous += 1;
                         break;
                     }
                     assert_eq!(size, offset, "nothing else lands");
@@ -195,8 +198,24 @@ fn hedged_appends_race_two_requests_and_land_once() {
     }
     // Reads fail by injected faults too: ask until one answers.
     let whole = (0..100).find_map(|_| s.get("seg").ok()).expect("a get answers");
-    let want: String = (0..150u32).map(|i| format!("part {i:04};")).collect();
+    let want: String = (0..n).map(|i| format!("part {i:04};")).collect();
     assert_eq!(&whole[..], want.as_bytes(), "every part once, in order");
+    l
+}
+
+/// The simulator's hedged append: two requests racing at one write offset.
+/// Each part lands exactly once whatever the faults (ambiguous appends
+/// included), a hedged call answers no later than the delay plus the
+/// second request's time, both requests are billed, and a fast first
+/// request sends no second one.
+#[test]
+fn hedged_appends_race_two_requests_and_land_once() {
+    let url = "sim://s3x?seed=5&throttle=0.1&error=0.1&ambiguous=0.2";
+    let s = SimStore::from_url(url).expect("sim");
+    let Landed { calls, hedged, ambiguous } = parts_land_once(&s, 150, |_, offset, part| {
+        s.append_hedged("seg", offset, part, Duration::from_millis(4))
+            .expect("the simulator hedges itself")
+    });
     assert!(hedged > 50, "4 ms is below the s3x median: most appends hedge ({hedged})");
     assert!(ambiguous > 0, "some answers were lost after the part landed");
     let r = s.accounting().expect("accounting");
@@ -320,46 +339,21 @@ fn started_appends_land_when_due_and_answer_as_the_call_would() {
 
     let url = "sim://s3x?seed=9&throttle=0.1&error=0.1&ambiguous=0.2";
     let s: Arc<SimStore> = Arc::new(SimStore::from_url(url).expect("sim"));
-    let (mut offset, mut calls, mut hedged) = (0u64, 0u64, 0u64);
-    for i in 0..120u32 {
-        let part = Bytes::from(format!("part {i:04};"));
-        loop {
-            calls += 1;
-            let hedge = (i % 2 == 0).then_some(Duration::from_millis(4));
-            let mut p = Arc::clone(&s)
-                .start_append("seg", offset, part.clone(), hedge)
-                .expect("the simulator can");
-            // Poll half of them to the end, wait for the others.
-            let (r, h) = if i % 3 == 0 {
-                p.wait()
-            } else {
-                loop {
-                    if let Some(answer) = p.poll() {
-                        break answer;
-                    }
-                    std::thread::sleep(Duration::from_micros(300));
-                }
-            };
-            hedged += u64::from(h.sent());
-            match r {
-                Ok(m) => {
-                    assert_eq!(m.size, offset + part.len() as u64);
-                    break;
-                }
-                Err(_) => {
-                    let size = size_now(s.as_ref(), "seg");
-                    if size == offset + part.len() as u64 {
-                        break;
-                    }
-                    assert_eq!(size, offset, "nothing else lands");
-                }
-            }
+    let Landed { calls, hedged, .. } = parts_land_once(&s, 120, |i, offset, part| {
+        let hedge = (i % 2 == 0).then_some(Duration::from_millis(4));
+        let mut p =
+            Arc::clone(&s).start_append("seg", offset, part, hedge).expect("the simulator can");
+        // Poll some to the end, wait for the others.
+        if i % 3 == 0 {
+            return p.wait();
         }
-        offset += part.len() as u64;
-    }
-    let whole = (0..100).find_map(|_| s.get("seg").ok()).expect("a get answers");
-    let want: String = (0..120u32).map(|i| format!("part {i:04};")).collect();
-    assert_eq!(&whole[..], want.as_bytes(), "every part once, in order");
+        loop {
+            if let Some(answer) = p.poll() {
+                return answer;
+            }
+            std::thread::sleep(Duration::from_micros(300));
+        }
+    });
     assert!(hedged > 10, "4 ms is below the s3x median: hedges went out ({hedged})");
     let r = s.accounting().expect("accounting");
     assert_eq!(r.requests["append"], calls + hedged, "a hedge is a second request, billed");
