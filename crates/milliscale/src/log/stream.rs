@@ -181,7 +181,7 @@ pub(crate) struct FlushSignal {
     /// Autonomous commit: the workers flush, so new data does not wake a
     /// lane (the lanes look every `flush_timeout` on their own); a full
     /// buffer still does.
-    quiet: std::sync::atomic::AtomicBool,
+    quiet: bool,
 }
 
 impl FlushSignal {
@@ -203,15 +203,21 @@ impl FlushSignal {
                     .collect(),
             }),
             work: Condvar::new(),
-            quiet: std::sync::atomic::AtomicBool::new(false),
+            quiet: false,
         }
+    }
+
+    /// New data does not wake a lane (see `quiet`).
+    pub(crate) fn quiet(mut self, quiet: bool) -> FlushSignal {
+        self.quiet = quiet;
+        self
     }
 
     /// An entry went into an empty buffer.
     pub(crate) fn data(&self) {
         let mut st = self.state.lock();
         st.data_since.get_or_insert_with(Instant::now);
-        if !self.quiet.load(Ordering::Relaxed) {
+        if !self.quiet {
             self.work.notify_one();
         }
     }
@@ -252,9 +258,9 @@ struct Landing {
 enum Wait {
     /// Not at all: finish it only if its answer is in.
     No,
-    /// Poll for up to this long (see [`spin_budget`]); if the
-    /// answer is not in by then, leave the append out.
-    Spin(Duration),
+    /// Poll until this instant (see [`spin_budget`]); if the answer is
+    /// not in by then, leave the append out.
+    Spin(Instant),
     /// Block until the answer.
     Block,
 }
@@ -357,11 +363,9 @@ impl LogStream {
             groups: Vec::new(),
             lanes: first_segments.len() as u32,
             writers: Vec::new(),
-            signal: {
-                let signal = FlushSignal::new(first_segments, flush.min_interval);
-                signal.quiet.store(flush.reap, Ordering::Relaxed);
-                Arc::new(signal)
-            },
+            signal: Arc::new(
+                FlushSignal::new(first_segments, flush.min_interval).quiet(flush.reap),
+            ),
             flush,
             parts_max: parts_max.max(1),
             commit,
@@ -623,7 +627,7 @@ impl LogStream {
                 let median = self.signal.state.lock().recent.quantile(0.5);
                 let budget = spin_budget(median);
                 if !budget.is_zero() && expected >= budget {
-                    self.finish_all(committer, Wait::Spin(budget));
+                    self.finish_all(committer, Wait::Spin(Instant::now() + budget));
                 }
                 // Back before its appends land, the worker finishes them
                 // itself; else a lane's thread waits for them.
@@ -757,7 +761,7 @@ impl LogStream {
     fn complete(&self, lane: &mut Lane, committer: &Mutex<Committer>, wait: Wait) -> bool {
         let Some((mut part, landing)) = lane.out.take() else { return true };
         let spin_until = match wait {
-            Wait::Spin(budget) => Some(Instant::now() + budget),
+            Wait::Spin(until) => Some(until),
             _ => None,
         };
         let result = loop {
