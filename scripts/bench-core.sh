@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Engine-core benchmarks for BENCHMARKS.md (issue 2):
+# Engine-core benchmarks for BENCHMARKS.md :
 #  - ordered-index candidates at 1M and 10M keys;
 #  - YCSB-C and YCSB-A, uniform and zipfian, 1M records, 2 threads, no log;
 #  - the same YCSB-C lookups on the raw index.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The log's acceptance benchmarks (issue 4): the paper's variants on YCSB,
+# The log's acceptance benchmarks : the paper's variants on YCSB,
 # measured in one run, interleaved, repeated; then a table of medians.
 #
 #   bash scripts/bench-log.sh [reps] [records] [duration]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# milliscale against SlateDB 0.18 (issue 6, acceptance 3): YCSB-A on the
+# milliscale against SlateDB 0.18: YCSB-A on the
 # same store (sim://s3x, in process), each commit acknowledged when it is
 # durable on the store. SlateDB runs at flush_interval 1, 10 and 100 ms.
 # milliscale runs with 8 threads (4 log buffers; pipelined), the same with

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Recovery speed (issue 5, acceptance 6): write a log of at least 1 GB with
+# Recovery speed: write a log of at least 1 GB with
 # `bench ycsb` to a directory, then recover copies of it from `file://` and
 # from `sim://s3x` over the same directory, at several replay thread counts.
 # Usage: scripts/bench-recovery.sh [DIR] [THREADS...]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The commit tail (issue 14): YCSB-A on sim://s3x, every configuration on
+# The commit tail: YCSB-A on sim://s3x, every configuration on
 # sim seeds 1..SEEDS, medians over seeds. Each run reports its store's own
 # single-append latency in the same window (the same draws the log met),
 # so every commit percentile is set beside the floor it cannot beat.
@@ -10,7 +10,7 @@
 #   a 0.1 ms scheduler slice for the log's threads);
 # - unpaced: the same with 3 lanes that flush whenever free (the defaults
 #   before the pace);
-# - paper: the log before issue 14 (a stream per group, 1 lane, 10 ms
+# - paper: the log before paced lanes (a stream per group, 1 lane, 10 ms
 #   timeout, no hedging, the kernel's slice) -- the throughput reference;
 # - slatedb: SlateDB 0.18 on the same store, flush_interval 10 ms, 64
 #   clients (its best throughput in BENCHMARKS.md).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# TPC-C comparisons (issue 6, acceptance 4), in alternating rounds:
+# TPC-C comparisons, in alternating rounds:
 #  - variants: milliscale (shared log buffers, record-level tracking)
 #    against s3x (a buffer per thread, transaction-level tracking), both on
 #    sim://s3x: append requests/s and throughput;

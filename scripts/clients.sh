@@ -4,7 +4,7 @@
 # the tests read. Usage: eval "$(bash scripts/clients.sh)"
 set -euo pipefail
 cd "$(dirname "$0")/.."
-REQ=tests/python/requirements-clients.txt
+REQ=crates/emulator/tests/python/requirements-clients.txt
 CACHE=${MILLISCALE_CACHE:-$HOME/.cache/milliscale}
 VENV=$CACHE/py-clients-$(sha256sum "$REQ" | cut -c1-12)
 if [ ! -x "$VENV/bin/aws" ] || [ ! -x "$VENV/bin/s3cmd" ]; then

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Medians over repetitions of `milliscale bench ycsb --json` reports, and
-the paper's comparisons (issue 4), from a directory of NAME.repN.json."""
+the paper's comparisons , from a directory of NAME.repN.json."""
 import json
 import statistics
 import sys

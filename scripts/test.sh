@@ -12,7 +12,7 @@ cargo fmt --all -- --check
 cargo clippy --all-targets --release -- -D warnings
 
 python3 -c 'import boto3' 2>/dev/null ||
-  python3 -m pip install --quiet --disable-pip-version-check -r tests/python/requirements.txt
+  python3 -m pip install --quiet --disable-pip-version-check -r crates/emulator/tests/python/requirements.txt
 
 eval "$(bash scripts/clients.sh)"
 eval "$(bash scripts/minio.sh start)"

@@ -200,8 +200,8 @@ impl<'a> LogWindow<'a> {
                 .iter()
                 .map(|s| {
                     let mode = match s.mode {
-                        milliscale::log::segment::WriteMode::Append => "append",
-                        milliscale::log::segment::WriteMode::PutPerFlush => "put",
+                        milliscale::internals::segment::WriteMode::Append => "append",
+                        milliscale::internals::segment::WriteMode::PutPerFlush => "put",
                     };
                     format!("{} ({mode})", s.name)
                 })

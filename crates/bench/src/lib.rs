@@ -4,18 +4,20 @@
 #![forbid(unsafe_code)]
 #![deny(clippy::unwrap_used, rust_2018_idioms)]
 
-pub mod bank;
 pub mod emulator_bench;
 pub mod failover;
 pub mod harness;
 pub mod index_bench;
 pub mod keys;
+pub mod pages;
 pub mod plot;
 pub mod replica_bench;
 pub mod report;
 pub mod rss;
 pub mod store_bench;
 pub mod sweep;
+mod sweep_config;
 pub mod tpcc;
 pub mod variant;
 pub mod ycsb;
+mod ycsb_baselines;

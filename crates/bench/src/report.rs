@@ -260,6 +260,10 @@ impl Report {
         )
     }
 
+    #[allow(
+        clippy::too_many_lines,
+        reason = "one table, one line per measure, in the order it prints"
+    )]
     pub fn to_human(&self) -> String {
         let mut s = String::new();
         let cfg: Vec<String> = self.config.iter().map(|(k, v)| format!("{k}={v}")).collect();

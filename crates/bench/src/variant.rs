@@ -7,11 +7,11 @@
 //! | `s3-standard` | `sim://s3-standard`| 1     | 512 KiB | txn      | object per flush| per group x 1, 10 ms timeout |
 //! | `gp3`         | `sim://gp3`        | 1     | 512 KiB | txn      | append          | per group x 1, 10 ms timeout |
 //! | `io2`         | `sim://io2`        | 1     | 512 KiB | txn      | append          | per group x 1, 10 ms timeout |
-//! | `naive-pages` | `sim://s3-standard`| -     | -       | -        | page PUTs at commit | no log (seed 003's Naïve) |
-//! | `atomic-pages`| `sim://s3-standard`| -     | -       | -        | ATOMIC-queue PUT at commit, pages at checkpoints | no log (seed 003's Atomicity) |
+//! | `naive-pages` | `sim://s3-standard`| -     | -       | -        | page PUTs at commit | no log (Database on S3's Naïve) |
+//! | `atomic-pages`| `sim://s3-standard`| -     | -       | -        | ATOMIC-queue PUT at commit, pages at checkpoints | no log (Database on S3's Atomicity) |
 //!
-//! The two page variants (`milliscale::pages`) run the transactions in the
-//! engine's memory without a log and make them durable as seed 003 did:
+//! The two page variants (`crate::pages`) run the transactions in the
+//! engine's memory without a log and make them durable as Database on S3 did:
 //! the first store holds the pages, `--checkpoint-interval` paces the
 //! atomic variant's checkpoints.
 //!
@@ -26,7 +26,7 @@
 
 use std::time::Duration;
 
-use milliscale::pages::PageProtocol;
+use crate::pages::PageProtocol;
 use milliscale::{CommitProtocol, FlushPolicy, Hedging, Options, Quorum, Tracking};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,7 +132,7 @@ pub struct LogSettings {
     /// `Options::checkpoint_interval`; for the atomic page variant, how
     /// often its checkpointer applies the ATOMIC queue to the pages.
     pub checkpoint_interval: Option<Duration>,
-    /// No log: page-at-commit on the first store (seed 003's baselines).
+    /// No log: page-at-commit on the first store (Database on S3's baselines).
     pub pages: Option<PageProtocol>,
 }
 
@@ -147,7 +147,7 @@ impl Default for LogSettings {
             flush_timeout: milliscale::options::FLUSH_TIMEOUT_DEFAULT,
             log_lanes: milliscale::options::LOG_LANES_DEFAULT,
             log_streams: milliscale::options::LOG_STREAMS_DEFAULT,
-            log_thread_slice: Some(milliscale::sched::LOG_THREAD_SLICE_DEFAULT),
+            log_thread_slice: Some(milliscale::options::LOG_THREAD_SLICE_DEFAULT),
             flush_policy: FlushPolicy::Adaptive,
             flush_min_interval: milliscale::options::FLUSH_MIN_INTERVAL_DEFAULT,
             flush_pace: Some(milliscale::options::FLUSH_PACE_DEFAULT),

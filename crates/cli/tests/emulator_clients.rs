@@ -1,10 +1,10 @@
 //! Third-party clients against `milliscale emulator`, started as a user
 //! would start it (the binary, on a free port):
-//! - boto3 (`tests/python/emulator_boto3.py`): AWS's answers, appends, and
+//! - boto3 (`crates/emulator/tests/python/emulator_boto3.py`): AWS's answers, appends, and
 //!   the accounting printed at SIGTERM;
-//! - the conformance cases of `tests/python/s3_conformance.py`, which also
+//! - the conformance cases of `crates/emulator/tests/python/s3_conformance.py`, which also
 //!   run against MinIO: the emulator must pass every case MinIO passes;
-//! - the AWS CLI and s3cmd (`tests/python/emulator_clients.py`): copy, ls,
+//! - the AWS CLI and s3cmd (`crates/emulator/tests/python/emulator_clients.py`): copy, ls,
 //!   sync, multipart, server-side copy, metadata, conditional requests,
 //!   appends.
 //!
@@ -31,7 +31,7 @@ fn have_boto3() -> bool {
 }
 
 fn script(name: &str) -> String {
-    format!("{}/../../tests/python/{name}", env!("CARGO_MANIFEST_DIR"))
+    format!("{}/../emulator/tests/python/{name}", env!("CARGO_MANIFEST_DIR"))
 }
 
 /// The emulator binary on a free port, with its endpoint.
@@ -64,7 +64,9 @@ fn stop(mut emu: Child, mut out: BufReader<ChildStdout>) -> (std::process::ExitS
 #[test]
 fn boto3_sees_aws_behaviour() {
     if !have_boto3() {
-        eprintln!("skipped: no boto3 (pip install -r tests/python/requirements.txt)");
+        eprintln!(
+            "skipped: no boto3 (pip install -r crates/emulator/tests/python/requirements.txt)"
+        );
         return;
     }
     let (emu, out, endpoint) = start();
@@ -166,7 +168,7 @@ fn the_aws_cli_and_s3cmd_work_against_the_emulator() {
     assert!(status.success(), "the emulator exits cleanly: {status}");
 }
 
-/// The fuzz target for request parsing (`tests/python/emulator_fuzz.py`):
+/// The fuzz target for request parsing (`crates/emulator/tests/python/emulator_fuzz.py`):
 /// seeded random requests, mostly signed so they reach the parsers, must
 /// never get a server error, and the server must keep serving with its
 /// objects intact. `MILLISCALE_FUZZ_REQUESTS` sets the count per seed.

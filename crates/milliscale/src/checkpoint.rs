@@ -1,4 +1,4 @@
-//! Checkpoints (paper §4.4; DESIGN.md invariants 7 and 8).
+//! Checkpoints (paper §4.4; invariant 7 and 8).
 //!
 //! A checkpoint is an MVCC snapshot at a CSN `c` ≤ gCSN, so it holds only
 //! durable data. Taking one does not block transactions:
@@ -42,19 +42,16 @@ use bytes::{Buf, BufMut, Bytes};
 use objstore::{ObjectStore, StoreError};
 
 use crate::error::{Error, Result};
-use crate::manifest::{CheckpointRef, ChunkRef, LogRef, retry};
+use crate::keys::{CHECKPOINT_PREFIX, LOG_PREFIX, OFFER_PREFIX, checkpoint_prefix, offer_key};
+use crate::manifest::{CheckpointRef, ChunkRef, LogRef};
 use crate::mvcc::Csn;
+use crate::retry::retry;
 use crate::table::TableInner;
 
 /// "MSCK": Milliscale checkpoint chunk.
 pub const CHUNK_MAGIC: [u8; 4] = *b"MSCK";
 const CHUNK_VERSION: u8 = 1;
 const CHUNK_HEADER_BYTES: usize = 32;
-
-/// The prefix of checkpoint `csn`'s chunks.
-pub fn checkpoint_prefix(csn: Csn) -> String {
-    format!("checkpoint/c{csn:020}/")
-}
 
 /// Builds chunks of one table, and writes each when it is full.
 pub(crate) struct ChunkWriter<'a> {
@@ -283,7 +280,7 @@ pub(crate) fn load(
     threads: usize,
     deadline: Duration,
 ) -> Result<u64> {
-    let results = crate::recovery::parallel_map(&cref.chunks, threads, |c| -> Result<u64> {
+    let results = crate::parallel::parallel_map(&cref.chunks, threads, |c| -> Result<u64> {
         let chunk = fetch_chunk(stores, c, deadline)?;
         if chunk.csn != cref.csn {
             return Err(Error::Corrupt(format!(
@@ -300,17 +297,6 @@ pub(crate) fn load(
         Ok(chunk.rows.len() as u64)
     });
     results.into_iter().sum()
-}
-
-/// Where read replicas offer checkpoints they built from the log
-/// (`Options::checkpoint_offload`): `checkpoint/offer/c<csn>`, holding the
-/// checkpoint's `CheckpointRef` as one line `MSCO <crc32c>` and the JSON.
-/// The chunks are the usual `checkpoint/c<csn>/...` objects.
-pub const OFFER_PREFIX: &str = "checkpoint/offer/";
-
-/// The object key of an offer of checkpoint `csn`.
-pub fn offer_key(csn: Csn) -> String {
-    format!("{OFFER_PREFIX}c{csn:020}")
 }
 
 /// Encode an offer.
@@ -442,7 +428,7 @@ pub(crate) fn delete_superseded(
     let keep_prefix = keep.map(|c| checkpoint_prefix(c.csn));
     for (_, s) in stores {
         lists += 2;
-        if let Ok(list) = s.list("checkpoint/") {
+        if let Ok(list) = s.list(CHECKPOINT_PREFIX) {
             for o in list {
                 if keep_prefix.as_ref().is_none_or(|p| !o.key.starts_with(p.as_str())) {
                     deletes += 1;
@@ -450,9 +436,9 @@ pub(crate) fn delete_superseded(
                 }
             }
         }
-        if let Ok(list) = s.list("log/") {
+        if let Ok(list) = s.list(LOG_PREFIX) {
             for o in list {
-                if let Some(obj) = crate::recovery::parse_key(&o.key)
+                if let Some(obj) = crate::keys::parse_log_key(&o.key)
                     && obj.segment() < log.start(obj.chain()).unwrap_or(u64::MAX)
                 {
                     deletes += 1;
@@ -462,4 +448,44 @@ pub(crate) fn delete_superseded(
         }
     }
     (lists, deletes)
+}
+
+/// What checkpoints have cost so far: the background column of the cost
+/// report (the log's requests are the foreground column).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CheckpointStats {
+    /// Checkpoints published.
+    pub checkpoints: u64,
+    /// CSN of the last one.
+    pub last_csn: u64,
+    /// Rows and bytes in the last one.
+    pub last_rows: u64,
+    /// Bytes of the last one.
+    pub last_bytes: u64,
+    /// PUT-class requests made by checkpoints (chunk puts, manifest puts,
+    /// lists), all stores.
+    pub put_requests: u64,
+    /// Deletes of superseded objects (free on S3), all stores.
+    pub delete_requests: u64,
+    /// Bytes uploaded by checkpoints, all stores.
+    pub bytes_uploaded: u64,
+    /// Of `checkpoints`, those built by a replica and adopted
+    /// (`Options::checkpoint_offload`).
+    pub adopted: u64,
+    /// Time spent in checkpoints.
+    pub busy: Duration,
+    /// Log bytes written when the last one started.
+    pub log_bytes_at_last: u64,
+    /// What those requests and uploads cost at the stores' price tables,
+    /// for stores that have one (`sim://`); `None` otherwise.
+    pub cost_usd: Option<f64>,
+}
+
+/// Fuzz target: the chunk and offer decoders on arbitrary bytes, which
+/// must answer `Corrupt` (or a chunk) and never panic. See
+/// `log::decode::fuzz_part` for where fuzz targets run.
+pub fn fuzz_chunk(data: &[u8]) {
+    let key = "checkpoint/c00000000000000000001/0000/000000";
+    let _ = decode_chunk(key, &Bytes::copy_from_slice(data));
+    let _ = decode_offer(&crate::keys::offer_key(1), data);
 }

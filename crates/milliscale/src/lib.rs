@@ -26,41 +26,77 @@
 #![deny(missing_docs, clippy::unwrap_used, rust_2018_idioms)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
-pub mod checkpoint;
+mod checkpoint;
 mod commit;
 mod db;
+mod engine;
 mod error;
 mod index;
+mod keys;
 pub mod limits;
-pub mod log;
-pub mod manifest;
+mod log;
+mod manifest;
 mod mvcc;
 pub mod options;
-pub mod pages;
-pub mod recovery;
-pub mod replica;
-pub mod sched;
+mod parallel;
+mod recovery;
+mod replica;
+mod retry;
+mod sched;
 mod table;
 mod txn;
 
+pub use checkpoint::CheckpointStats;
 pub use commit::{CommitAck, CommitInfo, CommitMetrics};
-pub use db::{CheckpointStats, Database, DbStats, PromotionReport, PromotionTimings};
+pub use db::{Database, DbStats};
 pub use error::{ConflictKind, Error, Result};
 pub use index::Direction;
+pub use keys::Chain;
 pub use log::group::GroupMetrics;
-pub use log::{LogMetrics, StoreStatus};
+pub use log::segment::WriteMode;
+pub use log::stream::StreamMetrics;
+pub use log::{LAG_PARTS_MAX, LogMetrics, StoreStatus};
+pub use manifest::{CheckpointRef, ChunkRef, LogRef, Manifest, SealedLog};
 pub use mvcc::Csn;
 pub use options::{
     CommitProtocol, FlushPolicy, Hedging, Isolation, Options, Quorum, StoreSpec, Tracking,
     TxnOptions,
 };
+pub use recovery::{PromotionReport, PromotionTimings, RecoveryReport, Timings, Truncated};
 pub use replica::{Replica, ReplicaMetrics, ReplicaOptions};
 pub use table::Table;
 pub use txn::Transaction;
 
-/// Raw access to the ordered index implementation, for benchmarks that
-/// compare the engine with the bare index ("raw index" lookups).
+/// Hooks for this repository's own tools, benchmarks and tests: the log's
+/// byte format and segment writer, object names, recovery's scan and plan,
+/// a replica's chain tail, the raw ordered index. They are what
+/// `milliscale inspect` and `dump` read the stores with, and what the
+/// tests drive the log's parts with one at a time. Not a stable API: an
+/// embedding application needs none of it.
 #[doc(hidden)]
-pub mod raw {
+pub mod internals {
+    pub use crate::checkpoint::list_offers;
     pub use crate::index::{IndexKey, KeyQuery};
+    /// Every object name the engine writes or reads.
+    pub mod keys {
+        pub use crate::keys::*;
+    }
+    pub use crate::log::{hedge, record, segment};
+    pub use crate::recovery::{LogScan, ReplayPlan, plan_replay, scan_log};
+    pub use crate::replica::ACTIVE_WINDOW;
+    pub use crate::replica::tail;
+
+    /// The fuzz targets: each takes arbitrary bytes and must not panic.
+    /// `fuzz/` runs them coverage-guided (cargo-fuzz, nightly);
+    /// `tests/fuzz_targets.rs` runs each for a fixed time on every test run.
+    pub mod fuzz {
+        pub use crate::checkpoint::fuzz_chunk;
+        pub use crate::log::decode::fuzz_part;
+        pub use crate::manifest::fuzz_manifest;
+    }
 }
+
+/// The README's examples, compiled and run as doctests.
+#[doc = include_str!("../../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

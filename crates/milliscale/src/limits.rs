@@ -12,8 +12,7 @@ pub const TABLE_NAME_BYTES_MAX: usize = 255;
 pub const TABLES_MAX: usize = 4096;
 /// Most records (distinct keys ever inserted) in one table: the indirection
 /// array has `DIRECTORY_LEN` chunks of `CHUNK_LEN` slots.
-pub const RECORDS_PER_TABLE_MAX: u64 =
-    (crate::mvcc::oid_array::DIRECTORY_LEN as u64) * (crate::mvcc::oid_array::CHUNK_LEN as u64);
+pub const RECORDS_PER_TABLE_MAX: u64 = 1 << 28;
 /// Upper bound for [`crate::Options::max_transactions`].
 pub const TRANSACTIONS_MAX: usize = 1 << 16;
 
@@ -30,4 +29,3 @@ pub const STORES_MAX: usize = 7;
 const _: () = assert!(KEY_BYTES_MAX < VALUE_BYTES_MAX);
 const _: () =
     assert!(VALUE_BYTES_MAX + KEY_BYTES_MAX < 1 << 20, "a record must fit a 1 MiB log buffer");
-const _: () = assert!(TRANSACTIONS_MAX <= crate::txn::table::SLOTS_MAX);

@@ -1,5 +1,5 @@
 //! The manifest: which log and which checkpoint make up the database, who
-//! writes it, and the table catalog (DESIGN.md invariant 6).
+//! writes it, and the table catalog (invariant 6).
 //!
 //! The manifest is a chain of objects `manifest/<version>`, each created
 //! with a conditional put (`If-None-Match: *`), so two writers can never
@@ -24,8 +24,9 @@ use objstore::{ObjectStore, StoreError};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::log::segment::Chain;
+use crate::keys::{Chain, MANIFEST_PREFIX, manifest_key, manifest_version};
 use crate::mvcc::Csn;
+use crate::retry::retry;
 
 /// The manifest format this code writes and reads.
 pub const MANIFEST_FORMAT: u32 = 1;
@@ -205,18 +206,20 @@ pub struct ChunkRef {
     pub crc: u32,
 }
 
-/// The object key of manifest `version`.
-pub fn manifest_key(version: u64) -> String {
-    format!("manifest/{version:020}")
-}
-
 impl Manifest {
-    /// The first manifest of a new database.
-    pub fn initial(groups: u32, groups_per_stream: u32, lanes: u32, parts_max: u32) -> Manifest {
+    /// The first manifest of a new database, whose log is written in
+    /// part format `log_format` (`log::record::FORMAT_VERSION`).
+    pub fn initial(
+        log_format: u8,
+        groups: u32,
+        groups_per_stream: u32,
+        lanes: u32,
+        parts_max: u32,
+    ) -> Manifest {
         Manifest {
             version: 1,
             epoch: 1,
-            log_format: crate::log::record::FORMAT_VERSION,
+            log_format,
             tables: Vec::new(),
             checkpoint: None,
             sealed: Vec::new(),
@@ -333,10 +336,10 @@ impl ManifestStore {
         let mut latest: Vec<(u64, usize)> = Vec::new();
         let mut errors = Vec::new();
         for (i, (name, s)) in self.stores.iter().enumerate() {
-            match retry(self.deadline, || s.list("manifest/")) {
+            match retry(self.deadline, || s.list(MANIFEST_PREFIX)) {
                 Ok(list) => {
                     answered += 1;
-                    let v = list.iter().filter_map(|o| parse_version(&o.key)).max();
+                    let v = list.iter().filter_map(|o| manifest_version(&o.key)).max();
                     if let Some(v) = v {
                         latest.push((v, i));
                     }
@@ -421,9 +424,9 @@ impl ManifestStore {
     /// Delete manifest versions below `keep` (best effort).
     pub fn delete_below(&self, keep: u64) {
         for (_, s) in &self.stores {
-            if let Ok(list) = s.list("manifest/") {
+            if let Ok(list) = s.list(MANIFEST_PREFIX) {
                 for o in list {
-                    if parse_version(&o.key).is_some_and(|v| v < keep) {
+                    if manifest_version(&o.key).is_some_and(|v| v < keep) {
                         let _ = s.delete(&o.key);
                     }
                 }
@@ -432,26 +435,13 @@ impl ManifestStore {
     }
 }
 
-fn parse_version(key: &str) -> Option<u64> {
-    key.strip_prefix("manifest/")?.parse().ok()
-}
-
-/// Run a store request, retrying throttling and transient errors with
-/// capped exponential backoff until `deadline` has passed.
-pub(crate) fn retry<T>(
-    deadline: std::time::Duration,
-    mut f: impl FnMut() -> objstore::Result<T>,
-) -> objstore::Result<T> {
-    let started = std::time::Instant::now();
-    let mut pause = std::time::Duration::from_millis(5);
-    loop {
-        match f() {
-            Err(e) if e.is_retryable() && started.elapsed() < deadline => {
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(std::time::Duration::from_millis(500));
-            }
-            r => return r,
-        }
+/// Fuzz target: the manifest decoder on arbitrary bytes, which must
+/// answer `Corrupt` (or a manifest that re-encodes to an equal one)
+/// and never panic. See `log::decode::fuzz_part` for where fuzz targets
+/// run.
+pub fn fuzz_manifest(data: &[u8]) {
+    if let Ok(m) = Manifest::decode(&manifest_key(1), data) {
+        assert_eq!(Manifest::decode(&manifest_key(1), &m.encode()).ok(), Some(m));
     }
 }
 
@@ -461,7 +451,7 @@ mod tests {
 
     #[test]
     fn a_manifest_from_before_lanes_and_streams_reads_as_one_log_per_group() {
-        let m = Manifest::initial(3, 1, 1, 10_000);
+        let m = Manifest::initial(1, 3, 1, 1, 10_000);
         let mut json: serde_json::Value = serde_json::to_value(&m).expect("json");
         let log = json["log"].as_object_mut().expect("log");
         log.remove("lanes");
@@ -471,7 +461,7 @@ mod tests {
         let chains: Vec<Chain> = old.log.chains().collect();
         assert_eq!(chains, [Chain::new(0, 0), Chain::new(1, 0), Chain::new(2, 0)]);
         assert_eq!(old.log.chain_groups(Chain::new(2, 0)), 2..3);
-        let shared = Manifest::initial(3, 2, 2, 10_000).log;
+        let shared = Manifest::initial(1, 3, 2, 2, 10_000).log;
         assert_eq!(shared.streams(), 2);
         let chains: Vec<Chain> = shared.chains().collect();
         assert_eq!(
@@ -486,7 +476,7 @@ mod tests {
 
     #[test]
     fn encode_decode_and_damage() {
-        let mut m = Manifest::initial(2, 1, 1, 10_000);
+        let mut m = Manifest::initial(1, 2, 1, 1, 10_000);
         m.tables = vec!["a".into(), "b".into()];
         let bytes = m.encode();
         let key = manifest_key(1);
@@ -504,7 +494,7 @@ mod tests {
         let s: Arc<dyn ObjectStore> = Arc::new(objstore::MemoryStore::new());
         let ms = ManifestStore::new(vec![("m".into(), s)], 1, std::time::Duration::from_secs(1));
         assert_eq!(ms.read_latest().expect("reads"), None);
-        let m = Manifest::initial(1, 1, 1, 10);
+        let m = Manifest::initial(1, 1, 1, 1, 10);
         ms.create(&m).expect("first create");
         ms.create(&m).expect("the same body again is ours");
         let mut other = m.clone();

@@ -1,4 +1,4 @@
-//! Autonomous commit (seed 001, `CommitProtocol::Autonomous`): workers
+//! Autonomous commit (Autonomous Commit, `CommitProtocol::Autonomous`): workers
 //! flush the log themselves once their buffer holds a flush unit, force
 //! commit when they expect to be idle or wait for an ack, steal their
 //! neighbours' buffers, and acknowledge commits themselves. The lanes'
@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{WriteCounter, read_log_parts};
-use milliscale::log::record::Entry;
+use milliscale::internals::record::Entry;
 use milliscale::{CommitProtocol, Database, Options};
 use objstore::pending::Stage;
 use std::ops::Range;
@@ -277,7 +277,7 @@ fn appends(db: &Database) -> u64 {
 }
 
 /// On a store with an asynchronous client a worker sends its append and
-/// goes on (seed 001's workers submit their I/O and poll it): the commit
+/// goes on (Autonomous Commit's workers submit their I/O and poll it): the commit
 /// returns with the append in flight, and the worker finishes it after a
 /// later transaction of its own, which acknowledges it. The lanes' threads
 /// take no part.

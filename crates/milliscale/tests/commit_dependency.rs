@@ -1,5 +1,5 @@
 //! Record-level vs transaction-level dependency tracking (paper §4.3,
-//! Fig. 5; DESIGN.md invariant 2), with a store whose groups we hold back.
+//! Fig. 5; invariant 2), with a store whose groups we hold back.
 
 mod common;
 

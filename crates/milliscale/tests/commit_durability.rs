@@ -1,4 +1,4 @@
-//! Acknowledged means durable on a quorum (DESIGN.md invariants 2 and 5),
+//! Acknowledged means durable on a quorum (invariant 2 and 5),
 //! under injected latency, ambiguous appends, 503s, 500s and a store that
 //! goes down; and a log that cannot reach a quorum poisons the database
 //! instead of acknowledging.

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{WriteCounter, read_log, read_log_parts};
-use milliscale::log::record::{Entry, Op};
-use milliscale::log::segment::WriteMode;
+use milliscale::internals::record::{Entry, Op};
+use milliscale::internals::segment::WriteMode;
 use milliscale::{Database, Options};
 use objstore::{MemoryStore, ObjectStore};
 

@@ -6,7 +6,7 @@
 //! files; do that only together with a format version bump.
 
 use bytes::Bytes;
-use milliscale::log::record::{
+use milliscale::internals::record::{
     DecodeError, Entry, Op, PART_HEADER_BYTES, PartBuilder, Record, Records, decode_part,
     decode_segment,
 };

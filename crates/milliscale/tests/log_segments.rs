@@ -9,11 +9,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use milliscale::log::record::{Entry, PartBuilder, decode_part, decode_segment};
-use milliscale::log::segment::{
-    Chain, HedgePolicy, RetryPolicy, SegmentError, SegmentWriter, WriteMode, put_part_key,
-    segment_key,
-};
+use milliscale::internals::hedge::HedgePolicy;
+use milliscale::internals::keys::{Chain, put_part_key, segment_key};
+use milliscale::internals::record::{Entry, PartBuilder, decode_part, decode_segment};
+use milliscale::internals::segment::{RetryPolicy, SegmentError, SegmentWriter, WriteMode};
 use objstore::sim::{Faults, SimStore};
 use objstore::{MemoryStore, ObjectStore};
 

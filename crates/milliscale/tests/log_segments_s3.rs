@@ -11,10 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use milliscale::log::record::{Entry, PartBuilder, decode_segment};
-use milliscale::log::segment::{
-    Chain, RetryPolicy, SegmentWriter, WriteMode, put_part_key, segment_key,
-};
+use milliscale::internals::keys::{Chain, put_part_key, segment_key};
+use milliscale::internals::record::{Entry, PartBuilder, decode_segment};
+use milliscale::internals::segment::{RetryPolicy, SegmentWriter, WriteMode};
 use objstore::ObjectStore;
 use objstore::probe::{AppendSupport, probe_appends};
 
@@ -97,7 +96,7 @@ fn segments_through_the_emulator_in_both_modes() {
 /// Both copies race at the server; each part must land exactly once.
 #[test]
 fn hedged_appends_through_the_emulator_land_once() {
-    use milliscale::log::segment::HedgePolicy;
+    use milliscale::internals::hedge::HedgePolicy;
     let faults = objstore::sim::Faults {
         seed: 11,
         throttle: 0.05,

@@ -13,8 +13,8 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
-use milliscale::log::record::{Entry, Op};
-use milliscale::recovery::{plan_replay, scan_log};
+use milliscale::internals::record::{Entry, Op};
+use milliscale::internals::{plan_replay, scan_log};
 use milliscale::{CommitAck, CommitProtocol, Database, Error, Options};
 use objstore::{Bytes, MemoryStore, ObjectMeta, ObjectStore, Result};
 use parking_lot::{Mutex, RwLock, RwLockReadGuard};
@@ -309,7 +309,7 @@ fn a_torn_tail_is_cut_and_reported_and_damage_elsewhere_is_corrupt() {
     // A torn last append: the tail is cut, the rest replays.
     store.put(&last, bytes.slice(..bytes.len() - 7)).expect("tear");
     let (_, scan) = scan_log(&store).expect("a torn tail is not corruption");
-    let t = scan.chains[&milliscale::log::segment::Chain::new(0, 0)]
+    let t = scan.chains[&milliscale::internals::keys::Chain::new(0, 0)]
         .truncated
         .as_ref()
         .expect("reported");

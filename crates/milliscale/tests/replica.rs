@@ -223,7 +223,7 @@ fn an_idle_database_costs_a_replica_few_requests() {
         .expect("replica");
     replica.wait_for(csn, WAIT).expect("applied");
     // Past the active window, the polls back off to poll_max.
-    std::thread::sleep(milliscale::replica::ACTIVE_WINDOW + Duration::from_millis(500));
+    std::thread::sleep(milliscale::internals::ACTIVE_WINDOW + Duration::from_millis(500));
     let a = replica.metrics();
     std::thread::sleep(Duration::from_secs(2));
     let b = replica.metrics();
@@ -415,7 +415,7 @@ fn a_writer_adopts_a_checkpoint_a_replica_built_and_truncates_its_log() {
     let starts: Vec<u64> = m.log.group_start.clone();
     assert!(starts.iter().any(|s| *s > 0), "the log's start moved: {starts:?}");
     assert!(
-        segments.iter().all(|o| milliscale::recovery::segment_of(&o.key)
+        segments.iter().all(|o| milliscale::internals::keys::segment_of(&o.key)
             .is_none_or(|(chain, seg)| m.log.start(chain).is_none_or(|s| seg >= s))),
         "segments before the start were left"
     );

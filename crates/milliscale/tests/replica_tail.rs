@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use milliscale::log::record::Part;
-use milliscale::log::segment::Chain;
-use milliscale::replica::tail::ChainTail;
+use milliscale::internals::keys::Chain;
+use milliscale::internals::record::Part;
+use milliscale::internals::tail::ChainTail;
 use milliscale::{Database, Options};
 use objstore::{MemoryStore, ObjectStore};
 
@@ -77,7 +77,7 @@ fn tail_while_writing(put_per_flush: bool) {
         assert!(t.poll(&store).expect("poll").parts.is_empty(), "nothing twice");
     }
 
-    let (_, scan) = milliscale::recovery::scan_log(&store).expect("scan");
+    let (_, scan) = milliscale::internals::scan_log(&store).expect("scan");
     let mut parts = 0;
     for (chain, found) in &scan.chains {
         let recovered: Vec<&Part> = found.parts.iter().map(|(_, p)| p).collect();

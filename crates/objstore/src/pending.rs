@@ -5,7 +5,7 @@
 //! go on: the caller gets a [`PendingAppend`], asks it now and then whether
 //! the answer is in ([`PendingAppend::poll`], never blocks), and blocks on
 //! it only when it has nothing else to do ([`PendingAppend::wait`]). That
-//! is how a device's submission and completion queues are used (seed 001's
+//! is how a device's submission and completion queues are used (Autonomous Commit's
 //! workers poll theirs between transactions), and what a synchronous call
 //! cannot give a thread that has work to do while its write is out.
 //!

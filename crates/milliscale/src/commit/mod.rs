@@ -1,102 +1,35 @@
-//! The commit path: pre-commit now, acknowledgment later (pipelined group
-//! commit, paper §2.4 and §4.3).
+//! The commit path's state: pre-commit now, acknowledgment later
+//! (pipelined group commit, Milliscale §2.4 and §4.3).
 //!
 //! `Transaction::commit` *pre-commits*: it takes the CSN and logs the
-//! transaction into its group's buffer in one step, makes the writes
-//! visible and frees the worker. It returns a [`CommitAck`] that resolves
-//! once the transaction is durably committed under the tracking policy
-//! ([`dependency`]). An ack is four numbers and a shared pointer: deciding
-//! whether it resolved reads two or three atomics, so it costs nothing per commit
-//! beyond the pointer's reference count. Without a log (`store("none")`),
-//! pre-commit is the commit and every ack is resolved at once.
+//! transaction into its group's buffer in one step (`log::group`), makes
+//! the writes visible and frees the worker. It returns a [`CommitAck`]
+//! that resolves once the transaction is durably committed under the
+//! tracking policy. Without a log (`store("none")`), pre-commit is the
+//! commit and every ack is resolved at once.
+//!
+//! This module holds what the commit rule reads, and nothing that writes
+//! the log (it imports nothing from `log`):
+//! - [`marks`]: the CSN counter, gCSN, the poison flag and the ack
+//!   waiters: the numbers an ack decides by (record-level dependency
+//!   tracking, DSN vs gCSN);
+//! - [`durability`]: one log group's durability state, owned in one place:
+//!   its parts in flight, its contiguous durable mark, the ring of parts
+//!   that landed out of order, and the transactions whose part landed;
+//! - [`committer`]: the committer's round (publish gCSN, release, wake the
+//!   waiters, measure);
+//! - [`ack`]: the handle a pre-committed transaction gets.
+//!
+//! The log drives it: a lane that lands a part calls
+//! [`durability::GroupDurability::landed`] and runs a committer round. The
+//! one path back, from a waiting ack to the log, is the [`ForceFlush`]
+//! trait, which autonomous commit implements (`log::autonomous`).
 
-pub(crate) mod dependency;
+pub(crate) mod ack;
+pub(crate) mod committer;
+pub(crate) mod durability;
+pub(crate) mod marks;
 
-use std::sync::Arc;
-
-use crate::error::Result;
-use crate::mvcc::Csn;
-use dependency::{CommitState, OwnPart};
-
-pub use dependency::CommitMetrics;
-
-/// What a committed transaction was assigned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CommitInfo {
-    /// The commit sequence number; `None` for a read-only transaction.
-    pub csn: Option<Csn>,
-    /// The largest CSN among the versions the transaction read or overwrote
-    /// (0 if none): the transaction may be acknowledged only after every
-    /// transaction up to its DSN is durable.
-    pub dsn: Csn,
-}
-
-/// A pre-committed transaction's handle; resolves once it is committed.
-#[must_use = "a commit is acknowledged only when the ack resolves; call wait()"]
-pub struct CommitAck {
-    info: CommitInfo,
-    own: OwnPart,
-    state: Option<Arc<CommitState>>,
-}
-
-impl std::fmt::Debug for CommitAck {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CommitAck")
-            .field("info", &self.info)
-            .field("acknowledged", &self.is_acknowledged())
-            .finish()
-    }
-}
-
-impl CommitAck {
-    /// An ack that is already resolved (no log, or nothing to wait for).
-    pub(crate) fn resolved(info: CommitInfo) -> CommitAck {
-        CommitAck { info, own: OwnPart::default(), state: None }
-    }
-
-    /// An ack that resolves by the commit rule of `state`.
-    pub(crate) fn pending(info: CommitInfo, own: OwnPart, state: Arc<CommitState>) -> CommitAck {
-        CommitAck { info, own, state: Some(state) }
-    }
-
-    /// The CSN (`None` for read-only transactions), available at once.
-    pub fn csn(&self) -> Option<Csn> {
-        self.info.csn
-    }
-
-    /// The transaction's DSN.
-    pub fn dsn(&self) -> Csn {
-        self.info.dsn
-    }
-
-    /// True once the commit is acknowledged: durable, and so is everything
-    /// it depends on.
-    pub fn is_acknowledged(&self) -> bool {
-        self.state
-            .as_ref()
-            .is_none_or(|s| s.is_acknowledged(self.info.csn, self.info.dsn, self.own))
-    }
-
-    /// Block until the transaction is acknowledged or `deadline` passes:
-    /// `None` if it was not acknowledged by then (the ack stays valid),
-    /// else what [`CommitAck::wait`] returns.
-    pub fn wait_until(&self, deadline: std::time::Instant) -> Option<Result<CommitInfo>> {
-        match &self.state {
-            None => Some(Ok(self.info)),
-            Some(s) => s
-                .wait_until(self.info.csn, self.info.dsn, self.own, deadline)
-                .map(|r| r.map(|()| self.info)),
-        }
-    }
-
-    /// Block until the transaction is acknowledged. Fails with
-    /// `StoreUnavailable` (or `Fenced`) if the log stopped before it was:
-    /// then the transaction may or may not survive a restart, and it must
-    /// be treated as not committed.
-    pub fn wait(self) -> Result<CommitInfo> {
-        if let Some(s) = &self.state {
-            s.wait(self.info.csn, self.info.dsn, self.own)?;
-        }
-        Ok(self.info)
-    }
-}
+pub use ack::{CommitAck, CommitInfo};
+pub use committer::CommitMetrics;
+pub(crate) use marks::{CommitMarks, ForceFlush};

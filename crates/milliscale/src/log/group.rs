@@ -14,14 +14,11 @@
 //! is full while every lane is busy.
 //!
 //! Parts are cut from the buffer in CSN order and numbered in that order
-//! (`Pending::part`), but lanes finish in any order. The group keeps its
-//! parts in flight in a queue: when a part lands on a quorum, the lane
-//! publishes that part as durable (`CommitState::publish_part_durable`, so
-//! its own transactions can be acknowledged at once), and then pops the
-//! durable parts at the front of the queue to advance the group's
-//! contiguous mark `durable[g]`. gCSN still counts only the contiguous
-//! prefix: the oldest CSN not durable in a group is the first CSN of its
-//! oldest part in flight.
+//! (`Pending::part`), but lanes finish in any order. What of the group is
+//! durable (its parts in flight, its contiguous mark, the parts that
+//! landed out of order) is kept in one place,
+//! `commit::durability::GroupDurability`: the group reports each cut and
+//! each landing there.
 //!
 //! **Three locks, so that the log's threads never wait for a worker the
 //! scheduler took off its core.** A worker holds the group's buffer lock
@@ -33,22 +30,21 @@
 //! can:
 //! - a lane *tries* the lock to cut the buffer, and leaves a busy group
 //!   for the next flush (`LogGroup::cut`);
-//! - the parts in flight have their own lock (`flight`), which only the
-//!   log's threads take;
-//! - the commit queue has its own lock (`queue`), which a worker holds
-//!   only to push one entry, and a committer round only to move the new
-//!   entries to its own list (`staged`): a worker that found it held would
-//!   park inside the buffer lock;
+//! - the parts in flight have their own lock (in `GroupDurability`),
+//!   which only the log's threads take;
+//! - the transactions a buffer holds, which the committer measures, are
+//!   kept in the buffer's state (`GroupState::txns`) and travel with the
+//!   part they were cut into: pre-commit takes no other lock for them;
 //! - the oldest CSN not yet durable in the active buffer is published in
-//!   an atomic (`pending_first`), which the committer reads for gCSN
-//!   without the buffer lock. A worker publishes a lower bound of its CSN
-//!   *before* it takes it (invariant 2's first race), then the CSN itself.
+//!   an atomic (`GroupDurability::buffer_pending`), which the committer
+//!   reads for gCSN without the buffer lock. A worker publishes a lower
+//!   bound of its CSN *before* it takes it (invariant 2's first race),
+//!   then the CSN itself.
 //!
 //! The buffer is the part itself: it starts with room for the part header,
 //! entries are appended as encoded, and the lane seals the header and
 //! checksum in place (`record::seal_part`).
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -57,23 +53,13 @@ use hdrhistogram::Histogram;
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use super::record::{self, EntryKind, PART_HEADER_BYTES};
-use super::stream::FlushSignal;
-use crate::commit::dependency::CommitState;
+use super::signal::FlushSignal;
+use crate::commit::CommitMarks;
+use crate::commit::durability::{GroupDurability, Pending};
 use crate::error::{Error, Result};
 use crate::mvcc::Csn;
 
-/// A pre-committed transaction in a group's commit queue.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Pending {
-    pub(crate) csn: Csn,
-    pub(crate) dsn: Csn,
-    /// The number of the group's part its entry goes out in.
-    pub(crate) part: u64,
-    /// When it pre-committed.
-    pub(crate) at: Instant,
-}
-
-/// One log group: a buffer, its parts in flight, and its commit queue.
+/// One log group: a buffer its workers fill, cut into parts by its stream.
 pub(crate) struct LogGroup {
     pub(crate) id: u32,
     capacity: usize,
@@ -81,36 +67,12 @@ pub(crate) struct LogGroup {
     lanes: u32,
     /// The buffer: workers hold it to log an entry.
     state: Mutex<GroupState>,
-    /// Parts cut and not yet popped, in part (and CSN) order; the front,
-    /// if any, is not durable. Only the log's threads take this lock; a
-    /// lane takes it inside `state` when it cuts.
-    flight: Mutex<VecDeque<InFlight>>,
-    /// Pre-committed transactions not yet taken by the committer, in CSN
-    /// order. A worker pushes inside `state`; a committer round moves them
-    /// all to `staged` at once.
-    queue: Mutex<Vec<Pending>>,
-    /// Pre-committed transactions the committer took from `queue` and has
-    /// not yet found durable, in CSN order. Only committer rounds (which
-    /// run one at a time) take this lock.
-    staged: Mutex<Vec<Pending>>,
-    /// The first CSN of the active buffer, or a lower bound of it while a
-    /// worker takes it; 0 when the buffer is empty. Written under `state`.
-    pending_first: AtomicU64,
     /// Workers wait here for room in the active buffer.
     room: Condvar,
     /// Its stream's lanes wait here for something to flush.
     signal: Arc<FlushSignal>,
-    commit: Arc<CommitState>,
+    commit: Arc<CommitMarks>,
     pub(crate) stats: GroupStats,
-}
-
-/// A part cut from the buffer and not yet popped as durable.
-#[derive(Debug, Clone, Copy)]
-struct InFlight {
-    part: u64,
-    first: Csn,
-    last: Csn,
-    durable: bool,
 }
 
 struct GroupState {
@@ -123,6 +85,9 @@ struct GroupState {
     active_since: Option<Instant>,
     /// The number the active buffer will have as a part.
     active_part: u64,
+    /// Its pre-committed transactions, in CSN order, for the committer's
+    /// measurements; they go with the part.
+    txns: Vec<Pending>,
     /// A worker found no room (for the count of full flushes).
     full: bool,
     closing: bool,
@@ -213,6 +178,8 @@ pub(crate) struct Cut {
     pub(crate) fill: Duration,
     /// A worker found the buffer full.
     pub(crate) full: bool,
+    /// The transactions whose commit entries it holds.
+    pub(crate) txns: Vec<Pending>,
 }
 
 impl LogGroup {
@@ -221,7 +188,7 @@ impl LogGroup {
         capacity: usize,
         lanes: u32,
         signal: Arc<FlushSignal>,
-        commit: Arc<CommitState>,
+        commit: Arc<CommitMarks>,
     ) -> LogGroup {
         LogGroup {
             id,
@@ -234,13 +201,10 @@ impl LogGroup {
                 active_last: 0,
                 active_since: None,
                 active_part: 0,
+                txns: Vec::new(),
                 full: false,
                 closing: false,
             }),
-            flight: Mutex::new(VecDeque::new()),
-            queue: Mutex::new(Vec::new()),
-            staged: Mutex::new(Vec::new()),
-            pending_first: AtomicU64::new(0),
             room: Condvar::new(),
             signal,
             commit,
@@ -277,49 +241,9 @@ impl LogGroup {
         Ok(Reservation { group: self, st, csn: None })
     }
 
-    /// Committer: take the queued transactions whose own records are
-    /// durable (their part landed, whatever happened to earlier parts):
-    /// the contiguous prefix up to `durable[g]`, and, only when parts have
-    /// landed out of order, those of the landed parts after it.
-    pub(crate) fn drain_durable(&self) -> Vec<Pending> {
-        let out_of_order = self.flight.lock().iter().any(|p| p.durable);
-        let mut queue = self.staged.lock();
-        // Hold the workers' lock only to move the new entries over: a
-        // worker pushes into `queue` inside its buffer lock, and must not
-        // wait there (see the module docs).
-        queue.append(&mut self.queue.lock());
-        let id = self.id as usize;
-        let durable = self.commit.durable[id].load(Ordering::SeqCst);
-        let n = queue.partition_point(|p| p.csn <= durable);
-        let mut out: Vec<Pending> = queue.drain(..n).collect();
-        if out_of_order {
-            queue.retain(|p| {
-                let own = crate::commit::dependency::OwnPart { group: id, part: p.part };
-                if self.commit.own_records_durable(p.csn, own) {
-                    out.push(*p);
-                    false
-                } else {
-                    true
-                }
-            });
-        }
-        out
-    }
-
-    /// The oldest CSN of this group that is not yet durable (or a lower
-    /// bound of it), if any: the first CSN of its oldest part in flight,
-    /// else of its active buffer. Never waits for the buffer lock. The
-    /// active buffer is read first: a cut puts the part in flight before
-    /// it clears `pending_first`, so a part is always seen in one of them.
-    pub(crate) fn oldest_not_durable(&self) -> Option<Csn> {
-        let active = self.pending_first.load(Ordering::SeqCst);
-        let flight = self.flight.lock().front().map(|p| p.first);
-        match (flight, active) {
-            (Some(f), 0) => Some(f),
-            (Some(f), a) => Some(f.min(a)),
-            (None, 0) => None,
-            (None, a) => Some(a),
-        }
+    /// What of this group is durable.
+    pub(crate) fn durability(&self) -> &GroupDurability {
+        self.commit.group(self.id as usize)
     }
 
     /// Part bytes written since the group started.
@@ -368,16 +292,9 @@ impl LogGroup {
             entries: st.active_entries,
             fill: st.active_since.map_or(Duration::ZERO, |t| now.saturating_duration_since(t)),
             full: st.full,
+            txns: std::mem::take(&mut st.txns),
         };
-        let last = st.active_last;
-        self.flight.lock().push_back(InFlight {
-            part: cut.part,
-            first: cut.first,
-            last,
-            durable: false,
-        });
-        // After the part is in flight (see `oldest_not_durable`).
-        self.pending_first.store(0, Ordering::SeqCst);
+        self.durability().part_cut(cut.part, cut.first, st.active_last);
         st.active_part += 1;
         st.active_entries = 0;
         st.active_first = 0;
@@ -393,27 +310,11 @@ impl LogGroup {
         record::seal_part(&mut cut.bytes, self.id, cut.first, cut.entries);
     }
 
-    /// Part `part` is on a quorum: publish it, then pop the durable parts
-    /// at the front of the queue and advance the contiguous mark. One step
-    /// under the flight lock: whoever sees the part durable (an ack) and then
-    /// scans the groups for gCSN (`CommitState::publish_gcsn`) finds the
-    /// queue already updated.
-    pub(crate) fn landed(&self, part: u64) {
-        let mut flight = self.flight.lock();
-        let id = self.id as usize;
-        self.commit.publish_part_durable(id, part);
-        if flight.front().is_some_and(|p| p.part != part) {
+    /// Part `part`, carrying `txns`, is on a quorum (see
+    /// `GroupDurability::landed`).
+    pub(crate) fn landed(&self, part: u64, txns: Vec<Pending>) {
+        if self.durability().landed(part, txns) {
             self.stats.out_of_order.fetch_add(1, Ordering::Relaxed);
-        }
-        if let Some(p) = flight.iter_mut().find(|p| p.part == part) {
-            p.durable = true;
-        }
-        let mut contiguous = None;
-        while flight.front().is_some_and(|p| p.durable) {
-            contiguous = flight.pop_front().map(|p| p.last);
-        }
-        if let Some(last) = contiguous {
-            self.commit.durable[id].store(last, Ordering::SeqCst);
         }
     }
 
@@ -490,7 +391,7 @@ impl Reservation<'_> {
         if self.st.active_entries == 0 {
             // Pending before it exists (see the module docs): the counter
             // now is a lower bound of the CSN taken next.
-            self.group.pending_first.store(next.load(Ordering::SeqCst), Ordering::SeqCst);
+            self.group.durability().buffer_pending(next.load(Ordering::SeqCst));
         }
         let csn = next.fetch_add(1, Ordering::SeqCst);
         self.csn = Some(csn);
@@ -504,7 +405,7 @@ impl Reservation<'_> {
         let first = st.active_entries == 0;
         if first {
             st.active_first = csn;
-            self.group.pending_first.store(csn, Ordering::SeqCst);
+            self.group.durability().buffer_pending(csn);
             st.active_since = Some(Instant::now());
         }
         st.active_entries += 1;
@@ -538,7 +439,7 @@ impl Reservation<'_> {
         let first = self.push_entry(csn);
         let p = Pending { csn, dsn, part: self.st.active_part, at: Instant::now() };
         let buffered = self.st.active.len() - PART_HEADER_BYTES;
-        self.group.queue.lock().push(p);
+        self.st.txns.push(p);
         self.release(first);
         (p, buffered)
     }
@@ -565,10 +466,10 @@ mod tests {
 
     #[test]
     fn a_lane_skips_a_busy_buffer_and_gcsn_never_waits_for_its_lock() {
-        let commit = Arc::new(CommitState::new(1, Tracking::Record, true, 1));
+        let commit = Arc::new(CommitMarks::new(1, Tracking::Record, true, 1));
         let signal = Arc::new(FlushSignal::new(&[0], Duration::ZERO));
         let g = LogGroup::new(0, 4096, 1, signal, Arc::clone(&commit));
-        assert_eq!(g.oldest_not_durable(), None);
+        assert_eq!(g.durability().oldest_not_durable(), None);
         let mut r = g.reserve(32).expect("room");
         let csn = r.take_csn();
         let (p, buffered) = r.write_commit(0, 0, &[]);
@@ -578,7 +479,7 @@ mod tests {
         // its core there): the lane does not wait, and gCSN is known.
         let held = g.state.lock();
         assert!(matches!(g.cut(Instant::now(), false), CutResult::Skipped));
-        assert_eq!(g.oldest_not_durable(), Some(csn));
+        assert_eq!(g.durability().oldest_not_durable(), Some(csn));
         drop(held);
         let CutResult::Part(cut) = g.cut(Instant::now(), false) else {
             panic!("the buffer holds an entry")
@@ -586,15 +487,17 @@ mod tests {
         assert_eq!((cut.first, cut.entries), (csn, 1));
         assert!(matches!(g.cut(Instant::now(), false), CutResult::Empty));
         // In flight now, not in the buffer: still the oldest not durable.
-        assert_eq!(g.oldest_not_durable(), Some(csn));
-        g.landed(cut.part);
-        assert_eq!(g.oldest_not_durable(), None);
-        assert_eq!(g.drain_durable().iter().map(|p| p.csn).collect::<Vec<_>>(), [csn]);
+        assert_eq!(g.durability().oldest_not_durable(), Some(csn));
+        assert_eq!(cut.txns.iter().map(|p| p.csn).collect::<Vec<_>>(), [csn]);
+        g.landed(cut.part, cut.txns);
+        assert_eq!(g.durability().oldest_not_durable(), None);
+        let landed = g.durability().take_landed();
+        assert_eq!(landed.iter().map(|p| p.csn).collect::<Vec<_>>(), [csn]);
     }
 
     #[test]
     fn a_csn_is_pending_before_it_is_taken() {
-        let commit = Arc::new(CommitState::new(1, Tracking::Record, true, 7));
+        let commit = Arc::new(CommitMarks::new(1, Tracking::Record, true, 7));
         let g = LogGroup::new(
             0,
             4096,
@@ -608,8 +511,8 @@ mod tests {
         // the CSN was taken can never skip it.
         let r_bound = commit.next_csn.load(Ordering::SeqCst);
         let csn = r.take_csn();
-        assert!(g.oldest_not_durable().is_some_and(|o| o <= csn && o >= r_bound));
+        assert!(g.durability().oldest_not_durable().is_some_and(|o| o <= csn && o >= r_bound));
         r.write_abort();
-        assert_eq!(g.oldest_not_durable(), Some(csn));
+        assert_eq!(g.durability().oldest_not_durable(), Some(csn));
     }
 }

@@ -7,41 +7,54 @@
 //!   workers, the one-step CSN reservation, and the group's parts in
 //!   flight.
 //! - `stream`: the lanes that cut the groups' buffers and write them, and
-//!   when they flush.
-//! - `replica`: every append to every store, durable at a quorum.
+//!   when they flush; `signal`: what the groups signal and the lanes wait
+//!   on.
+//! - `quorum`: every append to every store, durable at a quorum of them.
+//! - `hedge`: sending a slow append (or a replica's read) a second time;
+//!   `latency_window`: the recent latencies hedging and pacing read.
+//! - `autonomous`: autonomous commit (workers flush and acknowledge).
 //!
 //! [`Log`] ties them together: it opens and probes the stores, starts the
-//! streams' lanes and the committer (`commit::dependency`), and maps worker
+//! streams' lanes and the committer (`commit::committer`), and maps worker
 //! threads to groups.
 
+pub(crate) mod autonomous;
+pub(crate) mod decode;
 pub mod group;
+pub mod hedge;
+pub(crate) mod latency_window;
+pub(crate) mod pacing;
+pub(crate) mod quorum;
 pub mod record;
-pub(crate) mod replica;
 pub mod segment;
+pub(crate) mod signal;
 pub(crate) mod stream;
 
-use std::cell::Cell;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use objstore::ObjectStore;
 use objstore::probe::{AppendSupport, probe_appends};
 use objstore::sim::accounting::AccountingReport;
 
-use crate::commit::dependency::{CommitMetrics, CommitState, Committer};
+use crate::commit::committer::Committer;
+use crate::commit::{CommitMarks, CommitMetrics};
 use crate::error::{Error, Result};
 use crate::manifest::LogRef;
 use crate::options::{CommitProtocol, FlushPolicy, Options, StoreSpec};
+use autonomous::{Autonomous, WaiterFlush};
 use group::{GroupMetrics, LogGroup};
-use replica::{ReplicaConfig, ReplicaSet, StoreHealth};
-use segment::{HedgePolicy, RetryPolicy, WriteMode};
-use stream::{Finish, FlushSettings, LogStream, RequestBudget};
+use hedge::HedgePolicy;
+use pacing::{FlushSettings, RequestBudget};
+use quorum::{QuorumWriter, StoreConfig, StoreHealth};
+use segment::{RetryPolicy, WriteMode};
+use stream::LogStream;
 
 pub use stream::StreamMetrics;
 
-pub use replica::LAG_PARTS_MAX;
+pub use quorum::LAG_PARTS_MAX;
 
 /// One store the log writes to, as monitoring sees it.
 #[derive(Debug, Clone)]
@@ -101,15 +114,6 @@ pub(crate) fn open_stores(options: &Options) -> Result<Vec<OpenStore>> {
     options.stores.iter().map(|spec| open_store(spec, options)).collect()
 }
 
-/// Autonomous commit's settings (see [`crate::CommitProtocol`]).
-struct Autonomous {
-    flush_unit: usize,
-    max_idle: Duration,
-    /// The chance that a worker runs the committer's round after a
-    /// transaction it did not flush: 1/log2(workers), seed 001's rule.
-    ack_chance: f64,
-}
-
 /// The running log of one database.
 pub(crate) struct Log {
     groups: Vec<Arc<LogGroup>>,
@@ -118,7 +122,7 @@ pub(crate) struct Log {
     groups_per_stream: usize,
     group_size: usize,
     stores: Vec<OpenStore>,
-    commit: Arc<CommitState>,
+    commit: Arc<CommitMarks>,
     committer: Arc<parking_lot::Mutex<Committer>>,
     autonomous: Option<Autonomous>,
     threads: parking_lot::Mutex<Vec<JoinHandle<()>>>,
@@ -130,20 +134,7 @@ pub(crate) struct Log {
 
 thread_local! {
     /// (database id, worker number) of this thread.
-    static WORKER: Cell<(u64, usize)> = const { Cell::new((0, 0)) };
-    /// Autonomous commit: this worker's idle clock.
-    static IDLE: Cell<IdleClock> = const { Cell::new(IdleClock { last_commit: None, avg_idle_ns: 0 }) };
-}
-
-/// How long a worker stays idle between transactions, to predict whether
-/// it will be idle after this one (force commit, seed 001).
-#[derive(Clone, Copy)]
-struct IdleClock {
-    /// When its last pre-commit returned (`None`: it has begun since).
-    last_commit: Option<Instant>,
-    /// Moving average (1/8 weight) of the gaps from a pre-commit to the
-    /// next begin.
-    avg_idle_ns: u64,
+    static WORKER: std::cell::Cell<(u64, usize)> = const { std::cell::Cell::new((0, 0)) };
 }
 
 impl Log {
@@ -151,26 +142,13 @@ impl Log {
     /// start at `log.group_start`) on opened `stores`.
     pub(crate) fn start(
         options: &Options,
-        commit: Arc<CommitState>,
+        commit: Arc<CommitMarks>,
         db_id: u64,
         stores: Vec<OpenStore>,
         log: &LogRef,
     ) -> Result<Log> {
-        let autonomous = (options.commit_protocol == CommitProtocol::Autonomous).then(|| {
-            let workers = options.workers.max(2) as f64;
-            Autonomous {
-                flush_unit: options
-                    .flush_unit
-                    .unwrap_or(if stores.iter().any(|s| s.store.is_object_store()) {
-                        crate::options::OBJECT_FLUSH_UNIT_DEFAULT
-                    } else {
-                        crate::options::FLUSH_UNIT_DEFAULT
-                    })
-                    .min(options.log_buffer_bytes),
-                max_idle: options.max_idle,
-                ack_chance: 1.0 / workers.log2(),
-            }
-        });
+        let autonomous = (options.commit_protocol == CommitProtocol::Autonomous)
+            .then(|| Autonomous::new(options, stores.iter().any(|s| s.store.is_object_store())));
         let flush = FlushSettings {
             // Autonomous: the lanes' threads are only the backstop.
             policy: if autonomous.is_some() { FlushPolicy::Timeout } else { options.flush_policy },
@@ -219,7 +197,7 @@ impl Log {
                 .map(|lane| {
                     let configs = stores
                         .iter()
-                        .map(|s| ReplicaConfig {
+                        .map(|s| StoreConfig {
                             store: Arc::clone(&s.store),
                             health: Arc::clone(&s.health),
                             parts_max: options.segment_parts_max,
@@ -227,67 +205,27 @@ impl Log {
                             slice: options.log_thread_slice,
                         })
                         .collect();
-                    ReplicaSet::start(log.chain(stream.id, lane), configs, needed)
+                    QuorumWriter::start(log.chain(stream.id, lane), configs, needed)
                 })
                 .collect();
             stream.set_writers(writers);
         }
         let streams: Vec<Arc<LogStream>> = streams.into_iter().map(Arc::new).collect();
         let groups_per_stream = log.groups_per_stream.max(1) as usize;
-        let mut threads = Vec::new();
         let slice = options.log_thread_slice;
         let stop_committer = Arc::new(AtomicBool::new(false));
         let committer = Arc::new(parking_lot::Mutex::new(Committer::new(
             Arc::clone(&commit),
-            groups.clone(),
             stop_committer.clone(),
         )));
         if autonomous.is_some() {
-            // Force commit on wait: a worker that waits for an ack is idle,
-            // so it flushes its own stream first. Weak: the streams and the
-            // committer hold the commit state.
-            let weak: Vec<std::sync::Weak<LogStream>> =
-                streams.iter().map(Arc::downgrade).collect();
-            let c = Arc::downgrade(&committer);
-            commit.set_force_flush(Box::new(move |group, within| {
-                if let (Some(stream), Some(c)) =
-                    (weak.get(group / groups_per_stream).and_then(|w| w.upgrade()), c.upgrade())
-                {
-                    stream.flush_now(&c, within.map_or(Finish::Wait, Finish::Idle));
-                }
+            commit.set_force_flush(Box::new(WaiterFlush {
+                streams: streams.iter().map(Arc::downgrade).collect(),
+                committer: Arc::downgrade(&committer),
+                groups_per_stream,
             }));
         }
-        for stream in &streams {
-            for lane in 0..log.lanes {
-                let stream = Arc::clone(stream);
-                let all = groups.clone();
-                let committer = Arc::clone(&committer);
-                let slice = options.log_thread_slice;
-                threads.push(
-                    std::thread::Builder::new()
-                        .name(format!("ms-flusher-s{}-l{lane}", stream.id))
-                        .spawn(move || {
-                            crate::sched::request_slice(slice);
-                            stream.run_lane(lane as usize, &committer);
-                            // A poisoned stream wakes every group's workers.
-                            for other in &all {
-                                other.wake_all();
-                            }
-                        })
-                        .map_err(|e| Error::Store(format!("cannot start a flusher thread: {e}")))?,
-                );
-            }
-        }
-        let run = Arc::clone(&committer);
-        threads.push(
-            std::thread::Builder::new()
-                .name("ms-committer".into())
-                .spawn(move || {
-                    crate::sched::request_slice(slice);
-                    Committer::run(run)
-                })
-                .map_err(|e| Error::Store(format!("cannot start the committer thread: {e}")))?,
-        );
+        let threads = start_threads(&streams, &groups, &committer, log.lanes, slice)?;
         Ok(Log {
             groups,
             streams,
@@ -316,49 +254,23 @@ impl Log {
         &self.groups[(worker / self.group_size) % self.groups.len()]
     }
 
-    /// A transaction begins on this thread: under autonomous commit, the
-    /// time since this worker's last pre-commit was idle time.
+    /// A transaction begins on this thread (autonomous commit keeps the
+    /// worker's idle clock).
     pub(crate) fn note_begin(&self) {
-        if self.autonomous.is_none() {
-            return;
-        }
-        let mut c = IDLE.get();
-        if let Some(at) = c.last_commit.take() {
-            let gap = at.elapsed().as_nanos().min(u128::from(u64::MAX / 8)) as u64;
-            c.avg_idle_ns = c.avg_idle_ns - c.avg_idle_ns / 8 + gap / 8;
-            IDLE.set(c);
+        if let Some(a) = &self.autonomous {
+            a.note_begin();
         }
     }
 
-    /// Autonomous commit, after a worker pre-committed into `group`, whose
-    /// buffer now holds `buffered` bytes: flush the group's stream if the
-    /// buffer holds a flush unit or the worker expects to be idle (force
-    /// commit); else, with probability 1/log2(workers), run the
-    /// committer's round (autonomous acknowledgment). A no-op under
+    /// After a worker pre-committed into `group`, whose buffer now holds
+    /// `buffered` bytes: under autonomous commit the worker may flush and
+    /// acknowledge now ([`Autonomous::after_commit`]). A no-op under
     /// pipelined commit.
     pub(crate) fn after_commit(&self, group: &LogGroup, buffered: usize) {
-        let Some(a) = &self.autonomous else { return };
-        let mut clock = IDLE.get();
-        let idle = !a.max_idle.is_zero()
-            && Duration::from_nanos(clock.avg_idle_ns) >= a.max_idle.mul_f64(rand::random::<f64>());
-        let stream = &self.streams[group.id as usize / self.groups_per_stream];
-        // Finish the stream's appends that have landed since (they
-        // acknowledge their transactions).
-        stream.finish_landed(&self.committer);
-        if buffered >= a.flush_unit || idle {
-            let then = if idle {
-                Finish::Idle(Duration::from_nanos(clock.avg_idle_ns))
-            } else {
-                Finish::Later
-            };
-            stream.flush_now(&self.committer, then);
-        } else if rand::random::<f64>() < a.ack_chance
-            && let Some(mut c) = self.committer.try_lock()
-        {
-            c.round();
+        if let Some(a) = &self.autonomous {
+            let stream = autonomous::stream_of(&self.streams, group, self.groups_per_stream);
+            a.after_commit(stream, &self.committer, buffered);
         }
-        clock.last_commit = Some(Instant::now());
-        IDLE.set(clock);
     }
 
     /// Flush everything, let the committer release it, stop the threads.
@@ -422,6 +334,49 @@ impl Log {
     }
 }
 
+/// Start the lanes' flusher threads (`lanes` per stream) and the committer
+/// thread (last), each with the log threads' scheduler slice.
+fn start_threads(
+    streams: &[Arc<LogStream>],
+    groups: &[Arc<LogGroup>],
+    committer: &Arc<parking_lot::Mutex<Committer>>,
+    lanes: u32,
+    slice: Option<Duration>,
+) -> Result<Vec<JoinHandle<()>>> {
+    let mut threads = Vec::new();
+    for stream in streams {
+        for lane in 0..lanes {
+            let stream = Arc::clone(stream);
+            let all = groups.to_vec();
+            let committer = Arc::clone(committer);
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("ms-flusher-s{}-l{lane}", stream.id))
+                    .spawn(move || {
+                        crate::sched::request_slice(slice);
+                        stream.run_lane(lane as usize, &committer);
+                        // A poisoned stream wakes every group's workers.
+                        for other in &all {
+                            other.wake_all();
+                        }
+                    })
+                    .map_err(|e| Error::Store(format!("cannot start a flusher thread: {e}")))?,
+            );
+        }
+    }
+    let run = Arc::clone(committer);
+    threads.push(
+        std::thread::Builder::new()
+            .name("ms-committer".into())
+            .spawn(move || {
+                crate::sched::request_slice(slice);
+                Committer::run(run)
+            })
+            .map_err(|e| Error::Store(format!("cannot start the committer thread: {e}")))?,
+    );
+    Ok(threads)
+}
+
 fn status(s: &OpenStore) -> StoreStatus {
     StoreStatus {
         name: s.health.name.clone(),
@@ -442,7 +397,7 @@ fn open_store(spec: &StoreSpec, options: &Options) -> Result<OpenStore> {
     let (mode, put_reason) = if options.force_put_per_flush {
         (WriteMode::PutPerFlush, Some("put-per-flush mode was requested".to_owned()))
     } else {
-        let key = format!("probe/append-{:016x}", rand::random::<u64>());
+        let key = crate::keys::probe_key();
         match retry_at_open(options, || probe_appends(store.as_ref(), &key)) {
             Ok(AppendSupport::Appends) => (WriteMode::Append, None),
             Ok(AppendSupport::PutPerFlush { reason }) => {
@@ -465,5 +420,5 @@ fn retry_at_open<T>(
     options: &Options,
     f: impl FnMut() -> objstore::Result<T>,
 ) -> objstore::Result<T> {
-    crate::manifest::retry(options.store_deadline, f)
+    crate::retry::retry(options.store_deadline, f)
 }

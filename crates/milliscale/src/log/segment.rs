@@ -1,5 +1,5 @@
 //! Writing a log stream's appends to a store: segments, rollover, and the
-//! failure handling of DESIGN.md invariant 5.
+//! failure handling of invariant 5.
 //!
 //! **Chains.** A log stream writes through `log_lanes` *lanes*, each its
 //! own chain of segment objects ([`Chain`], named after the stream's first
@@ -45,12 +45,12 @@
 //! Where it runs: a store whose client is asynchronous (`s3://`) hedges
 //! inside its own runtime, and the simulated store models the two racing
 //! requests itself (`ObjectStore::append_hedged`); both cost the writer's
-//! thread nothing, so [`Hedging::Auto`] (the default) hedges there and
+//! thread nothing, so `Hedging::Auto` (the default) hedges there and
 //! only there. For other stores, waiting with a timeout needs the append
 //! on a helper thread: each writer keeps a few long-lived ones
 //! ([`AppendPool`]), which sleep between appends. That costs two thread
 //! wake-ups per append, which show in the median when the cores are busy;
-//! [`Hedging::Always`] turns it on.
+//! `Hedging::Always` turns it on.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -59,6 +59,9 @@ use bytes::Bytes;
 use objstore::{ObjectStore, StoreError};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+
+use super::hedge::{AppendJob, AppendPool, HedgePolicy, Hedger};
+use crate::keys::{Chain, put_part_key, segment_key};
 
 /// How parts reach the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,224 +94,6 @@ impl Default for RetryPolicy {
             deadline: Duration::from_secs(30),
             hedge: None,
         }
-    }
-}
-
-/// When an append is slow enough to send again (see the module docs).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct HedgePolicy {
-    /// Hedge after this quantile of the writer's recent append latencies...
-    pub quantile: f64,
-    /// ...times this...
-    pub multiple: f64,
-    /// ...but never sooner than this.
-    pub min: Duration,
-    /// In the long run, hedge at most this share of appends (a hedge is one
-    /// more request); short bursts may go up to 10 hedges over it.
-    pub max_share: f64,
-    /// For stores that cannot hedge inside their client, hedge through
-    /// helper threads (which cost median latency on busy cores).
-    pub threads: bool,
-}
-
-/// Where the log hedges slow appends (`Options::hedging`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Hedging {
-    /// Only where the store hedges inside its own client at no cost to the
-    /// writer's thread (`s3://`, `sim://`). The default.
-    #[default]
-    Auto,
-    /// Everywhere: stores that cannot hedge themselves get helper threads.
-    Always,
-    /// Never.
-    Off,
-}
-
-impl HedgePolicy {
-    /// The 90th percentile of recent appends (at least 2 ms), at most 10%
-    /// more appends, no helper threads.
-    pub const DEFAULT: HedgePolicy = HedgePolicy {
-        quantile: 0.9,
-        multiple: 1.0,
-        min: Duration::from_millis(2),
-        max_share: 0.1,
-        threads: false,
-    };
-
-    /// For a replica's reads: twice the 90th percentile of recent reads
-    /// (at least 2 ms), so that only the tail's outliers are raced and the
-    /// 10% budget is not spent on reads that were merely a little slow.
-    pub const READS: HedgePolicy = HedgePolicy { multiple: 2.0, ..HedgePolicy::DEFAULT };
-
-    /// Race every append at once, through helper threads where the store
-    /// cannot hedge itself, with no cap (tests use it).
-    pub const EVERY_APPEND: HedgePolicy = HedgePolicy {
-        quantile: 0.9,
-        multiple: 0.0,
-        min: Duration::ZERO,
-        max_share: 1.0,
-        threads: true,
-    };
-
-    /// The policy for a [`Hedging`] setting.
-    pub fn for_setting(h: Hedging) -> Option<HedgePolicy> {
-        match h {
-            Hedging::Auto => Some(HedgePolicy::DEFAULT),
-            Hedging::Always => Some(HedgePolicy { threads: true, ..HedgePolicy::DEFAULT }),
-            Hedging::Off => None,
-        }
-    }
-}
-
-/// Hedges a burst may take beyond the long-run share.
-const HEDGE_BURST: f64 = 10.0;
-
-/// Appends measured before the writer hedges at all (and before a stream
-/// paces its flushes by the store's latency).
-const HEDGE_WARMUP: usize = 16;
-
-/// Helper threads that send a hedging writer's appends, so that the
-/// writer can wait for the first answer with a timeout. They live as long
-/// as the writer and sleep on its job queue between appends: a woken
-/// sleeper gets a core sooner than a newly spawned thread does on busy
-/// cores. A thread is added when none is idle (a hedge needs a second one
-/// while the first request is out, and a request can outlive its append
-/// when the other copy answered first), up to [`AppendPool::MAX`]; past
-/// that, jobs wait in the queue.
-#[derive(Debug)]
-struct AppendPool {
-    jobs: crossbeam_channel::Sender<AppendJob>,
-    queue: crossbeam_channel::Receiver<AppendJob>,
-    idle: Arc<std::sync::atomic::AtomicUsize>,
-    threads: usize,
-}
-
-type AppendJob = Box<dyn FnOnce() + Send>;
-
-impl AppendPool {
-    const MAX: usize = 4;
-
-    /// A pool with no threads yet: they start with the first hedged append.
-    fn new() -> AppendPool {
-        let (jobs, queue) = crossbeam_channel::unbounded();
-        AppendPool { jobs, queue, idle: Arc::default(), threads: 0 }
-    }
-
-    /// Run `job` on a helper thread. Gives the job back if there is no
-    /// thread to run it.
-    fn run(&mut self, job: AppendJob) -> Result<(), AppendJob> {
-        use std::sync::atomic::Ordering;
-        if self.idle.load(Ordering::Acquire) == 0 && self.threads < Self::MAX {
-            let (idle, rx) = (Arc::clone(&self.idle), self.queue.clone());
-            let spawned = std::thread::Builder::new().name("log-append".into()).spawn(move || {
-                idle.fetch_add(1, Ordering::AcqRel);
-                while let Ok(job) = rx.recv() {
-                    idle.fetch_sub(1, Ordering::AcqRel);
-                    job();
-                    idle.fetch_add(1, Ordering::AcqRel);
-                }
-            });
-            match spawned {
-                Ok(_) => self.threads += 1,
-                Err(_) if self.threads == 0 => return Err(job),
-                Err(_) => {}
-            }
-        }
-        self.jobs.send(job).map_err(|e| e.into_inner())
-    }
-}
-
-/// Latencies of recent appends that succeeded: for the hedge delay (per
-/// writer), and for a stream's pace (`stream`). A hedged append counts
-/// with the time it took (at least the delay), so the slow ones stay in
-/// the sample and the quantile does not drift down.
-#[derive(Debug, Default, Clone)]
-pub(crate) struct Recent {
-    micros: Vec<u32>,
-    next: usize,
-}
-
-impl Recent {
-    const KEEP: usize = 64;
-
-    pub(crate) fn add(&mut self, d: Duration) {
-        let us = d.as_micros().min(u128::from(u32::MAX)) as u32;
-        if self.micros.len() < Self::KEEP {
-            self.micros.push(us);
-        } else {
-            self.micros[self.next] = us;
-            self.next = (self.next + 1) % Self::KEEP;
-        }
-    }
-
-    /// The `q` quantile of the kept latencies; `None` until
-    /// [`HEDGE_WARMUP`] appends were measured.
-    pub(crate) fn quantile(&self, q: f64) -> Option<Duration> {
-        if self.micros.len() < HEDGE_WARMUP {
-            return None;
-        }
-        let mut v = self.micros.clone();
-        let at = ((v.len() - 1) as f64 * q.clamp(0.0, 1.0)).round() as usize;
-        let (_, m, _) = v.select_nth_unstable(at);
-        Some(Duration::from_micros(u64::from(*m)))
-    }
-}
-
-/// When to send a request a second time: a [`HedgePolicy`], the latencies
-/// of one client's recent requests of one kind, and the credit that bounds
-/// the extra requests. The log's segment writers hedge appends with one;
-/// a replica's tails hedge their reads with another (reads are idempotent,
-/// so racing two is always safe).
-#[derive(Debug, Clone)]
-pub(crate) struct Hedger {
-    policy: Option<HedgePolicy>,
-    recent: Recent,
-    /// Hedges that may still go out (`max_share` per request, up to a
-    /// burst).
-    credit: f64,
-    /// Requests sent a second time.
-    pub(crate) hedged: u64,
-    /// Of those, the ones whose second request answered first (where the
-    /// store hedges itself and can tell).
-    pub(crate) won: u64,
-}
-
-impl Hedger {
-    pub(crate) fn new(policy: Option<HedgePolicy>) -> Hedger {
-        Hedger { policy, recent: Recent::default(), credit: HEDGE_BURST, hedged: 0, won: 0 }
-    }
-
-    pub(crate) fn policy(&self) -> Option<HedgePolicy> {
-        self.policy
-    }
-
-    /// How long to wait for the next request before hedging it, if at
-    /// all: the policy's quantile of recent latencies, once enough were
-    /// measured and while credit lasts.
-    pub(crate) fn delay(&mut self) -> Option<Duration> {
-        let h = self.policy?;
-        self.credit = (self.credit + h.max_share).min(HEDGE_BURST);
-        if self.credit < 1.0 {
-            return None;
-        }
-        let q = self.recent.quantile(h.quantile)?;
-        Some(q.mul_f64(h.multiple).max(h.min))
-    }
-
-    /// What a request's hedge did.
-    pub(crate) fn count(&mut self, hedge: objstore::Hedge) {
-        if hedge.sent() {
-            self.hedged += 1;
-            self.credit -= 1.0;
-        }
-        if hedge == objstore::Hedge::Won {
-            self.won += 1;
-        }
-    }
-
-    /// A request succeeded after `took` (hedge included).
-    pub(crate) fn record(&mut self, took: Duration) {
-        self.recent.add(took);
     }
 }
 
@@ -352,46 +137,13 @@ pub struct PartLocation {
     pub offset: u64,
 }
 
-/// One chain of segment objects: lane `lane` of the log stream whose
-/// first group is `group` (with one stream per group, the paper's
-/// layout, simply group `group`'s lane).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub struct Chain {
-    /// The first log group of its stream; the chain is named after it.
-    pub group: u32,
-    /// The lane within the stream, from 0.
-    pub lane: u32,
-}
-
-impl Chain {
-    /// Lane `lane` of the stream that starts at group `group`.
-    pub const fn new(group: u32, lane: u32) -> Chain {
-        Chain { group, lane }
-    }
-
-    /// The prefix every segment name of this chain starts with: one LIST
-    /// of it finds the chain's objects and no other chain's.
-    pub fn prefix(self) -> String {
-        match self.lane {
-            0 => format!("log/g{:04}/s", self.group),
-            lane => format!("log/g{:04}/l{lane}/s", self.group),
-        }
-    }
-}
-
-impl std::fmt::Display for Chain {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "chain log/g{:04} lane {}", self.group, self.lane)
-    }
-}
-
 /// A part [`SegmentWriter::start_at`] started.
 #[derive(Debug)]
 pub enum StartedPart {
     /// The store has no asynchronous client: the write already ran.
     Written(Result<PartLocation, SegmentError>),
     /// The append is out; its answer goes to [`SegmentWriter::finish`].
-    InFlight {
+    Sent {
         /// The request.
         pending: objstore::PendingAppend,
         /// When it was sent.
@@ -413,16 +165,6 @@ pub struct SegmentWriter {
     rng: SmallRng,
     hedger: Hedger,
     pool: AppendPool,
-}
-
-/// The object name of a segment (append mode), or its prefix (put mode).
-pub fn segment_key(chain: Chain, segment: u64) -> String {
-    format!("{}{segment:08}", chain.prefix())
-}
-
-/// The object name of one part in put mode.
-pub fn put_part_key(chain: Chain, segment: u64, part: u32) -> String {
-    format!("{}/p{part:05}", segment_key(chain, segment))
 }
 
 impl SegmentWriter {
@@ -584,7 +326,7 @@ impl SegmentWriter {
             if let Some(pending) =
                 Arc::clone(&self.store).start_append(&key, self.offset, part.clone(), hedge)
             {
-                return StartedPart::InFlight { pending, sent: Instant::now() };
+                return StartedPart::Sent { pending, sent: Instant::now() };
             }
         }
         StartedPart::Written(self.write_here(part, false))

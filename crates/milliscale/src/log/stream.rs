@@ -4,7 +4,7 @@
 //! buffer per group of workers, so workers of different groups never
 //! contend for one lock. A **stream** is what writes them. It owns
 //! `log_lanes` **lanes**, each a flusher thread with its own chain of
-//! segment objects (`segment::Chain`, named after the stream's first
+//! segment objects (`keys::Chain`, named after the stream's first
 //! group). An S3 Express object takes one append at a time, so one chain
 //! can have only one append in flight; several lanes let the next flush
 //! start while an earlier one is still out.
@@ -40,16 +40,7 @@
 //! the others sleep until woken, so a stream with many spare lanes wakes
 //! one thread per flush, not all of them.
 //!
-//! **Signals.** A worker signals its stream ([`FlushSignal`]) when its
-//! entry is the first in an empty buffer, just after it releases its
-//! group's lock (see `group` for why not under it), and when it finds no
-//! room. A lane clears the signal under the stream's lock, releases it,
-//! then cuts the groups (it never holds both locks). So every entry in a
-//! buffer after a cut either signalled after the clear, or sits in a group
-//! the lane skipped because a worker held its lock (the lane then signals
-//! again itself), or was put in after its buffer's first entry, which
-//! signalled. A signal whose entry a cut already took only costs a lane a
-//! look at empty buffers.
+//! **Signals** are in `signal`.
 //!
 //! **Who flushes** (`CommitProtocol`). With pipelined commit only the
 //! lanes' threads do. With autonomous commit a *worker* flushes its own
@@ -82,154 +73,20 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 
 use super::group::{Cut, CutResult, LogGroup};
-use super::replica::{InFlight, ReplicaSet};
-use super::segment::Recent;
-use crate::commit::dependency::{CommitState, Committer};
+use super::pacing::FlushSettings;
+use super::quorum::{QuorumWriter, SentPart};
+use super::signal::FlushSignal;
+use crate::commit::CommitMarks;
+use crate::commit::committer::Committer;
 use crate::mvcc::Csn;
 use crate::options::FlushPolicy;
-
-/// How a stream decides when to flush (see the module docs).
-#[derive(Debug, Clone)]
-pub(crate) struct FlushSettings {
-    pub(crate) policy: FlushPolicy,
-    pub(crate) timeout: Duration,
-    pub(crate) min_interval: Duration,
-    /// Appends per store round trip (`Options::flush_pace`).
-    pub(crate) pace: Option<f64>,
-    /// The database's request budget, shared by every stream.
-    pub(crate) budget: Option<Arc<RequestBudget>>,
-    /// Autonomous commit: workers leave appends in flight, and the lanes'
-    /// threads look every `timeout` for ones nobody finished.
-    pub(crate) reap: bool,
-}
-
-/// A token bucket of appends per second, shared by a database's streams.
-#[derive(Debug)]
-pub(crate) struct RequestBudget {
-    per_s: f64,
-    burst: f64,
-    state: Mutex<(f64, Instant)>,
-}
-
-impl RequestBudget {
-    /// `per_s` appends a second, up to 100 ms of them at once.
-    pub(crate) fn new(per_s: u32) -> RequestBudget {
-        let per_s = f64::from(per_s.max(1));
-        let burst = (per_s / 10.0).max(1.0);
-        RequestBudget { per_s, burst, state: Mutex::new((burst, Instant::now())) }
-    }
-
-    /// Take one token, or say how long until one is there.
-    fn take(&self) -> std::result::Result<(), Duration> {
-        let mut st = self.state.lock();
-        let now = Instant::now();
-        let (tokens, at) = *st;
-        let tokens = (tokens + now.duration_since(at).as_secs_f64() * self.per_s).min(self.burst);
-        if tokens >= 1.0 {
-            *st = (tokens - 1.0, now);
-            Ok(())
-        } else {
-            *st = (tokens, now);
-            Err(Duration::from_secs_f64((1.0 - tokens) / self.per_s))
-        }
-    }
-}
 
 /// How long a lane waits before it tries again a group whose buffer lock
 /// was busy, when it had nothing else to write.
 const SKIPPED_RETRY: Duration = Duration::from_micros(200);
-
-/// Where a lane's next append goes.
-#[derive(Debug, Clone, Copy)]
-struct LaneState {
-    segment: u64,
-    segment_parts: u32,
-}
-
-struct StreamState {
-    /// Since when some group of the stream has held entries no lane has
-    /// cut (`None`: every buffer was empty at the last cut, and no entry
-    /// has signalled since).
-    data_since: Option<Instant>,
-    /// A worker found no room: flush without waiting.
-    full: bool,
-    closing: bool,
-    /// When the stream last started a flush.
-    last_flush: Option<Instant>,
-    lanes: Vec<LaneState>,
-    /// Lanes writing an append now.
-    writing: u32,
-    /// The free lane that sleeps until the next flush is due (the others
-    /// sleep until woken).
-    pacer: Option<usize>,
-    /// Latencies of the stream's recent appends (to a quorum).
-    recent: Recent,
-    /// Adaptive flushing: the least time between two flushes now.
-    interval: Duration,
-    /// A worker about to idle left appends out: a lane's thread should
-    /// wait for them now (see [`LogStream::flush_now`]).
-    finish_out: bool,
-}
-
-/// What a stream's groups signal and its lanes wait on.
-pub(crate) struct FlushSignal {
-    state: Mutex<StreamState>,
-    work: Condvar,
-    /// Autonomous commit: the workers flush, so new data does not wake a
-    /// lane (the lanes look every `flush_timeout` on their own); a full
-    /// buffer still does.
-    quiet: bool,
-}
-
-impl FlushSignal {
-    pub(crate) fn new(first_segments: &[u64], interval: Duration) -> FlushSignal {
-        FlushSignal {
-            state: Mutex::new(StreamState {
-                data_since: None,
-                full: false,
-                closing: false,
-                last_flush: None,
-                writing: 0,
-                pacer: None,
-                recent: Recent::default(),
-                interval,
-                finish_out: false,
-                lanes: first_segments
-                    .iter()
-                    .map(|&segment| LaneState { segment, segment_parts: 0 })
-                    .collect(),
-            }),
-            work: Condvar::new(),
-            quiet: false,
-        }
-    }
-
-    /// New data does not wake a lane (see `quiet`).
-    pub(crate) fn quiet(mut self, quiet: bool) -> FlushSignal {
-        self.quiet = quiet;
-        self
-    }
-
-    /// An entry went into an empty buffer.
-    pub(crate) fn data(&self) {
-        let mut st = self.state.lock();
-        st.data_since.get_or_insert_with(Instant::now);
-        if !self.quiet {
-            self.work.notify_one();
-        }
-    }
-
-    /// A worker found no room in its buffer.
-    pub(crate) fn full(&self) {
-        let mut st = self.state.lock();
-        st.data_since.get_or_insert_with(Instant::now);
-        st.full = true;
-        self.work.notify_one();
-    }
-}
 
 /// One append a lane is about to write: a part of each group that had
 /// entries.
@@ -240,10 +97,10 @@ struct Flush {
 
 /// One lane's writers, and the append it has out.
 pub(crate) struct Lane {
-    replicas: ReplicaSet,
+    writer: QuorumWriter,
     /// Sent and not yet finished: nothing else goes out on the lane (one
     /// append at a time per chain) until someone finishes it.
-    out: Option<(InFlight, Landing)>,
+    out: Option<(SentPart, Landing)>,
 }
 
 /// What an append in flight publishes when it lands.
@@ -342,7 +199,7 @@ pub(crate) struct LogStream {
     signal: Arc<FlushSignal>,
     flush: FlushSettings,
     parts_max: u32,
-    commit: Arc<CommitState>,
+    commit: Arc<CommitMarks>,
     appends: AtomicU64,
     overlapped: AtomicU64,
     worker_flushes: AtomicU64,
@@ -356,7 +213,7 @@ impl LogStream {
         id: u32,
         flush: FlushSettings,
         (first_segments, parts_max): (&[u64], u32),
-        commit: Arc<CommitState>,
+        commit: Arc<CommitMarks>,
     ) -> LogStream {
         LogStream {
             id,
@@ -406,11 +263,11 @@ impl LogStream {
     }
 
     /// Give the stream its lanes' writers, lane by lane.
-    pub(crate) fn set_writers(&mut self, writers: Vec<ReplicaSet>) {
+    pub(crate) fn set_writers(&mut self, writers: Vec<QuorumWriter>) {
         debug_assert_eq!(writers.len(), self.lanes as usize);
         self.writers = writers
             .into_iter()
-            .map(|replicas| Mutex::new(Some(Lane { replicas, out: None })))
+            .map(|writer| Mutex::new(Some(Lane { writer, out: None })))
             .collect();
     }
 
@@ -643,7 +500,7 @@ impl LogStream {
     }
 
     /// Finish the appends in flight on this stream whose answers are in
-    /// (a worker between transactions: seed 001's workers poll their
+    /// (a worker between transactions: Autonomous Commit's workers poll their
     /// completions). Costs one atomic load when none is out.
     pub(crate) fn finish_landed(&self, committer: &Mutex<Committer>) {
         if self.out.load(Ordering::SeqCst) > 0 {
@@ -748,7 +605,7 @@ impl LogStream {
             cuts.iter().map(|(_, c)| c.bytes.len() as u64).collect()
         };
         let sent = Instant::now();
-        let part = lane.replicas.send(segment, Bytes::from(bytes));
+        let part = lane.writer.send(segment, Bytes::from(bytes));
         lane.out = Some((part, Landing { cuts, sizes, sent }));
         self.out.fetch_add(1, Ordering::SeqCst);
     }
@@ -765,7 +622,7 @@ impl LogStream {
             _ => None,
         };
         let result = loop {
-            if let Some(r) = lane.replicas.poll(&mut part) {
+            if let Some(r) = lane.writer.poll(&mut part) {
                 break r;
             }
             match (wait, spin_until) {
@@ -776,11 +633,11 @@ impl LogStream {
                     lane.out = Some((part, landing));
                     return false;
                 }
-                (Wait::Block, _) => break lane.replicas.wait(part),
+                (Wait::Block, _) => break lane.writer.wait(part),
             }
         };
         self.out.fetch_sub(1, Ordering::SeqCst);
-        let Landing { cuts, sizes, sent } = landing;
+        let Landing { mut cuts, sizes, sent } = landing;
         if let Err(e) = result {
             self.commit.poison(e);
             for g in &self.groups {
@@ -801,8 +658,8 @@ impl LogStream {
             }
         }
         self.appends.fetch_add(1, Ordering::Relaxed);
-        for (g, c) in &cuts {
-            g.landed(c.part);
+        for (g, c) in &mut cuts {
+            g.landed(c.part, std::mem::take(&mut c.txns));
         }
         committer.lock().round();
         for ((g, c), size) in cuts.iter().zip(sizes) {

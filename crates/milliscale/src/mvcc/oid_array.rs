@@ -14,6 +14,10 @@ use crate::error::{Error, Result};
 
 pub(crate) const CHUNK_LEN: usize = 1 << 16;
 pub(crate) const DIRECTORY_LEN: usize = 1 << 12;
+const _: () = assert!(
+    (DIRECTORY_LEN as u64) * (CHUNK_LEN as u64) == crate::limits::RECORDS_PER_TABLE_MAX,
+    "the limit is the indirection array's size"
+);
 
 /// A record id, dense within a table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

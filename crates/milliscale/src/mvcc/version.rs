@@ -21,7 +21,7 @@ use crossbeam_epoch::{Atomic, Owned, Pointable};
 
 use super::Csn;
 use crate::limits::VALUE_BYTES_MAX;
-use crate::txn::table::Tid;
+use crate::mvcc::txn_table::Tid;
 
 pub(crate) const OWNER_MARKER: u64 = 1 << 63;
 pub(crate) const STAMP_ABORTED: u64 = u64::MAX;

@@ -12,7 +12,7 @@ use crossbeam_epoch::{Atomic, Guard, Shared};
 use super::Csn;
 use super::version::{Stamp, Version};
 use crate::error::ConflictKind;
-use crate::txn::table::{Tid, TxnState, TxnTable};
+use crate::mvcc::txn_table::{Tid, TxnState, TxnTable};
 
 /// Who made the version a reader found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

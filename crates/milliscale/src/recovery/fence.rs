@@ -29,10 +29,11 @@ use std::time::{Duration, Instant};
 
 use objstore::{ObjectStore, StoreError};
 
-use super::{LogObject, parse_key};
 use crate::error::{Error, Result};
+use crate::keys::{Chain, put_part_key, segment_key};
+use crate::keys::{LogObject, parse_log_key};
 use crate::log::record::fence_part;
-use crate::log::segment::{Chain, WriteMode, put_part_key, segment_key};
+use crate::log::segment::WriteMode;
 use crate::manifest::LogRef;
 
 /// Fence every chain (group and lane) of `log` on one store for a writer
@@ -48,7 +49,7 @@ pub(crate) fn fence_store(
     // Chains are independent, and each costs a few round trips: all at
     // once, so fencing takes the time of one chain.
     let chains: Vec<Chain> = log.chains().collect();
-    let done = super::parallel_map(&chains, chains.len(), |&chain| {
+    let done = crate::parallel::parallel_map(&chains, chains.len(), |&chain| {
         let start = log.start(chain).expect("a chain of the log");
         fence_chain(store.as_ref(), mode, chain, start, epoch, deadline)
     });
@@ -80,7 +81,7 @@ fn fence_chain(
         };
         let objects: Vec<LogObject> = listed
             .iter()
-            .filter_map(|o| parse_key(&o.key))
+            .filter_map(|o| parse_log_key(&o.key))
             .filter(|o| o.chain() == chain && o.segment() >= start)
             .collect();
         let put_mode = match objects.iter().max() {

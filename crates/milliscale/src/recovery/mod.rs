@@ -1,4 +1,4 @@
-//! Recovery: reading the log back and rebuilding the database (DESIGN.md
+//! Recovery: reading the log back and rebuilding the database (ARCHITECTURE.md,
 //! invariants 3, 6 and 7).
 //!
 //! - [`fence`]: how a new writer stops the old one before it reads.
@@ -25,32 +25,22 @@
 
 pub(crate) mod fence;
 pub(crate) mod replay;
+mod report;
+
+pub use report::{PromotionReport, PromotionTimings, RecoveryReport, Timings, Truncated};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::Bytes;
 use objstore::{ObjectStore, StoreError};
 
 use crate::error::{Error, Result};
+use crate::keys::{Chain, LOG_PREFIX, LogObject, parse_log_key};
 use crate::log::record::{DecodeError, Entry, Part, decode_part};
-use crate::log::segment::Chain;
 use crate::manifest::{LogRef, Manifest, ManifestStore, SealedLog};
 use crate::mvcc::Csn;
-
-/// Where a group's log was cut, and why.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Truncated {
-    /// The object holding the damaged bytes.
-    pub key: String,
-    /// Byte offset of the first dropped byte in that object.
-    pub offset: u64,
-    /// Bytes dropped.
-    pub bytes: u64,
-    /// What was wrong with them.
-    pub error: DecodeError,
-}
+use crate::parallel::parallel_map;
 
 /// One chain (a lane of a log group) as found in the stores.
 #[derive(Debug, Clone, Default)]
@@ -96,68 +86,6 @@ pub struct ReplayPlan {
     pub aborts: usize,
     /// Entries below `from`, already in the checkpoint.
     pub covered: usize,
-}
-
-/// Which object of a chain a key names (`segment::segment_key`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum LogObject {
-    /// `<chain>/sSSSSSSSS`: an appended segment.
-    Segment { chain: Chain, segment: u64 },
-    /// `<chain>/sSSSSSSSS/pPPPPP`: one part in put mode.
-    Part { chain: Chain, segment: u64, part: u32 },
-}
-
-impl LogObject {
-    pub(crate) fn segment(&self) -> u64 {
-        match self {
-            LogObject::Segment { segment, .. } | LogObject::Part { segment, .. } => *segment,
-        }
-    }
-
-    pub(crate) fn chain(&self) -> Chain {
-        match self {
-            LogObject::Segment { chain, .. } | LogObject::Part { chain, .. } => *chain,
-        }
-    }
-}
-
-/// Parse a log object name: `log/gGGGG/[lL/]sSSSSSSSS[/pPPPPP]`.
-pub(crate) fn parse_key(key: &str) -> Option<LogObject> {
-    let rest = key.strip_prefix("log/g")?;
-    let (g, rest) = rest.split_once('/')?;
-    let group = digits(g)?;
-    let (lane, rest) = match rest.strip_prefix('l') {
-        Some(r) => {
-            let (l, r) = r.split_once('/')?;
-            let lane: u32 = digits(l)?;
-            // Lane 0 has no `l` level; `l0` or a padded number is not ours.
-            if lane == 0 || l.len() != lane.to_string().len() {
-                return None;
-            }
-            (lane, r)
-        }
-        None => (0, rest),
-    };
-    let chain = Chain::new(group, lane);
-    let rest = rest.strip_prefix('s')?;
-    match rest.split_once("/p") {
-        None => Some(LogObject::Segment { chain, segment: digits(rest)? }),
-        Some((s, p)) => Some(LogObject::Part { chain, segment: digits(s)?, part: digits(p)? }),
-    }
-}
-
-/// The chain and segment a log object's key names; `None` if it is not a
-/// log object's.
-pub fn segment_of(key: &str) -> Option<(Chain, u64)> {
-    parse_key(key).map(|o| (o.chain(), o.segment()))
-}
-
-/// A number written with ASCII digits only.
-fn digits<T: std::str::FromStr>(s: &str) -> Option<T> {
-    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    s.parse().ok()
 }
 
 fn corrupt(key: &str, what: impl std::fmt::Display) -> Error {
@@ -233,7 +161,7 @@ fn scan_bounded(
     let mut errors = Vec::new();
     let mut answered = 0;
     for (i, (name, store)) in stores.iter().enumerate() {
-        let listed = match crate::manifest::retry(deadline, || store.list("log/")) {
+        let listed = match crate::retry::retry(deadline, || store.list(LOG_PREFIX)) {
             Ok(l) => l,
             Err(e) => {
                 errors.push(format!("{name}: {e}"));
@@ -243,7 +171,7 @@ fn scan_bounded(
         answered += 1;
         for o in listed {
             let parsed =
-                parse_key(&o.key).ok_or_else(|| corrupt(&o.key, "not a log object name"))?;
+                parse_log_key(&o.key).ok_or_else(|| corrupt(&o.key, "not a log object name"))?;
             if log.start(parsed.chain()).is_some_and(|start| parsed.segment() >= start)
                 && parsed.segment() < end_segment
             {
@@ -267,7 +195,7 @@ fn scan_bounded(
             Ok(b) => {
                 scan.objects += 1;
                 scan.bytes += b.len() as u64;
-                let obj = parse_key(key).expect("parsed above");
+                let obj = parse_log_key(key).expect("parsed above");
                 if let Some(c) = objects.get_mut(&obj) {
                     c.copies.push((*i, b));
                 }
@@ -305,29 +233,6 @@ fn scan_bounded(
     Ok(scan)
 }
 
-/// `f` over `items` on up to `threads` threads; results in item order.
-pub(crate) fn parallel_map<T: Sync, R: Send>(
-    items: &[T],
-    threads: usize,
-    f: impl Fn(&T) -> R + Sync,
-) -> Vec<R> {
-    let next = AtomicUsize::new(0);
-    let out: Vec<parking_lot::Mutex<Option<R>>> =
-        items.iter().map(|_| parking_lot::Mutex::new(None)).collect();
-    std::thread::scope(|s| {
-        for _ in 0..threads.max(1).min(items.len()) {
-            s.spawn(|| {
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(item) = items.get(i) else { break };
-                    *out[i].lock() = Some(f(item));
-                }
-            });
-        }
-    });
-    out.into_iter().map(|m| m.into_inner().expect("every item mapped")).collect()
-}
-
 /// Bytes per ranged GET when recovery reads a log object.
 pub const FETCH_RANGE_BYTES: u64 = 8 << 20;
 
@@ -360,7 +265,7 @@ fn fetch_all(
     let got = parallel_map(&ranges, (threads * 8).clamp(1, 64), |(w, range)| {
         let (store, key, size) = &wanted[*w];
         let whole = range.start == 0 && range.end == *size;
-        let r = crate::manifest::retry(deadline, || {
+        let r = crate::retry::retry(deadline, || {
             if whole {
                 stores[*store].1.get(key)
             } else {
@@ -687,111 +592,6 @@ fn entries_by_csn(scan: LogScan) -> Result<(Vec<Entry>, usize)> {
     Ok((entries.into_iter().map(|(e, _)| e).collect(), covered))
 }
 
-/// How long each step of recovery took.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Timings {
-    /// Taking over and fencing the old writer.
-    pub fence: std::time::Duration,
-    /// Listing, fetching and decoding the log, and planning.
-    pub scan: std::time::Duration,
-    /// Loading the checkpoint.
-    pub load_checkpoint: std::time::Duration,
-    /// Replaying the log.
-    pub replay: std::time::Duration,
-    /// Writing the new checkpoint and publishing the manifest.
-    pub checkpoint_and_publish: std::time::Duration,
-    /// All of it.
-    pub total: std::time::Duration,
-}
-
-/// What recovery found and did when it opened an existing database.
-#[derive(Debug, Clone, Default)]
-pub struct RecoveryReport {
-    /// The manifest version and epoch it found.
-    pub found_version: u64,
-    /// The epoch of the writer it took over from.
-    pub old_epoch: u64,
-    /// The epoch it writes as.
-    pub new_epoch: u64,
-    /// The checkpoint it loaded: CSN, chunks, rows.
-    pub checkpoint: Option<(Csn, usize, u64)>,
-    /// Rows loaded from it.
-    pub checkpoint_rows_loaded: u64,
-    /// Log objects and bytes read (all stores).
-    pub log_objects: usize,
-    /// Log bytes read (all stores).
-    pub log_bytes: u64,
-    /// Per chain (group and lane): parts found, and a torn tail cut off,
-    /// if any.
-    pub chains: Vec<(Chain, usize, Option<Truncated>)>,
-    /// Damage on one store that another store's copy covered.
-    pub repaired: Vec<String>,
-    /// The contiguous durable CSN prefix.
-    pub prefix: Csn,
-    /// The largest CSN in the log.
-    pub max_csn: Csn,
-    /// Sealed logs replayed as their seals decided (logs of writers that a
-    /// promoted replica replaced without a checkpoint).
-    pub sealed_logs: usize,
-    /// Transactions replayed.
-    pub replayed: usize,
-    /// Transactions found but not replayed (DSN not below the prefix), as
-    /// (CSN, DSN).
-    pub dropped: Vec<(Csn, Csn)>,
-    /// Abort entries found.
-    pub aborts: usize,
-    /// Records applied and keys installed by replay.
-    pub records_applied: u64,
-    /// Keys installed by replay.
-    pub keys_installed: u64,
-    /// The checkpoint recovery wrote, if the log held anything.
-    pub new_checkpoint_csn: Option<Csn>,
-    /// Instead of a checkpoint, recovery sealed the old log with its
-    /// decision (a writer that offloads its checkpoints, on one store):
-    /// a replica's checkpoint covers it later.
-    pub sealed_old_log: bool,
-    /// Requests spent deleting what the new checkpoint superseded.
-    pub cleanup_requests: u64,
-    /// Threads used.
-    pub threads: usize,
-    /// Time per step.
-    pub timings: Timings,
-}
-
-impl RecoveryReport {
-    pub(crate) fn new(
-        old: &Manifest,
-        claim: &Manifest,
-        scan: &LogScan,
-        threads: usize,
-    ) -> RecoveryReport {
-        RecoveryReport {
-            found_version: old.version,
-            old_epoch: old.epoch,
-            new_epoch: claim.epoch,
-            checkpoint: old.checkpoint.as_ref().map(|c| (c.csn, c.chunks.len(), c.rows)),
-            log_objects: scan.objects,
-            log_bytes: scan.bytes,
-            chains: scan
-                .chains
-                .iter()
-                .map(|(c, l)| (*c, l.parts.len(), l.truncated.clone()))
-                .collect(),
-            repaired: scan.repaired.clone(),
-            threads,
-            ..RecoveryReport::default()
-        }
-    }
-
-    pub(crate) fn set_plan(&mut self, plan: &ReplayPlan) {
-        self.prefix = plan.prefix;
-        self.max_csn = plan.max_csn;
-        self.replayed = plan.replay.len();
-        self.dropped = plan.dropped.clone();
-        self.aborts = plan.aborts;
-    }
-}
-
 /// Fence `log` on every store that answers (`fence`); a quorum must be
 /// fenced, or the old writer could still reach one.
 pub(crate) fn fence_stores(
@@ -829,9 +629,9 @@ pub(crate) fn next_free_segment(
 ) -> u64 {
     let mut next = log.group_start.iter().max().copied().unwrap_or(0);
     for (_, s) in stores {
-        if let Ok(list) = crate::manifest::retry(deadline, || s.list("log/")) {
+        if let Ok(list) = crate::retry::retry(deadline, || s.list(LOG_PREFIX)) {
             for o in list {
-                if let Some(obj) = parse_key(&o.key) {
+                if let Some(obj) = parse_log_key(&o.key) {
                     next = next.max(obj.segment() + 1);
                 }
             }

@@ -106,7 +106,7 @@ pub(crate) fn apply(
     let runs: Vec<std::ops::Range<usize>> = (0..threads)
         .map(|t| entries.len() * t / threads..entries.len() * (t + 1) / threads)
         .collect();
-    let scattered: Vec<Vec<Vec<u8>>> = crate::recovery::parallel_map(&runs, threads, |run| {
+    let scattered: Vec<Vec<Vec<u8>>> = crate::parallel::parallel_map(&runs, threads, |run| {
         // Sized for an even spread (plus slack), so the buffers rarely grow:
         // growing copies them and touches fresh pages twice.
         let bytes: usize = entries[run.clone()]
@@ -128,7 +128,7 @@ pub(crate) fn apply(
     });
     // 2 and 3. Fold and install each bucket.
     let buckets: Vec<usize> = (0..BUCKETS).collect();
-    let results = crate::recovery::parallel_map(&buckets, threads, |&b| {
+    let results = crate::parallel::parallel_map(&buckets, threads, |&b| {
         fold_bucket(tables, scattered.iter().map(|run| run[b].as_slice()))
     });
     let mut total = ReplayStats::default();

@@ -47,17 +47,18 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use hdrhistogram::Histogram;
-use objstore::{ObjectStore, StoreError};
+use objstore::ObjectStore;
 use parking_lot::{Condvar, Mutex};
 
 use super::ReplicaOptions;
 use super::apply;
 use super::tail::ChainTail;
-use crate::db::DbInner;
+use crate::engine::Engine;
 use crate::error::{Error, Result};
+use crate::keys::Chain;
+use crate::log::hedge::HedgePolicy;
 use crate::log::record::{Entry, Part};
-use crate::log::segment::{Chain, HedgePolicy};
-use crate::manifest::{LogRef, Manifest, ManifestStore, SealedLog, manifest_key};
+use crate::manifest::{LogRef, Manifest, SealedLog};
 use crate::mvcc::Csn;
 use crate::table::TableInner;
 
@@ -67,30 +68,30 @@ pub const ACTIVE_WINDOW: Duration = Duration::from_secs(2);
 
 /// Once a tail met a fence part, the manifest is checked this often until
 /// the new writer's log appears.
-const FENCED_MANIFEST_EVERY: Duration = Duration::from_millis(20);
+pub(super) const FENCED_MANIFEST_EVERY: Duration = Duration::from_millis(20);
 
 /// Catch-ups in a row that may find a checkpoint chunk missing (a newer
 /// checkpoint deleted it) before that counts as damage.
-const CATCH_UP_TRIES: u32 = 8;
+pub(super) const CATCH_UP_TRIES: u32 = 8;
 
 /// The most entries applied as one run before publishing: a replica far
 /// behind still shows progress every run.
-const RUN_MAX: usize = 8192;
+pub(super) const RUN_MAX: usize = 8192;
 
 /// Entries taken from `pending` to apply together, with the earliest time
 /// each can have landed (for the lag).
 #[derive(Default)]
-struct Run {
+pub(super) struct Run {
     entries: Vec<Entry>,
     since: Vec<Instant>,
 }
 
 /// One manifest check in this many reads it whole (a LIST), whatever the
 /// HEADs say.
-const FULL_MANIFEST_READ_EVERY: u64 = 16;
+pub(super) const FULL_MANIFEST_READ_EVERY: u64 = 16;
 
 /// Stores by name.
-pub(crate) use crate::db::NamedStores;
+pub(crate) use crate::engine::NamedStores;
 
 /// What the follower publishes to readers.
 #[derive(Debug, Default)]
@@ -215,7 +216,7 @@ impl Shared {
 }
 
 /// What a tail thread sends.
-enum TailMsg {
+pub(super) enum TailMsg {
     Polled {
         store: usize,
         chain: Chain,
@@ -229,14 +230,14 @@ enum TailMsg {
 }
 
 /// The tail threads of one log (one epoch's chains on every store).
-struct Tails {
+pub(super) struct Tails {
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<(usize, ChainTail)>>,
 }
 
 /// The follower thread's state.
 pub(crate) struct Follower {
-    pub(crate) db: Arc<DbInner>,
+    pub(crate) db: Arc<Engine>,
     pub(crate) shared: Arc<Shared>,
     pub(crate) stores: NamedStores,
     pub(crate) needed: usize,
@@ -250,37 +251,37 @@ pub(crate) struct Follower {
     pub(crate) seal: Option<SealedLog>,
     /// The CSN applied up to (exclusive).
     pub(crate) applied: Csn,
-    tables: Vec<Arc<TableInner>>,
+    pub(super) tables: Vec<Arc<TableInner>>,
     /// Entries at or above `applied`, with the stores that showed them and
     /// the earliest time they can have landed.
     pub(crate) pending: BTreeMap<Csn, (Entry, u8, Instant)>,
-    seen: Csn,
+    pub(super) seen: Csn,
     /// The tails (store, chain) that met a fence part.
     pub(crate) fenced_tails: std::collections::BTreeSet<(usize, Chain)>,
-    tx: Sender<TailMsg>,
-    rx: Receiver<TailMsg>,
-    tails: Option<Tails>,
-    next_manifest_check: Instant,
+    pub(super) tx: Sender<TailMsg>,
+    pub(super) rx: Receiver<TailMsg>,
+    pub(super) tails: Option<Tails>,
+    pub(super) next_manifest_check: Instant,
     pub(super) check_manifest: bool,
     /// Manifests read so far.
-    manifest_reads: u64,
+    pub(super) manifest_reads: u64,
     /// An entry at this CSN named an unknown table; the manifest read count
     /// after which that is damage.
-    missing_table: Option<(Csn, u64)>,
+    pub(super) missing_table: Option<(Csn, u64)>,
     /// A tail met a fence part: a new writer is taking over, so the
     /// manifest is checked often until its log appears.
-    fenced: bool,
+    pub(super) fenced: bool,
     /// Manifest checks so far.
-    checks: u64,
+    pub(super) checks: u64,
     /// Catch-ups in a row that found a checkpoint chunk missing.
-    catch_up_failures: u32,
+    pub(super) catch_up_failures: u32,
 }
 
 impl Follower {
     /// A follower of `manifest`'s log for `db`, whose tables hold its
     /// checkpoint.
     pub(crate) fn new(
-        db: Arc<DbInner>,
+        db: Arc<Engine>,
         shared: Arc<Shared>,
         stores: NamedStores,
         needed: usize,
@@ -340,7 +341,7 @@ impl Follower {
         None
     }
 
-    fn run_inner(&mut self) -> Result<()> {
+    pub(super) fn run_inner(&mut self) -> Result<()> {
         self.publish();
         self.start_tails(None);
         while !self.shared.stop.load(Ordering::SeqCst)
@@ -360,7 +361,7 @@ impl Follower {
     }
 
     /// Take in what a tail read.
-    fn handle(&mut self, m: TailMsg) -> Result<()> {
+    pub(super) fn handle(&mut self, m: TailMsg) -> Result<()> {
         match m {
             TailMsg::Polled { store, chain, parts, since, gone, fenced } => {
                 if gone || fenced {
@@ -465,7 +466,7 @@ impl Follower {
 
     /// Apply `run` (every entry from `applied` below `next`, seal-skipped
     /// CSNs aside), move `applied` to `next` and publish.
-    fn apply_run(&mut self, run: &mut Run, next: Csn, horizon: Csn) -> Result<()> {
+    pub(super) fn apply_run(&mut self, run: &mut Run, next: Csn, horizon: Csn) -> Result<()> {
         if next == self.applied {
             return Ok(());
         }
@@ -495,7 +496,7 @@ impl Follower {
     }
 
     /// Move the readers' snapshot to `applied` and tell waiters.
-    fn publish(&self) {
+    pub(super) fn publish(&self) {
         self.db.commit.next_csn.fetch_max(self.applied, Ordering::SeqCst);
         let mut p = self.shared.progress.lock();
         p.applied = self.applied;
@@ -528,284 +529,17 @@ impl Follower {
         self.shared.sleep.1.notify_all();
     }
 
-    fn count(&self, get_class: u64, put_class: u64, bytes: u64) {
+    pub(super) fn count(&self, get_class: u64, put_class: u64, bytes: u64) {
         let mut c = self.shared.counters.lock();
         c.get_class += get_class;
         c.put_class += put_class;
         c.bytes_down += bytes;
     }
 
-    /// Has the manifest a newer version? Writers delete versions older
-    /// than the one before the latest, so either the next version is there
-    /// or the replica's own is gone. One or two HEADs per store, until one
-    /// answers; and a full read (a LIST) every [`FULL_MANIFEST_READ_EVERY`]
-    /// checks, in case deletes went out of order.
-    fn manifest_changed(&mut self) -> bool {
-        self.checks += 1;
-        if self.checks.is_multiple_of(FULL_MANIFEST_READ_EVERY) {
-            return true;
-        }
-        let next = manifest_key(self.manifest.version + 1);
-        let mine = manifest_key(self.manifest.version);
-        for (_, s) in &self.stores {
-            self.count(1, 0, 0);
-            match s.head(&next) {
-                Ok(_) => return true,
-                Err(StoreError::NotFound(_)) => {}
-                Err(_) => continue,
-            }
-            self.count(1, 0, 0);
-            return match s.head(&mine) {
-                Ok(_) => false,
-                Err(StoreError::NotFound(_)) => true,
-                // Unsure: read it.
-                Err(_) => true,
-            };
-        }
-        true
-    }
-
-    /// Check the manifest, and act on a new version (see the module docs).
-    pub(super) fn follow_manifest(&mut self) -> Result<()> {
-        let forced = std::mem::take(&mut self.check_manifest);
-        let every = if self.fenced {
-            self.opts.manifest_every.min(FENCED_MANIFEST_EVERY)
-        } else {
-            self.opts.manifest_every
-        };
-        self.next_manifest_check = Instant::now() + every;
-        if !forced && !self.manifest_changed() {
-            return Ok(());
-        }
-        let ms = ManifestStore::new(self.stores.clone(), self.needed, self.deadline);
-        let n = self.stores.len() as u64;
-        self.count(n, n, 0);
-        self.shared.counters.lock().manifest_reads += 1;
-        self.manifest_reads += 1;
-        let m = match ms.read_latest() {
-            Ok(Some(m)) => m,
-            Ok(None) => {
-                return Err(Error::NoDatabase(format!(
-                    "{}: the manifest is gone",
-                    self.stores.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")
-                )));
-            }
-            Err(e @ Error::Corrupt(_)) => return Err(e),
-            Err(e) => {
-                // Try again at the next check.
-                self.shared.counters.lock().last_error = Some(e.to_string());
-                return Ok(());
-            }
-        };
-        if m.version < self.manifest.version {
-            return Ok(());
-        }
-        self.db.add_tables(&m.tables)?;
-        self.tables = self.db.tables_by_id();
-        let mine = m.logs().find(|(l, _)| l.epoch == self.log.epoch);
-        if let Some((_, Some(seal))) = mine {
-            // A promoted replica took over and sealed this log: the tails
-            // read on to the fence, and `advance` applies the seal's
-            // decision, then moves to the next log.
-            if self.seal.is_none() {
-                tracing::info!(
-                    "the log of epoch {} was sealed at CSN {} by a new writer",
-                    seal.log.epoch,
-                    seal.max_csn
-                );
-            }
-            let seal = seal.clone();
-            let behind = seal.from > self.applied;
-            let moved = seal.log.chains().any(|c| seal.log.start(c) != self.log.start(c));
-            if behind || moved {
-                // A checkpoint of its writer moved the log's start, maybe
-                // past the replica: catch up from it first, as below.
-                let old = self.stop_tails();
-                self.drain()?;
-                self.advance()?;
-                if behind && !self.try_catch_up(&m)? {
-                    return Ok(());
-                }
-                self.log = seal.log.clone();
-                self.seal = Some(seal);
-                self.manifest = m;
-                self.publish();
-                self.start_tails(Some(old));
-                return Ok(());
-            }
-            self.seal = Some(seal);
-            self.manifest = m;
-            self.publish();
-            return Ok(());
-        }
-        if mine.is_none() {
-            // A new writer's log, and ours is gone from the manifest (the
-            // new writer's checkpoint covers it). Take in what the old
-            // tails read, then move to what the new writer recovered.
-            let old = self.stop_tails();
-            drop(old);
-            self.drain()?;
-            self.advance()?;
-            let from = m.replay_from();
-            if self.applied > from {
-                return Err(Error::Corrupt(format!(
-                    "the replica applied CSNs up to {}, but the writer of epoch {} recovered \
-                     only up to {from}",
-                    self.applied, m.log.epoch
-                )));
-            }
-            if self.applied < from && !self.try_catch_up(&m)? {
-                return Ok(());
-            }
-            self.pending.clear();
-            self.fenced = false;
-            let (log, seal) = m.logs().next().map(|(l, s)| (l.clone(), s.cloned())).expect("a log");
-            self.log = log;
-            self.seal = seal;
-            self.manifest = m;
-            self.shared.counters.lock().epochs_followed += 1;
-            self.publish();
-            self.start_tails(None);
-            return Ok(());
-        }
-        // The same log, still current.
-        let behind = m.log_from() > self.applied;
-        let moved = m.log.chains().any(|c| m.log.start(c) != self.log.start(c)) || behind;
-        if !moved {
-            self.manifest = m;
-            self.publish();
-            return Ok(());
-        }
-        // A checkpoint moved the log's start: tails behind it move up,
-        // after the replica reaches the checkpoint.
-        let old = self.stop_tails();
-        self.drain()?;
-        self.advance()?;
-        if m.log_from() > self.applied && !self.try_catch_up(&m)? {
-            return Ok(());
-        }
-        self.log = m.log.clone();
-        self.manifest = m;
-        self.publish();
-        self.start_tails(Some(old));
-        Ok(())
-    }
-
-    /// The sealed log followed is done (everything up to its seal's last
-    /// CSN is applied): follow the manifest's next log.
-    fn next_log(&mut self) -> Result<()> {
-        let next = self
-            .manifest
-            .logs()
-            .skip_while(|(l, _)| l.epoch != self.log.epoch)
-            .nth(1)
-            .map(|(l, s)| (l.clone(), s.cloned()));
-        let Some((log, seal)) = next else {
-            return Err(Error::Corrupt(format!(
-                "the manifest seals the log of epoch {} but names no log after it",
-                self.log.epoch
-            )));
-        };
-        // What the old tails still hold is beyond the seal: dropped.
-        self.stop_tails();
-        self.drain()?;
-        self.pending.clear();
-        let from = seal.as_ref().map_or_else(|| self.manifest.log_from(), |s| s.from);
-        if from != self.applied {
-            return Err(Error::Corrupt(format!(
-                "the log of epoch {} starts at CSN {from}, but the one sealed before it ends at {}",
-                log.epoch,
-                self.applied - 1
-            )));
-        }
-        self.log = log;
-        self.seal = seal;
-        self.fenced = false;
-        self.shared.counters.lock().epochs_followed += 1;
-        self.start_tails(None);
-        Ok(())
-    }
-
-    /// Handle every message still queued (tails stopped).
-    pub(super) fn drain(&mut self) -> Result<()> {
-        while let Ok(m) = self.rx.try_recv() {
-            self.handle(m)?;
-        }
-        Ok(())
-    }
-
-    /// [`Follower::catch_up`]; `Ok(false)` if a chunk was missing, which
-    /// a writer's newer checkpoint explains (it deletes the older one): the
-    /// manifest is read again at once, and the caller stops here. Missing
-    /// chunks [`CATCH_UP_TRIES`] times in a row is damage.
-    fn try_catch_up(&mut self, m: &Manifest) -> Result<bool> {
-        match self.catch_up(m) {
-            Ok(()) => {
-                self.catch_up_failures = 0;
-                Ok(true)
-            }
-            Err(Error::Corrupt(e)) if self.catch_up_failures + 1 < CATCH_UP_TRIES => {
-                self.catch_up_failures += 1;
-                self.shared.counters.lock().last_error = Some(e);
-                self.check_manifest = true;
-                Ok(false)
-            }
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Move to `m`'s checkpoint (the replica's applied CSN is below it).
-    fn catch_up(&mut self, m: &Manifest) -> Result<()> {
-        let Some(cref) = &m.checkpoint else {
-            return Err(Error::Corrupt(format!(
-                "the log starts at CSN {} with no checkpoint, past the replica's {}",
-                m.replay_from(),
-                self.applied
-            )));
-        };
-        let started = Instant::now();
-        let threads = self.db.options.recovery_threads;
-        let chunks = crate::recovery::parallel_map(&cref.chunks, threads, |c| {
-            crate::checkpoint::fetch_chunk(&self.stores, c, self.deadline)
-        });
-        let mut rows = Vec::with_capacity(chunks.len());
-        for c in chunks {
-            let c = c?;
-            if c.csn != cref.csn {
-                return Err(Error::Corrupt(format!(
-                    "a chunk of checkpoint {} belongs to checkpoint {}",
-                    cref.csn, c.csn
-                )));
-            }
-            rows.push((c.table, c.rows));
-        }
-        let horizon = self.db.refresh_gc_horizon();
-        let done = apply::catch_up(&self.tables, cref.csn, &rows, horizon)?;
-        self.count(cref.chunks.len() as u64, 0, cref.bytes);
-        tracing::info!(
-            "replica caught up to checkpoint {} from CSN {} in {:?}: {} rows, {} changed, {} deleted",
-            cref.csn,
-            self.applied,
-            started.elapsed(),
-            done.rows,
-            done.changed,
-            done.deleted
-        );
-        self.applied = m.replay_from();
-        self.pending.retain(|csn, _| *csn >= self.applied);
-        {
-            let mut c = self.shared.counters.lock();
-            c.catch_ups += 1;
-            c.catch_up_rows += done.rows;
-        }
-        self.publish();
-        Ok(())
-    }
-
     /// Start tails on every store for the current log: each chain from its
     /// first live segment, or where `keep` (the tails stopped before) had
     /// got to if that is further.
-    fn start_tails(&mut self, keep: Option<Vec<(usize, ChainTail)>>) {
+    pub(super) fn start_tails(&mut self, keep: Option<Vec<(usize, ChainTail)>>) {
         self.fenced_tails.clear();
         let log = &self.log;
         let mut tails: Vec<(usize, ChainTail)> = Vec::new();

@@ -1,5 +1,5 @@
 //! Read replicas: processes that follow a database's log in the shared
-//! object store without asking its writer (paper §2.3; issue 15). Not to
+//! object store without asking its writer (Milliscale §2.3). Not to
 //! be confused with the store replicas of `log::replica`, the several
 //! buckets every part is written to.
 //!
@@ -23,6 +23,7 @@
 
 mod apply;
 mod follow;
+mod manifest_watch;
 mod promote;
 pub mod tail;
 

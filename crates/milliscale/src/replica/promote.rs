@@ -1,5 +1,5 @@
 //! Promotion: a replica becomes the writer without reloading the database
-//! (issue 15, "hot standby").
+//! (the hot standby).
 //!
 //! A replica already holds the database up to its applied CSN `P`. To take
 //! over it does what recovery does, but only for the part of the log it
@@ -31,11 +31,12 @@
 use std::time::{Duration, Instant};
 
 use super::follow::Follower;
-use crate::db::{Database, PromotionReport};
+use crate::db::Database;
 use crate::error::{Error, Result};
 use crate::log::record::Entry;
 use crate::manifest::{ManifestStore, SealedLog};
 use crate::mvcc::Csn;
+use crate::recovery::PromotionReport;
 
 /// Claims lost in a row to the old writer's own manifest updates (a
 /// checkpoint, a new table) before promotion gives up.

@@ -1,6 +1,6 @@
 //! Following one chain of the live log, reading only what is new.
 //!
-//! A chain (one lane of one log stream, `log::segment::Chain`) is a run of
+//! A chain (one lane of one log stream, `keys::Chain`) is a run of
 //! consecutive segment objects. The writer appends parts to the current
 //! segment (append mode) or puts each part as its own object (put mode),
 //! and moves to the next segment after `parts_max` appends or when a
@@ -30,7 +30,7 @@
 //! still unanswered after twice the 90th percentile of the tail's recent
 //! reads is sent again where the store can race two requests itself
 //! (`ObjectStore::get_range_hedged`, `head_hedged`), within the same 10%
-//! budget as the writer's appends (`log::segment::HedgePolicy::READS`).
+//! budget as the writer's appends (`log::hedge::HedgePolicy::READS`).
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -40,8 +40,10 @@ use bytes::Bytes;
 use objstore::{ObjectStore, StoreError};
 
 use crate::error::{Error, Result};
+use crate::keys::{Chain, put_part_key, segment_key};
+use crate::log::hedge::{HedgePolicy, Hedger};
 use crate::log::record::{DecodeError, Part, decode_part};
-use crate::log::segment::{Chain, HedgePolicy, Hedger, WriteMode, put_part_key, segment_key};
+use crate::log::segment::WriteMode;
 
 /// Where a tail stands in its chain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -13,7 +13,6 @@
 //!    on failure an abort entry), log the entry. Then state COMMITTED(csn),
 //!    stamp the versions, trim chains, release the slot, return the ack.
 
-pub(crate) mod table;
 mod validate;
 
 use std::ops::Bound;
@@ -23,21 +22,21 @@ use std::sync::atomic::Ordering;
 use crossbeam_epoch::{Guard, Pointer, Shared};
 use crossbeam_utils::Backoff;
 
-use crate::commit::dependency::OwnPart;
+use crate::commit::durability::OwnPart;
 use crate::commit::{CommitAck, CommitInfo};
-use crate::db::{DbInner, GC_HORIZON_REFRESH_COMMITS};
+use crate::engine::{Engine, GC_HORIZON_REFRESH_COMMITS};
 use crate::error::{ConflictKind, Error, Result};
 use crate::index::Direction;
 use crate::limits::{KEY_BYTES_MAX, VALUE_BYTES_MAX};
 use crate::log::group::Reservation;
 use crate::log::record::ENTRY_HEADER_BYTES;
 use crate::mvcc::oid_array::Rid;
+use crate::mvcc::txn_table::{SlotLease, TxnState};
 use crate::mvcc::version::Version;
 use crate::mvcc::visibility::{self, Creator, View, WriteCheck};
 use crate::mvcc::{Csn, gc};
 use crate::options::Isolation;
 use crate::table::{Table, TableInner};
-use table::{SlotLease, TxnState};
 use validate::{ReadEntry, ScanEntry};
 
 pub(crate) struct WriteEntry<'db> {
@@ -50,7 +49,7 @@ pub(crate) struct WriteEntry<'db> {
 
 /// A running transaction. Dropping it without `commit` aborts it.
 pub struct Transaction<'db> {
-    db: &'db DbInner,
+    db: &'db Engine,
     lease: Option<SlotLease>,
     isolation: Isolation,
     read_only: bool,
@@ -80,7 +79,7 @@ const _: () = {
 
 impl<'db> Transaction<'db> {
     pub(crate) fn new(
-        db: &'db DbInner,
+        db: &'db Engine,
         lease: SlotLease,
         snapshot: Csn,
         isolation: Isolation,

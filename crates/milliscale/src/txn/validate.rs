@@ -24,9 +24,9 @@ use super::Transaction;
 use crate::index::Direction;
 use crate::mvcc::Csn;
 use crate::mvcc::oid_array::Rid;
+use crate::mvcc::txn_table::TxnTable;
 use crate::mvcc::visibility::{self, View};
 use crate::table::TableInner;
-use crate::txn::table::TxnTable;
 
 /// What a point read depended on: the address of the visible non-tombstone
 /// version (0 for "absent"). Versions visible at a running transaction's

@@ -3,7 +3,6 @@
 
 #![allow(dead_code)]
 
-pub mod crash;
 pub mod switch;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -11,7 +10,7 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
-use milliscale::log::record::{Entry, decode_part};
+use milliscale::internals::record::{Entry, decode_part};
 use objstore::{Bytes, MemoryStore, ObjectMeta, ObjectStore, Result};
 use parking_lot::{Condvar, Mutex};
 
@@ -254,11 +253,11 @@ pub fn read_log(store: &dyn ObjectStore) -> Vec<(String, Vec<Vec<Entry>>)> {
 /// Every log object and its parts (with the group of each).
 pub fn read_log_parts(
     store: &dyn ObjectStore,
-) -> Vec<(String, Vec<milliscale::log::record::Part>)> {
+) -> Vec<(String, Vec<milliscale::internals::record::Part>)> {
     let mut out = Vec::new();
     for o in store.list("log/").expect("list") {
         let bytes = store.get(&o.key).expect("get");
-        let (parts, tail) = milliscale::log::record::decode_segment(&bytes);
+        let (parts, tail) = milliscale::internals::record::decode_segment(&bytes);
         assert!(tail.is_none(), "{} has a bad tail: {tail:?}", o.key);
         out.push((o.key, parts));
     }
@@ -281,7 +280,7 @@ impl WriteCounter {
 
     fn note(&self, key: &str, body: &Bytes) {
         if key.starts_with("log/") {
-            let (parts, _) = milliscale::log::record::decode_segment(body);
+            let (parts, _) = milliscale::internals::record::decode_segment(body);
             self.writes.lock().entry(key.to_owned()).or_default().push(parts.len());
         }
     }

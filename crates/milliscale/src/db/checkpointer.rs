@@ -1,0 +1,299 @@
+//! Checkpoints (Milliscale §4.4): on demand, and in the background by log
+//! volume or interval; adopting the checkpoints read replicas offer; and
+//! what a checkpoint makes obsolete.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use objstore::ObjectStore;
+
+use super::Database;
+use crate::checkpoint::{self, CheckpointStats, ChunkWriter};
+use crate::engine::Engine;
+use crate::error::{Error, Result};
+use crate::mvcc::Csn;
+use crate::options::TxnOptions;
+
+fn price(stores: &[(String, Arc<dyn ObjectStore>)], put: u64, up: u64) -> Option<f64> {
+    let n = stores.len().max(1) as f64;
+    stores
+        .iter()
+        .map(|(_, s)| {
+            s.accounting().map(|a| {
+                let p = a.prices;
+                put as f64 / n / 1e6 * p.put_per_million + up as f64 / n / 1e9 * p.upload_per_gb
+            })
+        })
+        .sum()
+}
+
+impl Database {
+    pub(super) fn start_checkpointer(inner: Engine) -> Database {
+        let db = Database::wrap(inner);
+        let o = &db.inner.options;
+        if o.checkpoint_log_bytes > 0 || o.checkpoint_interval.is_some() {
+            let inner = Arc::clone(&db.inner);
+            let handle = std::thread::Builder::new()
+                .name("ms-checkpointer".into())
+                .spawn(move || inner.run_checkpointer())
+                .ok();
+            *db.checkpointer.lock() = handle;
+        }
+        db
+    }
+
+    /// Take a checkpoint now and publish it; then delete the log segments
+    /// and older checkpoints it supersedes. Returns the checkpoint's CSN.
+    /// Transactions keep running meanwhile. Fails without a log.
+    pub fn checkpoint(&self) -> Result<Csn> {
+        self.inner.check_open()?;
+        self.inner.checkpoint_now()
+    }
+
+    /// What checkpoints have cost so far.
+    pub fn checkpoint_stats(&self) -> CheckpointStats {
+        *self.inner.checkpoint_stats.lock()
+    }
+}
+
+impl Engine {
+    /// Scan every table at the durable snapshot and write the chunks.
+    pub(super) fn write_checkpoint(&self) -> Result<crate::manifest::CheckpointRef> {
+        let st = self.manifest.as_ref().ok_or_else(|| Error::InvalidArgument("no log".into()))?;
+        let mut tx = self.begin_with(TxnOptions::durable_snapshot())?;
+        let csn = tx.snapshot();
+        let tables = self.tables.read().by_id.clone();
+        let mut w = ChunkWriter::new(
+            &st.stores,
+            st.needed,
+            self.options.store_deadline,
+            csn,
+            self.options.checkpoint_chunk_bytes,
+        );
+        for t in &tables {
+            w.table(t.id)?;
+            tx.for_each_visible(t, |k, v| w.row(k, v))?;
+        }
+        drop(tx);
+        let (cref, requests) = w.finish()?;
+        let up = cref.bytes * st.stores.len() as u64;
+        let mut stats = self.checkpoint_stats.lock();
+        stats.put_requests += requests;
+        stats.bytes_uploaded += up;
+        if let Some(c) = price(&st.stores, requests, up) {
+            *stats.cost_usd.get_or_insert(0.0) += c;
+        }
+        Ok(cref)
+    }
+
+    /// See [`Database::checkpoint`] and the `checkpoint` module.
+    fn checkpoint_now(&self) -> Result<Csn> {
+        let log = self.log.as_ref().ok_or_else(|| Error::InvalidArgument("no log".into()))?;
+        if self.manifest.is_none() {
+            return Err(Error::InvalidArgument("no log".into()));
+        }
+        let _one = self.checkpoint_lock.lock();
+        let started = Instant::now();
+        let log_bytes = log.bytes_written();
+        // 1. Fresh segments from here on, and the CSN bound they give.
+        let marks: Vec<(Vec<u64>, Csn)> =
+            log.streams().iter().map(|s| s.mark_checkpoint()).collect();
+        let bound = marks.iter().map(|m| m.1).max().unwrap_or(0);
+        // 2. Wait until everything below the bound is durable.
+        let deadline = Instant::now() + self.options.store_deadline;
+        while self.commit.gcsn.load(Ordering::SeqCst) < bound {
+            if let Some(e) = self.commit.poison_error() {
+                return Err(e);
+            }
+            if Instant::now() > deadline {
+                return Err(Error::StoreUnavailable(format!(
+                    "checkpoint: gCSN did not reach {bound} within {:?}",
+                    self.options.store_deadline
+                )));
+            }
+            self.commit.wake_committer();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // 3. The snapshot, in chunks.
+        let cref = self.write_checkpoint()?;
+        debug_assert!(cref.csn >= bound);
+        // Per chain, stream by stream (`LogRef::start`).
+        let starts: Vec<u64> = marks.into_iter().flat_map(|m| m.0).collect();
+        // 4. Publish, then 5. delete what it superseded.
+        // The checkpoint is above every sealed log's CSNs (the current
+        // log starts above them): it drops them.
+        self.publish(|m| {
+            m.checkpoint = Some(cref.clone());
+            m.sealed.clear();
+            m.log.group_start = starts.clone();
+            m.checkpoint_wanted = None;
+        })?;
+        self.after_checkpoint(&cref, 0, started, log_bytes, false);
+        Ok(cref.csn)
+    }
+
+    /// A checkpoint (`cref`) is published: delete what it superseded (log
+    /// segments before the new starts, other checkpoints' objects, old
+    /// manifest versions) and count it. `requests` were made before
+    /// publishing, beyond those the stats have already.
+    fn after_checkpoint(
+        &self,
+        cref: &crate::manifest::CheckpointRef,
+        requests: u64,
+        started: Instant,
+        log_bytes: u64,
+        adopted: bool,
+    ) {
+        let Some(st) = self.manifest.as_ref() else { return };
+        let new_log = st.current.lock().log.clone();
+        let (lists, deletes) = checkpoint::delete_superseded(&st.stores, Some(cref), &new_log);
+        // The manifest put on each store, and the lists.
+        let puts = st.stores.len() as u64 + lists + requests;
+        let version = st.current.lock().version;
+        st.store.delete_below(version.saturating_sub(1));
+        let mut stats = self.checkpoint_stats.lock();
+        stats.checkpoints += 1;
+        stats.adopted += u64::from(adopted);
+        stats.last_csn = cref.csn;
+        stats.last_rows = cref.rows;
+        stats.last_bytes = cref.bytes;
+        stats.put_requests += puts;
+        stats.delete_requests += deletes;
+        if let Some(c) = price(&st.stores, puts, 0) {
+            *stats.cost_usd.get_or_insert(0.0) += c;
+        }
+        stats.busy += started.elapsed();
+        stats.log_bytes_at_last = log_bytes;
+    }
+
+    /// Offloaded checkpoints (`Options::checkpoint_offload`): mark the log
+    /// (fresh segments and their CSN bound) unless a mark is waiting, then
+    /// adopt the newest checkpoint a replica offered that covers a mark,
+    /// is durable and is newer than the current one, once its chunks
+    /// check out: publish it with the mark's segments as the log's start,
+    /// then delete what it superseded, as a local checkpoint does. Returns
+    /// its CSN, or `None` if no offer qualified yet.
+    fn adopt_offered(&self) -> Result<Option<Csn>> {
+        let log = self.log.as_ref().ok_or_else(|| Error::InvalidArgument("no log".into()))?;
+        let st = self.manifest.as_ref().ok_or_else(|| Error::InvalidArgument("no log".into()))?;
+        let _one = self.checkpoint_lock.lock();
+        let started = Instant::now();
+        let deadline = self.options.store_deadline;
+        let want = {
+            let mut marks = self.checkpoint_marks.lock();
+            if marks.is_empty() {
+                let m: Vec<(Vec<u64>, Csn)> =
+                    log.streams().iter().map(|s| s.mark_checkpoint()).collect();
+                let bound = m.iter().map(|x| x.1).max().unwrap_or(0);
+                marks.push((m.into_iter().flat_map(|x| x.0).collect(), bound));
+            }
+            marks.first().map(|(_, b)| *b)
+        };
+        // Tell replicas (again, if a publish failed): they offer once they
+        // have applied the oldest mark's bound.
+        if st.current.lock().checkpoint_wanted != want {
+            self.publish(|m| m.checkpoint_wanted = want)?;
+        }
+        let (offers, mut requests) = checkpoint::list_offers(&st.stores, deadline);
+        let durable = self.commit.gcsn.load(Ordering::SeqCst);
+        let (current, current_starts) = {
+            let m = st.current.lock();
+            (m.checkpoint.as_ref().map_or(0, |c| c.csn), m.log.group_start.clone())
+        };
+        let marks = self.checkpoint_marks.lock().clone();
+        for offer in offers {
+            if offer.csn <= current || offer.csn > durable {
+                continue;
+            }
+            // The newest mark it covers: segments before the mark's hold
+            // only CSNs below its bound, so below the offer's.
+            let Some((starts, _)) = marks.iter().rev().find(|(_, b)| *b <= offer.csn) else {
+                continue;
+            };
+            match checkpoint::check_chunks(&st.stores, st.needed, deadline, &offer) {
+                Ok(n) => requests += n,
+                Err(e) => {
+                    tracing::warn!("not adopting a checkpoint offer: {e}");
+                    continue;
+                }
+            }
+            // Never move a chain's start back (a local checkpoint may have
+            // moved it past an older mark).
+            let starts: Vec<u64> =
+                starts.iter().zip(&current_starts).map(|(a, b)| *a.max(b)).collect();
+            // A mark the offer does not cover stays wanted.
+            let wanted = marks.iter().map(|(_, b)| *b).find(|b| *b > offer.csn);
+            self.publish(|m| {
+                m.checkpoint = Some(offer.clone());
+                m.sealed.clear();
+                m.log.group_start = starts.clone();
+                m.checkpoint_wanted = wanted;
+            })?;
+            self.checkpoint_marks.lock().retain(|(_, b)| *b > offer.csn);
+            self.after_checkpoint(&offer, requests, started, log.bytes_written(), true);
+            return Ok(Some(offer.csn));
+        }
+        let mut stats = self.checkpoint_stats.lock();
+        stats.put_requests += requests;
+        stats.busy += started.elapsed();
+        Ok(None)
+    }
+
+    /// The background checkpointer: on log volume or interval.
+    fn run_checkpointer(&self) {
+        let Some(log) = &self.log else { return };
+        let (stop, cv) = &self.checkpointer_wake;
+        let mut last = Instant::now();
+        loop {
+            {
+                let mut stop = stop.lock();
+                if !*stop {
+                    cv.wait_for(&mut stop, Duration::from_millis(100));
+                }
+                if *stop {
+                    return;
+                }
+            }
+            let since = log.bytes_written() - self.checkpoint_stats.lock().log_bytes_at_last;
+            let o = &self.options;
+            let soon = self.checkpoint_soon.swap(false, Ordering::SeqCst);
+            let due = (o.checkpoint_log_bytes > 0 && since >= o.checkpoint_log_bytes)
+                || o.checkpoint_interval.is_some_and(|d| last.elapsed() >= d && since > 0)
+                || soon;
+            if !due {
+                continue;
+            }
+            if o.checkpoint_offload && !soon {
+                // Look for offers at most once a second (a LIST per store).
+                let mut checked = self.offers_checked.lock();
+                if checked.is_some_and(|t| t.elapsed() < Duration::from_secs(1)) {
+                    continue;
+                }
+                *checked = Some(Instant::now());
+                drop(checked);
+                match self.adopt_offered() {
+                    Ok(Some(_)) => last = Instant::now(),
+                    Ok(None) => {}
+                    Err(e) => {
+                        if self.commit.is_poisoned() || self.check_open().is_err() {
+                            return;
+                        }
+                        tracing::warn!("adopting an offered checkpoint failed, will retry: {e}");
+                    }
+                }
+                continue;
+            }
+            match self.checkpoint_now() {
+                Ok(_) => last = Instant::now(),
+                Err(e) => {
+                    if self.commit.is_poisoned() || self.check_open().is_err() {
+                        return;
+                    }
+                    tracing::warn!("background checkpoint failed, will retry: {e}");
+                    last = Instant::now();
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,203 @@
+//! The database: the public facade over the engine ([`crate::engine`]).
+//!
+//! - this module: tables, transactions, metrics and close;
+//! - `open`: creating a database, or opening and recovering one;
+//! - `checkpointer`: checkpoints on demand and in the background;
+//! - `promote`: a read replica becoming the writer.
+
+mod checkpointer;
+mod open;
+mod promote;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::thread::JoinHandle;
+
+use parking_lot::Mutex;
+
+pub(crate) use open::{fresh_log, read_manifest_unprobed};
+
+use crate::engine::{Engine, check_table_name};
+use crate::error::{Error, Result};
+use crate::limits::TABLES_MAX;
+use crate::log::{Log, LogMetrics};
+use crate::manifest::Manifest;
+use crate::mvcc::Csn;
+use crate::options::{Isolation, TxnOptions};
+use crate::recovery::RecoveryReport;
+use crate::table::Table;
+use crate::txn::Transaction;
+
+/// An open database. Share it between threads by reference (`&Database`, for
+/// example with `std::thread::scope`) or in an `Arc`.
+pub struct Database {
+    pub(crate) inner: Arc<Engine>,
+    checkpointer: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// Counters for monitoring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DbStats {
+    /// The next CSN to be handed out.
+    pub next_csn: Csn,
+    /// The current GC horizon.
+    pub gc_horizon: Csn,
+    /// Versions unlinked by garbage collection so far.
+    pub versions_retired: u64,
+    /// Tables in the database.
+    pub tables: usize,
+}
+
+impl Database {
+    /// What recovery found and did at open; `None` for a new database or
+    /// one without a log.
+    pub fn recovery_report(&self) -> Option<&RecoveryReport> {
+        self.inner.recovery.as_ref()
+    }
+
+    /// The current manifest; `None` without a log.
+    pub fn manifest(&self) -> Option<Manifest> {
+        self.inner.manifest.as_ref().map(|m| m.current.lock().clone())
+    }
+
+    /// Create a table. Fails with `TableExists` if the name is taken.
+    /// With a log, the new table is recorded in the manifest (one
+    /// conditional put) before this returns.
+    pub fn create_table(&self, name: &str) -> Result<Table> {
+        self.inner.check_open()?;
+        if self.inner.read_only {
+            return Err(Error::InvalidArgument("the database was opened read-only".into()));
+        }
+        check_table_name(name)?;
+        let mut cat = self.inner.tables.write();
+        if cat.by_name.contains_key(name) {
+            return Err(Error::TableExists(name.to_owned()));
+        }
+        if cat.by_id.len() >= TABLES_MAX {
+            return Err(Error::InvalidArgument(format!("at most {TABLES_MAX} tables")));
+        }
+        // Records name tables by id, so the name must be durable before any
+        // record of the table can be logged.
+        if self.inner.manifest.is_some() {
+            self.inner.publish(|m| m.tables.push(name.to_owned()))?;
+        }
+        let inner = self.inner.new_table(cat.by_id.len() as u32, name);
+        cat.by_id.push(Arc::clone(&inner));
+        cat.by_name.insert(name.to_owned(), Arc::clone(&inner));
+        Ok(Table { inner })
+    }
+
+    /// Open an existing table by name.
+    pub fn open_table(&self, name: &str) -> Result<Table> {
+        self.inner.check_open()?;
+        let cat = self.inner.tables.read();
+        cat.by_name
+            .get(name)
+            .map(|inner| Table { inner: Arc::clone(inner) })
+            .ok_or_else(|| Error::TableNotFound(name.to_owned()))
+    }
+
+    /// Names of all tables, in creation order.
+    pub fn table_names(&self) -> Vec<String> {
+        self.inner.tables.read().by_id.iter().map(|t| t.name.clone()).collect()
+    }
+
+    /// Begin a transaction at the default isolation level.
+    pub fn begin(&self) -> Result<Transaction<'_>> {
+        self.begin_with(TxnOptions::default())
+    }
+
+    /// Begin a transaction with explicit options.
+    pub fn begin_with(&self, opts: TxnOptions) -> Result<Transaction<'_>> {
+        self.inner.begin_with(opts)
+    }
+
+    /// Refuse all further work, write what the log holds, and stop the
+    /// log's threads. Running transactions fail with `Closed` at their next
+    /// operation or commit; pre-committed ones are still acknowledged once
+    /// their log records are durable. Dropping the database closes it.
+    pub fn close(&self) {
+        self.inner.closed.store(true, Ordering::SeqCst);
+        {
+            let (m, cv) = &self.inner.checkpointer_wake;
+            *m.lock() = true;
+            cv.notify_all();
+        }
+        if let Some(t) = self.checkpointer.lock().take() {
+            let _ = t.join();
+        }
+        if let Some(log) = &self.inner.log {
+            log.shut_down();
+        }
+    }
+
+    /// What the log measured: per group flushes, bytes, fill and flush
+    /// times; commit latency and dependency waits; per store requests and
+    /// cost. `None` without a log.
+    pub fn log_metrics(&self) -> Option<LogMetrics> {
+        self.inner.log.as_ref().map(Log::metrics)
+    }
+
+    /// Zero the log's metrics (store accounting is not reset).
+    pub fn reset_log_metrics(&self) {
+        if let Some(log) = &self.inner.log {
+            log.reset_metrics();
+        }
+    }
+
+    /// Every CSN below this is durable (gCSN). Without a log, the next CSN.
+    pub fn durable_csn(&self) -> Csn {
+        self.inner.gc_counter().load(Ordering::SeqCst)
+    }
+
+    /// Why the database stopped accepting commits, if it did.
+    pub fn poisoned(&self) -> Option<Error> {
+        self.inner.commit.poison_error()
+    }
+
+    /// Monitoring counters.
+    pub fn stats(&self) -> DbStats {
+        DbStats {
+            next_csn: self.inner.commit.next_csn.load(Ordering::Acquire),
+            gc_horizon: self.inner.gc_horizon.load(Ordering::Acquire),
+            versions_retired: self.inner.versions_retired.load(Ordering::Relaxed),
+            tables: self.inner.tables.read().by_id.len(),
+        }
+    }
+}
+
+/// Transactions begin here: the one place that makes a [`Transaction`]
+/// of the engine (`engine` itself knows nothing of transactions).
+impl Engine {
+    /// Begin a transaction (`Database::begin_with`).
+    pub(crate) fn begin_with(&self, opts: TxnOptions) -> Result<Transaction<'_>> {
+        self.check_open()?;
+        if let Some(log) = &self.log {
+            log.note_begin();
+        }
+        let isolation = opts.isolation.unwrap_or(self.options.isolation);
+        // The durable snapshot reads at gCSN; its registration uses the GC
+        // counter so the horizon proof holds (see `Engine::gc_counter`).
+        if opts.durable_snapshot && self.log.is_some() {
+            crate::commit::committer::publish_gcsn(&self.commit);
+        }
+        let counter = if opts.durable_snapshot { self.gc_counter() } else { &self.commit.next_csn };
+        let (lease, snapshot) =
+            self.txns.begin(counter).ok_or(Error::TooManyTransactions(self.txns.capacity()))?;
+        let read_only = opts.read_only || opts.durable_snapshot || self.read_only;
+        let isolation = if opts.durable_snapshot { Isolation::Snapshot } else { isolation };
+        Ok(Transaction::new(self, lease, snapshot, isolation, read_only))
+    }
+}
+
+impl Drop for Database {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+impl std::fmt::Debug for Database {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Database").field("stats", &self.stats()).finish()
+    }
+}

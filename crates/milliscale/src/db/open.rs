@@ -1,0 +1,326 @@
+//! Opening a database: a new one, or an existing one recovered from its
+//! stores (read the manifest, fence the previous writer, read and merge
+//! the log, replay it on the last checkpoint; see `recovery`).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use objstore::ObjectStore;
+use parking_lot::Mutex;
+
+use super::Database;
+use crate::checkpoint;
+use crate::commit::CommitMarks;
+use crate::engine::{Engine, ManifestState, NamedStores};
+use crate::error::{Error, Result};
+use crate::keys::LOG_PREFIX;
+use crate::log::record::Entry;
+use crate::log::{Log, OpenStore};
+use crate::manifest::{LogRef, Manifest, ManifestStore, SealedLog};
+use crate::mvcc::Csn;
+use crate::options::Options;
+use crate::recovery::{self, RecoveryReport};
+
+static NEXT_DB_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Recovery steps 3 and 4: read `m`'s live log on `named` (merging the
+/// stores) and plan its replay. `claim` is the manifest the reader writes
+/// as (the same as `m` for a read-only open).
+fn read_log(
+    named: &[(String, Arc<dyn ObjectStore>)],
+    needed: usize,
+    m: &Manifest,
+    claim: &Manifest,
+    options: &Options,
+) -> Result<(recovery::ReplayPlan, RecoveryReport)> {
+    let threads = options.recovery_threads;
+    let deadline = options.store_deadline;
+    // The sealed logs first, each as its seal decided; then the current
+    // log from where they end.
+    let mut sealed = Vec::new();
+    let (mut objects, mut bytes) = (0, 0);
+    for seal in &m.sealed {
+        let scan = recovery::scan_sealed(named, needed, seal, threads, deadline)?;
+        objects += scan.objects;
+        bytes += scan.bytes;
+        sealed.push(recovery::plan_sealed(scan, seal)?);
+    }
+    let scan = recovery::scan_stores(named, needed, &m.log, m.log_from(), threads, deadline)?;
+    let mut report = RecoveryReport::new(m, claim, &scan, threads);
+    report.log_objects += objects;
+    report.log_bytes += bytes;
+    report.sealed_logs = sealed.len();
+    let mut plan = recovery::plan_replay_owned(scan)?;
+    if !sealed.is_empty() {
+        let last = std::mem::take(&mut plan);
+        plan.max_csn = sealed.iter().map(|p| p.max_csn).max().unwrap_or(0).max(last.max_csn);
+        plan.prefix = last.prefix;
+        for p in sealed.into_iter().chain(std::iter::once(last)) {
+            plan.replay.extend(p.replay);
+            plan.dropped.extend(p.dropped);
+            plan.aborts += p.aborts;
+            plan.covered += p.covered;
+        }
+    }
+    report.set_plan(&plan);
+    Ok((plan, report))
+}
+
+/// Whether recovery seals the old log instead of writing a checkpoint: a
+/// writer that leaves its checkpoints to replicas
+/// (`Options::checkpoint_offload`), on one store. With replication the
+/// entries a recovery replays may sit on fewer stores than a quorum (the
+/// scan merges every store that answered), and a seal must be readable
+/// from any quorum again; so there recovery still writes its checkpoint.
+fn seals_recovery(options: &Options, stores: usize) -> bool {
+    options.checkpoint_offload && stores == 1
+}
+
+/// A new writer's log, as `options` lay it out: epoch `epoch`, from CSN
+/// `base`, every chain starting at segment `first_segment`.
+pub(crate) fn fresh_log(options: &Options, epoch: u64, base: Csn, first_segment: u64) -> LogRef {
+    let groups = options.log_groups() as u32;
+    let per_stream = options.groups_per_stream();
+    LogRef {
+        epoch,
+        base_csn: base,
+        groups,
+        groups_per_stream: per_stream as u32,
+        lanes: options.log_lanes as u32,
+        group_start: vec![
+            first_segment;
+            (groups as usize).div_ceil(per_stream) * options.log_lanes
+        ],
+        parts_max: options.segment_parts_max,
+    }
+}
+
+/// Open the stores without probing them (nothing is written) and read the
+/// current manifest: the stores by name, the quorum, and the manifest.
+/// Fails with `NoDatabase` if there is none.
+pub(crate) fn read_manifest_unprobed(options: &Options) -> Result<(NamedStores, usize, Manifest)> {
+    let named = options
+        .stores
+        .iter()
+        .map(|spec| Ok((spec.describe(), spec.open()?)))
+        .collect::<Result<Vec<_>>>()?;
+    let needed = options.quorum.needed(named.len());
+    let ms = ManifestStore::new(named.clone(), needed, options.store_deadline);
+    let m = ms.read_latest()?.ok_or_else(|| Error::NoDatabase(describe(&named)))?;
+    Ok((named, needed, m))
+}
+
+/// The stores' names, for messages.
+fn describe(stores: &[(String, Arc<dyn ObjectStore>)]) -> String {
+    stores.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")
+}
+
+impl Database {
+    /// Open a database with `options`.
+    ///
+    /// With a store that already holds a database, this recovers it
+    /// (ARCHITECTURE.md, "Recovery"): it takes over as the writer (the old
+    /// one is fenced), loads the checkpoint, replays the log, and writes a
+    /// checkpoint of the result before it returns. See
+    /// [`Database::recovery_report`] for what it found.
+    pub fn open(options: Options) -> Result<Database> {
+        options.validate()?;
+        let id = NEXT_DB_ID.fetch_add(1, Ordering::Relaxed);
+        if !options.is_logged() {
+            let commit = Arc::new(CommitMarks::new(0, options.tracking, false, 0));
+            let inner = Engine::new(id, options, commit, None, None, None, Vec::new());
+            return Ok(Database::wrap(inner));
+        }
+        if !options.create_if_missing {
+            // Before the stores are probed: the probe writes (and deletes)
+            // an object, and an address without a database must be left
+            // as it was.
+            read_manifest_unprobed(&options)?;
+        }
+        let stores = crate::log::open_stores(&options)?;
+        let named: Vec<(String, Arc<dyn ObjectStore>)> =
+            stores.iter().map(|s| (s.name().to_owned(), Arc::clone(&s.store))).collect();
+        let needed = options.quorum.needed(stores.len());
+        let ms = ManifestStore::new(named.clone(), needed, options.store_deadline);
+        match ms.read_latest()? {
+            None if !options.create_if_missing => Err(Error::NoDatabase(describe(&named))),
+            None => Database::create(id, options, stores, named, ms),
+            Some(old) => Database::recover(id, options, stores, named, ms, old),
+        }
+    }
+
+    /// Read a database's durable state without taking it over: the
+    /// checkpoint and the log as recovery would replay them, into an
+    /// in-memory database whose transactions are read-only. The writer,
+    /// if one runs, is not fenced and keeps going; what it commits later is
+    /// not seen. For inspection, dumps and checks.
+    pub fn open_read_only(options: Options) -> Result<Database> {
+        options.validate()?;
+        if !options.is_logged() {
+            return Err(Error::InvalidArgument("open_read_only needs a store".into()));
+        }
+        let id = NEXT_DB_ID.fetch_add(1, Ordering::Relaxed);
+        let (named, needed, m) = read_manifest_unprobed(&options)?;
+        let (plan, mut report) = read_log(&named, needed, &m, &m, &options)?;
+        let base = m.log_from().max(plan.max_csn + 1);
+        let commit = Arc::new(CommitMarks::new(0, options.tracking, false, base));
+        let mut inner = Engine::new(id, options, commit, None, None, None, m.tables.clone());
+        inner.read_only = true;
+        inner.rebuild(&named, m.checkpoint.as_ref(), &plan, &mut report)?;
+        inner.recovery = Some(report);
+        Ok(Database::wrap(inner))
+    }
+
+    /// An empty in-memory database whose transactions are read-only, with
+    /// `tables` named and its CSN counter at `base`: what a read replica
+    /// (`replica`) fills from the log. It has no log and no manifest.
+    pub(crate) fn replica_shell(options: Options, tables: Vec<String>, base: Csn) -> Database {
+        let id = NEXT_DB_ID.fetch_add(1, Ordering::Relaxed);
+        let commit = Arc::new(CommitMarks::new(0, options.tracking, false, base));
+        let mut inner = Engine::new(id, options, commit, None, None, None, tables);
+        inner.read_only = true;
+        Database::wrap(inner)
+    }
+
+    pub(super) fn wrap(inner: Engine) -> Database {
+        Database { inner: Arc::new(inner), checkpointer: Mutex::new(None) }
+    }
+
+    /// A new database: the first manifest, then an empty log.
+    fn create(
+        id: u64,
+        options: Options,
+        stores: Vec<OpenStore>,
+        named: Vec<(String, Arc<dyn ObjectStore>)>,
+        ms: ManifestStore,
+    ) -> Result<Database> {
+        for (name, s) in &named {
+            let found = crate::retry::retry(options.store_deadline, || s.list(LOG_PREFIX))
+                .map_err(|e| Error::Store(format!("{name}: {e}")))?;
+            if let Some(o) = found.first() {
+                return Err(Error::Store(format!(
+                    "{name} holds log objects ({}) but no manifest: it is not a milliscale \
+                     database this version can open; use an empty bucket, prefix or directory",
+                    o.key
+                )));
+            }
+        }
+        let m = Manifest::initial(
+            crate::log::record::FORMAT_VERSION,
+            options.log_groups() as u32,
+            options.groups_per_stream() as u32,
+            options.log_lanes as u32,
+            options.segment_parts_max,
+        );
+        ms.create(&m)?;
+        let groups = m.log.groups as usize;
+        let commit = Arc::new(CommitMarks::new(groups, options.tracking, true, m.log.base_csn));
+        let log = Log::start(&options, Arc::clone(&commit), id, stores, &m.log)?;
+        let needed = options.quorum.needed(named.len());
+        let state = ManifestState { store: ms, stores: named, needed, current: Mutex::new(m) };
+        let inner = Engine::new(id, options, commit, Some(log), Some(state), None, Vec::new());
+        Ok(Database::start_checkpointer(inner))
+    }
+
+    /// An existing database: take over, fence, read, replay, checkpoint.
+    fn recover(
+        id: u64,
+        options: Options,
+        stores: Vec<OpenStore>,
+        named: Vec<(String, Arc<dyn ObjectStore>)>,
+        ms: ManifestStore,
+        old: Manifest,
+    ) -> Result<Database> {
+        let started = Instant::now();
+        let needed = options.quorum.needed(named.len());
+        // 1. Take over: the next version, with the next epoch. Its create
+        //    is the moment this writer owns the database.
+        let mut claim = old.clone();
+        claim.version += 1;
+        claim.epoch = old.epoch + 1;
+        ms.create(&claim)?;
+        // 2. Fence the old epoch's log on every store that answers.
+        let modes: Vec<_> = stores.iter().map(OpenStore::mode).collect();
+        recovery::fence_stores(
+            &named,
+            &modes,
+            needed,
+            &old.log,
+            claim.epoch,
+            options.store_deadline,
+        )?;
+        let fenced_at = started.elapsed();
+        // 3. Read the log and plan.
+        let (plan, mut report) = read_log(&named, needed, &old, &claim, &options)?;
+        let scanned_at = started.elapsed();
+        // 4. Rebuild: the tables, the checkpoint, then the log on top.
+        let base = old.log_from().max(plan.max_csn + 1);
+        let first_segment = recovery::next_free_segment(&named, &old.log, options.store_deadline);
+        let new_log = fresh_log(&options, claim.epoch, base, first_segment);
+        let groups = new_log.groups as usize;
+        let commit = Arc::new(CommitMarks::new(groups, options.tracking, true, base));
+        let tables = claim.tables.clone();
+        let state =
+            ManifestState { store: ms, stores: named.clone(), needed, current: Mutex::new(claim) };
+        // The log starts now but nothing can commit before `open` returns.
+        let log = Log::start(&options, Arc::clone(&commit), id, stores, &new_log)?;
+        let inner = Engine::new(id, options, commit, Some(log), Some(state), None, tables);
+        inner.rebuild(&named, old.checkpoint.as_ref(), &plan, &mut report)?;
+        let rebuilt_at = started.elapsed();
+        // 5. Pin what this recovery included, and the new epoch's log:
+        //    a checkpoint of the result (when the log held anything); or,
+        //    for a writer that leaves checkpoints to replicas, a seal of the
+        //    old log with this decision, as a promotion writes.
+        let logged = base > old.replay_from();
+        let seal = (logged && seals_recovery(&inner.options, named.len())).then(|| SealedLog {
+            log: old.log.clone(),
+            end_segment: first_segment,
+            from: old.log_from(),
+            prefix: plan.prefix,
+            above: plan.replay.iter().map(Entry::csn).filter(|c| *c >= plan.prefix).collect(),
+            max_csn: base - 1,
+        });
+        let checkpoint = if logged && seal.is_none() {
+            Some(inner.write_checkpoint()?)
+        } else {
+            old.checkpoint.clone()
+        };
+        inner.publish(|m| {
+            m.checkpoint = checkpoint.clone();
+            match &seal {
+                Some(s) => m.sealed.push(s.clone()),
+                None => m.sealed.clear(),
+            }
+            m.log = new_log.clone();
+            m.checkpoint_wanted = None;
+        })?;
+        let published_at = started.elapsed();
+        // With a seal, the old log's segments stay: nothing covers them yet.
+        let deleted = if seal.is_some() {
+            (0, 0)
+        } else {
+            checkpoint::delete_superseded(&named, checkpoint.as_ref(), &new_log)
+        };
+        if let Some(st) = &inner.manifest {
+            st.store.delete_below(st.current.lock().version.saturating_sub(1));
+        }
+        let t = &mut report.timings;
+        t.fence = fenced_at;
+        t.scan = scanned_at - fenced_at;
+        t.checkpoint_and_publish = published_at - rebuilt_at;
+        t.total = started.elapsed();
+        report.cleanup_requests = deleted.0 + deleted.1;
+        report.new_epoch = new_log.epoch;
+        report.new_checkpoint_csn =
+            if seal.is_some() { None } else { checkpoint.as_ref().map(|c| c.csn) };
+        report.sealed_old_log = seal.is_some();
+        if seal.is_some() {
+            // The checkpointer marks the log soon: replicas then offer.
+            inner.checkpoint_soon.store(true, Ordering::SeqCst);
+        }
+        let mut inner = inner;
+        inner.recovery = Some(report);
+        Ok(Database::start_checkpointer(inner))
+    }
+}

@@ -1,0 +1,258 @@
+//! The engine: the state every transaction borrows. Tables and their
+//! catalog, the transaction table, the commit marks, the log, the GC
+//! horizon and the manifest chain. [`crate::Database`] is the public
+//! facade over it (`db`); a transaction holds `&Engine`; a read replica
+//! applies the log to one (`replica::follow`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
+
+use crossbeam_utils::CachePadded;
+use objstore::ObjectStore;
+use parking_lot::{Condvar, Mutex, RwLock};
+
+use crate::checkpoint::{self, CheckpointStats};
+use crate::commit::CommitMarks;
+use crate::error::{Error, Result};
+use crate::index::OrderedIndex;
+use crate::limits::TABLE_NAME_BYTES_MAX;
+use crate::log::Log;
+use crate::manifest::{Manifest, ManifestStore};
+use crate::mvcc::Csn;
+use crate::mvcc::oid_array::OidArray;
+use crate::mvcc::txn_table::TxnTable;
+use crate::options::Options;
+use crate::recovery::{self, PromotionReport, RecoveryReport};
+use crate::table::TableInner;
+
+/// Commits between two recomputations of the GC horizon.
+pub(crate) const GC_HORIZON_REFRESH_COMMITS: u64 = 32;
+
+/// The price of `put` PUT-class requests and `up` uploaded bytes, spread
+/// evenly over `stores`, at each store's price table; `None` if a store has
+/// no price table.
+/// Stores by name.
+pub(crate) type NamedStores = Vec<(String, Arc<dyn ObjectStore>)>;
+
+pub(crate) struct Engine {
+    pub(crate) id: u64,
+    pub(crate) options: Options,
+    /// Read on every operation; on its own cache line so that writes to the
+    /// counters below never evict it.
+    pub(crate) closed: CachePadded<AtomicBool>,
+    /// The CSN counter, gCSN and the durable marks (`commit::marks`).
+    pub(crate) commit: Arc<CommitMarks>,
+    /// The log; `None` without a store.
+    pub(crate) log: Option<Log>,
+    /// A lower bound on every running and future snapshot (see `mvcc::gc`).
+    pub(crate) gc_horizon: CachePadded<AtomicU64>,
+    pub(crate) versions_retired: CachePadded<AtomicU64>,
+    pub(crate) txns: TxnTable,
+    pub(crate) tables: RwLock<Catalog>,
+    /// With a log: the manifest chain and the current version. Held while
+    /// a new version is written, so versions follow each other.
+    pub(crate) manifest: Option<ManifestState>,
+    /// What recovery found at open, if the database existed.
+    pub(crate) recovery: Option<RecoveryReport>,
+    /// What the promotion did, if a replica became this writer.
+    pub(crate) promotion: Option<PromotionReport>,
+    /// Take a checkpoint at the checkpointer's next wake-up, whatever the
+    /// log volume (after a promotion: it drops the sealed logs).
+    pub(crate) checkpoint_soon: AtomicBool,
+    /// Opened with `open_read_only`: every transaction is read-only.
+    pub(crate) read_only: bool,
+    /// One checkpoint at a time.
+    pub(crate) checkpoint_lock: Mutex<()>,
+    /// Offloaded checkpoints: the log marks (each stream's fresh segments,
+    /// lane by lane, and the CSN bound below which everything is in older
+    /// segments) waiting for an offer at or above their bound.
+    pub(crate) checkpoint_marks: Mutex<Vec<(Vec<u64>, Csn)>>,
+    /// When offers were last looked for.
+    pub(crate) offers_checked: Mutex<Option<Instant>>,
+    pub(crate) checkpoint_stats: Mutex<CheckpointStats>,
+    /// Wakes the background checkpointer early (close).
+    pub(crate) checkpointer_wake: (Mutex<bool>, Condvar),
+}
+
+pub(crate) struct ManifestState {
+    pub(crate) store: ManifestStore,
+    /// The stores, named, for checkpoints.
+    pub(crate) stores: Vec<(String, Arc<dyn ObjectStore>)>,
+    pub(crate) needed: usize,
+    pub(crate) current: Mutex<Manifest>,
+}
+
+#[derive(Default)]
+pub(crate) struct Catalog {
+    pub(crate) by_name: HashMap<String, Arc<TableInner>>,
+    pub(crate) by_id: Vec<Arc<TableInner>>,
+}
+
+impl Engine {
+    pub(crate) fn new(
+        id: u64,
+        options: Options,
+        commit: Arc<CommitMarks>,
+        log: Option<Log>,
+        manifest: Option<ManifestState>,
+        recovery: Option<RecoveryReport>,
+        tables: Vec<String>,
+    ) -> Engine {
+        let txns = TxnTable::new(options.max_transactions);
+        let inner = Engine {
+            id,
+            options,
+            closed: CachePadded::new(AtomicBool::new(false)),
+            commit,
+            log,
+            gc_horizon: CachePadded::new(AtomicU64::new(0)),
+            versions_retired: CachePadded::new(AtomicU64::new(0)),
+            txns,
+            tables: RwLock::new(Catalog::default()),
+            manifest,
+            recovery,
+            promotion: None,
+            checkpoint_soon: AtomicBool::new(false),
+            read_only: false,
+            checkpoint_lock: Mutex::new(()),
+            checkpoint_marks: Mutex::new(Vec::new()),
+            offers_checked: Mutex::new(None),
+            checkpoint_stats: Mutex::new(CheckpointStats::default()),
+            checkpointer_wake: (Mutex::new(false), Condvar::new()),
+        };
+        {
+            let mut cat = inner.tables.write();
+            for (i, name) in tables.into_iter().enumerate() {
+                let t = inner.new_table(i as u32, &name);
+                cat.by_id.push(Arc::clone(&t));
+                cat.by_name.insert(name, t);
+            }
+        }
+        inner
+    }
+
+    /// The tables, by id.
+    pub(crate) fn tables_by_id(&self) -> Vec<Arc<TableInner>> {
+        self.tables.read().by_id.clone()
+    }
+
+    /// Add the tables of `names` (a manifest's list, by id) that are not
+    /// there yet. A name that differs from the table of its id is
+    /// `Corrupt`: the list only ever grows.
+    pub(crate) fn add_tables(&self, names: &[String]) -> Result<()> {
+        let mut cat = self.tables.write();
+        for (i, name) in names.iter().enumerate() {
+            match cat.by_id.get(i) {
+                Some(t) if t.name == *name => {}
+                Some(t) => {
+                    return Err(Error::Corrupt(format!(
+                        "the manifest names table {i} {name:?}, but it was {:?}",
+                        t.name
+                    )));
+                }
+                None => {
+                    let t = self.new_table(i as u32, name);
+                    cat.by_id.push(Arc::clone(&t));
+                    cat.by_name.insert(name.clone(), t);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn new_table(&self, id: u32, name: &str) -> Arc<TableInner> {
+        Arc::new(TableInner {
+            id,
+            name: name.to_owned(),
+            db_id: self.id,
+            index: OrderedIndex::new(),
+            records: OidArray::new(),
+        })
+    }
+
+    /// Write the next manifest version: the current one changed by `f`.
+    /// Another writer's version there means this one is fenced: the
+    /// database is poisoned and acknowledges nothing more.
+    pub(crate) fn publish(&self, f: impl FnOnce(&mut Manifest)) -> Result<()> {
+        let st = self.manifest.as_ref().ok_or_else(|| Error::InvalidArgument("no log".into()))?;
+        let mut cur = st.current.lock();
+        let mut next = cur.clone();
+        f(&mut next);
+        next.version += 1;
+        match st.store.create(&next) {
+            Ok(()) => {
+                *cur = next;
+                Ok(())
+            }
+            Err(e) => {
+                if let Error::Fenced(_) = e {
+                    self.commit.poison(e.clone());
+                    if let Some(log) = &self.log {
+                        for g in log.groups() {
+                            g.wake_all();
+                        }
+                        for s in log.streams() {
+                            s.wake_all();
+                        }
+                    }
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Recovery steps 5 and 6, before the database is shared: load the
+    /// checkpoint into the tables, then replay the plan on top.
+    pub(crate) fn rebuild(
+        &self,
+        named: &[(String, Arc<dyn ObjectStore>)],
+        checkpoint: Option<&crate::manifest::CheckpointRef>,
+        plan: &recovery::ReplayPlan,
+        report: &mut RecoveryReport,
+    ) -> Result<()> {
+        let threads = self.options.recovery_threads;
+        let tables = self.tables.read().by_id.clone();
+        let started = Instant::now();
+        if let Some(c) = checkpoint {
+            report.checkpoint_rows_loaded =
+                checkpoint::load(named, c, &tables, threads, self.options.store_deadline)?;
+        }
+        report.timings.load_checkpoint = started.elapsed();
+        let stats = recovery::replay::apply(plan, &tables, threads)?;
+        report.timings.replay = started.elapsed() - report.timings.load_checkpoint;
+        report.records_applied = stats.records;
+        report.keys_installed = stats.keys;
+        Ok(())
+    }
+
+    pub(crate) fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) { Err(Error::Closed) } else { Ok(()) }
+    }
+
+    /// The counter that bounds the GC horizon: gCSN with a log (so the
+    /// durable snapshot stays readable), the CSN counter without one. Both
+    /// are monotone and never above the CSN counter, which is what
+    /// `TxnTable::horizon`'s proof needs of a counter.
+    pub(crate) fn gc_counter(&self) -> &AtomicU64 {
+        if self.commit.logged { &self.commit.gcsn } else { &self.commit.next_csn }
+    }
+
+    /// Recompute the cached GC horizon (cheap: one pass over the slots in use).
+    pub(crate) fn refresh_gc_horizon(&self) -> Csn {
+        let h = self.txns.horizon(self.gc_counter());
+        self.gc_horizon.fetch_max(h, Ordering::AcqRel);
+        h
+    }
+}
+
+pub(crate) fn check_table_name(name: &str) -> Result<()> {
+    if name.is_empty() || name.len() > TABLE_NAME_BYTES_MAX {
+        return Err(Error::InvalidArgument(format!(
+            "table names must be 1..={TABLE_NAME_BYTES_MAX} bytes, got {}",
+            name.len()
+        )));
+    }
+    Ok(())
+}

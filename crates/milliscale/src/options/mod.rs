@@ -1,0 +1,563 @@
+//! The one configuration type for a database: [`Options`], a builder
+//! that validates what it is given. `choices` holds the enums it is made
+//! of, `defaults` the defaults and bounds.
+
+mod choices;
+mod defaults;
+
+/// Default [`Options::log_thread_slice`]: the kernel's smallest slice.
+pub use crate::sched::LOG_THREAD_SLICE_DEFAULT;
+pub use choices::{
+    CommitProtocol, FlushPolicy, Hedging, Isolation, Quorum, StoreSpec, Tracking, TxnOptions,
+};
+pub use defaults::{
+    CHECKPOINT_CHUNK_BYTES_DEFAULT, CHECKPOINT_LOG_BYTES_DEFAULT, FLUSH_MIN_INTERVAL_DEFAULT,
+    FLUSH_PACE_DEFAULT, FLUSH_PACE_MAX, FLUSH_TIMEOUT_DEFAULT, FLUSH_UNIT_DEFAULT,
+    LOG_BUFFER_BYTES_DEFAULT, LOG_GROUP_SIZE_DEFAULT, LOG_LANES_DEFAULT, LOG_LANES_MAX,
+    LOG_STREAMS_DEFAULT, LOG_STREAMS_PER_GROUP, MAX_IDLE_DEFAULT, OBJECT_FLUSH_UNIT_DEFAULT,
+    STEAL_GROUP_DEFAULT,
+};
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use objstore::ObjectStore;
+
+use crate::error::{Error, Result};
+use crate::limits::{
+    LOG_BUFFER_BYTES_MAX, LOG_BUFFER_BYTES_MIN, LOG_GROUPS_MAX, STORES_MAX, TRANSACTIONS_MAX,
+};
+
+/// Options for [`crate::Database::open`].
+///
+/// With no store (the default, or `store("none")`) nothing is logged:
+/// commits are acknowledged at pre-commit and nothing survives the
+/// process. With one or more stores every commit is logged and
+/// acknowledged only once durable.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub(crate) stores: Vec<StoreSpec>,
+    pub(crate) create_if_missing: bool,
+    pub(crate) quorum: Quorum,
+    pub(crate) max_transactions: usize,
+    pub(crate) isolation: Isolation,
+    pub(crate) workers: usize,
+    pub(crate) log_group_size: usize,
+    pub(crate) log_buffer_bytes: usize,
+    pub(crate) flush_timeout: Duration,
+    pub(crate) log_lanes: usize,
+    pub(crate) log_streams: usize,
+    pub(crate) log_thread_slice: Option<Duration>,
+    pub(crate) flush_policy: FlushPolicy,
+    pub(crate) flush_min_interval: Duration,
+    pub(crate) flush_pace: Option<f64>,
+    pub(crate) max_appends_per_s: Option<u32>,
+    pub(crate) tracking: Tracking,
+    pub(crate) commit_protocol: CommitProtocol,
+    pub(crate) flush_unit: Option<usize>,
+    pub(crate) max_idle: Duration,
+    pub(crate) steal_group: usize,
+    pub(crate) segment_parts_max: u32,
+    pub(crate) store_deadline: Duration,
+    pub(crate) hedging: Hedging,
+    pub(crate) hedge_multiple: f64,
+    pub(crate) hedge_budget: f64,
+    pub(crate) force_put_per_flush: bool,
+    pub(crate) recovery_threads: usize,
+    pub(crate) checkpoint_chunk_bytes: usize,
+    pub(crate) checkpoint_log_bytes: u64,
+    pub(crate) checkpoint_interval: Option<Duration>,
+    pub(crate) checkpoint_offload: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            stores: Vec::new(),
+            create_if_missing: true,
+            quorum: Quorum::Majority,
+            max_transactions: 1024,
+            isolation: Isolation::Snapshot,
+            workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            log_group_size: LOG_GROUP_SIZE_DEFAULT,
+            log_buffer_bytes: LOG_BUFFER_BYTES_DEFAULT,
+            flush_timeout: FLUSH_TIMEOUT_DEFAULT,
+            log_lanes: LOG_LANES_DEFAULT,
+            log_streams: LOG_STREAMS_DEFAULT,
+            log_thread_slice: Some(crate::sched::LOG_THREAD_SLICE_DEFAULT),
+            flush_policy: FlushPolicy::Adaptive,
+            flush_min_interval: FLUSH_MIN_INTERVAL_DEFAULT,
+            flush_pace: Some(FLUSH_PACE_DEFAULT),
+            max_appends_per_s: None,
+            tracking: Tracking::Record,
+            commit_protocol: CommitProtocol::Pipelined,
+            flush_unit: None,
+            max_idle: MAX_IDLE_DEFAULT,
+            steal_group: STEAL_GROUP_DEFAULT,
+            segment_parts_max: objstore::PARTS_MAX,
+            store_deadline: Duration::from_secs(30),
+            hedging: Hedging::Auto,
+            hedge_multiple: 1.0,
+            hedge_budget: 0.1,
+            force_put_per_flush: false,
+            recovery_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            checkpoint_chunk_bytes: CHECKPOINT_CHUNK_BYTES_DEFAULT,
+            checkpoint_log_bytes: CHECKPOINT_LOG_BYTES_DEFAULT,
+            checkpoint_interval: None,
+            checkpoint_offload: false,
+        }
+    }
+}
+
+impl Options {
+    /// Default options: no log, 1,024 transaction slots, snapshot
+    /// isolation; with a store, groups of 2 workers sharing a 1 MiB buffer,
+    /// a 10 ms flush timeout and record-level tracking.
+    pub fn new() -> Options {
+        Options::default()
+    }
+
+    /// Log to this one store URL (replacing any set before). `"none"`
+    /// turns logging off. Use [`Options::add_store`] for replication.
+    pub fn store(mut self, url: impl Into<String>) -> Options {
+        let url = url.into();
+        self.stores.clear();
+        if url != "none" {
+            self.stores.push(StoreSpec::Url(url));
+        }
+        self
+    }
+
+    /// Also log to this store URL: every flush goes to every store, and a
+    /// part is durable once a [`Quorum`] of them holds it.
+    pub fn add_store(mut self, url: impl Into<String>) -> Options {
+        self.stores.push(StoreSpec::Url(url.into()));
+        self
+    }
+
+    /// Also log to a store object the caller opened.
+    pub fn add_store_handle(mut self, store: Arc<dyn ObjectStore>) -> Options {
+        self.stores.push(StoreSpec::Handle(store));
+        self
+    }
+
+    /// Open every store given by URL now, so that everything opened with
+    /// these options (a database, and a [`crate::Replica`] in the same
+    /// process) shares one handle per store: a `sim://` or `memory://` URL
+    /// names a new store each time it is opened.
+    pub fn open_stores(mut self) -> Result<Options> {
+        for spec in &mut self.stores {
+            if let StoreSpec::Url(u) = spec {
+                *spec = StoreSpec::Opened(u.clone(), spec.open()?);
+            }
+        }
+        Ok(self)
+    }
+
+    /// The stores, in order.
+    pub fn stores(&self) -> &[StoreSpec] {
+        &self.stores
+    }
+
+    /// How many stores must hold a part. Default majority.
+    pub fn quorum(mut self, quorum: Quorum) -> Options {
+        self.quorum = quorum;
+        self
+    }
+
+    /// How many transactions may run at once (1..=65,536). Default 1,024.
+    pub fn max_transactions(mut self, n: usize) -> Options {
+        self.max_transactions = n;
+        self
+    }
+
+    /// Isolation level of [`crate::Database::begin`]. Default snapshot.
+    pub fn isolation(mut self, isolation: Isolation) -> Options {
+        self.isolation = isolation;
+        self
+    }
+
+    /// How many threads will run transactions. With the group size it sets
+    /// the number of log groups: `ceil(workers / log_group_size)`. Default:
+    /// the machine's available parallelism. More threads than this still
+    /// work; they share the groups round-robin.
+    pub fn workers(mut self, n: usize) -> Options {
+        self.workers = n;
+        self
+    }
+
+    /// Worker threads per log group, i.e. per log buffer (restricted
+    /// decentralized logging). Default 2; 1 is per-thread logging.
+    pub fn log_group_size(mut self, n: usize) -> Options {
+        self.log_group_size = n;
+        self
+    }
+
+    /// Bytes of one group's log buffer; a flush sends at most this much
+    /// (one larger part only for a single transaction that does not fit).
+    /// A group fills one buffer while each of its lanes writes another.
+    /// Default 1 MiB.
+    pub fn log_buffer_bytes(mut self, n: usize) -> Options {
+        self.log_buffer_bytes = n;
+        self
+    }
+
+    /// The longest a transaction waits in a buffer that is not full: it
+    /// is flushed this long after its first transaction arrived (with
+    /// [`FlushPolicy::Timeout`], exactly then). Default 10 ms.
+    pub fn flush_timeout(mut self, d: Duration) -> Options {
+        self.flush_timeout = d;
+        self
+    }
+
+    /// The commit protocol. Default [`CommitProtocol::Pipelined`].
+    ///
+    /// [`CommitProtocol::Autonomous`] also lays the log out as Autonomous Commit
+    /// does: a log buffer per worker (`log_group_size(1)`), streams of
+    /// [`Options::steal_group`] buffers, and as many lanes per stream, so
+    /// every worker of a stream can have its own append in flight. Call the
+    /// layout setters after this one to change that.
+    pub fn commit_protocol(mut self, p: CommitProtocol) -> Options {
+        self.commit_protocol = p;
+        if p == CommitProtocol::Autonomous {
+            self.log_group_size = 1;
+            self.log_lanes = self.steal_group.min(LOG_LANES_MAX);
+        }
+        self
+    }
+
+    /// Autonomous commit: a worker flushes its stream once its own buffer
+    /// holds this many bytes (Autonomous Commit's flush unit). Default
+    /// [`FLUSH_UNIT_DEFAULT`] (16 KiB), or [`OBJECT_FLUSH_UNIT_DEFAULT`]
+    /// (256 KiB) when a log store is an object store; a unit above
+    /// [`Options::log_buffer_bytes`] counts as the buffer's size.
+    pub fn flush_unit(mut self, bytes: usize) -> Options {
+        self.flush_unit = Some(bytes);
+        self
+    }
+
+    /// Autonomous commit: force commit. After a transaction a worker
+    /// flushes at once, whatever its buffer holds, when its average idle
+    /// time between transactions is at least a random draw from
+    /// `[0, max_idle)` (Autonomous Commit's rule). Zero turns the prediction off
+    /// (a worker that waits for an ack still flushes). Default 50 µs.
+    pub fn max_idle(mut self, d: Duration) -> Options {
+        self.max_idle = d;
+        self
+    }
+
+    /// Autonomous commit: how many log groups share a stream, i.e. whose
+    /// buffers a flushing worker takes along (log stealing). Default 4.
+    /// Also sets the lanes per stream to match.
+    pub fn steal_group(mut self, n: usize) -> Options {
+        self.steal_group = n;
+        if self.commit_protocol == CommitProtocol::Autonomous {
+            self.log_lanes = n.clamp(1, LOG_LANES_MAX);
+        }
+        self
+    }
+
+    /// The dependency tracking policy. Default [`Tracking::Record`].
+    pub fn tracking(mut self, t: Tracking) -> Options {
+        self.tracking = t;
+        self
+    }
+
+    /// Parts per log segment before it is sealed (1..=10,000). Default
+    /// 10,000, S3 Express's limit; lower it to test rollover.
+    pub fn segment_parts_max(mut self, n: u32) -> Options {
+        self.segment_parts_max = n;
+        self
+    }
+
+    /// How long the log keeps retrying a store that fails before it gives
+    /// up on it. When too few stores are left for a quorum, the database is
+    /// poisoned: every later commit fails with `StoreUnavailable`.
+    /// Default 30 s.
+    pub fn store_deadline(mut self, d: Duration) -> Options {
+        self.store_deadline = d;
+        self
+    }
+
+    /// Appends a log stream may keep in flight at once (1..=16), each lane
+    /// its own chain of segment objects. A flush goes to a free lane, so a
+    /// slow append holds back only the transactions in its own part (and
+    /// those that depend on them), not the stream's next flush. 1 is the
+    /// paper's design: one append at a time per group. Default 8: with the
+    /// default pace about three are out at once, and the spare lanes keep
+    /// the pace through slow appends.
+    pub fn log_lanes(mut self, n: usize) -> Options {
+        self.log_lanes = n;
+        self
+    }
+
+    /// Log streams: the groups are split into this many streams of
+    /// consecutive groups, and each stream flushes through its own
+    /// `log_lanes` lanes. A stream's flush takes what every one of its
+    /// groups has buffered and writes it as one append (each group's part
+    /// keeps its own header and checksum), so appends a second grow with
+    /// the streams, not with the groups, and all of a stream's groups
+    /// become durable together. Groups still have their own buffers: the
+    /// workers of different groups never contend for one lock. 1 (the
+    /// default) shares the lanes among all groups;
+    /// [`LOG_STREAMS_PER_GROUP`] (or any value at least the number of
+    /// groups) gives each group its own stream, the paper's layout.
+    pub fn log_streams(mut self, n: usize) -> Options {
+        self.log_streams = n;
+        self
+    }
+
+    /// The scheduler slice the log's threads ask for, so that they get a
+    /// core as soon as they wake even when the workers keep every core
+    /// busy (see [`crate::sched`]; Linux 6.12 and later, no privilege
+    /// needed). The kernel takes 0.1 to 100 ms. Default 0.1 ms; `None`
+    /// leaves the threads at the kernel's default.
+    pub fn log_thread_slice(mut self, slice: Option<Duration>) -> Options {
+        self.log_thread_slice = slice;
+        self
+    }
+
+    /// What [`crate::Database::open`] does when the stores hold no
+    /// database: create one (`true`, the default), or fail with
+    /// [`crate::Error::NoDatabase`] (`false`: for tools that must find an
+    /// existing database, such as `milliscale recover`, where a mistyped
+    /// prefix would otherwise give an empty database that looks healthy).
+    pub fn create_if_missing(mut self, create: bool) -> Options {
+        self.create_if_missing = create;
+        self
+    }
+
+    /// When a group flushes ([`FlushPolicy`]). Default adaptive.
+    pub fn flush_policy(mut self, p: FlushPolicy) -> Options {
+        self.flush_policy = p;
+        self
+    }
+
+    /// Adaptive flushing: the least time between two flushes of a stream
+    /// (0..=1 s). Default 1 ms.
+    pub fn flush_min_interval(mut self, d: Duration) -> Options {
+        self.flush_min_interval = d;
+        self
+    }
+
+    /// Adaptive flushing: how many appends a stream starts per store round
+    /// trip, evenly spaced (the interval is the median of its last 64
+    /// appends' latencies divided by this; in (0, 64]). A transaction then
+    /// waits half an interval for its flush on average, so the pace buys
+    /// commit latency with requests: on a store with 8 ms appends, 3 gives
+    /// one append every 2.7 ms. `None`: flush whenever a lane is free (the
+    /// lanes' own cycle paces the flushes, unevenly). Default 2.75.
+    pub fn flush_pace(mut self, pace: Option<f64>) -> Options {
+        self.flush_pace = pace;
+        self
+    }
+
+    /// A request budget for the whole database: at most this many parts
+    /// (each one append, or one put, per store) per second, over all
+    /// groups, smoothed over 100 ms. `None` (the default): no budget. A
+    /// full buffer waits for the budget too, so under a budget too small
+    /// for the load, commits slow down instead of the bill going up.
+    pub fn max_appends_per_s(mut self, n: Option<u32>) -> Options {
+        self.max_appends_per_s = n;
+        self
+    }
+
+    /// Where to send a slow log append a second time (same bytes, same
+    /// offset; the store's write-offset check lets at most one land), after
+    /// the 90th percentile of the recent appends, and for at most 10% of
+    /// them. Default [`Hedging::Auto`]: where the store's client hedges
+    /// without the log's threads (`s3://`, `sim://`). [`Hedging::Always`]
+    /// also hedges on other stores through helper threads, which costs
+    /// median latency when the cores are busy (BENCHMARKS.md).
+    pub fn hedging(mut self, h: Hedging) -> Options {
+        self.hedging = h;
+        self
+    }
+
+    /// Hedge an append once it is slower than this many times the 90th
+    /// percentile of recent appends (default 1.0; at least 2 ms). Higher
+    /// values race fewer appends, which leaves more of the 10% budget for
+    /// the slow tail (a replica's reads use 2.0).
+    pub fn hedge_multiple(mut self, m: f64) -> Options {
+        self.hedge_multiple = if m.is_finite() && m >= 0.0 { m } else { 1.0 };
+        self
+    }
+
+    /// In the long run, hedge at most this share of appends (default 0.1;
+    /// each hedge is one more PUT-class request). A slow append that finds
+    /// the budget spent is not raced.
+    pub fn hedge_budget(mut self, share: f64) -> Options {
+        self.hedge_budget = if (0.0..=1.0).contains(&share) { share } else { 0.1 };
+        self
+    }
+
+    /// `true`: [`Hedging::Always`]; `false`: [`Hedging::Off`].
+    pub fn hedge_appends(mut self, yes: bool) -> Options {
+        self.hedging = if yes { Hedging::Always } else { Hedging::Off };
+        self
+    }
+
+    /// Write one object per flush even where the store can append (the
+    /// S3 Standard layout). By default the probe decides per store.
+    pub fn put_per_flush(mut self, yes: bool) -> Options {
+        self.force_put_per_flush = yes;
+        self
+    }
+
+    /// Threads that fetch, decode and replay at recovery, and load the
+    /// checkpoint. The recovered state is the same for any number.
+    /// Default: the number of cores.
+    pub fn recovery_threads(mut self, n: usize) -> Options {
+        self.recovery_threads = n;
+        self
+    }
+
+    /// Target size of a checkpoint chunk object. Default 8 MiB.
+    pub fn checkpoint_chunk_bytes(mut self, n: usize) -> Options {
+        self.checkpoint_chunk_bytes = n;
+        self
+    }
+
+    /// Take a checkpoint in the background after this many log bytes since
+    /// the last one (0: never on volume). Default 1 GiB.
+    pub fn checkpoint_log_bytes(mut self, n: u64) -> Options {
+        self.checkpoint_log_bytes = n;
+        self
+    }
+
+    /// Take a checkpoint in the background at this interval (if the log
+    /// grew since the last one). Default: none.
+    pub fn checkpoint_interval(mut self, d: Option<Duration>) -> Options {
+        self.checkpoint_interval = d;
+        self
+    }
+
+    /// Offload checkpoints: when one is due, the writer does not
+    /// scan its memory but adopts a checkpoint that a read replica built
+    /// from the log (`Replica::offer_checkpoint`, `milliscale checkpoint
+    /// --from-log`), after checking it; then truncates the log as usual.
+    /// Until an offer covers the log it has marked, nothing is truncated.
+    /// `Database::checkpoint` still takes one locally. Default off.
+    pub fn checkpoint_offload(mut self, on: bool) -> Options {
+        self.checkpoint_offload = on;
+        self
+    }
+
+    /// Whether commits are logged.
+    pub fn is_logged(&self) -> bool {
+        !self.stores.is_empty()
+    }
+
+    /// The number of log groups these options give.
+    pub fn log_groups(&self) -> usize {
+        self.workers.div_ceil(self.log_group_size.max(1)).clamp(1, LOG_GROUPS_MAX)
+    }
+
+    /// Groups per log stream these options give (see
+    /// [`Options::log_streams`]).
+    pub fn groups_per_stream(&self) -> usize {
+        let groups = self.log_groups();
+        match self.commit_protocol {
+            CommitProtocol::Autonomous => self.steal_group.clamp(1, groups),
+            CommitProtocol::Pipelined => groups.div_ceil(self.log_streams.clamp(1, groups)),
+        }
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::InvalidArgument(m));
+        if self.max_transactions == 0 || self.max_transactions > TRANSACTIONS_MAX {
+            return bad(format!(
+                "max_transactions must be in 1..={TRANSACTIONS_MAX}, got {}",
+                self.max_transactions
+            ));
+        }
+        if self.workers == 0 || self.log_group_size == 0 {
+            return bad("workers and log_group_size must be at least 1".into());
+        }
+        if !(LOG_BUFFER_BYTES_MIN..=LOG_BUFFER_BYTES_MAX).contains(&self.log_buffer_bytes) {
+            return bad(format!(
+                "log_buffer_bytes must be in {LOG_BUFFER_BYTES_MIN}..={LOG_BUFFER_BYTES_MAX}, got {}",
+                self.log_buffer_bytes
+            ));
+        }
+        if self.segment_parts_max == 0 || self.segment_parts_max > objstore::PARTS_MAX {
+            return bad(format!(
+                "segment_parts_max must be in 1..={}, got {}",
+                objstore::PARTS_MAX,
+                self.segment_parts_max
+            ));
+        }
+        if self.stores.len() > STORES_MAX {
+            return bad(format!("at most {STORES_MAX} stores, got {}", self.stores.len()));
+        }
+        if self.flush_timeout.is_zero() || self.flush_timeout > Duration::from_secs(60) {
+            return bad(format!(
+                "flush_timeout must be in (0, 60 s], got {:?}",
+                self.flush_timeout
+            ));
+        }
+        if self.log_lanes == 0 || self.log_lanes > LOG_LANES_MAX {
+            return bad(format!(
+                "log_lanes must be in 1..={LOG_LANES_MAX}, got {}",
+                self.log_lanes
+            ));
+        }
+        if let Some(s) = self.log_thread_slice
+            && !(Duration::from_micros(100)..=Duration::from_millis(100)).contains(&s)
+        {
+            return bad(format!("log_thread_slice must be in 0.1..=100 ms, got {s:?}"));
+        }
+        if self.log_streams == 0 {
+            return bad("log_streams must be at least 1".into());
+        }
+        if self.flush_min_interval > Duration::from_secs(1) {
+            return bad(format!(
+                "flush_min_interval must be at most 1 s, got {:?}",
+                self.flush_min_interval
+            ));
+        }
+        if let Some(p) = self.flush_pace
+            && !(p > 0.0 && p <= FLUSH_PACE_MAX)
+        {
+            return bad(format!("flush_pace must be in (0, {FLUSH_PACE_MAX}], got {p}"));
+        }
+        if self.max_appends_per_s == Some(0) {
+            return bad("max_appends_per_s must be at least 1 (or unset)".into());
+        }
+        if self.flush_unit == Some(0) {
+            return bad("flush_unit must be at least 1 byte".into());
+        }
+        if self.max_idle > Duration::from_secs(1) {
+            return bad(format!("max_idle must be at most 1 s, got {:?}", self.max_idle));
+        }
+        if self.steal_group == 0 || self.steal_group > LOG_GROUPS_MAX {
+            return bad(format!(
+                "steal_group must be in 1..={LOG_GROUPS_MAX}, got {}",
+                self.steal_group
+            ));
+        }
+        if self.recovery_threads == 0 || self.recovery_threads > 256 {
+            return bad(format!(
+                "recovery_threads must be in 1..=256, got {}",
+                self.recovery_threads
+            ));
+        }
+        if !(4096..=(1 << 30)).contains(&self.checkpoint_chunk_bytes) {
+            return bad(format!(
+                "checkpoint_chunk_bytes must be in 4 KiB..=1 GiB, got {}",
+                self.checkpoint_chunk_bytes
+            ));
+        }
+        if self.checkpoint_interval.is_some_and(|d| d.is_zero()) {
+            return bad("checkpoint_interval must be above zero".into());
+        }
+        for s in &self.stores {
+            if let StoreSpec::Url(u) = s
+                && u == "none"
+            {
+                return bad("\"none\" cannot be combined with other stores".into());
+            }
+        }
+        Ok(())
+    }
+}

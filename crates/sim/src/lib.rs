@@ -1,0 +1,24 @@
+//! Crash and fault simulation for Milliscale: everything that kills,
+//! injects or corrupts, and the oracles that check what survived.
+//!
+//! - [`crash_store`]: a memory store with a seeded fault schedule and a
+//!   crash point (a write dropped, landed but unanswered, torn, or
+//!   overtaken), the store of the crash and replica simulations
+//!   (`tests/crash.rs`, `tests/replica.rs`);
+//! - [`bank`]: the bank workload (transfers that keep a total) and its
+//!   auditor, which `milliscale bench bank` runs and the kill -9 trials
+//!   crash;
+//! - [`kill_bank`], [`kill_standby`]: the kill -9 harnesses, which start
+//!   the shipped `milliscale` binary, kill it at a seeded moment and check
+//!   the recovered (or promoted) database against the client's journal.
+//!   Their test entry points are in `crates/cli/tests/`, because only the
+//!   crate that builds the binary can name it.
+//!
+//! README.md says what each simulation seeds and what it does not.
+
+#![deny(clippy::unwrap_used, rust_2018_idioms)]
+
+pub mod bank;
+pub mod crash_store;
+pub mod kill_bank;
+pub mod kill_standby;
