@@ -8,12 +8,16 @@
 # `memory-8` runs the log on a store without latency, where the
 # pre-commit path's own cost shows.
 # Usage: scripts/ab-tail.sh BIN_A BIN_B [SEEDS] [SECONDS]
+# FIRST=N starts at seed N (seeds N..N+SEEDS-1); ONLY="name ..." runs only
+# those configurations (main, milliscale-2, unpaced-8, milliscale-open, ...).
 set -euo pipefail
 A=$1 B=$2
 seeds=${3:-3}
+first=${FIRST:-1}
+only=${ONLY:-}
 secs=${4:-10}
 out=$(mktemp -d)
-echo "A=$A B=$B seeds=1..$seeds seconds=$secs; raw reports in $out"
+echo "A=$A B=$B seeds=$first..$((first + seeds - 1)) seconds=$secs; raw reports in $out"
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 ycsb=(bench ycsb --workload a --duration "$secs" --warmup 2 --json --records 1000000)
 unpaced=(--log-lanes 3 --flush-pace off)
@@ -21,12 +25,13 @@ paper=(--log-lanes 1 --flush-policy timeout --hedging off --log-streams per-grou
 run() { # name seed args...
     local name=$1 seed=$2
     shift 2
+    if [ -n "$only" ] && [[ " $only " != *" $name "* ]]; then return; fi
     local first=$A second=$B fa=A fb=B
     if [ $((seed % 2)) = 0 ]; then first=$B second=$A fa=B fb=A; fi
     "$first" "$@" --seed "$seed" > "$out/$name-$seed-$fa.json"
     "$second" "$@" --seed "$seed" > "$out/$name-$seed-$fb.json"
 }
-for seed in $(seq 1 "$seeds"); do
+for seed in $(seq "$first" $((first + seeds - 1))); do
     # The main job: the README's command, its defaults.
     run main "$seed" bench ycsb --json
     for t in 2 8; do

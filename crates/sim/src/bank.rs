@@ -163,6 +163,52 @@ pub fn journaled_ids(p: &std::path::Path) -> std::collections::BTreeSet<u64> {
         .collect()
 }
 
+/// The oracle after a crash: in the database `db` (just recovered or
+/// promoted), every transfer of `acked` is in `history`, and the accounts
+/// hold exactly `accounts * initial` (a consistent cut: no transfer is half
+/// there). With `tables_may_be_missing`, a database that never got as far
+/// as creating its tables passes when nothing was acknowledged. `name`
+/// labels the failure.
+pub fn check_recovered(
+    name: &str,
+    db: &Database,
+    acked: &std::collections::BTreeSet<u64>,
+    accounts: u64,
+    initial: u64,
+    tables_may_be_missing: bool,
+) {
+    let (accounts_t, history) = match (db.open_table("accounts"), db.open_table("history")) {
+        (Ok(a), Ok(h)) => (a, h),
+        (Err(Error::TableNotFound(_)), _) | (_, Err(Error::TableNotFound(_)))
+            if tables_may_be_missing =>
+        {
+            assert!(acked.is_empty(), "{name}: transfers acknowledged but the tables are gone");
+            return;
+        }
+        (Err(e), _) | (_, Err(e)) => panic!("{name}: {e}"),
+    };
+    let mut tx = db.begin().expect("begin");
+    for id in acked {
+        assert!(
+            tx.get(&history, &id.to_be_bytes()).expect("get").is_some(),
+            "{name}: transfer {id} was acknowledged but is not recovered ({:?})",
+            db.recovery_report()
+        );
+    }
+    let rows = tx
+        .scan(&accounts_t, Bound::Unbounded, Bound::Unbounded, Direction::Forward, usize::MAX)
+        .expect("scan");
+    if !acked.is_empty() || !tables_may_be_missing {
+        assert_eq!(rows.len() as u64, accounts, "{name}: every account is there");
+    }
+    if !rows.is_empty() {
+        assert_eq!(rows.len() as u64, accounts, "{name}: all accounts or none (one transaction)");
+        let total: u64 =
+            rows.iter().map(|(_, v)| u64::from_le_bytes(v[..8].try_into().expect("8"))).sum();
+        assert_eq!(total, accounts * initial, "{name}: the total");
+    }
+}
+
 /// One worker's transfers, conflicts and latency histogram (µs).
 type WorkerResult = (u64, u64, Histogram<u64>);
 

@@ -25,8 +25,8 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::bank::journaled_ids;
-use milliscale::{Database, Error, Options};
+use crate::bank::{check_recovered, journaled_ids};
+use milliscale::{Database, Options};
 use objstore::ObjectStore;
 
 const ACCOUNTS: u64 = 100;
@@ -74,41 +74,7 @@ fn recover_and_check(name: &str, t: &Target, journal: &Path) -> (usize, usize) {
     let db = Database::open(Options::new().add_store_handle(Arc::clone(&t.store)))
         .unwrap_or_else(|e| panic!("{name}: recovery failed: {e}"));
     let replayed = db.recovery_report().map_or(0, |r| r.replayed);
-    let (accounts, history) = match (db.open_table("accounts"), db.open_table("history")) {
-        (Ok(a), Ok(h)) => (a, h),
-        (Err(Error::TableNotFound(_)), _) | (_, Err(Error::TableNotFound(_))) => {
-            assert!(acked.is_empty(), "{name}: transfers acknowledged but the tables are gone");
-            return (0, replayed);
-        }
-        (Err(e), _) | (_, Err(e)) => panic!("{name}: {e}"),
-    };
-    let mut tx = db.begin().expect("begin");
-    for id in &acked {
-        assert!(
-            tx.get(&history, &id.to_be_bytes()).expect("get").is_some(),
-            "{name}: transfer {id} was acknowledged but is not recovered ({:?})",
-            db.recovery_report()
-        );
-    }
-    let rows = tx
-        .scan(
-            &accounts,
-            std::ops::Bound::Unbounded,
-            std::ops::Bound::Unbounded,
-            milliscale::Direction::Forward,
-            usize::MAX,
-        )
-        .expect("scan");
-    if !acked.is_empty() {
-        assert_eq!(rows.len() as u64, ACCOUNTS, "{name}: every account is there");
-    }
-    if !rows.is_empty() {
-        assert_eq!(rows.len() as u64, ACCOUNTS, "{name}: all accounts or none (one transaction)");
-        let total: u64 =
-            rows.iter().map(|(_, v)| u64::from_le_bytes(v[..8].try_into().expect("8"))).sum();
-        assert_eq!(total, ACCOUNTS * INITIAL, "{name}: the total");
-    }
-    drop(tx);
+    check_recovered(name, &db, &acked, ACCOUNTS, INITIAL, true);
     db.close();
     (acked.len(), replayed)
 }

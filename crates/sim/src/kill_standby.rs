@@ -23,7 +23,7 @@ use std::process::{Child, Command};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::bank::journaled_ids;
+use crate::bank::{check_recovered, journaled_ids};
 use milliscale::{Database, Options};
 use objstore::ObjectStore;
 
@@ -119,29 +119,8 @@ fn trial(n: u64, t: &Target, dir: &Path) -> (usize, usize) {
     assert!(!sa.is_empty(), "{name}: the promoted standby acknowledged nothing: {log}");
     let db = Database::open(Options::new().add_store_handle(Arc::clone(&t.store)))
         .unwrap_or_else(|e| panic!("{name}: recovery failed: {e}"));
-    let accounts = db.open_table("accounts").expect("accounts");
-    let history = db.open_table("history").expect("history");
-    let mut tx = db.begin().expect("begin");
-    for id in wa.iter().chain(&sa) {
-        assert!(
-            tx.get(&history, &id.to_be_bytes()).expect("get").is_some(),
-            "{name}: transfer {id} was acknowledged but is not there ({:?})",
-            db.recovery_report()
-        );
-    }
-    let rows = tx
-        .scan(
-            &accounts,
-            std::ops::Bound::Unbounded,
-            std::ops::Bound::Unbounded,
-            milliscale::Direction::Forward,
-            usize::MAX,
-        )
-        .expect("scan");
-    assert_eq!(rows.len() as u64, ACCOUNTS, "{name}: every account");
-    let total: u64 =
-        rows.iter().map(|(_, v)| u64::from_le_bytes(v[..8].try_into().expect("8"))).sum();
-    assert_eq!(total, ACCOUNTS * INITIAL, "{name}: the total");
+    let acked: std::collections::BTreeSet<u64> = wa.union(&sa).copied().collect();
+    check_recovered(&name, &db, &acked, ACCOUNTS, INITIAL, false);
     let failover = log.lines().find(|l| l.contains("failover:")).unwrap_or_default().to_owned();
     eprintln!("{name}: {} + {} acknowledged; {failover}", wa.len(), sa.len());
     (wa.len(), sa.len())

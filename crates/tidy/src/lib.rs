@@ -12,6 +12,8 @@
 //!   through `docs/REFERENCES.md`.
 //! - [`missing_paths`]: every path that ARCHITECTURE.md's mechanism map
 //!   names exists.
+//! - [`broken_links`]: every relative link in the Markdown files leads to
+//!   a file or directory that exists.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -273,7 +275,8 @@ pub fn long_files(root: &Path) -> Vec<String> {
     out
 }
 
-/// `allow`s of `too_many_lines` without a `reason = "..."`.
+/// `allow`s of `too_many_lines` without a `reason = "..."`: each
+/// `allow(...)` attribute is read whole, however rustfmt wrapped it.
 pub fn unexplained_allows(root: &Path) -> Vec<String> {
     let mut out = Vec::new();
     for f in files(&root.join("crates"), &[".rs"]) {
@@ -281,11 +284,17 @@ pub fn unexplained_allows(root: &Path) -> Vec<String> {
             continue; // this checker names what it looks for
         }
         let text = fs::read_to_string(&f).unwrap_or_default();
-        for (n, line) in text.lines().enumerate() {
-            if line.contains("too_many_lines") && line.contains("allow") && !line.contains("reason")
-            {
-                out.push(format!("{}:{}", rel(root, &f), n + 1));
+        let mut rest = text.as_str();
+        while let Some(i) = rest.find("allow(") {
+            let attr = &rest[i..];
+            let end = attr.find(")]").map_or(attr.len(), |e| e + 2);
+            let attr = &attr[..end];
+            if attr.contains("too_many_lines") && !attr.contains("reason") {
+                let line = text.len() - rest.len() + i;
+                let n = text[..line].lines().count().max(1);
+                out.push(format!("{}:{n}", rel(root, &f)));
             }
+            rest = &rest[i + end..];
         }
     }
     out
@@ -374,4 +383,34 @@ pub fn missing_paths(root: &Path, doc: &str) -> (usize, Vec<String>) {
         }
     }
     (named, out)
+}
+
+/// Relative links (`[text](path)`) in the repository's Markdown files whose
+/// target does not exist, as `file:line: target`. Links with a scheme
+/// (`https:`) or to an anchor alone are not checked.
+pub fn broken_links(root: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for f in files(root, &[".md"]) {
+        if f.components().any(|c| c.as_os_str() == "target") {
+            continue;
+        }
+        let text = fs::read_to_string(&f).unwrap_or_default();
+        let dir = f.parent().unwrap_or(root);
+        for (n, line) in text.lines().enumerate() {
+            let mut rest = line;
+            while let Some(i) = rest.find("](") {
+                rest = &rest[i + 2..];
+                let Some(end) = rest.find(')') else { break };
+                let target = rest[..end].split('#').next().unwrap_or("");
+                rest = &rest[end..];
+                if target.is_empty() || target.contains("://") || target.starts_with("mailto:") {
+                    continue;
+                }
+                if !dir.join(target).exists() {
+                    out.push(format!("{}:{}: {target}", rel(root, &f), n + 1));
+                }
+            }
+        }
+    }
+    out
 }

@@ -1,8 +1,8 @@
 //! The repository's shape, checked on every test run (see `src/lib.rs`).
 
 use milliscale_tidy::{
-    FILE_LINES_MAX, long_files, missing_paths, module_cycles, module_edges, outside_reference,
-    outside_references, repo_root, unexplained_allows,
+    FILE_LINES_MAX, broken_links, long_files, missing_paths, module_cycles, module_edges,
+    outside_reference, outside_references, repo_root, unexplained_allows,
 };
 
 #[test]
@@ -80,4 +80,34 @@ fn every_path_in_the_mechanism_map_exists() {
     let (named, missing) = missing_paths(&root, &doc);
     assert!(missing.is_empty(), "the mechanism map names paths that do not exist: {missing:?}");
     assert!(named >= 20, "the mechanism map names only {named} paths");
+}
+
+#[test]
+fn every_relative_link_in_the_docs_leads_somewhere() {
+    let broken = broken_links(&repo_root());
+    assert!(broken.is_empty(), "links to nothing:\n{}", broken.join("\n"));
+}
+
+#[test]
+fn the_checks_find_what_they_look_for() {
+    // Each checker on a small tree that breaks its rule once.
+    let dir = std::env::temp_dir().join(format!("tidy-rules-{}", std::process::id()));
+    let src = dir.join("crates/x/src");
+    std::fs::create_dir_all(&src).expect("temp dir");
+    std::fs::write(
+        src.join("lib.rs"),
+        "#[allow(\n    clippy::too_many_lines,\n)]\nfn a() {}\n\
+         #[allow(clippy::too_many_lines, reason = \"one table\")]\nfn b() {}\n",
+    )
+    .expect("write");
+    std::fs::write(src.join("long.rs"), "//\n".repeat(FILE_LINES_MAX + 1)).expect("write");
+    std::fs::write(dir.join("README.md"), "[ok](crates/x/src/lib.rs) [gone](nowhere.md)\n")
+        .expect("write");
+    let allows = unexplained_allows(&dir);
+    let long = long_files(&dir);
+    let links = broken_links(&dir);
+    std::fs::remove_dir_all(&dir).ok();
+    assert_eq!(allows, ["crates/x/src/lib.rs:1"], "only the allow without a reason");
+    assert_eq!(long.len(), 1, "{long:?}");
+    assert_eq!(links, ["README.md:1: nowhere.md"]);
 }
