@@ -124,14 +124,16 @@ impl Committer {
                 record(&mut m.dependency_wait_us, now - *durable_at);
                 false
             });
-            for p in group.take_landed() {
-                if releasable(&p) {
+            let landed = group.take_landed();
+            for p in &landed {
+                if releasable(p) {
                     m.released += 1;
                     record(&mut m.latency_us, now - p.at);
                 } else {
-                    held.push((p, now));
+                    held.push((*p, now));
                 }
             }
+            group.recycle(landed);
         }
         drop(m);
         self.marks.notify_acks();

@@ -19,7 +19,9 @@
 //! - the pre-committed transactions of the parts that landed, until the
 //!   committer takes them ([`GroupDurability::take_landed`]). They travel
 //!   with their part from the buffer (`log::group::Cut::txns`), so that
-//!   pre-commit takes no lock for them beyond the buffer's.
+//!   pre-commit takes no lock for them beyond the buffer's. The lists are
+//!   recycled (the committer gives each back empty, a cut takes one for
+//!   the next buffer), so in a steady state no list is allocated or grown.
 //!
 //! Lock order: the group's buffer lock (in `log::group`), then `flight`.
 
@@ -70,7 +72,13 @@ struct Flight {
     parts: VecDeque<PartInFlight>,
     /// Transactions of landed parts, not yet taken by the committer.
     landed: Vec<Pending>,
+    /// Empty lists the committer gave back, for the next buffers.
+    spare: Vec<Vec<Pending>>,
 }
+
+/// Lists kept for reuse per group: one per buffer that may be filling or
+/// in flight at once is plenty; more are dropped.
+const SPARE_LISTS_MAX: usize = 8;
 
 /// See the module docs.
 pub(crate) struct GroupDurability {
@@ -108,9 +116,12 @@ impl GroupDurability {
     /// `part` holding CSNs `first..=last`. In flight first, then the buffer
     /// is marked empty, so [`GroupDurability::oldest_not_durable`] always
     /// sees the part in one of them.
-    pub(crate) fn part_cut(&self, part: u64, first: Csn, last: Csn) {
-        self.flight.lock().parts.push_back(PartInFlight { part, first, last, durable: false });
+    /// Returns an empty list for the next buffer's transactions.
+    pub(crate) fn part_cut(&self, part: u64, first: Csn, last: Csn) -> Vec<Pending> {
+        let mut flight = self.flight.lock();
+        flight.parts.push_back(PartInFlight { part, first, last, durable: false });
         self.pending_first.store(0, Ordering::SeqCst);
+        flight.spare.pop().unwrap_or_default()
     }
 
     /// Part `part` is on a quorum, carrying `txns`: publish it, then pop
@@ -134,9 +145,17 @@ impl GroupDurability {
             self.durable.store(last, Ordering::SeqCst);
         }
         if flight.landed.is_empty() {
-            flight.landed = txns;
+            let empty = std::mem::replace(&mut flight.landed, txns);
+            if flight.spare.len() < SPARE_LISTS_MAX && empty.capacity() > 0 {
+                flight.spare.push(empty);
+            }
         } else {
-            flight.landed.extend(txns);
+            flight.landed.extend_from_slice(&txns);
+            if flight.spare.len() < SPARE_LISTS_MAX {
+                let mut txns = txns;
+                txns.clear();
+                flight.spare.push(txns);
+            }
         }
         out_of_order
     }
@@ -165,8 +184,21 @@ impl GroupDurability {
 
     /// The committer: the transactions whose part landed since the last
     /// call (their own records are durable).
+    /// Give the list back with [`GroupDurability::recycle`].
     pub(crate) fn take_landed(&self) -> Vec<Pending> {
-        std::mem::take(&mut self.flight.lock().landed)
+        let mut flight = self.flight.lock();
+        let empty = flight.spare.pop().unwrap_or_default();
+        std::mem::replace(&mut flight.landed, empty)
+    }
+
+    /// The committer is done with a list [`GroupDurability::take_landed`]
+    /// gave it: keep it, emptied, for a later buffer.
+    pub(crate) fn recycle(&self, mut list: Vec<Pending>) {
+        list.clear();
+        let mut flight = self.flight.lock();
+        if flight.spare.len() < SPARE_LISTS_MAX {
+            flight.spare.push(list);
+        }
     }
 }
 
@@ -183,9 +215,9 @@ mod tests {
         let g = GroupDurability::new();
         g.buffer_pending(10);
         assert_eq!(g.oldest_not_durable(), Some(10));
-        g.part_cut(0, 10, 11);
+        let _ = g.part_cut(0, 10, 11);
         g.buffer_pending(12);
-        g.part_cut(1, 12, 12);
+        let _ = g.part_cut(1, 12, 12);
         assert_eq!(g.oldest_not_durable(), Some(10));
         // Part 1 lands first: its transaction is durable, the mark is not.
         assert!(g.landed(1, vec![txn(12, 1)]));
@@ -197,7 +229,14 @@ mod tests {
         assert!(!g.landed(0, vec![txn(10, 0), txn(11, 0)]));
         assert_eq!((g.durable(), g.oldest_not_durable()), (12, None));
         assert!(g.own_records_durable(11, 0));
-        assert_eq!(g.take_landed().len(), 2);
+        let landed = g.take_landed();
+        assert_eq!(landed.len(), 2);
         assert!(g.take_landed().is_empty());
+        // The committer gives the list back; the next buffer reuses it.
+        let capacity = landed.capacity();
+        g.recycle(landed);
+        g.buffer_pending(13);
+        let next = g.part_cut(2, 13, 13);
+        assert!(next.is_empty() && next.capacity() >= capacity.min(2), "a recycled list");
     }
 }

@@ -285,16 +285,19 @@ impl LogGroup {
         // megabyte each time).
         let next = (2 * st.active.len()).clamp(BUFFER_START_MIN, PART_HEADER_BYTES + self.capacity);
         let bytes = std::mem::replace(&mut st.active, new_buffer(next));
-        let cut = Cut {
+        let mut cut = Cut {
             bytes,
             part: st.active_part,
             first: st.active_first,
             entries: st.active_entries,
             fill: st.active_since.map_or(Duration::ZERO, |t| now.saturating_duration_since(t)),
             full: st.full,
-            txns: std::mem::take(&mut st.txns),
+            txns: Vec::new(),
         };
-        self.durability().part_cut(cut.part, cut.first, st.active_last);
+        // The part's transactions go with it; the next buffer gets a
+        // recycled list (see `commit::durability`).
+        let spare = self.durability().part_cut(cut.part, cut.first, st.active_last);
+        cut.txns = std::mem::replace(&mut st.txns, spare);
         st.active_part += 1;
         st.active_entries = 0;
         st.active_first = 0;
