@@ -26,23 +26,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::bank::{check_recovered, journaled_ids};
+use crate::{ACCOUNTS, INITIAL, Target};
 use milliscale::{Database, Options};
-use objstore::ObjectStore;
-
-const ACCOUNTS: u64 = 100;
-const INITIAL: u64 = 1_000_000;
-
-/// Where a trial's database lives.
-struct Target {
-    /// The `milliscale` binary under test.
-    bin: PathBuf,
-    /// The URL the bank process logs to.
-    url: String,
-    /// Extra environment for the bank process.
-    env: Vec<(&'static str, String)>,
-    /// How this process opens it.
-    store: Arc<dyn ObjectStore>,
-}
 
 fn run_bank(t: &Target, journal: &Path, seed: u64, after: Duration) {
     // Odd trials start autonomous and, crashed, are continued pipelined.

@@ -18,25 +18,14 @@
 //!
 //! `MILLISCALE_STANDBY_TRIALS` sets the number of trials (default 6).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::bank::{check_recovered, journaled_ids};
+use crate::{ACCOUNTS, INITIAL, Target};
 use milliscale::{Database, Options};
-use objstore::ObjectStore;
-
-const ACCOUNTS: u64 = 100;
-const INITIAL: u64 = 1_000_000;
-
-struct Target {
-    /// The `milliscale` binary under test.
-    bin: PathBuf,
-    url: String,
-    env: Vec<(&'static str, String)>,
-    store: Arc<dyn ObjectStore>,
-}
 
 fn bank(t: &Target, journal: &Path, extra: &[&str], out: &Path) -> Child {
     let mut cmd = Command::new(&t.bin);

@@ -22,3 +22,32 @@ pub mod bank;
 pub mod crash_store;
 pub mod kill_bank;
 pub mod kill_standby;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Accounts in the kill trials' bank, and each one's starting balance.
+const ACCOUNTS: u64 = 100;
+const INITIAL: u64 = 1_000_000;
+
+/// Where a kill trial's database lives.
+struct Target {
+    /// The `milliscale` binary under test.
+    bin: PathBuf,
+    /// The URL the bank process logs to.
+    url: String,
+    /// Extra environment for the bank process.
+    env: Vec<(&'static str, String)>,
+    /// How this process opens it.
+    store: Arc<dyn objstore::ObjectStore>,
+}
+
+/// The seeds a simulation runs: `MILLISCALE_SIM_SEEDS` of them (default
+/// `default_count`) from `MILLISCALE_SIM_FIRST_SEED` (default 0).
+pub fn seeds_from_env(default_count: u64) -> std::ops::Range<u64> {
+    let var = |name: &str, default: u64| {
+        std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    };
+    let first = var("MILLISCALE_SIM_FIRST_SEED", 0);
+    first..first + var("MILLISCALE_SIM_SEEDS", default_count)
+}

@@ -382,13 +382,11 @@ fn run_seed(seed: u64, tally: &mut Tally) {
 
 #[test]
 fn crashes_at_random_writes_lose_no_acknowledged_transfer() {
-    let n: u64 =
-        std::env::var("MILLISCALE_SIM_SEEDS").ok().and_then(|v| v.parse().ok()).unwrap_or(200);
-    let first: u64 =
-        std::env::var("MILLISCALE_SIM_FIRST_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+    let seeds = milliscale_sim::seeds_from_env(200);
+    let (first, n) = (seeds.start, seeds.end - seeds.start);
     let started = std::time::Instant::now();
     let mut tally = Tally::default();
-    for seed in first..first + n {
+    for seed in seeds {
         run_seed(seed, &mut tally);
         if (seed - first + 1).is_multiple_of(500) {
             eprintln!("{} seeds in {:.0?}", seed - first + 1, started.elapsed());

@@ -547,13 +547,11 @@ fn run_seed(seed: u64, tally: &mut Tally) {
 
 #[test]
 fn a_replica_never_exposes_a_write_a_crash_takes_back() {
-    let n: u64 =
-        std::env::var("MILLISCALE_SIM_SEEDS").ok().and_then(|v| v.parse().ok()).unwrap_or(200);
-    let first: u64 =
-        std::env::var("MILLISCALE_SIM_FIRST_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+    let seeds = milliscale_sim::seeds_from_env(200);
+    let (first, n) = (seeds.start, seeds.end - seeds.start);
     let started = std::time::Instant::now();
     let mut tally = Tally::default();
-    for seed in first..first + n {
+    for seed in seeds {
         run_seed(seed, &mut tally);
         if (seed - first + 1).is_multiple_of(100) {
             eprintln!("{} seeds, {:?}", seed - first + 1, started.elapsed());

@@ -20,7 +20,7 @@
 //! `commit::durability::GroupDurability`: the group reports each cut and
 //! each landing there.
 //!
-//! **Three locks, so that the log's threads never wait for a worker the
+//! **Two locks, so that the log's threads never wait for a worker the
 //! scheduler took off its core.** A worker holds the group's buffer lock
 //! (`state`) while it takes its CSN and copies its entry; with more
 //! workers than cores it is sometimes preempted there, and whoever wants
