@@ -158,9 +158,11 @@ pub(crate) struct YcsbArgs {
     /// c); slatedb: the same transactions through SlateDB on the same store.
     #[arg(long, value_enum, default_value = "milliscale")]
     pub(crate) engine: EngineArg,
-    /// SlateDB only: concurrent clients, each one transaction at a time.
-    #[arg(long, default_value_t = 64)]
-    pub(crate) clients: usize,
+    /// SlateDB only: closed loop, concurrent clients, each one transaction
+    /// at a time [default: 64]; open loop (--rate), the most transactions
+    /// in flight [default: 10000].
+    #[arg(long)]
+    pub(crate) clients: Option<usize>,
     /// SlateDB only: its WAL flush interval in milliseconds.
     #[arg(long, default_value_t = 10.0)]
     pub(crate) slatedb_flush_ms: f64,
@@ -450,7 +452,7 @@ pub(crate) fn bench_ycsb(a: YcsbArgs) -> Result<(), String> {
     }
     let report = if matches!(a.engine, EngineArg::Slatedb) {
         let opts = peer::slatedb_ycsb::SlateOptions {
-            clients: a.clients,
+            clients: a.clients.unwrap_or(if r.rate.is_some() { 10_000 } else { 64 }),
             flush_interval: seconds("slatedb-flush-ms", a.slatedb_flush_ms / 1e3)?,
         };
         peer::slatedb_ycsb::run(&cfg, &opts)?

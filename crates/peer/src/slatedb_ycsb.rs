@@ -7,10 +7,20 @@
 //! record. Each transaction is a SlateDB `DbTransaction` at snapshot
 //! isolation. A writing transaction counts as committed at
 //! `WriteHandle::await_durable`: the same durability as a milliscale
-//! acknowledgment (on the store, in a quorum of one). Clients are tokio
-//! tasks, each running one transaction at a time, so SlateDB's group
-//! commit (its WAL flush every `flush_interval`) sees `clients`
-//! concurrent commits.
+//! acknowledgment (on the store, in a quorum of one).
+//!
+//! **Closed loop** (the default): clients are tokio tasks, each running
+//! one transaction at a time, so SlateDB's group commit (its WAL flush
+//! every `flush_interval`) sees `clients` concurrent commits.
+//!
+//! **Open loop** (`--rate`): transactions arrive as a Poisson process at
+//! the rate, each run by a task of its own, so SlateDB sees as many
+//! concurrent commits as the load makes; `clients` caps the transactions
+//! in flight, and an arrival beyond the cap waits for one to finish.
+//! Latency runs from the scheduled arrival, as for milliscale's open loop,
+//! so a backlog counts (no coordinated omission); a rate SlateDB cannot
+//! serve shows as committed transactions below the offered rate and a
+//! growing latency.
 //!
 //! The store is a milliscale store (`sim://s3x` by default, with its
 //! latency model and accounting) behind [`crate::object_store_adapter`].
@@ -20,7 +30,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
-use milliscale_bench::harness::{PHASE_MEASURE, PHASE_STOP, PHASE_WARMUP, worker_rng};
+use milliscale_bench::harness::{PHASE_MEASURE, PHASE_STOP, PHASE_WARMUP, Pacing, worker_rng};
 use milliscale_bench::keys::KeyChooser;
 use milliscale_bench::report::{Environment, KindStats, LogReport, Percentiles, Report};
 use milliscale_bench::ycsb::{FIELD_BYTES, FIELDS, WorkerStats, YcsbConfig, initial_record};
@@ -48,11 +58,13 @@ pub fn run(cfg: &YcsbConfig, opts: &SlateOptions) -> Result<Report, String> {
     if cfg.log.stores.len() != 1 || cfg.log.stores[0] == "none" {
         return Err("SlateDB runs on exactly one store: give one --store URL".into());
     }
-    if cfg.pacing != milliscale_bench::harness::Pacing::Closed {
-        return Err("the SlateDB peer runs closed loop only: drop --rate".into());
-    }
     if opts.clients == 0 || opts.clients > 100_000 {
         return Err(format!("--clients must be in 1..=100000, got {}", opts.clients));
+    }
+    if let Pacing::Open { rate } = cfg.pacing
+        && !(rate.is_finite() && rate > 0.0)
+    {
+        return Err(format!("the open-loop rate must be positive, got {rate}"));
     }
     if opts.flush_interval.is_zero() {
         return Err("SlateDB's flush interval must be positive".into());
@@ -107,9 +119,24 @@ async fn run_async(
     let phase = Arc::new(AtomicU8::new(PHASE_WARMUP));
     let chooser = Arc::new(chooser);
     let mut clients = Vec::with_capacity(opts.clients);
-    for c in 0..opts.clients {
-        let (db, phase, chooser, cfg) = (db.clone(), phase.clone(), chooser.clone(), cfg.clone());
-        clients.push(tokio::spawn(async move { client(db, phase, chooser, cfg, c as u64).await }));
+    match cfg.pacing {
+        Pacing::Closed => {
+            for c in 0..opts.clients {
+                let (db, phase, chooser, cfg) =
+                    (db.clone(), phase.clone(), chooser.clone(), cfg.clone());
+                clients.push(tokio::spawn(async move {
+                    client(db, phase, chooser, cfg, c as u64).await
+                }));
+            }
+        }
+        Pacing::Open { rate } => {
+            let (db, phase, chooser, cfg) =
+                (db.clone(), phase.clone(), chooser.clone(), cfg.clone());
+            let cap = opts.clients;
+            clients.push(tokio::spawn(async move {
+                open_loop(db, phase, chooser, cfg, rate, cap).await
+            }));
+        }
     }
     tokio::time::sleep(cfg.warmup).await;
     let before = store.accounting();
@@ -121,13 +148,7 @@ async fn run_async(
     let after = store.accounting();
     let mut all = WorkerStats::new();
     for h in clients {
-        let s = h.await.map_err(|e| e.to_string())??;
-        for k in 0..2 {
-            all.committed[k] += s.committed[k];
-            all.aborted[k] += s.aborted[k];
-        }
-        all.txn_ns.add(&s.txn_ns).expect("same bounds");
-        all.commit_ns.add(&s.commit_ns).expect("same bounds");
+        all.merge(&h.await.map_err(|e| e.to_string())??);
     }
     db.close().await.map_err(|e| format!("SlateDB close: {e}"))?;
 
@@ -152,12 +173,22 @@ async fn run_async(
     config.insert("isolation".into(), "snapshot".into());
     config.insert("warmup_s".into(), cfg.warmup.as_secs_f64().to_string());
     config.insert("seed".into(), cfg.seed.to_string());
+    if let Pacing::Open { rate } = cfg.pacing {
+        config.insert("pacing".into(), format!("open({rate}/s)"));
+        config.insert("clients".into(), format!("at most {} in flight", opts.clients));
+    }
     let log = window(before, after, secs, committed);
     notes.push(
         "commit latency: commit() to await_durable() of read-write transactions; \
          read-only transactions commit at once"
             .into(),
     );
+    if let Pacing::Open { rate } = cfg.pacing {
+        notes.push(format!(
+            "txn latency: arrival to durability (open loop, Poisson arrivals at {rate}/s; \
+             queueing counts)"
+        ));
+    }
     Ok(Report {
         benchmark: "ycsb".into(),
         engine: "slatedb".into(),
@@ -217,6 +248,7 @@ fn window(
     })
 }
 
+/// A closed-loop client: one transaction at a time until the run stops.
 async fn client(
     db: Arc<Db>,
     phase: Arc<AtomicU8>,
@@ -226,71 +258,160 @@ async fn client(
 ) -> Result<WorkerStats, String> {
     let mut rng = worker_rng(cfg.seed, c);
     let mut stats = WorkerStats::new();
-    let read_fraction = cfg.workload.read_fraction();
-    let mut keys = vec![0u64; cfg.ops_per_txn];
     loop {
         let p = phase.load(Ordering::Relaxed);
         if p == PHASE_STOP {
             return Ok(stats);
         }
-        let rmw = rng.random::<f64>() >= read_fraction;
-        for k in keys.iter_mut() {
-            *k = chooser.next(&mut rng);
-        }
-        let kind = usize::from(rmw);
         let started = Instant::now();
-        let txn = db.begin(IsolationLevel::Snapshot).map_err(|e| e.to_string())?;
-        let mut failed = None;
-        for &id in &keys {
-            let k = key(id);
-            let v = match txn.get(&k).await {
-                Ok(Some(v)) => v,
-                Ok(None) => return Err(format!("SlateDB lost record {id}")),
-                Err(e) => {
-                    failed = Some(e);
-                    break;
-                }
-            };
-            if rmw {
-                let mut record = v.to_vec();
-                let field = rng.random_range(1..FIELDS);
-                let value: u64 = rng.random();
-                record[field * FIELD_BYTES..(field + 1) * FIELD_BYTES]
-                    .copy_from_slice(&value.to_le_bytes());
-                if let Err(e) = txn.put(k, record) {
-                    failed = Some(e);
-                    break;
-                }
-            }
+        let done = one_txn(&db, &chooser, &cfg, &mut rng).await?;
+        if p == PHASE_MEASURE && phase.load(Ordering::Relaxed) == PHASE_MEASURE {
+            stats.count(&done, started);
         }
-        let precommit = Instant::now();
-        let result = match failed {
-            Some(e) => Err(e),
-            None => match txn.commit().await {
-                Ok(Some(handle)) => handle.await_durable().await,
-                Ok(None) => Ok(()),
-                Err(e) => Err(e),
-            },
+    }
+}
+
+/// The open loop: Poisson arrivals at `rate` a second, each transaction a
+/// task of its own, at most `cap` in flight. Returns the stats of every
+/// transaction that arrived and finished inside the measured phase.
+async fn open_loop(
+    db: Arc<Db>,
+    phase: Arc<AtomicU8>,
+    chooser: Arc<KeyChooser>,
+    cfg: YcsbConfig,
+    rate: f64,
+    cap: usize,
+) -> Result<WorkerStats, String> {
+    let mut rng = worker_rng(cfg.seed, u64::MAX);
+    let gap = rand_distr::Exp::new(rate).map_err(|e| e.to_string())?;
+    let slots = Arc::new(tokio::sync::Semaphore::new(cap));
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut stats = WorkerStats::new();
+    let mut next = Instant::now();
+    let mut n: u64 = 0;
+    loop {
+        // Collect what finished, so the set does not grow with the run.
+        while let Some(r) = tasks.try_join_next() {
+            stats.merge(&r.map_err(|e| e.to_string())??);
+        }
+        let p = phase.load(Ordering::Relaxed);
+        if p == PHASE_STOP {
+            break;
+        }
+        // The timer wakes at most once a millisecond: start every arrival
+        // due by then, each with its own scheduled instant.
+        tokio::time::sleep_until(next.into()).await;
+        let now = Instant::now();
+        while next <= now {
+            let arrival = next;
+            next += Duration::from_secs_f64(rand_distr::Distribution::sample(&gap, &mut rng));
+            n += 1;
+            let permit = slots.clone().acquire_owned().await.map_err(|e| e.to_string())?;
+            let (db, phase, chooser, cfg) =
+                (db.clone(), phase.clone(), chooser.clone(), cfg.clone());
+            let mut trng = worker_rng(cfg.seed, n);
+            tasks.spawn(async move {
+                let _permit = permit;
+                let p = phase.load(Ordering::Relaxed);
+                let mut stats = WorkerStats::new();
+                let done = one_txn(&db, &chooser, &cfg, &mut trng).await?;
+                if p == PHASE_MEASURE && phase.load(Ordering::Relaxed) == PHASE_MEASURE {
+                    stats.count(&done, arrival);
+                }
+                Ok::<_, String>(stats)
+            });
+        }
+    }
+    while let Some(r) = tasks.join_next().await {
+        stats.merge(&r.map_err(|e| e.to_string())??);
+    }
+    Ok(stats)
+}
+
+/// What one transaction did: its kind (0 read-only, 1 read-modify-write),
+/// when it entered commit, and when it was durable (`None`: aborted).
+struct Done {
+    kind: usize,
+    precommit: Instant,
+    acked: Option<Instant>,
+}
+
+trait Count {
+    fn count(&mut self, done: &Done, origin: Instant);
+    fn merge(&mut self, other: &WorkerStats);
+}
+
+impl Count for WorkerStats {
+    /// Count `done`, its latency from `origin` (its start, or its
+    /// scheduled arrival in open loop).
+    fn count(&mut self, done: &Done, origin: Instant) {
+        let Some(acked) = done.acked else {
+            self.aborted[done.kind] += 1;
+            return;
         };
-        let counted = p == PHASE_MEASURE && phase.load(Ordering::Relaxed) == PHASE_MEASURE;
-        match result {
-            Ok(()) => {
-                if counted {
-                    let acked = Instant::now();
-                    stats.committed[kind] += 1;
-                    let _ = stats.txn_ns.record((acked - started).as_nanos().max(1) as u64);
-                    if rmw {
-                        let _ =
-                            stats.commit_ns.record((acked - precommit).as_nanos().max(1) as u64);
-                    }
-                }
-            }
-            Err(e) if e.kind() == ErrorKind::Transaction => {
-                if counted {
-                    stats.aborted[kind] += 1;
-                }
-            }
-            Err(e) => return Err(format!("SlateDB transaction failed: {e}")),
+        self.committed[done.kind] += 1;
+        let _ = self.txn_ns.record((acked - origin).as_nanos().max(1) as u64);
+        if done.kind == 1 {
+            let _ = self.commit_ns.record((acked - done.precommit).as_nanos().max(1) as u64);
         }
+    }
+
+    fn merge(&mut self, s: &WorkerStats) {
+        for k in 0..2 {
+            self.committed[k] += s.committed[k];
+            self.aborted[k] += s.aborted[k];
+        }
+        self.txn_ns.add(&s.txn_ns).expect("same bounds");
+        self.commit_ns.add(&s.commit_ns).expect("same bounds");
+    }
+}
+
+/// One YCSB transaction through SlateDB, to `await_durable`.
+async fn one_txn(
+    db: &Db,
+    chooser: &KeyChooser,
+    cfg: &YcsbConfig,
+    rng: &mut rand::rngs::SmallRng,
+) -> Result<Done, String> {
+    let rmw = rng.random::<f64>() >= cfg.workload.read_fraction();
+    let kind = usize::from(rmw);
+    let txn = db.begin(IsolationLevel::Snapshot).map_err(|e| e.to_string())?;
+    let mut failed = None;
+    for _ in 0..cfg.ops_per_txn {
+        let id = chooser.next(rng);
+        let k = key(id);
+        let v = match txn.get(&k).await {
+            Ok(Some(v)) => v,
+            Ok(None) => return Err(format!("SlateDB lost record {id}")),
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+        };
+        if rmw {
+            let mut record = v.to_vec();
+            let field = rng.random_range(1..FIELDS);
+            let value: u64 = rng.random();
+            record[field * FIELD_BYTES..(field + 1) * FIELD_BYTES]
+                .copy_from_slice(&value.to_le_bytes());
+            if let Err(e) = txn.put(k, record) {
+                failed = Some(e);
+                break;
+            }
+        }
+    }
+    let precommit = Instant::now();
+    let result = match failed {
+        Some(e) => Err(e),
+        None => match txn.commit().await {
+            Ok(Some(handle)) => handle.await_durable().await,
+            Ok(None) => Ok(()),
+            Err(e) => Err(e),
+        },
+    };
+    match result {
+        Ok(()) => Ok(Done { kind, precommit, acked: Some(Instant::now()) }),
+        Err(e) if e.kind() == ErrorKind::Transaction => Ok(Done { kind, precommit, acked: None }),
+        Err(e) => Err(format!("SlateDB transaction failed: {e}")),
     }
 }
