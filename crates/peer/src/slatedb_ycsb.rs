@@ -155,28 +155,7 @@ async fn run_async(
     let secs = measured.as_secs_f64();
     let committed: u64 = all.committed.iter().sum();
     let aborted: u64 = all.aborted.iter().sum();
-    let mut config = BTreeMap::new();
-    config.insert("records".into(), cfg.records.to_string());
-    config.insert("workload".into(), format!("{:?}", cfg.workload).to_lowercase());
-    config.insert(
-        "dist".into(),
-        match cfg.dist {
-            milliscale_bench::keys::KeyDist::Uniform => "uniform".to_owned(),
-            milliscale_bench::keys::KeyDist::Zipfian { theta } => format!("zipfian({theta})"),
-        },
-    );
-    config.insert("ops_per_txn".into(), cfg.ops_per_txn.to_string());
-    config.insert("store".into(), url.to_owned());
-    config.insert("clients".into(), opts.clients.to_string());
-    config
-        .insert("flush_interval_ms".into(), (opts.flush_interval.as_secs_f64() * 1e3).to_string());
-    config.insert("isolation".into(), "snapshot".into());
-    config.insert("warmup_s".into(), cfg.warmup.as_secs_f64().to_string());
-    config.insert("seed".into(), cfg.seed.to_string());
-    if let Pacing::Open { rate } = cfg.pacing {
-        config.insert("pacing".into(), format!("open({rate}/s)"));
-        config.insert("clients".into(), format!("at most {} in flight", opts.clients));
-    }
+    let config = describe(cfg, opts, url);
     let log = window(before, after, secs, committed);
     notes.push(
         "commit latency: commit() to await_durable() of read-write transactions; \
@@ -221,6 +200,33 @@ async fn run_async(
         log,
         notes,
     })
+}
+
+/// The run's settings, for the report.
+fn describe(cfg: &YcsbConfig, opts: &SlateOptions, url: &str) -> BTreeMap<String, String> {
+    let mut config = BTreeMap::new();
+    config.insert("records".into(), cfg.records.to_string());
+    config.insert("workload".into(), format!("{:?}", cfg.workload).to_lowercase());
+    config.insert(
+        "dist".into(),
+        match cfg.dist {
+            milliscale_bench::keys::KeyDist::Uniform => "uniform".to_owned(),
+            milliscale_bench::keys::KeyDist::Zipfian { theta } => format!("zipfian({theta})"),
+        },
+    );
+    config.insert("ops_per_txn".into(), cfg.ops_per_txn.to_string());
+    config.insert("store".into(), url.to_owned());
+    config.insert("clients".into(), opts.clients.to_string());
+    config
+        .insert("flush_interval_ms".into(), (opts.flush_interval.as_secs_f64() * 1e3).to_string());
+    config.insert("isolation".into(), "snapshot".into());
+    config.insert("warmup_s".into(), cfg.warmup.as_secs_f64().to_string());
+    config.insert("seed".into(), cfg.seed.to_string());
+    if let Pacing::Open { rate } = cfg.pacing {
+        config.insert("pacing".into(), format!("open({rate}/s)"));
+        config.insert("clients".into(), format!("at most {} in flight", opts.clients));
+    }
+    config
 }
 
 /// The store's requests and cost over the measured window.

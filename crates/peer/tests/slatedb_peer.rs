@@ -47,9 +47,8 @@ async fn the_adapter_keeps_object_store_semantics() {
     let _ = Arc::new(s); // the adapter is what SlateDB takes, as Arc<dyn ObjectStore>
 }
 
-#[test]
-fn slatedb_runs_ycsb_on_a_sim_store_with_durable_commits() {
-    let cfg = YcsbConfig {
+fn small_config() -> YcsbConfig {
+    YcsbConfig {
         records: 2_000,
         threads: 2,
         duration: Duration::from_millis(1500),
@@ -65,7 +64,12 @@ fn slatedb_runs_ycsb_on_a_sim_store_with_durable_commits() {
         pacing: milliscale_bench::harness::Pacing::Closed,
         progress: false,
         replica: None,
-    };
+    }
+}
+
+#[test]
+fn slatedb_runs_ycsb_on_a_sim_store_with_durable_commits() {
+    let cfg = small_config();
     let opts =
         peer::slatedb_ycsb::SlateOptions { clients: 8, flush_interval: Duration::from_millis(10) };
     let r = peer::slatedb_ycsb::run(&cfg, &opts).expect("run");
@@ -82,4 +86,26 @@ fn slatedb_runs_ycsb_on_a_sim_store_with_durable_commits() {
         peer::slatedb_ycsb::run(&cfg, &peer::slatedb_ycsb::SlateOptions { clients: 0, ..opts })
             .is_err()
     );
+}
+
+/// Open loop: about the offered rate commits, each transaction's latency
+/// runs from its scheduled arrival (so it is at least its commit's), and
+/// a rate that is not positive is refused.
+#[test]
+fn slatedb_runs_open_loop_at_the_offered_rate() {
+    let mut cfg = small_config();
+    cfg.duration = Duration::from_secs(2);
+    cfg.pacing = milliscale_bench::harness::Pacing::Open { rate: 200.0 };
+    let opts = peer::slatedb_ycsb::SlateOptions {
+        clients: 1_000,
+        flush_interval: Duration::from_millis(10),
+    };
+    let r = peer::slatedb_ycsb::run(&cfg, &opts).expect("run");
+    // 200 a second for 2 s: Poisson arrivals, so allow a wide band.
+    assert!((250..=550).contains(&r.committed), "committed {}", r.committed);
+    assert_eq!(r.config["pacing"], "open(200/s)");
+    assert!(r.txn_latency.p50_us > 1_000.0, "{:?}", r.txn_latency);
+    assert!(r.txn_latency.p99_us >= r.commit_latency.p50_us, "{:?}", r.txn_latency);
+    cfg.pacing = milliscale_bench::harness::Pacing::Open { rate: 0.0 };
+    assert!(peer::slatedb_ycsb::run(&cfg, &opts).is_err());
 }
