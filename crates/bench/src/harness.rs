@@ -218,9 +218,9 @@ impl<'a> LogWindow<'a> {
             dependency_wait: Percentiles::from_micros(&m.commit.dependency_wait_us),
             hedged_appends_per_s: hedged as f64 / secs,
             requests_per_s: requests,
-            usd_per_1000_txn: if committed == 0 { 0.0 } else { usd / committed as f64 * 1000.0 },
-            usd_per_hour: usd / secs * 3600.0,
-        };
+            ..LogReport::default()
+        }
+        .priced(usd, secs, committed);
         Some((report, commit))
     }
 }

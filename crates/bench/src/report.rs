@@ -134,6 +134,25 @@ pub struct LogReport {
     pub usd_per_1000_txn: f64,
     /// The same cost per hour at the measured rate.
     pub usd_per_hour: f64,
+    /// The same cost per month ([`milliscale::HOURS_PER_MONTH`]) if the
+    /// measured rate went on.
+    pub usd_per_month: f64,
+    /// Store requests of every kind (writes, reads, lists, hedges) per
+    /// committed transaction, summed over stores.
+    pub requests_per_txn: f64,
+}
+
+impl LogReport {
+    /// Fill the per-hour, per-month, per-transaction figures from the
+    /// window's dollars and requests.
+    pub fn priced(mut self, usd: f64, secs: f64, committed: u64) -> LogReport {
+        let requests: f64 = self.requests_per_s.values().sum::<f64>() * secs;
+        self.usd_per_1000_txn = if committed == 0 { 0.0 } else { usd / committed as f64 * 1000.0 };
+        self.usd_per_hour = if secs > 0.0 { usd / secs * 3600.0 } else { 0.0 };
+        self.usd_per_month = self.usd_per_hour * milliscale::HOURS_PER_MONTH;
+        self.requests_per_txn = if committed == 0 { 0.0 } else { requests / committed as f64 };
+        self
+    }
 }
 
 /// Counts per transaction type (YCSB: read-only / read-modify-write).
@@ -318,8 +337,7 @@ impl Report {
                 l.requests_per_s.iter().map(|(k, v)| format!("{k} {v:.1}")).collect();
             let _ = writeln!(s, "store: {}", l.stores.join(", "));
             let _ = writeln!(s, "  store requests/s: {}", reqs.join(", "));
-            let _ = writeln!(s, "  $ per 1,000 committed txns: {}", usd(l.usd_per_1000_txn));
-            let _ = writeln!(s, "  $ per hour: {}", usd(l.usd_per_hour));
+            cost_lines(&mut s, l);
         }
         if let Some(l) = self.log.as_ref().filter(|l| l.groups > 0) {
             let _ = writeln!(
@@ -396,8 +414,7 @@ impl Report {
                 "  hedged appends/s: {:.2} ({:.2} won by the second request)",
                 l.hedged_appends_per_s, l.hedges_won_per_s
             );
-            let _ = writeln!(s, "  $ per 1,000 committed txns: {}", usd(l.usd_per_1000_txn));
-            let _ = writeln!(s, "  $ per hour: {}", usd(l.usd_per_hour));
+            cost_lines(&mut s, l);
         }
         if let Some(m) = &self.memory {
             let at10 = m.rss_mib_at_10s.map_or("n/a".to_owned(), |v| format!("{v:.1}"));
@@ -412,6 +429,19 @@ impl Report {
         }
         s
     }
+}
+
+/// What the store cost over the window: per transaction, per hour, per
+/// month at this rate, and requests per transaction.
+fn cost_lines(s: &mut String, l: &LogReport) {
+    let _ = writeln!(s, "  $ per 1,000 committed txns: {}", usd(l.usd_per_1000_txn));
+    let _ = writeln!(
+        s,
+        "  $ per hour: {} ({} a month at this rate); {:.4} store requests per committed txn",
+        usd(l.usd_per_hour),
+        usd(l.usd_per_month),
+        l.requests_per_txn
+    );
 }
 
 #[cfg(test)]

@@ -104,6 +104,14 @@ pub struct LogSettings {
     /// `Options::flush_pace`.
     pub flush_pace: Option<f64>,
     pub max_appends_per_s: Option<u32>,
+    /// `Options::millisecond_price` (the target policy).
+    pub millisecond_price: f64,
+    /// `Options::flush_max_wait` (the target policy).
+    pub flush_max_wait: Duration,
+    /// `Options::max_usd_per_hour`.
+    pub max_usd_per_hour: Option<f64>,
+    /// `Options::append_price`.
+    pub append_price: Option<f64>,
     pub tracking: Tracking,
     pub put_per_flush: bool,
     /// Where slow appends are sent a second time (`Options::hedging`).
@@ -148,10 +156,14 @@ impl Default for LogSettings {
             log_lanes: milliscale::options::LOG_LANES_DEFAULT,
             log_streams: milliscale::options::LOG_STREAMS_DEFAULT,
             log_thread_slice: Some(milliscale::options::LOG_THREAD_SLICE_DEFAULT),
-            flush_policy: FlushPolicy::Adaptive,
+            flush_policy: FlushPolicy::Target,
             flush_min_interval: milliscale::options::FLUSH_MIN_INTERVAL_DEFAULT,
             flush_pace: Some(milliscale::options::FLUSH_PACE_DEFAULT),
             max_appends_per_s: None,
+            millisecond_price: milliscale::options::MILLISECOND_PRICE_DEFAULT,
+            flush_max_wait: milliscale::options::FLUSH_MAX_WAIT_DEFAULT,
+            max_usd_per_hour: None,
+            append_price: None,
             tracking: Tracking::Record,
             put_per_flush: false,
             hedging: Hedging::Auto,
@@ -224,7 +236,14 @@ impl LogSettings {
             self.log_thread_slice.map_or("off".to_owned(), |d| (d.as_secs_f64() * 1e3).to_string()),
         );
         m.insert("flush_policy".into(), format!("{:?}", self.flush_policy).to_lowercase());
-        if self.flush_policy == FlushPolicy::Adaptive {
+        if self.flush_policy == FlushPolicy::Target {
+            m.insert("millisecond_price".into(), self.millisecond_price.to_string());
+            m.insert(
+                "flush_max_wait_ms".into(),
+                (self.flush_max_wait.as_secs_f64() * 1e3).to_string(),
+            );
+        }
+        if self.flush_policy != FlushPolicy::Timeout {
             m.insert(
                 "flush_min_interval_ms".into(),
                 (self.flush_min_interval.as_secs_f64() * 1e3).to_string(),
@@ -236,6 +255,12 @@ impl LogSettings {
         }
         if let Some(n) = self.max_appends_per_s {
             m.insert("max_appends_per_s".into(), n.to_string());
+        }
+        if let Some(u) = self.max_usd_per_hour {
+            m.insert("max_usd_per_hour".into(), u.to_string());
+        }
+        if let Some(p) = self.append_price {
+            m.insert("append_price".into(), p.to_string());
         }
         m.insert("tracking".into(), format!("{:?}", self.tracking).to_lowercase());
         if self.stores.len() > 1 {
@@ -292,6 +317,10 @@ impl LogSettings {
             .flush_min_interval(self.flush_min_interval)
             .flush_pace(self.flush_pace)
             .max_appends_per_s(self.max_appends_per_s)
+            .millisecond_price(self.millisecond_price)
+            .flush_max_wait(self.flush_max_wait)
+            .max_usd_per_hour(self.max_usd_per_hour)
+            .append_price(self.append_price)
             .tracking(self.tracking)
             .put_per_flush(self.put_per_flush)
             .hedging(self.hedging)

@@ -69,6 +69,7 @@ pub(crate) enum HedgingArg {
 
 #[derive(Clone, Copy, ValueEnum)]
 pub(crate) enum FlushPolicyArg {
+    Target,
     Adaptive,
     Timeout,
 }
@@ -122,25 +123,45 @@ pub(crate) struct LogArgs {
     /// (Linux 6.12+); `off` leaves the kernel's default. [default: 0.1]
     #[arg(long)]
     pub(crate) log_thread_slice: Option<String>,
-    /// When a stream flushes: adaptive (evenly paced by the store's
-    /// latency, see --flush-pace, on a free lane, when a buffer holds data)
-    /// or timeout (the paper's: full, or --flush-timeout after the first
-    /// entry). [default: the variant's; milliscale adaptive]
+    /// When a stream flushes: target (when the latency an append saves is
+    /// worth its price, see --ms-price; between --flush-pace and
+    /// --flush-max-wait), adaptive (a fixed pace: --flush-pace appends per
+    /// store round trip whenever a buffer holds data) or timeout (the
+    /// paper's: full, or --flush-timeout after the first entry).
+    /// [default: the variant's; milliscale target]
     #[arg(long, value_enum)]
     pub(crate) flush_policy: Option<FlushPolicyArg>,
-    /// Adaptive flushing: the least milliseconds between two flushes of a
-    /// stream. [default: 1]
+    /// Target and adaptive flushing: the least milliseconds between two
+    /// flushes of a stream. [default: 1]
     #[arg(long)]
     pub(crate) flush_min_interval: Option<f64>,
-    /// Adaptive flushing: appends a stream starts per store round trip
-    /// (the median of its recent appends), evenly spaced, in (0, 64];
-    /// `off` flushes whenever a lane is free. [default: 2.75]
+    /// Appends a stream starts per store round trip (the median of its
+    /// recent appends), in (0, 64]: the target's most, adaptive's always;
+    /// `off`: whenever a lane is free. [default: 2.75]
     #[arg(long)]
     pub(crate) flush_pace: Option<String>,
     /// A request budget: at most this many log parts per second for the
     /// whole database (each part one request per store). [default: none]
     #[arg(long)]
     pub(crate) max_appends_per_s: Option<u32>,
+    /// Target flushing: dollars an hour that one millisecond off the
+    /// commit latency of 1,000 transactions a second is worth; higher buys
+    /// latency with requests, 0 flushes every --flush-max-wait.
+    /// [default: 0.01]
+    #[arg(long)]
+    pub(crate) ms_price: Option<f64>,
+    /// Target flushing: the longest data waits for its append to start,
+    /// in milliseconds (1..=10000). [default: 20]
+    #[arg(long)]
+    pub(crate) flush_max_wait: Option<f64>,
+    /// A ceiling on the log's request dollars an hour (all stores; bytes
+    /// not included), at the stores' prices. [default: none]
+    #[arg(long)]
+    pub(crate) max_usd_per_hour: Option<f64>,
+    /// Dollars of one log append to one store, for a store without a price
+    /// table. [default: the store's table; file:// and memory:// are free]
+    #[arg(long)]
+    pub(crate) append_price: Option<f64>,
     /// Dependency tracking: record (DSN < gCSN) or txn (CSN < gCSN).
     /// [default: the variant's]
     #[arg(long, value_enum)]
@@ -288,6 +309,7 @@ pub(crate) fn log_settings(a: &LogArgs) -> Result<(Variant, LogSettings), String
     }
     if let Some(p) = a.flush_policy {
         l.flush_policy = match p {
+            FlushPolicyArg::Target => milliscale::FlushPolicy::Target,
             FlushPolicyArg::Adaptive => milliscale::FlushPolicy::Adaptive,
             FlushPolicyArg::Timeout => milliscale::FlushPolicy::Timeout,
         };
@@ -311,6 +333,30 @@ pub(crate) fn log_settings(a: &LogArgs) -> Result<(Variant, LogSettings), String
     }
     if a.max_appends_per_s.is_some() {
         l.max_appends_per_s = a.max_appends_per_s;
+    }
+    if let Some(p) = a.ms_price {
+        if !(p.is_finite() && p >= 0.0) {
+            return Err(format!("--ms-price must be a number of dollars, at least 0, got {p}"));
+        }
+        l.millisecond_price = p;
+    }
+    if let Some(ms) = a.flush_max_wait {
+        if !(1.0..=10_000.0).contains(&ms) {
+            return Err(format!("--flush-max-wait must be in 1..=10000 ms, got {ms}"));
+        }
+        l.flush_max_wait = std::time::Duration::from_secs_f64(ms / 1e3);
+    }
+    if let Some(u) = a.max_usd_per_hour {
+        if !(u.is_finite() && u > 0.0) {
+            return Err(format!("--max-usd-per-hour must be above 0, got {u}"));
+        }
+        l.max_usd_per_hour = Some(u);
+    }
+    if let Some(p) = a.append_price {
+        if !(p.is_finite() && p >= 0.0) {
+            return Err(format!("--append-price must be at least 0, got {p}"));
+        }
+        l.append_price = Some(p);
     }
     if let Some(t) = a.tracking {
         l.tracking = match t {

@@ -55,7 +55,7 @@ pub use keys::Chain;
 pub use log::group::GroupMetrics;
 pub use log::segment::WriteMode;
 pub use log::stream::StreamMetrics;
-pub use log::{LAG_PARTS_MAX, LogMetrics, StoreStatus};
+pub use log::{HOURS_PER_MONTH, LAG_PARTS_MAX, LogCost, LogMetrics, StoreStatus};
 pub use manifest::{CheckpointRef, ChunkRef, LogRef, Manifest, SealedLog};
 pub use mvcc::Csn;
 pub use options::{

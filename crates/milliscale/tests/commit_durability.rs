@@ -205,8 +205,8 @@ fn a_slow_store_catches_up() {
     assert!(db.log_metrics().expect("a log").stores.iter().all(|s| s.dropped == 0));
 }
 
-/// An idle database makes no requests: adaptive flushing sends nothing
-/// when the buffers are empty, with two lanes and the default policy. A
+/// An idle database makes no requests: the default policy (target) sends
+/// nothing when the buffers are empty, with two lanes. A
 /// request budget holds for the whole database: 40 single-row commits from
 /// 4 threads, each group its own stream (so that each commit needs its own
 /// append), against a budget of 20 appends a second take about 2 s, and the
@@ -280,6 +280,7 @@ fn a_paced_stream_appends_at_its_pace_whatever_the_load() {
                 .add_store_handle(counter.clone())
                 .workers(2)
                 .log_lanes(8)
+                .flush_policy(milliscale::FlushPolicy::Adaptive)
                 .flush_pace(pace),
         )
         .expect("open");

@@ -112,6 +112,13 @@ pub trait ObjectStore: Send + Sync + Debug {
     fn accounting(&self) -> Option<sim::accounting::AccountingReport> {
         None
     }
+    /// The price table this store's requests are counted at, for stores
+    /// that have one (`sim://`, `s3://`); `None` for local directories and
+    /// memory, whose requests cost no dollars. The log weighs an append's
+    /// price against the latency it saves (`FlushPolicy::Target`).
+    fn prices(&self) -> Option<sim::model::Prices> {
+        None
+    }
     /// Whether this is an object store reached over the network (S3, S3
     /// Express, or a `sim://` preset of one), where every write is a
     /// request that costs milliseconds and money, rather than a local

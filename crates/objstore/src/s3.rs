@@ -643,6 +643,9 @@ impl ObjectStore for S3Store {
         Ok(())
     }
 
+    fn prices(&self) -> Option<crate::sim::model::Prices> {
+        Some(self.prices)
+    }
     fn accounting(&self) -> Option<AccountingReport> {
         Some(self.accounting.report(self.prices))
     }

@@ -245,13 +245,14 @@ fn window(
         }
     }
     let usd = after.cost_usd - before.cost_usd;
-    Some(LogReport {
-        stores: vec!["SlateDB WAL + SSTs (object per flush)".into()],
-        requests_per_s: requests,
-        usd_per_1000_txn: if committed == 0 { 0.0 } else { usd / committed as f64 * 1000.0 },
-        usd_per_hour: usd / secs * 3600.0,
-        ..LogReport::default()
-    })
+    Some(
+        LogReport {
+            stores: vec!["SlateDB WAL + SSTs (object per flush)".into()],
+            requests_per_s: requests,
+            ..LogReport::default()
+        }
+        .priced(usd, secs, committed),
+    )
 }
 
 /// A closed-loop client: one transaction at a time until the run stops.

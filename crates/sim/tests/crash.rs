@@ -43,7 +43,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use milliscale::options::LOG_STREAMS_PER_GROUP;
-use milliscale::{CommitProtocol, Database, Direction, Error, Options};
+use milliscale::{CommitProtocol, Database, Direction, Error, FlushPolicy, Options};
 use objstore::{MemoryStore, ObjectStore};
 use parking_lot::Mutex;
 use rand::rngs::SmallRng;
@@ -99,6 +99,16 @@ fn workload(
         .flush_timeout(Duration::from_millis(1))
         .flush_min_interval(Duration::from_micros(rng.random_range(0..=1000)))
         .flush_pace(rng.random_bool(0.5).then(|| rng.random_range(0.5..8.0)))
+        // The flush policy: the target (the default), weighing a drawn
+        // append price against a drawn millisecond price within a drawn
+        // bound; the fixed pace; or the paper's timeout.
+        .flush_policy(
+            [FlushPolicy::Target, FlushPolicy::Target, FlushPolicy::Adaptive, FlushPolicy::Timeout]
+                [rng.random_range(0..4)],
+        )
+        .append_price(rng.random_bool(0.8).then(|| 1.13e-6 * rng.random_range(0.1..10.0)))
+        .millisecond_price(10f64.powf(rng.random_range(-4.0..1.0)))
+        .flush_max_wait(Duration::from_micros(rng.random_range(1000..=5000)))
         .segment_parts_max(rng.random_range(2..8))
         .log_buffer_bytes(4096)
         .checkpoint_log_bytes(0)

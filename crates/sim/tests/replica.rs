@@ -220,6 +220,10 @@ fn options(store: Arc<dyn ObjectStore>, rng: &mut SmallRng) -> Options {
         .log_streams(if rng.random_bool(0.5) { 1 } else { LOG_STREAMS_PER_GROUP })
         .flush_timeout(Duration::from_millis(1))
         .flush_pace(rng.random_bool(0.5).then(|| rng.random_range(0.5..8.0)))
+        // The target policy (the default) with a drawn price and bound.
+        .append_price(rng.random_bool(0.8).then(|| 1.13e-6 * rng.random_range(0.1..10.0)))
+        .millisecond_price(10f64.powf(rng.random_range(-4.0..1.0)))
+        .flush_max_wait(Duration::from_micros(rng.random_range(1000..=5000)))
         .segment_parts_max(rng.random_range(2..8))
         .log_buffer_bytes(4096)
         .checkpoint_log_bytes(0)

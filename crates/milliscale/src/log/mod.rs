@@ -19,6 +19,7 @@
 //! threads to groups.
 
 pub(crate) mod autonomous;
+pub(crate) mod cost;
 pub(crate) mod decode;
 pub mod group;
 pub mod hedge;
@@ -45,9 +46,11 @@ use crate::error::{Error, Result};
 use crate::manifest::LogRef;
 use crate::options::{CommitProtocol, FlushPolicy, Options, StoreSpec};
 use autonomous::{Autonomous, WaiterFlush};
+use cost::Pricing;
+pub use cost::{HOURS_PER_MONTH, LogCost};
 use group::{GroupMetrics, LogGroup};
 use hedge::HedgePolicy;
-use pacing::{FlushSettings, RequestBudget};
+use pacing::{FlushSettings, RequestBudget, Target};
 use quorum::{QuorumWriter, StoreConfig, StoreHealth};
 use segment::{RetryPolicy, WriteMode};
 use stream::LogStream;
@@ -90,6 +93,8 @@ pub struct LogMetrics {
     pub commit: CommitMetrics,
     /// Per store.
     pub stores: Vec<StoreStatus>,
+    /// The log's writes and what they cost.
+    pub cost: LogCost,
 }
 
 /// An opened and probed store.
@@ -114,6 +119,26 @@ pub(crate) fn open_stores(options: &Options) -> Result<Vec<OpenStore>> {
     options.stores.iter().map(|spec| open_store(spec, options)).collect()
 }
 
+/// Appends a second the database may send: the lower of
+/// `max_appends_per_s` and `max_usd_per_hour` at `append_usd` a flush.
+fn request_budget(options: &Options, append_usd: f64) -> Result<Option<u32>> {
+    let from_usd = match options.max_usd_per_hour {
+        None => None,
+        Some(_) if append_usd <= 0.0 => {
+            return Err(Error::InvalidArgument(
+                "max_usd_per_hour needs a price: a store with a price table (sim://, s3://) or \
+                 append_price"
+                    .into(),
+            ));
+        }
+        Some(usd) => Some((usd / 3600.0 / append_usd).floor().max(1.0) as u32),
+    };
+    Ok(match (options.max_appends_per_s, from_usd) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    })
+}
+
 /// The running log of one database.
 pub(crate) struct Log {
     groups: Vec<Arc<LogGroup>>,
@@ -129,6 +154,7 @@ pub(crate) struct Log {
     stop_committer: Arc<AtomicBool>,
     /// Worker numbers handed out, for the thread -> group map.
     workers: AtomicUsize,
+    pricing: Pricing,
     db_id: u64,
 }
 
@@ -149,14 +175,17 @@ impl Log {
     ) -> Result<Log> {
         let autonomous = (options.commit_protocol == CommitProtocol::Autonomous)
             .then(|| Autonomous::new(options, stores.iter().any(|s| s.store.is_object_store())));
+        let pricing = Pricing::new(options, &stores);
+        let append_usd = pricing.flush_usd();
         let flush = FlushSettings {
             // Autonomous: the lanes' threads are only the backstop.
             policy: if autonomous.is_some() { FlushPolicy::Timeout } else { options.flush_policy },
             timeout: options.flush_timeout,
             min_interval: options.flush_min_interval,
             pace: options.flush_pace,
-            budget: options.max_appends_per_s.map(|n| Arc::new(RequestBudget::new(n))),
+            budget: request_budget(options, append_usd)?.map(|n| Arc::new(RequestBudget::new(n))),
             reap: autonomous.is_some(),
+            target: Target::new(append_usd, options.millisecond_price, options.flush_max_wait),
         };
         let mut streams: Vec<LogStream> = (0..log.streams())
             .map(|s| {
@@ -239,6 +268,7 @@ impl Log {
             stop_committer,
             workers: AtomicUsize::new(0),
             db_id,
+            pricing,
         })
     }
 
@@ -297,11 +327,20 @@ impl Log {
     }
 
     pub(crate) fn metrics(&self) -> LogMetrics {
+        let groups: Vec<GroupMetrics> = self.groups.iter().map(|g| g.metrics()).collect();
+        let streams: Vec<StreamMetrics> = self.streams.iter().map(|s| s.metrics()).collect();
+        let commit = self.commit.metrics.lock().clone();
+        let cost = self.pricing.cost(
+            streams.iter().map(|s| s.appends).sum(),
+            groups.iter().map(|g| g.bytes).sum(),
+            commit.released,
+        );
         LogMetrics {
-            groups: self.groups.iter().map(|g| g.metrics()).collect(),
-            streams: self.streams.iter().map(|s| s.metrics()).collect(),
-            commit: self.commit.metrics.lock().clone(),
+            groups,
+            streams,
+            commit,
             stores: self.stores.iter().map(status).collect(),
+            cost,
         }
     }
 
@@ -321,6 +360,7 @@ impl Log {
     }
 
     pub(crate) fn reset_metrics(&self) {
+        self.pricing.reset();
         for g in &self.groups {
             g.reset_metrics();
         }

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use super::latency_window::LatencyWindow;
+use super::pacing::TxnRate;
 
 /// Where a lane's next append goes.
 #[derive(Debug, Clone, Copy)]
@@ -44,8 +45,12 @@ pub(super) struct StreamState {
     pub(super) pacer: Option<usize>,
     /// Latencies of the stream's recent appends (to a quorum).
     pub(super) recent: LatencyWindow,
-    /// Adaptive flushing: the least time between two flushes now.
+    /// The pace: the least time between two flushes now.
     pub(super) interval: Duration,
+    /// The target policy: the transactions a second the stream's cuts
+    /// take, and the gap between flushes it chose last.
+    pub(super) txn_rate: TxnRate,
+    pub(super) gap: Option<Duration>,
     /// A worker about to idle left appends out: a lane's thread should
     /// wait for them now (see [`LogStream::flush_now`]).
     pub(super) finish_out: bool,
@@ -73,6 +78,8 @@ impl FlushSignal {
                 pacer: None,
                 recent: LatencyWindow::default(),
                 interval,
+                txn_rate: TxnRate::default(),
+                gap: None,
                 finish_out: false,
                 lanes: first_segments
                     .iter()

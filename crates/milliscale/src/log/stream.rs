@@ -20,7 +20,11 @@
 //! for all the others while their own appends have landed. With one
 //! stream per group (`LOG_STREAMS_PER_GROUP`) this is the paper's layout.
 //!
-//! **When to flush** (`FlushPolicy`). Adaptive (the default) is *paced*:
+//! **When to flush** (`FlushPolicy`). Target (the default) weighs an
+//! append's dollars against the transactions waiting for it: the stream
+//! starts an append once the last one is older than the economic gap for
+//! its transaction rate (`pacing`'s module docs), held between the pace
+//! below and `flush_max_wait` above. Adaptive is *paced*:
 //! the stream starts an append every `interval`, the median latency of its
 //! last 64 appends divided by `flush_pace` (at least `flush_min_interval`),
 //! on any free lane, when a group holds data, within the database's
@@ -178,9 +182,13 @@ pub struct StreamMetrics {
     /// Of the appends, written by a worker (autonomous commit) rather
     /// than by a lane's thread.
     pub worker_flushes: u64,
-    /// Adaptive flushing: the least time between two flushes at the end
-    /// (the pace's interval, or `flush_min_interval`).
+    /// The least time between two flushes at the end: the target's gap
+    /// (`FlushPolicy::Target`), else the pace's interval or
+    /// `flush_min_interval`.
     pub interval: Duration,
+    /// The transactions a second the stream was logging at the end (the
+    /// target's estimate, decaying over about half a second).
+    pub txn_per_s: f64,
 }
 
 /// One log stream: its groups and the state its lanes share.
@@ -242,7 +250,11 @@ impl LogStream {
             appends: self.appends.load(Ordering::Relaxed),
             overlapped: self.overlapped.load(Ordering::Relaxed),
             worker_flushes: self.worker_flushes.load(Ordering::Relaxed),
-            interval: self.signal.state.lock().interval,
+            interval: {
+                let st = self.signal.state.lock();
+                st.gap.unwrap_or(st.interval)
+            },
+            txn_per_s: self.signal.state.lock().txn_rate.at(Instant::now()),
         }
     }
 
@@ -355,6 +367,13 @@ impl LogStream {
                     let since = st.last_flush.map_or(Duration::MAX, |t| now - t);
                     st.interval.saturating_sub(since).min(self.flush.timeout.saturating_sub(age))
                 }
+                FlushPolicy::Target => {
+                    let since = st.last_flush.map_or(Duration::MAX, |t| now - t);
+                    let target = &self.flush.target;
+                    let gap = target.gap(st.txn_rate.at(now), st.interval);
+                    st.gap = Some(gap);
+                    gap.saturating_sub(since).min(target.max_wait.saturating_sub(age))
+                }
             };
             let wait = if st.full || st.closing || due.is_zero() {
                 match &self.flush.budget {
@@ -418,6 +437,7 @@ impl LogStream {
             return None;
         }
         st.last_flush = Some(now);
+        st.txn_rate.add(now, cuts.iter().map(|(_, c)| c.txns.len()).sum());
         if st.writing > 0 {
             self.overlapped.fetch_add(1, Ordering::Relaxed);
         }

@@ -143,6 +143,20 @@ impl StoreSpec {
 /// When a log group writes its buffer out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum FlushPolicy {
+    /// The fewest appends worth their price (the default): a stream
+    /// flushes when its last flush is older than the gap that costs least
+    /// in store dollars plus waiting, `sqrt(2 a / (λ R))` for an append of
+    /// `a` dollars, `R` transactions a second, and a transaction-second
+    /// worth `λ` (`Options::millisecond_price`). The gap is never shorter
+    /// than the pace (`flush_pace` appends per store round trip, or
+    /// `flush_min_interval`) and never longer than `flush_max_wait`. So
+    /// the bill follows the load: an idle stream sends nothing, a quiet
+    /// one an append per transaction without waiting, a busy one more
+    /// appends as the square root of its load, up to the pace at
+    /// saturation. A full buffer goes out at once; `max_appends_per_s`
+    /// and `max_usd_per_hour` cap the rate.
+    #[default]
+    Target,
     /// Flush evenly paced, by the store's own latency: a stream starts
     /// `flush_pace` appends per round trip (the median of its recent
     /// appends), never more often than `flush_min_interval`, on any free
@@ -151,8 +165,7 @@ pub enum FlushPolicy {
     /// `flush_timeout`, goes out without waiting. A busy stream sends
     /// bigger parts at the same pace, an idle one sends none. Without a
     /// pace, a free lane flushes as soon as `flush_min_interval` allows.
-    /// The default.
-    #[default]
+    /// The default before `Target`: the same appends a second at any load.
     Adaptive,
     /// The paper's policy: flush when the buffer is full or when
     /// `flush_timeout` has passed since its first entry.

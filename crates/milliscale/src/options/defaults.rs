@@ -66,3 +66,24 @@ pub const LOG_BUFFER_BYTES_DEFAULT: usize = 1 << 20;
 
 /// Default [`Options::log_group_size`].
 pub const LOG_GROUP_SIZE_DEFAULT: usize = 2;
+
+/// Default [`Options::millisecond_price`]: a millisecond off the commit
+/// latency of 1,000 transactions a second is worth $0.016 an hour. Chosen
+/// from the price of a millisecond across loads (BENCHMARKS.md, "What does
+/// the log cost at each load?"): on S3 Express ($1.13 per million
+/// appends) the gap between flushes is then 3.45 ms at 42,500 logging
+/// transactions a second (the paper's 30M-record setting at 8 threads,
+/// where the request cut against per-thread logging is measured), and at
+/// most the pace's 2.9 ms above about 50,000; below about 1,800 a second
+/// [`FLUSH_MAX_WAIT_DEFAULT`] bounds it. Measured on `sim://s3x`, YCSB-A
+/// in open loop, 3 seeds: 54 appends a second at 1,000 offered
+/// transactions ($0.22 an hour, 0.71x SlateDB's with a 10 ms WAL flush, at
+/// 0.76x its commit p99), 107 at 10,000, 236 at 60,000, about 300 at
+/// saturation (commit p50 1.26x one append at 2 threads).
+pub const MILLISECOND_PRICE_DEFAULT: f64 = 0.016;
+
+/// Default [`Options::flush_max_wait`]: the target policy's latency bound
+/// at low load. 20 ms keeps commit p99 under SlateDB's with a 10 ms WAL
+/// flush at 1,000 transactions a second (36.5 against 48.1 ms) for 0.71x
+/// its dollars an hour; 8 ms gets 0.54x its p99 for 1.74x its dollars.
+pub const FLUSH_MAX_WAIT_DEFAULT: Duration = Duration::from_millis(20);

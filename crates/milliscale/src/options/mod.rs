@@ -11,11 +11,11 @@ pub use choices::{
     CommitProtocol, FlushPolicy, Hedging, Isolation, Quorum, StoreSpec, Tracking, TxnOptions,
 };
 pub use defaults::{
-    CHECKPOINT_CHUNK_BYTES_DEFAULT, CHECKPOINT_LOG_BYTES_DEFAULT, FLUSH_MIN_INTERVAL_DEFAULT,
-    FLUSH_PACE_DEFAULT, FLUSH_PACE_MAX, FLUSH_TIMEOUT_DEFAULT, FLUSH_UNIT_DEFAULT,
-    LOG_BUFFER_BYTES_DEFAULT, LOG_GROUP_SIZE_DEFAULT, LOG_LANES_DEFAULT, LOG_LANES_MAX,
-    LOG_STREAMS_DEFAULT, LOG_STREAMS_PER_GROUP, MAX_IDLE_DEFAULT, OBJECT_FLUSH_UNIT_DEFAULT,
-    STEAL_GROUP_DEFAULT,
+    CHECKPOINT_CHUNK_BYTES_DEFAULT, CHECKPOINT_LOG_BYTES_DEFAULT, FLUSH_MAX_WAIT_DEFAULT,
+    FLUSH_MIN_INTERVAL_DEFAULT, FLUSH_PACE_DEFAULT, FLUSH_PACE_MAX, FLUSH_TIMEOUT_DEFAULT,
+    FLUSH_UNIT_DEFAULT, LOG_BUFFER_BYTES_DEFAULT, LOG_GROUP_SIZE_DEFAULT, LOG_LANES_DEFAULT,
+    LOG_LANES_MAX, LOG_STREAMS_DEFAULT, LOG_STREAMS_PER_GROUP, MAX_IDLE_DEFAULT,
+    MILLISECOND_PRICE_DEFAULT, OBJECT_FLUSH_UNIT_DEFAULT, STEAL_GROUP_DEFAULT,
 };
 
 use std::sync::Arc;
@@ -52,6 +52,10 @@ pub struct Options {
     pub(crate) flush_min_interval: Duration,
     pub(crate) flush_pace: Option<f64>,
     pub(crate) max_appends_per_s: Option<u32>,
+    pub(crate) millisecond_price: f64,
+    pub(crate) flush_max_wait: Duration,
+    pub(crate) max_usd_per_hour: Option<f64>,
+    pub(crate) append_price: Option<f64>,
     pub(crate) tracking: Tracking,
     pub(crate) commit_protocol: CommitProtocol,
     pub(crate) flush_unit: Option<usize>,
@@ -85,10 +89,14 @@ impl Default for Options {
             log_lanes: LOG_LANES_DEFAULT,
             log_streams: LOG_STREAMS_DEFAULT,
             log_thread_slice: Some(crate::sched::LOG_THREAD_SLICE_DEFAULT),
-            flush_policy: FlushPolicy::Adaptive,
+            flush_policy: FlushPolicy::Target,
             flush_min_interval: FLUSH_MIN_INTERVAL_DEFAULT,
             flush_pace: Some(FLUSH_PACE_DEFAULT),
             max_appends_per_s: None,
+            millisecond_price: MILLISECOND_PRICE_DEFAULT,
+            flush_max_wait: FLUSH_MAX_WAIT_DEFAULT,
+            max_usd_per_hour: None,
+            append_price: None,
             tracking: Tracking::Record,
             commit_protocol: CommitProtocol::Pipelined,
             flush_unit: None,
@@ -327,21 +335,21 @@ impl Options {
         self
     }
 
-    /// When a group flushes ([`FlushPolicy`]). Default adaptive.
+    /// When a group flushes ([`FlushPolicy`]). Default target.
     pub fn flush_policy(mut self, p: FlushPolicy) -> Options {
         self.flush_policy = p;
         self
     }
 
-    /// Adaptive flushing: the least time between two flushes of a stream
-    /// (0..=1 s). Default 1 ms.
+    /// The least time between two flushes of a stream (0..=1 s), under
+    /// the target and adaptive policies. Default 1 ms.
     pub fn flush_min_interval(mut self, d: Duration) -> Options {
         self.flush_min_interval = d;
         self
     }
 
-    /// Adaptive flushing: how many appends a stream starts per store round
-    /// trip, evenly spaced (the interval is the median of its last 64
+    /// The pace: how many appends a stream starts per store round trip at
+    /// most (the target policy's floor) or always (adaptive), evenly spaced (the interval is the median of its last 64
     /// appends' latencies divided by this; in (0, 64]). A transaction then
     /// waits half an interval for its flush on average, so the pace buys
     /// commit latency with requests: on a store with 8 ms appends, 3 gives
@@ -349,6 +357,47 @@ impl Options {
     /// lanes' own cycle paces the flushes, unevenly). Default 2.75.
     pub fn flush_pace(mut self, pace: Option<f64>) -> Options {
         self.flush_pace = pace;
+        self
+    }
+
+    /// The target policy ([`FlushPolicy::Target`]): what taking one
+    /// millisecond off the commit latency of 1,000 transactions a second
+    /// is worth to you, in dollars an hour. The log sends an append when
+    /// the latency it saves the transactions waiting is worth its price
+    /// (the store's price table, or [`Options::append_price`]). Higher buys
+    /// lower latency with more requests; 0 waits `flush_max_wait` for
+    /// every flush. Finite and at least 0; default
+    /// [`MILLISECOND_PRICE_DEFAULT`].
+    pub fn millisecond_price(mut self, usd_per_hour: f64) -> Options {
+        self.millisecond_price = usd_per_hour;
+        self
+    }
+
+    /// The target policy: the longest a stream lets data wait for its
+    /// append to start (1 ms..=10 s), the latency bound at low load.
+    /// Default [`FLUSH_MAX_WAIT_DEFAULT`].
+    pub fn flush_max_wait(mut self, d: Duration) -> Options {
+        self.flush_max_wait = d;
+        self
+    }
+
+    /// A ceiling on the log's request dollars an hour, over all stores:
+    /// turned into a request budget at the stores' append prices (as
+    /// [`Options::max_appends_per_s`]; the lower of the two holds). Bytes
+    /// uploaded are not in it: they follow the data, not the policy.
+    /// Needs a price: a store with a price table (`sim://`, `s3://`) or
+    /// [`Options::append_price`]. `None` (the default): no ceiling.
+    pub fn max_usd_per_hour(mut self, usd: Option<f64>) -> Options {
+        self.max_usd_per_hour = usd;
+        self
+    }
+
+    /// The dollars of one log append to one store, for the target policy
+    /// and [`Options::max_usd_per_hour`]. `None` (the default): each
+    /// store's own price table (S3 Express: $1.13 per million); a store
+    /// without one (`file://`, `memory://`) counts as free.
+    pub fn append_price(mut self, usd: Option<f64>) -> Options {
+        self.append_price = usd;
         self
     }
 
@@ -520,6 +569,28 @@ impl Options {
             && !(p > 0.0 && p <= FLUSH_PACE_MAX)
         {
             return bad(format!("flush_pace must be in (0, {FLUSH_PACE_MAX}], got {p}"));
+        }
+        if !(self.millisecond_price.is_finite() && self.millisecond_price >= 0.0) {
+            return bad(format!(
+                "millisecond_price must be a finite number of dollars, at least 0, got {}",
+                self.millisecond_price
+            ));
+        }
+        if !(Duration::from_millis(1)..=Duration::from_secs(10)).contains(&self.flush_max_wait) {
+            return bad(format!(
+                "flush_max_wait must be in 1 ms..=10 s, got {:?}",
+                self.flush_max_wait
+            ));
+        }
+        if let Some(u) = self.max_usd_per_hour
+            && !(u.is_finite() && u > 0.0)
+        {
+            return bad(format!("max_usd_per_hour must be above 0 (or unset), got {u}"));
+        }
+        if let Some(p) = self.append_price
+            && !(p.is_finite() && p >= 0.0)
+        {
+            return bad(format!("append_price must be at least 0 (or unset), got {p}"));
         }
         if self.max_appends_per_s == Some(0) {
             return bad("max_appends_per_s must be at least 1 (or unset)".into());

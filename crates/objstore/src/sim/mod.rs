@@ -590,6 +590,9 @@ impl ObjectStore for SimStore {
     fn delete(&self, key: &str) -> Result<()> {
         self.write(Kind::Delete, 0, || self.inner.delete(key))
     }
+    fn prices(&self) -> Option<crate::sim::model::Prices> {
+        Some(self.prices)
+    }
     fn accounting(&self) -> Option<AccountingReport> {
         Some(self.accounting.report(self.prices))
     }
