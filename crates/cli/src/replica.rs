@@ -40,12 +40,19 @@ pub(crate) struct ReplicaArgs {
     /// Print a progress line this often, in seconds (0: never).
     #[arg(long, default_value_t = 1.0)]
     pub(crate) every: f64,
-    /// Poll a chain this often while the database is active, in ms.
+    /// Poll a chain at most this often, in ms.
     #[arg(long, default_value_t = 5.0)]
     pub(crate) poll_min_ms: f64,
-    /// Poll a chain at most this seldom while the database is idle, in ms.
+    /// Poll a chain at least this often (while the database is idle, this
+    /// often), in ms.
     #[arg(long, default_value_t = 1000.0)]
     pub(crate) poll_max_ms: f64,
+    /// While the database is active, dollars an hour that a millisecond
+    /// off the replica's lag is worth, for 1,000 transactions a second: a
+    /// chain is polled every sqrt(2 GET price / (price/3600 x its
+    /// transactions a second)). [default: 0.016]
+    #[arg(long)]
+    pub(crate) ms_price: Option<f64>,
     /// Threads that apply the log, split by key (default: the cores, at
     /// most 4).
     #[arg(long)]
@@ -85,6 +92,7 @@ pub(crate) fn replica(a: ReplicaArgs) -> Result<(), String> {
     let poll = milliscale::ReplicaOptions {
         poll_min: ms(a.poll_min_ms, "poll-min-ms")?,
         poll_max: ms(a.poll_max_ms, "poll-max-ms")?,
+        millisecond_price: a.ms_price.unwrap_or(milliscale::options::MILLISECOND_PRICE_DEFAULT),
         apply_threads: threads("apply-threads", a.apply_threads)?,
         hedge_reads: !a.no_hedge_reads,
         ..milliscale::ReplicaOptions::default()

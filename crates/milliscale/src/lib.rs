@@ -39,6 +39,7 @@ mod manifest;
 mod mvcc;
 pub mod options;
 mod parallel;
+mod rate;
 mod recovery;
 mod replica;
 mod retry;
@@ -63,7 +64,7 @@ pub use options::{
     TxnOptions,
 };
 pub use recovery::{PromotionReport, PromotionTimings, RecoveryReport, Timings, Truncated};
-pub use replica::{Replica, ReplicaMetrics, ReplicaOptions};
+pub use replica::{IDLE_MANIFEST_POLLS, Replica, ReplicaMetrics, ReplicaOptions};
 pub use table::Table;
 pub use txn::Transaction;
 

@@ -206,7 +206,7 @@ fn a_replica_follows_a_new_writer() {
 }
 
 #[test]
-fn an_idle_database_costs_a_replica_few_requests() {
+fn an_idle_database_costs_a_replica_one_request_per_chain_per_poll_max() {
     let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
     let db = Database::open(writer(&store)).expect("open");
     let t = db.create_table("t").expect("table");
@@ -229,13 +229,86 @@ fn an_idle_database_costs_a_replica_few_requests() {
     let b = replica.metrics();
     let chains = db.manifest().expect("manifest").log.chains().count() as u64;
     let polls = b.polls - a.polls;
-    // At 200 ms, 10 polls per chain in 2 s; at poll_min, 2000.
-    assert!(polls <= chains * 14, "{polls} polls of {chains} chains in 2 s idle");
-    // A poll of a chain never written costs up to four requests (the
-    // segment and the put-mode part, then the next of each); manifest
-    // checks two HEADs every 200 ms.
+    // At 200 ms, 10 polls per chain in 2 s (one more at a window's edge);
+    // at poll_min it would be 2,000.
+    assert!(polls <= chains * 11, "{polls} polls of {chains} chains in 2 s idle");
+    // Each idle poll is one request (the chains never written take the
+    // mode the written one showed; a poll looks at its segment or for the
+    // next, in turn). The manifest, idle, is checked every 16 poll_max:
+    // at most once in the window, two HEADs.
     let requests = b.get_requests - a.get_requests;
-    assert!(requests <= polls * 4 + 2 * 12 + 4, "{requests} requests for {polls} polls");
+    assert!(requests <= polls + 2, "{requests} requests for {polls} polls of {chains} chains");
+    // And the replica still sees the writer wake up.
+    let mut tx = db.begin().expect("begin");
+    tx.put(&t, b"k2", b"v").expect("put");
+    let csn = tx.commit_and_wait().expect("commit").csn.expect("csn");
+    replica.wait_for(csn, WAIT).expect("applied after the idle spell");
+}
+
+/// While the writer is active, a replica's polls follow what it commits:
+/// a chain is polled every `sqrt(2 g / (λ r))` for a GET price `g`, so at
+/// 20 commits a second over 3 lanes (segments of 4 appends), with S3
+/// Express's GET price, polls cost about as many requests as the writer's
+/// appends, not a poll of every chain every `poll_min` (3,000 a second
+/// here); and nine times the commits cost about three times the polls.
+/// Every commit is applied soon after it is acknowledged.
+#[test]
+fn a_replica_polls_as_the_square_root_of_the_writers_load() {
+    let sim = |seed| -> Arc<dyn ObjectStore> {
+        Arc::new(
+            objstore::sim::SimStore::from_url(&format!("sim://nvme?seed={seed}&price=s3-express"))
+                .expect("sim"),
+        )
+    };
+    let run = |rate: u32, store: Arc<dyn ObjectStore>| {
+        let db = Database::open(writer(&store)).expect("open");
+        let t = db.create_table("t").expect("table");
+        // λ such that a chain carrying 7 transactions a second (20 over
+        // 3 chains) is polled every 100 ms: X = 2 g 3600 / (r I^2).
+        let g = 0.03e-6;
+        let opts = ReplicaOptions {
+            poll_min: Duration::from_millis(1),
+            poll_max: Duration::from_secs(1),
+            millisecond_price: 2.0 * g * 3600.0 / (20.0 / 3.0 * 0.01),
+            ..ReplicaOptions::default()
+        };
+        let replica = Replica::open_with(Options::new().add_store_handle(Arc::clone(&store)), opts)
+            .expect("replica");
+        let every = Duration::from_secs_f64(1.0 / f64::from(rate));
+        let commit = |i: u32| {
+            let mut tx = db.begin().expect("begin");
+            tx.put(&t, &i.to_be_bytes(), b"v").expect("put");
+            tx.commit().expect("commit")
+        };
+        // Warm up for a second: the tails learn the rate.
+        let mut warm = Vec::new();
+        for i in 0..rate {
+            warm.push(commit(i));
+            std::thread::sleep(every);
+        }
+        for ack in warm {
+            ack.wait().expect("durable");
+        }
+        let a = replica.metrics();
+        let mut last = None;
+        for i in rate..3 * rate {
+            last = Some(commit(i));
+            std::thread::sleep(every);
+        }
+        let b = replica.metrics();
+        let csn = last.expect("commits").wait().expect("durable").csn.expect("csn");
+        let acked = std::time::Instant::now();
+        replica.wait_for(csn, WAIT).expect("applied");
+        (b.polls - a.polls, acked.elapsed())
+    };
+    let (slow, slow_lag) = run(20, sim(1));
+    let (fast, fast_lag) = run(180, sim(2));
+    eprintln!("20/s: {slow} polls in 2 s, lag {slow_lag:?}; 180/s: {fast} polls, lag {fast_lag:?}");
+    // 3 chains every 100 ms for 2 s: 60; every 33 ms at 9x: 180.
+    assert!((30..=120).contains(&slow), "{slow} polls at 20 commits a second");
+    let ratio = fast as f64 / slow as f64;
+    assert!((1.8..=4.5).contains(&ratio), "9x the load, {ratio:.2}x the polls");
+    assert!(slow_lag < Duration::from_millis(500) && fast_lag < Duration::from_millis(500));
 }
 
 #[test]

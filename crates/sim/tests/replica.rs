@@ -137,6 +137,7 @@ fn replica_options(rng: &mut SmallRng) -> ReplicaOptions {
         poll_min: Duration::from_micros(rng.random_range(0..2000)),
         poll_max: Duration::from_millis(20),
         manifest_every: Duration::from_millis(rng.random_range(5..50)),
+        millisecond_price: 10f64.powf(rng.random_range(-4.0..1.0)),
         apply_threads: rng.random_range(1..=3),
         apply_parallel_min: rng.random_range(0..64),
         hedge_reads: rng.random_bool(0.5),

@@ -1,7 +1,7 @@
 //! When a stream flushes: its settings (`FlushPolicy`, the pace, the
 //! minimum interval, the request budget, the target's price of a
-//! millisecond) and the two estimates the target needs (the stream's
-//! transaction rate, and from it the economic gap between flushes). The
+//! millisecond) and the target's economic gap between flushes, from the
+//! stream's transaction rate (an `EventRate` in its state, `signal`). The
 //! decision itself is `stream`'s `LogStream::wait_due`; see `stream`'s
 //! module docs, "When to flush".
 //!
@@ -89,34 +89,6 @@ impl Target {
     }
 }
 
-/// A stream's transaction rate: an exponentially decaying count of the
-/// transactions its cuts took, with time constant [`TxnRate::TAU`].
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct TxnRate {
-    per_s: f64,
-    at: Option<Instant>,
-}
-
-impl TxnRate {
-    /// Seconds: long against the gaps it sets (at most `flush_max_wait`),
-    /// so one cut moves the estimate little; short enough that a change
-    /// of load shows within a second.
-    const TAU: f64 = 0.5;
-
-    /// A cut at `now` took `txns` transactions.
-    pub(crate) fn add(&mut self, now: Instant, txns: usize) {
-        self.per_s = self.at(now) + txns as f64 / Self::TAU;
-        self.at = Some(now);
-    }
-
-    /// Transactions a second, as of `now`.
-    pub(crate) fn at(&self, now: Instant) -> f64 {
-        self.at.map_or(0.0, |t| {
-            self.per_s * (-now.saturating_duration_since(t).as_secs_f64() / Self::TAU).exp()
-        })
-    }
-}
-
 /// A token bucket of appends per second, shared by a database's streams.
 #[derive(Debug)]
 pub(crate) struct RequestBudget {
@@ -177,20 +149,5 @@ mod tests {
             Target::new(S3X_APPEND, 0.0, Duration::from_millis(40)).gap(1e6, floor),
             Duration::from_millis(40)
         );
-    }
-
-    #[test]
-    fn the_rate_follows_the_cuts() {
-        let t0 = Instant::now();
-        let mut r = TxnRate::default();
-        assert_eq!(r.at(t0), 0.0);
-        // 5,000 transactions a second, cut every 4 ms, for 3 s.
-        for i in 1..=750u32 {
-            r.add(t0 + Duration::from_millis(4) * i, 20);
-        }
-        let est = r.at(t0 + Duration::from_millis(3000));
-        assert!((est - 5000.0).abs() < 5000.0 * 0.05, "{est}");
-        // Then nothing for 2 s: it decays towards zero.
-        assert!(r.at(t0 + Duration::from_millis(5000)) < 5000.0 * 0.02);
     }
 }

@@ -18,7 +18,13 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use super::latency_window::LatencyWindow;
-use super::pacing::TxnRate;
+use crate::rate::EventRate;
+
+/// How fast a stream's transaction rate (the target policy's `R`) follows
+/// the load: long against the gaps it sets (at most `flush_max_wait`), so
+/// one cut moves it little, short enough that a change shows within a
+/// second.
+const TXN_RATE_TAU: Duration = Duration::from_millis(500);
 
 /// Where a lane's next append goes.
 #[derive(Debug, Clone, Copy)]
@@ -49,7 +55,7 @@ pub(super) struct StreamState {
     pub(super) interval: Duration,
     /// The target policy: the transactions a second the stream's cuts
     /// take, and the gap between flushes it chose last.
-    pub(super) txn_rate: TxnRate,
+    pub(super) txn_rate: EventRate,
     pub(super) gap: Option<Duration>,
     /// A worker about to idle left appends out: a lane's thread should
     /// wait for them now (see [`LogStream::flush_now`]).
@@ -78,7 +84,7 @@ impl FlushSignal {
                 pacer: None,
                 recent: LatencyWindow::default(),
                 interval,
-                txn_rate: TxnRate::default(),
+                txn_rate: EventRate::new(TXN_RATE_TAU),
                 gap: None,
                 finish_out: false,
                 lanes: first_segments

@@ -3,10 +3,20 @@
 //!
 //! **Tail threads.** One per (store, chain) of the writer's live log, each
 //! polling its chain ([`ChainTail`]) and sending what it read to the
-//! follower. A tail polls every `poll_min` while the database is active
-//! (any tail found something within the last [`ACTIVE_WINDOW`]); when it
-//! is idle, each empty poll doubles the interval up to `poll_max`, so an
-//! idle database costs a replica a few requests a second.
+//! follower. While the database is active (any tail found something
+//! within the last [`ACTIVE_WINDOW`]) a tail polls as the writer flushes,
+//! weighing a read's price against the waiting it saves: every
+//! `sqrt(2 g / (λ r))`, with `g` the store's GET price, `λ` the replica's
+//! `millisecond_price` and `r` the transactions a second on its chain or
+//! the average over the log's chains, whichever is higher (`EventRate`s
+//! of what the tails found), within `poll_min..=poll_max`. So a replica's
+//! reads grow with the square root of what the writer commits. When the database is idle, each empty poll doubles the
+//! interval up to `poll_max`, and a poll is one request: the tails of a
+//! store share the write mode one of them learned, and an idle tail looks
+//! either at its segment or for the next one, in turn
+//! ([`ChainTail::poll_idle`]). The manifest is checked every
+//! `manifest_every` while active and every [`IDLE_MANIFEST_POLLS`]
+//! `poll_max` while idle.
 //!
 //! **The replay rule, continuously.** An entry counts once `needed` stores
 //! have shown it (the writer's quorum: a part on fewer stores may not
@@ -41,7 +51,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -58,13 +68,23 @@ use crate::error::{Error, Result};
 use crate::keys::Chain;
 use crate::log::hedge::HedgePolicy;
 use crate::log::record::{Entry, Part};
+use crate::log::segment::WriteMode;
 use crate::manifest::{LogRef, Manifest, SealedLog};
 use crate::mvcc::Csn;
+use crate::rate::EventRate;
 use crate::table::TableInner;
 
-/// After a tail last found something, tails keep polling at `poll_min`
-/// for this long.
+/// After a tail last found something, tails keep polling in proportion to
+/// the writer's appends for this long; then they back off to `poll_max`.
 pub const ACTIVE_WINDOW: Duration = Duration::from_secs(2);
+
+/// While the database is idle, the manifest is checked every this many
+/// `poll_max` (at least `manifest_every`).
+pub const IDLE_MANIFEST_POLLS: u32 = 16;
+
+/// How fast the tails' estimates of the writer's transactions a second
+/// follow it.
+const TXN_RATE_TAU: Duration = Duration::from_secs(1);
 
 /// Once a tail met a fence part, the manifest is checked this often until
 /// the new writer's log appears.
@@ -174,6 +194,12 @@ pub(crate) struct Shared {
     /// When a tail last found something (ns since `origin`).
     last_activity: AtomicU64,
     origin: Instant,
+    /// Transactions the tails found, all stores and chains together, and
+    /// how many tails there are: the average a chain carries.
+    txns: Mutex<EventRate>,
+    tails: AtomicUsize,
+    /// Per store, the write mode a tail learned, for the others.
+    modes: Mutex<Vec<Option<WriteMode>>>,
 }
 
 impl Shared {
@@ -187,6 +213,9 @@ impl Shared {
             sleep: (Mutex::new(()), Condvar::new()),
             last_activity: AtomicU64::new(0),
             origin: Instant::now(),
+            txns: Mutex::new(EventRate::new(TXN_RATE_TAU)),
+            tails: AtomicUsize::new(0),
+            modes: Mutex::new(Vec::new()),
         }
     }
 
@@ -205,7 +234,7 @@ impl Shared {
         }
     }
 
-    fn active(&self) -> bool {
+    pub(super) fn active(&self) -> bool {
         let last = self.last_activity.load(Ordering::Relaxed);
         last > 0 && self.origin.elapsed().as_nanos() as u64 - last < ACTIVE_WINDOW.as_nanos() as u64
     }
@@ -213,6 +242,29 @@ impl Shared {
     fn mark_active(&self) {
         self.last_activity.store(self.origin.elapsed().as_nanos().max(1) as u64, Ordering::Relaxed);
     }
+
+    /// The transactions a second one tail sees on average.
+    fn txns_per_tail(&self, now: Instant) -> f64 {
+        self.txns.lock().at(now) / self.tails.load(Ordering::Relaxed).max(1) as f64
+    }
+
+    /// The write mode of `store`'s chains, if a tail learned it.
+    fn mode(&self, store: usize) -> Option<WriteMode> {
+        self.modes.lock().get(store).copied().flatten()
+    }
+
+    fn learned_mode(&self, store: usize, mode: WriteMode) {
+        let mut m = self.modes.lock();
+        if m.len() <= store {
+            m.resize(store + 1, None);
+        }
+        m[store] = Some(mode);
+    }
+}
+
+/// Transactions (commit and abort entries) in a poll's parts.
+fn txns_in(parts: &[Part]) -> usize {
+    parts.iter().map(|p| p.entries.len()).sum()
 }
 
 /// What a tail thread sends.
@@ -561,6 +613,7 @@ impl Follower {
             }
         }
         let stop = Arc::new(AtomicBool::new(false));
+        self.shared.tails.store(tails.len(), Ordering::Relaxed);
         let threads = tails
             .into_iter()
             .map(|(store, tail)| {
@@ -611,6 +664,13 @@ impl TailCtx {
     fn run(self, mut tail: ChainTail) -> (usize, ChainTail) {
         let mut interval = self.opts.poll_min;
         let mut last_start: Option<Instant> = None;
+        let mut rate = EventRate::new(TXN_RATE_TAU);
+        // When a poll last found something: the rate a find shows is what
+        // it found over the time since the find before (not since the last
+        // poll, which a fast poller would read as a fast writer).
+        let mut last_found: Option<Instant> = None;
+        // Idle polls look at the segment and for the next one in turn.
+        let mut idle_polls: u64 = 0;
         // After a fence or a deleted segment the tail has nothing more to
         // read; the follower replaces it.
         let mut ended = false;
@@ -619,8 +679,24 @@ impl TailCtx {
                 self.shared.sleep(self.opts.poll_max, &self.stop);
                 continue;
             }
+            if tail.mode().is_none()
+                && let Some(m) = self.shared.mode(self.store)
+            {
+                tail.assume_mode(m);
+            }
             let started = Instant::now();
-            let r = tail.poll(&self.handle);
+            let idle = interval >= self.opts.poll_max && !self.shared.active();
+            let r = if idle {
+                idle_polls += 1;
+                tail.poll_idle(&self.handle, idle_polls.is_multiple_of(2))
+            } else {
+                tail.poll(&self.handle)
+            };
+            if let Some(m) = tail.mode()
+                && self.shared.mode(self.store).is_none()
+            {
+                self.shared.learned_mode(self.store, m);
+            }
             let since = last_start.unwrap_or(started);
             last_start = Some(started);
             let found = match r {
@@ -634,6 +710,15 @@ impl TailCtx {
                         c.bytes_down += p.bytes;
                     }
                     let found = !p.parts.is_empty();
+                    if found {
+                        let n = txns_in(&p.parts);
+                        match last_found {
+                            Some(t) => rate.add_over(started, n, started - t),
+                            None => rate.add(started, n),
+                        }
+                        last_found = Some(started);
+                        self.shared.txns.lock().add(started, n);
+                    }
                     ended = p.gone || tail.fenced_by().is_some();
                     let msg = TailMsg::Polled {
                         store: self.store,
@@ -662,7 +747,8 @@ impl TailCtx {
                 self.shared.mark_active();
             }
             interval = if found || self.shared.active() {
-                self.opts.poll_min
+                let now = Instant::now();
+                self.active_interval(rate.at(now).max(self.shared.txns_per_tail(now)))
             } else {
                 (interval * 2).clamp(self.opts.poll_min, self.opts.poll_max)
             };
@@ -671,5 +757,24 @@ impl TailCtx {
             }
         }
         (self.store, tail)
+    }
+
+    /// The interval between polls while the database is active, for a
+    /// chain that carries `txns_per_s`: the one that costs least in reads
+    /// plus waiting (see the module docs), within `poll_min..=poll_max`;
+    /// `poll_min` on a store without a price or before anything was seen.
+    fn active_interval(&self, txns_per_s: f64) -> Duration {
+        let get_usd = self.handle.prices().map_or(0.0, |p| p.get_per_million / 1e6);
+        let wait_usd_per_s = self.opts.millisecond_price / 3600.0;
+        if get_usd <= 0.0 || txns_per_s <= 0.0 {
+            return self.opts.poll_min;
+        }
+        if wait_usd_per_s <= 0.0 {
+            return self.opts.poll_max;
+        }
+        let secs = (2.0 * get_usd / (wait_usd_per_s * txns_per_s)).sqrt();
+        Duration::try_from_secs_f64(secs)
+            .unwrap_or(self.opts.poll_max)
+            .clamp(self.opts.poll_min, self.opts.poll_max)
     }
 }

@@ -50,8 +50,10 @@ impl Follower {
         let forced = std::mem::take(&mut self.check_manifest);
         let every = if self.fenced {
             self.opts.manifest_every.min(FENCED_MANIFEST_EVERY)
-        } else {
+        } else if self.shared.active() {
             self.opts.manifest_every
+        } else {
+            self.opts.manifest_every.max(self.opts.poll_max * IDLE_MANIFEST_POLLS)
         };
         self.next_manifest_check = Instant::now() + every;
         if !forced && !self.manifest_changed() {

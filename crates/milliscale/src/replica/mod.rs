@@ -38,7 +38,7 @@ use crate::table::Table;
 use crate::txn::Transaction;
 use follow::{Follower, Shared};
 
-pub use follow::ACTIVE_WINDOW;
+pub use follow::{ACTIVE_WINDOW, IDLE_MANIFEST_POLLS};
 
 /// How a replica polls.
 #[derive(Debug, Clone)]
@@ -49,8 +49,24 @@ pub struct ReplicaOptions {
     /// The longest interval between polls of a chain when the database is
     /// idle (default 1 s): empty polls double the interval up to this.
     pub poll_max: Duration,
-    /// How often the manifest is checked (default 1 s): one HEAD.
+    /// How often the manifest is checked while the database is active
+    /// (default 1 s): one HEAD. While it is idle, at most every
+    /// [`IDLE_MANIFEST_POLLS`] `poll_max` (a tail that meets a fence, a
+    /// deleted segment or an unknown table has it checked at once).
     pub manifest_every: Duration,
+    /// What a millisecond off the replica's lag is worth, for 1,000
+    /// transactions a second, in dollars an hour: the writer's
+    /// [`crate::Options::millisecond_price`], applied to reads. While the
+    /// database is active a chain is polled every `sqrt(2 g / (λ r))`: a
+    /// poll costs `g` (the store's GET price), and the `r` transactions a
+    /// second the chain carries (its own rate or the average over the
+    /// log's chains, whichever is higher) wait half an interval on
+    /// average to be read. So polls grow with the square root of what the
+    /// writer commits; a store without a price is polled every
+    /// `poll_min`. The interval stays within `poll_min..=poll_max`. Finite
+    /// and at least 0 (0: every `poll_max`). Default
+    /// [`crate::options::MILLISECOND_PRICE_DEFAULT`].
+    pub millisecond_price: f64,
     /// Threads that apply the log (default: the machine's cores, at most
     /// 4). Records are split among them by key; 1 applies on the follower
     /// thread alone.
@@ -72,6 +88,7 @@ impl Default for ReplicaOptions {
             poll_min: Duration::from_millis(5),
             poll_max: Duration::from_secs(1),
             manifest_every: Duration::from_secs(1),
+            millisecond_price: crate::options::MILLISECOND_PRICE_DEFAULT,
             apply_threads: std::thread::available_parallelism().map_or(1, |n| n.get().min(4)),
             apply_parallel_min: 256,
             hedge_reads: true,
@@ -188,6 +205,12 @@ impl Replica {
         options.validate()?;
         if !options.is_logged() {
             return Err(Error::InvalidArgument("a replica needs the database's stores".into()));
+        }
+        if !(replica.millisecond_price.is_finite() && replica.millisecond_price >= 0.0) {
+            return Err(Error::InvalidArgument(format!(
+                "millisecond_price must be a finite number of dollars, at least 0, got {}",
+                replica.millisecond_price
+            )));
         }
         if replica.poll_min > replica.poll_max {
             return Err(Error::InvalidArgument(format!(

@@ -185,6 +185,45 @@ impl ChainTail {
         self.fenced_by
     }
 
+    /// The write mode learned from the chain's objects, if any yet.
+    pub fn mode(&self) -> Option<WriteMode> {
+        self.mode
+    }
+
+    /// Take `mode` as the chain's write mode before reading any of it (the
+    /// writer uses one mode per store: another chain of the store showed
+    /// it), so a poll of a chain never written is one request, not two.
+    pub fn assume_mode(&mut self, mode: WriteMode) {
+        self.mode.get_or_insert(mode);
+    }
+
+    /// A poll of one request for an idle database: with `next`, only ask
+    /// whether the writer started the next segment; else only read the
+    /// current segment from where the tail stands. Whenever either shows
+    /// something, the rest is a full [`ChainTail::poll`]. An idle tail
+    /// alternates the two, so it notices the writer within two polls.
+    pub fn poll_idle(&mut self, store: &Arc<dyn ObjectStore>, next: bool) -> Result<Polled> {
+        if self.fenced_by.is_some() || self.segment_full() {
+            return self.poll(store);
+        }
+        let mut out = Polled::default();
+        if next {
+            if self.next_segment_exists(store, &mut out)? {
+                let mut rest = self.poll(store)?;
+                rest.requests += out.requests;
+                rest.hedged += out.hedged;
+                rest.hedges_won += out.hedges_won;
+                return Ok(rest);
+            }
+            return Ok(out);
+        }
+        // What is there now, as a poll reads it first; a segment that is
+        // missing or ends in part of an append is judged by the full poll
+        // after the next look finds the writer moved on.
+        self.read_segment(store, &mut out)?;
+        Ok(out)
+    }
+
     /// Read what the chain gained since the last poll.
     pub fn poll(&mut self, store: &Arc<dyn ObjectStore>) -> Result<Polled> {
         let mut out = Polled::default();
