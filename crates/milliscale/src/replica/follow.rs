@@ -57,7 +57,6 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use hdrhistogram::Histogram;
-use objstore::ObjectStore;
 use parking_lot::{Condvar, Mutex};
 
 use super::ReplicaOptions;
@@ -81,10 +80,6 @@ pub const ACTIVE_WINDOW: Duration = Duration::from_secs(2);
 /// While the database is idle, the manifest is checked every this many
 /// `poll_max` (at least `manifest_every`).
 pub const IDLE_MANIFEST_POLLS: u32 = 16;
-
-/// How fast the tails' estimates of the writer's transactions a second
-/// follow it.
-const TXN_RATE_TAU: Duration = Duration::from_secs(1);
 
 /// Once a tail met a fence part, the manifest is checked this often until
 /// the new writer's log appears.
@@ -190,14 +185,14 @@ pub(crate) struct Shared {
     pub(crate) progressed: Condvar,
     pub(crate) counters: Mutex<Counters>,
     /// Wakes sleeping threads at close.
-    sleep: (Mutex<()>, Condvar),
+    pub(super) sleep: (Mutex<()>, Condvar),
     /// When a tail last found something (ns since `origin`).
     last_activity: AtomicU64,
     origin: Instant,
     /// Transactions the tails found, all stores and chains together, and
     /// how many tails there are: the average a chain carries.
-    txns: Mutex<EventRate>,
-    tails: AtomicUsize,
+    pub(super) txns: Mutex<EventRate>,
+    pub(super) tails: AtomicUsize,
     /// Per store, the write mode a tail learned, for the others.
     modes: Mutex<Vec<Option<WriteMode>>>,
 }
@@ -213,7 +208,7 @@ impl Shared {
             sleep: (Mutex::new(()), Condvar::new()),
             last_activity: AtomicU64::new(0),
             origin: Instant::now(),
-            txns: Mutex::new(EventRate::new(TXN_RATE_TAU)),
+            txns: Mutex::new(EventRate::new(super::poll::TXN_RATE_TAU)),
             tails: AtomicUsize::new(0),
             modes: Mutex::new(Vec::new()),
         }
@@ -227,7 +222,7 @@ impl Shared {
     }
 
     /// Sleep for `d`, or until `stop` (or the follower's stop) is set.
-    fn sleep(&self, d: Duration, stop: &AtomicBool) {
+    pub(super) fn sleep(&self, d: Duration, stop: &AtomicBool) {
         let mut g = self.sleep.0.lock();
         if !self.stop.load(Ordering::SeqCst) && !stop.load(Ordering::SeqCst) {
             self.sleep.1.wait_for(&mut g, d);
@@ -239,32 +234,27 @@ impl Shared {
         last > 0 && self.origin.elapsed().as_nanos() as u64 - last < ACTIVE_WINDOW.as_nanos() as u64
     }
 
-    fn mark_active(&self) {
+    pub(super) fn mark_active(&self) {
         self.last_activity.store(self.origin.elapsed().as_nanos().max(1) as u64, Ordering::Relaxed);
     }
 
     /// The transactions a second one tail sees on average.
-    fn txns_per_tail(&self, now: Instant) -> f64 {
+    pub(super) fn txns_per_tail(&self, now: Instant) -> f64 {
         self.txns.lock().at(now) / self.tails.load(Ordering::Relaxed).max(1) as f64
     }
 
     /// The write mode of `store`'s chains, if a tail learned it.
-    fn mode(&self, store: usize) -> Option<WriteMode> {
+    pub(super) fn mode(&self, store: usize) -> Option<WriteMode> {
         self.modes.lock().get(store).copied().flatten()
     }
 
-    fn learned_mode(&self, store: usize, mode: WriteMode) {
+    pub(super) fn learned_mode(&self, store: usize, mode: WriteMode) {
         let mut m = self.modes.lock();
         if m.len() <= store {
             m.resize(store + 1, None);
         }
         m[store] = Some(mode);
     }
-}
-
-/// Transactions (commit and abort entries) in a poll's parts.
-fn txns_in(parts: &[Part]) -> usize {
-    parts.iter().map(|p| p.entries.len()).sum()
 }
 
 /// What a tail thread sends.
@@ -617,7 +607,7 @@ impl Follower {
         let threads = tails
             .into_iter()
             .map(|(store, tail)| {
-                let ctx = TailCtx {
+                let ctx = super::poll::TailCtx {
                     store,
                     handle: Arc::clone(&self.stores[store].1),
                     shared: Arc::clone(&self.shared),
@@ -643,138 +633,5 @@ impl Follower {
             self.shared.sleep.1.notify_all();
         }
         t.threads.into_iter().filter_map(|h| h.join().ok()).collect()
-    }
-}
-
-/// What a tail thread needs.
-struct TailCtx {
-    store: usize,
-    handle: Arc<dyn ObjectStore>,
-    shared: Arc<Shared>,
-    stop: Arc<AtomicBool>,
-    tx: Sender<TailMsg>,
-    opts: ReplicaOptions,
-}
-
-impl TailCtx {
-    fn stopped(&self) -> bool {
-        self.stop.load(Ordering::SeqCst) || self.shared.stop.load(Ordering::SeqCst)
-    }
-
-    fn run(self, mut tail: ChainTail) -> (usize, ChainTail) {
-        let mut interval = self.opts.poll_min;
-        let mut last_start: Option<Instant> = None;
-        let mut rate = EventRate::new(TXN_RATE_TAU);
-        // When a poll last found something: the rate a find shows is what
-        // it found over the time since the find before (not since the last
-        // poll, which a fast poller would read as a fast writer).
-        let mut last_found: Option<Instant> = None;
-        // Idle polls look at the segment and for the next one in turn.
-        let mut idle_polls: u64 = 0;
-        // After a fence or a deleted segment the tail has nothing more to
-        // read; the follower replaces it.
-        let mut ended = false;
-        while !self.stopped() {
-            if ended {
-                self.shared.sleep(self.opts.poll_max, &self.stop);
-                continue;
-            }
-            if tail.mode().is_none()
-                && let Some(m) = self.shared.mode(self.store)
-            {
-                tail.assume_mode(m);
-            }
-            let started = Instant::now();
-            let idle = interval >= self.opts.poll_max && !self.shared.active();
-            let r = if idle {
-                idle_polls += 1;
-                tail.poll_idle(&self.handle, idle_polls.is_multiple_of(2))
-            } else {
-                tail.poll(&self.handle)
-            };
-            if let Some(m) = tail.mode()
-                && self.shared.mode(self.store).is_none()
-            {
-                self.shared.learned_mode(self.store, m);
-            }
-            let since = last_start.unwrap_or(started);
-            last_start = Some(started);
-            let found = match r {
-                Ok(p) => {
-                    {
-                        let mut c = self.shared.counters.lock();
-                        c.polls += 1;
-                        c.get_class += p.requests;
-                        c.reads_hedged += p.hedged;
-                        c.reads_hedges_won += p.hedges_won;
-                        c.bytes_down += p.bytes;
-                    }
-                    let found = !p.parts.is_empty();
-                    if found {
-                        let n = txns_in(&p.parts);
-                        match last_found {
-                            Some(t) => rate.add_over(started, n, started - t),
-                            None => rate.add(started, n),
-                        }
-                        last_found = Some(started);
-                        self.shared.txns.lock().add(started, n);
-                    }
-                    ended = p.gone || tail.fenced_by().is_some();
-                    let msg = TailMsg::Polled {
-                        store: self.store,
-                        chain: tail.chain(),
-                        parts: p.parts,
-                        since,
-                        gone: p.gone,
-                        fenced: tail.fenced_by().is_some(),
-                    };
-                    if (found || ended) && self.tx.send(msg).is_err() {
-                        break;
-                    }
-                    found
-                }
-                Err(e) => {
-                    self.shared.counters.lock().polls += 1;
-                    if self.tx.send(TailMsg::Failed(e)).is_err() {
-                        break;
-                    }
-                    interval = (interval * 2).min(self.opts.poll_max);
-                    self.shared.sleep(interval, &self.stop);
-                    continue;
-                }
-            };
-            if found {
-                self.shared.mark_active();
-            }
-            interval = if found || self.shared.active() {
-                let now = Instant::now();
-                self.active_interval(rate.at(now).max(self.shared.txns_per_tail(now)))
-            } else {
-                (interval * 2).clamp(self.opts.poll_min, self.opts.poll_max)
-            };
-            if !interval.is_zero() {
-                self.shared.sleep(interval, &self.stop);
-            }
-        }
-        (self.store, tail)
-    }
-
-    /// The interval between polls while the database is active, for a
-    /// chain that carries `txns_per_s`: the one that costs least in reads
-    /// plus waiting (see the module docs), within `poll_min..=poll_max`;
-    /// `poll_min` on a store without a price or before anything was seen.
-    fn active_interval(&self, txns_per_s: f64) -> Duration {
-        let get_usd = self.handle.prices().map_or(0.0, |p| p.get_per_million / 1e6);
-        let wait_usd_per_s = self.opts.millisecond_price / 3600.0;
-        if get_usd <= 0.0 || txns_per_s <= 0.0 {
-            return self.opts.poll_min;
-        }
-        if wait_usd_per_s <= 0.0 {
-            return self.opts.poll_max;
-        }
-        let secs = (2.0 * get_usd / (wait_usd_per_s * txns_per_s)).sqrt();
-        Duration::try_from_secs_f64(secs)
-            .unwrap_or(self.opts.poll_max)
-            .clamp(self.opts.poll_min, self.opts.poll_max)
     }
 }

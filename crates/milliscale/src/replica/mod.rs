@@ -24,6 +24,7 @@
 mod apply;
 mod follow;
 mod manifest_watch;
+mod poll;
 mod promote;
 pub mod tail;
 
