@@ -6,7 +6,8 @@
 #
 # Configurations, at 2 and 8 threads (1 and 4 log groups), RECORDS records:
 # - milliscale: the defaults (one log stream of up to 8 lanes shared by
-#   every group, flushes paced at 2.75 per store round trip, hedging auto,
+#   every group, the target flush policy (the pace, 2.75 per store round
+#   trip, is its floor, which it reaches at saturation), hedging auto,
 #   a 0.1 ms scheduler slice for the log's threads);
 # - unpaced: the same with 3 lanes that flush whenever free (the defaults
 #   before the pace);

@@ -350,7 +350,7 @@ impl Report {
             );
             let _ = writeln!(
                 s,
-                "  flushes/s {:.1} (paced every {:.2} ms, {:.2} parts each, {:.0}% full), {:.0} \
+                "  flushes/s {:.1} (gap {:.2} ms, {:.2} parts each, {:.0}% full), {:.0} \
                  B/flush, {:.0} B/logged txn, {} room waits, {:.1} busy skips/s",
                 l.flushes_per_s,
                 l.flush_interval_ms,
