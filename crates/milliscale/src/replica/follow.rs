@@ -16,7 +16,9 @@
 //! either at its segment or for the next one, in turn
 //! ([`ChainTail::poll_idle`]). The manifest is checked every
 //! `manifest_every` while active and every [`IDLE_MANIFEST_POLLS`]
-//! `poll_max` while idle.
+//! `poll_max` while idle; an idle check's requests are paid back by idle
+//! tails skipping as many polls, so an idle replica sends at most one
+//! request per chain per `poll_max`.
 //!
 //! **The replay rule, continuously.** An entry counts once `needed` stores
 //! have shown it (the writer's quorum: a part on fewer stores may not
@@ -193,6 +195,10 @@ pub(crate) struct Shared {
     /// how many tails there are: the average a chain carries.
     pub(super) txns: Mutex<EventRate>,
     pub(super) tails: AtomicUsize,
+    /// Requests the follower's idle manifest checks spent, which idle
+    /// tails pay back by skipping a poll each: so an idle replica sends at
+    /// most one request per chain per `poll_max`, manifest included.
+    pub(super) owed: AtomicU64,
     /// Per store, the write mode a tail learned, for the others.
     modes: Mutex<Vec<Option<WriteMode>>>,
 }
@@ -210,6 +216,7 @@ impl Shared {
             origin: Instant::now(),
             txns: Mutex::new(EventRate::new(super::poll::TXN_RATE_TAU)),
             tails: AtomicUsize::new(0),
+            owed: AtomicU64::new(0),
             modes: Mutex::new(Vec::new()),
         }
     }
@@ -236,6 +243,11 @@ impl Shared {
 
     pub(super) fn mark_active(&self) {
         self.last_activity.store(self.origin.elapsed().as_nanos().max(1) as u64, Ordering::Relaxed);
+    }
+
+    /// Take one request the idle manifest checks are owed, if any.
+    pub(super) fn pay_back(&self) -> bool {
+        self.owed.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok()
     }
 
     /// The transactions a second one tail sees on average.
@@ -396,7 +408,21 @@ impl Follower {
             }
             self.advance()?;
             if self.check_manifest || Instant::now() >= self.next_manifest_check {
+                // A scheduled check while idle (not one a tail asked for):
+                // idle tails skip as many polls as it cost.
+                let idle = !self.check_manifest && !self.fenced && !self.shared.active();
+                let shared = Arc::clone(&self.shared);
+                let sent = || {
+                    let c = shared.counters.lock();
+                    c.get_class + c.put_class
+                };
+                let before = sent();
                 self.follow_manifest()?;
+                if idle {
+                    // (A tail's request counted meanwhile only makes the
+                    // idle tails skip one poll more.)
+                    self.shared.owed.fetch_add(sent() - before, Ordering::SeqCst);
+                }
             }
         }
         Ok(())

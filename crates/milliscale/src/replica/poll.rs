@@ -64,6 +64,11 @@ impl TailCtx {
             }
             let started = Instant::now();
             let idle = interval >= self.opts.poll_max && !self.shared.active();
+            if idle && self.shared.pay_back() {
+                // This poll's request went to an idle manifest check.
+                self.shared.sleep(interval, &self.stop);
+                continue;
+            }
             let r = if idle {
                 idle_polls += 1;
                 tail.poll_idle(&self.handle, idle_polls.is_multiple_of(2))
