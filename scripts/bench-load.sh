@@ -10,14 +10,14 @@
 # Usage: scripts/bench-load.sh [SEEDS] [SECONDS] [RATES]
 # Env: BIN (default target/release/milliscale), ONLY="name ..." (ms,
 # ms-fast, slatedb-10ms, slatedb-100ms), FAST="flags" (the documented
-# lower-latency setting; default --flush-max-wait 8).
+# lower-latency setting; default --flush-max-wait-ms 8).
 set -euo pipefail
 seeds=${1:-3}
 secs=${2:-10}
 rates=${3:-"1000 3000 10000 60000"}
 bin=${BIN:-target/release/milliscale}
 only=${ONLY:-}
-fast=${FAST:---flush-max-wait 8}
+fast=${FAST:---flush-max-wait-ms 8}
 out=$(mktemp -d)
 echo "bin=$bin seeds=1..$seeds seconds=$secs rates=$rates fast=($fast); raw reports in $out"
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), commit $(git rev-parse --short HEAD)"

@@ -124,8 +124,8 @@ pub(crate) struct LogArgs {
     #[arg(long)]
     pub(crate) log_thread_slice: Option<String>,
     /// When a stream flushes: target (when the latency an append saves is
-    /// worth its price, see --ms-price; between --flush-pace and
-    /// --flush-max-wait), adaptive (a fixed pace: --flush-pace appends per
+    /// worth its price, see --ms-price-usd; between --flush-pace and
+    /// --flush-max-wait-ms), adaptive (a fixed pace: --flush-pace appends per
     /// store round trip whenever a buffer holds data) or timeout (the
     /// paper's: full, or --flush-timeout after the first entry).
     /// [default: the variant's; milliscale target]
@@ -146,14 +146,14 @@ pub(crate) struct LogArgs {
     pub(crate) max_appends_per_s: Option<u32>,
     /// Target flushing: dollars an hour that one millisecond off the
     /// commit latency of 1,000 transactions a second is worth; higher buys
-    /// latency with requests, 0 flushes every --flush-max-wait.
-    /// [default: 0.01]
+    /// latency with requests, 0 flushes every --flush-max-wait-ms.
+    /// [default: 0.016]
     #[arg(long)]
-    pub(crate) ms_price: Option<f64>,
+    pub(crate) ms_price_usd: Option<f64>,
     /// Target flushing: the longest data waits for its append to start,
     /// in milliseconds (1..=10000). [default: 20]
     #[arg(long)]
-    pub(crate) flush_max_wait: Option<f64>,
+    pub(crate) flush_max_wait_ms: Option<f64>,
     /// A ceiling on the log's request dollars an hour (all stores; bytes
     /// not included), at the stores' prices. [default: none]
     #[arg(long)]
@@ -161,7 +161,7 @@ pub(crate) struct LogArgs {
     /// Dollars of one log append to one store, for a store without a price
     /// table. [default: the store's table; file:// and memory:// are free]
     #[arg(long)]
-    pub(crate) append_price: Option<f64>,
+    pub(crate) append_price_usd: Option<f64>,
     /// Dependency tracking: record (DSN < gCSN) or txn (CSN < gCSN).
     /// [default: the variant's]
     #[arg(long, value_enum)]
@@ -334,15 +334,15 @@ pub(crate) fn log_settings(a: &LogArgs) -> Result<(Variant, LogSettings), String
     if a.max_appends_per_s.is_some() {
         l.max_appends_per_s = a.max_appends_per_s;
     }
-    if let Some(p) = a.ms_price {
+    if let Some(p) = a.ms_price_usd {
         if !(p.is_finite() && p >= 0.0) {
-            return Err(format!("--ms-price must be a number of dollars, at least 0, got {p}"));
+            return Err(format!("--ms-price-usd must be a number of dollars, at least 0, got {p}"));
         }
         l.millisecond_price = p;
     }
-    if let Some(ms) = a.flush_max_wait {
+    if let Some(ms) = a.flush_max_wait_ms {
         if !(1.0..=10_000.0).contains(&ms) {
-            return Err(format!("--flush-max-wait must be in 1..=10000 ms, got {ms}"));
+            return Err(format!("--flush-max-wait-ms must be in 1..=10000 ms, got {ms}"));
         }
         l.flush_max_wait = std::time::Duration::from_secs_f64(ms / 1e3);
     }
@@ -352,9 +352,9 @@ pub(crate) fn log_settings(a: &LogArgs) -> Result<(Variant, LogSettings), String
         }
         l.max_usd_per_hour = Some(u);
     }
-    if let Some(p) = a.append_price {
+    if let Some(p) = a.append_price_usd {
         if !(p.is_finite() && p >= 0.0) {
-            return Err(format!("--append-price must be at least 0, got {p}"));
+            return Err(format!("--append-price-usd must be at least 0, got {p}"));
         }
         l.append_price = Some(p);
     }

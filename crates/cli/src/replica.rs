@@ -52,7 +52,7 @@ pub(crate) struct ReplicaArgs {
     /// chain is polled every sqrt(2 GET price / (price/3600 x its
     /// transactions a second)). [default: 0.016]
     #[arg(long)]
-    pub(crate) ms_price: Option<f64>,
+    pub(crate) ms_price_usd: Option<f64>,
     /// Threads that apply the log, split by key (default: the cores, at
     /// most 4).
     #[arg(long)]
@@ -92,7 +92,7 @@ pub(crate) fn replica(a: ReplicaArgs) -> Result<(), String> {
     let poll = milliscale::ReplicaOptions {
         poll_min: ms(a.poll_min_ms, "poll-min-ms")?,
         poll_max: ms(a.poll_max_ms, "poll-max-ms")?,
-        millisecond_price: a.ms_price.unwrap_or(milliscale::options::MILLISECOND_PRICE_DEFAULT),
+        millisecond_price: a.ms_price_usd.unwrap_or(milliscale::options::MILLISECOND_PRICE_DEFAULT),
         apply_threads: threads("apply-threads", a.apply_threads)?,
         hedge_reads: !a.no_hedge_reads,
         ..milliscale::ReplicaOptions::default()
