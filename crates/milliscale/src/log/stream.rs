@@ -243,6 +243,10 @@ impl LogStream {
 
     /// A snapshot of the counters.
     pub(crate) fn metrics(&self) -> StreamMetrics {
+        let (interval, txn_per_s) = {
+            let st = self.signal.state.lock();
+            (st.gap.unwrap_or(st.interval), st.txn_rate.at(Instant::now()))
+        };
         StreamMetrics {
             stream: self.id,
             groups: self.groups.len() as u32,
@@ -250,11 +254,8 @@ impl LogStream {
             appends: self.appends.load(Ordering::Relaxed),
             overlapped: self.overlapped.load(Ordering::Relaxed),
             worker_flushes: self.worker_flushes.load(Ordering::Relaxed),
-            interval: {
-                let st = self.signal.state.lock();
-                st.gap.unwrap_or(st.interval)
-            },
-            txn_per_s: self.signal.state.lock().txn_rate.at(Instant::now()),
+            interval,
+            txn_per_s,
         }
     }
 
