@@ -303,7 +303,7 @@ pub(crate) fn recover(a: RecoverArgs) -> Result<(), String> {
         t.total.as_secs_f64(),
         r.log_bytes as f64 / 1e6 / (t.scan + t.replay).as_secs_f64().max(1e-9)
     );
-    db.close();
+    db.close().map_err(|e| format!("closing the recovered database: {e}"))?;
     Ok(())
 }
 

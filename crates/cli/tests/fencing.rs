@@ -76,7 +76,7 @@ fn fence_a_running_bank(url: &str, env: &[(&str, String)], store: Arc<dyn Object
     let v = tx.get(&accounts, &0u64.to_be_bytes()).expect("get").expect("account 0");
     tx.put(&history, &u64::MAX.to_be_bytes(), &v).expect("put");
     tx.commit_and_wait().expect("the new writer commits");
-    db.close();
+    db.close().expect("close");
     drop(db);
     let reader = Database::open_read_only(Options::new().add_store_handle(store)).expect("read");
     let history = reader.open_table("history").expect("history");

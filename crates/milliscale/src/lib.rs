@@ -26,6 +26,7 @@
 #![deny(missing_docs, clippy::unwrap_used, rust_2018_idioms)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+mod async_api;
 mod checkpoint;
 mod commit;
 mod db;
@@ -47,8 +48,9 @@ mod sched;
 mod table;
 mod txn;
 
+pub use async_api::{AsyncDatabase, AsyncReplica, AsyncTransaction, WaitFor};
 pub use checkpoint::CheckpointStats;
-pub use commit::{CommitAck, CommitInfo, CommitMetrics};
+pub use commit::{CommitAck, CommitInfo, CommitMetrics, Durable};
 pub use db::{Database, DbStats};
 pub use error::{ConflictKind, Error, Result};
 pub use index::Direction;
@@ -66,6 +68,17 @@ pub use options::{
 pub use recovery::{PromotionReport, PromotionTimings, RecoveryReport, Timings, Truncated};
 pub use replica::{IDLE_MANIFEST_POLLS, Replica, ReplicaMetrics, ReplicaOptions};
 pub use table::Table;
+
+/// The object stores the log writes to: the [`store::ObjectStore`]
+/// interface (S3 Express semantics), and the backends behind the store
+/// URLs: `memory://`, `file:///path`, `sim://PRESET`, `s3://bucket/prefix`
+/// ([`store::S3Store`], with its credentials).
+pub mod store {
+    pub use objstore::{
+        Bytes, FsStore, MemoryStore, ObjectMeta, ObjectStore, Result, S3Credentials, S3Store,
+        StoreError, open,
+    };
+}
 pub use txn::Transaction;
 
 /// Hooks for this repository's own tools, benchmarks and tests: the log's

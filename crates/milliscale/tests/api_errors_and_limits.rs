@@ -70,7 +70,7 @@ fn use_after_close_is_refused() {
     let t = db.create_table("t").expect("table");
     let mut running = db.begin().expect("begin");
     running.put(&t, b"k", b"v").expect("put");
-    db.close();
+    db.close().expect("close");
     assert_eq!(db.begin().map(|_| ()), Err(Error::Closed));
     assert!(matches!(db.create_table("u"), Err(Error::Closed)));
     assert_eq!(running.get(&t, b"k"), Err(Error::Closed));

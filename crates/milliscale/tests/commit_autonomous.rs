@@ -58,7 +58,7 @@ fn a_worker_flushes_a_full_unit_itself_and_acknowledges_it() {
     let appends: u64 = m.streams.iter().map(|s| s.appends).sum();
     assert!(appends >= 20, "one append per commit at a 1-byte unit, got {appends}");
     assert_eq!(worker_flushes(&db), appends, "every append was a worker's");
-    db.close();
+    db.close().expect("close");
 }
 
 /// Below the flush unit nothing is written at commit; a worker that then
@@ -76,7 +76,7 @@ fn a_waiting_worker_forces_its_commit_out() {
     ack.wait().expect("acknowledged");
     assert!(started.elapsed() < NO_BACKSTOP / 2, "the waiter flushed, not the backstop");
     assert_eq!(worker_flushes(&db), 1);
-    db.close();
+    db.close().expect("close");
 }
 
 /// A worker whose transactions arrive with idle gaps of at least
@@ -106,7 +106,7 @@ fn a_worker_that_idles_between_transactions_flushes_each_one() {
         }
     }
     assert!(worker_flushes(&db) >= flushed_at_once);
-    db.close();
+    db.close().expect("close");
 }
 
 /// What no worker flushes, the backstop does, `flush_timeout` after the
@@ -125,7 +125,7 @@ fn the_backstop_flushes_what_no_worker_did() {
         std::thread::sleep(Duration::from_millis(1));
     }
     assert_eq!(worker_flushes(&db), 0, "no worker flushed");
-    db.close();
+    db.close().expect("close");
 }
 
 /// Log stealing: a worker's flush takes its neighbours' buffers of the
@@ -148,7 +148,7 @@ fn a_flush_takes_the_neighbours_buffers_along() {
     let m = db.log_metrics().expect("a log");
     assert_eq!(m.streams.len(), 1, "both groups in one stream");
     assert_eq!(worker_flushes(&db), 1, "one flush carried both");
-    db.close();
+    db.close().expect("close");
 }
 
 /// Many workers flushing at once on a stream's lanes, with segments
@@ -183,7 +183,7 @@ fn concurrent_worker_flushes_log_every_csn_once_in_order() {
     });
     let next = db.stats().next_csn;
     assert!(worker_flushes(&db) > 10, "workers flushed: {}", worker_flushes(&db));
-    db.close();
+    db.close().expect("close");
     for (key, writes) in store.writes.lock().iter() {
         assert!(writes.len() <= 3, "{key} took {} appends", writes.len());
     }
@@ -301,7 +301,7 @@ fn a_worker_sends_its_append_and_finishes_it_after_its_next_transaction() {
     assert!(big.is_acknowledged(), "the worker's next transaction finished the append");
     assert!(!small.is_acknowledged(), "the small commit was not flushed");
     assert_eq!((worker_flushes(&db), appends(&db)), (1, 1));
-    db.close();
+    db.close().expect("close");
 }
 
 /// A worker that sent an append and then left (no transaction after it)
@@ -325,7 +325,7 @@ fn the_backstop_finishes_an_append_a_worker_left_in_flight() {
         std::thread::sleep(Duration::from_millis(1));
     }
     assert_eq!((worker_flushes(&db), appends(&db)), (1, 1), "finished, not written again");
-    db.close();
+    db.close().expect("close");
 }
 
 /// A worker that waits for its ack while its append is in flight waits
@@ -352,7 +352,7 @@ fn a_waiting_worker_finishes_its_append_in_flight() {
     assert!(waited < NO_BACKSTOP / 2, "the waiter finished it, not the backstop");
     opener.join().expect("opener");
     assert_eq!((worker_flushes(&db), appends(&db)), (1, 1));
-    db.close();
+    db.close().expect("close");
 }
 
 /// A worker that expects to be idle (force commit) sends its append and,
@@ -383,5 +383,5 @@ fn an_idle_worker_hands_its_append_in_flight_to_a_lane() {
         assert!(Instant::now() < deadline, "no lane finished the idle worker's append");
         std::thread::sleep(Duration::from_millis(1));
     }
-    db.close();
+    db.close().expect("close");
 }

@@ -198,7 +198,7 @@ fn a_slow_store_catches_up() {
     let (fast, lagging) = (recs[0].landed().len(), recs[2].landed().len());
     assert!(lagging < fast, "the slow store ({lagging} CSNs) is behind the quorum ({fast})");
     let next = db.stats().next_csn;
-    db.close();
+    db.close().expect("close");
     for (i, r) in recs.iter().enumerate() {
         assert_eq!(r.landed(), (1..next).collect(), "store {i} holds every CSN");
     }
@@ -309,7 +309,7 @@ fn a_paced_stream_appends_at_its_pace_whatever_the_load() {
             }
         });
         let took = started.elapsed().as_secs_f64();
-        db.close();
+        db.close().expect("close");
         let writes = counter.writes.lock();
         let appends: usize = writes.values().map(Vec::len).sum();
         let lanes = writes.keys().filter(|k| k.starts_with("log/")).count();

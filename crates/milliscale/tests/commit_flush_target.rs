@@ -83,7 +83,7 @@ fn appends_grow_with_the_square_root_of_the_load() {
     db.create_table("t").expect("table");
     let (low, low_gap, low_rate) = drive(&db, &counter, 200.0, 3);
     let (high, high_gap, high_rate) = drive(&db, &counter, 1800.0, 3);
-    db.close();
+    db.close().expect("close");
     eprintln!(
         "200/s: {low} appends/s, gap {low_gap:?}, rate {low_rate:.0}; \
          1800/s: {high} appends/s, gap {high_gap:?}, rate {high_rate:.0}"
@@ -118,7 +118,7 @@ fn a_lone_transaction_gets_its_own_append_at_once() {
         let took = started.elapsed();
         assert!(took < Duration::from_millis(150), "commit {i} took {took:?}");
     }
-    db.close();
+    db.close().expect("close");
 }
 
 /// A dollar ceiling is a request budget at the append's price: $0.0018 an
@@ -143,7 +143,7 @@ fn a_dollar_ceiling_is_a_request_budget() {
         tx.commit_and_wait().expect("commit");
     }
     let took = started.elapsed();
-    db.close();
+    db.close().expect("close");
     assert!(took >= Duration::from_secs(4), "6 waited commits at 1 append/s: {took:?}");
 
     let free = || Options::new().add_store_handle(Arc::new(objstore::MemoryStore::new()));
@@ -181,7 +181,7 @@ fn the_metrics_price_the_log() {
     }
     let cost = db.log_metrics().expect("a log").cost;
     let appends: usize = counter.writes.lock().values().map(Vec::len).sum();
-    db.close();
+    db.close().expect("close");
     assert!(cost.transactions >= 20, "{cost:?}");
     assert!(cost.requests >= 20 && cost.requests as usize <= appends, "{cost:?} {appends}");
     let usd = cost.usd.expect("priced");

@@ -57,7 +57,7 @@ fn every_csn_once_and_segments_roll_over(streams: usize) {
     )
     .expect("open");
     let (written, next) = load(&db, 60);
-    db.close();
+    db.close().expect("close");
     for (key, writes) in store.writes.lock().iter() {
         assert!(writes.len() <= 3, "{key} took {} appends", writes.len());
     }
@@ -145,7 +145,7 @@ fn one_append_carries_a_part_of_each_group_that_had_entries() {
     for a in [first, second, third] {
         a.wait().expect("durable");
     }
-    db.close();
+    db.close().expect("close");
     let writes: Vec<usize> = counter.writes.lock().values().flatten().copied().collect();
     assert_eq!(writes, [1, 2], "the held append, then one with both groups' parts");
     let db = Database::open(Options::new().add_store_handle(counter.clone())).expect("recover");
@@ -174,7 +174,7 @@ fn a_delta_update_logs_only_the_changed_bytes() {
     let mut tx = db.begin().expect("begin");
     assert!(tx.delete(&t, b"k").expect("delete"));
     tx.commit_and_wait().expect("commit");
-    db.close();
+    db.close().expect("close");
     let mut entries: Vec<Entry> =
         read_log(&*store).into_iter().flat_map(|(_, p)| p.into_iter().flatten()).collect();
     // Lanes interleave: CSN order is the log's order.
@@ -211,7 +211,7 @@ fn put_mode(store: Arc<dyn ObjectStore>, force: bool) {
     assert_eq!(status.mode, WriteMode::PutPerFlush);
     assert!(status.put_reason.is_some(), "the reason is reported");
     let (written, next) = load(&db, 10);
-    db.close();
+    db.close().expect("close");
     let log = read_log(&*store);
     // One object per flush, each with a part of each group that had
     // entries (2 workers: one group here).

@@ -87,7 +87,7 @@ fn run(stores: &[Arc<Switch>], seed: u64, p: CommitProtocol) -> BTreeSet<u64> {
     });
     let status = db.log_metrics().expect("metrics").stores;
     assert!(status[0].parts < status[1].parts, "the down store fell behind: {status:?}");
-    db.close();
+    db.close().expect("close");
     acked.into_inner()
 }
 
@@ -161,7 +161,7 @@ fn a_down_store_a_lost_tail_and_a_damaged_part_lose_nothing() {
         let mut tx = db.begin().expect("begin");
         tx.put(&h, &u64::MAX.to_be_bytes(), b"after").expect("put");
         tx.commit_and_wait().expect("commit");
-        db.close();
+        db.close().expect("close");
         let mut all = acked.clone();
         all.insert(u64::MAX);
         check(&stores, &all, &format!("seed {seed}, after the next writer"));

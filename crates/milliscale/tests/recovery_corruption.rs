@@ -77,7 +77,7 @@ fn build(groups: usize, lanes: usize, seed: u64, protocol: CommitProtocol) -> Ar
         }
     });
     let _ = rng.random::<u8>();
-    db.close();
+    db.close().expect("close");
     store
 }
 

@@ -245,7 +245,7 @@ fn bank_run(seed: u64, groups: usize, checkpoints: bool) {
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
     });
     let next = db.stats().next_csn;
-    db.close();
+    db.close().expect("close");
     let whole: Arc<dyn ObjectStore> = freeze.clone();
     let (_, scan) = scan_log(&whole).expect("scan");
     assert!(
@@ -293,7 +293,7 @@ fn small_log(store: Arc<dyn ObjectStore>) {
         tx.put(&t, &i.to_be_bytes(), b"value").expect("put");
         tx.commit_and_wait().expect("commit");
     }
-    db.close();
+    db.close().expect("close");
 }
 
 #[test]

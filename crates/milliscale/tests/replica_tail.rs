@@ -69,7 +69,7 @@ fn tail_while_writing(put_per_flush: bool) {
         done.store(true, Ordering::Release);
         assert!(polls.join().expect("poller") > 10, "the tails polled while the writer wrote");
     });
-    db.close();
+    db.close().expect("close");
     // After the close every part has landed: one more poll reads the rest.
     for t in &mut tails {
         let got = t.poll(&store).expect("poll");

@@ -58,7 +58,7 @@ impl Hedge {
 }
 pub use fs::FsStore;
 pub use memory::MemoryStore;
-pub use s3::S3Store;
+pub use s3::{S3Credentials, S3Store};
 
 /// Parts per object on S3 Express One Zone.
 pub const PARTS_MAX: u32 = 10_000;

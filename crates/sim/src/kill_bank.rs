@@ -60,7 +60,7 @@ fn recover_and_check(name: &str, t: &Target, journal: &Path) -> (usize, usize) {
         .unwrap_or_else(|e| panic!("{name}: recovery failed: {e}"));
     let replayed = db.recovery_report().map_or(0, |r| r.replayed);
     check_recovered(name, &db, &acked, ACCOUNTS, INITIAL, true);
-    db.close();
+    db.close().unwrap_or_else(|e| panic!("{name}: closing after the check: {e}"));
     (acked.len(), replayed)
 }
 

@@ -355,7 +355,7 @@ fn run_seed(seed: u64, tally: &mut Tally) {
             tx.put(&a, &key(i), &INITIAL.to_le_bytes()).expect("put");
         }
         tx.commit_and_wait().expect("commit");
-        db.close();
+        db.close().expect("close");
     }
     let flaky = Arc::new(FlakyReads {
         inner: Arc::clone(&inner),

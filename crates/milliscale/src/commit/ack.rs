@@ -2,8 +2,16 @@
 //! numbers and a shared pointer: deciding whether it resolved reads two or
 //! three atomics, so it costs nothing per commit beyond the pointer's
 //! reference count.
+//!
+//! An ack is waited for by blocking ([`CommitAck::wait`]) or awaited as a
+//! future ([`CommitAck::durable`], or `.await` on the ack itself), which
+//! any executor can poll: the committer wakes it in the round that
+//! acknowledges it, and nothing runs on the executor meanwhile.
 
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use super::durability::OwnPart;
 use super::marks::CommitMarks;
@@ -79,6 +87,16 @@ impl CommitAck {
         }
     }
 
+    /// A future that resolves as [`CommitAck::wait`] returns, without
+    /// blocking a thread: for async code (`ack.await` does the same).
+    /// Under autonomous commit a blocking waiter writes its group's records
+    /// out at once; an awaiting task does not (it must not block its
+    /// executor), so its ack comes with the group's next flush, at most
+    /// `Options::max_idle` later.
+    pub fn durable(self) -> Durable {
+        Durable { ack: self, id: None }
+    }
+
     /// Block until the transaction is acknowledged. Fails with
     /// `StoreUnavailable` (or `Fenced`) if the log stopped before it was:
     /// then the transaction may or may not survive a restart, and it must
@@ -88,5 +106,64 @@ impl CommitAck {
             s.wait(self.info.csn, self.info.dsn, self.own)?;
         }
         Ok(self.info)
+    }
+}
+
+impl IntoFuture for CommitAck {
+    type Output = Result<CommitInfo>;
+    type IntoFuture = Durable;
+
+    fn into_future(self) -> Durable {
+        self.durable()
+    }
+}
+
+/// An ack awaited: resolves once the transaction is durably committed
+/// (see [`CommitAck::durable`]). Dropping it stops the wait; the
+/// transaction's fate does not change.
+#[must_use = "futures do nothing unless awaited"]
+#[derive(Debug)]
+pub struct Durable {
+    ack: CommitAck,
+    /// The registration with the committer, once polled while pending.
+    id: Option<u64>,
+}
+
+impl Future for Durable {
+    type Output = Result<CommitInfo>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let info = this.ack.info;
+        let Some(state) = this.ack.state.clone() else { return Poll::Ready(Ok(info)) };
+        let decided = |s: &CommitMarks| {
+            if s.is_acknowledged(info.csn, info.dsn, this.ack.own) {
+                Some(Ok(info))
+            } else {
+                s.poison_error().map(Err)
+            }
+        };
+        if let Some(r) = decided(&state) {
+            return Poll::Ready(r);
+        }
+        let id = state.register_async(this.id, info.csn, info.dsn, this.ack.own, cx.waker());
+        this.id = Some(id);
+        // A round that published before the registration did not see it.
+        match decided(&state) {
+            Some(r) => {
+                state.deregister_async(id);
+                this.id = None;
+                Poll::Ready(r)
+            }
+            None => Poll::Pending,
+        }
+    }
+}
+
+impl Drop for Durable {
+    fn drop(&mut self) {
+        if let (Some(id), Some(state)) = (self.id, &self.ack.state) {
+            state.deregister_async(id);
+        }
     }
 }

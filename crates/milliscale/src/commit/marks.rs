@@ -63,6 +63,26 @@ pub(crate) struct CommitMarks {
     pub(crate) metrics: Mutex<CommitMetrics>,
     /// See [`ForceFlush`].
     force_flush: std::sync::OnceLock<Box<dyn ForceFlush>>,
+    /// Acks awaited as futures ([`super::ack::Durable`]): each waits to be
+    /// woken by the committer round that acknowledges it.
+    async_waiters: Mutex<AsyncWaiters>,
+    /// How many are registered (read without the lock after a round).
+    async_waiting: AtomicUsize,
+}
+
+/// The acks awaited as futures, by registration id.
+#[derive(Default)]
+struct AsyncWaiters {
+    next_id: u64,
+    by_id: std::collections::HashMap<u64, AsyncWaiter>,
+}
+
+/// What one awaited ack waits for, and whom to wake.
+struct AsyncWaiter {
+    csn: Option<Csn>,
+    dsn: Csn,
+    own: OwnPart,
+    waker: std::task::Waker,
 }
 
 impl CommitMarks {
@@ -85,6 +105,8 @@ impl CommitMarks {
             wake: Mutex::new(false),
             wake_cv: Condvar::new(),
             metrics: Mutex::new(CommitMetrics::new()),
+            async_waiters: Mutex::new(AsyncWaiters::default()),
+            async_waiting: AtomicUsize::new(0),
         }
     }
 
@@ -236,12 +258,62 @@ impl CommitMarks {
         let _ = self.force_flush.set(f);
     }
 
-    /// Wake the ack waiters to look again (after a publication).
+    /// Wake the ack waiters to look again (after a publication). Threads
+    /// all look again; an awaited ack is woken only once it is decided
+    /// (acknowledged, or the database poisoned), so a thousand tasks that
+    /// wait cost a round a thousand checks of two atomics, not a thousand
+    /// wake-ups.
     pub(crate) fn notify_acks(&self) {
         if self.waiters.load(Ordering::SeqCst) > 0 {
             *self.acked.lock() += 1;
             self.acked_cv.notify_all();
         }
+        if self.async_waiting.load(Ordering::SeqCst) > 0 {
+            let poisoned = self.is_poisoned();
+            let mut w = self.async_waiters.lock();
+            w.by_id.retain(|_, a| {
+                let decided = poisoned || self.is_acknowledged(a.csn, a.dsn, a.own);
+                if decided {
+                    a.waker.wake_by_ref();
+                }
+                !decided
+            });
+            self.async_waiting.store(w.by_id.len(), Ordering::SeqCst);
+        }
+    }
+
+    /// Register (or, with `id`, renew) an awaited ack's waker; returns its
+    /// id. The caller looks at the marks again afterwards: a round that
+    /// published before the registration did not see it.
+    pub(crate) fn register_async(
+        &self,
+        id: Option<u64>,
+        csn: Option<Csn>,
+        dsn: Csn,
+        own: OwnPart,
+        waker: &std::task::Waker,
+    ) -> u64 {
+        let mut w = self.async_waiters.lock();
+        let id = id.unwrap_or_else(|| {
+            w.next_id += 1;
+            w.next_id
+        });
+        match w.by_id.get_mut(&id) {
+            Some(a) => a.waker.clone_from(waker),
+            None => {
+                let a = AsyncWaiter { csn, dsn, own, waker: waker.clone() };
+                w.by_id.insert(id, a);
+            }
+        }
+        self.async_waiting.store(w.by_id.len(), Ordering::SeqCst);
+        id
+    }
+
+    /// Forget an awaited ack (its future was dropped or finished).
+    pub(crate) fn deregister_async(&self, id: u64) {
+        let mut w = self.async_waiters.lock();
+        w.by_id.remove(&id);
+        self.async_waiting.store(w.by_id.len(), Ordering::SeqCst);
     }
 
     /// Called by a flusher after a part became durable.

@@ -30,6 +30,6 @@ pub(crate) mod committer;
 pub(crate) mod durability;
 pub(crate) mod marks;
 
-pub use ack::{CommitAck, CommitInfo};
+pub use ack::{CommitAck, CommitInfo, Durable};
 pub use committer::CommitMetrics;
 pub(crate) use marks::{CommitMarks, ForceFlush};

@@ -115,8 +115,12 @@ impl Database {
     /// Refuse all further work, write what the log holds, and stop the
     /// log's threads. Running transactions fail with `Closed` at their next
     /// operation or commit; pre-committed ones are still acknowledged once
-    /// their log records are durable. Dropping the database closes it.
-    pub fn close(&self) {
+    /// their log records are durable. Returns the error that stopped the
+    /// log (`StoreUnavailable`, `Fenced`) if it could not make every
+    /// pre-committed transaction durable: those were never acknowledged,
+    /// and a restart decides whether each survived. Closing again returns
+    /// the same. Dropping the database closes it and drops the result.
+    pub fn close(&self) -> Result<()> {
         self.inner.closed.store(true, Ordering::SeqCst);
         {
             let (m, cv) = &self.inner.checkpointer_wake;
@@ -129,6 +133,37 @@ impl Database {
         if let Some(log) = &self.inner.log {
             log.shut_down();
         }
+        match self.inner.commit.poison_error() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Read `key` at the current snapshot, in a read-only transaction of
+    /// its own.
+    pub fn get(&self, table: &Table, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.begin_with(TxnOptions::read_only())?.get(table, key)
+    }
+
+    /// Write `value` under `key` in a transaction of its own, and wait
+    /// until it is durable. Returns its CSN: a token a read replica can be
+    /// asked to reach ([`crate::Replica::begin_at`]). A conflict with a
+    /// concurrent writer of the same key is returned, not retried.
+    pub fn put(&self, table: &Table, key: &[u8], value: &[u8]) -> Result<Csn> {
+        let mut tx = self.begin()?;
+        tx.put(table, key, value)?;
+        written_csn(tx.commit_and_wait()?)
+    }
+
+    /// Delete `key` in a transaction of its own, and wait until it is
+    /// durable. Returns its CSN, or `None` if there was no value to delete
+    /// (then nothing was written).
+    pub fn delete(&self, table: &Table, key: &[u8]) -> Result<Option<Csn>> {
+        let mut tx = self.begin()?;
+        if !tx.delete(table, key)? {
+            return Ok(None);
+        }
+        written_csn(tx.commit_and_wait()?).map(Some)
     }
 
     /// What the log measured: per group flushes, bytes, fill and flush
@@ -190,9 +225,15 @@ impl Engine {
     }
 }
 
+/// The CSN of a transaction that wrote.
+fn written_csn(info: crate::CommitInfo) -> Result<Csn> {
+    info.csn.ok_or_else(|| Error::InvalidArgument("a write committed without a CSN".into()))
+}
+
 impl Drop for Database {
     fn drop(&mut self) {
-        self.close();
+        // Whoever needs the outcome calls `close` first.
+        let _ = self.close();
     }
 }
 

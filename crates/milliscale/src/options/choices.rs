@@ -113,6 +113,9 @@ pub enum StoreSpec {
     /// A store opened from this URL ([`Options::open_stores`]); the URL
     /// names it in messages.
     Opened(String, Arc<dyn ObjectStore>),
+    /// An `s3://` URL with static credentials instead of the AWS SDK's
+    /// chain ([`Options::add_s3_store`]).
+    S3(String, objstore::S3Credentials),
 }
 
 impl StoreSpec {
@@ -127,13 +130,20 @@ impl StoreSpec {
                 e => Error::Store(format!("{u}: {e}")),
             }),
             StoreSpec::Handle(s) | StoreSpec::Opened(_, s) => Ok(Arc::clone(s)),
+            StoreSpec::S3(u, c) => match objstore::S3Store::with(u, c) {
+                Ok(s) => Ok(Arc::new(s)),
+                Err(objstore::StoreError::InvalidRequest(m)) => {
+                    Err(Error::InvalidArgument(format!("{u}: {m}")))
+                }
+                Err(e) => Err(Error::Store(format!("{u}: {e}"))),
+            },
         }
     }
 
     /// A short name for messages.
     pub fn describe(&self) -> String {
         match self {
-            StoreSpec::Url(u) | StoreSpec::Opened(u, _) => u.clone(),
+            StoreSpec::Url(u) | StoreSpec::Opened(u, _) | StoreSpec::S3(u, _) => u.clone(),
             // Not its Debug output: a memory store prints every object.
             StoreSpec::Handle(_) => "store handle".to_owned(),
         }

@@ -143,6 +143,19 @@ impl Options {
         self
     }
 
+    /// Also log to this `s3://` URL, signing with `credentials` instead of
+    /// the AWS SDK's standard chain (environment, profile files, web
+    /// identity, container endpoint, instance metadata), which plain
+    /// [`Options::store`] and [`Options::add_store`] use.
+    pub fn add_s3_store(
+        mut self,
+        url: impl Into<String>,
+        credentials: crate::store::S3Credentials,
+    ) -> Options {
+        self.stores.push(StoreSpec::S3(url.into(), credentials));
+        self
+    }
+
     /// Also log to a store object the caller opened.
     pub fn add_store_handle(mut self, store: Arc<dyn ObjectStore>) -> Options {
         self.stores.push(StoreSpec::Handle(store));
@@ -155,7 +168,7 @@ impl Options {
     /// names a new store each time it is opened.
     pub fn open_stores(mut self) -> Result<Options> {
         for spec in &mut self.stores {
-            if let StoreSpec::Url(u) = spec {
+            if let StoreSpec::Url(u) | StoreSpec::S3(u, _) = spec {
                 *spec = StoreSpec::Opened(u.clone(), spec.open()?);
             }
         }

@@ -127,6 +127,19 @@ pub(crate) struct Progress {
     pub(crate) error: Option<Error>,
     /// The follower has stopped (closed, or failed).
     pub(crate) stopped: bool,
+    /// Tasks awaiting progress (`AsyncReplica::wait_for`); woken, and
+    /// forgotten, at every publication.
+    pub(crate) wakers: Vec<std::task::Waker>,
+}
+
+impl Progress {
+    /// Wake the tasks awaiting progress (they look again, and register
+    /// again if they still wait).
+    pub(crate) fn wake_tasks(&mut self) {
+        for w in self.wakers.drain(..) {
+            w.wake();
+        }
+    }
 }
 
 /// Counters behind `ReplicaMetrics`.
@@ -391,6 +404,7 @@ impl Follower {
             p.error = Some(e);
         }
         p.stopped = true;
+        p.wake_tasks();
         self.shared.progressed.notify_all();
         None
     }
@@ -572,6 +586,7 @@ impl Follower {
         p.epoch = self.log.epoch;
         p.manifest_version = self.manifest.version;
         p.checkpoint_wanted = self.manifest.checkpoint_wanted;
+        p.wake_tasks();
         self.shared.progressed.notify_all();
     }
 

@@ -37,7 +37,8 @@ use crate::mvcc::Csn;
 use crate::options::{Options, TxnOptions};
 use crate::table::Table;
 use crate::txn::Transaction;
-use follow::{Follower, Shared};
+use follow::Follower;
+pub(crate) use follow::Shared;
 
 pub use follow::{ACTIVE_WINDOW, IDLE_MANIFEST_POLLS};
 
@@ -340,6 +341,11 @@ impl Replica {
     /// The replica's database, read-only: what `begin` reads.
     pub fn database(&self) -> &Database {
         &self.db
+    }
+
+    /// Where the follower publishes its progress (the async API's waits).
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
     }
 
     /// The error the follower stopped on, if it did.

@@ -1,21 +1,42 @@
 //! `s3://bucket/prefix`: any S3-compatible store over the AWS SDK.
 //!
 //! URL parameters: `endpoint=http://127.0.0.1:9000` (else `AWS_ENDPOINT_URL`,
-//! else AWS), `region=` (else `AWS_REGION`, else `us-east-1`),
+//! else AWS), `region=` (else the SDK's region chain: `AWS_REGION`, the
+//! profile's `region`, and on AWS the instance metadata; else `us-east-1`),
+//! `profile=NAME` (a named profile of the shared config files, else
+//! `AWS_PROFILE`, else `default`),
 //! `path_style=true|false` (default: true when an endpoint is given),
 //! `price=TABLE` (the price table for the accounting: a table of
 //! `data/sim-presets.toml` or a preset's name, e.g. `s3x`; default
 //! `s3-express` for directory-bucket names `name--zone--x-s3`, else
 //! `s3-standard`).
-//! Credentials come from `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and
-//! optionally `AWS_SESSION_TOKEN`, never from the URL. With an S3 Express
-//! directory bucket (`name--zone--x-s3`) the SDK creates and renews the
-//! session credentials itself.
+//!
+//! **Credentials** are never in the URL. [`S3Store::from_url`] takes them
+//! from the AWS SDK's standard chain, in its order: the environment
+//! (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`),
+//! the shared profile files (`~/.aws/credentials` and `~/.aws/config`, or
+//! `AWS_SHARED_CREDENTIALS_FILE` and `AWS_CONFIG_FILE`; static keys, SSO,
+//! `credential_process`, role assumption), web identity
+//! (`AWS_WEB_IDENTITY_TOKEN_FILE` with `AWS_ROLE_ARN`: EKS), the container
+//! endpoint (`AWS_CONTAINER_CREDENTIALS_RELATIVE_URI` or `_FULL_URI`: ECS,
+//! EKS Pod Identity) and the instance metadata service (EC2). Temporary
+//! credentials are renewed before they expire. [`S3Store::with_credentials`]
+//! takes static keys instead. Opening resolves the credentials once, so a
+//! store without any fails at open with the chain's reasons, not at its
+//! first write. With an S3 Express directory bucket (`name--zone--x-s3`)
+//! the SDK creates and renews the session credentials itself.
 //!
 //! The SDK is async; this backend owns a small tokio runtime and blocks on
 //! it inside each call (see the crate docs for the boundary decision),
 //! except `start_append`, which leaves the append (and its hedge) as a
-//! task on the runtime and hands the answer back through a channel.
+//! task on the runtime and hands the answer back through a channel. A
+//! call made on a thread that is itself inside an async runtime (a
+//! blocking call from async code) cannot block on a runtime there: it runs
+//! on a helper thread, and the caller's thread waits for it. That works,
+//! but it holds one of the caller's runtime threads for the call; async
+//! code should call the engine's async API, which keeps store calls off
+//! its runtime. Dropping the store inside async code is safe too.
+//!
 //! Appends send `x-amz-write-offset-bytes`; conditional writes send
 //! `If-None-Match: *` and `If-Match`. S3 does not report a part count, so
 //! `ObjectMeta::parts` is `None`, and `InvalidWriteOffset` is completed with
@@ -34,16 +55,23 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_s3::Client;
+use aws_sdk_s3::config::Credentials;
 use aws_sdk_s3::config::http::HttpResponse;
 use aws_sdk_s3::config::retry::RetryConfig;
-use aws_sdk_s3::config::{Credentials, Region};
 use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::operation::get_object::builders::GetObjectFluentBuilder;
+use aws_sdk_s3::operation::put_object::PutObjectOutput;
 use aws_sdk_s3::operation::put_object::builders::PutObjectFluentBuilder;
-use aws_sdk_s3::operation::put_object::{PutObjectError, PutObjectOutput};
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::ChecksumAlgorithm;
 use bytes::Bytes;
+
+mod append;
+mod config;
+
+use append::{AppendRequest, RawAppend};
+pub use config::S3Credentials;
+use config::{SdkSettings, block_on};
 
 use crate::pending::{PendingAppend, Stage};
 use crate::sim::accounting::{Accounting, AccountingReport, Kind};
@@ -58,7 +86,8 @@ pub struct S3Store {
     client: Client,
     bucket: String,
     prefix: String,
-    rt: tokio::runtime::Runtime,
+    /// Always `Some` until dropped (see `Drop`).
+    rt: Option<tokio::runtime::Runtime>,
     /// Shared with the append tasks `start_append` leaves on the runtime.
     accounting: Arc<Accounting>,
     prices: Prices,
@@ -70,14 +99,25 @@ fn env(name: &str) -> Option<String> {
 
 impl S3Store {
     /// Parse `s3://bucket/prefix?...` (see the module docs); credentials
-    /// from the environment.
+    /// from the AWS SDK's standard chain.
     pub fn from_url(url: &str) -> Result<S3Store> {
         S3Store::open(url, None)
     }
 
     /// Like [`S3Store::from_url`], with these static credentials.
     pub fn with_credentials(url: &str, access_key: &str, secret_key: &str) -> Result<S3Store> {
-        let c = Credentials::new(access_key, secret_key, None, None, "static");
+        S3Store::with(url, &S3Credentials::new(access_key, secret_key))
+    }
+
+    /// Like [`S3Store::from_url`], with `credentials` instead of the chain.
+    pub fn with(url: &str, credentials: &S3Credentials) -> Result<S3Store> {
+        let c = Credentials::new(
+            &credentials.access_key_id,
+            &credentials.secret_access_key,
+            credentials.session_token.clone(),
+            None,
+            "milliscale-options",
+        );
         S3Store::open(url, Some(c))
     }
 
@@ -90,63 +130,68 @@ impl S3Store {
         if bucket.is_empty() {
             return Err(bad(format!("no bucket in {url:?}")));
         }
-        let (mut endpoint, mut region, mut path_style) = (env("AWS_ENDPOINT_URL"), None, None);
+        let mut sdk = SdkSettings {
+            endpoint: env("AWS_ENDPOINT_URL"),
+            credentials: creds,
+            ..Default::default()
+        };
+        let mut path_style = None;
         let directory_bucket = bucket.ends_with("--x-s3");
         let mut price = if directory_bucket { "s3-express" } else { "s3-standard" };
         for kv in query.split('&').filter(|s| !s.is_empty()) {
             match kv.split_once('=') {
-                Some(("endpoint", v)) => endpoint = Some(v.to_owned()),
-                Some(("region", v)) => region = Some(v.to_owned()),
+                Some(("endpoint", v)) => sdk.endpoint = Some(v.to_owned()),
+                Some(("region", v)) => sdk.region = Some(v.to_owned()),
+                Some(("profile", v)) => sdk.profile = Some(v.to_owned()),
                 Some(("path_style", v)) => path_style = Some(matches!(v, "true" | "1")),
                 Some(("price", v)) => price = v,
                 _ => return Err(bad(format!("unknown s3 URL parameter {kv:?} in {url:?}"))),
             }
         }
         let prices = Catalog::builtin().prices_named(price)?;
-        let region = region.or_else(|| env("AWS_REGION")).unwrap_or_else(|| "us-east-1".into());
-        let creds = match creds {
-            Some(c) => c,
-            None => {
-                let (Some(key_id), Some(secret)) =
-                    (env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY"))
-                else {
-                    return Err(bad("s3 stores need AWS_ACCESS_KEY_ID and \
-                         AWS_SECRET_ACCESS_KEY in the environment"
-                        .into()));
-                };
-                Credentials::new(key_id, secret, env("AWS_SESSION_TOKEN"), None, "environment")
-            }
-        };
-        let mut cfg = aws_sdk_s3::Config::builder()
-            .behavior_version_latest()
-            .region(Region::new(region))
-            .credentials_provider(creds)
-            .force_path_style(path_style.unwrap_or(endpoint.is_some()))
-            .retry_config(RetryConfig::disabled());
-        if let Some(e) = endpoint {
-            cfg = cfg.endpoint_url(e);
-        }
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .thread_name("milliscale-s3")
             .build()
             .map_err(|e| StoreError::Fatal(format!("cannot start the S3 runtime: {e}")))?;
+        let path_style = path_style.unwrap_or(sdk.endpoint.is_some());
+        let loaded = block_on(&rt, sdk.load(url))?;
+        let mut cfg = aws_sdk_s3::config::Builder::from(&loaded)
+            .force_path_style(path_style)
+            .retry_config(RetryConfig::disabled());
+        if let Some(e) = &sdk.endpoint {
+            cfg = cfg.endpoint_url(e);
+        }
         let prefix = prefix.trim_end_matches('/');
         let prefix = if prefix.is_empty() { String::new() } else { format!("{prefix}/") };
         Ok(S3Store {
             client: Client::from_conf(cfg.build()),
             bucket: bucket.to_owned(),
             prefix,
-            rt,
+            rt: Some(rt),
             accounting: Arc::new(Accounting::default()),
             prices,
         })
     }
 
+    /// The runtime (present until the store is dropped).
+    fn rt(&self) -> &tokio::runtime::Runtime {
+        self.rt.as_ref().expect("the runtime lives as long as the store")
+    }
+
+    /// Run `f` on this store's runtime and wait for it, from any thread.
+    fn wait<F>(&self, f: F) -> F::Output
+    where
+        F: std::future::Future + Send,
+        F::Output: Send,
+    {
+        block_on(self.rt(), f)
+    }
+
     /// Create the bucket if it does not exist (tests and first runs).
     pub fn create_bucket(&self) -> Result<()> {
-        let r = self.rt.block_on(self.client.create_bucket().bucket(&self.bucket).send());
+        let r = self.wait(self.client.create_bucket().bucket(&self.bucket).send());
         match r {
             Ok(_) => Ok(()),
             Err(e)
@@ -194,7 +239,7 @@ impl S3Store {
     /// HEAD here.
     fn send_put(&self, req: PutObjectFluentBuilder, key: &str) -> Result<PutObjectOutput> {
         let req = req.checksum_algorithm(ChecksumAlgorithm::Crc32C);
-        let r = self.rt.block_on(req.customize().disable_payload_signing().send());
+        let r = self.wait(req.customize().disable_payload_signing().send());
         match r {
             Ok(out) => Ok(out),
             Err(e) if e.code() == Some("InvalidWriteOffset") => Err(self.offset_error(key)),
@@ -205,7 +250,7 @@ impl S3Store {
     /// Send a GET and collect its body.
     fn fetch(&self, kind: Kind, req: GetObjectFluentBuilder, key: &str) -> Result<Bytes> {
         self.accounting.request(kind, 0);
-        let r = self.rt.block_on(S3Store::fetch_body(req, key));
+        let r = self.wait(S3Store::fetch_body(req, key));
         if let Ok(b) = &r {
             self.accounting.download(b.len() as u64);
         }
@@ -253,11 +298,12 @@ impl S3Store {
     /// Each request sent counts once.
     fn race<T, F, Fut>(&self, kind: Kind, hedge_after: Duration, send: F) -> (Result<T>, Hedge)
     where
-        F: Fn() -> Fut,
-        Fut: std::future::Future<Output = Result<T>>,
+        T: Send,
+        F: Fn() -> Fut + Sync,
+        Fut: std::future::Future<Output = Result<T>> + Send,
     {
         self.accounting.request(kind, 0);
-        self.rt.block_on(async {
+        self.wait(async {
             let first = send();
             tokio::pin!(first);
             // A zero delay races two requests at once (as the simulator).
@@ -335,91 +381,6 @@ impl S3Store {
     }
 }
 
-/// An append request's answer as the SDK gives it (the outer error: it
-/// could not be sent).
-type RawAppend =
-    Result<std::result::Result<PutObjectOutput, SdkError<PutObjectError, HttpResponse>>>;
-
-/// An append request, with what it needs apart from the store itself, so
-/// that a task on the runtime can send it (and its hedge).
-struct AppendRequest {
-    client: Client,
-    bucket: String,
-    /// The full key (prefix included).
-    key: String,
-    offset: u64,
-    accounting: Arc<Accounting>,
-}
-
-impl AppendRequest {
-    /// The object's size once `body` lands.
-    fn size(&self, body: &Bytes) -> u64 {
-        self.offset + body.len() as u64
-    }
-
-    /// Send one request with `body`, counted.
-    fn send(
-        &self,
-        body: Bytes,
-    ) -> impl std::future::Future<
-        Output = std::result::Result<PutObjectOutput, SdkError<PutObjectError, HttpResponse>>,
-    > + use<> {
-        self.accounting.request(Kind::Append, body.len() as u64);
-        self.client
-            .put_object()
-            .bucket(&self.bucket)
-            .key(&self.key)
-            .body(ByteStream::from(body))
-            .write_offset_bytes(self.offset as i64)
-            .checksum_algorithm(ChecksumAlgorithm::Crc32C)
-            .customize()
-            .disable_payload_signing()
-            .send()
-    }
-
-    /// The append, and with `hedge_after` its hedge: if no answer has come
-    /// by then, the same bytes go again and the first answer wins; the
-    /// loser is dropped (cancelled in flight).
-    async fn race(self, body: Bytes, hedge_after: Option<Duration>) -> (RawAppend, Hedge) {
-        let started = std::time::Instant::now();
-        let first = self.send(body.clone());
-        tokio::pin!(first);
-        let Some(hedge_after) = hedge_after else {
-            let r = first.await;
-            self.accounting.append_latency(started.elapsed());
-            return (Ok(r), Hedge::NotSent);
-        };
-        tokio::select! {
-            r = &mut first => {
-                self.accounting.append_latency(started.elapsed());
-                return (Ok(r), Hedge::NotSent);
-            }
-            () = tokio::time::sleep(hedge_after) => {}
-        }
-        let second = self.send(body);
-        tokio::pin!(second);
-        // Every request sent counts once in the store's latencies, as
-        // the simulator counts them: the loser, cancelled, with the time
-        // it had taken so far (a lower bound). Counting only the winner
-        // would drop the slow requests that hedging exists for, and
-        // flatter the store's tail.
-        let elapsed = || started.elapsed();
-        let second_elapsed = || started.elapsed().saturating_sub(hedge_after);
-        tokio::select! {
-            r = &mut first => {
-                self.accounting.append_latency(elapsed());
-                self.accounting.append_latency(second_elapsed());
-                (Ok(r), Hedge::Lost)
-            }
-            r = &mut second => {
-                self.accounting.append_latency(second_elapsed());
-                self.accounting.append_latency(elapsed());
-                (Ok(r), Hedge::Won)
-            }
-        }
-    }
-}
-
 /// Map an SDK error to what the caller should do.
 fn map_err<E: ProvideErrorMetadata + std::error::Error + 'static>(
     e: SdkError<E, HttpResponse>,
@@ -434,9 +395,12 @@ fn map_err<E: ProvideErrorMetadata + std::error::Error + 'static>(
                 se.err().message().unwrap_or("(no message)")
             );
             match (status, code) {
-                (_, "NoSuchKey" | "NotFound" | "NoSuchBucket") | (404, _) => {
-                    StoreError::NotFound(key.to_owned())
-                }
+                // Not an object that is missing: the store itself is, and
+                // nothing written there can land.
+                (_, "NoSuchBucket") => StoreError::Fatal(format!(
+                    "{text} (the bucket does not exist; create it first)"
+                )),
+                (_, "NoSuchKey" | "NotFound") | (404, _) => StoreError::NotFound(key.to_owned()),
                 (_, "PreconditionFailed") | (412, _) => StoreError::PreconditionFailed(text),
                 (401 | 403, _) => StoreError::Fatal(text),
                 (_, "TooManyParts") => StoreError::TooManyParts { parts: PARTS_MAX },
@@ -490,7 +454,7 @@ impl ObjectStore for S3Store {
     fn append(&self, key: &str, offset: u64, body: Bytes) -> Result<ObjectMeta> {
         let req = self.append_request(key, offset, &body)?;
         let size = req.size(&body);
-        let (answer, _) = self.rt.block_on(req.race(body, None));
+        let (answer, _) = self.wait(req.race(body, None));
         self.append_answer(key, size, answer)
     }
 
@@ -509,7 +473,7 @@ impl ObjectStore for S3Store {
             Err(e) => return Some((Err(e), Hedge::NotSent)),
         };
         let size = req.size(&body);
-        let (answer, hedge) = self.rt.block_on(req.race(body, Some(hedge_after)));
+        let (answer, hedge) = self.wait(req.race(body, Some(hedge_after)));
         Some((self.append_answer(key, size, answer), hedge))
     }
 
@@ -532,7 +496,7 @@ impl ObjectStore for S3Store {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         // The task holds no reference to the store: the last one dropped
         // on the runtime's own thread would stop the runtime there.
-        self.rt.spawn(async move {
+        self.rt().spawn(async move {
             let _ = tx.send(req.race(body, hedge_after).await);
         });
         let key = key.to_owned();
@@ -580,7 +544,7 @@ impl ObjectStore for S3Store {
 
     fn head(&self, key: &str) -> Result<ObjectMeta> {
         self.accounting.request(Kind::Head, 0);
-        self.rt.block_on(self.head_meta(key))
+        self.wait(self.head_meta(key))
     }
 
     fn get_range_hedged(
@@ -618,7 +582,7 @@ impl ObjectStore for S3Store {
                 req = req.continuation_token(t);
             }
             self.accounting.request(Kind::List, 0);
-            let page = self.rt.block_on(req.send()).map_err(|e| map_err(e, prefix))?;
+            let page = self.wait(req.send()).map_err(|e| map_err(e, prefix))?;
             for o in page.contents() {
                 let Some(k) = o.key().and_then(|k| k.strip_prefix(&self.prefix)) else { continue };
                 let size = o.size().unwrap_or(0).max(0) as u64;
@@ -639,7 +603,7 @@ impl ObjectStore for S3Store {
     fn delete(&self, key: &str) -> Result<()> {
         let req = self.client.delete_object().bucket(&self.bucket).key(self.full(key)?);
         self.accounting.request(Kind::Delete, 0);
-        self.rt.block_on(req.send()).map_err(|e| map_err(e, key))?;
+        self.wait(req.send()).map_err(|e| map_err(e, key))?;
         Ok(())
     }
 
@@ -651,5 +615,17 @@ impl ObjectStore for S3Store {
     }
     fn reset_latency(&self) {
         self.accounting.reset_latency();
+    }
+}
+
+impl Drop for S3Store {
+    /// A runtime dropped inside async code would panic ("cannot drop a
+    /// runtime in a context where blocking is not allowed"); shutting it
+    /// down in the background cannot. Append tasks still out are
+    /// cancelled: nobody holds the store, so nobody waits for them.
+    fn drop(&mut self) {
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
     }
 }
