@@ -11,6 +11,7 @@ pub enum KeyDist {
     Zipfian { theta: f64 },
 }
 
+#[derive(Clone)]
 pub struct KeyChooser {
     n: u64,
     zipf: Option<Zipf<f64>>,

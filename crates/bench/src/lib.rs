@@ -21,3 +21,4 @@ pub mod tpcc;
 pub mod variant;
 pub mod ycsb;
 mod ycsb_baselines;
+pub mod ycsb_tasks;

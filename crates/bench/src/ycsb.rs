@@ -22,6 +22,7 @@ use crate::keys::{KeyChooser, KeyDist};
 use crate::report::{Environment, KindStats, Percentiles, Report};
 use crate::variant::LogSettings;
 use crate::ycsb_baselines::{raw_worker, run_pages};
+use crate::ycsb_tasks;
 
 pub const FIELDS: usize = 10;
 pub const FIELD_BYTES: usize = 8;
@@ -80,6 +81,8 @@ pub struct YcsbConfig {
     pub progress: bool,
     /// Run a read replica beside the writer (`replica_bench`).
     pub replica: Option<crate::replica_bench::ReplicaConfig>,
+    /// Run the workers as tokio tasks through the async API (`ycsb_tasks`).
+    pub tasks: Option<crate::ycsb_tasks::Tasks>,
 }
 
 impl YcsbConfig {
@@ -98,6 +101,9 @@ impl YcsbConfig {
         m.insert("isolation".into(), format!("{:?}", self.isolation).to_lowercase());
         m.insert("warmup_s".into(), self.warmup.as_secs_f64().to_string());
         m.insert("seed".into(), self.seed.to_string());
+        if let Some(t) = self.tasks {
+            m.insert("tasks".into(), format!("{} (ack window {})", t.tasks, t.window));
+        }
         if let Pacing::Open { rate } = self.pacing {
             m.insert("pacing".into(), format!("open({rate}/s)"));
         }
@@ -228,7 +234,7 @@ pub fn run(cfg: &YcsbConfig) -> Result<Report, String> {
 fn run_here(cfg: &YcsbConfig) -> Result<Report, String> {
     cfg.validate()?;
     let chooser = KeyChooser::new(cfg.records, cfg.dist)?;
-    let phase = AtomicU8::new(PHASE_WARMUP);
+    let phase = std::sync::Arc::new(AtomicU8::new(PHASE_WARMUP));
     let mut notes = Vec::new();
     let mut extra = BTreeMap::new();
     let mut log_report = None;
@@ -250,6 +256,7 @@ fn run_here(cfg: &YcsbConfig) -> Result<Report, String> {
                 opts = opts.open_stores().map_err(|e| e.to_string())?;
             }
             let db = Database::open(opts.clone()).map_err(|e| e.to_string())?;
+            let db = &std::sync::Arc::new(db);
             if let Some(r) = db.recovery_report() {
                 return Err(format!(
                     "the store already holds a database (epoch {}, tables {:?}); YCSB loads \
@@ -290,10 +297,14 @@ fn run_here(cfg: &YcsbConfig) -> Result<Report, String> {
                         s.spawn(|| *offered.lock() = Some(r.offer_loop()));
                     }
                 }
+                let tasks = cfg.tasks.map(|t| (t, Shape { threads: 1, ..cfg.shape() }));
                 let out = drive(
-                    &cfg.shape(),
+                    tasks.as_ref().map_or(&cfg.shape(), |t| &t.1),
                     &phase,
-                    |w| engine_worker(&db, &table, cfg, &chooser, &phase, w),
+                    |w| match tasks {
+                        Some((t, _)) => ycsb_tasks::run_tasks(db, &table, cfg, &chooser, &phase, t),
+                        None => engine_worker(db, &table, cfg, &chooser, &phase, w),
+                    },
                     |p| {
                         window.at(p);
                         let c = db.checkpoint_stats();
@@ -586,110 +597,5 @@ pub(crate) fn build_report(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use rand::SeedableRng;
-
-    fn cfg(workload: Workload, dist: KeyDist) -> YcsbConfig {
-        YcsbConfig {
-            records: 2_000,
-            threads: 2,
-            duration: Duration::from_millis(300),
-            warmup: Duration::from_millis(50),
-            workload,
-            dist,
-            ops_per_txn: 10,
-            log: LogSettings { stores: vec!["none".into()], ..LogSettings::default() },
-            variant: "none".into(),
-            isolation: Isolation::Snapshot,
-            engine: Engine::Milliscale,
-            seed: 7,
-            pacing: Pacing::Closed,
-            progress: false,
-            replica: None,
-        }
-    }
-
-    #[test]
-    fn every_workload_commits_and_reports() {
-        for w in [Workload::A, Workload::B, Workload::C, Workload::U] {
-            let r = run(&cfg(w, KeyDist::Zipfian { theta: 0.99 })).expect("run");
-            assert!(r.committed > 0, "{w:?} committed nothing");
-            assert_eq!(r.operations, r.committed * 10);
-            let rmw = r.by_kind["read-modify-write"].committed;
-            match w {
-                Workload::C => assert_eq!(rmw, 0),
-                Workload::U => assert_eq!(r.by_kind["read-only"].committed, 0),
-                _ => assert!(rmw > 0),
-            }
-            assert!(r.txn_latency.count == r.committed);
-            let row = r.csv_row();
-            assert_eq!(row.split(',').count(), Report::CSV_HEADER.split(',').count());
-            let json: serde_json::Value = serde_json::from_str(&r.to_json()).expect("valid json");
-            assert_eq!(json["committed"].as_u64(), Some(r.committed));
-        }
-    }
-
-    /// Open loop: about the offered rate is committed, and every committed
-    /// transaction's latency runs to its acknowledgment (it includes the
-    /// log's flush, so it cannot be microseconds).
-    #[test]
-    fn open_loop_commits_at_the_rate_and_waits_for_acks() {
-        let mut c = cfg(Workload::U, KeyDist::Uniform);
-        c.log = LogSettings { stores: vec!["memory://".into()], ..LogSettings::default() };
-        c.duration = Duration::from_secs(1);
-        c.pacing = Pacing::Open { rate: 400.0 };
-        let r = run(&c).expect("run");
-        assert!((250.0..550.0).contains(&r.txn_per_s), "{} txn/s", r.txn_per_s);
-        assert_eq!(r.txn_latency.count, r.committed, "every commit's ack was seen");
-        // The log flushes every 10 ms (or when full): an ack takes at least
-        // part of that, so a p50 under 100 µs would mean pre-commit was timed.
-        assert!(r.txn_latency.p50_us > 100.0, "{:?}", r.txn_latency);
-        assert!(r.notes.iter().any(|n| n.contains("arrival to acknowledgment")));
-    }
-
-    #[test]
-    fn raw_index_runs_only_lookups() {
-        let mut c = cfg(Workload::C, KeyDist::Uniform);
-        c.engine = Engine::RawIndex;
-        assert!(run(&c).expect("run").committed > 0);
-        c.workload = Workload::A;
-        assert!(run(&c).is_err());
-    }
-
-    #[test]
-    fn bad_configs_are_refused() {
-        let mut c = cfg(Workload::A, KeyDist::Uniform);
-        c.threads = 0;
-        assert!(run(&c).is_err());
-        let mut c = cfg(Workload::A, KeyDist::Uniform);
-        c.records = 0;
-        assert!(run(&c).is_err());
-        let mut c = cfg(Workload::A, KeyDist::Uniform);
-        c.log.stores = vec!["ftp://nowhere".into()];
-        assert!(run(&c).is_err());
-    }
-
-    #[test]
-    fn rmw_updates_change_exactly_one_field() {
-        let db = Database::open(milliscale::Options::new()).expect("open");
-        let t = db.create_table("usertable").expect("table");
-        let c = cfg(Workload::U, KeyDist::Uniform);
-        let mut c1 = c.clone();
-        c1.records = 10;
-        load(&db, &t, &c1).expect("load");
-        let mut rng = SmallRng::seed_from_u64(3);
-        one_txn(&db, &t, &c1, true, &[4], &mut rng).expect("txn");
-        let after =
-            db.begin().expect("begin").get(&t, &key_bytes(4)).expect("get").expect("exists");
-        let before = initial_record(4);
-        let changed = (0..FIELDS)
-            .filter(|f| {
-                after[f * FIELD_BYTES..(f + 1) * FIELD_BYTES]
-                    != before[f * FIELD_BYTES..(f + 1) * FIELD_BYTES]
-            })
-            .count();
-        assert!(changed <= 1);
-        assert_eq!(after[..8], before[..8], "field 0 (the key) is never rewritten");
-    }
-}
+#[path = "ycsb_tests.rs"]
+mod tests;

@@ -189,6 +189,16 @@ pub(crate) struct YcsbArgs {
     /// With --replica: never send a slow read a second time.
     #[arg(long)]
     pub(crate) replica_no_hedge: bool,
+    /// Run the workers as this many tokio tasks through the async API, on
+    /// a runtime of --threads threads (a service's tasks), instead of one
+    /// thread per worker. Closed loop only.
+    #[arg(long)]
+    pub(crate) tasks: Option<usize>,
+    /// With --tasks: the commit acks a task holds before it awaits the
+    /// oldest; 1 awaits every commit before the next transaction (a
+    /// request handler that answers once its commit is durable).
+    #[arg(long, default_value_t = 1)]
+    pub(crate) ack_window: usize,
     #[command(flatten)]
     pub(crate) run: RunArgs,
 }
@@ -446,7 +456,30 @@ pub(crate) fn bench_ycsb(a: YcsbArgs) -> Result<(), String> {
         } else {
             None
         },
+        tasks: match a.tasks {
+            None => None,
+            Some(tasks) if (1..=1_000_000).contains(&tasks) && a.ack_window >= 1 => {
+                Some(milliscale_bench::ycsb_tasks::Tasks { tasks, window: a.ack_window })
+            }
+            Some(tasks) => {
+                return Err(format!(
+                    "--tasks must be in 1..=1000000 and --ack-window at least 1, got {tasks} \
+                     and {}",
+                    a.ack_window
+                ));
+            }
+        },
     };
+    if cfg.tasks.is_some()
+        && (cfg.pacing != milliscale_bench::harness::Pacing::Closed
+            || !matches!(a.engine, EngineArg::Milliscale)
+            || cfg.log.pages.is_some()
+            || cfg.replica.is_some())
+    {
+        return Err("--tasks runs the milliscale engine in closed loop, without --rate, \
+                    --replica or a page variant"
+            .into());
+    }
     if cfg.log.pages.is_some() && !matches!(a.engine, EngineArg::Milliscale) {
         return Err("the page variants run on the milliscale engine (--engine milliscale)".into());
     }

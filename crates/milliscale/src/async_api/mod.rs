@@ -55,6 +55,14 @@ impl From<Database> for AsyncDatabase {
     }
 }
 
+/// A database shared with blocking code: the async handle and the
+/// `Arc<Database>` reach the same engine.
+impl From<Arc<Database>> for AsyncDatabase {
+    fn from(db: Arc<Database>) -> AsyncDatabase {
+        AsyncDatabase { db }
+    }
+}
+
 impl AsyncDatabase {
     /// Open (or create) the database on `options`' stores, recovering it,
     /// as [`Database::open`] does, on a thread of its own.

@@ -1,0 +1,169 @@
+//! YCSB through the async API: the workers are tokio tasks, many more of
+//! them than cores, on a multi-threaded runtime of `--threads` threads,
+//! as a service that runs one task per request would be.
+//!
+//! Each task loops like a thread worker ([`super::ycsb`]): begin, the
+//! transaction's reads and writes, pre-commit. Then it holds the commit's
+//! ack; once it holds `window` of them it awaits the oldest (an
+//! [`milliscale::Durable`] future, woken by the committer). `window` 1 is a
+//! request handler: it answers only once its commit is durable, so a task
+//! has one transaction in flight, and N tasks offer N. Commit latency is
+//! measured by the committer, as for thread workers.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::Instant;
+
+use milliscale::{AsyncDatabase, CommitAck, Database, Error, Table, TxnOptions};
+use rand::Rng;
+use rand::rngs::SmallRng;
+
+use crate::harness::{PHASE_MEASURE, PHASE_STOP, worker_rng};
+use crate::keys::KeyChooser;
+use crate::ycsb::{FIELD_BYTES, FIELDS, RECORD_BYTES, WorkerStats, YcsbConfig, key_bytes};
+
+/// How the async run is shaped (`bench ycsb --tasks N --ack-window K`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tasks {
+    /// Concurrent tasks.
+    pub tasks: usize,
+    /// Acks a task may hold before it awaits the oldest (1: each commit
+    /// is awaited before the next transaction begins).
+    pub window: usize,
+}
+
+/// Run the workers as tasks on a runtime of `cfg.threads` threads until
+/// `phase` says stop; their stats merged into one.
+pub(crate) fn run_tasks(
+    db: &Arc<Database>,
+    table: &Table,
+    cfg: &YcsbConfig,
+    chooser: &KeyChooser,
+    phase: &Arc<AtomicU8>,
+    shape: Tasks,
+) -> Result<WorkerStats, String> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cfg.threads)
+        .enable_all()
+        .thread_name("ycsb-task")
+        .build()
+        .map_err(|e| format!("cannot start the tasks' runtime: {e}"))?;
+    let db = AsyncDatabase::from(Arc::clone(db));
+    // The tasks are 'static: they share what they read through Arcs.
+    let ctx = Arc::new((table.clone(), cfg.clone(), chooser.clone()));
+    rt.block_on(async {
+        let handles: Vec<_> = (0..shape.tasks as u64)
+            .map(|t| {
+                let (db, ctx, phase) = (db.clone(), Arc::clone(&ctx), Arc::clone(phase));
+                tokio::spawn(async move {
+                    let (table, cfg, chooser) = &*ctx;
+                    task(&db, table, cfg, chooser, &phase, t, shape.window).await
+                })
+            })
+            .collect();
+        let mut all = WorkerStats::new();
+        for h in handles {
+            let s = h.await.map_err(|e| format!("a task panicked: {e}"))??;
+            merge(&mut all, &s);
+        }
+        Ok(all)
+    })
+}
+
+async fn task(
+    db: &AsyncDatabase,
+    table: &Table,
+    cfg: &YcsbConfig,
+    chooser: &KeyChooser,
+    phase: &AtomicU8,
+    t: u64,
+    window: usize,
+) -> Result<WorkerStats, String> {
+    let mut rng = worker_rng(cfg.seed, t);
+    let mut stats = WorkerStats::new();
+    let mut held: VecDeque<CommitAck> = VecDeque::with_capacity(window);
+    let read_fraction = cfg.workload.read_fraction();
+    let mut keys = vec![0u64; cfg.ops_per_txn];
+    loop {
+        let p = phase.load(Ordering::Relaxed);
+        if p == PHASE_STOP {
+            break;
+        }
+        let rmw = rng.random::<f64>() >= read_fraction;
+        for k in &mut keys {
+            *k = chooser.next(&mut rng);
+        }
+        let kind = usize::from(rmw);
+        let started = Instant::now();
+        let outcome = one_txn(db, table, cfg, rmw, &keys, &mut rng);
+        let counted = p == PHASE_MEASURE && phase.load(Ordering::Relaxed) == PHASE_MEASURE;
+        match outcome {
+            Ok((precommit, ack)) => {
+                if counted {
+                    stats.committed[kind] += 1;
+                    let ns = (precommit - started).as_nanos().max(1) as u64;
+                    let _ = stats.txn_ns.record(ns);
+                }
+                held.push_back(ack);
+                if held.len() >= window
+                    && let Some(oldest) = held.pop_front()
+                {
+                    oldest.await.map_err(|e| format!("a commit failed: {e}"))?;
+                }
+            }
+            Err(Error::Conflict(_)) => {
+                if counted {
+                    stats.aborted[kind] += 1;
+                }
+            }
+            Err(e) => return Err(format!("transaction failed: {e}")),
+        }
+        // A task that never waits (a large window, reads that resolve at
+        // once) must still let the others run.
+        tokio::task::yield_now().await;
+    }
+    for ack in held {
+        ack.await.map_err(|e| format!("a commit failed: {e}"))?;
+    }
+    Ok(stats)
+}
+
+/// One YCSB transaction (as `ycsb::one_txn`): returns when it entered
+/// pre-commit, and its ack.
+fn one_txn(
+    db: &AsyncDatabase,
+    table: &Table,
+    cfg: &YcsbConfig,
+    rmw: bool,
+    keys: &[u64],
+    rng: &mut SmallRng,
+) -> Result<(Instant, CommitAck), Error> {
+    let opts = TxnOptions { isolation: Some(cfg.isolation), read_only: !rmw, ..Default::default() };
+    let mut tx = db.begin_with(opts)?;
+    let mut record = [0u8; RECORD_BYTES];
+    for &id in keys {
+        let key = key_bytes(id);
+        if tx.get_with(table, &key, |v| record.copy_from_slice(v))?.is_none() {
+            return Err(Error::InvalidArgument(format!("record {id} is missing")));
+        }
+        std::hint::black_box(&record);
+        if rmw {
+            let field = rng.random_range(1..FIELDS);
+            let value: u64 = rng.random();
+            tx.update_range(table, &key, field * FIELD_BYTES, &value.to_le_bytes())?;
+        }
+    }
+    let precommit = Instant::now();
+    Ok((precommit, tx.precommit()?))
+}
+
+/// Add `s` to `all`.
+fn merge(all: &mut WorkerStats, s: &WorkerStats) {
+    for k in 0..2 {
+        all.committed[k] += s.committed[k];
+        all.aborted[k] += s.aborted[k];
+    }
+    all.txn_ns.add(&s.txn_ns).expect("same bounds");
+    all.commit_ns.add(&s.commit_ns).expect("same bounds");
+}
