@@ -256,7 +256,7 @@ fn run_here(cfg: &YcsbConfig) -> Result<Report, String> {
                 opts = opts.open_stores().map_err(|e| e.to_string())?;
             }
             let db = Database::open(opts.clone()).map_err(|e| e.to_string())?;
-            let db = &std::sync::Arc::new(db);
+            let db = std::sync::Arc::new(db);
             if let Some(r) = db.recovery_report() {
                 return Err(format!(
                     "the store already holds a database (epoch {}, tables {:?}); YCSB loads \
@@ -302,8 +302,10 @@ fn run_here(cfg: &YcsbConfig) -> Result<Report, String> {
                     tasks.as_ref().map_or(&cfg.shape(), |t| &t.1),
                     &phase,
                     |w| match tasks {
-                        Some((t, _)) => ycsb_tasks::run_tasks(db, &table, cfg, &chooser, &phase, t),
-                        None => engine_worker(db, &table, cfg, &chooser, &phase, w),
+                        Some((t, _)) => {
+                            ycsb_tasks::run_tasks(&db, &table, cfg, &chooser, &phase, t)
+                        }
+                        None => engine_worker(&db, &table, cfg, &chooser, &phase, w),
                     },
                     |p| {
                         window.at(p);
