@@ -23,3 +23,10 @@ export MILLISCALE_REQUIRE_S3=1 MILLISCALE_REQUIRE_BOTO3=1 MILLISCALE_REQUIRE_CLI
 
 # A hang (e.g. a livelock bug) must fail the run, not stall CI.
 timeout 1500 cargo test --workspace --release
+
+# Every example runs to its end (cargo test built them).
+for example in crates/milliscale/examples/*.rs; do
+  name=$(basename "$example" .rs)
+  echo "example $name"
+  timeout 300 cargo run --release --quiet -p milliscale --example "$name" > /dev/null
+done

@@ -192,13 +192,12 @@ impl Environment {
                     .map(|m| m.trim().to_owned())
             })
             .unwrap_or_else(|| "unknown".into());
-        let commit = std::process::Command::new("git")
-            .args(["rev-parse", "--short=12", "HEAD"])
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-            .unwrap_or_else(|| "unknown".into());
+        // The commit the binary was built from (build.rs); a build outside
+        // a git checkout (a packaged crate) says its version instead.
+        let commit = match env!("MILLISCALE_BUILD_COMMIT") {
+            "" => format!("v{} (not built from a git checkout)", env!("CARGO_PKG_VERSION")),
+            c => c.to_owned(),
+        };
         Environment {
             cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
             cpu,

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Instant;
 
+use hdrhistogram::Histogram;
 use milliscale::{AsyncDatabase, CommitAck, Database, Error, Table, TxnOptions};
 use rand::Rng;
 use rand::rngs::SmallRng;
@@ -22,6 +23,9 @@ use rand::rngs::SmallRng;
 use crate::harness::{PHASE_MEASURE, PHASE_STOP, worker_rng};
 use crate::keys::KeyChooser;
 use crate::ycsb::{FIELD_BYTES, FIELDS, RECORD_BYTES, WorkerStats, YcsbConfig, key_bytes};
+
+/// Transactions a task runs between yields when it does not wait.
+const YIELD_EVERY: u32 = 64;
 
 /// How the async run is shaped (`bench ycsb --tasks N --ack-window K`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,41 +54,71 @@ pub(crate) fn run_tasks(
         .build()
         .map_err(|e| format!("cannot start the tasks' runtime: {e}"))?;
     let db = AsyncDatabase::from(Arc::clone(db));
-    // The tasks are 'static: they share what they read through Arcs.
-    let ctx = Arc::new((table.clone(), cfg.clone(), chooser.clone()));
+    // The tasks are 'static: they share what they read through Arcs. They
+    // record into a few shared histograms, not one each: a thousand
+    // histograms of ~100 KB each would cost the run page faults and cache
+    // misses that a service's tasks do not have.
+    let ctx = Arc::new(Shared {
+        table: table.clone(),
+        cfg: cfg.clone(),
+        chooser: chooser.clone(),
+        txn_ns: (0..HISTOGRAM_SHARDS)
+            .map(|_| parking_lot::Mutex::new(crate::ycsb::new_histogram()))
+            .collect(),
+    });
     rt.block_on(async {
         let handles: Vec<_> = (0..shape.tasks as u64)
             .map(|t| {
                 let (db, ctx, phase) = (db.clone(), Arc::clone(&ctx), Arc::clone(phase));
-                tokio::spawn(async move {
-                    let (table, cfg, chooser) = &*ctx;
-                    task(&db, table, cfg, chooser, &phase, t, shape.window).await
-                })
+                tokio::spawn(async move { task(&db, &ctx, &phase, t, shape.window).await })
             })
             .collect();
         let mut all = WorkerStats::new();
         for h in handles {
-            let s = h.await.map_err(|e| format!("a task panicked: {e}"))??;
-            merge(&mut all, &s);
+            let (committed, aborted) = h.await.map_err(|e| format!("a task panicked: {e}"))??;
+            for k in 0..2 {
+                all.committed[k] += committed[k];
+                all.aborted[k] += aborted[k];
+            }
+        }
+        for shard in &ctx.txn_ns {
+            all.txn_ns.add(&*shard.lock()).expect("same bounds");
         }
         Ok(all)
     })
 }
 
+/// What every task reads, and the histograms they record into.
+struct Shared {
+    table: Table,
+    cfg: YcsbConfig,
+    chooser: KeyChooser,
+    /// Begin to pre-commit, by task id modulo the shard count.
+    txn_ns: Vec<parking_lot::Mutex<Histogram<u64>>>,
+}
+
+/// Shards of the shared latency histogram (so that the runtime's threads
+/// seldom wait for each other's lock).
+const HISTOGRAM_SHARDS: usize = 16;
+
+/// Transactions committed and aborted, by kind.
+type Counts = ([u64; 2], [u64; 2]);
+
 async fn task(
     db: &AsyncDatabase,
-    table: &Table,
-    cfg: &YcsbConfig,
-    chooser: &KeyChooser,
+    ctx: &Shared,
     phase: &AtomicU8,
     t: u64,
     window: usize,
-) -> Result<WorkerStats, String> {
+) -> Result<Counts, String> {
+    let (table, cfg, chooser) = (&ctx.table, &ctx.cfg, &ctx.chooser);
+    let txn_ns = &ctx.txn_ns[t as usize % HISTOGRAM_SHARDS];
     let mut rng = worker_rng(cfg.seed, t);
-    let mut stats = WorkerStats::new();
+    let (mut committed, mut aborted) = ([0u64; 2], [0u64; 2]);
     let mut held: VecDeque<CommitAck> = VecDeque::with_capacity(window);
     let read_fraction = cfg.workload.read_fraction();
     let mut keys = vec![0u64; cfg.ops_per_txn];
+    let mut since_yield = 0;
     loop {
         let p = phase.load(Ordering::Relaxed);
         if p == PHASE_STOP {
@@ -101,9 +135,9 @@ async fn task(
         match outcome {
             Ok((precommit, ack)) => {
                 if counted {
-                    stats.committed[kind] += 1;
+                    committed[kind] += 1;
                     let ns = (precommit - started).as_nanos().max(1) as u64;
-                    let _ = stats.txn_ns.record(ns);
+                    let _ = txn_ns.lock().record(ns);
                 }
                 held.push_back(ack);
                 if held.len() >= window
@@ -114,19 +148,24 @@ async fn task(
             }
             Err(Error::Conflict(_)) => {
                 if counted {
-                    stats.aborted[kind] += 1;
+                    aborted[kind] += 1;
                 }
             }
             Err(e) => return Err(format!("transaction failed: {e}")),
         }
-        // A task that never waits (a large window, reads that resolve at
-        // once) must still let the others run.
-        tokio::task::yield_now().await;
+        // A task that seldom waits (a large window, reads that resolve at
+        // once) must still let the others run, now and then: a yield per
+        // transaction would cost a scheduler round each.
+        since_yield += 1;
+        if since_yield == YIELD_EVERY {
+            since_yield = 0;
+            tokio::task::yield_now().await;
+        }
     }
     for ack in held {
         ack.await.map_err(|e| format!("a commit failed: {e}"))?;
     }
-    Ok(stats)
+    Ok((committed, aborted))
 }
 
 /// One YCSB transaction (as `ycsb::one_txn`): returns when it entered
@@ -156,14 +195,4 @@ fn one_txn(
     }
     let precommit = Instant::now();
     Ok((precommit, tx.precommit()?))
-}
-
-/// Add `s` to `all`.
-fn merge(all: &mut WorkerStats, s: &WorkerStats) {
-    for k in 0..2 {
-        all.committed[k] += s.committed[k];
-        all.aborted[k] += s.aborted[k];
-    }
-    all.txn_ns.add(&s.txn_ns).expect("same bounds");
-    all.commit_ns.add(&s.commit_ns).expect("same bounds");
 }

@@ -229,24 +229,105 @@ pub(crate) struct LogArgs {
     pub(crate) price: String,
 }
 
-pub(crate) fn parse_size(s: &str) -> Result<usize, String> {
-    let (num, mult) = match s.chars().last() {
-        Some('K' | 'k') => (&s[..s.len() - 1], 1024),
-        Some('M' | 'm') => (&s[..s.len() - 1], 1024 * 1024),
-        _ => (s, 1),
-    };
-    num.parse::<usize>().ok().and_then(|n| n.checked_mul(mult)).filter(|&n| n > 0).ok_or_else(
-        || format!("--size must be a positive byte count like 4096, 512K or 2M; got {s:?}"),
-    )
+/// Why a command failed, which sets the exit code: misuse (a bad flag
+/// value or combination: 2, as clap's own usage errors) or a failure at
+/// run time (1).
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// The command line asks for something that cannot be: fix it.
+    Usage(String),
+    /// The command ran and failed (a store, a database, the disk).
+    Run(String),
 }
 
-pub(crate) fn seconds(name: &str, s: f64) -> Result<Duration, String> {
+/// A failure at run time: what the engine and the stores report.
+impl From<String> for Failure {
+    fn from(e: String) -> Failure {
+        Failure::Run(e)
+    }
+}
+
+/// A fixed message is a flag check's (the engine's and the stores' errors
+/// carry details): misuse.
+impl From<&str> for Failure {
+    fn from(e: &str) -> Failure {
+        Failure::Usage(e.to_owned())
+    }
+}
+
+/// A bad flag value: what the argument helpers below report.
+#[derive(Debug)]
+pub(crate) struct Usage(pub(crate) String);
+
+impl From<Usage> for Failure {
+    fn from(e: Usage) -> Failure {
+        Failure::Usage(e.0)
+    }
+}
+
+impl From<&str> for Usage {
+    fn from(e: &str) -> Usage {
+        Usage(e.to_owned())
+    }
+}
+
+impl From<String> for Usage {
+    fn from(e: String) -> Usage {
+        Usage(e)
+    }
+}
+
+/// A byte count for `--NAME`: a number, or with a binary suffix K, M, G
+/// or T (KiB, MiB, GiB, TiB), e.g. 4096, 512K, 2M, 1G.
+pub(crate) fn parse_size(name: &str, s: &str) -> Result<usize, Usage> {
+    let (num, shift) = match s.chars().last() {
+        Some('K' | 'k') => (&s[..s.len() - 1], 10),
+        Some('M' | 'm') => (&s[..s.len() - 1], 20),
+        Some('G' | 'g') => (&s[..s.len() - 1], 30),
+        Some('T' | 't') => (&s[..s.len() - 1], 40),
+        _ => (s, 0),
+    };
+    num.parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(1usize.checked_shl(shift)?))
+        .filter(|&n| n > 0)
+        .ok_or_else(|| {
+            Usage(format!(
+                "--{name} must be a positive byte count like 4096, 512K, 2M or 1G; got {s:?}"
+            ))
+        })
+}
+
+/// A duration given in seconds as `--NAME`.
+pub(crate) fn seconds(name: &str, s: f64) -> Result<Duration, Usage> {
     Duration::try_from_secs_f64(s)
-        .map_err(|_| format!("--{name} must be a non-negative number of seconds, got {s}"))
+        .map_err(|_| Usage(format!("--{name} must be a non-negative number of seconds, got {s}")))
+}
+
+/// Read-only commands must not create what they read: a `file://` store
+/// whose directory is missing is an error, not a new empty directory.
+pub(crate) fn require_existing(urls: &[String]) -> Result<(), Failure> {
+    for u in urls {
+        if let Some(path) = u.strip_prefix("file://")
+            && !std::path::Path::new(path).is_dir()
+        {
+            return Err(Failure::Run(format!(
+                "{u}: no such directory (a read-only command does not create one)"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A duration given in milliseconds as `--NAME`.
+pub(crate) fn millis(name: &str, ms: f64) -> Result<Duration, Usage> {
+    Duration::try_from_secs_f64(ms / 1e3).map_err(|_| {
+        Usage(format!("--{name} must be a non-negative number of milliseconds, got {ms}"))
+    })
 }
 
 #[allow(clippy::too_many_lines, reason = "maps every log flag onto LogSettings, one line each")]
-pub(crate) fn log_settings(a: &LogArgs) -> Result<(Variant, LogSettings), String> {
+pub(crate) fn log_settings(a: &LogArgs) -> Result<(Variant, LogSettings), Usage> {
     let variant = match a.variant {
         VariantArg::Milliscale => Variant::Milliscale,
         VariantArg::S3x => Variant::S3x,
@@ -271,10 +352,10 @@ pub(crate) fn log_settings(a: &LogArgs) -> Result<(Variant, LogSettings), String
         l.log_group_size = n;
     }
     if let Some(b) = &a.log_buffer {
-        l.log_buffer_bytes = parse_size(b).map_err(|e| e.replace("--size", "--log-buffer"))?;
+        l.log_buffer_bytes = parse_size("log-buffer", b)?;
     }
     if let Some(ms) = a.flush_timeout {
-        l.flush_timeout = seconds("flush-timeout", ms / 1e3)?;
+        l.flush_timeout = millis("flush-timeout", ms)?;
     }
     if let Some(n) = a.log_lanes {
         l.log_lanes = n;
@@ -289,7 +370,7 @@ pub(crate) fn log_settings(a: &LogArgs) -> Result<(Variant, LogSettings), String
                 _ => {
                     return Err(format!(
                         "--log-thread-slice must be in 0.1..=100 (ms) or off, got {v:?}"
-                    ));
+                    ).into());
                 }
             },
         };
@@ -302,7 +383,7 @@ pub(crate) fn log_settings(a: &LogArgs) -> Result<(Variant, LogSettings), String
                 _ => {
                     return Err(format!(
                         "--log-streams must be a number of at least 1 or per-group, got {n:?}"
-                    ));
+                    ).into());
                 }
             },
         };
@@ -316,7 +397,7 @@ pub(crate) fn log_settings(a: &LogArgs) -> Result<(Variant, LogSettings), String
     }
     if let Some(ms) = a.flush_min_interval {
         if !(0.0..=1000.0).contains(&ms) {
-            return Err(format!("--flush-min-interval must be in 0..=1000 ms, got {ms}"));
+            return Err(format!("--flush-min-interval must be in 0..=1000 ms, got {ms}").into());
         }
         l.flush_min_interval = std::time::Duration::from_secs_f64(ms / 1e3);
     }
@@ -326,7 +407,7 @@ pub(crate) fn log_settings(a: &LogArgs) -> Result<(Variant, LogSettings), String
             p => match p.parse::<f64>() {
                 Ok(p) if p > 0.0 && p <= milliscale::options::FLUSH_PACE_MAX => Some(p),
                 _ => {
-                    return Err(format!("--flush-pace must be in (0, 64] or off, got {v:?}"));
+                    return Err(format!("--flush-pace must be in (0, 64] or off, got {v:?}").into());
                 }
             },
         };
@@ -336,25 +417,25 @@ pub(crate) fn log_settings(a: &LogArgs) -> Result<(Variant, LogSettings), String
     }
     if let Some(p) = a.ms_price_usd {
         if !(p.is_finite() && p >= 0.0) {
-            return Err(format!("--ms-price-usd must be a number of dollars, at least 0, got {p}"));
+            return Err(format!("--ms-price-usd must be a number of dollars, at least 0, got {p}").into());
         }
         l.millisecond_price = p;
     }
     if let Some(ms) = a.flush_max_wait_ms {
         if !(1.0..=10_000.0).contains(&ms) {
-            return Err(format!("--flush-max-wait-ms must be in 1..=10000 ms, got {ms}"));
+            return Err(format!("--flush-max-wait-ms must be in 1..=10000 ms, got {ms}").into());
         }
         l.flush_max_wait = std::time::Duration::from_secs_f64(ms / 1e3);
     }
     if let Some(u) = a.max_usd_per_hour {
         if !(u.is_finite() && u > 0.0) {
-            return Err(format!("--max-usd-per-hour must be above 0, got {u}"));
+            return Err(format!("--max-usd-per-hour must be above 0, got {u}").into());
         }
         l.max_usd_per_hour = Some(u);
     }
     if let Some(p) = a.append_price_usd {
         if !(p.is_finite() && p >= 0.0) {
-            return Err(format!("--append-price-usd must be at least 0, got {p}"));
+            return Err(format!("--append-price-usd must be at least 0, got {p}").into());
         }
         l.append_price = Some(p);
     }
@@ -369,7 +450,7 @@ pub(crate) fn log_settings(a: &LogArgs) -> Result<(Variant, LogSettings), String
         CommitArg::Autonomous => milliscale::CommitProtocol::Autonomous,
     };
     if let Some(u) = &a.flush_unit {
-        let unit = parse_size(u).map_err(|e| e.replace("--size", "--flush-unit"))?;
+        let unit = parse_size("flush-unit", u)?;
         l.flush_unit = Some(unit);
         if unit == 0 {
             return Err("--flush-unit must be at least 1 byte".into());
@@ -377,7 +458,7 @@ pub(crate) fn log_settings(a: &LogArgs) -> Result<(Variant, LogSettings), String
     }
     if let Some(us) = a.max_idle_us {
         if us > 1_000_000 {
-            return Err(format!("--max-idle-us must be at most 1000000, got {us}"));
+            return Err(format!("--max-idle-us must be at most 1000000, got {us}").into());
         }
         l.max_idle = std::time::Duration::from_micros(us);
     }
@@ -386,7 +467,7 @@ pub(crate) fn log_settings(a: &LogArgs) -> Result<(Variant, LogSettings), String
             return Err(format!(
                 "--steal-group must be in 1..={}, got {n}",
                 milliscale::options::LOG_LANES_MAX
-            ));
+            ).into());
         }
         l.steal_group = n;
     }
@@ -411,8 +492,7 @@ pub(crate) fn log_settings(a: &LogArgs) -> Result<(Variant, LogSettings), String
     l.hedge_budget = a.hedge_budget;
     l.checkpoint_offload = a.checkpoint_offload;
     if let Some(b) = &a.checkpoint_every {
-        l.checkpoint_log_bytes =
-            parse_size(b).map_err(|e| e.replace("--size", "--checkpoint-every"))? as u64;
+        l.checkpoint_log_bytes = parse_size("checkpoint-every", b)? as u64;
     }
     if a.price != "preset" {
         objstore::sim::model::Catalog::builtin()
@@ -452,10 +532,10 @@ pub(crate) fn store_options(stores: &[String]) -> milliscale::Options {
 
 /// A thread count given as `--NAME`: at least 1; unset, the replica's
 /// default (`ReplicaOptions::apply_threads`).
-pub(crate) fn threads(name: &str, n: Option<usize>) -> Result<usize, String> {
+pub(crate) fn threads(name: &str, n: Option<usize>) -> Result<usize, Usage> {
     match n {
         None => Ok(milliscale::ReplicaOptions::default().apply_threads),
-        Some(0) => Err(format!("--{name} must be at least 1")),
+        Some(0) => Err(Usage(format!("--{name} must be at least 1"))),
         Some(n) => Ok(n),
     }
 }

@@ -1,6 +1,7 @@
 //! `milliscale bench ...`: YCSB, TPC-C, sweeps, the bank auditor, failover,
 //! the index, a store's own latency and the emulator.
 
+use crate::args::Failure;
 use crate::args::{
     DistArg, EngineArg, IsolationArg, LogArgs, WorkloadArg, log_settings, parse_size, seconds,
     threads,
@@ -55,10 +56,10 @@ pub(crate) struct EmulatorBenchArgs {
     pub(crate) json: bool,
 }
 
-pub(crate) fn bench_emulator(a: EmulatorBenchArgs) -> Result<(), String> {
+pub(crate) fn bench_emulator(a: EmulatorBenchArgs) -> Result<(), Failure> {
     let cfg = milliscale_bench::emulator_bench::EmulatorBenchConfig {
         clients: a.clients,
-        size: parse_size(&a.size)?,
+        size: parse_size("size", &a.size)?,
         count: a.count,
         big_count: a.big_count,
         ..Default::default()
@@ -337,10 +338,10 @@ pub(crate) struct StoreArgs {
     pub(crate) json: bool,
 }
 
-pub(crate) fn bench_store(a: StoreArgs) -> Result<(), String> {
+pub(crate) fn bench_store(a: StoreArgs) -> Result<(), Failure> {
     let cfg = milliscale_bench::store_bench::StoreBenchConfig {
         url: a.store,
-        size: parse_size(&a.size)?,
+        size: parse_size("size", &a.size)?,
         count: a.count,
         threads: a.threads,
         rollover: a.rollover,
@@ -372,7 +373,7 @@ pub(crate) fn bench_store(a: StoreArgs) -> Result<(), String> {
     Ok(())
 }
 
-pub(crate) fn bench_bank(a: BankArgs) -> Result<(), String> {
+pub(crate) fn bench_bank(a: BankArgs) -> Result<(), Failure> {
     let (_, log) = log_settings(&a.log)?;
     if log.pages.is_some() {
         return Err("the page variants (naive-pages, atomic-pages) run `bench ycsb` only".into());
@@ -393,7 +394,7 @@ pub(crate) fn bench_bank(a: BankArgs) -> Result<(), String> {
     Ok(())
 }
 
-pub(crate) fn bench_failover(a: FailoverArgs) -> Result<(), String> {
+pub(crate) fn bench_failover(a: FailoverArgs) -> Result<(), Failure> {
     let (_, log) = log_settings(&a.log)?;
     if log.pages.is_some() {
         return Err("the page variants (naive-pages, atomic-pages) run `bench ycsb` only".into());
@@ -415,7 +416,7 @@ pub(crate) fn bench_failover(a: FailoverArgs) -> Result<(), String> {
     Ok(())
 }
 
-pub(crate) fn bench_ycsb(a: YcsbArgs) -> Result<(), String> {
+pub(crate) fn bench_ycsb(a: YcsbArgs) -> Result<(), Failure> {
     let r = &a.run;
     let (variant, log) = log_settings(&r.log)?;
     let cfg = YcsbConfig {
@@ -462,11 +463,11 @@ pub(crate) fn bench_ycsb(a: YcsbArgs) -> Result<(), String> {
                 Some(milliscale_bench::ycsb_tasks::Tasks { tasks, window: a.ack_window })
             }
             Some(tasks) => {
-                return Err(format!(
+                return Err(Failure::Usage(format!(
                     "--tasks must be in 1..=1000000 and --ack-window at least 1, got {tasks} \
                      and {}",
                     a.ack_window
-                ));
+                )));
             }
         },
     };
@@ -496,7 +497,7 @@ pub(crate) fn bench_ycsb(a: YcsbArgs) -> Result<(), String> {
     Ok(())
 }
 
-pub(crate) fn bench_tpcc(a: TpccArgs) -> Result<(), String> {
+pub(crate) fn bench_tpcc(a: TpccArgs) -> Result<(), Failure> {
     let r = &a.run;
     let (variant, log) = log_settings(&r.log)?;
     if log.pages.is_some() {
@@ -526,7 +527,7 @@ pub(crate) fn bench_tpcc(a: TpccArgs) -> Result<(), String> {
     Ok(())
 }
 
-pub(crate) fn bench_sweep(a: SweepArgs) -> Result<(), String> {
+pub(crate) fn bench_sweep(a: SweepArgs) -> Result<(), Failure> {
     use milliscale_bench::sweep;
     let mut cfg = sweep::SweepConfig::load(&a.config)?;
     cfg.apply_overrides(&a.sets).map_err(|e| format!("{}: {e}", a.config.display()))?;
@@ -579,7 +580,7 @@ pub(crate) fn print_report(r: &Report, json: bool, csv: bool) {
     }
 }
 
-pub(crate) fn bench_index(a: IndexArgs) -> Result<(), String> {
+pub(crate) fn bench_index(a: IndexArgs) -> Result<(), Failure> {
     if a.threads == 0 || a.keys.contains(&0) {
         return Err("--threads and every --keys value must be positive".into());
     }

@@ -1,5 +1,6 @@
 //! `milliscale emulator`: the S3-compatible server with S3 Express appends.
 
+use crate::args::Failure;
 use clap::Args;
 
 #[derive(Args)]
@@ -68,7 +69,7 @@ pub(crate) fn env_or(name: &str, default: &str) -> String {
     std::env::var(name).ok().filter(|v| !v.is_empty()).unwrap_or_else(|| default.to_owned())
 }
 
-pub(crate) fn emulator(a: EmulatorArgs) -> Result<(), String> {
+pub(crate) fn emulator(a: EmulatorArgs) -> Result<(), Failure> {
     use emulator::{Backing, Emulator, EmulatorOptions};
     let opts = EmulatorOptions {
         addr: std::net::SocketAddr::new(a.host, a.port),

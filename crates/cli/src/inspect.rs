@@ -1,7 +1,7 @@
 //! `milliscale inspect`, `recover` and `dump`: reading a database's stores
 //! without writing as its writer (recover takes it over).
 
-use crate::args::store_options;
+use crate::args::{Failure, require_existing, store_options};
 use clap::Args;
 use std::time::Duration;
 
@@ -31,29 +31,79 @@ pub(crate) struct DumpArgs {
     /// The table to print.
     #[arg(long)]
     pub(crate) table: String,
+    /// One JSON object per row: `key` and `value` as strings where they
+    /// are UTF-8, else `key_hex` and `value_hex`.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 #[derive(Args)]
 pub(crate) struct InspectArgs {
-    /// The store holding the database: file:///path, s3://bucket/prefix?endpoint=...
-    #[arg(long)]
-    pub(crate) store: String,
+    /// A store holding the database: file:///path,
+    /// s3://bucket/prefix?endpoint=... Repeat for a replicated log: each
+    /// store is read and shown in turn.
+    #[arg(long, required = true)]
+    pub(crate) store: Vec<String>,
     /// Also list every part.
     #[arg(long)]
     pub(crate) parts: bool,
+    /// Print one JSON document: per store, the manifest, the log's chains
+    /// and what recovery would replay.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `writeln!` into the report being built (a `String`: it cannot fail).
+macro_rules! say {
+    ($out:expr, $($arg:tt)*) => {{
+        use std::fmt::Write as _;
+        let _ = writeln!($out, $($arg)*);
+    }};
+}
+
+pub(crate) fn inspect(a: InspectArgs) -> Result<(), Failure> {
+    let mut text = String::new();
+    let mut docs = Vec::new();
+    for url in &a.store {
+        if a.store.len() > 1 && !a.json {
+            say!(text, "== {url}");
+        }
+        let (t, doc) = inspect_store(url, a.parts)?;
+        text.push_str(&t);
+        docs.push(doc);
+    }
+    if a.json {
+        let doc = serde_json::json!({ "stores": docs });
+        text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())? + "\n";
+    }
+    write_stdout(text.as_bytes())
+}
+
+/// Write `bytes` to stdout. A reader that went away (`inspect | head`)
+/// ends the output, not the command with an error.
+pub(crate) fn write_stdout(bytes: &[u8]) -> Result<(), Failure> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.to_string().into()),
+        _ => Ok(()),
+    }
 }
 
 #[allow(
     clippy::too_many_lines,
     reason = "prints the manifest, the checkpoint, the segments and the replay plan in the order a reader reads them"
 )]
-pub(crate) fn inspect(a: InspectArgs) -> Result<(), String> {
+/// One store's report, as text and as JSON.
+fn inspect_store(url: &str, parts: bool) -> Result<(String, serde_json::Value), Failure> {
     use milliscale::internals::record::Entry;
-    let store = objstore::open(&a.store).map_err(|e| format!("{}: {e}", a.store))?;
+    require_existing(std::slice::from_ref(&url.to_owned()))?;
+    let mut out = String::new();
+    let store = objstore::open(url).map_err(|e| format!("{url}: {e}"))?;
     let started = std::time::Instant::now();
-    let (m, scan) =
-        milliscale::internals::scan_log(&store).map_err(|e| format!("{}: {e}", a.store))?;
-    println!(
+    let (m, scan) = milliscale::internals::scan_log(&store).map_err(|e| format!("{url}: {e}"))?;
+    say!(
+        out,
         "manifest {}: epoch {}, log format {}, tables {:?}",
         milliscale::internals::keys::manifest_key(m.version),
         m.epoch,
@@ -61,9 +111,10 @@ pub(crate) fn inspect(a: InspectArgs) -> Result<(), String> {
         m.tables
     );
     match &m.checkpoint {
-        None => println!("checkpoint: none"),
+        None => say!(out, "checkpoint: none"),
         Some(c) => {
-            println!(
+            say!(
+        out,
                 "checkpoint at CSN {}: {} chunks, {} rows, {} bytes",
                 c.csn,
                 c.chunks.len(),
@@ -71,14 +122,15 @@ pub(crate) fn inspect(a: InspectArgs) -> Result<(), String> {
                 c.bytes
             );
             for chunk in &c.chunks {
-                println!("  {}: {} bytes, crc32c {:08x}", chunk.key, chunk.bytes, chunk.crc);
+                say!(out, "  {}: {} bytes, crc32c {:08x}", chunk.key, chunk.bytes, chunk.crc);
             }
         }
     }
     // What a replica follows: sealed logs (as their seals decided), then
     // the current log; and the checkpoints replicas offered a writer.
     for s in &m.sealed {
-        println!(
+        say!(
+        out,
             "sealed log of epoch {}: CSNs {}..={} as the next writer decided: every CSN below {} \
              and {} commits above it replayed; its segments end before {}",
             s.log.epoch,
@@ -89,17 +141,19 @@ pub(crate) fn inspect(a: InspectArgs) -> Result<(), String> {
             s.end_segment
         );
     }
-    println!(
+    say!(
+        out,
         "a replica opened now loads the checkpoint and follows the log from CSN {}",
         m.replay_from()
     );
     if let Some(w) = m.checkpoint_wanted {
-        println!(
+        say!(
+        out,
             "checkpoint wanted: the writer offloads its checkpoints and marked its log at CSN \
              {w}; a replica offers one once it has applied that far"
         );
     }
-    let named = [(a.store.clone(), std::sync::Arc::clone(&store))];
+    let named = [(url.to_owned(), std::sync::Arc::clone(&store))];
     let (offers, _) = milliscale::internals::list_offers(&named, Duration::from_secs(30));
     let current = m.checkpoint.as_ref().map_or(0, |c| c.csn);
     for o in &offers {
@@ -108,7 +162,8 @@ pub(crate) fn inspect(a: InspectArgs) -> Result<(), String> {
             std::cmp::Ordering::Less => "superseded",
             std::cmp::Ordering::Greater => "not adopted yet",
         };
-        println!(
+        say!(
+        out,
             "checkpoint offer at CSN {}: {} chunks, {} rows, {} bytes ({state})",
             o.csn,
             o.chunks.len(),
@@ -116,7 +171,8 @@ pub(crate) fn inspect(a: InspectArgs) -> Result<(), String> {
             o.bytes
         );
     }
-    println!(
+    say!(
+        out,
         "log of epoch {}: {} groups in {} streams of {} lanes, base CSN {}, segments from {:?}, \
          {} parts per segment",
         m.log.epoch,
@@ -127,13 +183,15 @@ pub(crate) fn inspect(a: InspectArgs) -> Result<(), String> {
         m.log.group_start,
         m.log.parts_max
     );
-    println!(
+    say!(
+        out,
         "{}: {} log objects, {} bytes (read in {:.2} s)",
-        a.store,
+        url,
         scan.objects,
         scan.bytes,
         started.elapsed().as_secs_f64()
     );
+    let mut chains = Vec::new();
     for (c, log) in &scan.chains {
         let entries: usize = log.parts.iter().map(|(_, p)| p.entries.len()).sum();
         let csns = |e: Option<&Entry>| e.map_or(0, Entry::csn);
@@ -144,7 +202,21 @@ pub(crate) fn inspect(a: InspectArgs) -> Result<(), String> {
         let objects: std::collections::BTreeSet<&str> =
             log.parts.iter().map(|(k, _)| k.as_str()).collect();
         let groups = m.log.chain_groups(*c);
-        println!(
+        chains.push(serde_json::json!({
+            "chain": c.to_string(),
+            "groups": [groups.start, groups.end.saturating_sub(1)],
+            "objects": objects.len(),
+            "parts": log.parts.len(),
+            "entries": entries,
+            "first_csn": first,
+            "last_csn": last,
+            "fenced_by": log.fenced_by,
+            "torn_tail": log.truncated.as_ref().map(|t| serde_json::json!({
+                "key": t.key, "offset": t.offset, "bytes": t.bytes, "error": t.error.to_string(),
+            })),
+        }));
+        say!(
+        out,
             "{c} (groups {}..={}): {} objects, {} parts, {entries} entries, CSN {first}..={last}{}",
             groups.start,
             groups.end.saturating_sub(1),
@@ -152,9 +224,10 @@ pub(crate) fn inspect(a: InspectArgs) -> Result<(), String> {
             log.parts.len(),
             log.fenced_by.map_or(String::new(), |e| format!(", fenced by epoch {e}"))
         );
-        if a.parts {
+        if parts {
             for (key, p) in &log.parts {
-                println!(
+                say!(
+        out,
                     "  {key}: group {}, {} entries, CSN {}..={}",
                     p.group,
                     p.entries.len(),
@@ -164,14 +237,16 @@ pub(crate) fn inspect(a: InspectArgs) -> Result<(), String> {
             }
         }
         if let Some(t) = &log.truncated {
-            println!(
+            say!(
+        out,
                 "  torn tail cut: {} bytes of {} at offset {}: {}",
                 t.bytes, t.key, t.offset, t.error
             );
         }
     }
     let plan = milliscale::internals::plan_replay(&scan).map_err(|e| e.to_string())?;
-    println!(
+    say!(
+        out,
         "recovery would replay {} transactions from CSN {}: every CSN below {} is in the \
          checkpoint or the log (largest {}); {} commits dropped (their DSN is not below {}), \
          {} aborts",
@@ -183,10 +258,25 @@ pub(crate) fn inspect(a: InspectArgs) -> Result<(), String> {
         plan.prefix,
         plan.aborts
     );
-    Ok(())
+    let doc = serde_json::json!({
+        "store": url,
+        "manifest": m,
+        "log_objects": scan.objects,
+        "log_bytes": scan.bytes,
+        "chains": chains,
+        "replay": {
+            "transactions": plan.replay.len(),
+            "from_csn": scan.from,
+            "durable_below": plan.prefix,
+            "max_csn": plan.max_csn,
+            "dropped": plan.dropped.len(),
+            "aborts": plan.aborts,
+        },
+    });
+    Ok((out, doc))
 }
 
-pub(crate) fn recover(a: RecoverArgs) -> Result<(), String> {
+pub(crate) fn recover(a: RecoverArgs) -> Result<(), Failure> {
     let mut o = store_options(&a.store).checkpoint_log_bytes(0).create_if_missing(a.create);
     if let Some(t) = a.threads {
         o = o.recovery_threads(t);
@@ -307,8 +397,9 @@ pub(crate) fn recover(a: RecoverArgs) -> Result<(), String> {
     Ok(())
 }
 
-pub(crate) fn dump(a: DumpArgs) -> Result<(), String> {
+pub(crate) fn dump(a: DumpArgs) -> Result<(), Failure> {
     use std::io::Write;
+    require_existing(&a.store)?;
     let db =
         milliscale::Database::open_read_only(store_options(&a.store)).map_err(|e| e.to_string())?;
     let table = db.open_table(&a.table).map_err(|e| e.to_string())?;
@@ -317,7 +408,7 @@ pub(crate) fn dump(a: DumpArgs) -> Result<(), String> {
     let mut out = std::io::BufWriter::new(out.lock());
     let mut lower: Vec<u8> = Vec::new();
     let mut first = true;
-    loop {
+    let written = loop {
         let bound = if first {
             std::ops::Bound::Unbounded
         } else {
@@ -326,17 +417,66 @@ pub(crate) fn dump(a: DumpArgs) -> Result<(), String> {
         let rows = tx
             .scan(&table, bound, std::ops::Bound::Unbounded, milliscale::Direction::Forward, 10_000)
             .map_err(|e| e.to_string())?;
-        let Some((last, _)) = rows.last() else { break };
+        let Some((last, _)) = rows.last() else { break out.flush() };
         let last = last.clone();
+        let mut w = Ok(());
         for (k, v) in &rows {
-            writeln!(out, "{} {}", hex(k), hex(v)).map_err(|e| e.to_string())?;
+            w = if a.json {
+                let mut row = serde_json::Map::new();
+                json_bytes(&mut row, "key", k);
+                json_bytes(&mut row, "value", v);
+                writeln!(out, "{}", serde_json::Value::Object(row))
+            } else {
+                writeln!(out, "{} {}", printable(k), printable(v))
+            };
+            if w.is_err() {
+                break;
+            }
+        }
+        if w.is_err() {
+            break w;
         }
         lower = last;
         first = false;
+    };
+    match written {
+        // A reader that went away (`dump | head`) ends the output.
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.to_string().into()),
+        _ => Ok(()),
     }
-    out.flush().map_err(|e| e.to_string())
+}
+
+/// Bytes as text where they are printable ASCII (quoted, with `"` and `\`
+/// escaped), else as `0x` and hex: a key or value per column.
+pub(crate) fn printable(b: &[u8]) -> String {
+    match std::str::from_utf8(b) {
+        Ok(s) if s.bytes().all(|c| (0x20..0x7f).contains(&c)) => format!("{s:?}"),
+        _ => format!("0x{}", hex(b)),
+    }
+}
+
+/// `name` as a string if `b` is UTF-8, else `name_hex` as hex.
+fn json_bytes(row: &mut serde_json::Map<String, serde_json::Value>, name: &str, b: &[u8]) {
+    match std::str::from_utf8(b) {
+        Ok(s) => row.insert(name.to_owned(), s.into()),
+        Err(_) => row.insert(format!("{name}_hex"), hex(b).into()),
+    };
 }
 
 pub(crate) fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::printable;
+
+    #[test]
+    fn printable_bytes_print_as_text_and_the_rest_as_hex() {
+        assert_eq!(printable(b"user:42"), "\"user:42\"");
+        assert_eq!(printable(b"say \"hi\""), "\"say \\\"hi\\\"\"");
+        assert_eq!(printable(&[0, 1, 0xff]), "0x0001ff");
+        assert_eq!(printable("é".as_bytes()), "0xc3a9", "non-ASCII is not assumed printable");
+        assert_eq!(printable(b"tab\there"), "0x7461620968657265");
+    }
 }

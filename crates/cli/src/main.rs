@@ -19,6 +19,7 @@ use crate::bench::{
 use crate::emulator::{EmulatorArgs, emulator};
 use crate::inspect::{DumpArgs, InspectArgs, RecoverArgs, dump, inspect, recover};
 use crate::replica::{CheckpointArgs, ReplicaArgs, checkpoint_from_log, replica};
+use crate::args::Failure;
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
@@ -108,9 +109,48 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
+        // Misuse exits 2, as clap's own usage errors do.
+        Err(Failure::Usage(e)) => {
             eprintln!("milliscale: error: {e}");
             ExitCode::from(2)
         }
+        Err(Failure::Run(e)) => {
+            eprintln!("milliscale: error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    /// Every subcommand and every flag says what it is for, and no help
+    /// text points outside the repository.
+    #[test]
+    fn every_flag_has_help() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if matches!(id, "help" | "version") || arg.is_hide_set() {
+                    continue;
+                }
+                let help = arg.get_help().or(arg.get_long_help()).map(ToString::to_string);
+                match help {
+                    None => missing.push(format!("{path} --{id}: no help")),
+                    Some(h) if h.contains("seed 0") => {
+                        missing.push(format!("{path} --{id}: cites a paper by its seed number"));
+                    }
+                    Some(_) => {}
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "milliscale", &mut missing);
+        assert!(missing.is_empty(), "flags without help:\n{}", missing.join("\n"));
     }
 }

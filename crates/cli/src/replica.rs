@@ -1,8 +1,9 @@
 //! `milliscale replica` (a read replica or hot standby) and `milliscale
 //! checkpoint` (a checkpoint built from the log, offered to the writer).
 
+use crate::args::Failure;
 use crate::args::{store_options, threads};
-use crate::inspect::hex;
+use crate::inspect::printable;
 use clap::Args;
 use std::time::Duration;
 
@@ -85,7 +86,7 @@ pub(crate) struct ReplicaArgs {
     clippy::too_many_lines,
     reason = "the replica command read in order: open, follow and print, then promote, offer or dump"
 )]
-pub(crate) fn replica(a: ReplicaArgs) -> Result<(), String> {
+pub(crate) fn replica(a: ReplicaArgs) -> Result<(), Failure> {
     let ms = |x: f64, what: &str| {
         Duration::try_from_secs_f64(x / 1000.0).map_err(|_| format!("--{what} must be >= 0"))
     };
@@ -134,13 +135,13 @@ pub(crate) fn replica(a: ReplicaArgs) -> Result<(), String> {
             match r.wait_for(csn, wait) {
                 Ok(()) => break,
                 Err(milliscale::Error::Stale { .. }) => {}
-                Err(e) => return Err(e.to_string()),
+                Err(e) => return Err(e.to_string().into()),
             }
         } else {
             std::thread::sleep(wait);
         }
         if let Some(e) = r.error() {
-            return Err(format!("the replica stopped: {e}"));
+            return Err(format!("the replica stopped: {e}").into());
         }
         let timed = offer_every.is_some_and(|o| last_offer.elapsed() >= o);
         if timed || a.offer_checkpoints {
@@ -191,7 +192,8 @@ pub(crate) fn replica(a: ReplicaArgs) -> Result<(), String> {
             started.elapsed(),
             m.applied_csn,
             m.seen_csn
-        ));
+        )
+        .into());
     }
     r.close();
     let m = r.metrics();
@@ -210,7 +212,7 @@ pub(crate) fn replica(a: ReplicaArgs) -> Result<(), String> {
             .map_err(|e| e.to_string())?;
         let mut out = std::io::BufWriter::new(std::io::stdout().lock());
         for (k, v) in &rows {
-            writeln!(out, "{} {}", hex(k), hex(v)).map_err(|e| e.to_string())?;
+            writeln!(out, "{} {}", printable(k), printable(v)).map_err(|e| e.to_string())?;
         }
     }
     if a.json {
@@ -259,7 +261,7 @@ pub(crate) fn replica(a: ReplicaArgs) -> Result<(), String> {
     Ok(())
 }
 
-pub(crate) fn checkpoint_from_log(a: CheckpointArgs) -> Result<(), String> {
+pub(crate) fn checkpoint_from_log(a: CheckpointArgs) -> Result<(), Failure> {
     debug_assert!(a.from_log);
     let timeout = Duration::try_from_secs_f64(a.timeout).map_err(|_| "--timeout must be >= 0")?;
     let started = std::time::Instant::now();
