@@ -370,7 +370,8 @@ pub(crate) fn log_settings(a: &LogArgs) -> Result<(Variant, LogSettings), Usage>
                 _ => {
                     return Err(format!(
                         "--log-thread-slice must be in 0.1..=100 (ms) or off, got {v:?}"
-                    ).into());
+                    )
+                    .into());
                 }
             },
         };
@@ -383,7 +384,8 @@ pub(crate) fn log_settings(a: &LogArgs) -> Result<(Variant, LogSettings), Usage>
                 _ => {
                     return Err(format!(
                         "--log-streams must be a number of at least 1 or per-group, got {n:?}"
-                    ).into());
+                    )
+                    .into());
                 }
             },
         };
@@ -417,7 +419,9 @@ pub(crate) fn log_settings(a: &LogArgs) -> Result<(Variant, LogSettings), Usage>
     }
     if let Some(p) = a.ms_price_usd {
         if !(p.is_finite() && p >= 0.0) {
-            return Err(format!("--ms-price-usd must be a number of dollars, at least 0, got {p}").into());
+            return Err(
+                format!("--ms-price-usd must be a number of dollars, at least 0, got {p}").into()
+            );
         }
         l.millisecond_price = p;
     }
@@ -467,7 +471,8 @@ pub(crate) fn log_settings(a: &LogArgs) -> Result<(Variant, LogSettings), Usage>
             return Err(format!(
                 "--steal-group must be in 1..={}, got {n}",
                 milliscale::options::LOG_LANES_MAX
-            ).into());
+            )
+            .into());
         }
         l.steal_group = n;
     }

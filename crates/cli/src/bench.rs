@@ -52,6 +52,7 @@ pub(crate) struct EmulatorBenchArgs {
     /// Appends of 1 MiB in the overhead phase (direct, then through HTTP).
     #[arg(long, default_value_t = 500)]
     pub(crate) big_count: u64,
+    /// Print the report as JSON only.
     #[arg(long)]
     pub(crate) json: bool,
 }
@@ -87,6 +88,8 @@ pub(crate) struct BankArgs {
     /// Accounts; each starts with --initial-balance.
     #[arg(long, default_value_t = 1_000)]
     pub(crate) accounts: u64,
+    /// Each account's balance at the start (the total the auditor checks
+    /// is accounts times this).
     #[arg(long, default_value_t = 1_000_000)]
     pub(crate) initial_balance: u64,
     /// Worker threads, each waiting for its transfer's acknowledgment.
@@ -99,6 +102,7 @@ pub(crate) struct BankArgs {
     /// synced before the next transfer is issued).
     #[arg(long)]
     pub(crate) acked_log: Option<std::path::PathBuf>,
+    /// Seed of the transfers' random choices (and of sim:// stores).
     #[arg(long, default_value_t = 42)]
     pub(crate) seed: u64,
     /// Run as a hot standby: follow the bank's writer as a read replica
@@ -108,6 +112,7 @@ pub(crate) struct BankArgs {
     /// modification time to the first acknowledged transfer.
     #[arg(long, value_name = "FILE")]
     pub(crate) promote_when: Option<std::path::PathBuf>,
+    /// Print the report as JSON only.
     #[arg(long)]
     pub(crate) json: bool,
     #[command(flatten)]
@@ -131,8 +136,10 @@ pub(crate) struct FailoverArgs {
     /// Writer threads.
     #[arg(long, default_value_t = 2)]
     pub(crate) threads: usize,
+    /// Seed of the writers' random choices and of sim:// stores.
     #[arg(long, default_value_t = 42)]
     pub(crate) seed: u64,
+    /// Print the report as JSON only.
     #[arg(long)]
     pub(crate) json: bool,
     #[command(flatten)]
@@ -147,6 +154,7 @@ pub(crate) struct YcsbArgs {
     /// a: 50/50 read/update txns, b: 95/5, c: read-only, u: update-only.
     #[arg(long, value_enum, default_value = "a")]
     pub(crate) workload: WorkloadArg,
+    /// How keys are chosen: uniform, or zipfian with --theta.
     #[arg(long, value_enum, default_value = "uniform")]
     pub(crate) dist: DistArg,
     /// Zipfian skew.
@@ -261,8 +269,11 @@ pub(crate) struct RunArgs {
     pub(crate) rate: Option<f64>,
     #[command(flatten)]
     pub(crate) log: LogArgs,
+    /// The transactions' isolation level.
     #[arg(long, value_enum, default_value = "snapshot")]
     pub(crate) isolation: IsolationArg,
+    /// Seed of the workload's random choices and of sim:// stores (their
+    /// latency and fault draws).
     #[arg(long, default_value_t = 42)]
     pub(crate) seed: u64,
     /// Print the report as JSON only.
@@ -308,11 +319,13 @@ pub(crate) struct IndexArgs {
     /// Key counts, comma separated.
     #[arg(long, value_delimiter = ',', default_value = "1000000")]
     pub(crate) keys: Vec<u64>,
+    /// Threads that look keys up at once.
     #[arg(long, default_value_t = 2)]
     pub(crate) threads: usize,
     /// Seconds per lookup and scan phase.
     #[arg(long, default_value_t = 3.0)]
     pub(crate) phase_secs: f64,
+    /// Print the report as JSON only.
     #[arg(long)]
     pub(crate) json: bool,
 }
@@ -334,6 +347,7 @@ pub(crate) struct StoreArgs {
     /// Parts per segment before a new one is started.
     #[arg(long, default_value_t = 20)]
     pub(crate) rollover: u64,
+    /// Print the report as JSON only.
     #[arg(long)]
     pub(crate) json: bool,
 }

@@ -114,7 +114,7 @@ fn inspect_store(url: &str, parts: bool) -> Result<(String, serde_json::Value), 
         None => say!(out, "checkpoint: none"),
         Some(c) => {
             say!(
-        out,
+                out,
                 "checkpoint at CSN {}: {} chunks, {} rows, {} bytes",
                 c.csn,
                 c.chunks.len(),
@@ -130,7 +130,7 @@ fn inspect_store(url: &str, parts: bool) -> Result<(String, serde_json::Value), 
     // the current log; and the checkpoints replicas offered a writer.
     for s in &m.sealed {
         say!(
-        out,
+            out,
             "sealed log of epoch {}: CSNs {}..={} as the next writer decided: every CSN below {} \
              and {} commits above it replayed; its segments end before {}",
             s.log.epoch,
@@ -148,7 +148,7 @@ fn inspect_store(url: &str, parts: bool) -> Result<(String, serde_json::Value), 
     );
     if let Some(w) = m.checkpoint_wanted {
         say!(
-        out,
+            out,
             "checkpoint wanted: the writer offloads its checkpoints and marked its log at CSN \
              {w}; a replica offers one once it has applied that far"
         );
@@ -163,7 +163,7 @@ fn inspect_store(url: &str, parts: bool) -> Result<(String, serde_json::Value), 
             std::cmp::Ordering::Greater => "not adopted yet",
         };
         say!(
-        out,
+            out,
             "checkpoint offer at CSN {}: {} chunks, {} rows, {} bytes ({state})",
             o.csn,
             o.chunks.len(),
@@ -216,7 +216,7 @@ fn inspect_store(url: &str, parts: bool) -> Result<(String, serde_json::Value), 
             })),
         }));
         say!(
-        out,
+            out,
             "{c} (groups {}..={}): {} objects, {} parts, {entries} entries, CSN {first}..={last}{}",
             groups.start,
             groups.end.saturating_sub(1),
@@ -227,7 +227,7 @@ fn inspect_store(url: &str, parts: bool) -> Result<(String, serde_json::Value), 
         if parts {
             for (key, p) in &log.parts {
                 say!(
-        out,
+                    out,
                     "  {key}: group {}, {} entries, CSN {}..={}",
                     p.group,
                     p.entries.len(),
@@ -238,9 +238,12 @@ fn inspect_store(url: &str, parts: bool) -> Result<(String, serde_json::Value), 
         }
         if let Some(t) = &log.truncated {
             say!(
-        out,
+                out,
                 "  torn tail cut: {} bytes of {} at offset {}: {}",
-                t.bytes, t.key, t.offset, t.error
+                t.bytes,
+                t.key,
+                t.offset,
+                t.error
             );
         }
     }

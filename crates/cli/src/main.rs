@@ -12,6 +12,7 @@ mod emulator;
 mod inspect;
 mod replica;
 
+use crate::args::Failure;
 use crate::bench::{
     Bench, bench_bank, bench_emulator, bench_failover, bench_index, bench_store, bench_sweep,
     bench_tpcc, bench_ycsb,
@@ -19,7 +20,6 @@ use crate::bench::{
 use crate::emulator::{EmulatorArgs, emulator};
 use crate::inspect::{DumpArgs, InspectArgs, RecoverArgs, dump, inspect, recover};
 use crate::replica::{CheckpointArgs, ReplicaArgs, checkpoint_from_log, replica};
-use crate::args::Failure;
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 

@@ -21,6 +21,7 @@ pub(crate) struct CheckpointArgs {
     /// many seconds.
     #[arg(long, default_value_t = 60.0)]
     pub(crate) timeout: f64,
+    /// Print what was offered as JSON.
     #[arg(long)]
     pub(crate) json: bool,
 }

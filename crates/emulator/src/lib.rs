@@ -186,8 +186,11 @@ impl Emulator {
             .enable_all()
             .build()
             .map_err(|e| StoreError::Fatal(format!("cannot start the runtime: {e}")))?;
-        let listener = rt
-            .block_on(tokio::net::TcpListener::bind(opts.addr))
+        // Bound here with the standard library, not by blocking on the
+        // runtime: `start` may be called from async code (a test or an
+        // example under #[tokio::main]), where blocking on a runtime panics.
+        let listener = std::net::TcpListener::bind(opts.addr)
+            .and_then(|l| l.set_nonblocking(true).map(|()| l))
             .map_err(|e| StoreError::Fatal(format!("cannot bind {}: {e}", opts.addr)))?;
         let addr = listener
             .local_addr()
@@ -197,6 +200,13 @@ impl Emulator {
             .name("emulator-accept".into())
             .spawn(move || {
                 rt.block_on(async move {
+                    let listener = match tokio::net::TcpListener::from_std(listener) {
+                        Ok(l) => l,
+                        Err(e) => {
+                            tracing::error!("the emulator cannot listen: {e}");
+                            return;
+                        }
+                    };
                     loop {
                         let stream = tokio::select! {
                             r = listener.accept() => match r {

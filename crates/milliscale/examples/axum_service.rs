@@ -83,9 +83,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let db = AsyncDatabase::open(options.clone()).await?;
     let table = db.create_table("kv").await?;
-    let app = Router::new()
-        .route("/kv/{key}", get(read).put(write))
-        .with_state((db.clone(), table));
+    let app =
+        Router::new().route("/kv/{key}", get(read).put(write)).with_state((db.clone(), table));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -7,8 +7,8 @@
 //! `cargo run --release -p milliscale --example bank_transfers`
 
 use milliscale::{Database, Isolation, Options, TxnOptions};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 const ACCOUNTS: u64 = 100;
 const INITIAL: u64 = 1_000;
@@ -18,7 +18,8 @@ fn balance(b: Option<Vec<u8>>) -> u64 {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let store: Arc<dyn milliscale::store::ObjectStore> = Arc::new(milliscale::store::MemoryStore::new());
+    let store: Arc<dyn milliscale::store::ObjectStore> =
+        Arc::new(milliscale::store::MemoryStore::new());
     let options = || Options::new().add_store_handle(Arc::clone(&store));
     let db = Database::open(options())?;
     let accounts = db.create_table("accounts")?;
@@ -35,7 +36,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             s.spawn(move || {
                 let serializable = TxnOptions::isolation(Isolation::Serializable);
                 for i in 0..500u64 {
-                    let (from, to) = ((w * 31 + i * 7) % ACCOUNTS, (w * 17 + i * 13 + 1) % ACCOUNTS);
+                    let (from, to) =
+                        ((w * 31 + i * 7) % ACCOUNTS, (w * 17 + i * 13 + 1) % ACCOUNTS);
                     if from == to {
                         continue;
                     }

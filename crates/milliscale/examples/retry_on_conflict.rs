@@ -14,7 +14,8 @@ fn increment(db: &Database, t: &Table, key: &[u8]) -> milliscale::Result<u32> {
         attempts += 1;
         let mut tx = db.begin()?;
         let run = (|| {
-            let v = tx.get(t, key)?.map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])));
+            let v =
+                tx.get(t, key)?.map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])));
             tx.put(t, key, &(v + 1).to_le_bytes())
         })();
         match run.and_then(|()| tx.commit_and_wait()) {

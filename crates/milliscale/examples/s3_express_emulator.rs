@@ -38,6 +38,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     db.close()?;
     let a = emu.accounting();
-    println!("the emulator served {} PUT-class and {} GET-class requests", a.put_class, a.get_class);
+    println!(
+        "the emulator served {} PUT-class and {} GET-class requests",
+        a.put_class, a.get_class
+    );
     Ok(())
 }
