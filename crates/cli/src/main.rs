@@ -39,6 +39,11 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Say more on stderr: -v the engine's steps (open, recovery,
+    /// checkpoints, replicas), -vv its debug events. `RUST_LOG`, when set,
+    /// decides instead (e.g. `RUST_LOG=milliscale=debug,s3s=off`).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
 }
 
 // Parsed once per process: the size of the benchmark variant costs nothing.
@@ -80,16 +85,22 @@ fn main() -> ExitCode {
     // The S3 layer (s3s) logs every refused request at error level; a
     // client's 404 or 412 is not the server's error, so it stays quiet (the
     // emulator's request log records every answer).
-    use tracing_subscriber::filter::{LevelFilter, Targets};
-    use tracing_subscriber::layer::SubscriberExt as _;
-    use tracing_subscriber::util::SubscriberInitExt as _;
-    let filter =
-        Targets::new().with_target("s3s", LevelFilter::OFF).with_default(LevelFilter::WARN);
+    use tracing_subscriber::filter::{EnvFilter, LevelFilter};
+    let level = match cli.verbose {
+        0 => LevelFilter::WARN,
+        1 => LevelFilter::INFO,
+        _ => LevelFilter::DEBUG,
+    };
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(v) if !v.is_empty() => EnvFilter::builder().parse_lossy(v),
+        _ => EnvFilter::default()
+            .add_directive(level.into())
+            .add_directive("s3s=off".parse().expect("a valid directive")),
+    };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_target(false)
-        .finish()
-        .with(filter)
+        .with_env_filter(filter)
         .init();
     let result = match cli.command {
         Command::Recover(a) => recover(a),

@@ -185,3 +185,29 @@ fn the_report_names_the_commit_it_was_built_from() {
     assert_ne!(commit, "unknown", "run outside the repository: {r}");
     assert!(!commit.is_empty());
 }
+
+#[test]
+fn verbose_and_rust_log_show_the_engines_steps() {
+    let dir = tempfile::tempdir().expect("dir");
+    ycsb_database(&[dir.path()]);
+    let quiet = bin().args(["recover", "--store", &url(dir.path())]).output().expect("recover");
+    assert!(quiet.status.success(), "{}", stderr(&quiet));
+    assert!(!stderr(&quiet).contains("recovered the database"), "{}", stderr(&quiet));
+    let verbose =
+        bin().args(["-v", "recover", "--store", &url(dir.path())]).output().expect("recover");
+    assert!(verbose.status.success(), "{}", stderr(&verbose));
+    assert!(stderr(&verbose).contains("recovered the database"), "{}", stderr(&verbose));
+    let env = bin()
+        .env("RUST_LOG", "info")
+        .args(["recover", "--store", &url(dir.path())])
+        .output()
+        .expect("recover");
+    assert!(stderr(&env).contains("recovered the database"), "{}", stderr(&env));
+    // RUST_LOG, when set, decides over -v.
+    let env = bin()
+        .env("RUST_LOG", "error")
+        .args(["-v", "recover", "--store", &url(dir.path())])
+        .output()
+        .expect("recover");
+    assert!(!stderr(&env).contains("recovered the database"), "{}", stderr(&env));
+}

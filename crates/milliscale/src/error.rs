@@ -12,8 +12,11 @@ use std::fmt;
 /// Result alias used throughout the crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Why an operation failed.
+/// Why an operation failed. [`Error::kind`] sorts the variants into the
+/// few things a caller does about them; the variant keeps the detail.
+/// More variants may come: match on `kind()`, or keep a `_` arm.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// A concurrent transaction touched the same data first. The transaction
     /// is finished: drop it and run it again.
@@ -110,9 +113,83 @@ impl fmt::Display for ConflictKind {
     }
 }
 
+/// What a caller does about an [`Error`]: the small, stable sorting of
+/// its variants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// Run the transaction again (`Conflict`, `TooManyTransactions`).
+    Retryable,
+    /// The stores cannot make commits durable; the database accepts no
+    /// more (`StoreUnavailable`): reopen it once they are back.
+    Unavailable,
+    /// Another writer took the database over (`Fenced`).
+    Fenced,
+    /// Stored data is damaged where damage cannot be a torn tail
+    /// (`Corrupt`).
+    Corruption,
+    /// The call was wrong: fix it (`InvalidArgument`, `TableExists`).
+    InvalidInput,
+    /// What was asked for is not there (`NotFound`, `TableNotFound`,
+    /// `NoDatabase`).
+    NotFound,
+    /// The database was closed (`Closed`).
+    Closed,
+    /// A replica has not caught up with a token yet (`Stale`): wait, or
+    /// read elsewhere.
+    Stale,
+    /// A store could not be used at open (`Store`): a bad address,
+    /// refused credentials.
+    Store,
+}
+
 impl Error {
     /// True if running the same transaction again may succeed.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Error::Conflict(_) | Error::TooManyTransactions(_))
+        self.kind() == ErrorKind::Retryable
+    }
+
+    /// What to do about this error.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Conflict(_) | Error::TooManyTransactions(_) => ErrorKind::Retryable,
+            Error::StoreUnavailable(_) => ErrorKind::Unavailable,
+            Error::Fenced(_) => ErrorKind::Fenced,
+            Error::Corrupt(_) => ErrorKind::Corruption,
+            Error::InvalidArgument(_) | Error::TableExists(_) => ErrorKind::InvalidInput,
+            Error::NotFound | Error::TableNotFound(_) | Error::NoDatabase(_) => ErrorKind::NotFound,
+            Error::Closed => ErrorKind::Closed,
+            Error::Stale { .. } => ErrorKind::Stale,
+            Error::Store(_) => ErrorKind::Store,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_error_has_the_kind_its_docs_give() {
+        let cases = [
+            (Error::Conflict(ConflictKind::WriteWrite), ErrorKind::Retryable),
+            (Error::TooManyTransactions(1), ErrorKind::Retryable),
+            (Error::StoreUnavailable("s".into()), ErrorKind::Unavailable),
+            (Error::Fenced("f".into()), ErrorKind::Fenced),
+            (Error::Corrupt("c".into()), ErrorKind::Corruption),
+            (Error::InvalidArgument("i".into()), ErrorKind::InvalidInput),
+            (Error::TableExists("t".into()), ErrorKind::InvalidInput),
+            (Error::NotFound, ErrorKind::NotFound),
+            (Error::TableNotFound("t".into()), ErrorKind::NotFound),
+            (Error::NoDatabase("d".into()), ErrorKind::NotFound),
+            (Error::Closed, ErrorKind::Closed),
+            (Error::Store("s".into()), ErrorKind::Store),
+        ];
+        for (e, kind) in cases {
+            assert_eq!(e.kind(), kind, "{e}");
+            assert_eq!(e.is_retryable(), kind == ErrorKind::Retryable, "{e}");
+        }
+        let stale = Error::Stale { token: 1, applied: 0, seen: 0, waited: Default::default() };
+        assert_eq!(stale.kind(), ErrorKind::Stale);
     }
 }

@@ -52,7 +52,7 @@ pub use async_api::{AsyncDatabase, AsyncReplica, AsyncTransaction, WaitFor};
 pub use checkpoint::CheckpointStats;
 pub use commit::{CommitAck, CommitInfo, CommitMetrics, Durable};
 pub use db::{Database, DbStats};
-pub use error::{ConflictKind, Error, Result};
+pub use error::{ConflictKind, Error, ErrorKind, Result};
 pub use index::Direction;
 pub use keys::Chain;
 pub use log::group::GroupMetrics;

@@ -94,6 +94,7 @@ impl Engine {
             return Err(Error::InvalidArgument("no log".into()));
         }
         let _one = self.checkpoint_lock.lock();
+        let _span = tracing::info_span!("checkpoint").entered();
         let started = Instant::now();
         let log_bytes = log.bytes_written();
         // 1. Fresh segments from here on, and the CSN bound they give.
@@ -130,6 +131,13 @@ impl Engine {
             m.checkpoint_wanted = None;
         })?;
         self.after_checkpoint(&cref, 0, started, log_bytes, false);
+        tracing::info!(
+            csn = cref.csn,
+            rows = cref.rows,
+            bytes = cref.bytes,
+            ms = started.elapsed().as_secs_f64() * 1e3,
+            "checkpoint written and published"
+        );
         Ok(cref.csn)
     }
 

@@ -143,11 +143,27 @@ impl Database {
             stores.iter().map(|s| (s.name().to_owned(), Arc::clone(&s.store))).collect();
         let needed = options.quorum.needed(stores.len());
         let ms = ManifestStore::new(named.clone(), needed, options.store_deadline);
-        match ms.read_latest()? {
+        let _span = tracing::info_span!("open", stores = %describe(&named)).entered();
+        let started = Instant::now();
+        let db = match ms.read_latest()? {
             None if !options.create_if_missing => Err(Error::NoDatabase(describe(&named))),
             None => Database::create(id, options, stores, named, ms),
-            Some(old) => Database::recover(id, options, stores, named, ms, old),
+            Some(old) => {
+                let _span = tracing::info_span!("recovery", old_epoch = old.epoch).entered();
+                Database::recover(id, options, stores, named, ms, old)
+            }
+        }?;
+        let ms_open = started.elapsed().as_secs_f64() * 1e3;
+        match db.recovery_report() {
+            None => tracing::info!(ms = ms_open, "created a new database"),
+            Some(r) => tracing::info!(
+                ms = ms_open,
+                new_epoch = r.new_epoch,
+                replayed = r.replayed,
+                "recovered the database"
+            ),
         }
+        Ok(db)
     }
 
     /// Read a database's durable state without taking it over: the
