@@ -14,6 +14,7 @@ pub mod plot;
 pub mod replica_bench;
 pub mod report;
 pub mod rss;
+pub mod scan_bench;
 pub mod store_bench;
 pub mod sweep;
 mod sweep_config;

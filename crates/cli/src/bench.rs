@@ -32,6 +32,9 @@ pub(crate) enum Bench {
     Failover(FailoverArgs),
     /// Compare ordered-index candidates on inserts, lookups and scans.
     Index(IndexArgs),
+    /// Iterate over every row of a large table and report how much the
+    /// resident memory grew (an iterator holds one batch at a time).
+    Scan(ScanArgs),
     /// Append latency of a store, compared with its sim preset's model.
     Store(StoreArgs),
     /// The emulator's speed over loopback: append throughput and overhead.
@@ -312,6 +315,52 @@ impl RunArgs {
     pub(crate) fn print(&self, report: &Report) {
         print_report(report, self.json, self.csv);
     }
+}
+
+#[derive(Args)]
+pub(crate) struct ScanArgs {
+    /// Rows in the table.
+    #[arg(long, default_value_t = 10_000_000)]
+    pub(crate) keys: u64,
+    /// Bytes per value.
+    #[arg(long, default_value_t = 16)]
+    pub(crate) value_bytes: usize,
+    /// Iterate in descending key order.
+    #[arg(long)]
+    pub(crate) backward: bool,
+    /// Print the report as JSON only.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+pub(crate) fn bench_scan(a: ScanArgs) -> Result<(), Failure> {
+    use milliscale_bench::scan_bench::{ScanConfig, run};
+    let cfg = ScanConfig { keys: a.keys, value_bytes: a.value_bytes, backward: a.backward };
+    let json = a.json;
+    let r = run(&cfg, |m| {
+        if !json {
+            eprintln!("{m}");
+        }
+    })?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?);
+    } else {
+        println!(
+            "{} rows ({} B values, {}): loaded in {:.1} s; iterated in {:.2} s ({:.0} rows/s); \
+             RSS {:.0} MiB before, at most {:.0} MiB during, {:.0} MiB after: grew {:.1} MiB",
+            r.rows,
+            r.value_bytes,
+            r.direction,
+            r.load_s,
+            r.scan_s,
+            r.rows_per_s,
+            r.rss_mib_before,
+            r.rss_mib_max_during,
+            r.rss_mib_after,
+            r.rss_mib_growth
+        );
+    }
+    Ok(())
 }
 
 #[derive(Args)]

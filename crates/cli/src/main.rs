@@ -14,8 +14,8 @@ mod replica;
 
 use crate::args::Failure;
 use crate::bench::{
-    Bench, bench_bank, bench_emulator, bench_failover, bench_index, bench_store, bench_sweep,
-    bench_tpcc, bench_ycsb,
+    Bench, bench_bank, bench_emulator, bench_failover, bench_index, bench_scan, bench_store,
+    bench_sweep, bench_tpcc, bench_ycsb,
 };
 use crate::emulator::{EmulatorArgs, emulator};
 use crate::inspect::{DumpArgs, InspectArgs, RecoverArgs, dump, inspect, recover};
@@ -113,6 +113,7 @@ fn main() -> ExitCode {
         Command::Bench(Bench::Bank(a)) => bench_bank(a),
         Command::Bench(Bench::Failover(a)) => bench_failover(a),
         Command::Bench(Bench::Index(a)) => bench_index(a),
+        Command::Bench(Bench::Scan(a)) => bench_scan(a),
         Command::Bench(Bench::Store(a)) => bench_store(a),
         Command::Bench(Bench::Emulator(a)) => bench_emulator(a),
         Command::Emulator(a) => emulator(a),

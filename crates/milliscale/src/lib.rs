@@ -79,7 +79,7 @@ pub mod store {
         StoreError, open,
     };
 }
-pub use txn::Transaction;
+pub use txn::{SCAN_BATCH_ROWS, ScanIter, Transaction};
 
 /// Hooks for this repository's own tools, benchmarks and tests: the log's
 /// byte format and segment writer, object names, recovery's scan and plan,

@@ -114,6 +114,29 @@ impl AsyncTransaction {
         self.tx.scan(table, lower, upper, direction, limit)
     }
 
+    /// The visible rows with keys in `(lower, upper)` as an iterator in
+    /// bounded memory; see [`crate::Transaction::range`].
+    pub fn range(
+        &mut self,
+        table: &Table,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        direction: Direction,
+    ) -> crate::ScanIter<'_, 'static> {
+        self.tx.range(table, lower, upper, direction)
+    }
+
+    /// The visible rows whose keys start with `prefix`; see
+    /// [`crate::Transaction::prefix`].
+    pub fn prefix(
+        &mut self,
+        table: &Table,
+        prefix: &[u8],
+        direction: Direction,
+    ) -> crate::ScanIter<'_, 'static> {
+        self.tx.prefix(table, prefix, direction)
+    }
+
     /// Commit and await durability: pre-commit (the writes become
     /// visible), then wait, without blocking the runtime, until the
     /// transaction is durably committed. A conflict is returned as

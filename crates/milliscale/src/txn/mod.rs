@@ -13,6 +13,7 @@
 //!    on failure an abort entry), log the entry. Then state COMMITTED(csn),
 //!    stamp the versions, trim chains, release the slot, return the ack.
 
+mod scan_iter;
 mod validate;
 
 use std::ops::Bound;
@@ -37,6 +38,7 @@ use crate::mvcc::visibility::{self, Creator, View, WriteCheck};
 use crate::mvcc::{Csn, gc};
 use crate::options::Isolation;
 use crate::table::{Table, TableInner};
+pub use scan_iter::{SCAN_BATCH_ROWS, ScanIter};
 use validate::{ReadEntry, ScanEntry};
 
 pub(crate) struct WriteEntry<'db> {
