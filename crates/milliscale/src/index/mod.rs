@@ -18,7 +18,7 @@ use smallvec::SmallVec;
 use crate::mvcc::oid_array::Rid;
 
 /// A key as stored in the index: its bytes, inline up to 16 bytes. Ordered
-/// exactly like the byte strings (see [`key_cmp`]).
+/// exactly like the byte strings (see `key_cmp`).
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct IndexKey(SmallVec<[u8; 16]>);
 

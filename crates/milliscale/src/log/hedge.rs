@@ -1,7 +1,7 @@
 //! Hedged requests: when a request is slow enough to send a second time
-//! ([`HedgePolicy`], [`Hedger`]), and the helper threads that send a
+//! ([`HedgePolicy`], `Hedger`), and the helper threads that send a
 //! hedging writer's appends where the store cannot hedge inside its own
-//! client ([`AppendPool`]). Why hedging is safe for appends is in
+//! client (`AppendPool`). Why hedging is safe for appends is in
 //! `segment`'s module docs.
 
 use std::sync::Arc;

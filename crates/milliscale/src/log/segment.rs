@@ -48,7 +48,7 @@
 //! thread nothing, so `Hedging::Auto` (the default) hedges there and
 //! only there. For other stores, waiting with a timeout needs the append
 //! on a helper thread: each writer keeps a few long-lived ones
-//! ([`AppendPool`]), which sleep between appends. That costs two thread
+//! (`AppendPool`), which sleep between appends. That costs two thread
 //! wake-ups per append, which show in the median when the cores are busy;
 //! `Hedging::Always` turns it on.
 

@@ -14,7 +14,7 @@ pub(crate) mod txn_table;
 pub(crate) mod version;
 pub(crate) mod visibility;
 
-/// A commit sequence number. CSNs start at [`CSN_FIRST`]; 0 means "before
+/// A commit sequence number. CSNs start at `CSN_FIRST` (1); 0 means "before
 /// every transaction" (the DSN of a transaction that read nothing).
 pub type Csn = u64;
 

@@ -110,11 +110,11 @@ pub enum StoreSpec {
     Url(String),
     /// A store the caller already opened (tests, custom backends).
     Handle(Arc<dyn ObjectStore>),
-    /// A store opened from this URL ([`Options::open_stores`]); the URL
+    /// A store opened from this URL ([`Options::open_stores`](crate::Options::open_stores)); the URL
     /// names it in messages.
     Opened(String, Arc<dyn ObjectStore>),
     /// An `s3://` URL with static credentials instead of the AWS SDK's
-    /// chain ([`Options::add_s3_store`]).
+    /// chain ([`Options::add_s3_store`](crate::Options::add_s3_store)).
     S3(String, objstore::S3Credentials),
 }
 

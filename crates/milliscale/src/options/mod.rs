@@ -330,7 +330,7 @@ impl Options {
 
     /// The scheduler slice the log's threads ask for, so that they get a
     /// core as soon as they wake even when the workers keep every core
-    /// busy (see [`crate::sched`]; Linux 6.12 and later, no privilege
+    /// busy (ARCHITECTURE.md, the `sched` module; Linux 6.12 and later, no privilege
     /// needed). The kernel takes 0.1 to 100 ms. Default 0.1 ms; `None`
     /// leaves the threads at the kernel's default.
     pub fn log_thread_slice(mut self, slice: Option<Duration>) -> Options {

@@ -9,7 +9,7 @@ use aws_sdk_s3::error::DisplayErrorContext;
 use crate::{Result, StoreError};
 
 /// Static credentials for an `s3://` store, given in code instead of
-/// found by the AWS SDK's chain ([`S3Store::with`]). Its `Debug` output
+/// found by the AWS SDK's chain ([`S3Store::with`](crate::S3Store::with)). Its `Debug` output
 /// shows the key id only.
 #[derive(Clone, PartialEq, Eq)]
 pub struct S3Credentials {
