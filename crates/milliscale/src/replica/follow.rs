@@ -468,12 +468,9 @@ impl Follower {
                 Ok(())
             }
             TailMsg::Failed(e @ Error::Corrupt(_)) => Err(e),
-            TailMsg::Failed(e) => {
-                let mut c = self.shared.counters.lock();
-                c.poll_errors += 1;
-                c.last_error = Some(e.to_string());
-                Ok(())
-            }
+            // Counted by the tail that failed (`poll.rs`); the next poll
+            // retries.
+            TailMsg::Failed(_) => Ok(()),
         }
     }
 

@@ -117,7 +117,16 @@ impl TailCtx {
                     found
                 }
                 Err(e) => {
-                    self.shared.counters.lock().polls += 1;
+                    // Counted here, not by the follower: it may be inside a
+                    // manifest read that retries against the same outage
+                    // for up to the store deadline, and the metrics must
+                    // show the failures as they happen.
+                    {
+                        let mut c = self.shared.counters.lock();
+                        c.polls += 1;
+                        c.poll_errors += 1;
+                        c.last_error = Some(e.to_string());
+                    }
                     if self.tx.send(TailMsg::Failed(e)).is_err() {
                         break;
                     }
