@@ -16,10 +16,8 @@
 set -euo pipefail
 seeds=${1:-3}
 secs=${2:-10}
-bin=${BIN:-target/release/milliscale}
-out=$(mktemp -d)
-echo "bin=$bin seeds=1..$seeds seconds=$secs; raw reports in $out"
-echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), commit $(git rev-parse --short HEAD)"
+source "$(dirname "$0")/bench-common.sh"  # bin, out; builds; prints the machine
+echo "seeds=1..$seeds seconds=$secs; raw reports in $out"
 common=(bench ycsb --workload a --threads 2 --duration "$secs" --warmup 2 --json --store sim://s3x)
 run() { # name seed
     case $1 in

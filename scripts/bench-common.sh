@@ -1,4 +1,4 @@
-# Sourced by scripts/bench-{peer,tpcc,hedge-s3,tail}.sh, run from the
+# Sourced by scripts/bench-{peer,tpcc,hedge-s3,tail,async}.sh, run from the
 # repository root: builds the CLI once, sets `bin` (the binary) and `out` (a
 # fresh directory for the raw JSON reports), prints the machine and commit
 # that every table in BENCHMARKS.md names, and defines `with_emulator`.
