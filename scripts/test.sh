@@ -26,9 +26,21 @@ export MILLISCALE_REQUIRE_S3=1 MILLISCALE_REQUIRE_BOTO3=1 MILLISCALE_REQUIRE_CLI
 # A hang (e.g. a livelock bug) must fail the run, not stall CI.
 timeout 1500 cargo test --workspace --release
 
-# Every example runs to its end (cargo test built them).
-for example in crates/milliscale/examples/*.rs; do
-  name=$(basename "$example" .rs)
-  echo "example $name"
-  timeout 300 cargo run --release --quiet -p milliscale --example "$name" > /dev/null
+# Every example runs to its end. They run as the binaries `cargo test`
+# built: `cargo run -p milliscale --example` would resolve features for
+# that one crate and rebuild much of the dependency graph (minutes, on a
+# fresh clone).
+examples=$(cargo test --workspace --release --no-run --message-format=json 2>/dev/null |
+  python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and "example" in m["target"]["kind"] and m.get("executable"):
+        print(m["executable"])
+')
+[ "$(echo "$examples" | grep -c .)" -eq "$(ls crates/milliscale/examples/*.rs | wc -l)" ] ||
+  { echo "cargo test did not build every example: $examples" >&2; exit 1; }
+for example in $examples; do
+  echo "example $(basename "$example")"
+  timeout 300 "$example" > /dev/null
 done

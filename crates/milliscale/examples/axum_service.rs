@@ -85,7 +85,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let table = db.create_table("kv").await?;
     let app =
         Router::new().route("/kv/{key}", get(read).put(write)).with_state((db.clone(), table));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    // A backlog for the 200 connections that arrive at once (a listener
+    // bound the short way queues 128; the rest would wait a second for
+    // their SYN to be sent again).
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind("127.0.0.1:0".parse()?)?;
+    let listener = socket.listen(1024)?;
     let addr = listener.local_addr()?;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(async move {
