@@ -291,6 +291,10 @@ pub(crate) fn load(
         let table = tables.get(chunk.table as usize).ok_or_else(|| {
             Error::Corrupt(format!("checkpoint chunk {} names table id {}", c.key, chunk.table))
         })?;
+        if table.is_dropped() {
+            // Written before the table was dropped.
+            return Ok(0);
+        }
         for (k, v) in &chunk.rows {
             crate::recovery::replay::install(table, k, cref.csn - 1, Some(v))?;
         }

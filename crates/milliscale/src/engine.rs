@@ -74,6 +74,8 @@ pub(crate) struct Engine {
     pub(crate) checkpoint_stats: Mutex<CheckpointStats>,
     /// Wakes the background checkpointer early (close).
     pub(crate) checkpointer_wake: (Mutex<bool>, Condvar),
+    /// The catalog holds dropped tables waiting to be freed.
+    pub(crate) retired_waiting: AtomicBool,
 }
 
 pub(crate) struct ManifestState {
@@ -84,10 +86,18 @@ pub(crate) struct ManifestState {
     pub(crate) current: Mutex<Manifest>,
 }
 
+/// The tables. Ids are positions in the manifest's list and are never
+/// used again: a dropped table's id keeps an empty tombstone in `by_id`
+/// (so that the log's records of it can be recognised and skipped), and
+/// its name can be taken by a new table.
 #[derive(Default)]
 pub(crate) struct Catalog {
     pub(crate) by_name: HashMap<String, Arc<TableInner>>,
     pub(crate) by_id: Vec<Arc<TableInner>>,
+    /// Dropped tables' contents, each with the GC counter read after it
+    /// was marked dropped, kept until no transaction can still reach them
+    /// (see [`Engine::reclaim_dropped`]).
+    pub(crate) retired: Vec<(Csn, Arc<TableInner>)>,
 }
 
 impl Engine {
@@ -98,10 +108,9 @@ impl Engine {
         log: Option<Log>,
         manifest: Option<ManifestState>,
         recovery: Option<RecoveryReport>,
-        tables: Vec<String>,
     ) -> Engine {
         let txns = TxnTable::new(options.max_transactions);
-        let inner = Engine {
+        Engine {
             id,
             options,
             closed: CachePadded::new(AtomicBool::new(false)),
@@ -121,16 +130,14 @@ impl Engine {
             offers_checked: Mutex::new(None),
             checkpoint_stats: Mutex::new(CheckpointStats::default()),
             checkpointer_wake: (Mutex::new(false), Condvar::new()),
-        };
-        {
-            let mut cat = inner.tables.write();
-            for (i, name) in tables.into_iter().enumerate() {
-                let t = inner.new_table(i as u32, &name);
-                cat.by_id.push(Arc::clone(&t));
-                cat.by_name.insert(name, t);
-            }
+            retired_waiting: AtomicBool::new(false),
         }
-        inner
+    }
+
+    /// [`Engine::new`], with the tables of manifest `m`.
+    pub(crate) fn with_tables_of(self, m: &Manifest) -> Result<Engine> {
+        self.add_tables(&m.tables, &m.dropped)?;
+        Ok(self)
     }
 
     /// The tables, by id.
@@ -138,10 +145,11 @@ impl Engine {
         self.tables.read().by_id.clone()
     }
 
-    /// Add the tables of `names` (a manifest's list, by id) that are not
-    /// there yet. A name that differs from the table of its id is
+    /// Bring the catalog up to a manifest's table list (`names`, by id)
+    /// and its dropped ids: add the tables not there yet, drop the ones
+    /// newly dropped. A name that differs from the table of its id is
     /// `Corrupt`: the list only ever grows.
-    pub(crate) fn add_tables(&self, names: &[String]) -> Result<()> {
+    pub(crate) fn add_tables(&self, names: &[String], dropped: &[u32]) -> Result<()> {
         let mut cat = self.tables.write();
         for (i, name) in names.iter().enumerate() {
             match cat.by_id.get(i) {
@@ -159,6 +167,18 @@ impl Engine {
                 }
             }
         }
+        for &id in dropped {
+            match cat.by_id.get(id as usize) {
+                Some(t) if t.is_dropped() => {}
+                Some(_) => self.retire_table(&mut cat, id),
+                None => {
+                    return Err(Error::Corrupt(format!(
+                        "the manifest drops table id {id}, but names only {}",
+                        names.len()
+                    )));
+                }
+            }
+        }
         Ok(())
     }
 
@@ -169,7 +189,62 @@ impl Engine {
             db_id: self.id,
             index: OrderedIndex::new(),
             records: OidArray::new(),
+            dropped: AtomicBool::new(false),
         })
+    }
+
+    /// Take table `id` out of the catalog: mark it dropped (from here on
+    /// no operation reaches it), leave an empty tombstone at its id, and
+    /// keep its contents until no running transaction can hold a
+    /// reference into them.
+    pub(crate) fn retire_table(&self, cat: &mut Catalog, id: u32) {
+        let old = Arc::clone(&cat.by_id[id as usize]);
+        old.dropped.store(true, Ordering::SeqCst);
+        let tombstone = self.new_table(id, &old.name);
+        tombstone.dropped.store(true, Ordering::SeqCst);
+        cat.by_id[id as usize] = tombstone;
+        if cat.by_name.get(&old.name).is_some_and(|t| t.id == id) {
+            cat.by_name.remove(&old.name);
+        }
+        // Read after the mark: a transaction whose snapshot is above this
+        // began after the mark, so it was refused the table.
+        let mark = self.gc_counter().load(Ordering::SeqCst);
+        cat.retired.push((mark, old));
+        self.reclaim_dropped_in(cat);
+    }
+
+    /// Free the dropped tables that no transaction can reach any more.
+    /// A transaction holds references into a table only between an
+    /// operation that passed the dropped check and its end, and it holds
+    /// its slot in the transaction table all that time: so a dropped
+    /// table is unreachable once the GC horizon (the least snapshot of the
+    /// running transactions) is above the counter read after the mark, or
+    /// once no transaction runs at all.
+    fn reclaim_dropped_in(&self, cat: &mut Catalog) {
+        if cat.retired.is_empty() {
+            return;
+        }
+        let horizon = self.txns.horizon(self.gc_counter());
+        let idle = !self.txns.any_running();
+        let (free, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut cat.retired)
+            .into_iter()
+            .partition(|(mark, _)| idle || horizon > *mark);
+        cat.retired = keep;
+        self.retired_waiting.store(!cat.retired.is_empty(), Ordering::SeqCst);
+        if !free.is_empty() {
+            // Freeing a large table takes a while: not on the caller's time.
+            std::thread::spawn(move || drop(free));
+        }
+    }
+
+    /// [`Engine::reclaim_dropped_in`], if a dropped table is waiting and
+    /// the catalog is free (called as the GC horizon is refreshed).
+    pub(crate) fn reclaim_dropped(&self) {
+        if self.retired_waiting.load(Ordering::Relaxed)
+            && let Some(mut cat) = self.tables.try_write()
+        {
+            self.reclaim_dropped_in(&mut cat);
+        }
     }
 
     /// Write the next manifest version: the current one changed by `f`.
@@ -243,6 +318,7 @@ impl Engine {
     pub(crate) fn refresh_gc_horizon(&self) -> Csn {
         let h = self.txns.horizon(self.gc_counter());
         self.gc_horizon.fetch_max(h, Ordering::AcqRel);
+        self.reclaim_dropped();
         h
     }
 }
@@ -255,4 +331,39 @@ pub(crate) fn check_table_name(name: &str) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Database, Options};
+
+    fn retired(db: &Database) -> usize {
+        db.inner.tables.read().retired.len()
+    }
+
+    /// A dropped table's rows are freed only once no transaction that
+    /// could still reach them runs.
+    #[test]
+    fn a_dropped_table_is_freed_after_the_transactions_that_could_reach_it() {
+        let db = Database::open(Options::new()).expect("open");
+        let t = db.create_table("t").expect("table");
+        let mut early = db.begin().expect("begin");
+        early.put(&t, b"k", b"v").expect("put before the drop");
+        db.drop_table("t").expect("drop");
+        assert_eq!(retired(&db), 1, "kept: a running transaction wrote to it");
+        // Later transactions are refused the table, and do not hold it.
+        let mut late = db.begin().expect("begin");
+        assert!(late.get(&t, b"k").is_err());
+        late.commit().expect("read-only").wait().expect("ack");
+        db.inner.reclaim_dropped();
+        assert_eq!(retired(&db), 1, "the early transaction still runs");
+        drop(early);
+        db.inner.reclaim_dropped();
+        assert_eq!(retired(&db), 0, "nothing can reach it any more");
+
+        // With no transaction running, a drop frees at once.
+        db.create_table("u").expect("table");
+        db.drop_table("u").expect("drop");
+        assert_eq!(retired(&db), 0);
+    }
 }

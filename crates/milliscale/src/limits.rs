@@ -8,7 +8,8 @@ pub const KEY_BYTES_MAX: usize = 1024;
 pub const VALUE_BYTES_MAX: usize = 256 * 1024;
 /// Largest table name, in bytes (UTF-8). Names may not be empty.
 pub const TABLE_NAME_BYTES_MAX: usize = 255;
-/// Most tables in one database.
+/// Most tables in one database, dropped ones included: table ids are
+/// not used again.
 pub const TABLES_MAX: usize = 4096;
 /// Most records (distinct keys ever inserted) in one table: the indirection
 /// array has `DIRECTORY_LEN` chunks of `CHUNK_LEN` slots.

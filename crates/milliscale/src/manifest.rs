@@ -28,8 +28,11 @@ use crate::keys::{Chain, MANIFEST_PREFIX, manifest_key, manifest_version};
 use crate::mvcc::Csn;
 use crate::retry::retry;
 
-/// The manifest format this code writes and reads.
-pub const MANIFEST_FORMAT: u32 = 1;
+/// The newest manifest format this code writes and reads. Format 2 added
+/// [`Manifest::dropped`]; a manifest is written at the lowest format that
+/// can express it (1 while no table was ever dropped), so a database that
+/// never dropped a table stays readable by the releases that read only 1.
+pub const MANIFEST_FORMAT: u32 = 2;
 const MAGIC: &str = "MSMF";
 
 /// One version of the manifest.
@@ -41,8 +44,14 @@ pub struct Manifest {
     pub epoch: u64,
     /// The log record format of the log it names.
     pub log_format: u8,
-    /// Table names; a table's id is its index.
+    /// Table names; a table's id is its index. Dropped tables keep their
+    /// place, so ids are never used again.
     pub tables: Vec<String>,
+    /// The ids of dropped tables (`Database::drop_table`), in the order
+    /// they were dropped: recovery, replicas and checkpoints skip their
+    /// rows. Since format 2.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropped: Vec<u32>,
     /// The current checkpoint, if one was taken.
     pub checkpoint: Option<CheckpointRef>,
     /// Earlier epochs' logs whose outcome a new writer decided without
@@ -221,6 +230,7 @@ impl Manifest {
             epoch: 1,
             log_format,
             tables: Vec::new(),
+            dropped: Vec::new(),
             checkpoint: None,
             sealed: Vec::new(),
             log: LogRef {
@@ -254,11 +264,17 @@ impl Manifest {
         self.sealed.iter().map(|s| (&s.log, Some(s))).chain(std::iter::once((&self.log, None)))
     }
 
+    /// The format this manifest is written in: the lowest that can
+    /// express it.
+    pub fn format(&self) -> u32 {
+        if self.dropped.is_empty() { 1 } else { 2 }
+    }
+
     /// Encode: header line, then JSON.
     pub fn encode(&self) -> Bytes {
         let body = serde_json::to_vec_pretty(self).expect("a manifest serializes");
         let mut out =
-            format!("{MAGIC} {MANIFEST_FORMAT} {:08x}\n", crc32c::crc32c(&body)).into_bytes();
+            format!("{MAGIC} {} {:08x}\n", self.format(), crc32c::crc32c(&body)).into_bytes();
         out.extend_from_slice(&body);
         Bytes::from(out)
     }
@@ -274,9 +290,9 @@ impl Manifest {
         }
         let format: u32 =
             words.next().and_then(|w| w.parse().ok()).ok_or_else(|| bad("bad format".into()))?;
-        if format != MANIFEST_FORMAT {
+        if !(1..=MANIFEST_FORMAT).contains(&format) {
             return Err(bad(format!(
-                "manifest format {format}; this version reads {MANIFEST_FORMAT}"
+                "manifest format {format}; this version reads 1 to {MANIFEST_FORMAT}"
             )));
         }
         let crc = words
@@ -291,6 +307,12 @@ impl Manifest {
         let m: Manifest = serde_json::from_slice(body).map_err(|e| bad(format!("{e}")))?;
         if manifest_key(m.version) != key {
             return Err(bad(format!("holds version {}", m.version)));
+        }
+        if m.format() != format {
+            return Err(bad(format!("says format {format} but is written as {}", m.format())));
+        }
+        if let Some(id) = m.dropped.iter().find(|&&id| id as usize >= m.tables.len()) {
+            return Err(bad(format!("drops table id {id} of {}", m.tables.len())));
         }
         if m.log.lanes == 0 || m.log.lanes as usize > crate::options::LOG_LANES_MAX {
             return Err(bad(format!("{} lanes per stream", m.log.lanes)));
@@ -487,6 +509,35 @@ mod tests {
         assert!(matches!(Manifest::decode(&key, &bad), Err(Error::Corrupt(_))));
         assert!(matches!(Manifest::decode(&manifest_key(2), &bytes), Err(Error::Corrupt(_))));
         assert!(matches!(Manifest::decode(&key, &bytes[..n / 2]), Err(Error::Corrupt(_))));
+    }
+
+    #[test]
+    fn a_manifest_is_written_at_the_lowest_format_that_holds_it() {
+        let key = manifest_key(1);
+        let header = |m: &Manifest| {
+            let b = m.encode();
+            String::from_utf8_lossy(&b[..b.iter().position(|&c| c == b'\n').unwrap_or(0)])
+                .into_owned()
+        };
+        let mut m = Manifest::initial(1, 1, 1, 1, 10_000);
+        m.tables = vec!["a".into(), "b".into()];
+        assert!(header(&m).starts_with("MSMF 1 "), "{}", header(&m));
+        m.dropped = vec![0];
+        assert!(header(&m).starts_with("MSMF 2 "), "{}", header(&m));
+        assert_eq!(Manifest::decode(&key, &m.encode()).expect("format 2 decodes"), m);
+        // A format-1 header on a manifest that drops a table is refused: a
+        // reader of format 1 alone would bring the table back.
+        let body = serde_json::to_vec_pretty(&m).expect("serializes");
+        let mut lying = format!("MSMF 1 {:08x}\n", crc32c::crc32c(&body)).into_bytes();
+        lying.extend_from_slice(&body);
+        assert!(matches!(Manifest::decode(&key, &lying), Err(Error::Corrupt(_))));
+        // A dropped id the list does not name is corrupt.
+        m.dropped = vec![5];
+        assert!(matches!(Manifest::decode(&key, &m.encode()), Err(Error::Corrupt(_))));
+        // A format from the future is refused, naming it.
+        let future = format!("MSMF 3 {:08x}\n", crc32c::crc32c(&body)).into_bytes();
+        let e = Manifest::decode(&key, &[future, body].concat()).expect_err("format 3");
+        assert!(e.to_string().contains("format 3"), "{e}");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Tables: a name, an ordered index and an indirection array.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::index::OrderedIndex;
 use crate::mvcc::oid_array::OidArray;
@@ -19,6 +20,17 @@ pub(crate) struct TableInner {
     pub(crate) db_id: u64,
     pub(crate) index: OrderedIndex,
     pub(crate) records: OidArray,
+    /// Set by `Database::drop_table` (or, on a replica, by the manifest
+    /// that drops it): operations through a handle fail with
+    /// `TableNotFound`, and the log's and checkpoints' rows of the table
+    /// are not applied. A dropped table's id is never used again.
+    pub(crate) dropped: AtomicBool,
+}
+
+impl TableInner {
+    pub(crate) fn is_dropped(&self) -> bool {
+        self.dropped.load(Ordering::SeqCst)
+    }
 }
 
 impl Table {

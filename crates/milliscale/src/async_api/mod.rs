@@ -84,6 +84,13 @@ impl AsyncDatabase {
         off_thread("milliscale-ddl", move || db.create_table(&name)).await?
     }
 
+    /// Drop a table ([`Database::drop_table`]); with a log, the drop is
+    /// made durable in the manifest before this resolves.
+    pub async fn drop_table(&self, name: &str) -> Result<()> {
+        let (db, name) = (Arc::clone(&self.db), name.to_owned());
+        off_thread("milliscale-ddl", move || db.drop_table(&name)).await?
+    }
+
     /// Open an existing table by name (memory only).
     pub fn open_table(&self, name: &str) -> Result<Table> {
         self.db.open_table(name)

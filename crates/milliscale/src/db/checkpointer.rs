@@ -71,7 +71,7 @@ impl Engine {
             csn,
             self.options.checkpoint_chunk_bytes,
         );
-        for t in &tables {
+        for t in tables.iter().filter(|t| !t.is_dropped()) {
             w.table(t.id)?;
             tx.for_each_visible(t, |k, v| w.row(k, v))?;
         }

@@ -74,7 +74,9 @@ impl Database {
             return Err(Error::TableExists(name.to_owned()));
         }
         if cat.by_id.len() >= TABLES_MAX {
-            return Err(Error::InvalidArgument(format!("at most {TABLES_MAX} tables")));
+            return Err(Error::InvalidArgument(format!(
+                "at most {TABLES_MAX} tables, dropped ones included (ids are not used again)"
+            )));
         }
         // Records name tables by id, so the name must be durable before any
         // record of the table can be logged.
@@ -87,6 +89,37 @@ impl Database {
         Ok(Table { inner })
     }
 
+    /// Drop a table: its rows are gone, its name is free for a new table
+    /// (which gets a new id: ids are never used again), and every handle
+    /// to it fails with `TableNotFound` from now on.
+    ///
+    /// With a log, the drop is recorded in the manifest (one conditional
+    /// put, manifest format 2) before this returns; it is durable then.
+    /// The table's records already in the log stay there until the next
+    /// checkpoint lets the log be truncated; recovery, replicas and
+    /// checkpoint loads skip them, and the next checkpoint leaves the
+    /// table out. A transaction that wrote to the table and commits after
+    /// the drop commits its other writes; its writes to the dropped table
+    /// are discarded with it. The rows' memory is freed once no
+    /// transaction that began before the drop is still running.
+    pub fn drop_table(&self, name: &str) -> Result<()> {
+        self.inner.check_open()?;
+        if self.inner.read_only {
+            return Err(Error::InvalidArgument("the database was opened read-only".into()));
+        }
+        let mut cat = self.inner.tables.write();
+        let id = match cat.by_name.get(name) {
+            Some(t) => t.id,
+            None => return Err(Error::TableNotFound(name.to_owned())),
+        };
+        if self.inner.manifest.is_some() {
+            self.inner.publish(|m| m.dropped.push(id))?;
+        }
+        self.inner.retire_table(&mut cat, id);
+        tracing::info!(table = name, id, "dropped a table");
+        Ok(())
+    }
+
     /// Open an existing table by name.
     pub fn open_table(&self, name: &str) -> Result<Table> {
         self.inner.check_open()?;
@@ -97,9 +130,10 @@ impl Database {
             .ok_or_else(|| Error::TableNotFound(name.to_owned()))
     }
 
-    /// Names of all tables, in creation order.
+    /// Names of all tables, in creation order (dropped ones left out).
     pub fn table_names(&self) -> Vec<String> {
-        self.inner.tables.read().by_id.iter().map(|t| t.name.clone()).collect()
+        let cat = self.inner.tables.read();
+        cat.by_id.iter().filter(|t| !t.is_dropped()).map(|t| t.name.clone()).collect()
     }
 
     /// Begin a transaction at the default isolation level.
@@ -196,7 +230,7 @@ impl Database {
             next_csn: self.inner.commit.next_csn.load(Ordering::Acquire),
             gc_horizon: self.inner.gc_horizon.load(Ordering::Acquire),
             versions_retired: self.inner.versions_retired.load(Ordering::Relaxed),
-            tables: self.inner.tables.read().by_id.len(),
+            tables: self.inner.tables.read().by_name.len(),
         }
     }
 }

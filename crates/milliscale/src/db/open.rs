@@ -129,7 +129,7 @@ impl Database {
         let id = NEXT_DB_ID.fetch_add(1, Ordering::Relaxed);
         if !options.is_logged() {
             let commit = Arc::new(CommitMarks::new(0, options.tracking, false, 0));
-            let inner = Engine::new(id, options, commit, None, None, None, Vec::new());
+            let inner = Engine::new(id, options, commit, None, None, None);
             return Ok(Database::wrap(inner));
         }
         if !options.create_if_missing {
@@ -181,7 +181,7 @@ impl Database {
         let (plan, mut report) = read_log(&named, needed, &m, &m, &options)?;
         let base = m.log_from().max(plan.max_csn + 1);
         let commit = Arc::new(CommitMarks::new(0, options.tracking, false, base));
-        let mut inner = Engine::new(id, options, commit, None, None, None, m.tables.clone());
+        let mut inner = Engine::new(id, options, commit, None, None, None).with_tables_of(&m)?;
         inner.read_only = true;
         inner.rebuild(&named, m.checkpoint.as_ref(), &plan, &mut report)?;
         inner.recovery = Some(report);
@@ -189,14 +189,15 @@ impl Database {
     }
 
     /// An empty in-memory database whose transactions are read-only, with
-    /// `tables` named and its CSN counter at `base`: what a read replica
-    /// (`replica`) fills from the log. It has no log and no manifest.
-    pub(crate) fn replica_shell(options: Options, tables: Vec<String>, base: Csn) -> Database {
+    /// the tables of manifest `m` and its CSN counter at `base`: what a
+    /// read replica (`replica`) fills from the log. It has no log and no
+    /// manifest.
+    pub(crate) fn replica_shell(options: Options, m: &Manifest, base: Csn) -> Result<Database> {
         let id = NEXT_DB_ID.fetch_add(1, Ordering::Relaxed);
         let commit = Arc::new(CommitMarks::new(0, options.tracking, false, base));
-        let mut inner = Engine::new(id, options, commit, None, None, None, tables);
+        let mut inner = Engine::new(id, options, commit, None, None, None).with_tables_of(m)?;
         inner.read_only = true;
-        Database::wrap(inner)
+        Ok(Database::wrap(inner))
     }
 
     pub(super) fn wrap(inner: Engine) -> Database {
@@ -235,7 +236,7 @@ impl Database {
         let log = Log::start(&options, Arc::clone(&commit), id, stores, &m.log)?;
         let needed = options.quorum.needed(named.len());
         let state = ManifestState { store: ms, stores: named, needed, current: Mutex::new(m) };
-        let inner = Engine::new(id, options, commit, Some(log), Some(state), None, Vec::new());
+        let inner = Engine::new(id, options, commit, Some(log), Some(state), None);
         Ok(Database::start_checkpointer(inner))
     }
 
@@ -276,12 +277,13 @@ impl Database {
         let new_log = fresh_log(&options, claim.epoch, base, first_segment);
         let groups = new_log.groups as usize;
         let commit = Arc::new(CommitMarks::new(groups, options.tracking, true, base));
-        let tables = claim.tables.clone();
+        let tables = claim.clone();
         let state =
             ManifestState { store: ms, stores: named.clone(), needed, current: Mutex::new(claim) };
         // The log starts now but nothing can commit before `open` returns.
         let log = Log::start(&options, Arc::clone(&commit), id, stores, &new_log)?;
-        let inner = Engine::new(id, options, commit, Some(log), Some(state), None, tables);
+        let inner = Engine::new(id, options, commit, Some(log), Some(state), None)
+            .with_tables_of(&tables)?;
         inner.rebuild(&named, old.checkpoint.as_ref(), &plan, &mut report)?;
         let rebuilt_at = started.elapsed();
         // 5. Pin what this recovery included, and the new epoch's log:

@@ -45,11 +45,13 @@ impl Database {
         let commit = Arc::new(CommitMarks::new(groups, options.tracking, true, new_log.base_csn));
         let log = Log::start(&options, Arc::clone(&commit), id, stores, &new_log)?;
         let state = ManifestState { store: ms, stores: named, needed, current: Mutex::new(claim) };
-        let mut inner = Engine::new(id, options, commit, Some(log), Some(state), None, Vec::new());
+        let mut inner = Engine::new(id, options, commit, Some(log), Some(state), None);
         {
             let mut cat = inner.tables.write();
             for t in tables {
-                cat.by_name.insert(t.name.clone(), Arc::clone(&t));
+                if !t.is_dropped() {
+                    cat.by_name.insert(t.name.clone(), Arc::clone(&t));
+                }
                 cat.by_id.push(t);
             }
         }

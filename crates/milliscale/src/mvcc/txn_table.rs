@@ -193,7 +193,9 @@ impl TxnTable {
             if !slot.in_use.load(Ordering::Relaxed)
                 && slot
                     .in_use
-                    .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                    // SeqCst: a catalog that drops a table reads every
+                    // slot's flag after marking it (`Engine::retire_table`).
+                    .compare_exchange(false, true, Ordering::SeqCst, Ordering::Relaxed)
                     .is_ok()
             {
                 SLOT_HINT.set((self.id, index as u32));
@@ -244,6 +246,12 @@ impl TxnTable {
     /// `high_water` update, came after our read in the SeqCst order) reads
     /// its final snapshot after our counter read, so its snapshot is >= the
     /// counter value we use.
+    /// Does any transaction hold a slot?
+    pub(crate) fn any_running(&self) -> bool {
+        let high = self.high_water.load(Ordering::SeqCst) as usize;
+        self.slots[..high.min(self.slots.len())].iter().any(|s| s.in_use.load(Ordering::SeqCst))
+    }
+
     pub(crate) fn horizon(&self, counter: &AtomicU64) -> Csn {
         let mut min = counter.load(Ordering::SeqCst);
         let high = self.high_water.load(Ordering::SeqCst) as usize;

@@ -206,6 +206,9 @@ fn fold_bucket<'a>(
                 r.table
             ))
         })?;
+        if table.is_dropped() {
+            continue;
+        }
         stats.records += 1;
         // The installed (checkpoint) value is looked up only if the key's
         // first record here is a delta.

@@ -147,6 +147,9 @@ pub(crate) fn apply_entry(
                 r.table
             ))
         })?;
+        if table.is_dropped() {
+            continue;
+        }
         let full = csn.is_multiple_of(FULL_WALK_EVERY);
         match r.op {
             OpRef::Insert(v) | OpRef::Update(v) => {
@@ -319,6 +322,7 @@ mod tests {
                     db_id: 1,
                     index: OrderedIndex::new(),
                     records: OidArray::new(),
+                    dropped: Default::default(),
                 })
             })
             .collect()

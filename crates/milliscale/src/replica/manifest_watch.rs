@@ -82,7 +82,7 @@ impl Follower {
         if m.version < self.manifest.version {
             return Ok(());
         }
-        self.db.add_tables(&m.tables)?;
+        self.db.add_tables(&m.tables, &m.dropped)?;
         self.tables = self.db.tables_by_id();
         let mine = m.logs().find(|(l, _)| l.epoch == self.log.epoch);
         if let Some((_, Some(seal))) = mine {

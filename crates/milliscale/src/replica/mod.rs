@@ -227,7 +227,7 @@ impl Replica {
         let base = m.replay_from();
         let deadline = options.store_deadline;
         let threads = options.recovery_threads;
-        let db = Database::replica_shell(options, m.tables.clone(), base);
+        let db = Database::replica_shell(options, &m, base)?;
         if let Some(c) = &m.checkpoint {
             let tables = db.inner.tables_by_id();
             crate::checkpoint::load(&named, c, &tables, threads, deadline)?;
@@ -451,7 +451,7 @@ impl Replica {
             csn,
             o.checkpoint_chunk_bytes,
         );
-        for t in self.db.inner.tables_by_id() {
+        for t in self.db.inner.tables_by_id().into_iter().filter(|t| !t.is_dropped()) {
             w.table(t.id)?;
             tx.for_each_visible(&t, |k, v| w.row(k, v))?;
         }

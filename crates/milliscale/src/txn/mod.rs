@@ -405,9 +405,15 @@ impl<'db> Transaction<'db> {
                 table.inner.name
             )));
         }
+        if table.inner.is_dropped() {
+            return Err(Error::TableNotFound(table.inner.name.clone()));
+        }
         check_key(key)?;
-        // SAFETY: tables are never removed from a database, and the catalog
-        // holds an Arc to each for the database's lifetime ('db).
+        // SAFETY: the catalog holds an Arc to each table while it is in
+        // the database, and a dropped one (which we found not dropped
+        // above, while holding our slot in the transaction table) until
+        // no transaction holds a slot taken before the drop: this one
+        // ends before it is freed (`Engine::retire_table`).
         Ok(unsafe { &*std::sync::Arc::as_ptr(&table.inner) })
     }
 
