@@ -104,12 +104,16 @@ fn inspect_store(url: &str, parts: bool) -> Result<(String, serde_json::Value), 
     let (m, scan) = milliscale::internals::scan_log(&store).map_err(|e| format!("{url}: {e}"))?;
     say!(
         out,
-        "manifest {}: epoch {}, log format {}, tables {:?}",
+        "manifest {} (format {}): epoch {}, log format {}, tables {:?}",
         milliscale::internals::keys::manifest_key(m.version),
+        m.format(),
         m.epoch,
         m.log_format,
         m.tables
     );
+    if !m.dropped.is_empty() {
+        say!(out, "dropped table ids: {:?}", m.dropped);
+    }
     match &m.checkpoint {
         None => say!(out, "checkpoint: none"),
         Some(c) => {

@@ -112,6 +112,9 @@ struct Landing {
     cuts: Vec<(Arc<LogGroup>, Cut)>,
     sizes: Vec<u64>,
     sent: Instant,
+    /// The `flush` span: opened when the append is sent, closed when its
+    /// answer is in, so its duration is the append's round trip.
+    span: tracing::Span,
 }
 
 /// How [`LogStream::complete`] waits for a lane's append.
@@ -625,9 +628,17 @@ impl LogStream {
         } else {
             cuts.iter().map(|(_, c)| c.bytes.len() as u64).collect()
         };
+        let span = tracing::debug_span!(
+            "flush",
+            segment,
+            bytes = bytes.len(),
+            parts = cuts.len(),
+            transactions = cuts.iter().map(|(_, c)| c.txns.len()).sum::<usize>(),
+            ok = tracing::field::Empty,
+        );
         let sent = Instant::now();
-        let part = lane.writer.send(segment, Bytes::from(bytes));
-        lane.out = Some((part, Landing { cuts, sizes, sent }));
+        let part = span.in_scope(|| lane.writer.send(segment, Bytes::from(bytes)));
+        lane.out = Some((part, Landing { cuts, sizes, sent, span }));
         self.out.fetch_add(1, Ordering::SeqCst);
     }
 
@@ -658,7 +669,9 @@ impl LogStream {
             }
         };
         self.out.fetch_sub(1, Ordering::SeqCst);
-        let Landing { mut cuts, sizes, sent } = landing;
+        let Landing { mut cuts, sizes, sent, span } = landing;
+        span.record("ok", result.is_ok());
+        let _in_flush = span.enter();
         if let Err(e) = result {
             self.commit.poison(e);
             for g in &self.groups {
