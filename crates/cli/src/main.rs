@@ -44,6 +44,12 @@ struct Cli {
     /// decides instead (e.g. `RUST_LOG=milliscale=debug,s3s=off`).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     verbose: u8,
+    /// Serve the engine's metrics for Prometheus at `http://ADDR/metrics`
+    /// while the command runs (e.g. `127.0.0.1:9898`): commit latency,
+    /// appends, hedges, requests and dollars per store, replica lag. The
+    /// names are listed in ARCHITECTURE.md, "Observability".
+    #[arg(long, global = true, value_name = "ADDR")]
+    metrics_addr: Option<std::net::SocketAddr>,
 }
 
 // Parsed once per process: the size of the benchmark variant costs nothing.
@@ -102,6 +108,17 @@ fn main() -> ExitCode {
         .with_target(false)
         .with_env_filter(filter)
         .init();
+    if let Some(addr) = cli.metrics_addr {
+        // Before any database opens: the engine takes its histograms'
+        // handles from the recorder installed at the time.
+        let installed = metrics_exporter_prometheus::PrometheusBuilder::new()
+            .with_http_listener(addr)
+            .install();
+        if let Err(e) = installed {
+            eprintln!("error: --metrics-addr {addr}: {e}");
+            return ExitCode::from(1);
+        }
+    }
     let result = match cli.command {
         Command::Recover(a) => recover(a),
         Command::Dump(a) => dump(a),

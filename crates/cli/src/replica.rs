@@ -144,6 +144,7 @@ pub(crate) fn replica(a: ReplicaArgs) -> Result<(), Failure> {
         if let Some(e) = r.error() {
             return Err(format!("the replica stopped: {e}").into());
         }
+        r.publish_metrics();
         let timed = offer_every.is_some_and(|o| last_offer.elapsed() >= o);
         if timed || a.offer_checkpoints {
             let t0 = std::time::Instant::now();

@@ -46,6 +46,7 @@ mod replica;
 mod retry;
 mod sched;
 mod table;
+mod telemetry;
 mod txn;
 
 pub use async_api::{AsyncDatabase, AsyncReplica, AsyncTransaction, WaitFor};

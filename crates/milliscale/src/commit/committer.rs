@@ -78,12 +78,14 @@ pub(crate) struct Committer {
     /// dependencies, with when the committer found them durable.
     held: Vec<Vec<(Pending, Instant)>>,
     stop: Arc<AtomicBool>,
+    /// Each released transaction's latency, for the `metrics` facade.
+    latency: metrics::Histogram,
 }
 
 impl Committer {
     pub(crate) fn new(marks: Arc<CommitMarks>, stop: Arc<AtomicBool>) -> Committer {
         let held = marks.groups().iter().map(|_| Vec::new()).collect();
-        Committer { marks, held, stop }
+        Committer { marks, held, stop, latency: crate::telemetry::commit_latency() }
     }
 
     /// The committer thread: a round every 50 ms or when woken, until
@@ -113,6 +115,7 @@ impl Committer {
             Tracking::Txn => p.csn < gcsn,
         };
         let mut m = self.marks.metrics.lock();
+        let latency = &self.latency;
         for (held, group) in self.held.iter_mut().zip(self.marks.groups()) {
             held.retain(|(p, durable_at)| {
                 if !releasable(p) {
@@ -121,6 +124,7 @@ impl Committer {
                 m.released += 1;
                 m.waited += 1;
                 record(&mut m.latency_us, now - p.at);
+                latency.record(now - p.at);
                 record(&mut m.dependency_wait_us, now - *durable_at);
                 false
             });
@@ -129,6 +133,7 @@ impl Committer {
                 if releasable(p) {
                     m.released += 1;
                     record(&mut m.latency_us, now - p.at);
+                    latency.record(now - p.at);
                 } else {
                     held.push((*p, now));
                 }

@@ -32,7 +32,10 @@ impl Database {
     pub(super) fn start_checkpointer(inner: Engine) -> Database {
         let db = Database::wrap(inner);
         let o = &db.inner.options;
-        if o.checkpoint_log_bytes > 0 || o.checkpoint_interval.is_some() {
+        if o.checkpoint_log_bytes > 0
+            || o.checkpoint_interval.is_some()
+            || o.metrics_interval.is_some()
+        {
             let inner = Arc::clone(&db.inner);
             let handle = std::thread::Builder::new()
                 .name("ms-checkpointer".into())
@@ -248,11 +251,15 @@ impl Engine {
         Ok(None)
     }
 
-    /// The background checkpointer: on log volume or interval.
+    /// The background thread: checkpoints on log volume or interval, and
+    /// the metrics every `metrics_interval`.
     fn run_checkpointer(&self) {
         let Some(log) = &self.log else { return };
         let (stop, cv) = &self.checkpointer_wake;
         let mut last = Instant::now();
+        let mut published = Instant::now();
+        let o = &self.options;
+        let checkpoints = o.checkpoint_log_bytes > 0 || o.checkpoint_interval.is_some();
         loop {
             {
                 let mut stop = stop.lock();
@@ -260,11 +267,18 @@ impl Engine {
                     cv.wait_for(&mut stop, Duration::from_millis(100));
                 }
                 if *stop {
+                    crate::telemetry::publish_database(self);
                     return;
                 }
             }
+            if o.metrics_interval.is_some_and(|d| published.elapsed() >= d) {
+                crate::telemetry::publish_database(self);
+                published = Instant::now();
+            }
+            if !checkpoints {
+                continue;
+            }
             let since = log.bytes_written() - self.checkpoint_stats.lock().log_bytes_at_last;
-            let o = &self.options;
             let soon = self.checkpoint_soon.swap(false, Ordering::SeqCst);
             let due = (o.checkpoint_log_bytes > 0 && since >= o.checkpoint_log_bytes)
                 || o.checkpoint_interval.is_some_and(|d| last.elapsed() >= d && since > 0)

@@ -207,6 +207,14 @@ impl Database {
         self.inner.log.as_ref().map(Log::metrics)
     }
 
+    /// Publish the database's metrics through the `metrics` facade now
+    /// (the background thread also does, every `Options::metrics_interval`).
+    /// The names are listed in the `telemetry` module's docs and in
+    /// ARCHITECTURE.md, "Observability".
+    pub fn publish_metrics(&self) {
+        crate::telemetry::publish_database(&self.inner);
+    }
+
     /// Zero the log's metrics (store accounting is not reset).
     pub fn reset_log_metrics(&self) {
         if let Some(log) = &self.inner.log {

@@ -72,6 +72,7 @@ pub struct Options {
     pub(crate) checkpoint_log_bytes: u64,
     pub(crate) checkpoint_interval: Option<Duration>,
     pub(crate) checkpoint_offload: bool,
+    pub(crate) metrics_interval: Option<Duration>,
 }
 
 impl Default for Options {
@@ -113,6 +114,7 @@ impl Default for Options {
             checkpoint_log_bytes: CHECKPOINT_LOG_BYTES_DEFAULT,
             checkpoint_interval: None,
             checkpoint_offload: false,
+            metrics_interval: Some(Duration::from_secs(1)),
         }
     }
 }
@@ -487,6 +489,14 @@ impl Options {
         self
     }
 
+    /// How often the database's background thread publishes its metrics
+    /// through the `metrics` facade (see `Database::publish_metrics`);
+    /// `None`: only when the program calls it. Default 1 s.
+    pub fn metrics_interval(mut self, d: Option<Duration>) -> Options {
+        self.metrics_interval = d;
+        self
+    }
+
     /// Take a checkpoint in the background at this interval (if the log
     /// grew since the last one). Default: none.
     pub fn checkpoint_interval(mut self, d: Option<Duration>) -> Options {
@@ -631,6 +641,9 @@ impl Options {
                 "checkpoint_chunk_bytes must be in 4 KiB..=1 GiB, got {}",
                 self.checkpoint_chunk_bytes
             ));
+        }
+        if self.metrics_interval.is_some_and(|d| d.is_zero()) {
+            return bad("metrics_interval must be above zero".into());
         }
         if self.checkpoint_interval.is_some_and(|d| d.is_zero()) {
             return bad("checkpoint_interval must be above zero".into());

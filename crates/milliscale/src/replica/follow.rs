@@ -564,9 +564,11 @@ impl Follower {
             let mut c = self.shared.counters.lock();
             c.entries += run.entries.len() as u64;
             c.records += records;
+            let lag_histogram = crate::telemetry::replica_lag();
             for since in run.since.drain(..) {
-                let lag = now.saturating_duration_since(since).as_micros().max(1) as u64;
-                c.lag_us.saturating_record(lag);
+                let lag = now.saturating_duration_since(since);
+                c.lag_us.saturating_record(lag.as_micros().max(1) as u64);
+                lag_histogram.record(lag);
             }
         }
         run.entries.clear();

@@ -353,6 +353,12 @@ impl Replica {
         self.shared.progress.lock().error.clone()
     }
 
+    /// Publish [`Replica::metrics`] through the `metrics` facade (the lag
+    /// histogram is recorded as transactions are applied).
+    pub fn publish_metrics(&self) {
+        crate::telemetry::publish_replica(&self.metrics());
+    }
+
     /// What the replica has done and what it cost.
     pub fn metrics(&self) -> ReplicaMetrics {
         let p = self.shared.progress.lock();
