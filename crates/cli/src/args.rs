@@ -527,12 +527,35 @@ pub(crate) fn log_settings(a: &LogArgs) -> Result<(Variant, LogSettings), Usage>
     Ok((variant, l))
 }
 
-pub(crate) fn store_options(stores: &[String]) -> milliscale::Options {
-    let mut o = milliscale::Options::new();
-    for s in stores {
+/// The options `--config FILE` and the `MILLISCALE_OPT_*` environment
+/// give (set once by `main`; the environment's fields win).
+pub(crate) static CONFIG: std::sync::OnceLock<milliscale::Config> = std::sync::OnceLock::new();
+
+/// The stores a command works on: its `--store` flags, or else the
+/// configuration's `stores`; at least one.
+pub(crate) fn stores_of(flags: &[String]) -> Result<Vec<String>, Failure> {
+    let stores = if flags.is_empty() {
+        CONFIG.get().map(|c| c.stores.clone()).unwrap_or_default()
+    } else {
+        flags.to_vec()
+    };
+    if stores.is_empty() {
+        return Err(Usage("no store: give --store URL, or `stores` in --config".into()).into());
+    }
+    Ok(stores)
+}
+
+/// The configured options (see [`CONFIG`]) on the stores of
+/// [`stores_of`].
+pub(crate) fn store_options(flags: &[String]) -> Result<milliscale::Options, Failure> {
+    let config = CONFIG.get().cloned().unwrap_or_default();
+    let mut o = milliscale::Options::from_config(&config).map_err(|e| Usage(e.to_string()))?;
+    let stores = stores_of(flags)?;
+    o = o.store(stores[0].clone());
+    for s in &stores[1..] {
         o = o.add_store(s.clone());
     }
-    o
+    Ok(o)
 }
 
 /// A thread count given as `--NAME`: at least 1; unset, the replica's

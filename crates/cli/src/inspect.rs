@@ -1,7 +1,7 @@
 //! `milliscale inspect`, `recover` and `dump`: reading a database's stores
 //! without writing as its writer (recover takes it over).
 
-use crate::args::{Failure, require_existing, store_options};
+use crate::args::{Failure, require_existing, store_options, stores_of};
 use clap::Args;
 use std::time::Duration;
 
@@ -9,7 +9,7 @@ use std::time::Duration;
 pub(crate) struct RecoverArgs {
     /// A store holding the database (repeat for replicas, in the same order
     /// the writer used).
-    #[arg(long, required = true)]
+    #[arg(long)]
     pub(crate) store: Vec<String>,
     /// Replay threads (default: the number of cores).
     #[arg(long)]
@@ -26,7 +26,7 @@ pub(crate) struct RecoverArgs {
 #[derive(Args)]
 pub(crate) struct DumpArgs {
     /// A store holding the database (repeat for replicas).
-    #[arg(long, required = true)]
+    #[arg(long)]
     pub(crate) store: Vec<String>,
     /// The table to print.
     #[arg(long)]
@@ -42,7 +42,7 @@ pub(crate) struct InspectArgs {
     /// A store holding the database: file:///path,
     /// s3://bucket/prefix?endpoint=... Repeat for a replicated log: each
     /// store is read and shown in turn.
-    #[arg(long, required = true)]
+    #[arg(long)]
     pub(crate) store: Vec<String>,
     /// Also list every part.
     #[arg(long)]
@@ -64,8 +64,9 @@ macro_rules! say {
 pub(crate) fn inspect(a: InspectArgs) -> Result<(), Failure> {
     let mut text = String::new();
     let mut docs = Vec::new();
-    for url in &a.store {
-        if a.store.len() > 1 && !a.json {
+    let stores = stores_of(&a.store)?;
+    for url in &stores {
+        if stores.len() > 1 && !a.json {
             say!(text, "== {url}");
         }
         let (t, doc) = inspect_store(url, a.parts)?;
@@ -284,7 +285,8 @@ fn inspect_store(url: &str, parts: bool) -> Result<(String, serde_json::Value), 
 }
 
 pub(crate) fn recover(a: RecoverArgs) -> Result<(), Failure> {
-    let mut o = store_options(&a.store).checkpoint_log_bytes(0).create_if_missing(a.create);
+    let stores = stores_of(&a.store)?.join(", ");
+    let mut o = store_options(&a.store)?.checkpoint_log_bytes(0).create_if_missing(a.create);
     if let Some(t) = a.threads {
         o = o.recovery_threads(t);
     }
@@ -292,7 +294,7 @@ pub(crate) fn recover(a: RecoverArgs) -> Result<(), Failure> {
     let db = milliscale::Database::open(o).map_err(|e| e.to_string())?;
     let took = started.elapsed();
     let Some(r) = db.recovery_report() else {
-        println!("{}: no database there; created an empty one (--create)", a.store.join(", "));
+        println!("{stores}: no database there; created an empty one (--create)");
         return Ok(());
     };
     if a.json {
@@ -345,11 +347,7 @@ pub(crate) fn recover(a: RecoverArgs) -> Result<(), Failure> {
     }
     println!(
         "recovered {} (manifest version {}, epoch {} -> {}), {} threads",
-        a.store.join(", "),
-        r.found_version,
-        r.old_epoch,
-        r.new_epoch,
-        r.threads
+        stores, r.found_version, r.old_epoch, r.new_epoch, r.threads
     );
     match r.checkpoint {
         Some((csn, chunks, rows)) => {
@@ -406,9 +404,9 @@ pub(crate) fn recover(a: RecoverArgs) -> Result<(), Failure> {
 
 pub(crate) fn dump(a: DumpArgs) -> Result<(), Failure> {
     use std::io::Write;
-    require_existing(&a.store)?;
-    let db =
-        milliscale::Database::open_read_only(store_options(&a.store)).map_err(|e| e.to_string())?;
+    require_existing(&stores_of(&a.store)?)?;
+    let db = milliscale::Database::open_read_only(store_options(&a.store)?)
+        .map_err(|e| e.to_string())?;
     let table = db.open_table(&a.table).map_err(|e| e.to_string())?;
     let mut tx = db.begin().map_err(|e| e.to_string())?;
     let out = std::io::stdout();

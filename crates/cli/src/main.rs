@@ -50,6 +50,13 @@ struct Cli {
     /// names are listed in ARCHITECTURE.md, "Observability".
     #[arg(long, global = true, value_name = "ADDR")]
     metrics_addr: Option<std::net::SocketAddr>,
+    /// Read the database's options from this TOML file (fields as in
+    /// `configs/milliscale.toml`); `MILLISCALE_OPT_*` environment variables
+    /// override it. Used by recover, dump, replica and checkpoint; their
+    /// `--store` flags replace the file's `stores`. The benchmarks take
+    /// their options from their own flags.
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<std::path::PathBuf>,
 }
 
 // Parsed once per process: the size of the benchmark variant costs nothing.
@@ -108,6 +115,20 @@ fn main() -> ExitCode {
         .with_target(false)
         .with_env_filter(filter)
         .init();
+    let config = match &cli.config {
+        Some(path) => milliscale::Config::from_file(path),
+        None => Ok(milliscale::Config::default()),
+    }
+    .and_then(|file| Ok(file.merged(milliscale::Config::from_env()?)));
+    match config {
+        Ok(c) => {
+            let _ = args::CONFIG.set(c);
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    }
     if let Some(addr) = cli.metrics_addr {
         // Before any database opens: the engine takes its histograms'
         // handles from the recorder installed at the time.

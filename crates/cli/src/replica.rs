@@ -11,7 +11,7 @@ use std::time::Duration;
 pub(crate) struct CheckpointArgs {
     /// A store holding the database (repeat for replicas, in the writer's
     /// order).
-    #[arg(long, required = true)]
+    #[arg(long)]
     pub(crate) store: Vec<String>,
     /// Build it from the log (the only way offered: the writer is not
     /// asked, and its memory is not scanned).
@@ -30,7 +30,7 @@ pub(crate) struct CheckpointArgs {
 pub(crate) struct ReplicaArgs {
     /// A store holding the database (repeat for replicas, in the writer's
     /// order).
-    #[arg(long, required = true)]
+    #[arg(long)]
     pub(crate) store: Vec<String>,
     /// Stop after this many seconds (default: run until killed).
     #[arg(long = "for", value_name = "SECONDS")]
@@ -107,11 +107,11 @@ pub(crate) fn replica(a: ReplicaArgs) -> Result<(), Failure> {
         .map_err(|_| "--for must be >= 0".to_string())?;
     let every = Duration::try_from_secs_f64(a.every).map_err(|_| "--every must be >= 0")?;
     let started = std::time::Instant::now();
-    let r =
-        milliscale::Replica::open_with(store_options(&a.store), poll).map_err(|e| e.to_string())?;
+    let r = milliscale::Replica::open_with(store_options(&a.store)?, poll)
+        .map_err(|e| e.to_string())?;
     eprintln!(
         "replica of {}: checkpoint loaded in {:.2?}, following the log from CSN {}",
-        a.store.join(", "),
+        crate::args::stores_of(&a.store)?.join(", "),
         started.elapsed(),
         r.applied_csn()
     );
@@ -267,7 +267,7 @@ pub(crate) fn checkpoint_from_log(a: CheckpointArgs) -> Result<(), Failure> {
     debug_assert!(a.from_log);
     let timeout = Duration::try_from_secs_f64(a.timeout).map_err(|_| "--timeout must be >= 0")?;
     let started = std::time::Instant::now();
-    let r = milliscale::Replica::open(store_options(&a.store)).map_err(|e| e.to_string())?;
+    let r = milliscale::Replica::open(store_options(&a.store)?).map_err(|e| e.to_string())?;
     // Caught up: after a second of following (every chain polled several
     // times, even idle ones backing off), wait until everything read by
     // then is applied. The log may still be growing: this is a point in it.

@@ -63,7 +63,7 @@ pub use log::{HOURS_PER_MONTH, LAG_PARTS_MAX, LogCost, LogMetrics, StoreStatus};
 pub use manifest::{CheckpointRef, ChunkRef, LogRef, Manifest, SealedLog};
 pub use mvcc::Csn;
 pub use options::{
-    CommitProtocol, FlushPolicy, Hedging, Isolation, Options, Quorum, StoreSpec, Tracking,
+    CommitProtocol, Config, FlushPolicy, Hedging, Isolation, Options, Quorum, StoreSpec, Tracking,
     TxnOptions,
 };
 pub use recovery::{PromotionReport, PromotionTimings, RecoveryReport, Timings, Truncated};

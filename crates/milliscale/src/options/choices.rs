@@ -9,7 +9,8 @@ use objstore::ObjectStore;
 use crate::error::{Error, Result};
 
 /// Transaction isolation levels.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Isolation {
     /// Each read sees the latest committed version; writes still follow
     /// first-updater-wins against uncommitted versions.
@@ -26,7 +27,8 @@ pub enum Isolation {
 
 /// When the committer may acknowledge a pre-committed transaction T
 /// (invariant 2). Both need T's own log records durable.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Tracking {
     /// Record-level (Milliscale): T.DSN < gCSN, i.e. every transaction
     /// whose versions T read or overwrote is durable.
@@ -151,7 +153,8 @@ impl StoreSpec {
 }
 
 /// When a log group writes its buffer out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum FlushPolicy {
     /// The fewest appends worth their price (the default): a stream
     /// flushes when its last flush is older than the gap that costs least
@@ -222,7 +225,8 @@ impl TxnOptions {
 }
 
 /// Where the log hedges slow appends (`Options::hedging`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Hedging {
     /// Only where the store hedges inside its own client at no cost to the
     /// writer's thread (`s3://`, `sim://`). The default.

@@ -1,8 +1,10 @@
 //! The one configuration type for a database: [`Options`], a builder
 //! that validates what it is given. `choices` holds the enums it is made
-//! of, `defaults` the defaults and bounds.
+//! of, `defaults` the defaults and bounds, `config` the same options as
+//! data (TOML files and environment variables).
 
 mod choices;
+mod config;
 mod defaults;
 
 /// Default [`Options::log_thread_slice`]: the kernel's smallest slice.
@@ -10,6 +12,7 @@ pub use crate::sched::LOG_THREAD_SLICE_DEFAULT;
 pub use choices::{
     CommitProtocol, FlushPolicy, Hedging, Isolation, Quorum, StoreSpec, Tracking, TxnOptions,
 };
+pub use config::{Config, ENV_PREFIX};
 pub use defaults::{
     CHECKPOINT_CHUNK_BYTES_DEFAULT, CHECKPOINT_LOG_BYTES_DEFAULT, FLUSH_MAX_WAIT_DEFAULT,
     FLUSH_MIN_INTERVAL_DEFAULT, FLUSH_PACE_DEFAULT, FLUSH_PACE_MAX, FLUSH_TIMEOUT_DEFAULT,
