@@ -19,9 +19,9 @@ secs=${4:-10}
 out=$(mktemp -d)
 echo "A=$A B=$B seeds=$first..$((first + seeds - 1)) seconds=$secs; raw reports in $out"
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
-ycsb=(bench ycsb --workload a --duration "$secs" --warmup 2 --json --records 1000000)
+ycsb=(bench ycsb --workload a --duration-s "$secs" --warmup-s 2 --json --records 1000000)
 unpaced=(--log-lanes 3 --flush-policy adaptive --flush-pace off)
-paper=(--log-lanes 1 --flush-policy timeout --hedging off --log-streams per-group --log-thread-slice off)
+paper=(--log-lanes 1 --flush-policy timeout --hedging off --log-streams per-group --log-thread-slice-ms off)
 run() { # name seed args...
     local name=$1 seed=$2
     shift 2

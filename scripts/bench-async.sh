@@ -18,7 +18,7 @@ seeds=${1:-3}
 secs=${2:-10}
 source "$(dirname "$0")/bench-common.sh"  # bin, out; builds; prints the machine
 echo "seeds=1..$seeds seconds=$secs; raw reports in $out"
-common=(bench ycsb --workload a --threads 2 --duration "$secs" --warmup 2 --json --store sim://s3x)
+common=(bench ycsb --workload a --threads 2 --duration-s "$secs" --warmup-s 2 --json --store sim://s3x)
 run() { # name seed
     case $1 in
         blocking) "$bin" "${common[@]}" --seed "$2" > "$out/blocking-$2.json" ;;

@@ -22,7 +22,7 @@ $BIN bench index --keys 1000000,10000000 --threads 2 --phase-secs 3 --json > "$O
 
 run() { # name args...
   local name=$1; shift
-  $BIN bench ycsb --records 1000000 --threads 2 --duration "$SECS" --warmup 1 --json "$@" \
+  $BIN bench ycsb --records 1000000 --threads 2 --duration-s "$SECS" --warmup-s 1 --json "$@" \
     > "$OUT/$name.r$round.json"
 }
 for round in $(seq 1 "$ROUNDS"); do

@@ -14,7 +14,7 @@ bin=${BIN:-target/release/milliscale}
 out=$(mktemp -d)
 echo "bin=$bin seeds=1..$seeds seconds=$secs records=$records; raw reports in $out"
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), commit $(git rev-parse --short HEAD)"
-common=(bench ycsb --workload a --dist uniform --threads 8 --records "$records" --duration "$secs" --warmup 2 --json --store sim://s3x)
+common=(bench ycsb --workload a --dist uniform --threads 8 --records "$records" --duration-s "$secs" --warmup-s 2 --json --store sim://s3x)
 for seed in $(seq 1 "$seeds"); do
     "$bin" "${common[@]}" --seed "$seed" > "$out/milliscale-$seed.json"
     "$bin" "${common[@]}" --seed "$seed" --variant s3x > "$out/s3x-$seed.json"

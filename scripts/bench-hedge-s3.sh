@@ -16,7 +16,7 @@ echo "seeds=1..$seeds seconds=$secs records=$records; raw reports in $out"
 ycsb() { # threads name [flags...], against the emulator at $ep
     local threads=$1 name=$2
     shift 2
-    $bin bench ycsb --workload a --records "$records" --duration "$secs" --warmup 2 \
+    $bin bench ycsb --workload a --records "$records" --duration-s "$secs" --warmup-s 2 \
         --threads "$threads" --store "s3://bench/run?endpoint=$ep" --json "$@" > "$out/$name.json"
 }
 run() { # seed threads name [flags...]

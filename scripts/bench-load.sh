@@ -21,7 +21,7 @@ fast=${FAST:---flush-max-wait-ms 8}
 out=$(mktemp -d)
 echo "bin=$bin seeds=1..$seeds seconds=$secs rates=$rates fast=($fast); raw reports in $out"
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), commit $(git rev-parse --short HEAD)"
-common=(bench ycsb --workload a --records 200000 --duration "$secs" --warmup 2 --json --store sim://s3x)
+common=(bench ycsb --workload a --records 200000 --duration-s "$secs" --warmup-s 2 --json --store sim://s3x)
 run() { # name rate seed args...
     local name=$1 rate=$2 seed=$3
     shift 3

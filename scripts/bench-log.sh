@@ -17,7 +17,7 @@ cargo build --release -q -p milliscale-cli
 bin=target/release/milliscale
 out=target/bench-log/$(date -u +%Y%m%dT%H%M%SZ)
 mkdir -p "$out"
-common=(--threads 8 --records "$records" --duration "$duration" --json)
+common=(--threads 8 --records "$records" --duration-s "$duration" --json)
 # name | args
 configs=(
   "a-uniform-none|--workload a --dist uniform --store none"

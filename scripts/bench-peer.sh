@@ -16,7 +16,7 @@ seeds=${4:-3}
 source "$(dirname "$0")/bench-common.sh"  # bin, out; builds; prints the machine
 echo "seconds=$secs records=$records slatedb clients=$clients seeds=1..$seeds; raw reports in $out"
 $bin bench store --store sim://s3x --size 64K --count 20000 --threads 8 --json > "$out/store.json"
-common=(bench ycsb --workload a --records "$records" --duration "$secs" --warmup 2 --store sim://s3x --json)
+common=(bench ycsb --workload a --records "$records" --duration-s "$secs" --warmup-s 2 --store sim://s3x --json)
 for seed in $(seq 1 "$seeds"); do
     $bin "${common[@]}" --seed "$seed" --threads 8 > "$out/milliscale-$seed.json"
     $bin "${common[@]}" --seed "$seed" --threads 8 --hedge-appends > "$out/milliscale-hedged-$seed.json"

@@ -12,7 +12,7 @@ cargo build --release -q -p milliscale-cli
 if [ ! -d "$dir/orig" ]; then
     # About 37 MB of log per second on 2 cores: 32 s gives more than 1 GB.
     $bin bench ycsb --store "file://$dir/orig" --records 1000000 --workload u \
-        --threads 4 --duration 32 --warmup 0 > /dev/null
+        --threads 4 --duration-s 32 --warmup-s 0 > /dev/null
 fi
 echo "log: $(du -sb "$dir/orig" | cut -f1) bytes"
 for t in $threads; do

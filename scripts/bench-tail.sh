@@ -33,9 +33,9 @@ big=${4:-10000000}
 rate=${5:-60000}
 source "$(dirname "$0")/bench-common.sh"  # bin, out; builds; prints the machine
 echo "seeds=1..$seeds seconds=$secs records=$records big=$big rate=$rate http=${HTTP:-0}; raw reports in $out"
-ycsb=(bench ycsb --workload a --duration "$secs" --warmup 2 --json)
+ycsb=(bench ycsb --workload a --duration-s "$secs" --warmup-s 2 --json)
 unpaced=(--log-lanes 3 --flush-policy adaptive --flush-pace off)
-paper=(--log-lanes 1 --flush-policy timeout --hedging off --log-streams per-group --log-thread-slice off)
+paper=(--log-lanes 1 --flush-policy timeout --hedging off --log-streams per-group --log-thread-slice-ms off)
 for seed in $(seq 1 "$seeds"); do
     for t in 2 8; do
         common=("${ycsb[@]}" --records "$records" --threads "$t" --seed "$seed" --store sim://s3x)

@@ -16,13 +16,13 @@ echo "rounds=$rounds seconds=$secs warehouses=$wh threads=$threads; raw reports 
 for r in $(seq 1 "$rounds"); do
     for v in milliscale s3x; do
         $bin bench tpcc --variant $v --warehouses "$wh" --threads "$threads" \
-            --duration "$secs" --warmup 2 --json > "$out/variant-$v-$r.json"
+            --duration-s "$secs" --warmup-s 2 --json > "$out/variant-$v-$r.json"
     done
     for l in delta full; do
         flag=""
         [ $l = full ] && flag=--full-record-logging
         $bin bench tpcc --mix 50,50,0,0,0 $flag --warehouses "$wh" --threads "$threads" \
-            --duration "$secs" --warmup 2 --json > "$out/logging-$l-$r.json"
+            --duration-s "$secs" --warmup-s 2 --json > "$out/logging-$l-$r.json"
     done
 done
 python3 scripts/summarize-tpcc.py "$out" "$rounds"

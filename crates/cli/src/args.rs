@@ -106,7 +106,7 @@ pub(crate) struct LogArgs {
     pub(crate) log_buffer: Option<String>,
     /// Milliseconds after which a buffer that is not full is flushed at the
     /// latest. [default: 10]
-    #[arg(long)]
+    #[arg(long = "flush-timeout-ms", alias = "flush-timeout")]
     pub(crate) flush_timeout: Option<f64>,
     /// The most appends each log stream keeps in flight, each lane its own
     /// chain of segments (1..=16). [default: the variant's; milliscale 8]
@@ -121,19 +121,19 @@ pub(crate) struct LogArgs {
     /// The scheduler slice the log's threads ask for, in milliseconds
     /// (0.1..=100), so that they preempt busy workers when they wake
     /// (Linux 6.12+); `off` leaves the kernel's default. [default: 0.1]
-    #[arg(long)]
+    #[arg(long = "log-thread-slice-ms", alias = "log-thread-slice")]
     pub(crate) log_thread_slice: Option<String>,
     /// When a stream flushes: target (when the latency an append saves is
     /// worth its price, see --ms-price-usd; between --flush-pace and
     /// --flush-max-wait-ms), adaptive (a fixed pace: --flush-pace appends per
     /// store round trip whenever a buffer holds data) or timeout (the
-    /// paper's: full, or --flush-timeout after the first entry).
+    /// paper's: full, or --flush-timeout-ms after the first entry).
     /// [default: the variant's; milliscale target]
     #[arg(long, value_enum)]
     pub(crate) flush_policy: Option<FlushPolicyArg>,
     /// Target and adaptive flushing: the least milliseconds between two
     /// flushes of a stream. [default: 1]
-    #[arg(long)]
+    #[arg(long = "flush-min-interval-ms", alias = "flush-min-interval")]
     pub(crate) flush_min_interval: Option<f64>,
     /// Appends a stream starts per store round trip (the median of its
     /// recent appends), in (0, 64]: the target's most, adaptive's always;
@@ -220,7 +220,7 @@ pub(crate) struct LogArgs {
     /// grew (besides --checkpoint-every). For --variant atomic-pages: how
     /// often the ATOMIC queue is applied to the pages [default there: 15,
     /// the fourth paper's].
-    #[arg(long)]
+    #[arg(long = "checkpoint-interval-s", alias = "checkpoint-interval")]
     pub(crate) checkpoint_interval: Option<f64>,
     /// Bill `sim://` stores with this price table of the presets file
     /// (`s3-express`, `s3-standard`, `s3-2008` = the fourth paper's 2007
@@ -355,7 +355,7 @@ pub(crate) fn log_settings(a: &LogArgs) -> Result<(Variant, LogSettings), Usage>
         l.log_buffer_bytes = parse_size("log-buffer", b)?;
     }
     if let Some(ms) = a.flush_timeout {
-        l.flush_timeout = millis("flush-timeout", ms)?;
+        l.flush_timeout = millis("flush-timeout-ms", ms)?;
     }
     if let Some(n) = a.log_lanes {
         l.log_lanes = n;
@@ -369,7 +369,7 @@ pub(crate) fn log_settings(a: &LogArgs) -> Result<(Variant, LogSettings), Usage>
                 }
                 _ => {
                     return Err(format!(
-                        "--log-thread-slice must be in 0.1..=100 (ms) or off, got {v:?}"
+                        "--log-thread-slice-ms must be in 0.1..=100 (ms) or off, got {v:?}"
                     )
                     .into());
                 }
@@ -399,7 +399,7 @@ pub(crate) fn log_settings(a: &LogArgs) -> Result<(Variant, LogSettings), Usage>
     }
     if let Some(ms) = a.flush_min_interval {
         if !(0.0..=1000.0).contains(&ms) {
-            return Err(format!("--flush-min-interval must be in 0..=1000 ms, got {ms}").into());
+            return Err(format!("--flush-min-interval-ms must be in 0..=1000 ms, got {ms}").into());
         }
         l.flush_min_interval = std::time::Duration::from_secs_f64(ms / 1e3);
     }
@@ -516,9 +516,9 @@ pub(crate) fn log_settings(a: &LogArgs) -> Result<(Variant, LogSettings), Usage>
         }
     }
     if let Some(secs) = a.checkpoint_interval {
-        let d = seconds("checkpoint-interval", secs)?;
+        let d = seconds("checkpoint-interval-s", secs)?;
         if d.is_zero() {
-            return Err("--checkpoint-interval must be above 0 seconds".into());
+            return Err("--checkpoint-interval-s must be above 0 seconds".into());
         }
         l.checkpoint_interval = Some(d);
     } else if l.pages == Some(milliscale_bench::pages::PageProtocol::Atomic) {

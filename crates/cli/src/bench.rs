@@ -99,7 +99,7 @@ pub(crate) struct BankArgs {
     #[arg(long, default_value_t = 8)]
     pub(crate) threads: usize,
     /// Seconds to run.
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long = "duration-s", alias = "duration", default_value_t = 10.0)]
     pub(crate) duration: f64,
     /// Append each acknowledged transfer id to this file (flushed and
     /// synced before the next transfer is issued).
@@ -260,10 +260,10 @@ pub(crate) struct RunArgs {
     #[arg(long)]
     pub(crate) threads: Option<usize>,
     /// Measured seconds.
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long = "duration-s", alias = "duration", default_value_t = 10.0)]
     pub(crate) duration: f64,
     /// Seconds of warmup before measuring.
-    #[arg(long, default_value_t = 2.0)]
+    #[arg(long = "warmup-s", alias = "warmup", default_value_t = 2.0)]
     pub(crate) warmup: f64,
     /// Open loop: transactions arrive as a Poisson process at this many per
     /// second (all workers together); latency then runs from arrival to
@@ -445,7 +445,7 @@ pub(crate) fn bench_bank(a: BankArgs) -> Result<(), Failure> {
         accounts: a.accounts,
         initial_balance: a.initial_balance,
         threads: a.threads,
-        duration: seconds("duration", a.duration)?,
+        duration: seconds("duration-s", a.duration)?,
         log,
         isolation: Isolation::Snapshot,
         acked_log: a.acked_log,
@@ -485,8 +485,8 @@ pub(crate) fn bench_ycsb(a: YcsbArgs) -> Result<(), Failure> {
     let cfg = YcsbConfig {
         records: a.records,
         threads: r.threads(),
-        duration: seconds("duration", r.duration)?,
-        warmup: seconds("warmup", r.warmup)?,
+        duration: seconds("duration-s", r.duration)?,
+        warmup: seconds("warmup-s", r.warmup)?,
         workload: match a.workload {
             WorkloadArg::A => Workload::A,
             WorkloadArg::B => Workload::B,
@@ -573,8 +573,8 @@ pub(crate) fn bench_tpcc(a: TpccArgs) -> Result<(), Failure> {
         warehouses: a.warehouses,
         scale: milliscale_bench::tpcc::Scale::SPEC,
         threads: r.threads(),
-        duration: seconds("duration", r.duration)?,
-        warmup: seconds("warmup", r.warmup)?,
+        duration: seconds("duration-s", r.duration)?,
+        warmup: seconds("warmup-s", r.warmup)?,
         mix,
         home_warehouse: a.home_warehouse,
         delta: !a.full_record_logging,

@@ -203,4 +203,51 @@ mod tests {
         walk(&Cli::command(), "milliscale", &mut missing);
         assert!(missing.is_empty(), "flags without help:\n{}", missing.join("\n"));
     }
+
+    /// A flag that takes a time, a size in units or a rate says its unit
+    /// in its name (`--flush-timeout-ms`, `--duration-s`), whatever its
+    /// help says; the old unitless names stay as hidden aliases.
+    #[test]
+    fn every_flag_in_a_unit_names_it() {
+        fn walk(cmd: &clap::Command, path: &str, bad: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let (Some(long), Some(help)) = (arg.get_long(), arg.get_help()) else { continue };
+                let help = help.to_string().to_lowercase();
+                // The phrases that state a flag's own unit (a help text
+                // may mention another flag's seconds in passing).
+                let states = |u: &str| {
+                    help.starts_with(u)
+                        || [format!("in {u}"), format!("many {u}"), format!("measured {u}")]
+                            .iter()
+                            .chain([format!(": {u} "), format!("least {u} ")].iter())
+                            .any(|p| help.contains(p.as_str()))
+                };
+                let unit = [
+                    ("microseconds", &["-us"][..]),
+                    ("milliseconds", &["-ms"][..]),
+                    ("ms", &["-ms"][..]),
+                    ("seconds", &["-s", "-secs"][..]),
+                ]
+                .into_iter()
+                .find(|(u, _)| states(u));
+                let named = |u: &str, suffixes: &[&str]| {
+                    suffixes.iter().any(|s| long.ends_with(s))
+                        || arg
+                            .get_value_names()
+                            .is_some_and(|v| v.iter().any(|n| n.as_str().eq_ignore_ascii_case(u)))
+                };
+                if let Some((u, suffixes)) = unit
+                    && !named(u, suffixes)
+                {
+                    bad.push(format!("{path} --{long}: in {u}, but not named so"));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                walk(sub, &format!("{path} {}", sub.get_name()), bad);
+            }
+        }
+        let mut bad = Vec::new();
+        walk(&Cli::command(), "milliscale", &mut bad);
+        assert!(bad.is_empty(), "flags whose unit is not in their name:\n{}", bad.join("\n"));
+    }
 }

@@ -19,7 +19,7 @@ pub(crate) struct CheckpointArgs {
     pub(crate) from_log: bool,
     /// Give up if the replica has not caught up with the log within this
     /// many seconds.
-    #[arg(long, default_value_t = 60.0)]
+    #[arg(long = "timeout-s", alias = "timeout", default_value_t = 60.0)]
     pub(crate) timeout: f64,
     /// Print what was offered as JSON.
     #[arg(long)]
@@ -40,7 +40,7 @@ pub(crate) struct ReplicaArgs {
     #[arg(long, value_name = "CSN")]
     pub(crate) until_csn: Option<u64>,
     /// Print a progress line this often, in seconds (0: never).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long = "every-s", alias = "every", default_value_t = 1.0)]
     pub(crate) every: f64,
     /// Poll a chain at most this often, in ms.
     #[arg(long, default_value_t = 5.0)]
@@ -105,7 +105,7 @@ pub(crate) fn replica(a: ReplicaArgs) -> Result<(), Failure> {
         .map(Duration::try_from_secs_f64)
         .transpose()
         .map_err(|_| "--for must be >= 0".to_string())?;
-    let every = Duration::try_from_secs_f64(a.every).map_err(|_| "--every must be >= 0")?;
+    let every = Duration::try_from_secs_f64(a.every).map_err(|_| "--every-s must be >= 0")?;
     let started = std::time::Instant::now();
     let r = milliscale::Replica::open_with(store_options(&a.store)?, poll)
         .map_err(|e| e.to_string())?;
@@ -265,7 +265,7 @@ pub(crate) fn replica(a: ReplicaArgs) -> Result<(), Failure> {
 
 pub(crate) fn checkpoint_from_log(a: CheckpointArgs) -> Result<(), Failure> {
     debug_assert!(a.from_log);
-    let timeout = Duration::try_from_secs_f64(a.timeout).map_err(|_| "--timeout must be >= 0")?;
+    let timeout = Duration::try_from_secs_f64(a.timeout).map_err(|_| "--timeout-s must be >= 0")?;
     let started = std::time::Instant::now();
     let r = milliscale::Replica::open(store_options(&a.store)?).map_err(|e| e.to_string())?;
     // Caught up: after a second of following (every chain polled several
