@@ -25,6 +25,10 @@
 #![forbid(unsafe_op_in_unsafe_fn)]
 #![deny(missing_docs, clippy::unwrap_used, rust_2018_idioms)]
 #![warn(clippy::undocumented_unsafe_blocks)]
+// Without `internals`, what only it exports (the fuzz targets, the log's
+// encoders for tests) is unused; the workspace's own build enables the
+// feature, so its lints still find code that nothing uses.
+#![cfg_attr(not(feature = "internals"), allow(dead_code, unused_imports))]
 
 mod async_api;
 mod checkpoint;
@@ -87,7 +91,9 @@ pub use txn::{SCAN_BATCH_ROWS, ScanIter, Transaction};
 /// a replica's chain tail, the raw ordered index. They are what
 /// `milliscale inspect` and `dump` read the stores with, and what the
 /// tests drive the log's parts with one at a time. Not a stable API: an
-/// embedding application needs none of it.
+/// embedding application needs none of it, and it exists only with the
+/// `internals` feature.
+#[cfg(feature = "internals")]
 #[doc(hidden)]
 pub mod internals {
     pub use crate::checkpoint::list_offers;
