@@ -10,8 +10,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo fmt --all -- --check
 cargo clippy --all-targets --release -- -D warnings
-# The library crates' documentation builds without a warning (broken links).
-RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p milliscale -p milliscale-objstore
+# The library crates' documentation builds without a warning (broken links);
+# in release mode, to reuse the build scripts and macros clippy built.
+RUSTDOCFLAGS="-D warnings" cargo doc --release --no-deps -p milliscale -p milliscale-objstore
 
 python3 -c 'import boto3' 2>/dev/null ||
   python3 -m pip install --quiet --disable-pip-version-check -r crates/emulator/tests/python/requirements.txt

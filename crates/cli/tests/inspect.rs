@@ -42,7 +42,7 @@ fn inspect_reads_back_a_benchmark_log() {
     assert!(replayed > committed, "replayed {replayed}, measured {committed}\n{text}");
     assert!(text.contains("0 commits dropped"), "{text}");
 
-    assert!(text.contains("manifest manifest/00000000000000000002: epoch 1"), "{text}");
+    assert!(text.contains("manifest manifest/00000000000000000002 (format 1): epoch 1"), "{text}");
 
     let dump =
         bin().args(["dump", "--store", &url, "--table", "usertable"]).output().expect("dump");
