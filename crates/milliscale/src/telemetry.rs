@@ -5,14 +5,15 @@
 //!
 //! Two ways in:
 //! - **pushed where they happen**: each acknowledged commit's latency
-//!   (the committer records it as it releases the transaction), and each
-//!   replica's lag (as it applies a run of transactions);
+//!   (the committer records it as it releases the transaction,
+//!   `commit::committer`), and each replica's lag (as it applies a run of
+//!   transactions, `replica::follow`);
 //! - **published from the structs the engine keeps** (the same numbers as
 //!   [`crate::Database::log_metrics`] and [`crate::Replica::metrics`]),
 //!   by the database's background thread every
 //!   `Options::metrics_interval` (1 s by default), or when the program
-//!   calls [`crate::Database::publish_metrics`] or
-//!   [`crate::Replica::publish_metrics`]. Counters are published as
+//!   calls [`crate::Database::publish_metrics`] (this module) or
+//!   [`crate::Replica::publish_metrics`] (`replica`). Counters are published as
 //!   absolute values.
 //!
 //! The names, all prefixed `milliscale_`:
@@ -40,20 +41,9 @@
 //! | `replica_usd` | gauge | | what they cost |
 //! | `replica_poll_errors_total` | counter | | failed polls (retried) |
 
-use metrics::{counter, gauge, histogram};
+use metrics::{counter, gauge};
 
 use crate::engine::Engine;
-use crate::replica::ReplicaMetrics;
-
-/// The commit latency histogram's handle (taken once, by the committer).
-pub(crate) fn commit_latency() -> metrics::Histogram {
-    histogram!("milliscale_commit_latency_seconds")
-}
-
-/// The replica lag histogram's handle.
-pub(crate) fn replica_lag() -> metrics::Histogram {
-    histogram!("milliscale_replica_lag_seconds")
-}
 
 /// Publish what a database's structs hold.
 pub(crate) fn publish_database(engine: &Engine) {
@@ -93,16 +83,5 @@ pub(crate) fn publish_database(engine: &Engine) {
             }
             gauge!("milliscale_store_usd", "store" => store.clone()).set(a.cost_usd);
         }
-    }
-}
-
-/// Publish what a replica's metrics hold.
-pub(crate) fn publish_replica(m: &ReplicaMetrics) {
-    gauge!("milliscale_replica_applied_csn").set(m.applied_csn as f64);
-    counter!("milliscale_replica_requests_total", "class" => "get").absolute(m.get_requests);
-    counter!("milliscale_replica_requests_total", "class" => "put").absolute(m.put_requests);
-    counter!("milliscale_replica_poll_errors_total").absolute(m.poll_errors);
-    if let Some(usd) = m.cost_usd {
-        gauge!("milliscale_replica_usd").set(usd);
     }
 }

@@ -85,7 +85,8 @@ pub(crate) struct Committer {
 impl Committer {
     pub(crate) fn new(marks: Arc<CommitMarks>, stop: Arc<AtomicBool>) -> Committer {
         let held = marks.groups().iter().map(|_| Vec::new()).collect();
-        Committer { marks, held, stop, latency: crate::telemetry::commit_latency() }
+        let latency = metrics::histogram!("milliscale_commit_latency_seconds");
+        Committer { marks, held, stop, latency }
     }
 
     /// The committer thread: a round every 50 ms or when woken, until

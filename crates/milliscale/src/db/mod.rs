@@ -284,3 +284,38 @@ impl std::fmt::Debug for Database {
         f.debug_struct("Database").field("stats", &self.stats()).finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::{Database, Options};
+
+    fn retired(db: &Database) -> usize {
+        db.inner.tables.read().retired.len()
+    }
+
+    /// A dropped table's rows are freed only once no transaction that
+    /// could still reach them runs.
+    #[test]
+    fn a_dropped_table_is_freed_after_the_transactions_that_could_reach_it() {
+        let db = Database::open(Options::new()).expect("open");
+        let t = db.create_table("t").expect("table");
+        let mut early = db.begin().expect("begin");
+        early.put(&t, b"k", b"v").expect("put before the drop");
+        db.drop_table("t").expect("drop");
+        assert_eq!(retired(&db), 1, "kept: a running transaction wrote to it");
+        // Later transactions are refused the table, and do not hold it.
+        let mut late = db.begin().expect("begin");
+        assert!(late.get(&t, b"k").is_err());
+        late.commit().expect("read-only").wait().expect("ack");
+        db.inner.reclaim_dropped();
+        assert_eq!(retired(&db), 1, "the early transaction still runs");
+        drop(early);
+        db.inner.reclaim_dropped();
+        assert_eq!(retired(&db), 0, "nothing can reach it any more");
+
+        // With no transaction running, a drop frees at once.
+        db.create_table("u").expect("table");
+        db.drop_table("u").expect("drop");
+        assert_eq!(retired(&db), 0);
+    }
+}

@@ -120,3 +120,16 @@ impl FlushSignal {
         self.work.notify_one();
     }
 }
+
+/// The `flush` span of one append (debug level): opened as it is sent,
+/// its outcome (`ok`) recorded and the span closed when its answer is in.
+pub(super) fn flush_span(segment: u64, bytes: usize, parts: usize, txns: usize) -> tracing::Span {
+    tracing::debug_span!(
+        "flush",
+        segment,
+        bytes,
+        parts,
+        transactions = txns,
+        ok = tracing::field::Empty,
+    )
+}

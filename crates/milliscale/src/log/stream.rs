@@ -628,14 +628,8 @@ impl LogStream {
         } else {
             cuts.iter().map(|(_, c)| c.bytes.len() as u64).collect()
         };
-        let span = tracing::debug_span!(
-            "flush",
-            segment,
-            bytes = bytes.len(),
-            parts = cuts.len(),
-            transactions = cuts.iter().map(|(_, c)| c.txns.len()).sum::<usize>(),
-            ok = tracing::field::Empty,
-        );
+        let txns = cuts.iter().map(|(_, c)| c.txns.len()).sum();
+        let span = super::signal::flush_span(segment, bytes.len(), cuts.len(), txns);
         let sent = Instant::now();
         let part = span.in_scope(|| lane.writer.send(segment, Bytes::from(bytes)));
         lane.out = Some((part, Landing { cuts, sizes, sent, span }));

@@ -564,7 +564,7 @@ impl Follower {
             let mut c = self.shared.counters.lock();
             c.entries += run.entries.len() as u64;
             c.records += records;
-            let lag_histogram = crate::telemetry::replica_lag();
+            let lag_histogram = metrics::histogram!("milliscale_replica_lag_seconds");
             for since in run.since.drain(..) {
                 let lag = now.saturating_duration_since(since);
                 c.lag_us.saturating_record(lag.as_micros().max(1) as u64);

@@ -356,7 +356,15 @@ impl Replica {
     /// Publish [`Replica::metrics`] through the `metrics` facade (the lag
     /// histogram is recorded as transactions are applied).
     pub fn publish_metrics(&self) {
-        crate::telemetry::publish_replica(&self.metrics());
+        use metrics::{counter, gauge};
+        let m = self.metrics();
+        gauge!("milliscale_replica_applied_csn").set(m.applied_csn as f64);
+        counter!("milliscale_replica_requests_total", "class" => "get").absolute(m.get_requests);
+        counter!("milliscale_replica_requests_total", "class" => "put").absolute(m.put_requests);
+        counter!("milliscale_replica_poll_errors_total").absolute(m.poll_errors);
+        if let Some(usd) = m.cost_usd {
+            gauge!("milliscale_replica_usd").set(usd);
+        }
     }
 
     /// What the replica has done and what it cost.
