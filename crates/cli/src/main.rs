@@ -1,7 +1,8 @@
 //! The `milliscale` command, one module per family of subcommands:
 //! `bench` (benchmarks), `inspect` (inspect, dump, recover), `replica`
 //! (read replicas, standbys, checkpoints from the log), `emulator` (the
-//! S3-compatible server); `args` holds the arguments they share.
+//! S3-compatible server), `serve` (the gRPC server and the verbs that
+//! use one: get, put, delete, scan, create-table); `args` holds the arguments they share.
 
 #![forbid(unsafe_code)]
 #![deny(clippy::unwrap_used, rust_2018_idioms)]
@@ -11,6 +12,7 @@ mod bench;
 mod emulator;
 mod inspect;
 mod replica;
+mod serve;
 
 use crate::args::Failure;
 use crate::bench::{
@@ -20,6 +22,7 @@ use crate::bench::{
 use crate::emulator::{EmulatorArgs, emulator};
 use crate::inspect::{DumpArgs, InspectArgs, RecoverArgs, dump, inspect, recover};
 use crate::replica::{CheckpointArgs, ReplicaArgs, checkpoint_from_log, replica};
+use crate::serve::{ServeArgs, Verb, VerbArgs, serve, verb};
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
@@ -88,6 +91,20 @@ enum Command {
     /// opened with checkpoint offloading adopts it after checking it, and
     /// truncates its log. Reads the log; writes only checkpoint objects.
     Checkpoint(CheckpointArgs),
+    /// Serve the database over gRPC (the writer, or with `--replica` a
+    /// read replica) until SIGTERM or SIGINT; then finish or abort the
+    /// open transactions, flush the log and report.
+    Serve(ServeArgs),
+    /// Read a key from a server: prints its value.
+    Get(VerbArgs),
+    /// Write a key on a server (durable on return): prints the token.
+    Put(VerbArgs),
+    /// Delete a key on a server.
+    Delete(VerbArgs),
+    /// Print a table's rows from a server, as `key<TAB>value` lines.
+    Scan(VerbArgs),
+    /// Create a table on a server.
+    CreateTable(VerbArgs),
 }
 
 fn main() -> ExitCode {
@@ -129,6 +146,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     }
+    let metrics_elsewhere = cli.metrics_addr.is_some();
     if let Some(addr) = cli.metrics_addr {
         // Before any database opens: the engine takes its histograms'
         // handles from the recorder installed at the time.
@@ -156,6 +174,12 @@ fn main() -> ExitCode {
         Command::Bench(Bench::Emulator(a)) => bench_emulator(a),
         Command::Emulator(a) => emulator(a),
         Command::Inspect(a) => inspect(a),
+        Command::Serve(a) => serve(a, metrics_elsewhere),
+        Command::Get(a) => verb(Verb::Get, a),
+        Command::Put(a) => verb(Verb::Put, a),
+        Command::Delete(a) => verb(Verb::Delete, a),
+        Command::Scan(a) => verb(Verb::Scan, a),
+        Command::CreateTable(a) => verb(Verb::CreateTable, a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,325 @@
+//! `milliscale serve`: the database (or a read replica of it) over gRPC,
+//! until SIGTERM or SIGINT; and the verbs that use a server from a shell
+//! (`get`, `put`, `delete`, `scan`, `create-table`).
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use milliscale_client::{Client, KeyRange, TxnOptions};
+use milliscale_server::{Backend, Server, ServerOptions, TlsIdentity, Tokens};
+
+use crate::args::{Failure, Usage, parse_size, store_options};
+
+#[derive(Args)]
+pub(crate) struct ServeArgs {
+    /// A store holding the database (repeat for replicas); or the
+    /// `--config` file's stores.
+    #[arg(long)]
+    store: Vec<String>,
+    /// The gRPC address to listen on (port 0: any free port; the address
+    /// is printed as `listening on ADDR` once the server is ready).
+    #[arg(long, default_value = "127.0.0.1:7878")]
+    listen: SocketAddr,
+    /// Also serve `/healthz`, `/readyz` and `/metrics` over HTTP here.
+    #[arg(long, value_name = "ADDR")]
+    http: Option<SocketAddr>,
+    /// Serve a read replica of the database: read-only transactions, with
+    /// read-your-writes through the writer's tokens.
+    #[arg(long)]
+    replica: bool,
+    /// Bearer tokens, one `read-write:TOKEN` or `read-only:TOKEN` a line;
+    /// `MILLISCALE_TOKENS` may list them instead (comma-separated).
+    #[arg(long, value_name = "FILE")]
+    tokens: Option<PathBuf>,
+    /// The TLS certificate chain (PEM); with `--tls-key`, the server
+    /// speaks TLS.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The TLS private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Listen on a non-loopback address without TLS and tokens.
+    #[arg(long)]
+    insecure: bool,
+    /// Largest message, e.g. 16M.
+    #[arg(long, default_value = "16M")]
+    max_message_bytes: String,
+    /// Most interactive transactions open at once.
+    #[arg(long, default_value_t = 4096)]
+    max_open_txns: usize,
+    /// Most interactive transactions open at once on one connection.
+    #[arg(long, default_value_t = 1024)]
+    max_open_txns_per_conn: usize,
+    /// Abort an interactive transaction idle this many seconds.
+    #[arg(long, default_value_t = 30.0)]
+    idle_timeout_s: f64,
+    /// At shutdown, seconds open transactions get to finish.
+    #[arg(long, default_value_t = 10.0)]
+    grace_s: f64,
+}
+
+fn secs(name: &str, s: f64) -> Result<Duration, Usage> {
+    Duration::try_from_secs_f64(s).map_err(|_| Usage(format!("--{name} must be >= 0")))
+}
+
+fn read(path: &PathBuf, what: &str) -> Result<Vec<u8>, Failure> {
+    std::fs::read(path).map_err(|e| Failure::Run(format!("{what} {}: {e}", path.display())))
+}
+
+fn server_options(a: &ServeArgs) -> Result<ServerOptions, Failure> {
+    let mut o = ServerOptions::new(a.listen);
+    o.http = a.http;
+    o.insecure = a.insecure;
+    o.tokens = match (&a.tokens, std::env::var("MILLISCALE_TOKENS")) {
+        (Some(path), _) => {
+            let text = String::from_utf8(read(path, "--tokens")?)
+                .map_err(|_| Usage("the --tokens file is not UTF-8".into()))?;
+            Tokens::parse(&text).map_err(|e| Usage(format!("--tokens {}: {e}", path.display())))?
+        }
+        (None, Ok(v)) => Tokens::parse(&v).map_err(|e| Usage(format!("MILLISCALE_TOKENS: {e}")))?,
+        (None, Err(_)) => Tokens::none(),
+    };
+    if let (Some(cert), Some(key)) = (&a.tls_cert, &a.tls_key) {
+        o.tls = Some(TlsIdentity {
+            cert_pem: read(cert, "--tls-cert")?,
+            key_pem: read(key, "--tls-key")?,
+        });
+    }
+    o.max_message_bytes = parse_size("max-message-bytes", &a.max_message_bytes)?;
+    o.max_open_txns = a.max_open_txns;
+    o.max_open_txns_per_conn = a.max_open_txns_per_conn;
+    o.idle_timeout = secs("idle-timeout-s", a.idle_timeout_s)?;
+    o.grace = secs("grace-s", a.grace_s)?;
+    o.check().map_err(Failure::Usage)?;
+    Ok(o)
+}
+
+/// Serve until SIGTERM or SIGINT, then shut down gracefully and close the
+/// database (its final flush).
+pub(crate) fn serve(a: ServeArgs, metrics_elsewhere: bool) -> Result<(), Failure> {
+    let options = server_options(&a)?;
+    if a.http.is_some() && metrics_elsewhere {
+        return Err("--metrics-addr and serve's --http both serve /metrics; give one".into());
+    }
+    let metrics = match a.http {
+        Some(_) => Some(
+            metrics_exporter_prometheus::PrometheusBuilder::new()
+                .install_recorder()
+                .map_err(|e| Failure::Run(format!("metrics: {e}")))?,
+        ),
+        None => None,
+    };
+    // One engine transaction slot per open interactive transaction, and
+    // room for the one-shot batches beside them.
+    let slots = (options.max_open_txns + 1024).min(milliscale::limits::TRANSACTIONS_MAX);
+    let db_options = store_options(&a.store)?.max_transactions(slots);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("milliscale-serve")
+        .build()
+        .map_err(|e| Failure::Run(format!("cannot start the runtime: {e}")))?;
+    runtime.block_on(async move {
+        let started = std::time::Instant::now();
+        let backend = if a.replica {
+            Backend::Replica(
+                milliscale::AsyncReplica::open(db_options).await.map_err(|e| e.to_string())?,
+            )
+        } else {
+            Backend::Writer(
+                milliscale::AsyncDatabase::open(db_options).await.map_err(|e| e.to_string())?,
+            )
+        };
+        let opened = started.elapsed();
+        let server = Server::start(backend.clone(), options, metrics)
+            .await
+            .map_err(|e| Failure::Run(e.to_string()))?;
+        let role = if a.replica { "replica" } else { "writer" };
+        eprintln!(
+            "milliscale serve: {role} opened in {opened:.2?}; every CSN below {} is {}",
+            backend.progress(),
+            if a.replica { "applied" } else { "durable" }
+        );
+        // The one line on stdout: the address, once the server takes calls.
+        println!("listening on {}", server.local_addr());
+        let _ = std::io::stdout().flush();
+        let signal = wait_for_signal().await;
+        eprintln!("milliscale serve: {signal}; shutting down");
+        let report = server.shutdown().await;
+        let closed = match &backend {
+            Backend::Writer(db) => db.close().await.map_err(|e| e.to_string()),
+            Backend::Replica(r) => {
+                r.blocking().close();
+                Ok(())
+            }
+        };
+        eprintln!(
+            "milliscale serve: stopped in {:.2?}: {} open transactions finished, {} aborted; \
+             {} aborted for idling over the server's life; every CSN below {} is {}",
+            report.took,
+            report.finished,
+            report.aborted,
+            report.expired,
+            backend.progress(),
+            if a.replica { "applied" } else { "durable" }
+        );
+        closed.map_err(|e| Failure::Run(format!("closing the database: {e}")))
+    })
+}
+
+async fn wait_for_signal() -> &'static str {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) =
+        (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
+    else {
+        // Without signal handlers, serve until killed.
+        std::future::pending::<()>().await;
+        return "killed";
+    };
+    tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    }
+}
+
+/// Where a verb finds its server.
+#[derive(Args)]
+pub(crate) struct ServerArgs {
+    /// The server's address (`host:port`, or an http:// or https:// URL).
+    #[arg(long, env = "MILLISCALE_SERVER")]
+    server: String,
+    /// The bearer token.
+    #[arg(long, env = "MILLISCALE_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// With TLS: the certificate authority to trust (PEM).
+    #[arg(long, value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
+    /// With TLS: the name on the server's certificate (default: the
+    /// address's host).
+    #[arg(long)]
+    tls_domain: Option<String>,
+    /// Keys and values are hexadecimal, on the command line and in the
+    /// output (default: text).
+    #[arg(long)]
+    hex: bool,
+}
+
+/// A key or value as the verb's user typed it.
+fn bytes(s: &str, hex: bool) -> Result<Vec<u8>, Failure> {
+    if !hex {
+        return Ok(s.as_bytes().to_vec());
+    }
+    ::hex::decode(s).map_err(|e| Failure::Usage(format!("{s:?} is not hexadecimal: {e}")))
+}
+
+fn show(b: &[u8], hex: bool) -> String {
+    if hex { crate::inspect::hex(b) } else { String::from_utf8_lossy(b).into_owned() }
+}
+
+/// A verb: what it does to the server.
+#[derive(Args)]
+pub(crate) struct VerbArgs {
+    #[command(flatten)]
+    server: ServerArgs,
+    /// The table.
+    #[arg(long)]
+    table: String,
+    /// The key (get, put, delete).
+    key: Option<String>,
+    /// The value (put).
+    value: Option<String>,
+    /// Scan: the keys starting with this.
+    #[arg(long)]
+    prefix: Option<String>,
+    /// Scan: the first key.
+    #[arg(long)]
+    start: Option<String>,
+    /// Scan: the end (exclusive).
+    #[arg(long)]
+    end: Option<String>,
+    /// Scan: at most this many rows (0: all).
+    #[arg(long, default_value_t = 0)]
+    limit: u64,
+    /// Scan: in reverse key order.
+    #[arg(long)]
+    reverse: bool,
+}
+
+/// The verbs.
+#[derive(Clone, Copy)]
+pub(crate) enum Verb {
+    Get,
+    Put,
+    Delete,
+    Scan,
+    CreateTable,
+}
+
+pub(crate) fn verb(verb: Verb, a: VerbArgs) -> Result<(), Failure> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::Run(format!("cannot start the runtime: {e}")))?;
+    runtime.block_on(run_verb(verb, a))
+}
+
+async fn run_verb(verb: Verb, a: VerbArgs) -> Result<(), Failure> {
+    let hex = a.server.hex;
+    let mut b = Client::builder(a.server.server.clone());
+    if let Some(t) = &a.server.token {
+        b = b.token(t.clone());
+    }
+    if let Some(ca) = &a.server.tls_ca {
+        let host =
+            a.server.server.rsplit("://").next().unwrap_or("").split(':').next().unwrap_or("");
+        b = b.tls(
+            read(ca, "--tls-ca")?,
+            a.server.tls_domain.clone().unwrap_or_else(|| host.to_owned()),
+        );
+    }
+    let client = b.connect().await.map_err(|e| Failure::Run(e.to_string()))?;
+    let failed = |e: milliscale_client::Error| Failure::Run(e.to_string());
+    let key = || -> Result<Vec<u8>, Failure> {
+        bytes(a.key.as_deref().ok_or(Failure::Usage("give the KEY".into()))?, hex)
+    };
+    let mut out = std::io::stdout().lock();
+    let io = |e: std::io::Error| Failure::Run(format!("stdout: {e}"));
+    match verb {
+        Verb::CreateTable => client.create_table(&a.table).await.map_err(failed)?,
+        Verb::Get => match client.get(&a.table, &key()?).await.map_err(failed)? {
+            Some(v) => writeln!(out, "{}", show(&v, hex)).map_err(io)?,
+            None => return Err(Failure::Run("no such key".into())),
+        },
+        Verb::Put => {
+            let value =
+                bytes(a.value.as_deref().ok_or(Failure::Usage("give the VALUE".into()))?, hex)?;
+            let token = client.put(&a.table, &key()?, &value).await.map_err(failed)?;
+            writeln!(out, "{token}").map_err(io)?;
+        }
+        Verb::Delete => {
+            if !client.delete(&a.table, &key()?).await.map_err(failed)? {
+                return Err(Failure::Run("no such key".into()));
+            }
+        }
+        Verb::Scan => {
+            let range = KeyRange {
+                start: a.start.as_deref().map(|s| bytes(s, hex)).transpose()?,
+                end: a.end.as_deref().map(|s| bytes(s, hex)).transpose()?,
+                prefix: a.prefix.as_deref().map(|s| bytes(s, hex)).transpose()?,
+                reverse: a.reverse,
+                limit: a.limit,
+            };
+            let mut tx = client.begin_with(TxnOptions::read_only()).await.map_err(failed)?;
+            let mut stream = tx.scan_stream(&a.table, range).await.map_err(failed)?;
+            while let Some(batch) = stream.message().await.map_err(|s| failed(s.into()))? {
+                for r in batch.rows {
+                    writeln!(out, "{}\t{}", show(&r.key, hex), show(&r.value, hex)).map_err(io)?;
+                }
+            }
+            tx.commit().await.map_err(failed)?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,137 @@
+//! The client's error: the server's status code, the engine's error kind
+//! from the `milliscale-error` metadata, and whether the transaction may
+//! be run again (`milliscale-retryable`).
+
+use std::future::Future;
+use std::time::Duration;
+
+/// Result alias of the client.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Why a call failed.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message} ({kind}, {code:?})")]
+pub struct Error {
+    code: tonic::Code,
+    kind: String,
+    retryable: bool,
+    message: String,
+}
+
+impl Error {
+    /// An error raised in the client itself (bad address, no connection).
+    pub(crate) fn local(message: String) -> Error {
+        Error { code: tonic::Code::Unavailable, kind: "client".into(), retryable: false, message }
+    }
+
+    /// The gRPC status code.
+    pub fn code(&self) -> tonic::Code {
+        self.code
+    }
+
+    /// The error's kind: `conflict`, `busy`, `limit`, `expired`,
+    /// `unavailable`, `closed`, `stale`, `fenced`, `read_only`,
+    /// `corruption`, `invalid_input`, `not_found`, `unauthenticated`,
+    /// `timeout`, `store`; `client` for an error of the client's own, and
+    /// `transport` for one without a kind (the connection failed).
+    pub fn kind(&self) -> &str {
+        &self.kind
+    }
+
+    /// True if running the whole transaction again may succeed.
+    pub fn is_retryable(&self) -> bool {
+        self.retryable
+    }
+
+    /// The server's message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl From<tonic::Status> for Error {
+    fn from(s: tonic::Status) -> Error {
+        let meta = |k: &str| s.metadata().get(k).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        Error {
+            code: s.code(),
+            kind: meta("milliscale-error").unwrap_or_else(|| "transport".into()),
+            retryable: meta("milliscale-retryable").as_deref() == Some("true"),
+            message: s.message().to_owned(),
+        }
+    }
+}
+
+/// Run `attempt` until it succeeds, fails with an error that is not
+/// retryable, or has run `max_attempts` times; between runs, sleep a
+/// random pause that doubles each time (from 1 ms, up to 100 ms). The
+/// closure runs a whole transaction: begin, reads, writes, commit.
+pub async fn retry<T, F, Fut>(max_attempts: u32, mut attempt: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    let mut cap = Duration::from_millis(1);
+    let mut n = 0;
+    loop {
+        n += 1;
+        match attempt().await {
+            Err(e) if e.is_retryable() && n < max_attempts.max(1) => {
+                let pause = cap.mul_f64(rand::random::<f64>());
+                tokio::time::sleep(pause).await;
+                cap = (cap * 2).min(Duration::from_millis(100));
+            }
+            r => return r,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_kind_and_retry_flag_come_from_the_metadata() {
+        let mut s = tonic::Status::aborted("conflict");
+        s.metadata_mut().insert("milliscale-error", "conflict".parse().expect("ascii"));
+        s.metadata_mut().insert("milliscale-retryable", "true".parse().expect("ascii"));
+        let e = Error::from(s);
+        assert!(e.is_retryable());
+        assert_eq!(e.kind(), "conflict");
+        let plain = Error::from(tonic::Status::unavailable("connection reset"));
+        assert!(!plain.is_retryable());
+        assert_eq!(plain.kind(), "transport");
+    }
+
+    #[tokio::test]
+    async fn retry_stops_at_success_at_a_final_error_and_at_its_cap() {
+        let retryable = || {
+            let mut s = tonic::Status::aborted("x");
+            s.metadata_mut().insert("milliscale-retryable", "true".parse().expect("ascii"));
+            Error::from(s)
+        };
+        let mut runs = 0;
+        let r: Result<u32> = retry(5, || {
+            runs += 1;
+            let n = runs;
+            async move { if n < 3 { Err(retryable()) } else { Ok(n) } }
+        })
+        .await;
+        assert_eq!(r.expect("third run"), 3);
+        let mut runs = 0;
+        let r: Result<()> = retry(4, || {
+            runs += 1;
+            async { Err(retryable()) }
+        })
+        .await;
+        assert!(r.is_err());
+        assert_eq!(runs, 4);
+        let mut runs = 0;
+        let r: Result<()> = retry(4, || {
+            runs += 1;
+            async { Err(Error::from(tonic::Status::invalid_argument("no"))) }
+        })
+        .await;
+        assert!(r.is_err());
+        assert_eq!(runs, 1);
+    }
+}

@@ -1,0 +1,256 @@
+//! The async Rust client of a `milliscale serve` server.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), milliscale_client::Error> {
+//! use milliscale_client::Client;
+//! let client = Client::builder("http://127.0.0.1:7878").token("a-token-of-16-chars").connect().await?;
+//! client.create_table("accounts").await?;
+//! let token = client.put("accounts", b"alice", b"100").await?; // durable on return
+//!
+//! // An interactive transaction, run again if it conflicts.
+//! let moved = milliscale_client::retry(8, || async {
+//!     let mut tx = client.begin().await?;
+//!     let v = tx.get("accounts", b"alice").await?.unwrap_or_default();
+//!     tx.put("accounts", b"bob", &v).await?;
+//!     tx.commit().await
+//! })
+//! .await?;
+//! # let _ = (token, moved); Ok(()) }
+//! ```
+//!
+//! A [`Transaction`] lives on the server until it commits or aborts (or
+//! idles past the server's timeout); dropping one unfinished aborts it in
+//! the background. [`Client::execute`] runs a whole batch of reads and
+//! writes as one transaction in one round trip, which the server can
+//! retry by itself on a conflict.
+
+#![deny(missing_docs, clippy::unwrap_used)]
+
+mod error;
+mod txn;
+
+use std::time::Duration;
+
+pub use error::{Error, Result, retry};
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
+pub use txn::{
+    Batch, BatchResult, Commit, Durability, Isolation, KeyRange, ReadAt, Transaction, TxnOptions,
+};
+
+/// The wire protocol, generated from `proto/milliscale/v1/milliscale.proto`:
+/// messages, the client stub and the server trait.
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod proto {
+    tonic::include_proto!("milliscale.v1");
+}
+
+type Stub = proto::milliscale_client::MilliscaleClient<Channel>;
+
+/// How to reach a server; see [`Client::builder`].
+#[derive(Clone, Debug)]
+pub struct ClientBuilder {
+    addr: String,
+    token: Option<String>,
+    ca_pem: Option<Vec<u8>>,
+    domain: Option<String>,
+    connect_timeout: Duration,
+    max_message_bytes: usize,
+}
+
+impl ClientBuilder {
+    /// Send this bearer token with every call.
+    pub fn token(mut self, token: impl Into<String>) -> ClientBuilder {
+        self.token = Some(token.into());
+        self
+    }
+
+    /// Speak TLS, trusting the certificate authority in `ca_pem`;
+    /// `domain` is the name the server's certificate must carry.
+    pub fn tls(mut self, ca_pem: Vec<u8>, domain: impl Into<String>) -> ClientBuilder {
+        self.ca_pem = Some(ca_pem);
+        self.domain = Some(domain.into());
+        self
+    }
+
+    /// Give up connecting after this long (default 5 s).
+    pub fn connect_timeout(mut self, d: Duration) -> ClientBuilder {
+        self.connect_timeout = d;
+        self
+    }
+
+    /// Largest message to accept (default 16 MiB, the server's default).
+    pub fn max_message_bytes(mut self, n: usize) -> ClientBuilder {
+        self.max_message_bytes = n;
+        self
+    }
+
+    /// Connect.
+    pub async fn connect(self) -> Result<Client> {
+        let mut addr = self.addr.clone();
+        if !addr.contains("://") {
+            let scheme = if self.ca_pem.is_some() { "https" } else { "http" };
+            addr = format!("{scheme}://{addr}");
+        }
+        let mut endpoint = Endpoint::from_shared(addr.clone())
+            .map_err(|e| Error::local(format!("bad server address {addr:?}: {e}")))?
+            .connect_timeout(self.connect_timeout)
+            .tcp_nodelay(true);
+        if let Some(ca) = &self.ca_pem {
+            let mut tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca));
+            if let Some(d) = &self.domain {
+                tls = tls.domain_name(d.clone());
+            }
+            endpoint = endpoint.tls_config(tls).map_err(|e| Error::local(format!("TLS: {e}")))?;
+        }
+        let channel = endpoint
+            .connect()
+            .await
+            .map_err(|e| Error::local(format!("cannot connect to {addr}: {e}")))?;
+        let token = match &self.token {
+            Some(t) => Some(
+                format!("Bearer {t}")
+                    .parse::<MetadataValue<Ascii>>()
+                    .map_err(|_| Error::local("a token must be printable ASCII".into()))?,
+            ),
+            None => None,
+        };
+        // The server enforces its own limit on what it receives (and says
+        // so, OUT_OF_RANGE); the client bounds only what it accepts.
+        let stub = Stub::new(channel).max_decoding_message_size(self.max_message_bytes);
+        Ok(Client { stub, token })
+    }
+}
+
+/// A connection to a server. Cheap to clone: clones share the connection
+/// (HTTP/2 multiplexes their calls).
+#[derive(Clone, Debug)]
+pub struct Client {
+    stub: Stub,
+    token: Option<MetadataValue<Ascii>>,
+}
+
+/// The server's role and progress ([`Client::status`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerStatus {
+    /// `writer` or `replica`.
+    pub role: String,
+    /// Every CSN below this is durable (writer) or applied (replica).
+    pub durable_token: u64,
+    /// Interactive transactions open on the server.
+    pub open_transactions: u32,
+    /// The server's version.
+    pub version: String,
+}
+
+impl Client {
+    /// A builder for a connection to `addr` (`host:port`, or a URL with
+    /// `http://` or `https://`).
+    pub fn builder(addr: impl Into<String>) -> ClientBuilder {
+        ClientBuilder {
+            addr: addr.into(),
+            token: None,
+            ca_pem: None,
+            domain: None,
+            connect_timeout: Duration::from_secs(5),
+            max_message_bytes: 16 << 20,
+        }
+    }
+
+    /// Connect to `addr` without a token or TLS.
+    pub async fn connect(addr: impl Into<String>) -> Result<Client> {
+        Client::builder(addr).connect().await
+    }
+
+    /// A request carrying the token.
+    pub(crate) fn req<T>(&self, msg: T) -> tonic::Request<T> {
+        let mut r = tonic::Request::new(msg);
+        if let Some(t) = &self.token {
+            r.metadata_mut().insert("authorization", t.clone());
+        }
+        r
+    }
+
+    pub(crate) fn stub(&self) -> Stub {
+        self.stub.clone()
+    }
+
+    /// Create a table (durable when this returns).
+    pub async fn create_table(&self, name: &str) -> Result<()> {
+        let r = self.req(proto::CreateTableRequest { name: name.into() });
+        self.stub().create_table(r).await?;
+        Ok(())
+    }
+
+    /// Drop a table (durable when this returns).
+    pub async fn drop_table(&self, name: &str) -> Result<()> {
+        let r = self.req(proto::DropTableRequest { name: name.into() });
+        self.stub().drop_table(r).await?;
+        Ok(())
+    }
+
+    /// The tables' names, in creation order.
+    pub async fn list_tables(&self) -> Result<Vec<String>> {
+        let r = self.req(proto::ListTablesRequest {});
+        Ok(self.stub().list_tables(r).await?.into_inner().names)
+    }
+
+    /// Begin an interactive transaction at the server's default isolation.
+    pub async fn begin(&self) -> Result<Transaction> {
+        self.begin_with(TxnOptions::default()).await
+    }
+
+    /// Begin an interactive transaction.
+    pub async fn begin_with(&self, opts: TxnOptions) -> Result<Transaction> {
+        Transaction::begin(self.clone(), opts).await
+    }
+
+    /// Run a batch as one transaction in one round trip.
+    pub async fn execute(&self, batch: Batch) -> Result<BatchResult> {
+        let r = self.req(batch.into_request());
+        let resp = self.stub().execute(r).await?.into_inner();
+        BatchResult::from_response(resp)
+    }
+
+    /// Read `key` (a one-shot read-only transaction).
+    pub async fn get(&self, table: &str, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let mut b = Batch::new();
+        b.get(table, key);
+        Ok(self.execute(b).await?.value(0).map(<[u8]>::to_vec))
+    }
+
+    /// Write `key` in a transaction of its own; returns once durable,
+    /// with the commit's token. Retries conflicts on the server.
+    pub async fn put(&self, table: &str, key: &[u8], value: &[u8]) -> Result<u64> {
+        let mut b = Batch::new();
+        b.put(table, key, value);
+        let r = self.execute(b.retries(8)).await?;
+        r.token.ok_or_else(|| Error::local("a write committed without a token".into()))
+    }
+
+    /// Delete `key` in a transaction of its own; whether it had a value.
+    pub async fn delete(&self, table: &str, key: &[u8]) -> Result<bool> {
+        let mut b = Batch::new();
+        b.delete(table, key);
+        Ok(self.execute(b.retries(8)).await?.existed(0))
+    }
+
+    /// Wait until `token` is durable (writer) or applied (replica), for at
+    /// most `wait` (at most the server's cap); what the server reached.
+    pub async fn wait_for(&self, token: u64, wait: Duration) -> Result<u64> {
+        let wait_ms = wait.as_millis().clamp(1, u32::MAX as u128) as u32;
+        let r = self.req(proto::WaitForRequest { token, wait_ms });
+        Ok(self.stub().wait_for(r).await?.into_inner().reached)
+    }
+
+    /// The server's role and progress.
+    pub async fn status(&self) -> Result<ServerStatus> {
+        let s = self.stub().status(self.req(proto::StatusRequest {})).await?.into_inner();
+        Ok(ServerStatus {
+            role: s.role,
+            durable_token: s.durable_token,
+            open_transactions: s.open_transactions,
+            version: s.version,
+        })
+    }
+}

@@ -1,0 +1,160 @@
+//! How the server's refusals and the engine's errors reach a client: a
+//! gRPC status code, a message that says what to do, and two metadata
+//! keys a client can act on without parsing the message:
+//! `milliscale-error` (the kind) and `milliscale-retryable: true` (run the
+//! whole transaction again).
+//!
+//! | engine error / refusal       | status              | kind          | retryable |
+//! |------------------------------|---------------------|---------------|-----------|
+//! | `Conflict`                   | ABORTED             | conflict      | yes       |
+//! | `TooManyTransactions`        | RESOURCE_EXHAUSTED  | busy          | yes       |
+//! | a server cap (open txns)     | RESOURCE_EXHAUSTED  | limit         | yes       |
+//! | idle transaction aborted     | ABORTED             | expired       | yes       |
+//! | `StoreUnavailable`           | UNAVAILABLE         | unavailable   | no        |
+//! | `Closed`, shutting down      | UNAVAILABLE         | closed        | no        |
+//! | `Stale` (replica behind)     | UNAVAILABLE         | stale         | yes       |
+//! | `Fenced`                     | FAILED_PRECONDITION | fenced        | no        |
+//! | writes to a replica / a read-only token | PERMISSION_DENIED / FAILED_PRECONDITION | read_only | no |
+//! | `Corrupt`                    | DATA_LOSS           | corruption    | no        |
+//! | `InvalidArgument`            | INVALID_ARGUMENT    | invalid_input | no        |
+//! | `TableExists`                | ALREADY_EXISTS      | invalid_input | no        |
+//! | `NotFound`, `TableNotFound`, unknown transaction | NOT_FOUND | not_found | no |
+//! | `Store`                      | INTERNAL            | store         | no        |
+
+use std::time::Duration;
+
+use milliscale::{Error, ErrorKind};
+use tonic::{Code, Status};
+
+/// A refusal on its way to the client.
+pub type Refusal = Status;
+
+/// The metadata key naming the error's kind.
+pub const KIND_KEY: &str = "milliscale-error";
+/// The metadata key set to `true` on errors a client may retry.
+pub const RETRYABLE_KEY: &str = "milliscale-retryable";
+
+fn status(code: Code, kind: &'static str, retryable: bool, message: String) -> Status {
+    let mut s = Status::new(code, message);
+    s.metadata_mut().insert(KIND_KEY, tonic::metadata::MetadataValue::from_static(kind));
+    if retryable {
+        s.metadata_mut().insert(RETRYABLE_KEY, tonic::metadata::MetadataValue::from_static("true"));
+    }
+    s
+}
+
+/// The status for an engine error.
+pub fn engine(e: &Error) -> Status {
+    let msg = e.to_string();
+    match e {
+        Error::Conflict(_) => status(Code::Aborted, "conflict", true, msg),
+        Error::TooManyTransactions(_) => status(Code::ResourceExhausted, "busy", true, msg),
+        Error::Stale { .. } => status(Code::Unavailable, "stale", true, msg),
+        Error::TableExists(_) => status(Code::AlreadyExists, "invalid_input", false, msg),
+        _ => match e.kind() {
+            ErrorKind::Unavailable => status(Code::Unavailable, "unavailable", false, msg),
+            ErrorKind::Closed => status(Code::Unavailable, "closed", false, msg),
+            ErrorKind::Fenced => status(Code::FailedPrecondition, "fenced", false, msg),
+            ErrorKind::Corruption => status(Code::DataLoss, "corruption", false, msg),
+            ErrorKind::InvalidInput => status(Code::InvalidArgument, "invalid_input", false, msg),
+            ErrorKind::NotFound => status(Code::NotFound, "not_found", false, msg),
+            ErrorKind::Retryable => status(Code::Aborted, "conflict", true, msg),
+            ErrorKind::Stale => status(Code::Unavailable, "stale", true, msg),
+            _ => status(Code::Internal, "store", false, msg),
+        },
+    }
+}
+
+/// The server's own refusals.
+pub mod refuse {
+    use super::*;
+
+    pub fn limit(message: String) -> Status {
+        status(Code::ResourceExhausted, "limit", true, message)
+    }
+
+    pub fn expired(id: u64, idle: Duration) -> Status {
+        status(
+            Code::Aborted,
+            "expired",
+            true,
+            format!(
+                "transaction {id:#x} was aborted after {} s idle (the server's idle timeout); \
+                 run it again",
+                idle.as_secs_f64()
+            ),
+        )
+    }
+
+    pub fn no_transaction(id: u64) -> Status {
+        status(
+            Code::NotFound,
+            "not_found",
+            false,
+            format!("no open transaction {id:#x} (it committed, aborted or never began)"),
+        )
+    }
+
+    pub fn invalid(message: impl Into<String>) -> Status {
+        status(Code::InvalidArgument, "invalid_input", false, message.into())
+    }
+
+    pub fn read_only_token(what: &str) -> Status {
+        status(
+            Code::PermissionDenied,
+            "read_only",
+            false,
+            format!("{what} writes, and this token is read-only"),
+        )
+    }
+
+    pub fn read_only_txn(what: &str) -> Status {
+        status(
+            Code::FailedPrecondition,
+            "read_only",
+            false,
+            format!("{what} writes, and the transaction is read-only"),
+        )
+    }
+
+    pub fn replica(what: &str) -> Status {
+        status(
+            Code::FailedPrecondition,
+            "read_only",
+            false,
+            format!("{what} writes, and this server is a read replica; send writes to the writer"),
+        )
+    }
+
+    pub fn unauthenticated(message: &str) -> Status {
+        status(Code::Unauthenticated, "unauthenticated", false, message.to_owned())
+    }
+
+    pub fn shutting_down() -> Status {
+        status(Code::Unavailable, "closed", false, "the server is shutting down".into())
+    }
+
+    pub fn timeout(message: String) -> Status {
+        status(Code::DeadlineExceeded, "timeout", true, message)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conflicts_are_retryable_aborts_and_outages_are_unavailable() {
+        let c = engine(&Error::Conflict(milliscale::ConflictKind::WriteWrite));
+        assert_eq!(c.code(), Code::Aborted);
+        assert_eq!(c.metadata().get(RETRYABLE_KEY).and_then(|v| v.to_str().ok()), Some("true"));
+        let u = engine(&Error::StoreUnavailable("down".into()));
+        assert_eq!(u.code(), Code::Unavailable);
+        assert!(u.metadata().get(RETRYABLE_KEY).is_none());
+        assert_eq!(u.metadata().get(KIND_KEY).and_then(|v| v.to_str().ok()), Some("unavailable"));
+        assert_eq!(engine(&Error::TableNotFound("t".into())).code(), Code::NotFound);
+        assert_eq!(engine(&Error::TableExists("t".into())).code(), Code::AlreadyExists);
+        assert_eq!(engine(&Error::Corrupt("x".into())).code(), Code::DataLoss);
+        assert_eq!(engine(&Error::Fenced("x".into())).code(), Code::FailedPrecondition);
+    }
+}
