@@ -45,3 +45,16 @@ for example in $examples; do
   echo "example $(basename "$example")"
   timeout 300 "$example" > /dev/null
 done
+
+# The Python package, installed from the repository (`pip install ./python`)
+# into a virtualenv, then its tests against `milliscale serve` on the
+# emulator (the release binary `cargo test` built), and the README's server
+# example run as it is written.
+venv=target/py-venv
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+"$venv/bin/pip" install --quiet --disable-pip-version-check "./python[test]"
+# The same version number as last run: install this checkout's code anyway.
+"$venv/bin/pip" install --quiet --disable-pip-version-check --force-reinstall --no-deps ./python
+rm -rf python/build python/*.egg-info
+MILLISCALE_BIN="$PWD/target/release/milliscale" timeout 900 "$venv/bin/python" -m pytest -q python/tests
+bash scripts/readme-server-example.sh "$PWD/$venv/bin"

@@ -247,6 +247,57 @@ fn an_idle_database_costs_a_replica_one_request_per_chain_per_poll_max() {
     replica.wait_for(csn, WAIT).expect("applied after the idle spell");
 }
 
+/// A reader that waits for a token the replica has not read yet asks the
+/// tails to poll now: on an idle database polled every 5 s, each
+/// read-your-writes wait ends in milliseconds, blocking or async, and
+/// costs about one poll per chain, not a poll every `poll_min`.
+#[test]
+fn a_reader_waiting_for_an_unseen_token_polls_at_once() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let db = Database::open(writer(&store)).expect("open");
+    let t = db.create_table("t").expect("table");
+    let opts = ReplicaOptions {
+        poll_min: Duration::from_millis(1),
+        poll_max: Duration::from_secs(5),
+        ..ReplicaOptions::default()
+    };
+    let replica =
+        Replica::open_with(Options::new().add_store_handle(Arc::clone(&store)), opts.clone())
+            .expect("replica");
+    let chains = db.manifest().expect("manifest").log.chains().count() as u64;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("rt");
+    let async_replica = milliscale::AsyncReplica::from(
+        Replica::open_with(Options::new().add_store_handle(Arc::clone(&store)), opts)
+            .expect("replica"),
+    );
+    for i in 0..6u32 {
+        // Past the active window: the tails poll every poll_max (5 s).
+        std::thread::sleep(milliscale::internals::ACTIVE_WINDOW + Duration::from_millis(100));
+        let mut tx = db.begin().expect("begin");
+        tx.put(&t, b"k", &i.to_be_bytes()).expect("put");
+        let csn = tx.commit_and_wait().expect("commit").csn.expect("csn");
+        let before = replica.metrics().polls;
+        let started = std::time::Instant::now();
+        if i % 2 == 0 {
+            replica.wait_for(csn, Duration::from_secs(3)).expect("applied on demand");
+        } else {
+            let r = async_replica.clone();
+            runtime
+                .block_on(async {
+                    tokio::time::timeout(Duration::from_secs(3), r.wait_for(csn)).await
+                })
+                .expect("applied on demand in time")
+                .expect("applied");
+        }
+        let waited = started.elapsed();
+        assert!(waited < Duration::from_secs(1), "wait {i} took {waited:?} (poll_max is 5 s)");
+        if i % 2 == 0 {
+            let polls = replica.metrics().polls - before;
+            assert!(polls <= chains * 4, "{polls} polls of {chains} chains for one wait");
+        }
+    }
+}
+
 /// While the writer is active, a replica's polls follow what it commits:
 /// a chain is polled every `sqrt(2 g / (λ r))` for a GET price `g`, so at
 /// 20 commits a second over 3 lanes (segments of 4 appends), with S3

@@ -17,6 +17,9 @@ use crate::errors::{engine, refuse};
 use crate::ops::{self, SCAN_BATCH_BYTES, SCAN_BATCH_ROWS, Scan};
 use crate::sessions::Sessions;
 
+/// How long a replica's token wait lasts before it asks again for a poll.
+const DEMAND_SLICE: Duration = Duration::from_millis(50);
+
 /// What the server serves.
 #[derive(Clone, Debug)]
 pub enum Backend {
@@ -51,13 +54,22 @@ impl Backend {
     async fn wait_for(&self, token: u64, wait: Duration) -> Result<u64, Status> {
         let deadline = Instant::now() + wait;
         match self {
-            Backend::Replica(r) => match tokio::time::timeout(wait, r.wait_for(token)).await {
-                Ok(Ok(())) => Ok(r.applied_csn()),
-                Ok(Err(e)) => Err(engine(&e)),
-                Err(_) => Err(refuse::timeout(format!(
-                    "token {token} not applied within {wait:?}; the replica has applied every CSN below {}",
-                    r.applied_csn()
-                ))),
+            Backend::Replica(r) => loop {
+                // In slices: each new wait asks the replica's tails again
+                // to poll now if the token is still unseen.
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(refuse::timeout(format!(
+                        "token {token} not applied within {wait:?}; the replica has applied \
+                         every CSN below {}",
+                        r.applied_csn()
+                    )));
+                }
+                match tokio::time::timeout(left.min(DEMAND_SLICE), r.wait_for(token)).await {
+                    Ok(Ok(())) => return Ok(r.applied_csn()),
+                    Ok(Err(e)) => return Err(engine(&e)),
+                    Err(_) => {}
+                }
             },
             Backend::Writer(db) => {
                 // The engine publishes its durable CSN without a waiter

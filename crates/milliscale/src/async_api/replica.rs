@@ -110,6 +110,12 @@ impl Future for WaitFor {
                 waited: self.started.elapsed(),
             }));
         }
+        if p.seen <= self.token {
+            // Not read from the log yet: ask the tails to poll now (see
+            // `Replica::wait_for`). A caller that bounds the wait with a
+            // timeout and waits again asks again.
+            self.shared.poll_now();
+        }
         // Under the lock the follower publishes with: no publication can
         // slip between the check above and this registration.
         if !p.wakers.iter().any(|w| w.will_wake(cx.waker())) {

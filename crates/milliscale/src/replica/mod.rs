@@ -178,6 +178,11 @@ impl ReplicaMetrics {
     }
 }
 
+/// How often a reader waiting for a token the replica has not seen asks
+/// the tails again to poll now (a tail busy mid-poll when first asked
+/// polls again at once anyway; this bounds the wait should a poll miss).
+pub(crate) const DEMAND_RETRY: Duration = Duration::from_millis(50);
+
 /// A read replica; see the module docs. Dropping it stops it.
 pub struct Replica {
     db: Database,
@@ -308,7 +313,17 @@ impl Replica {
             if let Some(e) = &p.error {
                 return Err(e.clone());
             }
-            if p.stopped || self.shared.progressed.wait_until(&mut p, until).timed_out() {
+            if p.seen <= token {
+                // Not read from the log yet: poll now rather than at the
+                // next interval (an idle database's is `poll_max`), and
+                // again every `DEMAND_RETRY` while it stays unseen.
+                self.shared.poll_now();
+            }
+            let step = until.min(Instant::now() + DEMAND_RETRY);
+            if p.stopped
+                || (self.shared.progressed.wait_until(&mut p, step).timed_out()
+                    && Instant::now() >= until)
+            {
                 if p.applied > token {
                     return Ok(());
                 }

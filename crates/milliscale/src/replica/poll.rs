@@ -52,6 +52,8 @@ impl TailCtx {
         // After a fence or a deleted segment the tail has nothing more to
         // read; the follower replaces it.
         let mut ended = false;
+        // The readers' demand served so far (`Shared::poll_now`).
+        let mut served = self.shared.demand();
         while !self.stopped() {
             if ended {
                 self.shared.sleep(self.opts.poll_max, &self.stop);
@@ -63,7 +65,10 @@ impl TailCtx {
                 tail.assume_mode(m);
             }
             let started = Instant::now();
-            let idle = interval >= self.opts.poll_max && !self.shared.active();
+            let demand = self.shared.demand();
+            let asked = demand != served;
+            served = demand;
+            let idle = !asked && interval >= self.opts.poll_max && !self.shared.active();
             if idle && self.shared.pay_back() {
                 // This poll's request went to an idle manifest check.
                 self.shared.sleep(interval, &self.stop);
@@ -145,7 +150,7 @@ impl TailCtx {
                 (interval * 2).clamp(self.opts.poll_min, self.opts.poll_max)
             };
             if !interval.is_zero() {
-                self.shared.sleep(interval, &self.stop);
+                self.shared.sleep_unless_asked(interval, &self.stop, served);
             }
         }
         (self.store, tail)

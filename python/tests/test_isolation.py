@@ -1,0 +1,63 @@
+"""Every isolation level, through the Python client."""
+
+import pytest
+
+from milliscale import ConflictError, Isolation
+
+
+def test_snapshot_and_read_committed(db):
+    db.create_table("t")
+    db.put("t", b"x", b"old")
+    with db.transaction(Isolation.SNAPSHOT) as snap, db.transaction(Isolation.READ_COMMITTED) as rc:
+        assert snap.isolation == Isolation.SNAPSHOT and rc.isolation == Isolation.READ_COMMITTED
+        db.put("t", b"x", b"new")
+        assert snap.get("t", b"x") == b"old"  # its snapshot
+        assert rc.get("t", b"x") == b"new"  # the latest commit
+
+
+def test_the_default_is_snapshot_isolation(db):
+    with db.transaction() as tx:
+        assert tx.isolation == Isolation.SNAPSHOT
+
+
+@pytest.mark.parametrize("level,both_commit", [(Isolation.SNAPSHOT, True), (Isolation.SERIALIZABLE, False)])
+def test_write_skew(db, level, both_commit):
+    """Each transaction reads both keys and writes one: snapshot isolation
+    lets both commit; serializable refuses the second."""
+    db.create_table("t")
+    db.put("t", b"x", b"0")
+    db.put("t", b"y", b"0")
+    a = db.transaction(level)
+    b = db.transaction(level)
+    for tx in (a, b):
+        tx.get("t", b"x")
+        tx.get("t", b"y")
+    a.put("t", b"x", b"a")
+    b.put("t", b"y", b"b")
+    a.commit()
+    if both_commit:
+        b.commit()
+    else:
+        with pytest.raises(ConflictError) as e:
+            b.commit()
+        assert e.value.retryable
+
+
+def test_first_updater_wins_under_snapshot_isolation(db):
+    db.create_table("t")
+    db.put("t", b"x", b"0")
+    a = db.transaction(Isolation.SNAPSHOT)
+    a.get("t", b"x")
+    db.put("t", b"x", b"1")  # commits after a's snapshot
+    with pytest.raises(ConflictError):
+        a.put("t", b"x", b"2")
+    a.abort()
+    assert db.get("t", b"x") == b"1"
+
+
+def test_read_only_at_the_durable_snapshot(db):
+    db.create_table("t")
+    token = db.put("t", b"k", b"v")
+    with db.transaction(durable_snapshot=True) as tx:
+        assert tx.snapshot > token
+        assert tx.get("t", b"k") == b"v"
