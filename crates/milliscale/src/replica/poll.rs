@@ -175,3 +175,32 @@ impl TailCtx {
             .clamp(self.opts.poll_min, self.opts.poll_max)
     }
 }
+
+/// Demand polls: a reader waiting for a token the replica has not read.
+impl Shared {
+    /// Ask every tail to poll its chain now (a reader waits for a token
+    /// not seen yet): one request per chain, however idle the database.
+    pub(crate) fn poll_now(&self) {
+        self.demand.fetch_add(1, Ordering::SeqCst);
+        let _g = self.sleep.0.lock();
+        self.sleep.1.notify_all();
+    }
+
+    /// The demand count a tail has served up to.
+    pub(super) fn demand(&self) -> u64 {
+        self.demand.load(Ordering::SeqCst)
+    }
+
+    /// Sleep as [`Shared::sleep`] does, but return at once if a reader
+    /// asked for a poll after the tail served `served` (checked under the
+    /// lock `poll_now` notifies under, so no request is missed).
+    pub(super) fn sleep_unless_asked(&self, d: Duration, stop: &AtomicBool, served: u64) {
+        let mut g = self.sleep.0.lock();
+        if self.demand.load(Ordering::SeqCst) != served {
+            return;
+        }
+        if !self.stop.load(Ordering::SeqCst) && !stop.load(Ordering::SeqCst) {
+            self.sleep.1.wait_for(&mut g, d);
+        }
+    }
+}
