@@ -1,8 +1,11 @@
 """One process of the bank workload: transfers between random accounts
 until its time is up, each an interactive serializable transaction run by
-``Client.run``. Every acknowledged transfer is appended to the journal
-(``--journal``) after its commit returned, so a checker knows which ones
-the server acknowledged. Prints ``{"transfers": N, "retries": M}``.
+``Client.run`` that moves the amount and records the transfer under
+``t/PID/SEQ`` in the ``transfers`` table. The key of every acknowledged
+transfer is appended to the journal (``--journal``) once its commit
+returned, so a checker knows which ones the server acknowledged. Prints
+``{"transfers": N, "retries": M}``, or ``{"error": ...}`` and exits 1 when
+a call fails for good (the server was killed, say).
 
     python bank_worker.py ADDRESS --accounts 64 --seconds 5 --seed 1 [--journal FILE]
 """
@@ -23,6 +26,7 @@ except ImportError:  # run from a checkout without installing
 from milliscale import Client, Isolation, MilliscaleError  # noqa: E402
 
 TABLE = "bank"
+TRANSFERS = "transfers"
 
 
 def key(i: int) -> bytes:
@@ -45,6 +49,7 @@ def main() -> int:
         while time.monotonic() < deadline:
             src, dst = rng.sample(range(a.accounts), 2)
             amount = rng.randint(1, 10)
+            record = f"t/{os.getpid()}/{transfers}"
             runs = [0]
 
             def transfer(tx):
@@ -55,6 +60,7 @@ def main() -> int:
                     return False
                 tx.put(TABLE, key(src), str(s - amount))
                 tx.put(TABLE, key(dst), str(d + amount))
+                tx.put(TRANSFERS, record, f"{src} {dst} {amount}")
                 return True
 
             try:
@@ -66,7 +72,7 @@ def main() -> int:
             if moved:
                 transfers += 1
                 if journal:
-                    journal.write(f"{os.getpid()} {src} {dst} {amount}\n")
+                    journal.write(record + "\n")
     print(json.dumps({"transfers": transfers, "retries": retries}), flush=True)
     return 0
 

@@ -14,6 +14,7 @@ WORKER = Path(__file__).with_name("bank_worker.py")
 
 def open_accounts(client) -> None:
     client.create_table("bank")
+    client.create_table("transfers")
     b = Batch()
     for i in range(ACCOUNTS):
         b.put("bank", f"acct{i:05}", str(BALANCE))
