@@ -10,7 +10,11 @@ fn main() {
         Ok(d) => d,
         Err(e) => panic!("{schema}: {e}"),
     };
-    if let Err(e) = tonic_prost_build::configure().compile_fds(descriptors) {
+    if let Err(e) = tonic_prost_build::configure()
+        // Malformed requests are INVALID_ARGUMENT (src/codec.rs).
+        .codec_path("crate::codec::WireCodec")
+        .compile_fds(descriptors)
+    {
         panic!("generating the gRPC code from {schema}: {e}");
     }
 }

@@ -26,6 +26,7 @@
 
 #![deny(missing_docs, clippy::unwrap_used)]
 
+pub mod codec;
 mod error;
 mod txn;
 

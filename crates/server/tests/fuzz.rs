@@ -1,0 +1,373 @@
+//! Bad input: seeded random sequences of requests, well-formed and not,
+//! against a running server. Wrong message types on a method, random
+//! bytes, unknown enum values, unknown and odd table names, huge and
+//! empty keys and values, transaction ids that were never issued, calls
+//! after a commit or an abort, sessions that expired, batches with missing
+//! operations, scans with contradictory bounds.
+//!
+//! The oracle: no panic anywhere in the process; every answer is OK or a
+//! status code from the documented set (never UNKNOWN or INTERNAL); the
+//! server still answers afterwards; and a ledger table that only a
+//! well-behaved client writes, checked after every sequence and after a
+//! reopen of the database (recovery), holds exactly what was committed.
+//!
+//! `MILLISCALE_FUZZ_SEQUENCES` (default 60) sets how many sequences of 40
+//! calls run; `MILLISCALE_FUZZ_SEED` the first seed.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use milliscale::{AsyncDatabase, Options};
+use milliscale_client::proto::{self, milliscale_client::MilliscaleClient, operation};
+use milliscale_client::{Client, KeyRange, TxnOptions};
+use milliscale_server::{Backend, Server, ServerOptions};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use tonic::Code;
+use tonic::transport::Channel;
+
+/// Any bytes, sent as a message body: the server must refuse what does
+/// not decode.
+#[derive(Clone, PartialEq, Default, Debug)]
+struct Raw(Vec<u8>);
+
+impl prost::Message for Raw {
+    fn encode_raw(&self, buf: &mut impl prost::bytes::BufMut) {
+        buf.put_slice(&self.0);
+    }
+    fn merge_field(
+        &mut self,
+        tag: u32,
+        wire_type: prost::encoding::WireType,
+        buf: &mut impl prost::bytes::Buf,
+        ctx: prost::encoding::DecodeContext,
+    ) -> Result<(), prost::DecodeError> {
+        prost::encoding::skip_field(wire_type, tag, buf, ctx)
+    }
+    fn encoded_len(&self) -> usize {
+        self.0.len()
+    }
+    fn clear(&mut self) {
+        self.0.clear();
+    }
+}
+
+const METHODS: [&str; 13] = [
+    "CreateTable",
+    "DropTable",
+    "ListTables",
+    "Begin",
+    "Get",
+    "Put",
+    "Delete",
+    "Patch",
+    "Commit",
+    "Abort",
+    "Execute",
+    "WaitFor",
+    "Status",
+];
+
+/// The codes a server may answer bad input with.
+fn allowed(code: Code) -> bool {
+    !matches!(code, Code::Unknown | Code::Internal | Code::DataLoss | Code::Unimplemented)
+}
+
+struct Fuzzer {
+    stub: MilliscaleClient<Channel>,
+    channel: Channel,
+    rng: SmallRng,
+    /// Ids the server issued (some finished since).
+    ids: Vec<u64>,
+}
+
+impl Fuzzer {
+    fn table(&mut self) -> String {
+        match self.rng.random_range(0..6) {
+            0..=2 => "t".into(),
+            3 => "nope".into(),
+            4 => String::new(),
+            _ => "x".repeat(self.rng.random_range(200..400)),
+        }
+    }
+
+    fn bytes(&mut self) -> Vec<u8> {
+        let n = match self.rng.random_range(0..10) {
+            0 => 0,
+            1 => self.rng.random_range(1000..1100),
+            2 => self.rng.random_range(256 * 1024..256 * 1024 + 10),
+            _ => self.rng.random_range(1..16),
+        };
+        (0..n).map(|_| self.rng.random()).collect()
+    }
+
+    fn id(&mut self) -> u64 {
+        if self.ids.is_empty() || self.rng.random_bool(0.2) {
+            self.rng.random()
+        } else {
+            self.ids[self.rng.random_range(0..self.ids.len())]
+        }
+    }
+
+    fn range(&mut self) -> proto::KeyRange {
+        let mut b = || self.rng.random_bool(0.5);
+        let (s, e, p, r) = (b(), b(), b(), b());
+        proto::KeyRange {
+            start: s.then(|| vec![1]),
+            end: e.then(|| vec![0]),
+            prefix: p.then(Vec::new),
+            reverse: r,
+            limit: self.rng.random_range(0..3) * 7,
+        }
+    }
+
+    fn op(&mut self) -> proto::Operation {
+        let op = match self.rng.random_range(0..7) {
+            0 => None,
+            1 => Some(operation::Op::Get(self.bytes())),
+            2 => Some(operation::Op::Put(proto::Row { key: self.bytes(), value: self.bytes() })),
+            3 => Some(operation::Op::Delete(self.bytes())),
+            4 => Some(operation::Op::Scan(self.range())),
+            _ => Some(operation::Op::Patch(proto::PatchRequest {
+                key: self.bytes(),
+                offset: self.rng.random(),
+                bytes: self.bytes(),
+                ..Default::default()
+            })),
+        };
+        proto::Operation { table: self.table(), op }
+    }
+
+    /// One call; its status code (OK included) and message.
+    async fn call(&mut self) -> (Code, String) {
+        let isolation = self.rng.random_range(-1..6);
+        let code_of = |r: Result<(), tonic::Status>| {
+            r.map_or_else(|s| (s.code(), s.message().to_owned()), |()| (Code::Ok, String::new()))
+        };
+        let mut stub = self.stub.clone();
+        match self.rng.random_range(0..16) {
+            0 => {
+                let r = stub
+                    .begin(proto::BeginRequest {
+                        isolation,
+                        read_only: self.rng.random(),
+                        read_at: self.rng.random_range(-1..3),
+                        at_token: self.rng.random_bool(0.2).then(|| self.rng.random()),
+                        wait_ms: self.rng.random_range(0..30),
+                    })
+                    .await;
+                if let Ok(b) = &r {
+                    self.ids.push(b.get_ref().txn_id);
+                }
+                code_of(r.map(drop))
+            }
+            1 => {
+                let req =
+                    proto::GetRequest { txn_id: self.id(), table: self.table(), key: self.bytes() };
+                code_of(stub.get(req).await.map(drop))
+            }
+            2 => {
+                let req = proto::PutRequest {
+                    txn_id: self.id(),
+                    table: self.table(),
+                    key: self.bytes(),
+                    value: self.bytes(),
+                };
+                code_of(stub.put(req).await.map(drop))
+            }
+            3 => {
+                let req = proto::DeleteRequest {
+                    txn_id: self.id(),
+                    table: self.table(),
+                    key: self.bytes(),
+                };
+                code_of(stub.delete(req).await.map(drop))
+            }
+            4 => {
+                let req = proto::PatchRequest {
+                    txn_id: self.id(),
+                    table: self.table(),
+                    key: self.bytes(),
+                    offset: self.rng.random_range(0..2000),
+                    bytes: self.bytes(),
+                };
+                code_of(stub.patch(req).await.map(drop))
+            }
+            5 => {
+                let req = proto::ScanRequest {
+                    txn_id: self.id(),
+                    table: self.table(),
+                    range: Some(self.range()),
+                };
+                match stub.scan(req).await {
+                    Err(s) => (s.code(), s.message().to_owned()),
+                    Ok(r) => {
+                        let mut stream = r.into_inner();
+                        loop {
+                            match stream.message().await {
+                                Ok(Some(_)) => {}
+                                Ok(None) => break (Code::Ok, String::new()),
+                                Err(s) => break (s.code(), s.message().to_owned()),
+                            }
+                        }
+                    }
+                }
+            }
+            6 | 7 => {
+                let req = proto::CommitRequest {
+                    txn_id: self.id(),
+                    durability: self.rng.random_range(-1..3),
+                };
+                code_of(stub.commit(req).await.map(drop))
+            }
+            8 => code_of(stub.abort(proto::AbortRequest { txn_id: self.id() }).await.map(drop)),
+            9 => {
+                let ops = (0..self.rng.random_range(0..6)).map(|_| self.op()).collect();
+                let req = proto::ExecuteRequest {
+                    operations: ops,
+                    isolation,
+                    durability: self.rng.random_range(-1..3),
+                    read_at: self.rng.random_range(-1..3),
+                    at_token: self.rng.random_bool(0.1).then(|| self.rng.random()),
+                    wait_ms: self.rng.random_range(0..20),
+                    max_retries: self.rng.random(),
+                };
+                code_of(stub.execute(req).await.map(drop))
+            }
+            10 => {
+                let req = proto::WaitForRequest {
+                    token: self.rng.random(),
+                    wait_ms: self.rng.random_range(0..20),
+                };
+                code_of(stub.wait_for(req).await.map(drop))
+            }
+            11 => {
+                let name = self.table();
+                if self.rng.random_bool(0.5) {
+                    code_of(stub.create_table(proto::CreateTableRequest { name }).await.map(drop))
+                } else if name != "t" {
+                    code_of(stub.drop_table(proto::DropTableRequest { name }).await.map(drop))
+                } else {
+                    (Code::Ok, String::new())
+                }
+            }
+            12 => {
+                // Now and then, let sessions expire (the idle timeout is
+                // 150 ms).
+                if self.rng.random_bool(0.4) {
+                    tokio::time::sleep(Duration::from_millis(self.rng.random_range(100..250)))
+                        .await;
+                }
+                (Code::Ok, String::new())
+            }
+            _ => {
+                // Random bytes, or another method's message, to a method.
+                let method = METHODS[self.rng.random_range(0..METHODS.len())];
+                let body = if self.rng.random_bool(0.5) {
+                    self.bytes()
+                } else {
+                    prost::Message::encode_to_vec(&proto::ScanRequest {
+                        txn_id: self.id(),
+                        table: self.table(),
+                        range: Some(self.range()),
+                    })
+                };
+                let mut grpc = tonic::client::Grpc::new(self.channel.clone());
+                if grpc.ready().await.is_err() {
+                    return (Code::Unavailable, "not ready".into());
+                }
+                let path = format!("/milliscale.v1.Milliscale/{method}");
+                let codec = tonic_prost::ProstCodec::<Raw, Raw>::default();
+                let path = tonic::codegen::http::uri::PathAndQuery::try_from(path).expect("a path");
+                code_of(grpc.unary(tonic::Request::new(Raw(body)), path, codec).await.map(drop))
+            }
+        }
+    }
+}
+
+/// The ledger: what a well-behaved client committed.
+async fn check_ledger(c: &Client, rows: u32) {
+    let mut tx = c.begin_with(TxnOptions::read_only()).await.expect("begin");
+    let got = tx.scan("ledger", KeyRange::all()).await.expect("scan the ledger");
+    let want: Vec<(Vec<u8>, Vec<u8>)> =
+        (0..rows).map(|i| (i.to_be_bytes().to_vec(), format!("entry {i}").into_bytes())).collect();
+    assert_eq!(got, want, "the ledger changed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_and_malformed_requests_get_clear_statuses_and_leave_the_data_intact() {
+    let panics = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::clone(&panics);
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        seen.fetch_add(1, Ordering::SeqCst);
+        default_hook(info);
+    }));
+    let env = |k: &str, d: u64| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
+    let sequences = env("MILLISCALE_FUZZ_SEQUENCES", 60);
+    let first = env("MILLISCALE_FUZZ_SEED", 1);
+    let dir = tempfile::tempdir().expect("dir");
+    let url = format!("file://{}", dir.path().display());
+    let mut ledger_rows = 0u32;
+    let mut codes = std::collections::BTreeMap::new();
+    for round in 0..2 {
+        let db = AsyncDatabase::open(Options::new().store(&url)).await.expect("open");
+        let mut o = ServerOptions::new("127.0.0.1:0".parse().expect("addr"));
+        o.idle_timeout = Duration::from_millis(150);
+        o.default_wait = Duration::from_millis(50);
+        o.max_open_txns_per_conn = 64;
+        let server = Server::start(Backend::Writer(db.clone()), o, None).await.expect("start");
+        let addr = format!("http://{}", server.local_addr());
+        let good = Client::connect(addr.clone()).await.expect("connect");
+        if round == 0 {
+            good.create_table("t").await.expect("t");
+            good.create_table("ledger").await.expect("ledger");
+        }
+        let half = sequences / 2;
+        let seeds = if round == 0 { first..first + half } else { first + half..first + sequences };
+        for seed in seeds {
+            let channel = tonic::transport::Endpoint::from_shared(addr.clone())
+                .expect("endpoint")
+                .connect()
+                .await
+                .expect("connect");
+            let stub = MilliscaleClient::new(channel.clone()).max_decoding_message_size(64 << 20);
+            let mut f =
+                Fuzzer { stub, channel, rng: SmallRng::seed_from_u64(seed), ids: Vec::new() };
+            for _ in 0..40 {
+                let (code, message) = f.call().await;
+                assert!(allowed(code), "seed {seed}: the server answered {code:?}: {message}");
+                *codes.entry(format!("{code:?}")).or_insert(0u64) += 1;
+            }
+            // The well-behaved client's write, then the ledger check.
+            let key = ledger_rows.to_be_bytes();
+            good.put("ledger", &key, format!("entry {ledger_rows}").as_bytes())
+                .await
+                .expect("ledger");
+            ledger_rows += 1;
+            check_ledger(&good, ledger_rows).await;
+            assert_eq!(good.status().await.expect("still serving").role, "writer");
+        }
+        server.shutdown().await;
+        db.close().await.expect("close");
+    }
+    // Reopened: recovery finds the same ledger.
+    let db = AsyncDatabase::open(Options::new().store(&url)).await.expect("reopen");
+    let server = Server::start(
+        Backend::Writer(db.clone()),
+        ServerOptions::new("127.0.0.1:0".parse().expect("addr")),
+        None,
+    )
+    .await
+    .expect("start");
+    let good = Client::connect(server.local_addr().to_string()).await.expect("connect");
+    check_ledger(&good, ledger_rows).await;
+    server.shutdown().await;
+    db.close().await.expect("close");
+    assert_eq!(panics.load(Ordering::SeqCst), 0, "something panicked");
+    eprintln!("{sequences} sequences; answers by code: {codes:?}");
+    for must in ["Ok", "InvalidArgument", "NotFound", "Aborted"] {
+        assert!(codes.contains_key(must), "no call was answered {must}: {codes:?}");
+    }
+}
