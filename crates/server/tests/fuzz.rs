@@ -255,7 +255,7 @@ impl Fuzzer {
             12 => {
                 // Now and then, let sessions expire (the idle timeout is
                 // 150 ms).
-                if self.rng.random_bool(0.4) {
+                if self.rng.random_bool(0.7) {
                     tokio::time::sleep(Duration::from_millis(self.rng.random_range(100..250)))
                         .await;
                 }
