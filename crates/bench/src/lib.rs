@@ -22,4 +22,5 @@ pub mod tpcc;
 pub mod variant;
 pub mod ycsb;
 mod ycsb_baselines;
+pub mod ycsb_server;
 pub mod ycsb_tasks;

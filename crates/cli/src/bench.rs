@@ -212,6 +212,8 @@ pub(crate) struct YcsbArgs {
     #[arg(long, default_value_t = 1)]
     pub(crate) ack_window: usize,
     #[command(flatten)]
+    pub(crate) through: crate::serve::BenchServerArgs,
+    #[command(flatten)]
     pub(crate) run: RunArgs,
 }
 
@@ -546,6 +548,10 @@ pub(crate) fn bench_ycsb(a: YcsbArgs) -> Result<(), Failure> {
     }
     if cfg.log.pages.is_some() && !matches!(a.engine, EngineArg::Milliscale) {
         return Err("the page variants run on the milliscale engine (--engine milliscale)".into());
+    }
+    if let Some(report) = crate::serve::bench_through_server(&a.through, &cfg, &a.engine)? {
+        r.print(&report);
+        return Ok(());
     }
     let report = if matches!(a.engine, EngineArg::Slatedb) {
         let opts = peer::slatedb_ycsb::SlateOptions {

@@ -323,3 +323,56 @@ async fn run_verb(verb: Verb, a: VerbArgs) -> Result<(), Failure> {
     }
     Ok(())
 }
+
+/// `bench ycsb --server`: where the server is and how to drive it.
+#[derive(Args)]
+pub(crate) struct BenchServerArgs {
+    /// Drive a `milliscale serve` server at this address instead of an
+    /// embedded engine: the client's tasks (on --threads threads) send the
+    /// transactions; the table is loaded through the server if missing.
+    /// The log's flags are the server's business and are ignored.
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) server: Option<String>,
+    /// With --server: concurrent sessions (1..=10000).
+    #[arg(long, default_value_t = 64)]
+    pub(crate) sessions: usize,
+    /// With --server: HTTP/2 connections the sessions share.
+    #[arg(long, default_value_t = 4)]
+    pub(crate) connections: usize,
+    /// With --server: interactive transactions (begin, a get and a patch
+    /// per key, commit: a round trip each) instead of one `Execute` each.
+    #[arg(long)]
+    pub(crate) interactive: bool,
+    /// With --server: the bearer token (or MILLISCALE_TOKEN).
+    #[arg(long, env = "MILLISCALE_TOKEN", hide_env_values = true)]
+    pub(crate) token: Option<String>,
+}
+
+/// Run `bench ycsb` through a server when `--server` is given.
+pub(crate) fn bench_through_server(
+    a: &BenchServerArgs,
+    cfg: &milliscale_bench::ycsb::YcsbConfig,
+    engine: &crate::args::EngineArg,
+) -> Result<Option<milliscale_bench::report::Report>, Failure> {
+    let Some(addr) = &a.server else { return Ok(None) };
+    if cfg.tasks.is_some()
+        || cfg.replica.is_some()
+        || cfg.pacing != milliscale_bench::harness::Pacing::Closed
+        || !matches!(engine, crate::args::EngineArg::Milliscale)
+    {
+        return Err("--server runs closed loop, without --tasks, --replica, --rate or another \
+                    --engine"
+            .into());
+    }
+    if a.sessions == 0 || a.sessions > 10_000 || a.connections == 0 {
+        return Err("--sessions must be in 1..=10000 and --connections at least 1".into());
+    }
+    let srv = milliscale_bench::ycsb_server::ServerRun {
+        addr: addr.clone(),
+        token: a.token.clone(),
+        sessions: a.sessions,
+        connections: a.connections,
+        interactive: a.interactive,
+    };
+    Ok(Some(milliscale_bench::ycsb_server::run(cfg, &srv)?))
+}

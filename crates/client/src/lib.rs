@@ -33,6 +33,8 @@ mod txn;
 use std::time::Duration;
 
 pub use error::{Error, Result, retry};
+/// The gRPC status codes [`Error::code`] returns.
+pub use tonic::Code;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 pub use txn::{
@@ -132,7 +134,7 @@ pub struct Client {
 }
 
 /// The server's role and progress ([`Client::status`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ServerStatus {
     /// `writer` or `replica`.
     pub role: String,
@@ -142,6 +144,8 @@ pub struct ServerStatus {
     pub open_transactions: u32,
     /// The server's version.
     pub version: String,
+    /// The server process's CPU time so far, in seconds.
+    pub cpu_seconds: f64,
 }
 
 impl Client {
@@ -252,6 +256,7 @@ impl Client {
             durable_token: s.durable_token,
             open_transactions: s.open_transactions,
             version: s.version,
+            cpu_seconds: s.cpu_seconds,
         })
     }
 }

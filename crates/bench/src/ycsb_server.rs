@@ -1,0 +1,286 @@
+//! YCSB through a `milliscale serve` server, from this process: the same
+//! records, keys and transactions as [`super::ycsb`], sent with the Rust
+//! client by `sessions` concurrent tasks over `connections` HTTP/2
+//! connections.
+//!
+//! Two ways to run a transaction:
+//! - **one-shot**: the whole transaction is one `Execute` (its gets, or
+//!   its gets and patches), one round trip;
+//! - **interactive**: `Begin`, then a `Get` (and a `Patch`) per key, then
+//!   `Commit`: 2 + ops (or 2 + 2 ops) round trips.
+//!
+//! A conflict is run again (one-shot: by the server, up to 8 times;
+//! interactive: by the task) and counted as an abort. Latencies: the
+//! transaction from its first request to the answer that says it is
+//! durable; "commit" is that last request alone (the `Execute` of a
+//! one-shot write, the `Commit` of an interactive one). The server's CPU
+//! per transaction comes from its `Status` before and after the measured
+//! phase.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::Instant;
+
+use milliscale_client::{Batch, Client, Isolation, TxnOptions};
+use parking_lot::Mutex;
+use rand::Rng;
+
+use crate::harness::{PHASE_MEASURE, PHASE_STOP, PHASE_WARMUP, worker_rng};
+use crate::keys::KeyChooser;
+use crate::report::Report;
+use crate::ycsb::{
+    FIELD_BYTES, FIELDS, WorkerStats, YcsbConfig, build_report, initial_record, key_bytes,
+};
+
+/// The table the records live in on the server.
+pub const TABLE: &str = "usertable";
+
+/// How the client reaches and drives the server.
+#[derive(Debug, Clone)]
+pub struct ServerRun {
+    pub addr: String,
+    pub token: Option<String>,
+    /// Concurrent sessions (tasks), 1..=10,000.
+    pub sessions: usize,
+    /// HTTP/2 connections the sessions share.
+    pub connections: usize,
+    /// Interactive transactions instead of one-shot batches.
+    pub interactive: bool,
+}
+
+/// Run YCSB against the server; loads the table first if it is missing.
+pub fn run(cfg: &YcsbConfig, srv: &ServerRun) -> Result<Report, String> {
+    if srv.sessions == 0 || srv.sessions > 10_000 || srv.connections == 0 {
+        return Err("--sessions must be in 1..=10000 and --connections at least 1".into());
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cfg.threads)
+        .enable_all()
+        .thread_name("ycsb-client")
+        .build()
+        .map_err(|e| format!("cannot start the client's runtime: {e}"))?;
+    rt.block_on(run_async(cfg, srv))
+}
+
+async fn connect(srv: &ServerRun) -> Result<Client, String> {
+    let mut b = Client::builder(srv.addr.clone());
+    if let Some(t) = &srv.token {
+        b = b.token(t.clone());
+    }
+    b.connect().await.map_err(|e| e.to_string())
+}
+
+async fn load(client: &Client, cfg: &YcsbConfig) -> Result<bool, String> {
+    match client.create_table(TABLE).await {
+        Ok(()) => {}
+        Err(e) if e.code() == milliscale_client::Code::AlreadyExists => return Ok(false),
+        Err(e) => return Err(format!("creating {TABLE}: {e}")),
+    }
+    const BATCH: u64 = 1_000;
+    let batches: Vec<u64> = (0..cfg.records.div_ceil(BATCH)).collect();
+    let next = Arc::new(Mutex::new(batches.into_iter()));
+    let mut loaders = Vec::new();
+    for _ in 0..8 {
+        let (client, next, records) = (client.clone(), Arc::clone(&next), cfg.records);
+        loaders.push(tokio::spawn(async move {
+            loop {
+                let Some(b) = next.lock().next() else { return Ok::<(), String>(()) };
+                let mut batch = Batch::new();
+                for id in b * BATCH..((b + 1) * BATCH).min(records) {
+                    batch.put(TABLE, &key_bytes(id), &initial_record(id));
+                }
+                client.execute(batch).await.map_err(|e| format!("loading: {e}"))?;
+            }
+        }));
+    }
+    for l in loaders {
+        l.await.map_err(|e| e.to_string())??;
+    }
+    Ok(true)
+}
+
+async fn run_async(cfg: &YcsbConfig, srv: &ServerRun) -> Result<Report, String> {
+    let mut clients = Vec::new();
+    for _ in 0..srv.connections {
+        clients.push(connect(srv).await?);
+    }
+    let loaded_at = Instant::now();
+    let loaded = load(&clients[0], cfg).await?;
+    let load_took = loaded_at.elapsed();
+    let chooser = KeyChooser::new(cfg.records, cfg.dist)?;
+    let phase = Arc::new(AtomicU8::new(PHASE_WARMUP));
+    let stats = Arc::new(Mutex::new(Vec::new()));
+    let errors = Arc::new(Mutex::new(Vec::<String>::new()));
+    let mut tasks = Vec::new();
+    for s in 0..srv.sessions {
+        let client = clients[s % clients.len()].clone();
+        let (cfg, chooser, phase) = (cfg.clone(), chooser.clone(), Arc::clone(&phase));
+        let (stats, errors, interactive) =
+            (Arc::clone(&stats), Arc::clone(&errors), srv.interactive);
+        tasks.push(tokio::spawn(async move {
+            match session(&client, &cfg, &chooser, &phase, s as u64, interactive).await {
+                Ok(st) => stats.lock().push(st),
+                Err(e) => {
+                    errors.lock().push(e);
+                    // One failing session stops the run.
+                    phase.store(PHASE_STOP, Ordering::SeqCst);
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(cfg.warmup).await;
+    let before = clients[0].status().await.map_err(|e| e.to_string())?;
+    let cpu_before = process_cpu();
+    phase.store(PHASE_MEASURE, Ordering::SeqCst);
+    let started = Instant::now();
+    tokio::time::sleep(cfg.duration).await;
+    let measured = started.elapsed();
+    let after = clients[0].status().await.map_err(|e| e.to_string())?;
+    let cpu_client = process_cpu() - cpu_before;
+    phase.store(PHASE_STOP, Ordering::SeqCst);
+    for t in tasks {
+        t.await.map_err(|e| e.to_string())?;
+    }
+    if let Some(e) = errors.lock().first() {
+        return Err(format!("a session failed: {e}"));
+    }
+    let stats = std::mem::take(&mut *stats.lock());
+    let mode = if srv.interactive { "interactive" } else { "one-shot" };
+    let mut notes = vec![format!(
+        "through the server at {} from another process: {} sessions over {} connections, \
+         {mode} transactions; the log's settings are the server's",
+        srv.addr, srv.sessions, srv.connections
+    )];
+    if loaded {
+        notes.push(format!("loaded {} records through the server in {load_took:.1?}", cfg.records));
+    }
+    let mut report = build_report(cfg, stats, (measured, None), notes);
+    report.engine = format!("milliscale-server ({mode})");
+    report.config.retain(|k, _| {
+        matches!(k.as_str(), "records" | "workload" | "dist" | "ops_per_txn" | "seed" | "isolation")
+    });
+    report.config.insert("server".into(), srv.addr.clone());
+    report.config.insert("sessions".into(), srv.sessions.to_string());
+    report.config.insert("connections".into(), srv.connections.to_string());
+    report.config.insert("mode".into(), mode.into());
+    let txns = report.committed.max(1) as f64;
+    let server_cpu = after.cpu_seconds - before.cpu_seconds;
+    report.extra.insert("server_cpu_us_per_txn".into(), server_cpu * 1e6 / txns);
+    report.extra.insert("client_cpu_us_per_txn".into(), cpu_client * 1e6 / txns);
+    report.extra.insert("server_cpu_cores".into(), server_cpu / measured.as_secs_f64());
+    Ok(report)
+}
+
+/// This process's CPU time (user + system), in seconds.
+fn process_cpu() -> f64 {
+    crate::rss::process_cpu_seconds()
+}
+
+async fn session(
+    client: &Client,
+    cfg: &YcsbConfig,
+    chooser: &KeyChooser,
+    phase: &AtomicU8,
+    s: u64,
+    interactive: bool,
+) -> Result<WorkerStats, String> {
+    let mut rng = worker_rng(cfg.seed, s);
+    let mut stats = WorkerStats::new();
+    let read_fraction = cfg.workload.read_fraction();
+    let isolation = match cfg.isolation {
+        milliscale::Isolation::ReadCommitted => Isolation::ReadCommitted,
+        milliscale::Isolation::Snapshot => Isolation::Snapshot,
+        milliscale::Isolation::Serializable => Isolation::Serializable,
+    };
+    let mut keys = vec![0u64; cfg.ops_per_txn];
+    loop {
+        let p = phase.load(Ordering::Relaxed);
+        if p == PHASE_STOP {
+            return Ok(stats);
+        }
+        let rmw = rng.random::<f64>() >= read_fraction;
+        for k in keys.iter_mut() {
+            *k = chooser.next(&mut rng);
+        }
+        let patches: Vec<(usize, u64)> = if rmw {
+            keys.iter().map(|_| (rng.random_range(1..FIELDS), rng.random())).collect()
+        } else {
+            Vec::new()
+        };
+        let started = Instant::now();
+        let (commit_started, aborts) = if interactive {
+            interactive_txn(client, isolation, rmw, &keys, &patches).await?
+        } else {
+            one_shot_txn(client, isolation, rmw, &keys, &patches).await?
+        };
+        let done = Instant::now();
+        if p == PHASE_MEASURE && phase.load(Ordering::Relaxed) == PHASE_MEASURE {
+            let kind = usize::from(rmw);
+            stats.committed[kind] += 1;
+            stats.aborted[kind] += u64::from(aborts);
+            let _ = stats.txn_ns.record((done - started).as_nanos().max(1) as u64);
+            if rmw {
+                let _ = stats.commit_ns.record((done - commit_started).as_nanos().max(1) as u64);
+            }
+        }
+    }
+}
+
+/// One transaction as one `Execute`; when its last request started, and
+/// how many times it conflicted.
+async fn one_shot_txn(
+    client: &Client,
+    isolation: Isolation,
+    rmw: bool,
+    keys: &[u64],
+    patches: &[(usize, u64)],
+) -> Result<(Instant, u32), String> {
+    let mut b = Batch::new();
+    for (i, &id) in keys.iter().enumerate() {
+        b.get(TABLE, &key_bytes(id));
+        if rmw {
+            let (field, value) = patches[i];
+            b.patch(TABLE, &key_bytes(id), (field * FIELD_BYTES) as u32, &value.to_le_bytes());
+        }
+    }
+    let opts = TxnOptions { isolation, read_only: !rmw, ..TxnOptions::default() };
+    let started = Instant::now();
+    let r = client.execute(b.options(opts).retries(8)).await.map_err(|e| e.to_string())?;
+    Ok((started, r.attempts.saturating_sub(1)))
+}
+
+/// One transaction in a session: begin, a get (and a patch) per key,
+/// commit; run again on a retryable error.
+async fn interactive_txn(
+    client: &Client,
+    isolation: Isolation,
+    rmw: bool,
+    keys: &[u64],
+    patches: &[(usize, u64)],
+) -> Result<(Instant, u32), String> {
+    let mut aborts = 0;
+    loop {
+        let attempt = async {
+            let opts = TxnOptions { isolation, read_only: !rmw, ..TxnOptions::default() };
+            let mut tx = client.begin_with(opts).await?;
+            for (i, &id) in keys.iter().enumerate() {
+                let key = key_bytes(id);
+                let v = tx.get(TABLE, &key).await?;
+                std::hint::black_box(v);
+                if rmw {
+                    let (field, value) = patches[i];
+                    tx.patch(TABLE, &key, (field * FIELD_BYTES) as u32, &value.to_le_bytes())
+                        .await?;
+                }
+            }
+            let commit_started = Instant::now();
+            tx.commit().await?;
+            Ok::<Instant, milliscale_client::Error>(commit_started)
+        };
+        match attempt.await {
+            Ok(at) => return Ok((at, aborts)),
+            Err(e) if e.is_retryable() && aborts < 1000 => aborts += 1,
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+}
