@@ -139,6 +139,53 @@ impl Fuzzer {
         proto::Operation { table: self.table(), op }
     }
 
+    /// A scan in a transaction, read to its end.
+    async fn scan(&mut self) -> (Code, String) {
+        let req = proto::ScanRequest {
+            txn_id: self.id(),
+            table: self.table(),
+            range: Some(self.range()),
+        };
+        match self.stub.clone().scan(req).await {
+            Err(s) => (s.code(), s.message().to_owned()),
+            Ok(r) => {
+                let mut stream = r.into_inner();
+                loop {
+                    match stream.message().await {
+                        Ok(Some(_)) => {}
+                        Ok(None) => break (Code::Ok, String::new()),
+                        Err(s) => break (s.code(), s.message().to_owned()),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Random bytes, or another method's message, to a method.
+    async fn raw(&mut self) -> (Code, String) {
+        let method = METHODS[self.rng.random_range(0..METHODS.len())];
+        let body = if self.rng.random_bool(0.5) {
+            self.bytes()
+        } else {
+            prost::Message::encode_to_vec(&proto::ScanRequest {
+                txn_id: self.id(),
+                table: self.table(),
+                range: Some(self.range()),
+            })
+        };
+        let mut grpc = tonic::client::Grpc::new(self.channel.clone());
+        if grpc.ready().await.is_err() {
+            return (Code::Unavailable, "not ready".into());
+        }
+        let path = format!("/milliscale.v1.Milliscale/{method}");
+        let codec = tonic_prost::ProstCodec::<Raw, Raw>::default();
+        let path = tonic::codegen::http::uri::PathAndQuery::try_from(path).expect("a path");
+        match grpc.unary(tonic::Request::new(Raw(body)), path, codec).await {
+            Ok(_) => (Code::Ok, String::new()),
+            Err(s) => (s.code(), s.message().to_owned()),
+        }
+    }
+
     /// One call; its status code (OK included) and message.
     async fn call(&mut self) -> (Code, String) {
         let isolation = self.rng.random_range(-1..6);
@@ -194,26 +241,7 @@ impl Fuzzer {
                 };
                 code_of(stub.patch(req).await.map(drop))
             }
-            5 => {
-                let req = proto::ScanRequest {
-                    txn_id: self.id(),
-                    table: self.table(),
-                    range: Some(self.range()),
-                };
-                match stub.scan(req).await {
-                    Err(s) => (s.code(), s.message().to_owned()),
-                    Ok(r) => {
-                        let mut stream = r.into_inner();
-                        loop {
-                            match stream.message().await {
-                                Ok(Some(_)) => {}
-                                Ok(None) => break (Code::Ok, String::new()),
-                                Err(s) => break (s.code(), s.message().to_owned()),
-                            }
-                        }
-                    }
-                }
-            }
+            5 => self.scan().await,
             6 | 7 => {
                 let req = proto::CommitRequest {
                     txn_id: self.id(),
@@ -261,27 +289,7 @@ impl Fuzzer {
                 }
                 (Code::Ok, String::new())
             }
-            _ => {
-                // Random bytes, or another method's message, to a method.
-                let method = METHODS[self.rng.random_range(0..METHODS.len())];
-                let body = if self.rng.random_bool(0.5) {
-                    self.bytes()
-                } else {
-                    prost::Message::encode_to_vec(&proto::ScanRequest {
-                        txn_id: self.id(),
-                        table: self.table(),
-                        range: Some(self.range()),
-                    })
-                };
-                let mut grpc = tonic::client::Grpc::new(self.channel.clone());
-                if grpc.ready().await.is_err() {
-                    return (Code::Unavailable, "not ready".into());
-                }
-                let path = format!("/milliscale.v1.Milliscale/{method}");
-                let codec = tonic_prost::ProstCodec::<Raw, Raw>::default();
-                let path = tonic::codegen::http::uri::PathAndQuery::try_from(path).expect("a path");
-                code_of(grpc.unary(tonic::Request::new(Raw(body)), path, codec).await.map(drop))
-            }
+            _ => self.raw().await,
         }
     }
 }

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# YCSB-A through `milliscale serve` from another process, against the
+# embedded engine, on sim://s3x, seeds 1..SEEDS, in an order that rotates
+# with the seed:
+# - embedded: the main job (2 worker threads, closed loop);
+# - one-shot: the server, driven by `bench ycsb --server` with SESSIONS
+#   sessions, each transaction one Execute;
+# - interactive: the same, each transaction begin + a get and a patch per
+#   key + commit;
+# - one-shot-1000: 1,000 sessions (must finish without errors);
+# - embedded-at-load: the embedded engine in open loop at the throughput
+#   the one-shot run reached, for commit latency at equal load.
+# Each server run starts a fresh server (same store seed) and loads the
+# records through it. Prints per seed and as medians: throughput, commit
+# p50/p99, CPU per transaction, and the ratios.
+# Usage: scripts/bench-server.sh [SEEDS] [SECONDS] [SESSIONS] [RECORDS]
+set -euo pipefail
+seeds=${1:-3}
+secs=${2:-10}
+sessions=${3:-256}
+records=${4:-1000000}
+source "$(dirname "$0")/bench-common.sh"  # bin, out; builds; prints the machine
+echo "seeds=1..$seeds seconds=$secs sessions=$sessions records=$records; raw reports in $out"
+common=(bench ycsb --workload a --records "$records" --duration-s "$secs" --warmup-s 2 --json)
+serve() { # seed name args...: a fresh server, the client against it
+    local seed=$1 name=$2
+    shift 2
+    "$bin" serve --store "sim://s3x?seed=$seed" --listen 127.0.0.1:0 > "$out/serve.out" 2> "$out/serve-$name-$seed.err" &
+    local pid=$!
+    for _ in $(seq 1 80); do grep -q '^listening' "$out/serve.out" && break; sleep 0.25; done
+    local addr
+    addr=$(sed -n 's/^listening on //p' "$out/serve.out")
+    "$bin" "${common[@]}" --seed "$seed" --threads 2 --server "$addr" "$@" > "$out/$name-$seed.json"
+    kill "$pid"
+    wait "$pid" 2>/dev/null || true
+}
+run() { # name seed
+    case $1 in
+        embedded) "$bin" "${common[@]}" --seed "$2" --threads 2 --store sim://s3x > "$out/embedded-$2.json" ;;
+        one-shot) serve "$2" one-shot --sessions "$sessions" ;;
+        interactive) serve "$2" interactive --sessions "$sessions" --interactive ;;
+        one-shot-1000) serve "$2" one-shot-1000 --sessions 1000 ;;
+    esac
+}
+names=(embedded one-shot interactive one-shot-1000)
+for seed in $(seq 1 "$seeds"); do
+    for i in 0 1 2 3; do
+        run "${names[$(( (i + seed - 1) % 4 ))]}" "$seed"
+    done
+    rate=$(python3 -c "import json; print(int(json.load(open('$out/one-shot-$seed.json'))['txn_per_s']))")
+    "$bin" "${common[@]}" --seed "$seed" --threads 2 --store sim://s3x --rate "$rate" > "$out/embedded-at-load-$seed.json"
+    echo "seed $seed done"
+done
+python3 - "$out" "$seeds" <<'PY'
+import json, statistics, sys
+d, seeds = sys.argv[1], int(sys.argv[2])
+names = ['embedded', 'embedded-at-load', 'one-shot', 'interactive', 'one-shot-1000']
+def load(name, s):
+    r = json.load(open(f'{d}/{name}-{s}.json'))
+    c, x = r['commit_latency'], r.get('extra', {})
+    return dict(tps=r['txn_per_s'], p50=c['p50_us'] / 1e3, p99=c['p99_us'] / 1e3,
+                txn50=r['txn_latency']['p50_us'] / 1e3, aborted=r['aborted'],
+                scpu=x.get('server_cpu_us_per_txn'), ccpu=x.get('client_cpu_us_per_txn'))
+print('| seed | run | txn/s | commit p50 ms | commit p99 ms | server CPU µs/txn | client CPU µs/txn | txn/s / embedded |')
+print('|---:|---|---:|---:|---:|---:|---:|---:|')
+ratio, p50_gap, p50_gap_load = {n: [] for n in names}, [], []
+for s in range(1, seeds + 1):
+    e = load('embedded', s)
+    for n in names:
+        r = load(n, s)
+        ratio[n].append(r['tps'] / e['tps'])
+        cpu = lambda v: '' if v is None else f'{v:.1f}'
+        print(f"| {s} | {n} | {r['tps']:,.0f} | {r['p50']:.2f} | {r['p99']:.2f} | {cpu(r['scpu'])} | {cpu(r['ccpu'])} | {r['tps'] / e['tps']:.3f}x |")
+    p50_gap.append(load('one-shot', s)['p50'] - e['p50'])
+    p50_gap_load.append(load('one-shot', s)['p50'] - load('embedded-at-load', s)['p50'])
+print()
+for n in names[1:]:
+    print(f'{n}: median throughput {statistics.median(ratio[n]):.3f}x the embedded run')
+print(f'one-shot commit p50 minus the embedded run\'s: median {statistics.median(p50_gap):+.2f} ms; '
+      f'minus the embedded engine\'s at the same load: median {statistics.median(p50_gap_load):+.2f} ms')
+PY
