@@ -46,6 +46,9 @@ pub struct ServerRun {
     pub connections: usize,
     /// Interactive transactions instead of one-shot batches.
     pub interactive: bool,
+    /// Send `Status` calls instead of transactions: what an RPC costs by
+    /// itself, with no engine work (counted as read-only "transactions").
+    pub ping: bool,
 }
 
 /// Run YCSB against the server; loads the table first if it is missing.
@@ -115,10 +118,16 @@ async fn run_async(cfg: &YcsbConfig, srv: &ServerRun) -> Result<Report, String> 
     for s in 0..srv.sessions {
         let client = clients[s % clients.len()].clone();
         let (cfg, chooser, phase) = (cfg.clone(), chooser.clone(), Arc::clone(&phase));
-        let (stats, errors, interactive) =
-            (Arc::clone(&stats), Arc::clone(&errors), srv.interactive);
+        let (stats, errors) = (Arc::clone(&stats), Arc::clone(&errors));
+        let how = if srv.ping {
+            How::Ping
+        } else if srv.interactive {
+            How::Interactive
+        } else {
+            How::OneShot
+        };
         tasks.push(tokio::spawn(async move {
-            match session(&client, &cfg, &chooser, &phase, s as u64, interactive).await {
+            match session(&client, &cfg, &chooser, &phase, s as u64, how).await {
                 Ok(st) => stats.lock().push(st),
                 Err(e) => {
                     errors.lock().push(e);
@@ -145,7 +154,13 @@ async fn run_async(cfg: &YcsbConfig, srv: &ServerRun) -> Result<Report, String> 
         return Err(format!("a session failed: {e}"));
     }
     let stats = std::mem::take(&mut *stats.lock());
-    let mode = if srv.interactive { "interactive" } else { "one-shot" };
+    let mode = if srv.ping {
+        "ping"
+    } else if srv.interactive {
+        "interactive"
+    } else {
+        "one-shot"
+    };
     let mut notes = vec![format!(
         "through the server at {} from another process: {} sessions over {} connections, \
          {mode} transactions; the log's settings are the server's",
@@ -176,13 +191,21 @@ fn process_cpu() -> f64 {
     crate::rss::process_cpu_seconds()
 }
 
+/// What a session sends.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum How {
+    OneShot,
+    Interactive,
+    Ping,
+}
+
 async fn session(
     client: &Client,
     cfg: &YcsbConfig,
     chooser: &KeyChooser,
     phase: &AtomicU8,
     s: u64,
-    interactive: bool,
+    how: How,
 ) -> Result<WorkerStats, String> {
     let mut rng = worker_rng(cfg.seed, s);
     let mut stats = WorkerStats::new();
@@ -198,7 +221,7 @@ async fn session(
         if p == PHASE_STOP {
             return Ok(stats);
         }
-        let rmw = rng.random::<f64>() >= read_fraction;
+        let rmw = how != How::Ping && rng.random::<f64>() >= read_fraction;
         for k in keys.iter_mut() {
             *k = chooser.next(&mut rng);
         }
@@ -208,10 +231,13 @@ async fn session(
             Vec::new()
         };
         let started = Instant::now();
-        let (commit_started, aborts) = if interactive {
-            interactive_txn(client, isolation, rmw, &keys, &patches).await?
-        } else {
-            one_shot_txn(client, isolation, rmw, &keys, &patches).await?
+        let (commit_started, aborts) = match how {
+            How::Interactive => interactive_txn(client, isolation, rmw, &keys, &patches).await?,
+            How::OneShot => one_shot_txn(client, isolation, rmw, &keys, &patches).await?,
+            How::Ping => {
+                client.status().await.map_err(|e| e.to_string())?;
+                (started, 0)
+            }
         };
         let done = Instant::now();
         if p == PHASE_MEASURE && phase.load(Ordering::Relaxed) == PHASE_MEASURE {

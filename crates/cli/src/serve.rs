@@ -343,6 +343,10 @@ pub(crate) struct BenchServerArgs {
     /// per key, commit: a round trip each) instead of one `Execute` each.
     #[arg(long)]
     pub(crate) interactive: bool,
+    /// With --server: send `Status` calls instead of transactions, to
+    /// measure what a call costs without engine work.
+    #[arg(long, conflicts_with = "interactive")]
+    pub(crate) ping: bool,
     /// With --server: the bearer token (or MILLISCALE_TOKEN).
     #[arg(long, env = "MILLISCALE_TOKEN", hide_env_values = true)]
     pub(crate) token: Option<String>,
@@ -373,6 +377,7 @@ pub(crate) fn bench_through_server(
         sessions: a.sessions,
         connections: a.connections,
         interactive: a.interactive,
+        ping: a.ping,
     };
     Ok(Some(milliscale_bench::ycsb_server::run(cfg, &srv)?))
 }
