@@ -61,6 +61,8 @@ class Status:
     durable_token: int
     open_transactions: int
     version: str
+    #: The server process's CPU time so far, in seconds.
+    cpu_seconds: float
 
 
 def _range(
@@ -414,7 +416,7 @@ class Client:
     def status(self) -> Status:
         """The server's role and progress."""
         s = self._call("Status", pb.StatusRequest())
-        return Status(s.role, s.durable_token, s.open_transactions, s.version)
+        return Status(s.role, s.durable_token, s.open_transactions, s.version, s.cpu_seconds)
 
 
 __all__: Sequence[str] = [

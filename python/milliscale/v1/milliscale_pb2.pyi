@@ -295,13 +295,15 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("role", "durable_token", "open_transactions", "version")
+    __slots__ = ("role", "durable_token", "open_transactions", "version", "cpu_seconds")
     ROLE_FIELD_NUMBER: _ClassVar[int]
     DURABLE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     OPEN_TRANSACTIONS_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
+    CPU_SECONDS_FIELD_NUMBER: _ClassVar[int]
     role: str
     durable_token: int
     open_transactions: int
     version: str
-    def __init__(self, role: _Optional[str] = ..., durable_token: _Optional[int] = ..., open_transactions: _Optional[int] = ..., version: _Optional[str] = ...) -> None: ...
+    cpu_seconds: float
+    def __init__(self, role: _Optional[str] = ..., durable_token: _Optional[int] = ..., open_transactions: _Optional[int] = ..., version: _Optional[str] = ..., cpu_seconds: _Optional[float] = ...) -> None: ...
