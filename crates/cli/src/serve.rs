@@ -5,13 +5,12 @@
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use clap::Args;
 use milliscale_client::{Client, KeyRange, TxnOptions};
 use milliscale_server::{Backend, Server, ServerOptions, TlsIdentity, Tokens};
 
-use crate::args::{Failure, Usage, parse_size, store_options};
+use crate::args::{Failure, Usage, parse_size, seconds, store_options};
 
 #[derive(Args)]
 pub(crate) struct ServeArgs {
@@ -61,10 +60,6 @@ pub(crate) struct ServeArgs {
     grace_s: f64,
 }
 
-fn secs(name: &str, s: f64) -> Result<Duration, Usage> {
-    Duration::try_from_secs_f64(s).map_err(|_| Usage(format!("--{name} must be >= 0")))
-}
-
 fn read(path: &PathBuf, what: &str) -> Result<Vec<u8>, Failure> {
     std::fs::read(path).map_err(|e| Failure::Run(format!("{what} {}: {e}", path.display())))
 }
@@ -91,8 +86,8 @@ fn server_options(a: &ServeArgs) -> Result<ServerOptions, Failure> {
     o.max_message_bytes = parse_size("max-message-bytes", &a.max_message_bytes)?;
     o.max_open_txns = a.max_open_txns;
     o.max_open_txns_per_conn = a.max_open_txns_per_conn;
-    o.idle_timeout = secs("idle-timeout-s", a.idle_timeout_s)?;
-    o.grace = secs("grace-s", a.grace_s)?;
+    o.idle_timeout = seconds("idle-timeout-s", a.idle_timeout_s)?;
+    o.grace = seconds("grace-s", a.grace_s)?;
     o.check().map_err(Failure::Usage)?;
     Ok(o)
 }
