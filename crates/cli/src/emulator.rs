@@ -98,12 +98,12 @@ pub(crate) fn emulator(a: EmulatorArgs) -> Result<(), Failure> {
             }
         }),
         threads: a.threads,
+        // Created before the listener binds: a client that can connect
+        // finds them.
+        buckets: a.buckets.clone(),
     };
     let access_key = opts.access_key.clone();
     let e = Emulator::start(opts).map_err(|e| e.to_string())?;
-    for b in &a.buckets {
-        e.bucket(b).map_err(|err| format!("creating bucket {b}: {err}"))?;
-    }
     let backing = a.dir.map_or("memory".to_owned(), |d| d.display().to_string());
     // The first line is for scripts: the endpoint, alone.
     println!("{}", e.endpoint());

@@ -82,6 +82,9 @@ pub struct EmulatorOptions {
     pub request_log: Option<RequestLog>,
     /// Tokio worker threads for HTTP (store calls use the blocking pool).
     pub threads: usize,
+    /// Buckets to create before the listener binds, so that a client that
+    /// can connect finds them (one that exists already is kept).
+    pub buckets: Vec<String>,
 }
 
 /// Default credentials, also used by the tests and scripts.
@@ -102,6 +105,7 @@ impl Default for EmulatorOptions {
             users: Vec::new(),
             request_log: None,
             threads: 2,
+            buckets: Vec::new(),
         }
     }
 }
@@ -150,6 +154,19 @@ impl Emulator {
             )));
         }
         let buckets = Arc::new(buckets::Buckets::open(opts.backing.clone(), opts.parts_max)?);
+        for b in &opts.buckets {
+            if !buckets::valid_bucket_name(b) {
+                return Err(StoreError::InvalidRequest(format!(
+                    "{b:?} is not a valid bucket name"
+                )));
+            }
+            match buckets.create(b) {
+                Ok(()) | Err(buckets::BucketError::AlreadyExists) => {}
+                Err(e) => {
+                    return Err(StoreError::InvalidRequest(format!("creating bucket {b}: {e:?}")));
+                }
+            }
+        }
         let sim = Arc::new(SimStore::new(buckets.clone(), &opts.preset, opts.faults)?);
         let api = s3api::S3Api {
             sim: sim.clone(),

@@ -344,3 +344,22 @@ fn the_s3_client_sends_appends_without_waiting() {
     let p = Arc::clone(&s).start_append("seg", 6, Bytes::new(), None).expect("answered");
     assert!(matches!(p.wait().0, Err(StoreError::InvalidRequest(_))));
 }
+
+/// Buckets named at start exist before the listener answers: a client
+/// that connects at once (the engine's log, started beside the
+/// emulator) finds them; a bad name is refused at start.
+#[test]
+fn buckets_given_at_start_exist_when_the_first_request_arrives() {
+    let e = Emulator::start(EmulatorOptions {
+        buckets: vec!["early".into(), "early".into()],
+        ..Default::default()
+    })
+    .expect("start");
+    let (access, secret) = (emulator::DEFAULT_ACCESS_KEY, emulator::DEFAULT_SECRET_KEY);
+    let s = objstore::S3Store::with_credentials(&e.bucket_url("early"), access, secret)
+        .expect("client");
+    s.put("k", Bytes::from_static(b"v")).expect("the bucket is there");
+    let bad =
+        Emulator::start(EmulatorOptions { buckets: vec!["../up".into()], ..Default::default() });
+    assert!(bad.is_err(), "an invalid bucket name was accepted");
+}
