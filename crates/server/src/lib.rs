@@ -343,8 +343,6 @@ async fn reap(sessions: Arc<Sessions>, idle: Duration) {
         if n > 0 {
             tracing::info!(aborted = n, "idle transactions aborted");
             metrics::counter!("milliscale_server_expired_transactions_total").increment(n as u64);
-            metrics::gauge!("milliscale_server_open_transactions")
-                .set(sessions.open_count() as f64);
         }
     }
 }

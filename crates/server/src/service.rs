@@ -400,8 +400,6 @@ impl Milliscale for Service {
                 self.backend.begin(b.isolation, b.read_only, b.read_at, b.at_token, wait).await?;
             let (snapshot, isolation) = (tx.snapshot(), iso_of(tx.isolation()));
             let txn_id = self.sessions.open(tx, caller.0, b.read_only, conn)?;
-            metrics::gauge!("milliscale_server_open_transactions")
-                .set(self.sessions.open_count() as f64);
             Ok(proto::BeginResponse { txn_id, snapshot, isolation })
         };
         done("Begin", r.await)
@@ -517,8 +515,6 @@ impl Milliscale for Service {
             let caller = self.caller(&req)?;
             let c = req.get_ref();
             let tx = self.sessions.take(c.txn_id, caller.0)?;
-            metrics::gauge!("milliscale_server_open_transactions")
-                .set(self.sessions.open_count() as f64);
             let (token, durable) = self.commit_txn(tx, c.durability).await?;
             Ok(proto::CommitResponse { token, durable })
         };
@@ -531,8 +527,6 @@ impl Milliscale for Service {
     ) -> Result<Response<proto::AbortResponse>, Status> {
         let r = self.caller(&req).and_then(|caller| {
             self.sessions.take(req.get_ref().txn_id, caller.0)?.abort();
-            metrics::gauge!("milliscale_server_open_transactions")
-                .set(self.sessions.open_count() as f64);
             Ok(proto::AbortResponse {})
         });
         done("Abort", r)

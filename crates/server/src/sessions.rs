@@ -122,6 +122,7 @@ impl Sessions {
             last_used_ms: AtomicU64::new(self.now_ms()),
         };
         inner.open.insert(id, Arc::new(session));
+        publish_open(inner.open.len());
         Ok(id)
     }
 
@@ -154,6 +155,7 @@ impl Sessions {
     fn remove(&self, id: u64) -> Option<Arc<Session>> {
         let mut inner = self.inner.lock();
         let s = inner.open.remove(&id)?;
+        publish_open(inner.open.len());
         if let Some(c) = s.conn
             && let Some(n) = inner.per_conn.get_mut(&c)
         {
@@ -204,6 +206,7 @@ impl Sessions {
         let all: Vec<Arc<Session>> = {
             let mut inner = self.inner.lock();
             inner.per_conn.clear();
+            publish_open(0);
             inner.open.drain().map(|(_, s)| s).collect()
         };
         let mut n = 0;
@@ -223,6 +226,11 @@ impl Sessions {
     pub fn expired_total(&self) -> u64 {
         self.expired_total.load(Ordering::Relaxed)
     }
+}
+
+/// The open-transactions gauge, set wherever the table changes size.
+fn publish_open(n: usize) {
+    metrics::gauge!("milliscale_server_open_transactions").set(n as f64);
 }
 
 #[cfg(test)]
