@@ -4,12 +4,16 @@
 # with the seed:
 # - embedded: the main job (2 worker threads, closed loop);
 # - one-shot: the server, driven by `bench ycsb --server` with SESSIONS
-#   sessions, each transaction one Execute;
+#   sessions, each transaction one message on its connection's
+#   ExecuteStream (the client's default);
+# - one-shot-unary: the same, each transaction one Execute call;
 # - interactive: the same, each transaction begin + a get and a patch per
 #   key + commit;
 # - one-shot-1000: 1,000 sessions (must finish without errors);
 # - ping: the same sessions sending Status calls, no engine work: what an
-#   RPC costs by itself on this machine, the floor under the others;
+#   RPC costs by itself on this machine, the floor under unary calls;
+# - empty: the same sessions sending empty batches on the stream: what a
+#   streamed batch costs without engine work, the floor under one-shot;
 # - embedded-at-load: the embedded engine in open loop at the throughput
 #   the one-shot run reached, for commit latency at equal load.
 # Each server run starts a fresh server (same store seed) and loads the
@@ -40,15 +44,17 @@ run() { # name seed
     case $1 in
         embedded) "$bin" "${common[@]}" --seed "$2" --threads 2 --store sim://s3x > "$out/embedded-$2.json" ;;
         one-shot) serve "$2" one-shot --sessions "$sessions" ;;
+        one-shot-unary) serve "$2" one-shot-unary --sessions "$sessions" --unary ;;
         interactive) serve "$2" interactive --sessions "$sessions" --interactive ;;
         one-shot-1000) serve "$2" one-shot-1000 --sessions 1000 ;;
         ping) serve "$2" ping --sessions "$sessions" --ping ;;
+        empty) serve "$2" empty --sessions "$sessions" --empty ;;
     esac
 }
-names=(embedded one-shot interactive one-shot-1000 ping)
+names=(embedded one-shot one-shot-unary interactive one-shot-1000 ping empty)
 for seed in $(seq 1 "$seeds"); do
-    for i in 0 1 2 3 4; do
-        run "${names[$(( (i + seed - 1) % 5 ))]}" "$seed"
+    for i in 0 1 2 3 4 5 6; do
+        run "${names[$(( (i + seed - 1) % 7 ))]}" "$seed"
     done
     rate=$(python3 -c "import json; print(int(json.load(open('$out/one-shot-$seed.json'))['txn_per_s']))")
     "$bin" "${common[@]}" --seed "$seed" --threads 2 --store sim://s3x --rate "$rate" > "$out/embedded-at-load-$seed.json"
@@ -57,7 +63,7 @@ done
 python3 - "$out" "$seeds" <<'PY'
 import json, statistics, sys
 d, seeds = sys.argv[1], int(sys.argv[2])
-names = ['embedded', 'embedded-at-load', 'one-shot', 'interactive', 'one-shot-1000', 'ping']
+names = ['embedded', 'embedded-at-load', 'one-shot', 'one-shot-unary', 'interactive', 'one-shot-1000', 'ping', 'empty']
 def load(name, s):
     r = json.load(open(f'{d}/{name}-{s}.json'))
     c, x = r['commit_latency'], r.get('extra', {})
@@ -79,8 +85,12 @@ for s in range(1, seeds + 1):
 print()
 for n in names[1:]:
     print(f'{n}: median throughput {statistics.median(ratio[n]):.3f}x the embedded run')
-floor = [load('one-shot', s)['tps'] / load('ping', s)['tps'] for s in range(1, seeds + 1)]
-print(f'one-shot against ping (the RPC floor): median {statistics.median(floor):.3f}x')
+floor = [load('one-shot-unary', s)['tps'] / load('ping', s)['tps'] for s in range(1, seeds + 1)]
+print(f'one-shot-unary against ping (the floor of a call): median {statistics.median(floor):.3f}x')
+floor = [load('one-shot', s)['tps'] / load('empty', s)['tps'] for s in range(1, seeds + 1)]
+print(f'one-shot against empty (the floor of a streamed batch): median {statistics.median(floor):.3f}x')
+ratio = [load('one-shot', s)['tps'] / load('one-shot-unary', s)['tps'] for s in range(1, seeds + 1)]
+print(f'one-shot (stream) against one-shot-unary: median {statistics.median(ratio):.3f}x')
 print(f'one-shot commit p50 minus the embedded run\'s: median {statistics.median(p50_gap):+.2f} ms; '
       f'minus the embedded engine\'s at the same load: median {statistics.median(p50_gap_load):+.2f} ms')
 PY

@@ -8,12 +8,19 @@
 # (scripts/clients.sh) for the emulator's client tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each step says when it starts (seconds since the start), so a slow CI
+# run shows where its time went.
+step() { echo "== $* (at ${SECONDS} s)" >&2; }
+step format
 cargo fmt --all -- --check
+step clippy
 cargo clippy --all-targets --release -- -D warnings
 # The library crates' documentation builds without a warning (broken links);
 # in release mode, to reuse the build scripts and macros clippy built.
+step doc
 RUSTDOCFLAGS="-D warnings" cargo doc --release --no-deps -p milliscale -p milliscale-objstore
 
+step S3 clients and MinIO
 python3 -c 'import boto3' 2>/dev/null ||
   python3 -m pip install --quiet --disable-pip-version-check -r crates/emulator/tests/python/requirements.txt
 
@@ -25,6 +32,7 @@ trap 'bash scripts/minio.sh stop' EXIT
 export MILLISCALE_REQUIRE_S3=1 MILLISCALE_REQUIRE_BOTO3=1 MILLISCALE_REQUIRE_CLIENTS=1
 
 # A hang (e.g. a livelock bug) must fail the run, not stall CI.
+step cargo test
 timeout 1500 cargo test --workspace --release
 
 # Every example runs to its end. They run as the binaries `cargo test`
@@ -41,6 +49,7 @@ for line in sys.stdin:
 ')
 [ "$(echo "$examples" | grep -c .)" -eq "$(ls crates/milliscale/examples/*.rs | wc -l)" ] ||
   { echo "cargo test did not build every example: $examples" >&2; exit 1; }
+step examples
 for example in $examples; do
   echo "example $(basename "$example")"
   timeout 300 "$example" > /dev/null
@@ -50,6 +59,7 @@ done
 # into a virtualenv, then its tests against `milliscale serve` on the
 # emulator (the release binary `cargo test` built), and the README's server
 # example run as it is written.
+step python
 venv=target/py-venv
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 "$venv/bin/pip" install --quiet --disable-pip-version-check "./python[test]"
@@ -57,4 +67,6 @@ venv=target/py-venv
 "$venv/bin/pip" install --quiet --disable-pip-version-check --force-reinstall --no-deps ./python
 rm -rf python/build python/*.egg-info
 MILLISCALE_BIN="$PWD/target/release/milliscale" timeout 900 "$venv/bin/python" -m pytest -q python/tests
+step README server example
 bash scripts/readme-server-example.sh "$PWD/$venv/bin"
+step done

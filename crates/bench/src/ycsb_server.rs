@@ -4,8 +4,10 @@
 //! connections.
 //!
 //! Two ways to run a transaction:
-//! - **one-shot**: the whole transaction is one `Execute` (its gets, or
-//!   its gets and patches), one round trip;
+//! - **one-shot**: the whole transaction is one batch (its gets, or its
+//!   gets and patches), one round trip: a message on the connection's
+//!   `ExecuteStream` (the client's default), or with `unary` one
+//!   `Execute` call;
 //! - **interactive**: `Begin`, then a `Get` (and a `Patch`) per key, then
 //!   `Commit`: 2 + ops (or 2 + 2 ops) round trips.
 //!
@@ -46,6 +48,12 @@ pub struct ServerRun {
     pub connections: usize,
     /// Interactive transactions instead of one-shot batches.
     pub interactive: bool,
+    /// One-shot batches as one `Execute` call each instead of messages on
+    /// a stream.
+    pub unary: bool,
+    /// Send empty batches instead of transactions: what a batch costs
+    /// without engine work (counted as read-only "transactions").
+    pub empty: bool,
     /// Send `Status` calls instead of transactions: what an RPC costs by
     /// itself, with no engine work (counted as read-only "transactions").
     pub ping: bool,
@@ -66,7 +74,7 @@ pub fn run(cfg: &YcsbConfig, srv: &ServerRun) -> Result<Report, String> {
 }
 
 async fn connect(srv: &ServerRun) -> Result<Client, String> {
-    let mut b = Client::builder(srv.addr.clone());
+    let mut b = Client::builder(srv.addr.clone()).streamed_batches(!srv.unary);
     if let Some(t) = &srv.token {
         b = b.token(t.clone());
     }
@@ -121,6 +129,8 @@ async fn run_async(cfg: &YcsbConfig, srv: &ServerRun) -> Result<Report, String> 
         let (stats, errors) = (Arc::clone(&stats), Arc::clone(&errors));
         let how = if srv.ping {
             How::Ping
+        } else if srv.empty {
+            How::Empty
         } else if srv.interactive {
             How::Interactive
         } else {
@@ -156,8 +166,14 @@ async fn run_async(cfg: &YcsbConfig, srv: &ServerRun) -> Result<Report, String> 
     let stats = std::mem::take(&mut *stats.lock());
     let mode = if srv.ping {
         "ping"
+    } else if srv.empty && srv.unary {
+        "empty-unary"
+    } else if srv.empty {
+        "empty"
     } else if srv.interactive {
         "interactive"
+    } else if srv.unary {
+        "one-shot-unary"
     } else {
         "one-shot"
     };
@@ -197,6 +213,7 @@ enum How {
     OneShot,
     Interactive,
     Ping,
+    Empty,
 }
 
 async fn session(
@@ -221,7 +238,7 @@ async fn session(
         if p == PHASE_STOP {
             return Ok(stats);
         }
-        let rmw = how != How::Ping && rng.random::<f64>() >= read_fraction;
+        let rmw = how != How::Ping && how != How::Empty && rng.random::<f64>() >= read_fraction;
         for k in keys.iter_mut() {
             *k = chooser.next(&mut rng);
         }
@@ -236,6 +253,10 @@ async fn session(
             How::OneShot => one_shot_txn(client, isolation, rmw, &keys, &patches).await?,
             How::Ping => {
                 client.status().await.map_err(|e| e.to_string())?;
+                (started, 0)
+            }
+            How::Empty => {
+                client.execute(Batch::new()).await.map_err(|e| e.to_string())?;
                 (started, 0)
             }
         };

@@ -338,6 +338,15 @@ pub(crate) struct BenchServerArgs {
     /// per key, commit: a round trip each) instead of one `Execute` each.
     #[arg(long)]
     pub(crate) interactive: bool,
+    /// With --server: one-shot transactions as one `Execute` call each
+    /// instead of messages on one `ExecuteStream` per connection.
+    #[arg(long, conflicts_with_all = ["interactive", "ping"])]
+    pub(crate) unary: bool,
+    /// With --server: send empty batches instead of transactions, to
+    /// measure what a batch costs without engine work (on the stream, or
+    /// as calls with --unary).
+    #[arg(long, conflicts_with_all = ["interactive", "ping"])]
+    pub(crate) empty: bool,
     /// With --server: send `Status` calls instead of transactions, to
     /// measure what a call costs without engine work.
     #[arg(long, conflicts_with = "interactive")]
@@ -372,6 +381,8 @@ pub(crate) fn bench_through_server(
         sessions: a.sessions,
         connections: a.connections,
         interactive: a.interactive,
+        unary: a.unary,
+        empty: a.empty,
         ping: a.ping,
     };
     Ok(Some(milliscale_bench::ycsb_server::run(cfg, &srv)?))

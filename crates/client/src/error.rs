@@ -24,6 +24,31 @@ impl Error {
         Error { code: tonic::Code::Unavailable, kind: "client".into(), retryable: false, message }
     }
 
+    /// One failed answer of a stream of batches: what a call's status and
+    /// metadata would have said.
+    pub(crate) fn from_failure(f: crate::proto::Failure) -> Error {
+        Error {
+            code: tonic::Code::from_i32(f.code),
+            kind: if f.kind.is_empty() { "transport".into() } else { f.kind },
+            retryable: f.retryable,
+            message: f.message,
+        }
+    }
+
+    /// A batch sent on a stream that ended before its answer came: it may
+    /// or may not have committed, so it is not marked retryable.
+    pub(crate) fn unanswered(why: &Error) -> Error {
+        Error {
+            code: tonic::Code::Unavailable,
+            kind: "transport".into(),
+            retryable: false,
+            message: format!(
+                "the stream ended before this batch's answer ({}); it may or may not have committed",
+                why.message
+            ),
+        }
+    }
+
     /// The gRPC status code.
     pub fn code(&self) -> tonic::Code {
         self.code

@@ -20,6 +20,7 @@
 //! | `TableExists`                | ALREADY_EXISTS      | invalid_input | no        |
 //! | `NotFound`, `TableNotFound`, unknown transaction | NOT_FOUND | not_found | no |
 //! | `Store`                      | INTERNAL            | store         | no        |
+//! | a stream's answer over the message limit | OUT_OF_RANGE | limit | no |
 
 use std::time::Duration;
 
@@ -62,6 +63,18 @@ pub fn engine(e: &Error) -> Status {
             ErrorKind::Stale => status(Code::Unavailable, "stale", true, msg),
             _ => status(Code::Internal, "store", false, msg),
         },
+    }
+}
+
+/// A status as one answer of a stream (`ExecuteStream`): the same code,
+/// message, kind and retry flag a call's status and metadata carry.
+pub fn failure(s: &Status) -> milliscale_client::proto::Failure {
+    let meta = |k: &str| s.metadata().get(k).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    milliscale_client::proto::Failure {
+        code: s.code() as i32,
+        message: s.message().to_owned(),
+        kind: meta(KIND_KEY).unwrap_or_default(),
+        retryable: meta(RETRYABLE_KEY).as_deref() == Some("true"),
     }
 }
 
@@ -134,6 +147,18 @@ pub mod refuse {
         status(Code::Unavailable, "closed", false, "the server is shutting down".into())
     }
 
+    pub fn too_large(len: usize, max: usize) -> Status {
+        status(
+            Code::OutOfRange,
+            "limit",
+            false,
+            format!(
+                "the answer is {len} bytes, over the message limit of {max}; it committed, but \
+                 read less per batch to see it"
+            ),
+        )
+    }
+
     pub fn timeout(message: String) -> Status {
         status(Code::DeadlineExceeded, "timeout", true, message)
     }
@@ -156,5 +181,20 @@ mod tests {
         assert_eq!(engine(&Error::TableExists("t".into())).code(), Code::AlreadyExists);
         assert_eq!(engine(&Error::Corrupt("x".into())).code(), Code::DataLoss);
         assert_eq!(engine(&Error::Fenced("x".into())).code(), Code::FailedPrecondition);
+    }
+
+    #[test]
+    fn a_stream_failure_carries_what_the_status_and_metadata_say() {
+        let f = failure(&engine(&Error::Conflict(milliscale::ConflictKind::WriteWrite)));
+        assert_eq!(
+            (f.code, f.kind.as_str(), f.retryable),
+            (Code::Aborted as i32, "conflict", true)
+        );
+        let f = failure(&refuse::shutting_down());
+        assert_eq!(
+            (f.code, f.kind.as_str(), f.retryable),
+            (Code::Unavailable as i32, "closed", false)
+        );
+        assert_eq!(f.message, "the server is shutting down");
     }
 }

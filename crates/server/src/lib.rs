@@ -21,6 +21,7 @@ mod errors;
 mod ops;
 mod service;
 mod sessions;
+mod stream;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -224,6 +225,7 @@ impl Server {
             idle_timeout: options.idle_timeout,
         }));
         let shutting_down = Arc::new(AtomicBool::new(false));
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
         let service = Service {
             backend: backend.clone(),
             sessions: Arc::clone(&sessions),
@@ -233,8 +235,10 @@ impl Server {
                 max_wait: options.max_wait,
                 max_batch_ops: options.max_batch_ops,
                 max_retries: options.max_retries,
+                max_message_bytes: options.max_message_bytes,
             },
             shutting_down: Arc::clone(&shutting_down),
+            stop: stopped.clone(),
         };
         let grpc = MilliscaleServer::new(service)
             .max_decoding_message_size(options.max_message_bytes)
@@ -248,7 +252,6 @@ impl Server {
                 .tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))
                 .map_err(|e| ServeError::Tls(e.to_string()))?;
         }
-        let (stop, mut stopped) = tokio::sync::watch::channel(false);
         let incoming =
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
         let serving = tokio::spawn(builder.add_service(grpc).serve_with_incoming_shutdown(

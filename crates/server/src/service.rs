@@ -166,18 +166,23 @@ pub struct RequestLimits {
     pub max_wait: Duration,
     pub max_batch_ops: usize,
     pub max_retries: u32,
+    pub max_message_bytes: usize,
 }
 
 /// The service behind the RPCs.
+#[derive(Clone)]
 pub struct Service {
     pub(crate) backend: Backend,
     pub(crate) sessions: Arc<Sessions>,
     pub(crate) tokens: Tokens,
     pub(crate) limits: RequestLimits,
     pub(crate) shutting_down: Arc<AtomicBool>,
+    /// Turns true when the server stops accepting (after the grace period
+    /// for open transactions); streams stop reading then.
+    pub(crate) stop: tokio::sync::watch::Receiver<bool>,
 }
 
-type Caller = (Principal, Role);
+pub(crate) type Caller = (Principal, Role);
 
 fn iso_of(i: Isolation) -> i32 {
     match i {
@@ -187,7 +192,7 @@ fn iso_of(i: Isolation) -> i32 {
     }
 }
 
-fn count(rpc: &'static str, code: tonic::Code) {
+pub(crate) fn count(rpc: &'static str, code: tonic::Code) {
     metrics::counter!("milliscale_server_requests_total", "rpc" => rpc, "code" => format!("{code:?}"))
         .increment(1);
 }
@@ -206,7 +211,7 @@ impl Service {
     /// Refuse new transactions, batches and table changes once the server
     /// is shutting down; calls on open transactions go on so they can
     /// finish.
-    fn new_work(&self) -> Result<(), Status> {
+    pub(crate) fn new_work(&self) -> Result<(), Status> {
         if self.shutting_down.load(Ordering::Acquire) {
             return Err(refuse::shutting_down());
         }
@@ -274,7 +279,7 @@ impl Service {
         }
     }
 
-    async fn execute_batch(
+    pub(crate) async fn execute_batch(
         &self,
         caller: Caller,
         req: proto::ExecuteRequest,
@@ -542,6 +547,20 @@ impl Milliscale for Service {
             self.execute_batch(caller, req.into_inner()).await
         };
         done("Execute", r.await)
+    }
+
+    type ExecuteStreamStream = crate::stream::Answers;
+
+    async fn execute_stream(
+        &self,
+        req: Request<tonic::Streaming<proto::ExecuteStreamRequest>>,
+    ) -> Result<Response<Self::ExecuteStreamStream>, Status> {
+        let caller = self
+            .caller(&req)
+            .and_then(|c| self.new_work().map(|()| c))
+            .inspect_err(|s| count("ExecuteStream", s.code()))?;
+        let service = Arc::new(self.clone());
+        Ok(Response::new(crate::stream::serve(service, caller, req.into_inner())))
     }
 
     async fn wait_for(

@@ -3,7 +3,8 @@
 //! bytes, unknown enum values, unknown and odd table names, huge and
 //! empty keys and values, transaction ids that were never issued, calls
 //! after a commit or an abort, sessions that expired, batches with missing
-//! operations, scans with contradictory bounds.
+//! operations, scans with contradictory bounds, streams of batches with
+//! missing batches and with undecodable messages among them.
 //!
 //! The oracle: no panic anywhere in the process; every answer is OK or a
 //! status code from the documented set (never UNKNOWN or INTERNAL); the
@@ -53,7 +54,7 @@ impl prost::Message for Raw {
     }
 }
 
-const METHODS: [&str; 13] = [
+const METHODS: [&str; 14] = [
     "CreateTable",
     "DropTable",
     "ListTables",
@@ -65,6 +66,7 @@ const METHODS: [&str; 13] = [
     "Commit",
     "Abort",
     "Execute",
+    "ExecuteStream",
     "WaitFor",
     "Status",
 ];
@@ -186,6 +188,99 @@ impl Fuzzer {
         }
     }
 
+    /// A random batch (well-formed protobuf, anything inside).
+    fn batch(&mut self) -> proto::ExecuteRequest {
+        let ops = (0..self.rng.random_range(0..6)).map(|_| self.op()).collect();
+        proto::ExecuteRequest {
+            operations: ops,
+            isolation: self.rng.random_range(-1..6),
+            durability: self.rng.random_range(-1..3),
+            read_at: self.rng.random_range(-1..3),
+            at_token: self.rng.random_bool(0.1).then(|| self.rng.random()),
+            wait_ms: self.rng.random_range(0..20),
+            max_retries: self.rng.random(),
+        }
+    }
+
+    /// A stream of random batches (some without their batch, some ids
+    /// repeated): every request gets exactly one answer with its id, and
+    /// every failure has a documented code.
+    async fn stream(&mut self) -> (Code, String) {
+        let n = self.rng.random_range(0..12);
+        let reqs: Vec<_> = (0..n)
+            .map(|i| proto::ExecuteStreamRequest {
+                id: i,
+                request: self.rng.random_bool(0.9).then(|| self.batch()),
+            })
+            .collect();
+        let answers = match self.stub.clone().execute_stream(tokio_stream::iter(reqs)).await {
+            Err(s) => return (s.code(), s.message().to_owned()),
+            Ok(r) => r.into_inner(),
+        };
+        let mut answers = answers;
+        let mut seen = Vec::new();
+        // A code the harness must accept: the first not allowed, else the
+        // first failure's, else OK.
+        let mut worst = (Code::Ok, String::new());
+        loop {
+            match answers.message().await {
+                Ok(Some(a)) => {
+                    seen.push(a.id);
+                    match a.outcome {
+                        Some(proto::execute_stream_response::Outcome::Failure(f)) => {
+                            let code = Code::from_i32(f.code);
+                            let bad = !allowed(code) || f.kind.is_empty();
+                            if bad || worst.0 == Code::Ok {
+                                let why = format!("{} (kind {:?})", f.message, f.kind);
+                                worst = (if f.kind.is_empty() { Code::Unknown } else { code }, why);
+                            }
+                        }
+                        Some(proto::execute_stream_response::Outcome::Done(_)) => {}
+                        None => panic!("an answer without an outcome"),
+                    }
+                }
+                Ok(None) => break,
+                Err(s) => return (s.code(), s.message().to_owned()),
+            }
+        }
+        seen.sort_unstable();
+        assert_eq!(seen, (0..n).collect::<Vec<_>>(), "each request answered once");
+        worst
+    }
+
+    /// Random bytes among well-formed requests on a stream: the stream
+    /// ends with a documented code.
+    async fn raw_stream(&mut self) -> (Code, String) {
+        let mut msgs = Vec::new();
+        for i in 0..self.rng.random_range(1..5) {
+            let req = proto::ExecuteStreamRequest { id: i, request: Some(self.batch()) };
+            msgs.push(Raw(prost::Message::encode_to_vec(&req)));
+        }
+        let at = self.rng.random_range(0..=msgs.len());
+        msgs.insert(at, Raw(self.bytes()));
+        let mut grpc = tonic::client::Grpc::new(self.channel.clone());
+        if grpc.ready().await.is_err() {
+            return (Code::Unavailable, "not ready".into());
+        }
+        let path = "/milliscale.v1.Milliscale/ExecuteStream";
+        let path = tonic::codegen::http::uri::PathAndQuery::from_static(path);
+        let codec = tonic_prost::ProstCodec::<Raw, Raw>::default();
+        let req = tonic::Request::new(tokio_stream::iter(msgs));
+        match grpc.streaming(req, path, codec).await {
+            Err(s) => (s.code(), s.message().to_owned()),
+            Ok(r) => {
+                let mut answers = r.into_inner();
+                loop {
+                    match answers.message().await {
+                        Ok(Some(_)) => {}
+                        Ok(None) => break (Code::Ok, String::new()),
+                        Err(s) => break (s.code(), s.message().to_owned()),
+                    }
+                }
+            }
+        }
+    }
+
     /// One call; its status code (OK included) and message.
     async fn call(&mut self) -> (Code, String) {
         let isolation = self.rng.random_range(-1..6);
@@ -193,7 +288,7 @@ impl Fuzzer {
             r.map_or_else(|s| (s.code(), s.message().to_owned()), |()| (Code::Ok, String::new()))
         };
         let mut stub = self.stub.clone();
-        match self.rng.random_range(0..16) {
+        match self.rng.random_range(0..18) {
             0 => {
                 let r = stub
                     .begin(proto::BeginRequest {
@@ -251,16 +346,7 @@ impl Fuzzer {
             }
             8 => code_of(stub.abort(proto::AbortRequest { txn_id: self.id() }).await.map(drop)),
             9 => {
-                let ops = (0..self.rng.random_range(0..6)).map(|_| self.op()).collect();
-                let req = proto::ExecuteRequest {
-                    operations: ops,
-                    isolation,
-                    durability: self.rng.random_range(-1..3),
-                    read_at: self.rng.random_range(-1..3),
-                    at_token: self.rng.random_bool(0.1).then(|| self.rng.random()),
-                    wait_ms: self.rng.random_range(0..20),
-                    max_retries: self.rng.random(),
-                };
+                let req = self.batch();
                 code_of(stub.execute(req).await.map(drop))
             }
             10 => {
@@ -281,14 +367,23 @@ impl Fuzzer {
                 }
             }
             12 => {
-                // Now and then, let sessions expire (the idle timeout is
-                // 150 ms).
-                if self.rng.random_bool(0.7) {
-                    tokio::time::sleep(Duration::from_millis(self.rng.random_range(100..250)))
-                        .await;
+                // Now and then a session left idle past the timeout (150
+                // ms; the reaper looks every 37 ms): its next call is told
+                // it expired.
+                if !self.rng.random_bool(0.15) {
+                    return (Code::Ok, String::new());
                 }
-                (Code::Ok, String::new())
+                let txn_id = match stub.begin(proto::BeginRequest::default()).await {
+                    Ok(b) => b.into_inner().txn_id,
+                    Err(s) => return (s.code(), s.message().to_owned()),
+                };
+                self.ids.push(txn_id);
+                tokio::time::sleep(Duration::from_millis(self.rng.random_range(200..300))).await;
+                let req = proto::GetRequest { txn_id, table: "t".into(), key: vec![1] };
+                code_of(stub.get(req).await.map(drop))
             }
+            13 => self.stream().await,
+            14 => self.raw_stream().await,
             _ => self.raw().await,
         }
     }

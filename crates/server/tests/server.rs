@@ -359,3 +359,81 @@ async fn a_replica_server_reads_your_writes_with_the_writers_token() {
     r.shutdown().await;
     w.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_on_one_stream_get_their_own_answers_and_shutdown_ends_the_stream() {
+    let db = writer("memory://").await;
+    let s = start(Backend::Writer(db.clone()), |o| o.grace = Duration::from_secs(5)).await;
+    let streamed = client(&s).await;
+    let unary = Client::builder(s.local_addr().to_string())
+        .streamed_batches(false)
+        .connect()
+        .await
+        .expect("connect");
+    streamed.create_table("t").await.expect("create");
+    // 64 tasks share the client's one stream, 20 batches each. Every batch
+    // writes its own key, reads it back and writes a hot key without
+    // server retries: each answer must be its own batch's (the value read
+    // back), and the hot key's conflicts come back as retryable failures
+    // of their batch, not of the stream.
+    let mut tasks = Vec::new();
+    for t in 0..64u32 {
+        let c = streamed.clone();
+        tasks.push(tokio::spawn(async move {
+            let (mut ok, mut conflicts) = (Vec::new(), 0);
+            for i in 0..20u32 {
+                let key = format!("k{t:02}-{i:02}");
+                let mut b = Batch::new();
+                b.put("t", key.as_bytes(), key.as_bytes()).get("t", key.as_bytes()).put(
+                    "t",
+                    b"hot",
+                    key.as_bytes(),
+                );
+                match c.execute(b.retries(0)).await {
+                    Ok(r) => {
+                        assert_eq!(r.value(1), Some(key.as_bytes()), "the answer is this batch's");
+                        ok.push((key, r.token.expect("a token")));
+                    }
+                    Err(e) => {
+                        assert_eq!(
+                            (e.code(), e.kind(), e.is_retryable()),
+                            (Code::Aborted, "conflict", true)
+                        );
+                        conflicts += 1;
+                    }
+                }
+            }
+            (ok, conflicts)
+        }));
+    }
+    let (mut committed, mut conflicts) = (Vec::new(), 0);
+    for t in tasks {
+        let (ok, c) = t.await.expect("task");
+        committed.extend(ok);
+        conflicts += c;
+    }
+    assert_eq!(committed.len() + conflicts, 64 * 20);
+    let mut tokens: Vec<u64> = committed.iter().map(|(_, t)| *t).collect();
+    tokens.sort_unstable();
+    tokens.dedup();
+    assert_eq!(tokens.len(), committed.len(), "each commit has its own token");
+    // The same rows read back by unary calls: what the stream committed,
+    // and nothing it did not.
+    for (key, _) in &committed {
+        assert_eq!(
+            unary.get("t", key.as_bytes()).await.expect("get"),
+            Some(key.clone().into_bytes())
+        );
+    }
+    let mut all = Batch::new();
+    all.scan("t", KeyRange::prefix(b"k").limit(10_000));
+    assert_eq!(unary.execute(all).await.expect("scan").rows(0).len(), committed.len());
+
+    // The stream is open and idle: shutdown ends it instead of waiting
+    // out the grace period for the connection to close.
+    let report = s.shutdown().await;
+    assert!(report.took < Duration::from_secs(2), "shutdown took {:?}", report.took);
+    let e = streamed.get("t", b"k00-00").await.expect_err("the server is gone");
+    assert_eq!(e.code(), Code::Unavailable, "{e}");
+    db.close().await.expect("close");
+}

@@ -276,6 +276,36 @@ class ExecuteResponse(_message.Message):
     attempts: int
     def __init__(self, results: _Optional[_Iterable[_Union[OperationResult, _Mapping]]] = ..., token: _Optional[int] = ..., durable: _Optional[bool] = ..., attempts: _Optional[int] = ...) -> None: ...
 
+class ExecuteStreamRequest(_message.Message):
+    __slots__ = ("id", "request")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    request: ExecuteRequest
+    def __init__(self, id: _Optional[int] = ..., request: _Optional[_Union[ExecuteRequest, _Mapping]] = ...) -> None: ...
+
+class Failure(_message.Message):
+    __slots__ = ("code", "message", "kind", "retryable")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    RETRYABLE_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    message: str
+    kind: str
+    retryable: bool
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., kind: _Optional[str] = ..., retryable: _Optional[bool] = ...) -> None: ...
+
+class ExecuteStreamResponse(_message.Message):
+    __slots__ = ("id", "done", "failure")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    done: ExecuteResponse
+    failure: Failure
+    def __init__(self, id: _Optional[int] = ..., done: _Optional[_Union[ExecuteResponse, _Mapping]] = ..., failure: _Optional[_Union[Failure, _Mapping]] = ...) -> None: ...
+
 class WaitForRequest(_message.Message):
     __slots__ = ("token", "wait_ms")
     TOKEN_FIELD_NUMBER: _ClassVar[int]

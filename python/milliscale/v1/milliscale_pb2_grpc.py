@@ -94,6 +94,11 @@ class MilliscaleStub:
                 request_serializer=milliscale_dot_v1_dot_milliscale__pb2.ExecuteRequest.SerializeToString,
                 response_deserializer=milliscale_dot_v1_dot_milliscale__pb2.ExecuteResponse.FromString,
                 _registered_method=True)
+        self.ExecuteStream = channel.stream_stream(
+                '/milliscale.v1.Milliscale/ExecuteStream',
+                request_serializer=milliscale_dot_v1_dot_milliscale__pb2.ExecuteStreamRequest.SerializeToString,
+                response_deserializer=milliscale_dot_v1_dot_milliscale__pb2.ExecuteStreamResponse.FromString,
+                _registered_method=True)
         self.WaitFor = channel.unary_unary(
                 '/milliscale.v1.Milliscale/WaitFor',
                 request_serializer=milliscale_dot_v1_dot_milliscale__pb2.WaitForRequest.SerializeToString,
@@ -188,6 +193,21 @@ class MilliscaleServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ExecuteStream(self, request_iterator, context):
+        """Many one-shot transactions over one stream: each request carries an
+        id of the client's choosing; the server runs them concurrently (at
+        most 1,024 in flight per stream; it stops reading past that) and
+        answers each once, in any order, with its id. It costs a message
+        per transaction instead of a call, so a busy client should prefer
+        it. The stream's token is the one it was opened with. A failure of
+        one transaction is its answer's `failure`; the stream itself ends
+        with an error only for a malformed message, and ends cleanly when
+        the server shuts down (after answering what it had read).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def WaitFor(self, request, context):
         """Wait until a token is durable (on the writer) or applied (on a
         replica).
@@ -265,6 +285,11 @@ def add_MilliscaleServicer_to_server(servicer, server):
                     servicer.Execute,
                     request_deserializer=milliscale_dot_v1_dot_milliscale__pb2.ExecuteRequest.FromString,
                     response_serializer=milliscale_dot_v1_dot_milliscale__pb2.ExecuteResponse.SerializeToString,
+            ),
+            'ExecuteStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.ExecuteStream,
+                    request_deserializer=milliscale_dot_v1_dot_milliscale__pb2.ExecuteStreamRequest.FromString,
+                    response_serializer=milliscale_dot_v1_dot_milliscale__pb2.ExecuteStreamResponse.SerializeToString,
             ),
             'WaitFor': grpc.unary_unary_rpc_method_handler(
                     servicer.WaitFor,
@@ -601,6 +626,33 @@ class Milliscale:
             '/milliscale.v1.Milliscale/Execute',
             milliscale_dot_v1_dot_milliscale__pb2.ExecuteRequest.SerializeToString,
             milliscale_dot_v1_dot_milliscale__pb2.ExecuteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExecuteStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/milliscale.v1.Milliscale/ExecuteStream',
+            milliscale_dot_v1_dot_milliscale__pb2.ExecuteStreamRequest.SerializeToString,
+            milliscale_dot_v1_dot_milliscale__pb2.ExecuteStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,
