@@ -1,0 +1,32 @@
+//! Sharded transactions after MILANA (Misra, Chase, Gehrke, Lebeck,
+//! "Enabling Lightweight Transactions with Precision Time", ASPLOS 2017):
+//! client-coordinated optimistic concurrency control with two-phase commit
+//! across shard primaries, read-only transactions validated locally at the
+//! client, and recovery that rebuilds a primary's transaction table from
+//! its log and asks the other participants about what it cannot decide.
+//!
+//! The protocol is written without I/O, so that the deterministic
+//! simulation ([`sim`]) and, later, the shard servers run the same code:
+//!
+//! | mechanism (MILANA) | where |
+//! |---|---|
+//! | versions ⟨timestamp, client id⟩ | [`types::Version`] |
+//! | hybrid clocks with skew ε at the clients | [`clock`] |
+//! | latestRead / prepared / latestCommitted per key; Algorithm 1 (validation) | [`participant::Participant::prepare`] |
+//! | the prepare, commit, abort and read-lease records | [`log`] |
+//! | local validation of read-only transactions (§4.3) | [`coordinator::ClientTxn::locally_valid`] |
+//! | the client as coordinator: one prepare per shard, the decision | [`coordinator::ClientTxn::prepares`], [`sim`] |
+//! | cooperative termination (§4.5) | [`coordinator::terminate`], [`participant::Participant::status`] |
+//! | recovery, Algorithm 2 (the merge), the latest-read pitfall | [`participant::Participant::recover`] |
+//! | watermark garbage collection (§4.4) | [`participant::Participant::collect`] |
+//!
+//! The single-shard fast path: a transaction with one participant is
+//! committed by that participant as soon as its prepare record is
+//! durable, one round trip and one log write, no second phase.
+
+pub mod clock;
+pub mod coordinator;
+pub mod log;
+pub mod participant;
+pub mod sim;
+pub mod types;

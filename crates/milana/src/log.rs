@@ -1,0 +1,46 @@
+//! What a shard primary writes to its log before it answers, and reads
+//! back at recovery (MILANA §4.1, §4.5).
+//!
+//! - `Prepare`: a transaction passed validation here; written (and
+//!   durable) before the primary votes yes. It carries the writes, the
+//!   keys read and the participants, which is all recovery needs to
+//!   commit it or to ask the others about it.
+//! - `Commit`, `Abort`: the decision, as this primary learned it. An
+//!   `Abort` is also written for a transaction this primary never
+//!   prepared when a termination query asks about it, so that its prepare,
+//!   arriving late, is refused.
+//! - `ReadLease(until)`: the primary may serve reads at timestamps below
+//!   `until`. Latest-read timestamps live only in memory; after a
+//!   recovery every key's latest read is taken to be the highest lease
+//!   logged (the pitfall of MILANA §4.5, closed by logging a bound
+//!   instead of waiting out ε).
+
+use crate::types::{Key, ShardId, TxnId, Value, Version};
+
+/// A transaction as one participant prepared it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Prepare {
+    /// The transaction.
+    pub txn: TxnId,
+    /// The version its writes get: ⟨commit timestamp, client⟩.
+    pub version: Version,
+    /// The keys it read on this shard, and the versions it read.
+    pub reads: Vec<(Key, Version)>,
+    /// Its writes on this shard (`None`: delete).
+    pub writes: Vec<(Key, Option<Value>)>,
+    /// Every shard it touches, this one included.
+    pub participants: Vec<ShardId>,
+}
+
+/// One record of a shard's log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record {
+    /// Validated here; the vote is yes.
+    Prepare(Prepare),
+    /// Committed.
+    Commit(TxnId),
+    /// Aborted.
+    Abort(TxnId),
+    /// Reads below this timestamp may be served.
+    ReadLease(u64),
+}

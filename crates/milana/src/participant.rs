@@ -1,0 +1,488 @@
+//! A shard primary: the participant of MILANA's two-phase commit.
+//!
+//! It holds, per key, the committed versions (oldest first) and three
+//! timestamps of MILANA §4.1: `latest_read` (the highest read timestamp
+//! served), `prepared` (the transaction validated on the key and not yet
+//! decided) and `latest_committed` (the newest committed version). It is
+//! written without I/O: each call returns the log record the caller must
+//! make durable before it answers (before a yes vote, above all).
+//!
+//! Invariants:
+//! - a key has at most one undecided prepared transaction; it blocks every
+//!   other validation that touches the key until it is decided;
+//! - a committed version is never below a read served on its key, nor
+//!   below a version already committed there (so serving a read at `t`
+//!   fixes the key's history up to `t`); a prepared read extends the
+//!   key's latest read to the reader's commit timestamp;
+//! - a transaction asked about by a termination query and unknown here is
+//!   aborted here first, so a late prepare of it votes no;
+//! - after a recovery, no key's latest read is assumed lower than the
+//!   highest read lease logged.
+
+use std::collections::BTreeMap;
+
+use crate::log::{Prepare, Record};
+use crate::types::{Key, ShardId, Timestamp, TxnId, TxnStatus, Value, Version};
+
+/// Deliberate protocol bugs, for showing that the simulation catches them.
+/// All off in real use.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Mutations {
+    /// Validate writes without Algorithm 1's latest-read check (line 13)
+    /// and without the floor a recovery sets.
+    pub skip_latest_read_check: bool,
+    /// Vote yes before the prepare record is durable (the caller's
+    /// business: it answers at once instead of waiting for the log).
+    pub vote_before_durable: bool,
+    /// At recovery, commit a prepared multi-shard transaction without
+    /// asking the other participants.
+    pub commit_prepared_without_asking: bool,
+}
+
+#[derive(Debug, Clone, Default)]
+struct KeyState {
+    /// Committed versions, oldest first.
+    versions: Vec<(Version, Option<Value>)>,
+    latest_read: Timestamp,
+    /// The undecided transaction validated on this key, and the version it
+    /// writes here if it writes.
+    prepared: Option<(TxnId, Option<Version>)>,
+}
+
+impl KeyState {
+    fn latest_committed(&self) -> Version {
+        self.versions.last().map_or(Version::INITIAL, |v| v.0)
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Entry {
+    Prepared(Prepare),
+    Committed,
+    Aborted,
+}
+
+/// A read's answer: the newest committed version at or below the read
+/// timestamp, and whether a prepared write at or below it could still
+/// commit (MILANA §4.3: a read-only transaction that saw one fails local
+/// validation).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ReadReply {
+    /// The version read.
+    pub version: Version,
+    /// Its value (`None`: no value).
+    pub value: Option<Value>,
+    /// A prepared write at or below the read timestamp exists.
+    pub prepared_below: bool,
+}
+
+/// A vote on a prepare.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Vote {
+    /// Validated (and, once its record is durable, prepared).
+    Yes,
+    /// Refused; why.
+    No(&'static str),
+}
+
+/// What [`Participant::recover`] rebuilt.
+#[derive(Debug)]
+pub struct Recovered {
+    /// The primary, ready to serve (the keys of `ask` stay blocked).
+    pub participant: Participant,
+    /// Records to log: the commits recovery decided by itself.
+    pub logged: Vec<Record>,
+    /// Prepared multi-shard transactions and their participants: ask the
+    /// others, then [`Participant::decide`].
+    pub ask: Vec<(TxnId, Vec<ShardId>)>,
+}
+
+/// A shard primary's transaction state.
+#[derive(Debug, Clone)]
+pub struct Participant {
+    id: ShardId,
+    keys: BTreeMap<Key, KeyState>,
+    txns: BTreeMap<TxnId, Entry>,
+    /// Every key's latest read is at least this (set by a recovery).
+    read_floor: Timestamp,
+    /// Reads below this are covered by a durable lease record.
+    lease: Timestamp,
+    /// How far past a read a new lease reaches.
+    lease_span: Timestamp,
+    mutations: Mutations,
+}
+
+impl Participant {
+    /// An empty shard.
+    pub fn new(id: ShardId, lease_span: Timestamp, mutations: Mutations) -> Participant {
+        Participant {
+            id,
+            keys: BTreeMap::new(),
+            txns: BTreeMap::new(),
+            read_floor: 0,
+            lease: 0,
+            lease_span: lease_span.max(1),
+            mutations,
+        }
+    }
+
+    /// This shard.
+    pub fn id(&self) -> ShardId {
+        self.id
+    }
+
+    /// The mutations it runs with.
+    pub fn mutations(&self) -> Mutations {
+        self.mutations
+    }
+
+    /// The lease record to make durable before serving a read at `at`, if
+    /// the current lease does not cover it.
+    pub fn lease_needed(&self, at: Timestamp) -> Option<Record> {
+        (at >= self.lease).then(|| Record::ReadLease(at + self.lease_span))
+    }
+
+    /// A lease record became durable.
+    pub fn lease_durable(&mut self, until: Timestamp) {
+        self.lease = self.lease.max(until);
+    }
+
+    /// Read `key` at `at` (a transaction's begin timestamp). The caller
+    /// has made the lease cover `at` first ([`Participant::lease_needed`]).
+    pub fn read(&mut self, key: &[u8], at: Timestamp) -> ReadReply {
+        debug_assert!(at < self.lease, "a read outside the lease");
+        let k = self.keys.entry(key.to_vec()).or_default();
+        k.latest_read = k.latest_read.max(at);
+        let visible = k.versions.iter().rev().find(|(v, _)| v.ts <= at);
+        let (version, value) = visible.cloned().unwrap_or((Version::INITIAL, None));
+        let prepared_below = matches!(k.prepared, Some((_, Some(v))) if v.ts <= at);
+        ReadReply { version, value, prepared_below }
+    }
+
+    /// MILANA's Algorithm 1: may `p` commit here, given the versions it
+    /// read on this shard (`p.reads`)? On yes the keys are marked
+    /// prepared. Either vote comes with the record that must be durable
+    /// before it is sent (none when `p` was seen before: then the vote
+    /// repeats the first, once the log so far is durable).
+    pub fn prepare(&mut self, p: Prepare) -> (Vote, Option<Record>) {
+        match self.txns.get(&p.txn) {
+            Some(Entry::Prepared(_) | Entry::Committed) => return (Vote::Yes, None),
+            Some(Entry::Aborted) => return (Vote::No("aborted here before"), None),
+            None => {}
+        }
+        if let Err(why) = self.validate(&p) {
+            // A no is final: logged, so that a crash cannot turn a
+            // repeated prepare of it into a yes.
+            self.txns.insert(p.txn, Entry::Aborted);
+            return (Vote::No(why), Some(Record::Abort(p.txn)));
+        }
+        self.mark_prepared(&p);
+        (Vote::Yes, Some(Record::Prepare(p)))
+    }
+
+    /// Algorithm 1, line by line, plus the recovery floor.
+    fn validate(&self, p: &Prepare) -> Result<(), &'static str> {
+        let state = |key: &Key| self.keys.get(key);
+        for (key, version) in &p.reads {
+            let k = state(key);
+            if k.is_some_and(|k| k.prepared.is_some()) {
+                return Err("a key read is prepared by another transaction");
+            }
+            if k.map_or(Version::INITIAL, KeyState::latest_committed) != *version {
+                return Err("a key read has a newer committed version");
+            }
+        }
+        for (key, _) in &p.writes {
+            let k = state(key);
+            if k.is_some_and(|k| k.prepared.is_some()) {
+                return Err("a key written is prepared by another transaction");
+            }
+            if !self.mutations.skip_latest_read_check {
+                let latest_read = k.map_or(0, |k| k.latest_read).max(self.read_floor);
+                if latest_read >= p.version.ts {
+                    return Err("a key written was read at or after the commit timestamp");
+                }
+            }
+            if k.map_or(Version::INITIAL, KeyState::latest_committed) >= p.version {
+                return Err("a key written has a committed version at or after this one");
+            }
+        }
+        Ok(())
+    }
+
+    /// The decision for `txn` arrived (from its coordinator, a termination
+    /// query, or a recovery). Returns the record to log, if any.
+    pub fn decide(&mut self, txn: TxnId, commit: bool) -> Option<Record> {
+        match self.txns.get(&txn) {
+            Some(Entry::Committed | Entry::Aborted) => None,
+            Some(Entry::Prepared(_)) => {
+                let Some(Entry::Prepared(p)) = self.txns.remove(&txn) else { unreachable!() };
+                self.release(&p, commit);
+                self.txns.insert(txn, if commit { Entry::Committed } else { Entry::Aborted });
+                Some(if commit { Record::Commit(txn) } else { Record::Abort(txn) })
+            }
+            None if !commit => {
+                self.txns.insert(txn, Entry::Aborted);
+                Some(Record::Abort(txn))
+            }
+            // A commit of a transaction never prepared here: only a broken
+            // protocol (a yes vote that was not durable) sends it. There
+            // is nothing to apply; the oracle finds the writes missing.
+            None => None,
+        }
+    }
+
+    /// Unmark `p`'s keys; apply its writes if it commits.
+    fn release(&mut self, p: &Prepare, commit: bool) {
+        let keys = p.reads.iter().map(|(k, _)| k).chain(p.writes.iter().map(|(k, _)| k));
+        for key in keys {
+            if let Some(k) = self.keys.get_mut(key)
+                && matches!(k.prepared, Some((t, _)) if t == p.txn)
+            {
+                k.prepared = None;
+            }
+        }
+        if commit {
+            for (key, value) in &p.writes {
+                let k = self.keys.entry(key.clone()).or_default();
+                debug_assert!(k.latest_committed() < p.version, "versions go up");
+                k.versions.push((p.version, value.clone()));
+            }
+        }
+    }
+
+    /// What this shard knows of `txn`, for a termination query. Unknown
+    /// here means aborted here, from now on (the returned record logs
+    /// it). The answer may be sent only once the log so far is durable:
+    /// a prepare or a no it reports may still be in flight to the log,
+    /// and a crash would take it back.
+    pub fn status(&mut self, txn: TxnId) -> (TxnStatus, Option<Record>) {
+        match self.txns.get(&txn) {
+            Some(Entry::Prepared(_)) => (TxnStatus::Prepared, None),
+            Some(Entry::Committed) => (TxnStatus::Committed, None),
+            Some(Entry::Aborted) => (TxnStatus::Aborted, None),
+            None => (TxnStatus::Aborted, self.decide(txn, false)),
+        }
+    }
+
+    /// The prepared transactions, with their participants.
+    pub fn prepared(&self) -> Vec<(TxnId, Vec<ShardId>)> {
+        self.txns
+            .iter()
+            .filter_map(|(t, e)| match e {
+                Entry::Prepared(p) => Some((*t, p.participants.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// A transaction's status here, if known (for the oracle).
+    pub fn known(&self, txn: TxnId) -> Option<TxnStatus> {
+        self.txns.get(&txn).map(|e| match e {
+            Entry::Prepared(_) => TxnStatus::Prepared,
+            Entry::Committed => TxnStatus::Committed,
+            Entry::Aborted => TxnStatus::Aborted,
+        })
+    }
+
+    /// Every key's committed versions, oldest first (for the oracle).
+    pub fn committed(&self) -> BTreeMap<Key, Vec<(Version, Option<Value>)>> {
+        self.keys
+            .iter()
+            .filter(|(_, k)| !k.versions.is_empty())
+            .map(|(key, k)| (key.clone(), k.versions.clone()))
+            .collect()
+    }
+
+    /// Drop versions no reader can need: below `watermark` (no active or
+    /// future transaction of any client begins below it, MILANA §4.4) only
+    /// the newest version of each key is kept. How many were dropped.
+    pub fn collect(&mut self, watermark: Timestamp) -> usize {
+        let mut dropped = 0;
+        for k in self.keys.values_mut() {
+            let below = k.versions.iter().take_while(|(v, _)| v.ts <= watermark).count();
+            if below > 1 {
+                k.versions.drain(..below - 1);
+                dropped += below - 1;
+            }
+        }
+        dropped
+    }
+
+    /// Rebuild a primary from its durable log (MILANA's Algorithm 2, the
+    /// merge, over one log): committed and aborted transactions are
+    /// applied; a prepared transaction with no other participant is
+    /// committed (its coordinator decided on this one vote); the prepared
+    /// multi-shard ones are returned, to be decided by asking the other
+    /// participants ([`Participant::decide`] each answer). Every key's
+    /// latest read starts at the highest lease logged.
+    pub fn recover(
+        id: ShardId,
+        lease_span: Timestamp,
+        mutations: Mutations,
+        log: &[Record],
+    ) -> Recovered {
+        let mut p = Participant::new(id, lease_span, mutations);
+        let mut floor = 0;
+        for r in log {
+            match r {
+                Record::Prepare(prep) => {
+                    // Validation passed before the crash; redo its marks
+                    // without validating again.
+                    p.mark_prepared(prep);
+                }
+                Record::Commit(t) => {
+                    p.decide(*t, true);
+                }
+                Record::Abort(t) => {
+                    p.decide(*t, false);
+                }
+                Record::ReadLease(until) => floor = floor.max(*until),
+            }
+        }
+        p.read_floor = floor;
+        p.lease = floor;
+        let mut logged = Vec::new();
+        let mut ask = Vec::new();
+        for (txn, participants) in p.prepared() {
+            if participants.len() <= 1 || mutations.commit_prepared_without_asking {
+                logged.extend(p.decide(txn, true));
+            } else {
+                ask.push((txn, participants));
+            }
+        }
+        Recovered { participant: p, logged, ask }
+    }
+
+    /// Mark `prep`'s keys prepared and file it as prepared.
+    fn mark_prepared(&mut self, prep: &Prepare) {
+        for (key, _) in &prep.reads {
+            let k = self.keys.entry(key.clone()).or_default();
+            // The reads take effect at the commit timestamp: no write may
+            // commit below it on a key this transaction read.
+            k.prepared = Some((prep.txn, None));
+            k.latest_read = k.latest_read.max(prep.version.ts);
+        }
+        for (key, _) in &prep.writes {
+            self.keys.entry(key.clone()).or_default().prepared =
+                Some((prep.txn, Some(prep.version)));
+        }
+        self.txns.insert(prep.txn, Entry::Prepared(prep.clone()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T1: TxnId = TxnId { client: 1, seq: 1 };
+    const T2: TxnId = TxnId { client: 2, seq: 1 };
+
+    fn v(ts: Timestamp, client: u32) -> Version {
+        Version { ts, client }
+    }
+
+    fn prep(txn: TxnId, version: Version, reads: &[(&str, Version)], writes: &[&str]) -> Prepare {
+        Prepare {
+            txn,
+            version,
+            reads: reads.iter().map(|(k, v)| (k.as_bytes().to_vec(), *v)).collect(),
+            writes: writes.iter().map(|k| (k.as_bytes().to_vec(), Some(b"x".to_vec()))).collect(),
+            participants: vec![0, 1],
+        }
+    }
+
+    fn serve(p: &mut Participant, key: &str, at: Timestamp) -> ReadReply {
+        if let Some(Record::ReadLease(until)) = p.lease_needed(at) {
+            p.lease_durable(until);
+        }
+        p.read(key.as_bytes(), at)
+    }
+
+    #[test]
+    fn algorithm_1_refuses_each_conflict_it_names() {
+        let mut p = Participant::new(0, 1_000, Mutations::default());
+        // A write below a served read (line 13).
+        assert_eq!(serve(&mut p, "k", 100).version, Version::INITIAL);
+        let (vote, rec) = p.prepare(prep(T1, v(90, 1), &[], &["k"]));
+        assert!(matches!(vote, Vote::No(_)) && rec == Some(Record::Abort(T1)));
+        // A prepared key blocks reads and writes of it (lines 3 and 11).
+        assert_eq!(p.prepare(prep(T2, v(200, 2), &[], &["k"])).0, Vote::Yes);
+        assert!(serve(&mut p, "k", 300).prepared_below, "a reader at 300 sees the prepared write");
+        assert!(!serve(&mut p, "k", 150).prepared_below, "one at 150 does not");
+        let t3 = TxnId { client: 3, seq: 1 };
+        assert!(matches!(
+            p.prepare(prep(t3, v(400, 3), &[("k", Version::INITIAL)], &[])).0,
+            Vote::No(_)
+        ));
+        // Committed: a read of the old version fails (line 5), a write at
+        // or below the committed version fails (line 15).
+        assert_eq!(p.decide(T2, true), Some(Record::Commit(T2)));
+        let t4 = TxnId { client: 4, seq: 1 };
+        assert!(matches!(
+            p.prepare(prep(t4, v(500, 4), &[("k", Version::INITIAL)], &[])).0,
+            Vote::No(_)
+        ));
+        let t5 = TxnId { client: 5, seq: 1 };
+        assert_eq!(p.prepare(prep(t5, v(500, 5), &[("k", v(200, 2))], &["k"])).0, Vote::Yes);
+        // The same prepare again: the same vote, nothing more to log.
+        assert_eq!(p.prepare(prep(t5, v(500, 5), &[("k", v(200, 2))], &["k"])), (Vote::Yes, None));
+        assert_eq!(p.prepare(prep(T1, v(90, 1), &[], &["k"])).0, Vote::No("aborted here before"));
+    }
+
+    #[test]
+    fn a_query_about_an_unknown_transaction_aborts_it_here() {
+        let mut p = Participant::new(0, 1_000, Mutations::default());
+        assert_eq!(p.status(T1), (TxnStatus::Aborted, Some(Record::Abort(T1))));
+        assert!(matches!(p.prepare(prep(T1, v(10, 1), &[], &["k"])).0, Vote::No(_)));
+    }
+
+    #[test]
+    fn recovery_commits_single_shard_prepares_asks_about_the_rest_and_keeps_the_lease_floor() {
+        let mut single = prep(T1, v(10, 1), &[], &["a"]);
+        single.participants = vec![0];
+        let multi = prep(T2, v(20, 2), &[], &["b"]);
+        let log = vec![Record::ReadLease(1_000), Record::Prepare(single), Record::Prepare(multi)];
+        let Recovered { participant: mut p, logged, ask } =
+            Participant::recover(0, 100, Mutations::default(), &log);
+        assert_eq!(logged, vec![Record::Commit(T1)]);
+        assert_eq!(ask, vec![(T2, vec![0, 1])]);
+        assert_eq!(p.known(T2), Some(TxnStatus::Prepared));
+        // No write at or below the lease logged before the crash: a read
+        // up to it may have been served.
+        let t3 = TxnId { client: 3, seq: 1 };
+        assert!(matches!(p.prepare(prep(t3, v(900, 3), &[], &["c"])).0, Vote::No(_)));
+        let t4 = TxnId { client: 4, seq: 1 };
+        assert_eq!(p.prepare(prep(t4, v(1_001, 4), &[], &["c"])).0, Vote::Yes);
+        // A read needs a new lease past the old one.
+        assert!(p.lease_needed(1_000).is_some());
+        let Recovered { logged, ask, .. } = Participant::recover(
+            0,
+            100,
+            Mutations { commit_prepared_without_asking: true, ..Mutations::default() },
+            &log,
+        );
+        assert!(ask.is_empty() && logged.contains(&Record::Commit(T2)), "the bug commits it");
+    }
+
+    #[test]
+    fn collection_keeps_the_newest_version_at_or_below_the_watermark() {
+        let mut p = Participant::new(0, 1_000, Mutations::default());
+        for (i, ts) in [10, 20, 30, 40].into_iter().enumerate() {
+            let t = TxnId { client: 1, seq: i as u64 };
+            let mut w = prep(t, v(ts, 1), &[], &["k"]);
+            w.participants = vec![0];
+            assert_eq!(p.prepare(w).0, Vote::Yes);
+            p.decide(t, true);
+        }
+        assert_eq!(p.collect(25), 1);
+        let left: Vec<Timestamp> =
+            p.committed()[&b"k".to_vec()].iter().map(|(v, _)| v.ts).collect();
+        assert_eq!(left, [20, 30, 40]);
+        assert_eq!(
+            serve(&mut p, "k", 25).version,
+            v(20, 1),
+            "a reader at the watermark still reads"
+        );
+    }
+}

@@ -1,0 +1,196 @@
+//! The simulated clients: each runs one transaction at a time, a transfer
+//! between two accounts or a read-only audit of all of them, and
+//! coordinates its commit.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use rand::Rng;
+
+use crate::coordinator::ClientTxn;
+use crate::log::Prepare;
+use crate::types::{ClientId, Key, ShardId, TxnId, Version};
+
+use super::world::{
+    Active, Event, Msg, Node, Outcome, Reported, Stage, World, account_key, balance, shard_of,
+};
+
+impl World {
+    pub(super) fn next_txn(&mut self, c: ClientId) {
+        let (cfg, now) = (&self.cfg, self.now);
+        let client = &mut self.clients[c as usize];
+        if !client.up || client.active.is_some() || client.done >= cfg.txns_per_client {
+            return;
+        }
+        client.seq += 1;
+        let id = TxnId { client: c, seq: client.seq };
+        let begin = client.clock.now(now);
+        let seq = client.seq;
+        let audit = self.rng.random_bool(cfg.audit_fraction);
+        let from = self.rng.random_range(0..cfg.accounts);
+        let to = (from + self.rng.random_range(1..cfg.accounts)) % cfg.accounts;
+        let keys: BTreeSet<Key> = if audit {
+            (0..cfg.accounts).map(account_key).collect()
+        } else {
+            [account_key(from), account_key(to)].into()
+        };
+        let shards = cfg.shards;
+        for key in &keys {
+            let shard = shard_of(key, shards);
+            let msg = Msg::Read { txn: id, key: key.clone(), at: begin };
+            self.send(Node::Client(c), Node::Shard(shard), msg);
+        }
+        self.clients[c as usize].active = Some(Active {
+            txn: ClientTxn::new(id, begin),
+            audit,
+            transfer: (from, to),
+            stage: Stage::Reading(keys),
+            version: None,
+            prepares: BTreeMap::new(),
+        });
+        let timeout = self.cfg.client_timeout;
+        self.after(timeout, Event::ClientTimeout { client: c, seq, stage: 0 });
+    }
+
+    pub(super) fn on_client(&mut self, c: ClientId, msg: Msg) {
+        let client = &mut self.clients[c as usize];
+        let Some(a) = client.active.as_mut() else { return };
+        match msg {
+            Msg::ReadReply { txn, key, reply } if txn == a.txn.id => {
+                let Stage::Reading(waiting) = &mut a.stage else { return };
+                if !waiting.remove(&key) {
+                    return;
+                }
+                client.clock.observe(reply.version.ts);
+                a.txn.reads.insert(key, reply);
+                if waiting.is_empty() {
+                    self.reads_done(c);
+                }
+            }
+            Msg::Vote { txn, shard, yes } if txn == a.txn.id => {
+                let Stage::Voting(votes, _) = &mut a.stage else { return };
+                if !yes {
+                    // A no is durable at its voter: the transaction can
+                    // only abort.
+                    self.decide_all(c, false);
+                    self.finish(c, Reported::Aborted);
+                    return;
+                }
+                votes.insert(shard, true);
+                if votes.len() == a.prepares.len() {
+                    // Every prepare is durable: committed, whatever
+                    // happens to the decision messages (a participant
+                    // that misses one asks the others).
+                    if a.prepares.len() > 1 {
+                        self.decide_all(c, true);
+                    }
+                    self.finish(c, Reported::Committed);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    pub(super) fn reads_done(&mut self, c: ClientId) {
+        let (now, cfg) = (self.now, &self.cfg);
+        let client = &mut self.clients[c as usize];
+        let Some(a) = client.active.as_mut() else { return };
+        if a.audit {
+            let ok = a.txn.locally_valid();
+            self.finish(c, if ok { Reported::Committed } else { Reported::Aborted });
+            return;
+        }
+        let (from, to) = a.transfer;
+        let value = |k: u32| a.txn.reads.get(&account_key(k)).and_then(|r| r.value.clone());
+        let (bf, bt) =
+            (balance(&value(from), cfg.initial_balance), balance(&value(to), cfg.initial_balance));
+        let amount = self.rng.random_range(1..=10).min(bf);
+        a.txn.writes.insert(account_key(from), Some((bf - amount).to_string().into_bytes()));
+        a.txn.writes.insert(account_key(to), Some((bt + amount).to_string().into_bytes()));
+        let version = Version { ts: client.clock.now(now), client: c };
+        let shards = cfg.shards;
+        let prepares = a.txn.prepares(version, |k| shard_of(k, shards));
+        a.version = Some(version);
+        a.prepares = prepares.clone();
+        a.stage = Stage::Voting(BTreeMap::new(), 0);
+        let seq = a.txn.id.seq;
+        for (s, p) in prepares {
+            self.send(Node::Client(c), Node::Shard(s), Msg::Prepare(p));
+        }
+        let timeout = self.cfg.client_timeout;
+        self.after(timeout, Event::ClientTimeout { client: c, seq, stage: 1 });
+    }
+
+    pub(super) fn decide_all(&mut self, c: ClientId, commit: bool) {
+        let Some(a) = self.clients[c as usize].active.as_ref() else { return };
+        let (txn, parts) = (a.txn.id, a.prepares.keys().copied().collect::<Vec<_>>());
+        for s in parts {
+            self.send(Node::Client(c), Node::Shard(s), Msg::Decide { txn, commit });
+        }
+    }
+
+    pub(super) fn on_timeout(&mut self, c: ClientId, seq: u64, stage: u8) {
+        let client = &mut self.clients[c as usize];
+        let Some(a) = client.active.as_mut() else { return };
+        if !client.up || a.txn.id.seq != seq {
+            return;
+        }
+        match &mut a.stage {
+            // No prepare was sent: nothing can commit.
+            Stage::Reading(_) if stage == 0 => self.finish(c, Reported::Aborted),
+            // Votes missing: ask again (a prepare is answered as the first
+            // time). The coordinator never aborts on a timeout: the
+            // participants may all be prepared and commit by termination.
+            // After three tries it tells the application it does not know.
+            Stage::Voting(votes, tries) if stage == 1 => {
+                if *tries >= 3 {
+                    self.finish(c, Reported::Unknown);
+                    return;
+                }
+                *tries += 1;
+                let missing: Vec<(ShardId, Prepare)> = a
+                    .prepares
+                    .iter()
+                    .filter(|(s, _)| !votes.contains_key(s))
+                    .map(|(s, p)| (*s, p.clone()))
+                    .collect();
+                for (s, p) in missing {
+                    self.send(Node::Client(c), Node::Shard(s), Msg::Prepare(p));
+                }
+                let timeout = self.cfg.client_timeout;
+                self.after(timeout, Event::ClientTimeout { client: c, seq, stage: 1 });
+            }
+            _ => {}
+        }
+    }
+
+    pub(super) fn finish(&mut self, c: ClientId, reported: Reported) {
+        let Some(a) = self.clients[c as usize].active.take() else { return };
+        self.history.push(outcome(&a, reported));
+        self.clients[c as usize].done += 1;
+        let think = self.rng.random_range(0..1_000);
+        self.after(think, Event::ClientNext { client: c });
+    }
+
+    pub(super) fn client_crash(&mut self, c: ClientId) {
+        let client = &mut self.clients[c as usize];
+        client.up = false;
+        if let Some(a) = client.active.take()
+            && a.version.is_some()
+        {
+            self.history.push(outcome(&a, Reported::Unknown));
+        }
+    }
+}
+
+fn outcome(a: &Active, reported: Reported) -> Outcome {
+    Outcome {
+        txn: a.txn.id,
+        audit: a.audit,
+        begin: a.txn.begin,
+        version: a.version,
+        participants: a.prepares.keys().copied().collect(),
+        reads: a.txn.reads.iter().map(|(k, r)| (k.clone(), r.version, r.value.clone())).collect(),
+        writes: a.txn.writes.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        reported,
+    }
+}

@@ -1,0 +1,255 @@
+//! The simulated shard primaries: their logs, crashes and recoveries,
+//! and how they answer reads, prepares, decisions and termination
+//! queries.
+
+use rand::Rng;
+
+use crate::coordinator::terminate;
+use crate::log::{Prepare, Record};
+use crate::participant::{Participant, Vote};
+use crate::types::{ShardId, TxnId, TxnStatus};
+
+use super::world::{Action, Event, Msg, Node, World};
+
+impl World {
+    pub(super) fn append(&mut self, s: ShardId, rec: Record) -> usize {
+        let lat = self.between(self.cfg.log_latency);
+        let shard = &mut self.shards[s as usize];
+        shard.log.push(rec);
+        let idx = shard.log.len() - 1;
+        let at = shard.last_durable_at.max(self.now + lat);
+        shard.last_durable_at = at;
+        let epoch = shard.epoch;
+        self.at(at, Event::Durable { shard: s, epoch, upto: idx + 1 });
+        idx
+    }
+
+    /// Run `action` once the log is durable through `idx`, or now if the
+    /// mutation says not to wait.
+    pub(super) fn when_durable(&mut self, s: ShardId, idx: usize, action: Action, wait: bool) {
+        if !wait || idx < self.shards[s as usize].durable {
+            self.act(s, action);
+        } else {
+            self.shards[s as usize].waiting.push((idx, action));
+        }
+    }
+
+    pub(super) fn on_durable(&mut self, s: ShardId, epoch: u64, upto: usize) {
+        let shard = &mut self.shards[s as usize];
+        if shard.epoch != epoch || !shard.up {
+            return;
+        }
+        shard.durable = shard.durable.max(upto);
+        let durable = shard.durable;
+        let (ready, rest): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut shard.waiting).into_iter().partition(|(i, _)| *i < durable);
+        shard.waiting = rest;
+        for (_, a) in ready {
+            self.act(s, a);
+        }
+    }
+
+    pub(super) fn act(&mut self, s: ShardId, action: Action) {
+        match action {
+            Action::Send(to, msg) => self.send(Node::Shard(s), to, msg),
+            Action::Lease(until) => self.shards[s as usize].p.lease_durable(until),
+            Action::Read { client, txn, key, at } => {
+                let reply = self.shards[s as usize].p.read(&key, at);
+                self.send(Node::Shard(s), Node::Client(client), Msg::ReadReply { txn, key, reply });
+            }
+            Action::FastCommit { client, txn } => {
+                if let Some(r) = self.shards[s as usize].p.decide(txn, true) {
+                    self.append(s, r);
+                }
+                let msg = Msg::Vote { txn, shard: s, yes: true };
+                self.send(Node::Shard(s), Node::Client(client), msg);
+            }
+        }
+    }
+
+    pub(super) fn on_shard(&mut self, s: ShardId, from: Node, msg: Msg) {
+        match msg {
+            Msg::Read { txn, key, at } => {
+                let Node::Client(client) = from else { return };
+                let read = Action::Read { client, txn, key, at };
+                match self.shards[s as usize].p.lease_needed(at) {
+                    Some(Record::ReadLease(until)) => {
+                        let idx = self.append(s, Record::ReadLease(until));
+                        self.when_durable(s, idx, Action::Lease(until), true);
+                        self.when_durable(s, idx, read, true);
+                    }
+                    _ => self.act(s, read),
+                }
+            }
+            Msg::Prepare(p) => self.on_prepare(s, from, p),
+            Msg::Decide { txn, commit } => {
+                let shard = &mut self.shards[s as usize];
+                shard.prepared_at.remove(&txn);
+                shard.answers.remove(&txn);
+                if let Some(r) = shard.p.decide(txn, commit) {
+                    self.append(s, r);
+                }
+            }
+            Msg::Query { txn, from: asker } => {
+                let (status, rec) = self.shards[s as usize].p.status(txn);
+                if let Some(r) = rec {
+                    self.append(s, r);
+                }
+                // The answer must not outlive a crash: what it reports
+                // (a prepare, a no, this abort) is in the log so far, so
+                // it waits for all of that to be durable.
+                let last = self.shards[s as usize].log.len().saturating_sub(1);
+                let answer = Action::Send(Node::Shard(asker), Msg::Answer { txn, from: s, status });
+                self.when_durable(s, last, answer, true);
+            }
+            Msg::Answer { txn, from: other, status } => self.on_answer(s, txn, other, status),
+            Msg::ReadReply { .. } | Msg::Vote { .. } => {}
+        }
+    }
+
+    pub(super) fn on_prepare(&mut self, s: ShardId, from: Node, p: Prepare) {
+        let Node::Client(client) = from else { return };
+        let (txn, single) = (p.txn, p.participants.len() <= 1);
+        let wait = !self.cfg.mutations.vote_before_durable;
+        let shard = &mut self.shards[s as usize];
+        let already = shard.p.known(txn);
+        let (vote, rec) = shard.p.prepare(p);
+        let yes_action = if single {
+            Action::FastCommit { client, txn }
+        } else {
+            Action::Send(from, Msg::Vote { txn, shard: s, yes: true })
+        };
+        let no_action = Action::Send(from, Msg::Vote { txn, shard: s, yes: false });
+        match (vote, rec) {
+            (Vote::No(_), Some(r)) => {
+                let idx = self.append(s, r);
+                self.when_durable(s, idx, no_action, wait);
+            }
+            (Vote::Yes, Some(r)) => {
+                let now = self.now;
+                self.shards[s as usize].prepared_at.insert(txn, now);
+                let idx = self.append(s, r);
+                self.when_durable(s, idx, yes_action, wait);
+            }
+            (vote, None) => {
+                // Asked again: answer as the first time, once what is
+                // logged so far is durable (the first vote's record is
+                // among it).
+                let last = self.shards[s as usize].log.len().saturating_sub(1);
+                let action = match vote {
+                    Vote::No(_) => no_action,
+                    Vote::Yes if single && already == Some(TxnStatus::Committed) => {
+                        Action::Send(from, Msg::Vote { txn, shard: s, yes: true })
+                    }
+                    Vote::Yes => yes_action,
+                };
+                self.when_durable(s, last, action, wait);
+            }
+        }
+    }
+
+    pub(super) fn on_answer(&mut self, s: ShardId, txn: TxnId, other: ShardId, status: TxnStatus) {
+        let shard = &mut self.shards[s as usize];
+        let Some(got) = shard.answers.get_mut(&txn) else { return };
+        got.insert(other, status);
+        let Some((_, participants)) = shard.p.prepared().into_iter().find(|(t, _)| *t == txn)
+        else {
+            shard.answers.remove(&txn);
+            return;
+        };
+        let answers: Vec<Option<TxnStatus>> = participants
+            .iter()
+            .map(|p| if *p == s { Some(TxnStatus::Prepared) } else { got.get(p).copied() })
+            .collect();
+        if let Some(commit) = terminate(&answers) {
+            shard.answers.remove(&txn);
+            shard.prepared_at.remove(&txn);
+            if let Some(r) = shard.p.decide(txn, commit) {
+                self.append(s, r);
+            }
+        }
+    }
+
+    pub(super) fn on_tick(&mut self, s: ShardId) {
+        let tick = (self.cfg.termination_timeout / 4).max(1);
+        let shard = &self.shards[s as usize];
+        if shard.up {
+            let stale: Vec<(TxnId, Vec<ShardId>)> = shard
+                .p
+                .prepared()
+                .into_iter()
+                .filter(|(t, parts)| {
+                    parts.len() > 1
+                        && shard
+                            .prepared_at
+                            .get(t)
+                            .is_none_or(|at| self.now >= at + self.cfg.termination_timeout)
+                })
+                .collect();
+            for (txn, parts) in stale {
+                self.shards[s as usize].answers.entry(txn).or_default();
+                for p in parts.into_iter().filter(|p| *p != s) {
+                    self.send(Node::Shard(s), Node::Shard(p), Msg::Query { txn, from: s });
+                }
+            }
+        }
+        let busy = !self.shards[s as usize].p.prepared().is_empty();
+        if !self.calm || busy || !self.shards[s as usize].up {
+            self.after(tick, Event::Tick { shard: s });
+        }
+    }
+
+    pub(super) fn crash(&mut self, s: ShardId) {
+        if self.calm || !self.shards[s as usize].up {
+            return;
+        }
+        self.crashes += 1;
+        let shard = &mut self.shards[s as usize];
+        shard.up = false;
+        shard.epoch += 1;
+        // The tail that was not durable is gone.
+        shard.log.truncate(shard.durable);
+        shard.waiting.clear();
+        shard.answers.clear();
+        shard.prepared_at.clear();
+        let down = self.between(self.cfg.shard_down);
+        self.after(down, Event::Restart { shard: s });
+    }
+
+    pub(super) fn restart(&mut self, s: ShardId) {
+        let cfg = &self.cfg;
+        let shard = &mut self.shards[s as usize];
+        let crate::participant::Recovered { participant, logged, ask } =
+            Participant::recover(s, cfg.lease_span, cfg.mutations, &shard.log[..shard.durable]);
+        shard.p = participant;
+        shard.up = true;
+        shard.last_durable_at = self.now;
+        for (txn, _) in &ask {
+            // Ask about them at the next tick.
+            shard.prepared_at.insert(*txn, 0);
+        }
+        for r in logged {
+            self.append(s, r);
+        }
+        if !self.calm && self.cfg.shard_crash_every > 0 {
+            let d = self.exponential(self.cfg.shard_crash_every);
+            self.after(d, Event::Crash { shard: s });
+        }
+    }
+
+    pub(super) fn partition(&mut self) {
+        if self.calm {
+            return;
+        }
+        let a = Node::Shard(self.rng.random_range(0..self.cfg.shards));
+        let b = if self.rng.random_bool(0.5) {
+            Node::Client(self.rng.random_range(0..self.cfg.clients))
+        } else {
+            Node::Shard(self.rng.random_range(0..self.cfg.shards))
+        };
+        let until = self.now + self.between(self.cfg.partition_length);
+        self.partitions.push((a, b, until));
+        let d = self.exponential(self.cfg.partition_every);
+        self.after(d, Event::Partition);
+    }
+}
