@@ -37,6 +37,12 @@ impl HybridClock {
         self.last = self.last.max(ts);
     }
 
+    /// The highest timestamp returned or observed so far: every later
+    /// reading is above it.
+    pub fn last(&self) -> Timestamp {
+        self.last
+    }
+
     /// The skew.
     pub fn skew(&self) -> i64 {
         self.skew

@@ -19,6 +19,7 @@ fn seeds() -> std::ops::Range<u64> {
 #[test]
 fn every_seed_is_serializable_keeps_the_bank_and_terminates() {
     let (mut committed, mut aborted, mut unknown, mut audits, mut crashes) = (0, 0, 0, 0, 0);
+    let mut collected = 0;
     for seed in seeds() {
         let r = run(&SimConfig::new(seed));
         assert!(r.violations.is_empty(), "seed {seed}: {:#?}", r.violations);
@@ -27,14 +28,15 @@ fn every_seed_is_serializable_keeps_the_bank_and_terminates() {
         unknown += r.unknown;
         audits += r.audits_committed;
         crashes += r.crashes;
+        collected += r.collected;
     }
     eprintln!(
         "seeds {:?}: {committed} committed ({audits} audits), {aborted} aborted, {unknown} \
-         unknown; {crashes} primary crashes",
+         unknown; {crashes} primary crashes; {collected} versions collected",
         seeds()
     );
     // The runs did something worth checking.
-    assert!(committed > 0 && aborted > 0 && audits > 0 && crashes > 0);
+    assert!(committed > 0 && aborted > 0 && audits > 0 && crashes > 0 && collected > 0);
 }
 
 #[test]

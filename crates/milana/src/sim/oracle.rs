@@ -16,22 +16,64 @@
 //! - **The bank**: every committed audit sums to the total, and so do the
 //!   final balances.
 //! - **Termination**: nothing is left prepared once the faults stop.
+//! - **Collection** drops only old versions: each key's newest version in
+//!   a primary's memory is the newest its log committed.
+//!
+//! The committed versions come from the shards' logs, not their memory,
+//! which collection thins out.
 
 use std::collections::BTreeMap;
 
-use super::world::{Outcome, Reported, SimConfig, account_key, balance, shard_of};
+use super::world::{Outcome, Reported, SimConfig, account_key, balance};
+use crate::log::{Prepare, Record};
 use crate::participant::Participant;
-use crate::types::{Key, TxnStatus, Value, Version};
+use crate::types::{Key, TxnId, TxnStatus, Value, Version};
 
 type Versions = BTreeMap<Key, Vec<(Version, Option<Value>)>>;
 
-/// Check the end state of a run; what is wrong, one line each.
-pub fn check(cfg: &SimConfig, shards: &[&Participant], history: &[Outcome]) -> Vec<String> {
-    let mut bad = Vec::new();
+/// Every version committed, from the shards' logs (their prepares and
+/// commits): the primaries' memory has dropped the old ones.
+fn committed_versions(logs: &[&[Record]]) -> Versions {
     let mut truth: Versions = BTreeMap::new();
+    for log in logs {
+        let prepares: BTreeMap<TxnId, &Prepare> = log
+            .iter()
+            .filter_map(|r| match r {
+                Record::Prepare(p) => Some((p.txn, p)),
+                _ => None,
+            })
+            .collect();
+        for r in log.iter() {
+            if let Record::Commit(t) = r
+                && let Some(p) = prepares.get(t)
+            {
+                for (key, value) in &p.writes {
+                    truth.entry(key.clone()).or_default().push((p.version, value.clone()));
+                }
+            }
+        }
+    }
+    for versions in truth.values_mut() {
+        versions.sort_by_key(|(v, _)| *v);
+    }
+    truth
+}
+
+/// Check the end state of a run; what is wrong, one line each.
+pub fn check(
+    cfg: &SimConfig,
+    shards: &[&Participant],
+    logs: &[&[Record]],
+    history: &[Outcome],
+) -> Vec<String> {
+    let mut bad = Vec::new();
+    let truth = committed_versions(logs);
+    // Collection drops old versions and never the newest.
     for s in shards {
         for (key, versions) in s.committed() {
-            truth.insert(key, versions);
+            if versions.last() != truth.get(&key).and_then(|t| t.last()) {
+                bad.push(format!("shard {}: {key:?}'s newest version is not the log's", s.id()));
+            }
         }
     }
     // The newest committed version of `key` that `visible` accepts.
@@ -104,9 +146,7 @@ pub fn check(cfg: &SimConfig, shards: &[&Participant], history: &[Outcome]) -> V
     }
     let sum: u64 = (0..cfg.accounts)
         .map(|i| {
-            let key = account_key(i);
-            let shard = shard_of(&key, cfg.shards) as usize;
-            let value = shards[shard].committed().get(&key).and_then(|vs| vs.last().cloned());
+            let value = truth.get(&account_key(i)).and_then(|vs| vs.last().cloned());
             balance(&value.and_then(|(_, v)| v), cfg.initial_balance)
         })
         .sum();

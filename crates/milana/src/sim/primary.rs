@@ -192,6 +192,8 @@ impl World {
                     self.send(Node::Shard(s), Node::Shard(p), Msg::Query { txn, from: s });
                 }
             }
+            let watermark = self.watermark();
+            self.collected += self.shards[s as usize].p.collect(watermark) as u64;
         }
         let busy = !self.shards[s as usize].p.prepared().is_empty();
         if !self.calm || busy || !self.shards[s as usize].up {

@@ -143,6 +143,8 @@ pub struct SimReport {
     pub audits_committed: u32,
     /// Crashes of primaries.
     pub crashes: u32,
+    /// Versions dropped by watermark collection.
+    pub collected: u64,
     /// What the oracle found wrong (empty: nothing).
     pub violations: Vec<String>,
 }
@@ -247,6 +249,7 @@ pub(super) struct World {
     pub(super) calm: bool,
     pub(super) history: Vec<Outcome>,
     pub(super) crashes: u32,
+    pub(super) collected: u64,
 }
 
 /// Run one simulation.
@@ -271,7 +274,8 @@ pub fn run(cfg: &SimConfig) -> SimReport {
         }
     }
     let participants: Vec<&Participant> = w.shards.iter().map(|s| &s.p).collect();
-    let mut violations = super::oracle::check(&w.cfg, &participants, &w.history);
+    let logs: Vec<&[Record]> = w.shards.iter().map(|s| &s.log[..]).collect();
+    let mut violations = super::oracle::check(&w.cfg, &participants, &logs, &w.history);
     if w.shards.iter().any(|s| !s.up) {
         violations.push("a primary was still down at the end".into());
     }
@@ -287,6 +291,7 @@ pub fn run(cfg: &SimConfig) -> SimReport {
         unknown: count(Reported::Unknown),
         audits_committed,
         crashes: w.crashes,
+        collected: w.collected,
         violations,
     }
 }
@@ -350,6 +355,7 @@ impl World {
             calm: false,
             history: Vec::new(),
             crashes: 0,
+            collected: 0,
         }
     }
 
@@ -371,6 +377,18 @@ impl World {
     pub(super) fn exponential(&mut self, mean: Timestamp) -> Timestamp {
         let u: f64 = self.rng.random_range(1e-9..1.0);
         (-(u.ln()) * mean as f64) as Timestamp
+    }
+
+    /// MILANA §4.4's watermark: the lowest timestamp any client may still
+    /// read at, its running transaction's begin or, idle, its clock (its
+    /// next begin is above it). The simulation takes it from every
+    /// client at once, the most a real broadcast could ever tell.
+    pub(super) fn watermark(&self) -> Timestamp {
+        self.clients
+            .iter()
+            .map(|c| c.active.as_ref().map_or(c.clock.last(), |a| a.txn.begin))
+            .min()
+            .unwrap_or(0)
     }
 
     pub(super) fn start(&mut self) {
