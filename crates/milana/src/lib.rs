@@ -13,7 +13,8 @@
 //! | versions ⟨timestamp, client id⟩ | [`types::Version`] |
 //! | hybrid clocks with skew ε at the clients | [`clock`] |
 //! | latestRead / prepared / latestCommitted per key; Algorithm 1 (validation) | [`participant::Participant::prepare`] |
-//! | the prepare, commit, abort and read-lease records | [`log`] |
+//! | the prepare, commit, abort and read-lease records | [`log`], their bytes [`codec`] |
+//! | a shard's log on the engine (object store, quorum, fencing, standby) | [`shard_log`] |
 //! | local validation of read-only transactions (§4.3) | [`coordinator::ClientTxn::locally_valid`] |
 //! | the client as coordinator: one prepare per shard, the decision | [`coordinator::ClientTxn::prepares`], [`sim`] |
 //! | cooperative termination (§4.5) | [`coordinator::terminate`], [`participant::Participant::status`] |
@@ -25,8 +26,10 @@
 //! durable, one round trip and one log write, no second phase.
 
 pub mod clock;
+pub mod codec;
 pub mod coordinator;
 pub mod log;
 pub mod participant;
+pub mod shard_log;
 pub mod sim;
 pub mod types;

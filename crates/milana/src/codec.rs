@@ -1,0 +1,234 @@
+//! The bytes of a log record, as a shard writes it to its log.
+//!
+//! Layout: a format byte (1), a tag byte, then the fields in order:
+//! integers little-endian and fixed width, byte strings and lists
+//! prefixed with their length (u32). An optional value is a byte (0
+//! none, 1 some) then the bytes. Decoding refuses anything left over,
+//! anything short, and an unknown format or tag, with an error that says
+//! which.
+
+use crate::log::{Prepare, Record};
+use crate::types::{TxnId, Value, Version};
+
+/// The format byte this version writes and reads.
+pub const FORMAT: u8 = 1;
+
+const PREPARE: u8 = 1;
+const COMMIT: u8 = 2;
+const ABORT: u8 = 3;
+const LEASE: u8 = 4;
+
+/// A record's bytes.
+pub fn encode(r: &Record) -> Vec<u8> {
+    let mut out = vec![FORMAT];
+    match r {
+        Record::Prepare(p) => {
+            out.push(PREPARE);
+            txn(&mut out, p.txn);
+            version(&mut out, p.version);
+            len(&mut out, p.reads.len());
+            for (k, v) in &p.reads {
+                bytes(&mut out, k);
+                version(&mut out, *v);
+            }
+            len(&mut out, p.writes.len());
+            for (k, v) in &p.writes {
+                bytes(&mut out, k);
+                match v {
+                    None => out.push(0),
+                    Some(v) => {
+                        out.push(1);
+                        bytes(&mut out, v);
+                    }
+                }
+            }
+            len(&mut out, p.participants.len());
+            for s in &p.participants {
+                out.extend_from_slice(&s.to_le_bytes());
+            }
+        }
+        Record::Commit(t) => {
+            out.push(COMMIT);
+            txn(&mut out, *t);
+        }
+        Record::Abort(t) => {
+            out.push(ABORT);
+            txn(&mut out, *t);
+        }
+        Record::ReadLease(until) => {
+            out.push(LEASE);
+            out.extend_from_slice(&until.to_le_bytes());
+        }
+    }
+    out
+}
+
+fn len(out: &mut Vec<u8>, n: usize) {
+    out.extend_from_slice(&u32::try_from(n).expect("fewer than 4 G items").to_le_bytes());
+}
+
+fn bytes(out: &mut Vec<u8>, b: &[u8]) {
+    len(out, b.len());
+    out.extend_from_slice(b);
+}
+
+fn txn(out: &mut Vec<u8>, t: TxnId) {
+    out.extend_from_slice(&t.client.to_le_bytes());
+    out.extend_from_slice(&t.seq.to_le_bytes());
+}
+
+fn version(out: &mut Vec<u8>, v: Version) {
+    out.extend_from_slice(&v.ts.to_le_bytes());
+    out.extend_from_slice(&v.client.to_le_bytes());
+}
+
+/// Why bytes are not a record.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("a log record does not decode: {0}")]
+pub struct DecodeError(String);
+
+struct Reader<'a> {
+    b: &'a [u8],
+}
+
+impl Reader<'_> {
+    fn take(&mut self, n: usize, what: &str) -> Result<&[u8], DecodeError> {
+        if self.b.len() < n {
+            return Err(DecodeError(format!("{what}: {n} bytes wanted, {} left", self.b.len())));
+        }
+        let (head, rest) = self.b.split_at(n);
+        self.b = rest;
+        Ok(head)
+    }
+    fn u8(&mut self, what: &str) -> Result<u8, DecodeError> {
+        Ok(self.take(1, what)?[0])
+    }
+    fn u32(&mut self, what: &str) -> Result<u32, DecodeError> {
+        Ok(u32::from_le_bytes(self.take(4, what)?.try_into().expect("4 bytes")))
+    }
+    fn u64(&mut self, what: &str) -> Result<u64, DecodeError> {
+        Ok(u64::from_le_bytes(self.take(8, what)?.try_into().expect("8 bytes")))
+    }
+    fn bytes(&mut self, what: &str) -> Result<Vec<u8>, DecodeError> {
+        let n = self.u32(what)? as usize;
+        Ok(self.take(n, what)?.to_vec())
+    }
+    fn txn(&mut self) -> Result<TxnId, DecodeError> {
+        Ok(TxnId { client: self.u32("txn client")?, seq: self.u64("txn seq")? })
+    }
+    fn version(&mut self) -> Result<Version, DecodeError> {
+        Ok(Version { ts: self.u64("version ts")?, client: self.u32("version client")? })
+    }
+    /// A count of items, each at least `min` bytes: refused when the bytes
+    /// left cannot hold it (so a corrupt count cannot ask for gigabytes).
+    fn count(&mut self, min: usize, what: &str) -> Result<usize, DecodeError> {
+        let n = self.u32(what)? as usize;
+        if n.saturating_mul(min) > self.b.len() {
+            return Err(DecodeError(format!(
+                "{what}: {n} items cannot fit in {} bytes",
+                self.b.len()
+            )));
+        }
+        Ok(n)
+    }
+}
+
+/// The record in `b`.
+pub fn decode(b: &[u8]) -> Result<Record, DecodeError> {
+    let mut r = Reader { b };
+    let format = r.u8("format")?;
+    if format != FORMAT {
+        return Err(DecodeError(format!("format {format}, this version reads {FORMAT}")));
+    }
+    let record = match r.u8("tag")? {
+        PREPARE => {
+            let txn = r.txn()?;
+            let version = r.version()?;
+            let mut reads = Vec::new();
+            for _ in 0..r.count(16, "reads")? {
+                reads.push((r.bytes("read key")?, r.version()?));
+            }
+            let mut writes = Vec::new();
+            for _ in 0..r.count(5, "writes")? {
+                let key = r.bytes("write key")?;
+                let value: Option<Value> = match r.u8("value flag")? {
+                    0 => None,
+                    1 => Some(r.bytes("value")?),
+                    f => return Err(DecodeError(format!("value flag {f}"))),
+                };
+                writes.push((key, value));
+            }
+            let mut participants = Vec::new();
+            for _ in 0..r.count(4, "participants")? {
+                participants.push(r.u32("participant")?);
+            }
+            Record::Prepare(Prepare { txn, version, reads, writes, participants })
+        }
+        COMMIT => Record::Commit(r.txn()?),
+        ABORT => Record::Abort(r.txn()?),
+        LEASE => Record::ReadLease(r.u64("lease")?),
+        tag => return Err(DecodeError(format!("unknown tag {tag}"))),
+    };
+    if !r.b.is_empty() {
+        return Err(DecodeError(format!("{} bytes left over", r.b.len())));
+    }
+    Ok(record)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn record() -> impl Strategy<Value = Record> {
+        let txn = (any::<u32>(), any::<u64>()).prop_map(|(client, seq)| TxnId { client, seq });
+        let version = (any::<u64>(), any::<u32>()).prop_map(|(ts, client)| Version { ts, client });
+        let key = proptest::collection::vec(any::<u8>(), 0..20);
+        let prepare = (
+            txn.clone(),
+            version.clone(),
+            proptest::collection::vec((key.clone(), version), 0..4),
+            proptest::collection::vec(
+                (key, proptest::option::of(proptest::collection::vec(any::<u8>(), 0..40))),
+                0..4,
+            ),
+            proptest::collection::vec(any::<u32>(), 0..4),
+        )
+            .prop_map(|(txn, version, reads, writes, participants)| {
+                Record::Prepare(Prepare { txn, version, reads, writes, participants })
+            });
+        prop_oneof![
+            prepare,
+            txn.clone().prop_map(Record::Commit),
+            txn.prop_map(Record::Abort),
+            any::<u64>().prop_map(Record::ReadLease),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn every_record_decodes_to_itself(r in record()) {
+            prop_assert_eq!(decode(&encode(&r)), Ok(r));
+        }
+
+        #[test]
+        fn a_cut_or_padded_record_is_refused(r in record(), cut in 1usize..8) {
+            let b = encode(&r);
+            let short = &b[..b.len().saturating_sub(cut)];
+            prop_assert!(decode(short).is_err());
+            let mut long = b.clone();
+            long.push(0);
+            prop_assert!(decode(&long).is_err());
+        }
+    }
+
+    #[test]
+    fn another_format_or_tag_is_refused_by_name() {
+        let mut b = encode(&Record::ReadLease(7));
+        b[0] = 9;
+        assert!(decode(&b).expect_err("format").to_string().contains("format 9"));
+        b[0] = FORMAT;
+        b[1] = 77;
+        assert!(decode(&b).expect_err("tag").to_string().contains("unknown tag 77"));
+    }
+}
