@@ -47,7 +47,7 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and "example" in m["target"]["kind"] and m.get("executable"):
         print(m["executable"])
 ')
-[ "$(echo "$examples" | grep -c .)" -eq "$(ls crates/milliscale/examples/*.rs | wc -l)" ] ||
+[ "$(echo "$examples" | grep -c .)" -eq "$(ls crates/*/examples/*.rs | wc -l)" ] ||
   { echo "cargo test did not build every example: $examples" >&2; exit 1; }
 step examples
 for example in $examples; do

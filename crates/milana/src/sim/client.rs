@@ -1,6 +1,6 @@
-//! The simulated clients: each runs one transaction at a time, a transfer
-//! between two accounts or a read-only audit of all of them, and
-//! coordinates its commit.
+//! The simulated clients: each runs one transaction at a time (a transfer
+//! between two accounts or a read-only audit of all of them; or, with
+//! `SimConfig::retwis`, Retwis's mix) and coordinates its commit.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -11,7 +11,7 @@ use crate::log::Prepare;
 use crate::types::{ClientId, Key, ShardId, TxnId, Version};
 
 use super::world::{
-    Active, Event, Msg, Node, Outcome, Reported, Stage, World, account_key, balance, shard_of,
+    Active, Event, Msg, Node, Outcome, Plan, Reported, Stage, World, account_key, balance, shard_of,
 };
 
 impl World {
@@ -25,14 +25,22 @@ impl World {
         let id = TxnId { client: c, seq: client.seq };
         let begin = client.clock.now(now);
         let seq = client.seq;
-        let audit = self.rng.random_bool(cfg.audit_fraction);
-        let from = self.rng.random_range(0..cfg.accounts);
-        let to = (from + self.rng.random_range(1..cfg.accounts)) % cfg.accounts;
-        let keys: BTreeSet<Key> = if audit {
-            (0..cfg.accounts).map(account_key).collect()
-        } else {
-            [account_key(from), account_key(to)].into()
+        let (plan, reads) = match self.zipf {
+            Some(z) => self.retwis_plan(z),
+            None => {
+                let n = self.cfg.accounts;
+                if self.rng.random_bool(self.cfg.audit_fraction) {
+                    (Plan::ReadOnly, (0..n).collect())
+                } else {
+                    let from = self.rng.random_range(0..n);
+                    let to = (from + self.rng.random_range(1..n)) % n;
+                    (Plan::Transfer(from, to), vec![from, to])
+                }
+            }
         };
+        let cfg = &self.cfg;
+        let audit = matches!(plan, Plan::ReadOnly);
+        let keys: BTreeSet<Key> = reads.into_iter().map(account_key).collect();
         let shards = cfg.shards;
         for key in &keys {
             let shard = shard_of(key, shards);
@@ -42,13 +50,52 @@ impl World {
         self.clients[c as usize].active = Some(Active {
             txn: ClientTxn::new(id, begin),
             audit,
-            transfer: (from, to),
+            plan,
             stage: Stage::Reading(keys),
             version: None,
             prepares: BTreeMap::new(),
         });
         let timeout = self.cfg.client_timeout;
         self.after(timeout, Event::ClientTimeout { client: c, seq, stage: 0 });
+    }
+
+    /// One Retwis transaction (MILANA's Table 2): add user (1 get, 2
+    /// puts, 5%), follow (2 gets, 2 puts, 10%), post tweet (3 gets, 5
+    /// puts, 35%), get timeline (1-10 gets, 50%). Keys are zipfian; a
+    /// put goes to the keys read first, then to fresh ones.
+    fn retwis_plan(&mut self, zipf: rand_distr::Zipf<f64>) -> (Plan, Vec<u32>) {
+        let n = self.cfg.accounts;
+        let key = |rng: &mut rand::rngs::SmallRng| {
+            let rank = (rand_distr::Distribution::sample(&zipf, rng) as u32).clamp(1, n) - 1;
+            // Spread the hot ranks over the shards (a bijection: the
+            // multiplier is a prime that does not divide n).
+            (u64::from(rank) * 2_654_435_761 % u64::from(n)) as u32
+        };
+        let roll = self.rng.random_range(0..100);
+        let (gets, puts) = match roll {
+            0..5 => (1, 2),
+            5..15 => (2, 2),
+            15..50 => (3, 5),
+            _ => (self.rng.random_range(1..=10), 0),
+        };
+        let mut reads = Vec::new();
+        while reads.len() < gets {
+            let k = key(&mut self.rng);
+            if !reads.contains(&k) {
+                reads.push(k);
+            }
+        }
+        if puts == 0 {
+            return (Plan::ReadOnly, reads);
+        }
+        let mut writes = reads.clone();
+        while writes.len() < puts {
+            let k = key(&mut self.rng);
+            if !writes.contains(&k) {
+                writes.push(k);
+            }
+        }
+        (Plan::Write(writes), reads)
     }
 
     pub(super) fn on_client(&mut self, c: ClientId, msg: Msg) {
@@ -94,18 +141,29 @@ impl World {
         let (now, cfg) = (self.now, &self.cfg);
         let client = &mut self.clients[c as usize];
         let Some(a) = client.active.as_mut() else { return };
-        if a.audit {
-            let ok = a.txn.locally_valid();
-            self.finish(c, if ok { Reported::Committed } else { Reported::Aborted });
-            return;
+        match &a.plan {
+            Plan::ReadOnly => {
+                let ok = a.txn.locally_valid();
+                self.finish(c, if ok { Reported::Committed } else { Reported::Aborted });
+                return;
+            }
+            Plan::Transfer(from, to) => {
+                let value = |k: u32| a.txn.reads.get(&account_key(k)).and_then(|r| r.value.clone());
+                let initial = cfg.initial_balance;
+                let (bf, bt) = (balance(&value(*from), initial), balance(&value(*to), initial));
+                let amount = self.rng.random_range(1..=10).min(bf);
+                a.txn
+                    .writes
+                    .insert(account_key(*from), Some((bf - amount).to_string().into_bytes()));
+                a.txn.writes.insert(account_key(*to), Some((bt + amount).to_string().into_bytes()));
+            }
+            Plan::Write(keys) => {
+                let value = format!("{c}-{}", a.txn.id.seq).into_bytes();
+                for k in keys {
+                    a.txn.writes.insert(account_key(*k), Some(value.clone()));
+                }
+            }
         }
-        let (from, to) = a.transfer;
-        let value = |k: u32| a.txn.reads.get(&account_key(k)).and_then(|r| r.value.clone());
-        let (bf, bt) =
-            (balance(&value(from), cfg.initial_balance), balance(&value(to), cfg.initial_balance));
-        let amount = self.rng.random_range(1..=10).min(bf);
-        a.txn.writes.insert(account_key(from), Some((bf - amount).to_string().into_bytes()));
-        a.txn.writes.insert(account_key(to), Some((bt + amount).to_string().into_bytes()));
         let version = Version { ts: client.clock.now(now), client: c };
         let shards = cfg.shards;
         let prepares = a.txn.prepares(version, |k| shard_of(k, shards));

@@ -100,9 +100,9 @@ pub fn check(
                         o.begin
                     ));
                 }
-                sum += balance(value, cfg.initial_balance);
+                sum = sum.saturating_add(balance(value, cfg.initial_balance));
             }
-            if sum != total {
+            if cfg.retwis.is_none() && sum != total {
                 bad.push(format!("{t:?}: a committed audit summed to {sum}, not {total}"));
             }
             continue;
@@ -150,7 +150,7 @@ pub fn check(
             balance(&value.and_then(|(_, v)| v), cfg.initial_balance)
         })
         .sum();
-    if sum != total {
+    if cfg.retwis.is_none() && sum != total {
         bad.push(format!("the final balances sum to {sum}, not {total}"));
     }
     for s in shards {

@@ -61,6 +61,11 @@ pub struct SimConfig {
     pub lease_span: Timestamp,
     /// Deliberate protocol bugs (all off normally).
     pub mutations: Mutations,
+    /// Instead of the bank: Retwis's mix (MILANA's Table 2: add user,
+    /// follow, post, timeline) over the accounts as keys, chosen
+    /// zipfian with this α (contention). The bank's checks are skipped;
+    /// the others hold as they are.
+    pub retwis: Option<f64>,
 }
 
 impl SimConfig {
@@ -88,6 +93,7 @@ impl SimConfig {
             termination_timeout: 20_000,
             lease_span: 5_000,
             mutations: Mutations::default(),
+            retwis: None,
         }
     }
 }
@@ -139,8 +145,11 @@ pub struct SimReport {
     pub aborted: u32,
     /// Unknown, as reported.
     pub unknown: u32,
-    /// Read-only audits that committed by local validation.
+    /// Read-only transactions (audits, timelines) that committed by local
+    /// validation.
     pub audits_committed: u32,
+    /// Read-only transactions that failed local validation (or timed out).
+    pub audits_aborted: u32,
     /// Crashes of primaries.
     pub crashes: u32,
     /// Versions dropped by watermark collection.
@@ -219,10 +228,20 @@ pub(super) enum Stage {
 pub(super) struct Active {
     pub(super) txn: ClientTxn,
     pub(super) audit: bool,
-    pub(super) transfer: (u32, u32),
+    pub(super) plan: Plan,
     pub(super) stage: Stage,
     pub(super) version: Option<Version>,
     pub(super) prepares: BTreeMap<ShardId, Prepare>,
+}
+
+/// What a transaction will write once its reads are back.
+pub(super) enum Plan {
+    /// Move money from one account to another.
+    Transfer(u32, u32),
+    /// Read only.
+    ReadOnly,
+    /// Write these keys (Retwis: the first ones were read too).
+    Write(Vec<u32>),
 }
 
 pub(super) struct Client {
@@ -250,6 +269,7 @@ pub(super) struct World {
     pub(super) history: Vec<Outcome>,
     pub(super) crashes: u32,
     pub(super) collected: u64,
+    pub(super) zipf: Option<rand_distr::Zipf<f64>>,
 }
 
 /// Run one simulation.
@@ -280,8 +300,9 @@ pub fn run(cfg: &SimConfig) -> SimReport {
         violations.push("a primary was still down at the end".into());
     }
     let count = |r: Reported| w.history.iter().filter(|o| o.reported == r).count() as u32;
-    let audits_committed =
-        w.history.iter().filter(|o| o.audit && o.reported == Reported::Committed).count() as u32;
+    let audits = |r: Reported| w.history.iter().filter(|o| o.audit && o.reported == r).count();
+    let (audits_committed, audits_aborted) =
+        (audits(Reported::Committed) as u32, audits(Reported::Aborted) as u32);
     SimReport {
         hash: w.hasher.finish(),
         events: w.processed,
@@ -290,6 +311,7 @@ pub fn run(cfg: &SimConfig) -> SimReport {
         aborted: count(Reported::Aborted),
         unknown: count(Reported::Unknown),
         audits_committed,
+        audits_aborted,
         crashes: w.crashes,
         collected: w.collected,
         violations,
@@ -318,6 +340,9 @@ pub(crate) fn balance(value: &Option<Value>, initial: u64) -> u64 {
 impl World {
     pub(super) fn new(cfg: SimConfig) -> World {
         let mut rng = SmallRng::seed_from_u64(cfg.seed);
+        let cfg_zipf = cfg.retwis.map(|alpha| {
+            rand_distr::Zipf::new(f64::from(cfg.accounts), alpha).expect("α > 0 and keys > 0")
+        });
         let shards = (0..cfg.shards)
             .map(|id| Shard {
                 p: Participant::new(id, cfg.lease_span, cfg.mutations),
@@ -356,6 +381,7 @@ impl World {
             history: Vec::new(),
             crashes: 0,
             collected: 0,
+            zipf: cfg_zipf,
         }
     }
 
