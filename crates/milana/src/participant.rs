@@ -37,6 +37,9 @@ pub struct Mutations {
     /// At recovery, commit a prepared multi-shard transaction without
     /// asking the other participants.
     pub commit_prepared_without_asking: bool,
+    /// At recovery, ignore the read leases logged: start every key's
+    /// latest read at zero (MILANA §4.5's pitfall, left open).
+    pub forget_read_floor: bool,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -340,8 +343,10 @@ impl Participant {
                 Record::ReadLease(until) => floor = floor.max(*until),
             }
         }
-        p.read_floor = floor;
-        p.lease = floor;
+        if !mutations.forget_read_floor {
+            p.read_floor = floor;
+            p.lease = floor;
+        }
         let mut logged = Vec::new();
         let mut ask = Vec::new();
         for (txn, participants) in p.prepared() {

@@ -78,3 +78,10 @@ fn committing_a_prepared_transaction_at_recovery_without_asking_is_caught() {
     let (seed, why) = caught(m).expect("the bug is caught within the seeds");
     eprintln!("caught at seed {seed}: {why}");
 }
+
+#[test]
+fn forgetting_the_read_floor_at_recovery_is_caught() {
+    let m = Mutations { forget_read_floor: true, ..Mutations::default() };
+    let (seed, why) = caught(m).expect("the bug is caught within the seeds");
+    eprintln!("caught at seed {seed}: {why}");
+}
