@@ -15,6 +15,7 @@
 //! | latestRead / prepared / latestCommitted per key; Algorithm 1 (validation) | [`participant::Participant::prepare`] |
 //! | the prepare, commit, abort and read-lease records | [`log`], their bytes [`codec`] |
 //! | a shard's log on the engine (object store, quorum, fencing, standby) | [`shard_log`] |
+//! | the shard map: versions on the store, published with conditional writes | [`shard_map`] |
 //! | local validation of read-only transactions (§4.3) | [`coordinator::ClientTxn::locally_valid`] |
 //! | the client as coordinator: one prepare per shard, the decision | [`coordinator::ClientTxn::prepares`], [`sim`] |
 //! | cooperative termination (§4.5) | [`coordinator::terminate`], [`participant::Participant::status`] |
@@ -31,5 +32,6 @@ pub mod coordinator;
 pub mod log;
 pub mod participant;
 pub mod shard_log;
+pub mod shard_map;
 pub mod sim;
 pub mod types;

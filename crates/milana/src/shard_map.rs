@@ -1,0 +1,239 @@
+//! The shard map: which shard owns which keys, and where each shard's
+//! server and log are. It lives on the object store as a sequence of
+//! versions, `PREFIX/shard-map/NNNNNNNNNNNNNNNNNNNN` (the version, 20
+//! digits, so key order is version order), each created once with a
+//! conditional write (`put_if_absent`). The store is the coordination
+//! service: two administrators that both read version 7 and both publish
+//! version 8 cannot both succeed, and no consensus of our own is needed.
+//!
+//! Invariants:
+//! - a published version is never changed; the newest version is the map;
+//! - version `n + 1` is published only by someone who read version `n`
+//!   (`publish` refuses any other number), so no change is lost to a
+//!   concurrent one: the loser reads the winner's map and tries again;
+//! - every key has exactly one owner: the ranges start at the empty key,
+//!   are sorted by start key without repeats, and every shard they name
+//!   has an address.
+//!
+//! Clients cache the map and read it again when a shard answers that a key
+//! is not its own (the servers, which use this, are not built yet).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use milliscale::store::{Bytes, ObjectStore, StoreError};
+use serde::{Deserialize, Serialize};
+
+use crate::types::{Key, ShardId};
+
+/// Where a shard is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardInfo {
+    /// Its server's address (`host:port`).
+    pub addr: String,
+    /// Its log's store URL (its own bucket or prefix).
+    pub log: String,
+}
+
+/// One version of the map.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardMap {
+    /// 1, 2, ...: each change publishes the next.
+    pub version: u64,
+    /// `(first key, shard)`: the shard owns the keys from its first key up
+    /// to the next range's. Sorted; the first starts at the empty key.
+    pub ranges: Vec<(Key, ShardId)>,
+    /// Every shard the ranges name.
+    pub shards: BTreeMap<ShardId, ShardInfo>,
+}
+
+impl ShardMap {
+    /// The shard that owns `key`.
+    pub fn shard_of(&self, key: &[u8]) -> ShardId {
+        let i = self.ranges.partition_point(|(start, _)| start.as_slice() <= key);
+        self.ranges[i.saturating_sub(1)].1
+    }
+
+    /// Refuse a map that leaves a key without exactly one owner.
+    pub fn check(&self) -> Result<(), MapError> {
+        let bad = |why: String| Err(MapError::Invalid(why));
+        if self.version == 0 {
+            return bad("versions start at 1".into());
+        }
+        match self.ranges.first() {
+            Some((start, _)) if start.is_empty() => {}
+            _ => return bad("the first range must start at the empty key".into()),
+        }
+        if let Some(w) = self.ranges.windows(2).find(|w| w[0].0 >= w[1].0) {
+            return bad(format!("ranges out of order or repeated at {:?}", w[1].0));
+        }
+        if let Some((_, s)) = self.ranges.iter().find(|(_, s)| !self.shards.contains_key(s)) {
+            return bad(format!("shard {s} owns keys but has no address"));
+        }
+        Ok(())
+    }
+}
+
+/// Why the map could not be read or published.
+#[derive(Debug, thiserror::Error)]
+pub enum MapError {
+    /// The store failed.
+    #[error("shard map store: {0}")]
+    Store(#[from] StoreError),
+    /// The map breaks an invariant (see the module's comment).
+    #[error("invalid shard map: {0}")]
+    Invalid(String),
+    /// Someone else published this version first: read the map again,
+    /// redo the change on it, and publish the version after it.
+    #[error("shard map version {0} was published by someone else first")]
+    Lost(u64),
+    /// The version is past the one after the newest.
+    #[error("shard map version {wanted} cannot follow version {newest}")]
+    NotNext {
+        /// The version offered.
+        wanted: u64,
+        /// The newest published.
+        newest: u64,
+    },
+}
+
+/// The map's versions on a store.
+pub struct MapStore {
+    store: Arc<dyn ObjectStore>,
+    dir: String,
+}
+
+impl std::fmt::Debug for MapStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MapStore").field("dir", &self.dir).finish()
+    }
+}
+
+impl MapStore {
+    /// The map under `prefix` (`""` for the store's root) of `store`.
+    pub fn new(store: Arc<dyn ObjectStore>, prefix: &str) -> MapStore {
+        let prefix = prefix.trim_end_matches('/');
+        let dir =
+            if prefix.is_empty() { "shard-map/".into() } else { format!("{prefix}/shard-map/") };
+        MapStore { store, dir }
+    }
+
+    fn key(&self, version: u64) -> String {
+        format!("{}{version:020}", self.dir)
+    }
+
+    /// The newest version, if any was published.
+    pub fn latest(&self) -> Result<Option<ShardMap>, MapError> {
+        let Some(newest) = self.store.list(&self.dir)?.into_iter().map(|m| m.key).max() else {
+            return Ok(None);
+        };
+        let bytes = self.store.get(&newest)?;
+        let map: ShardMap = serde_json::from_slice(&bytes)
+            .map_err(|e| MapError::Invalid(format!("{newest}: {e}")))?;
+        if self.key(map.version) != newest {
+            return Err(MapError::Invalid(format!("{newest} holds version {}", map.version)));
+        }
+        map.check()?;
+        Ok(Some(map))
+    }
+
+    /// Publish `next`, which must be the version after the newest (1 on
+    /// an empty store) and valid.
+    pub fn publish(&self, next: &ShardMap) -> Result<(), MapError> {
+        next.check()?;
+        let newest = self.latest()?.map_or(0, |m| m.version);
+        if next.version <= newest {
+            return Err(MapError::Lost(next.version));
+        }
+        if next.version != newest + 1 {
+            return Err(MapError::NotNext { wanted: next.version, newest });
+        }
+        let body = serde_json::to_vec_pretty(next).expect("a map serializes");
+        match self.store.put_if_absent(&self.key(next.version), Bytes::from(body)) {
+            Ok(_) => Ok(()),
+            Err(StoreError::AlreadyExists(_)) => Err(MapError::Lost(next.version)),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(version: u64, ranges: &[(&str, ShardId)]) -> ShardMap {
+        let ranges: Vec<(Key, ShardId)> =
+            ranges.iter().map(|(k, s)| (k.as_bytes().to_vec(), *s)).collect();
+        let shards = ranges
+            .iter()
+            .map(|(_, s)| {
+                (
+                    *s,
+                    ShardInfo {
+                        addr: format!("127.0.0.1:{}", 7000 + s),
+                        log: format!("memory://{s}"),
+                    },
+                )
+            })
+            .collect();
+        ShardMap { version, ranges, shards }
+    }
+
+    #[test]
+    fn every_key_has_one_owner() {
+        let m = map(1, &[("", 0), ("g", 1), ("p", 2)]);
+        m.check().expect("valid");
+        assert_eq!(m.shard_of(b""), 0);
+        assert_eq!(m.shard_of(b"apple"), 0);
+        assert_eq!(m.shard_of(b"g"), 1);
+        assert_eq!(m.shard_of(b"oz"), 1);
+        assert_eq!(m.shard_of(b"p"), 2);
+        assert_eq!(m.shard_of(b"zzz"), 2);
+        assert!(map(1, &[("a", 0)]).check().is_err(), "keys below the first range unowned");
+        assert!(map(1, &[("", 0), ("p", 1), ("g", 2)]).check().is_err(), "out of order");
+        assert!(map(0, &[("", 0)]).check().is_err(), "version 0");
+        let mut no_addr = map(1, &[("", 0), ("g", 1)]);
+        no_addr.shards.remove(&1);
+        assert!(no_addr.check().is_err());
+    }
+
+    #[test]
+    fn versions_are_published_once_in_order_and_a_racing_publisher_loses() {
+        let store: Arc<dyn ObjectStore> = Arc::new(milliscale::store::MemoryStore::new());
+        let maps = MapStore::new(Arc::clone(&store), "cluster/");
+        assert!(maps.latest().expect("read").is_none());
+        assert!(matches!(
+            maps.publish(&map(2, &[("", 0)])),
+            Err(MapError::NotNext { wanted: 2, newest: 0 })
+        ));
+        maps.publish(&map(1, &[("", 0)])).expect("v1");
+        maps.publish(&map(2, &[("", 0), ("m", 1)])).expect("v2");
+        assert_eq!(maps.latest().expect("read"), Some(map(2, &[("", 0), ("m", 1)])));
+        // Eight publishers read version 2 and race to publish version 3:
+        // exactly one wins; the others are told they lost.
+        let winners: Vec<bool> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..8u32)
+                .map(|i| {
+                    let maps = &maps;
+                    s.spawn(move || {
+                        let m = map(3, &[("", 0), ("m", 1), ("t", 2 + i)]);
+                        match maps.publish(&m) {
+                            Ok(()) => true,
+                            Err(MapError::Lost(3)) => false,
+                            Err(e) => panic!("{e}"),
+                        }
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().expect("thread")).collect()
+        });
+        assert_eq!(winners.iter().filter(|w| **w).count(), 1);
+        let v3 = maps.latest().expect("read").expect("a map");
+        assert_eq!(v3.version, 3);
+        let winner = winners.iter().position(|w| *w).expect("one") as u32;
+        assert_eq!(v3.shard_of(b"zebra"), 2 + winner, "the map is the winner's");
+        // A damaged object is refused, not taken for a map.
+        store.put("cluster/shard-map/00000000000000000004", Bytes::from_static(b"{")).expect("put");
+        assert!(matches!(maps.latest(), Err(MapError::Invalid(_))));
+    }
+}
