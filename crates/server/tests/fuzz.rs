@@ -148,19 +148,7 @@ impl Fuzzer {
             table: self.table(),
             range: Some(self.range()),
         };
-        match self.stub.clone().scan(req).await {
-            Err(s) => (s.code(), s.message().to_owned()),
-            Ok(r) => {
-                let mut stream = r.into_inner();
-                loop {
-                    match stream.message().await {
-                        Ok(Some(_)) => {}
-                        Ok(None) => break (Code::Ok, String::new()),
-                        Err(s) => break (s.code(), s.message().to_owned()),
-                    }
-                }
-            }
-        }
+        drain(self.stub.clone().scan(req).await).await
     }
 
     /// Random bytes, or another method's message, to a method.
@@ -266,19 +254,7 @@ impl Fuzzer {
         let path = tonic::codegen::http::uri::PathAndQuery::from_static(path);
         let codec = tonic_prost::ProstCodec::<Raw, Raw>::default();
         let req = tonic::Request::new(tokio_stream::iter(msgs));
-        match grpc.streaming(req, path, codec).await {
-            Err(s) => (s.code(), s.message().to_owned()),
-            Ok(r) => {
-                let mut answers = r.into_inner();
-                loop {
-                    match answers.message().await {
-                        Ok(Some(_)) => {}
-                        Ok(None) => break (Code::Ok, String::new()),
-                        Err(s) => break (s.code(), s.message().to_owned()),
-                    }
-                }
-            }
-        }
+        drain(grpc.streaming(req, path, codec).await).await
     }
 
     /// One call; its status code (OK included) and message.
@@ -385,6 +361,23 @@ impl Fuzzer {
             13 => self.stream().await,
             14 => self.raw_stream().await,
             _ => self.raw().await,
+        }
+    }
+}
+
+/// A streamed answer read to its end: OK, or the status it ended with.
+async fn drain<T>(
+    answer: Result<tonic::Response<tonic::Streaming<T>>, tonic::Status>,
+) -> (Code, String) {
+    let mut stream = match answer {
+        Err(s) => return (s.code(), s.message().to_owned()),
+        Ok(r) => r.into_inner(),
+    };
+    loop {
+        match stream.message().await {
+            Ok(Some(_)) => {}
+            Ok(None) => return (Code::Ok, String::new()),
+            Err(s) => return (s.code(), s.message().to_owned()),
         }
     }
 }
