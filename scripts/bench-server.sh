@@ -7,6 +7,9 @@
 #   sessions, each transaction one message on its connection's
 #   ExecuteStream (the client's default);
 # - one-shot-unary: the same, each transaction one Execute call;
+# - one-shot-pipelined: the same messages answered at pre-commit; a
+#   session sends its next transaction at once and hears of durability
+#   later on the stream, as the embedded engine's workers go on;
 # - interactive: the same, each transaction begin + a get and a patch per
 #   key + commit;
 # - one-shot-1000: 1,000 sessions (must finish without errors);
@@ -15,7 +18,8 @@
 # - empty: the same sessions sending empty batches on the stream: what a
 #   streamed batch costs without engine work, the floor under one-shot;
 # - embedded-at-load: the embedded engine in open loop at the throughput
-#   the one-shot run reached, for commit latency at equal load.
+#   the one-shot run reached, for commit latency at equal load; and
+#   embedded-at-pipelined-load at the pipelined run's.
 # Each server run starts a fresh server (same store seed) and loads the
 # records through it. Prints per seed and as medians: throughput, commit
 # p50/p99, CPU per transaction, and the ratios.
@@ -45,25 +49,31 @@ run() { # name seed
         embedded) "$bin" "${common[@]}" --seed "$2" --threads 2 --store sim://s3x > "$out/embedded-$2.json" ;;
         one-shot) serve "$2" one-shot --sessions "$sessions" ;;
         one-shot-unary) serve "$2" one-shot-unary --sessions "$sessions" --unary ;;
+        one-shot-pipelined) serve "$2" one-shot-pipelined --sessions "$sessions" --pipelined ;;
         interactive) serve "$2" interactive --sessions "$sessions" --interactive ;;
         one-shot-1000) serve "$2" one-shot-1000 --sessions 1000 ;;
         ping) serve "$2" ping --sessions "$sessions" --ping ;;
         empty) serve "$2" empty --sessions "$sessions" --empty ;;
     esac
 }
-names=(embedded one-shot one-shot-unary interactive one-shot-1000 ping empty)
+names=(embedded one-shot one-shot-unary one-shot-pipelined interactive one-shot-1000 ping empty)
 for seed in $(seq 1 "$seeds"); do
-    for i in 0 1 2 3 4 5 6; do
-        run "${names[$(( (i + seed - 1) % 7 ))]}" "$seed"
+    for i in "${!names[@]}"; do
+        run "${names[$(( (i + seed - 1) % ${#names[@]} ))]}" "$seed"
     done
-    rate=$(python3 -c "import json; print(int(json.load(open('$out/one-shot-$seed.json'))['txn_per_s']))")
-    "$bin" "${common[@]}" --seed "$seed" --threads 2 --store sim://s3x --rate "$rate" > "$out/embedded-at-load-$seed.json"
+    for run in one-shot one-shot-pipelined; do
+        at=embedded-at-load
+        [ "$run" = one-shot-pipelined ] && at=embedded-at-pipelined-load
+        rate=$(python3 -c "import json; print(int(json.load(open('$out/$run-$seed.json'))['txn_per_s']))")
+        "$bin" "${common[@]}" --seed "$seed" --threads 2 --store sim://s3x --rate "$rate" > "$out/$at-$seed.json"
+    done
     echo "seed $seed done"
 done
 python3 - "$out" "$seeds" <<'PY'
 import json, statistics, sys
 d, seeds = sys.argv[1], int(sys.argv[2])
-names = ['embedded', 'embedded-at-load', 'one-shot', 'one-shot-unary', 'interactive', 'one-shot-1000', 'ping', 'empty']
+names = ['embedded', 'embedded-at-load', 'one-shot', 'one-shot-unary', 'embedded-at-pipelined-load',
+         'one-shot-pipelined', 'interactive', 'one-shot-1000', 'ping', 'empty']
 def load(name, s):
     r = json.load(open(f'{d}/{name}-{s}.json'))
     c, x = r['commit_latency'], r.get('extra', {})
@@ -72,7 +82,7 @@ def load(name, s):
                 scpu=x.get('server_cpu_us_per_txn'), ccpu=x.get('client_cpu_us_per_txn'))
 print('| seed | run | txn/s | commit p50 ms | commit p99 ms | server CPU µs/txn | client CPU µs/txn | txn/s / embedded |')
 print('|---:|---|---:|---:|---:|---:|---:|---:|')
-ratio, p50_gap, p50_gap_load = {n: [] for n in names}, [], []
+ratio, p50_gap, p50_gap_load, pipe_gap = {n: [] for n in names}, [], [], []
 for s in range(1, seeds + 1):
     e = load('embedded', s)
     for n in names:
@@ -82,6 +92,7 @@ for s in range(1, seeds + 1):
         print(f"| {s} | {n} | {r['tps']:,.0f} | {r['p50']:.2f} | {r['p99']:.2f} | {cpu(r['scpu'])} | {cpu(r['ccpu'])} | {r['tps'] / e['tps']:.3f}x |")
     p50_gap.append(load('one-shot', s)['p50'] - e['p50'])
     p50_gap_load.append(load('one-shot', s)['p50'] - load('embedded-at-load', s)['p50'])
+    pipe_gap.append(load('one-shot-pipelined', s)['p50'] - load('embedded-at-pipelined-load', s)['p50'])
 print()
 for n in names[1:]:
     print(f'{n}: median throughput {statistics.median(ratio[n]):.3f}x the embedded run')
@@ -93,4 +104,8 @@ ratio = [load('one-shot', s)['tps'] / load('one-shot-unary', s)['tps'] for s in 
 print(f'one-shot (stream) against one-shot-unary: median {statistics.median(ratio):.3f}x')
 print(f'one-shot commit p50 minus the embedded run\'s: median {statistics.median(p50_gap):+.2f} ms; '
       f'minus the embedded engine\'s at the same load: median {statistics.median(p50_gap_load):+.2f} ms')
+ratio = [load('one-shot-pipelined', s)['tps'] / load('one-shot', s)['tps'] for s in range(1, seeds + 1)]
+print(f'one-shot-pipelined against one-shot: median {statistics.median(ratio):.3f}x')
+print(f'one-shot-pipelined commit p50 minus the embedded engine\'s at the same load: '
+      f'median {statistics.median(pipe_gap):+.2f} ms (per seed: {", ".join(f"{g:+.2f}" for g in pipe_gap)})')
 PY

@@ -8,6 +8,10 @@
 //!   gets and patches), one round trip: a message on the connection's
 //!   `ExecuteStream` (the client's default), or with `unary` one
 //!   `Execute` call;
+//! - **pipelined** one-shot: the same message, answered at pre-commit; the
+//!   session sends its next transaction at once, as the embedded engine's
+//!   workers do, and hears of each commit's durability later on the
+//!   stream;
 //! - **interactive**: `Begin`, then a `Get` (and a `Patch`) per key, then
 //!   `Commit`: 2 + ops (or 2 + 2 ops) round trips.
 //!
@@ -15,7 +19,9 @@
 //! interactive: by the task) and counted as an abort. Latencies: the
 //! transaction from its first request to the answer that says it is
 //! durable; "commit" is that last request alone (the `Execute` of a
-//! one-shot write, the `Commit` of an interactive one). The server's CPU
+//! one-shot write, the `Commit` of an interactive one). Pipelined: the
+//! transaction to its pre-commit answer, and the commit from sending to
+//! the server's word that it is durable. The server's CPU
 //! per transaction comes from its `Status` before and after the measured
 //! phase.
 
@@ -23,7 +29,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Instant;
 
-use milliscale_client::{Batch, Client, Isolation, TxnOptions};
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use milliscale_client::{Batch, Client, CommitAck, Isolation, TxnOptions};
 use parking_lot::Mutex;
 use rand::Rng;
 
@@ -51,6 +59,8 @@ pub struct ServerRun {
     /// One-shot batches as one `Execute` call each instead of messages on
     /// a stream.
     pub unary: bool,
+    /// One-shot batches pipelined (see the module's comment).
+    pub pipelined: bool,
     /// Send empty batches instead of transactions: what a batch costs
     /// without engine work (counted as read-only "transactions").
     pub empty: bool,
@@ -133,6 +143,8 @@ async fn run_async(cfg: &YcsbConfig, srv: &ServerRun) -> Result<Report, String> 
             How::Empty
         } else if srv.interactive {
             How::Interactive
+        } else if srv.pipelined {
+            How::Pipelined
         } else {
             How::OneShot
         };
@@ -174,6 +186,8 @@ async fn run_async(cfg: &YcsbConfig, srv: &ServerRun) -> Result<Report, String> 
         "interactive"
     } else if srv.unary {
         "one-shot-unary"
+    } else if srv.pipelined {
+        "one-shot-pipelined"
     } else {
         "one-shot"
     };
@@ -211,6 +225,7 @@ fn process_cpu() -> f64 {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum How {
     OneShot,
+    Pipelined,
     Interactive,
     Ping,
     Empty,
@@ -233,9 +248,15 @@ async fn session(
         milliscale::Isolation::Serializable => Isolation::Serializable,
     };
     let mut keys = vec![0u64; cfg.ops_per_txn];
+    // Pipelined: the commits whose durability the session has not heard
+    // of yet.
+    let mut acks = FuturesUnordered::new();
     loop {
         let p = phase.load(Ordering::Relaxed);
         if p == PHASE_STOP {
+            while let Some(done) = acks.next().await {
+                acked(&mut stats, done)?;
+            }
             return Ok(stats);
         }
         let rmw = how != How::Ping && how != How::Empty && rng.random::<f64>() >= read_fraction;
@@ -251,6 +272,14 @@ async fn session(
         let (commit_started, aborts) = match how {
             How::Interactive => interactive_txn(client, isolation, rmw, &keys, &patches).await?,
             How::OneShot => one_shot_txn(client, isolation, rmw, &keys, &patches).await?,
+            How::Pipelined => {
+                let b = one_shot_batch(isolation, rmw, &keys, &patches);
+                let sent = client.execute_pipelined(b);
+                let (r, ack) = while_acks(&mut acks, &mut stats, sent).await?;
+                let measured = p == PHASE_MEASURE && rmw;
+                acks.push(durable(started, measured, ack));
+                (started, r.attempts.saturating_sub(1))
+            }
             How::Ping => {
                 client.status().await.map_err(|e| e.to_string())?;
                 (started, 0)
@@ -266,11 +295,65 @@ async fn session(
             stats.committed[kind] += 1;
             stats.aborted[kind] += u64::from(aborts);
             let _ = stats.txn_ns.record((done - started).as_nanos().max(1) as u64);
-            if rmw {
+            if rmw && how != How::Pipelined {
                 let _ = stats.commit_ns.record((done - commit_started).as_nanos().max(1) as u64);
             }
         }
     }
+}
+
+/// A pipelined commit heard durable: when it was sent, whether its
+/// latency counts, and when (or why not).
+type Acked = (Instant, bool, Result<Instant, String>);
+
+async fn durable(sent: Instant, measured: bool, ack: CommitAck) -> Acked {
+    let r = ack.durable().await.map(|()| Instant::now()).map_err(|e| e.to_string());
+    (sent, measured, r)
+}
+
+fn acked(stats: &mut WorkerStats, (sent, measured, r): Acked) -> Result<(), String> {
+    let at = r.map_err(|e| format!("a pipelined commit did not become durable: {e}"))?;
+    if measured {
+        let _ = stats.commit_ns.record((at - sent).as_nanos().max(1) as u64);
+    }
+    Ok(())
+}
+
+/// Await `f`, hearing of pipelined commits' durability meanwhile (so
+/// their latency is taken when the word comes, not when next looked at).
+async fn while_acks<T>(
+    acks: &mut FuturesUnordered<impl Future<Output = Acked>>,
+    stats: &mut WorkerStats,
+    f: impl Future<Output = milliscale_client::Result<T>>,
+) -> Result<T, String> {
+    let mut f = std::pin::pin!(f);
+    loop {
+        tokio::select! {
+            biased;
+            Some(done) = acks.next(), if !acks.is_empty() => acked(stats, done)?,
+            out = &mut f => return out.map_err(|e| e.to_string()),
+        }
+    }
+}
+
+/// A transaction as one batch: a get per key, and for a read-modify-write
+/// a patch of one field of each.
+fn one_shot_batch(
+    isolation: Isolation,
+    rmw: bool,
+    keys: &[u64],
+    patches: &[(usize, u64)],
+) -> Batch {
+    let mut b = Batch::new();
+    for (i, &id) in keys.iter().enumerate() {
+        b.get(TABLE, &key_bytes(id));
+        if rmw {
+            let (field, value) = patches[i];
+            b.patch(TABLE, &key_bytes(id), (field * FIELD_BYTES) as u32, &value.to_le_bytes());
+        }
+    }
+    let opts = TxnOptions { isolation, read_only: !rmw, ..TxnOptions::default() };
+    b.options(opts).retries(8)
 }
 
 /// One transaction as one `Execute`; when its last request started, and
@@ -282,17 +365,9 @@ async fn one_shot_txn(
     keys: &[u64],
     patches: &[(usize, u64)],
 ) -> Result<(Instant, u32), String> {
-    let mut b = Batch::new();
-    for (i, &id) in keys.iter().enumerate() {
-        b.get(TABLE, &key_bytes(id));
-        if rmw {
-            let (field, value) = patches[i];
-            b.patch(TABLE, &key_bytes(id), (field * FIELD_BYTES) as u32, &value.to_le_bytes());
-        }
-    }
-    let opts = TxnOptions { isolation, read_only: !rmw, ..TxnOptions::default() };
+    let b = one_shot_batch(isolation, rmw, keys, patches);
     let started = Instant::now();
-    let r = client.execute(b.options(opts).retries(8)).await.map_err(|e| e.to_string())?;
+    let r = client.execute(b).await.map_err(|e| e.to_string())?;
     Ok((started, r.attempts.saturating_sub(1)))
 }
 

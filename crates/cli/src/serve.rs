@@ -342,6 +342,12 @@ pub(crate) struct BenchServerArgs {
     /// instead of messages on one `ExecuteStream` per connection.
     #[arg(long, conflicts_with_all = ["interactive", "ping"])]
     pub(crate) unary: bool,
+    /// With --server: one-shot transactions pipelined, as the embedded
+    /// engine's workers run: a session sends its next transaction once the
+    /// last is pre-committed, and hears of its durability later on the
+    /// stream (commit latency: from sending to that).
+    #[arg(long, conflicts_with_all = ["interactive", "ping", "unary", "empty"])]
+    pub(crate) pipelined: bool,
     /// With --server: send empty batches instead of transactions, to
     /// measure what a batch costs without engine work (on the stream, or
     /// as calls with --unary).
@@ -382,6 +388,7 @@ pub(crate) fn bench_through_server(
         connections: a.connections,
         interactive: a.interactive,
         unary: a.unary,
+        pipelined: a.pipelined,
         empty: a.empty,
         ping: a.ping,
     };

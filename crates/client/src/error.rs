@@ -49,6 +49,21 @@ impl Error {
         }
     }
 
+    /// A pipelined batch whose stream ended after its pre-commit answer
+    /// but before the server said it was durable.
+    pub(crate) fn durability_unknown(why: &Error) -> Error {
+        Error {
+            code: tonic::Code::Unavailable,
+            kind: "transport".into(),
+            retryable: false,
+            message: format!(
+                "the stream ended before the server said this pre-committed batch was durable \
+                 ({}); it may or may not survive",
+                why.message
+            ),
+        }
+    }
+
     /// The gRPC status code.
     pub fn code(&self) -> tonic::Code {
         self.code

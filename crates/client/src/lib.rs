@@ -35,6 +35,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use error::{Error, Result, retry};
+pub use stream::CommitAck;
 /// The gRPC status codes [`Error::code`] returns.
 pub use tonic::Code;
 use tonic::metadata::{Ascii, MetadataValue};
@@ -233,16 +234,46 @@ impl Client {
     /// Run a batch as one transaction in one round trip.
     pub async fn execute(&self, batch: Batch) -> Result<BatchResult> {
         let request = batch.into_request();
-        let resp = match &self.streams {
-            // A big batch goes as a call: on the stream it would hold up
-            // the batches behind it, and one over the server's message
-            // limit would end the stream for all of them.
-            Some(streams) if prost::Message::encoded_len(&request) < STREAMED_BATCH_MAX => {
-                streams.execute(self, request).await?
-            }
-            _ => self.stub().execute(self.req(request)).await?.into_inner(),
+        let resp = match self.stream_for(&request) {
+            Some(streams) => streams.execute(self, request, None).await?,
+            None => self.stub().execute(self.req(request)).await?.into_inner(),
         };
         BatchResult::from_response(resp)
+    }
+
+    /// Run a batch pipelined: it is answered once pre-committed (its
+    /// writes visible to other transactions, not yet durable), with an
+    /// ack that resolves once the commit is durable. The caller may send
+    /// its next transaction at once, as the engine's own pipelined commit
+    /// lets a worker go on; it must not report the commit to anyone until
+    /// the ack resolves, and must treat an ack that fails as a commit that
+    /// may be lost. On the stream the server tells the durability of many
+    /// commits in one message; a batch sent as a call (streamed batches
+    /// off, or 1 MiB or more) waits for durability before it answers.
+    pub async fn execute_pipelined(&self, batch: Batch) -> Result<(BatchResult, CommitAck)> {
+        let mut request = batch.durability(Durability::Precommit).into_request();
+        match self.stream_for(&request) {
+            Some(streams) => {
+                let (tell, told) = tokio::sync::oneshot::channel();
+                let resp = streams.execute(self, request, Some(tell)).await?;
+                Ok((BatchResult::from_response(resp)?, CommitAck::waiting(told)))
+            }
+            None => {
+                request.durability = proto::Durability::Wait as i32;
+                let resp = self.stub().execute(self.req(request)).await?.into_inner();
+                Ok((BatchResult::from_response(resp)?, CommitAck::already_durable()))
+            }
+        }
+    }
+
+    /// The stream to send `request` on, if it goes on one. A big batch
+    /// goes as a call: on the stream it would hold up the batches behind
+    /// it, and one over the server's message limit would end the stream
+    /// for all of them.
+    fn stream_for(&self, request: &proto::ExecuteRequest) -> Option<&stream::Multiplexer> {
+        self.streams
+            .as_deref()
+            .filter(|_| prost::Message::encoded_len(request) < STREAMED_BATCH_MAX)
     }
 
     /// Read `key` (a one-shot read-only transaction).

@@ -9,6 +9,13 @@
 //! next batch opens a new stream. A batch that was never handed to the
 //! stream is sent on a new one instead: it cannot have run.
 //!
+//! A pipelined batch ([`Multiplexer::execute`] with `notify`) is answered
+//! at pre-commit and also registers for the stream's later `durable`
+//! answer under the same id, before it is sent: the reader resolves it
+//! when the server names the id, at once if the answer already says
+//! durable, or with an error if the batch failed or the stream ended first
+//! (then nobody knows whether it became durable).
+//!
 //! Dropping the last clone of a client closes the request side, the
 //! server answers what it read and ends the stream, and the reader exits.
 
@@ -27,10 +34,15 @@ const IN_FLIGHT: usize = 1024;
 
 type Reply = oneshot::Sender<Result<proto::ExecuteResponse>>;
 
+/// Resolved when the server says a pipelined batch's commit is durable.
+pub(crate) type DurableReply = oneshot::Sender<Result<()>>;
+
 /// The callers waiting for answers on one stream.
 #[derive(Default)]
 struct Waiting {
     replies: HashMap<u64, Reply>,
+    /// Pipelined batches waiting to hear of their durability.
+    durable: HashMap<u64, DurableReply>,
     next_id: u64,
     /// Why the stream ended, once it has.
     ended: Option<Error>,
@@ -63,17 +75,21 @@ impl std::fmt::Debug for Multiplexer {
 }
 
 impl Multiplexer {
-    /// Run `request` over the stream; its answer.
+    /// Run `request` over the stream; its answer. With `durable`, the
+    /// request is pipelined (it must ask for a pre-commit) and `durable`
+    /// is resolved once the server says its commit is durable.
     pub(crate) async fn execute(
         &self,
         client: &Client,
         request: proto::ExecuteRequest,
+        mut durable: Option<DurableReply>,
     ) -> Result<proto::ExecuteResponse> {
         let mut request = Some(request);
         // At most twice: a second time only if the batch never left.
         for _ in 0..2 {
             let open = self.stream(client).await?;
             let (reply, answer) = oneshot::channel();
+            let notify_durable = durable.is_some();
             let id = {
                 let mut w = lock(&open.waiting);
                 if w.ended.is_some() {
@@ -82,11 +98,16 @@ impl Multiplexer {
                 let id = w.next_id;
                 w.next_id += 1;
                 w.replies.insert(id, reply);
+                if let Some(d) = durable.take() {
+                    w.durable.insert(id, d);
+                }
                 id
             };
-            let msg = proto::ExecuteStreamRequest { id, request: request.take() };
+            let msg = proto::ExecuteStreamRequest { id, request: request.take(), notify_durable };
             if let Err(mpsc::error::SendError(msg)) = open.requests.send(msg).await {
-                lock(&open.waiting).replies.remove(&id);
+                let mut w = lock(&open.waiting);
+                w.replies.remove(&id);
+                durable = w.durable.remove(&id);
                 request = msg.request;
                 continue;
             }
@@ -129,23 +150,51 @@ impl Multiplexer {
 async fn read(waiting: SharedWaiting, mut answers: Streaming<proto::ExecuteStreamResponse>) {
     let why = loop {
         match answers.message().await {
-            Ok(Some(a)) => {
-                let reply = lock(&waiting).replies.remove(&a.id);
-                if let Some(reply) = reply {
-                    let _ = reply.send(outcome(a.outcome));
-                }
-            }
+            Ok(Some(a)) => answered(&waiting, a),
             Ok(None) => break Error::local("the server ended the stream".into()),
             Err(status) => break Error::from(status),
         }
     };
-    let replies = {
+    let (replies, durable) = {
         let mut w = lock(&waiting);
         w.ended = Some(why.clone());
-        std::mem::take(&mut w.replies)
+        (std::mem::take(&mut w.replies), std::mem::take(&mut w.durable))
     };
     for (_, reply) in replies {
         let _ = reply.send(Err(Error::unanswered(&why)));
+    }
+    for (_, d) in durable {
+        let _ = d.send(Err(Error::durability_unknown(&why)));
+    }
+}
+
+/// Hand one answer to whoever waits for it.
+fn answered(waiting: &SharedWaiting, a: proto::ExecuteStreamResponse) {
+    if let Some(Outcome::Durable(d)) = a.outcome {
+        let mut w = lock(waiting);
+        let told: Vec<DurableReply> = d.ids.iter().filter_map(|id| w.durable.remove(id)).collect();
+        drop(w);
+        let failed = d.failure.map(Error::from_failure);
+        for t in told {
+            let _ = t.send(failed.clone().map_or(Ok(()), Err));
+        }
+        return;
+    }
+    let mut w = lock(waiting);
+    let reply = w.replies.remove(&a.id);
+    // Durable already, or failed: the server will not name it again.
+    let settled = !matches!(&a.outcome, Some(Outcome::Done(r)) if !r.durable);
+    let durable = if settled { w.durable.remove(&a.id) } else { None };
+    drop(w);
+    let result = outcome(a.outcome);
+    if let Some(d) = durable {
+        let _ = d.send(match &result {
+            Ok(_) => Ok(()),
+            Err(e) => Err(e.clone()),
+        });
+    }
+    if let Some(reply) = reply {
+        let _ = reply.send(result);
     }
 }
 
@@ -153,6 +202,39 @@ fn outcome(o: Option<Outcome>) -> Result<proto::ExecuteResponse> {
     match o {
         Some(Outcome::Done(r)) => Ok(r),
         Some(Outcome::Failure(f)) => Err(Error::from_failure(f)),
-        None => Err(Error::local("the server answered without an outcome".into())),
+        Some(Outcome::Durable(_)) | None => {
+            Err(Error::local("the server answered without an outcome".into()))
+        }
+    }
+}
+
+/// A pipelined batch's durability ([`Client::execute_pipelined`]):
+/// [`CommitAck::durable`] resolves once the server says the commit is
+/// durable. Dropping it changes nothing on the server.
+#[derive(Debug)]
+pub struct CommitAck {
+    told: Option<oneshot::Receiver<Result<()>>>,
+}
+
+impl CommitAck {
+    pub(crate) fn waiting(told: oneshot::Receiver<Result<()>>) -> CommitAck {
+        CommitAck { told: Some(told) }
+    }
+
+    /// An ack for a commit already durable.
+    pub(crate) fn already_durable() -> CommitAck {
+        CommitAck { told: None }
+    }
+
+    /// Wait until the commit is durable. An error means the server could
+    /// not make it durable, or the stream ended before it said: the
+    /// commit may or may not survive, so treat it as not committed.
+    pub async fn durable(self) -> Result<()> {
+        match self.told {
+            None => Ok(()),
+            Some(told) => told.await.unwrap_or_else(|_| {
+                Err(Error::local("the stream's reader stopped without saying".into()))
+            }),
+        }
     }
 }

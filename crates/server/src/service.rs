@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use milliscale::{AsyncDatabase, AsyncReplica, AsyncTransaction, Isolation, Table, TxnOptions};
+use milliscale::{
+    AsyncDatabase, AsyncReplica, AsyncTransaction, CommitAck, Isolation, Table, TxnOptions,
+};
 use milliscale_client::proto;
 use proto::milliscale_server::Milliscale;
 use tokio_stream::Stream;
@@ -258,19 +260,22 @@ impl Service {
         r
     }
 
+    /// Commit as `durability` asks: the token, whether it is durable, and
+    /// for a pre-commit not yet durable its ack.
     async fn commit_txn(
         &self,
         tx: AsyncTransaction,
         durability: i32,
-    ) -> Result<(Option<u64>, bool), Status> {
+    ) -> Result<(Option<u64>, bool, Option<CommitAck>), Status> {
         match proto::Durability::try_from(durability) {
             Ok(proto::Durability::Wait) => {
                 let info = tx.commit().await.map_err(|e| engine(&e))?;
-                Ok((info.csn, true))
+                Ok((info.csn, true, None))
             }
             Ok(proto::Durability::Precommit) => {
                 let ack = tx.precommit().map_err(|e| engine(&e))?;
-                Ok((ack.csn(), ack.is_acknowledged()))
+                let (csn, durable) = (ack.csn(), ack.is_acknowledged());
+                Ok((csn, durable, (!durable).then_some(ack)))
             }
             Err(_) => {
                 tx.abort();
@@ -279,11 +284,13 @@ impl Service {
         }
     }
 
+    /// Run a one-shot batch: its answer, and for a pre-commit not yet
+    /// durable its ack (dropping it changes nothing).
     pub(crate) async fn execute_batch(
         &self,
         caller: Caller,
         req: proto::ExecuteRequest,
-    ) -> Result<proto::ExecuteResponse, Status> {
+    ) -> Result<(proto::ExecuteResponse, Option<CommitAck>), Status> {
         if req.operations.len() > self.limits.max_batch_ops {
             return Err(refuse::invalid(format!(
                 "a batch has at most {} operations (this one has {})",
@@ -319,13 +326,10 @@ impl Service {
                 }
             };
             match outcome {
-                Ok((results, (token, durable))) => {
-                    return Ok(proto::ExecuteResponse {
-                        results,
-                        token,
-                        durable,
-                        attempts: attempt,
-                    });
+                Ok((results, (token, durable, ack))) => {
+                    let done =
+                        proto::ExecuteResponse { results, token, durable, attempts: attempt };
+                    return Ok((done, ack));
                 }
                 Err(s) if s.code() == tonic::Code::Aborted && attempt <= max_retries => {
                     // Back off a little, more each time, so that the
@@ -520,7 +524,7 @@ impl Milliscale for Service {
             let caller = self.caller(&req)?;
             let c = req.get_ref();
             let tx = self.sessions.take(c.txn_id, caller.0)?;
-            let (token, durable) = self.commit_txn(tx, c.durability).await?;
+            let (token, durable, _) = self.commit_txn(tx, c.durability).await?;
             Ok(proto::CommitResponse { token, durable })
         };
         done("Commit", r.await)
@@ -544,7 +548,9 @@ impl Milliscale for Service {
         let r = async {
             let caller = self.caller(&req)?;
             self.new_work()?;
-            self.execute_batch(caller, req.into_inner()).await
+            // A call has no later message to say when a pre-commit is
+            // durable: the client asks with WaitFor.
+            self.execute_batch(caller, req.into_inner()).await.map(|(done, _)| done)
         };
         done("Execute", r.await)
     }

@@ -17,19 +17,29 @@
 //!   the transaction committed); the stream ends with an error status
 //!   only for a request that could not be decoded or was over the limit
 //!   (the Rust client sends batches over 1 MiB as calls instead);
-//! - at shutdown the server stops reading, answers what it read, then
-//!   ends the stream cleanly (so the connection can close in the grace
-//!   period).
+//! - a request that asked to hear of its durability (`notify_durable`,
+//!   pre-committed, not yet durable at its answer) gets exactly one
+//!   `durable` answer after its `done` one, unless the client went away:
+//!   its id listed once the commit is acknowledged, or with a failure if
+//!   the log failed first; it holds its place among the [`IN_FLIGHT`]
+//!   until then, which bounds the commits a client can leave waiting;
+//! - at shutdown the server stops reading, answers what it read (the
+//!   durability of its pre-commits too: the engine's close flushes them),
+//!   then ends the stream cleanly (so the connection can close in the
+//!   grace period).
 
 use std::pin::Pin;
 use std::sync::Arc;
 
+use futures_util::FutureExt;
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use milliscale::CommitAck;
 use milliscale_client::proto::{self, execute_stream_response::Outcome};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_stream::Stream;
 use tonic::{Status, Streaming};
 
-use crate::errors::{failure, refuse};
+use crate::errors::{engine, failure, refuse};
 use crate::service::{Caller, Service, count};
 
 /// Requests of one stream that may run at once.
@@ -37,6 +47,12 @@ pub const IN_FLIGHT: usize = 1024;
 
 /// The answers' side of a stream.
 pub type Answers = Pin<Box<dyn Stream<Item = Result<proto::ExecuteStreamResponse, Status>> + Send>>;
+
+type AnswerTx = mpsc::Sender<Result<proto::ExecuteStreamResponse, Status>>;
+
+/// A pre-commit whose client waits to hear it is durable, with the place
+/// it holds among the stream's requests in flight.
+type Watched = (u64, CommitAck, OwnedSemaphorePermit);
 
 /// Serve one stream opened by `caller`: read requests until the client
 /// closes its side, a message is malformed, or the server stops.
@@ -46,6 +62,8 @@ pub fn serve(
     mut requests: Streaming<proto::ExecuteStreamRequest>,
 ) -> Answers {
     let (answer, answers) = mpsc::channel(IN_FLIGHT);
+    let (watch, watched) = mpsc::unbounded_channel();
+    tokio::spawn(tell_durable(watched, answer.clone()));
     let permits = Arc::new(Semaphore::new(IN_FLIGHT));
     let mut stop = service.stop.clone();
     tokio::spawn(async move {
@@ -67,42 +85,102 @@ pub fn serve(
                     break;
                 }
             };
-            let (service, answer) = (Arc::clone(&service), answer.clone());
+            let (service, answer, watch) = (Arc::clone(&service), answer.clone(), watch.clone());
             tokio::spawn(async move {
-                let outcome = match request.request {
-                    None => Err(refuse::invalid("a stream request without its batch")),
-                    Some(batch) => match service.new_work() {
-                        Ok(()) => service.execute_batch(caller, batch).await,
-                        Err(s) => Err(s),
-                    },
-                };
-                count(
-                    "ExecuteStream",
-                    outcome.as_ref().map_or_else(|s| s.code(), |_| tonic::Code::Ok),
-                );
-                let outcome = match outcome {
-                    Ok(done) => {
-                        // Too big an answer would end the whole stream
-                        // (and fail its other batches): it fails alone.
-                        let len = prost::Message::encoded_len(&done);
-                        let max = service.limits.max_message_bytes;
-                        if len > max {
-                            Outcome::Failure(failure(&refuse::too_large(len, max)))
-                        } else {
-                            Outcome::Done(done)
-                        }
-                    }
-                    Err(s) => Outcome::Failure(failure(&s)),
-                };
-                let msg = proto::ExecuteStreamResponse { id: request.id, outcome: Some(outcome) };
+                let (msg, ack) = run(&service, caller, request).await;
                 // A client that went away gets no answer; the transaction
                 // ran (or not) all the same, as a cancelled call's would.
-                let _ = answer.send(Ok(msg)).await;
-                drop(permit);
+                // Watched after the answer is sent, so the client knows
+                // the id before it hears of its durability.
+                if answer.send(Ok(msg)).await.is_ok()
+                    && let Some((id, ack)) = ack
+                {
+                    let _ = watch.send((id, ack, permit));
+                }
             });
         }
-        // The tasks in flight hold the other senders: the answers' stream
-        // ends once they have answered.
+        // The tasks in flight and the durability teller hold the other
+        // senders: the answers' stream ends once they have answered.
     });
     Box::pin(tokio_stream::wrappers::ReceiverStream::new(answers))
+}
+
+/// Run one request of the stream: its answer, and the ack to watch if
+/// its client asked to hear of its durability.
+async fn run(
+    service: &Service,
+    caller: Caller,
+    request: proto::ExecuteStreamRequest,
+) -> (proto::ExecuteStreamResponse, Option<(u64, CommitAck)>) {
+    let (id, notify) = (request.id, request.notify_durable);
+    let outcome = match request.request {
+        None => Err(refuse::invalid("a stream request without its batch")),
+        Some(batch) => match service.new_work() {
+            Ok(()) => service.execute_batch(caller, batch).await,
+            Err(s) => Err(s),
+        },
+    };
+    count("ExecuteStream", outcome.as_ref().map_or_else(|s| s.code(), |_| tonic::Code::Ok));
+    let (outcome, ack) = match outcome {
+        Ok((done, ack)) => {
+            // Too big an answer would end the whole stream (and fail its
+            // other batches): it fails alone.
+            let len = prost::Message::encoded_len(&done);
+            let max = service.limits.max_message_bytes;
+            if len > max {
+                (Outcome::Failure(failure(&refuse::too_large(len, max))), ack)
+            } else {
+                (Outcome::Done(done), ack)
+            }
+        }
+        Err(s) => (Outcome::Failure(failure(&s)), None),
+    };
+    let msg = proto::ExecuteStreamResponse { id, outcome: Some(outcome) };
+    (msg, ack.filter(|_| notify).map(|a| (id, a)))
+}
+
+/// Tell the stream's client when its watched pre-commits become durable:
+/// the ids acknowledged together (in the same round of the committer, or
+/// by the time this task runs) go in one message.
+async fn tell_durable(mut watched: mpsc::UnboundedReceiver<Watched>, answer: AnswerTx) {
+    let mut waiting = FuturesUnordered::new();
+    let mut open = true;
+    while open || !waiting.is_empty() {
+        let first = tokio::select! {
+            w = watched.recv(), if open => {
+                match w {
+                    Some((id, ack, permit)) => {
+                        waiting.push(async move { (id, ack.durable().await.map(|_| ()), permit) });
+                    }
+                    None => open = false,
+                }
+                continue;
+            }
+            Some(first) = waiting.next() => first,
+        };
+        let mut ids = Vec::new();
+        let mut next = Some(first);
+        while let Some((id, result, _permit)) = next {
+            match result {
+                Ok(()) => ids.push(id),
+                Err(e) => {
+                    let failed =
+                        proto::Durable { ids: vec![id], failure: Some(failure(&engine(&e))) };
+                    if !send(&answer, failed).await {
+                        return;
+                    }
+                }
+            }
+            next = waiting.next().now_or_never().flatten();
+        }
+        if !ids.is_empty() && !send(&answer, proto::Durable { ids, failure: None }).await {
+            return;
+        }
+    }
+}
+
+/// Send a `durable` answer; false if the client went away.
+async fn send(answer: &AnswerTx, durable: proto::Durable) -> bool {
+    let msg = proto::ExecuteStreamResponse { id: 0, outcome: Some(Outcome::Durable(durable)) };
+    answer.send(Ok(msg)).await.is_ok()
 }

@@ -190,17 +190,22 @@ impl Fuzzer {
         }
     }
 
-    /// A stream of random batches (some without their batch, some ids
-    /// repeated): every request gets exactly one answer with its id, and
-    /// every failure has a documented code.
+    /// A stream of random batches (some without their batch, some asking
+    /// to hear of their durability): every request gets exactly one answer
+    /// with its id, every failure has a documented code, and a `durable`
+    /// answer names, once and after its answer, exactly each request that
+    /// asked and was answered not yet durable.
     async fn stream(&mut self) -> (Code, String) {
         let n = self.rng.random_range(0..12);
         let reqs: Vec<_> = (0..n)
             .map(|i| proto::ExecuteStreamRequest {
                 id: i,
                 request: self.rng.random_bool(0.9).then(|| self.batch()),
+                notify_durable: self.rng.random_bool(0.5),
             })
             .collect();
+        let notify: Vec<bool> = reqs.iter().map(|r| r.notify_durable).collect();
+        let (mut owed, mut told) = (Vec::new(), Vec::new());
         let answers = match self.stub.clone().execute_stream(tokio_stream::iter(reqs)).await {
             Err(s) => return (s.code(), s.message().to_owned()),
             Ok(r) => r.into_inner(),
@@ -212,27 +217,39 @@ impl Fuzzer {
         let mut worst = (Code::Ok, String::new());
         loop {
             match answers.message().await {
-                Ok(Some(a)) => {
-                    seen.push(a.id);
-                    match a.outcome {
-                        Some(proto::execute_stream_response::Outcome::Failure(f)) => {
-                            let code = Code::from_i32(f.code);
-                            let bad = !allowed(code) || f.kind.is_empty();
-                            if bad || worst.0 == Code::Ok {
-                                let why = format!("{} (kind {:?})", f.message, f.kind);
-                                worst = (if f.kind.is_empty() { Code::Unknown } else { code }, why);
-                            }
+                Ok(Some(a)) => match a.outcome {
+                    Some(proto::execute_stream_response::Outcome::Failure(f)) => {
+                        seen.push(a.id);
+                        let code = Code::from_i32(f.code);
+                        let bad = !allowed(code) || f.kind.is_empty();
+                        if bad || worst.0 == Code::Ok {
+                            let why = format!("{} (kind {:?})", f.message, f.kind);
+                            worst = (if f.kind.is_empty() { Code::Unknown } else { code }, why);
                         }
-                        Some(proto::execute_stream_response::Outcome::Done(_)) => {}
-                        None => panic!("an answer without an outcome"),
                     }
-                }
+                    Some(proto::execute_stream_response::Outcome::Done(d)) => {
+                        seen.push(a.id);
+                        if notify[a.id as usize] && !d.durable {
+                            owed.push(a.id);
+                        }
+                    }
+                    Some(proto::execute_stream_response::Outcome::Durable(d)) => {
+                        for id in d.ids {
+                            assert!(owed.contains(&id), "durability of {id} told unasked");
+                            told.push(id);
+                        }
+                    }
+                    None => panic!("an answer without an outcome"),
+                },
                 Ok(None) => break,
                 Err(s) => return (s.code(), s.message().to_owned()),
             }
         }
         seen.sort_unstable();
         assert_eq!(seen, (0..n).collect::<Vec<_>>(), "each request answered once");
+        owed.sort_unstable();
+        told.sort_unstable();
+        assert_eq!(owed, told, "each pipelined pre-commit's durability told once");
         worst
     }
 
@@ -241,7 +258,11 @@ impl Fuzzer {
     async fn raw_stream(&mut self) -> (Code, String) {
         let mut msgs = Vec::new();
         for i in 0..self.rng.random_range(1..5) {
-            let req = proto::ExecuteStreamRequest { id: i, request: Some(self.batch()) };
+            let req = proto::ExecuteStreamRequest {
+                id: i,
+                request: Some(self.batch()),
+                notify_durable: self.rng.random_bool(0.5),
+            };
             msgs.push(Raw(prost::Message::encode_to_vec(&req)));
         }
         let at = self.rng.random_range(0..=msgs.len());

@@ -437,3 +437,64 @@ async fn batches_on_one_stream_get_their_own_answers_and_shutdown_ends_the_strea
     assert_eq!(e.code(), Code::Unavailable, "{e}");
     db.close().await.expect("close");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_batches_hear_of_their_durability_on_the_stream() {
+    // On the simulated S3 Express store a flush takes milliseconds, so the
+    // pre-commit answers come well before durability.
+    let db = writer("sim://s3x?seed=1").await;
+    let s = start(Backend::Writer(db.clone()), |_| {}).await;
+    let c = client(&s).await;
+    c.create_table("t").await.expect("create");
+    // One task sends 300 batches without waiting for durability (more
+    // than fit in one flush), then awaits their acks.
+    let mut acks = Vec::new();
+    let mut answered_before_durable = 0;
+    for i in 0..300u32 {
+        let mut b = Batch::new();
+        b.put("t", &i.to_be_bytes(), b"v");
+        let (r, ack) = c.execute_pipelined(b).await.expect("pre-commit");
+        let token = r.token.expect("a write has a token");
+        if db.durable_csn() <= token {
+            answered_before_durable += 1;
+        }
+        acks.push((token, ack));
+    }
+    assert!(answered_before_durable > 0, "every answer waited for durability");
+    for (token, ack) in acks {
+        ack.durable().await.expect("durable");
+        // Told durable only once the engine says so.
+        assert!(db.durable_csn() > token, "token {token} told durable too early");
+    }
+    // A batch sent as a call (streamed batches off) is durable when it
+    // answers, and its ack resolves at once.
+    let unary = Client::builder(s.local_addr().to_string())
+        .streamed_batches(false)
+        .connect()
+        .await
+        .expect("connect");
+    let mut b = Batch::new();
+    b.put("t", b"unary", b"v");
+    let (r, ack) = unary.execute_pipelined(b).await.expect("call");
+    assert!(r.durable && db.durable_csn() > r.token.expect("token"));
+    ack.durable().await.expect("durable");
+    // Acks still waiting when the server shuts down resolve: durable (the
+    // shutdown flushes) or an error that says durability is unknown;
+    // none hangs.
+    let mut pending = Vec::new();
+    for i in 0..50u32 {
+        let mut b = Batch::new();
+        b.put("t", format!("late{i}").as_bytes(), b"v");
+        pending.push(c.execute_pipelined(b).await.expect("pre-commit"));
+    }
+    let stopped = tokio::spawn(async move { s.shutdown().await });
+    for (r, ack) in pending {
+        match tokio::time::timeout(Duration::from_secs(10), ack.durable()).await {
+            Ok(Ok(())) => assert!(db.durable_csn() > r.token.expect("token")),
+            Ok(Err(e)) => assert_eq!((e.code(), e.kind()), (Code::Unavailable, "transport")),
+            Err(_) => panic!("an ack hung through shutdown"),
+        }
+    }
+    stopped.await.expect("shutdown");
+    db.close().await.expect("close");
+}
