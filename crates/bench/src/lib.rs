@@ -13,6 +13,7 @@ pub mod pages;
 pub mod plot;
 pub mod replica_bench;
 pub mod report;
+pub mod retwis;
 pub mod rss;
 pub mod scan_bench;
 pub mod store_bench;

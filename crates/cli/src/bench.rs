@@ -39,6 +39,8 @@ pub(crate) enum Bench {
     Store(StoreArgs),
     /// The emulator's speed over loopback: append throughput and overhead.
     Emulator(EmulatorBenchArgs),
+    /// Retwis across shard servers (`milliscale shard`), MILANA's mix.
+    Retwis(crate::shard::RetwisArgs),
 }
 
 #[derive(Args)]

@@ -2,7 +2,9 @@
 //! `bench` (benchmarks), `inspect` (inspect, dump, recover), `replica`
 //! (read replicas, standbys, checkpoints from the log), `emulator` (the
 //! S3-compatible server), `serve` (the gRPC server and the verbs that
-//! use one: get, put, delete, scan, create-table); `args` holds the arguments they share.
+//! use one: get, put, delete, scan, create-table), `shard` (sharded
+//! transactions: the shard map, shard primaries, Retwis); `args` holds
+//! the arguments they share.
 
 #![forbid(unsafe_code)]
 #![deny(clippy::unwrap_used, rust_2018_idioms)]
@@ -13,6 +15,7 @@ mod emulator;
 mod inspect;
 mod replica;
 mod serve;
+mod shard;
 
 use crate::args::Failure;
 use crate::bench::{
@@ -23,6 +26,7 @@ use crate::emulator::{EmulatorArgs, emulator};
 use crate::inspect::{DumpArgs, InspectArgs, RecoverArgs, dump, inspect, recover};
 use crate::replica::{CheckpointArgs, ReplicaArgs, checkpoint_from_log, replica};
 use crate::serve::{ServeArgs, Verb, VerbArgs, serve, verb};
+use crate::shard::{Shard, bench_retwis, shard};
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
@@ -105,6 +109,10 @@ enum Command {
     Scan(VerbArgs),
     /// Create a table on a server.
     CreateTable(VerbArgs),
+    /// Sharded transactions across servers: publish the shard map, serve
+    /// a shard's primary, show the map.
+    #[command(subcommand)]
+    Shard(Shard),
 }
 
 fn main() -> ExitCode {
@@ -180,6 +188,8 @@ fn main() -> ExitCode {
         Command::Delete(a) => verb(Verb::Delete, a),
         Command::Scan(a) => verb(Verb::Scan, a),
         Command::CreateTable(a) => verb(Verb::CreateTable, a),
+        Command::Shard(c) => shard(c),
+        Command::Bench(Bench::Retwis(a)) => bench_retwis(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

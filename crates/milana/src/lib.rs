@@ -30,6 +30,7 @@ pub mod clock;
 pub mod codec;
 pub mod coordinator;
 pub mod log;
+pub mod net;
 pub mod participant;
 pub mod shard_log;
 pub mod shard_map;

@@ -145,6 +145,11 @@ impl Participant {
         (at >= self.lease).then(|| Record::ReadLease(at + self.lease_span))
     }
 
+    /// Reads below this are covered by a durable lease.
+    pub fn lease(&self) -> Timestamp {
+        self.lease
+    }
+
     /// A lease record became durable.
     pub fn lease_durable(&mut self, until: Timestamp) {
         self.lease = self.lease.max(until);

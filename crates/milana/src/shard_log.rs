@@ -10,19 +10,33 @@
 //! recovers the database and reads the records back in order, for
 //! [`crate::participant::Participant::recover`].
 //!
+//! Appends are pipelined, as the engine's commits are: [`ShardLog::append`]
+//! gives the record the next number and pre-commits it at once (so the
+//! numbers follow the order of the calls), and [`Appended::durable`]
+//! waits until it and every record numbered before it are durable. Many
+//! appends in flight share the engine's flushes (group commit), which is
+//! what lets one shard prepare many transactions per store round trip.
+//!
 //! Invariants:
-//! - `append` returns only once its record is durable: a vote, an answer
-//!   or an acknowledgment sent after it survives any crash;
-//! - records come back in the order their appends were called, each
-//!   record either whole or absent (an append that did not return may be
-//!   absent; recovery needs no more, because a record is only ever
-//!   appended after the records it depends on returned);
+//! - `Appended::durable` returns only once its record and every record
+//!   numbered before it are durable: a vote, an answer or an
+//!   acknowledgment sent after it survives any crash, and so does
+//!   everything logged before it;
+//! - records come back in number order, each whole or absent, and with
+//!   no gap: a crash can leave a later record durable and an earlier one
+//!   lost (they are separate commits), but nothing was acknowledged past
+//!   the first lost one, so `open` drops every record after the first
+//!   gap (and deletes it, so that a later open cannot see it again);
+//! - once the engine fails an append (the store unavailable, the writer
+//!   fenced), every later wait fails: the primary must stop;
 //! - a record is at most the engine's value limit (256 KiB).
 
+use std::collections::BTreeSet;
 use std::ops::Bound;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
-use milliscale::{Database, Direction, Options, Table, TxnOptions};
+use milliscale::{AsyncDatabase, Database, Direction, Options, Table, TxnOptions};
+use tokio::sync::watch;
 
 use crate::codec::{self, DecodeError};
 use crate::log::Record;
@@ -31,12 +45,12 @@ use crate::log::Record;
 pub const TABLE: &str = "milana_log";
 
 /// Why a shard log failed.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum LogError {
     /// The engine refused (the store is unavailable, the writer was
     /// fenced, the database is closed, ...).
     #[error(transparent)]
-    Engine(#[from] milliscale::Error),
+    Engine(#[from] Arc<milliscale::Error>),
     /// A record read back does not decode.
     #[error("record {number}: {source}")]
     Corrupt {
@@ -50,22 +64,83 @@ pub enum LogError {
     TooLarge(usize),
 }
 
+impl From<milliscale::Error> for LogError {
+    fn from(e: milliscale::Error) -> LogError {
+        LogError::Engine(Arc::new(e))
+    }
+}
+
+/// How far the log is durable.
+#[derive(Debug, Clone, Default)]
+struct Progress {
+    /// Every record numbered below this is durable.
+    through: u64,
+    /// Why the log stopped, once it has.
+    failed: Option<LogError>,
+}
+
+#[derive(Debug, Default)]
+struct Order {
+    next: u64,
+    /// Pre-committed records not yet durable.
+    pending: BTreeSet<u64>,
+}
+
 /// A shard's log (see the module's comment).
 pub struct ShardLog {
-    db: Database,
+    db: AsyncDatabase,
     table: Table,
-    next: AtomicU64,
+    order: Arc<Mutex<Order>>,
+    progress: Arc<watch::Sender<Progress>>,
 }
 
 impl std::fmt::Debug for ShardLog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ShardLog").field("next", &self.next.load(Ordering::Relaxed)).finish()
+        f.debug_struct("ShardLog").field("next", &lock(&self.order).next).finish()
+    }
+}
+
+fn lock(o: &Mutex<Order>) -> MutexGuard<'_, Order> {
+    // The order is two plain fields, consistent at every await-free step.
+    o.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A record pre-committed in the log; see [`Appended::durable`].
+#[derive(Debug)]
+#[must_use = "an append is durable only once `durable` returns"]
+pub struct Appended {
+    /// Records numbered below this must be durable.
+    upto: u64,
+    progress: watch::Receiver<Progress>,
+}
+
+impl Appended {
+    /// The record's number (for a [`ShardLog::barrier`], the last
+    /// record's).
+    pub fn number(&self) -> u64 {
+        self.upto.saturating_sub(1)
+    }
+
+    /// Wait until this record and every record before it are durable;
+    /// the record's number.
+    pub async fn durable(mut self) -> Result<u64, LogError> {
+        let upto = self.upto;
+        let p = self
+            .progress
+            .wait_for(|p| p.failed.is_some() || p.through >= upto)
+            .await
+            .map_err(|_| LogError::from(milliscale::Error::Closed))?;
+        match &p.failed {
+            Some(e) if p.through < upto => Err(e.clone()),
+            _ => Ok(upto.saturating_sub(1)),
+        }
     }
 }
 
 impl ShardLog {
     /// Open the log (as its database's writer, recovering and fencing any
-    /// earlier one), with every record it holds, in order.
+    /// earlier one), with every record it holds, in order. It blocks (it
+    /// opens a database): from async code, call it on a blocking thread.
     pub fn open(options: Options) -> Result<(ShardLog, Vec<Record>), LogError> {
         let db = Database::open(options)?;
         let table = match db.open_table(TABLE) {
@@ -73,31 +148,85 @@ impl ShardLog {
             Err(milliscale::Error::TableNotFound(_)) => db.create_table(TABLE)?,
             Err(e) => return Err(e.into()),
         };
-        let records = read_all(&db, &table)?;
-        let next = records.last().map_or(0, |(n, _)| n + 1);
-        let log = ShardLog { db, table, next: AtomicU64::new(next) };
+        let mut records = read_all(&db, &table)?;
+        // Keep the records before the first gap; delete the rest.
+        let kept = records.iter().enumerate().take_while(|(i, (n, _))| *i as u64 == *n).count();
+        if kept < records.len() {
+            let mut tx = db.begin()?;
+            for (n, _) in &records[kept..] {
+                tx.delete(&table, &n.to_be_bytes())?;
+            }
+            tx.commit()?.wait()?;
+            records.truncate(kept);
+        }
+        let next = records.len() as u64;
+        let log = ShardLog {
+            db: AsyncDatabase::from(db),
+            table,
+            order: Arc::new(Mutex::new(Order { next, pending: BTreeSet::new() })),
+            progress: Arc::new(watch::Sender::new(Progress { through: next, failed: None })),
+        };
         Ok((log, records.into_iter().map(|(_, r)| r).collect()))
     }
 
-    /// Append `r` and wait until it is durable; its number.
-    pub fn append(&self, r: &Record) -> Result<u64, LogError> {
+    /// Append `r`: give it the next number and pre-commit it now (call it
+    /// in the order the records must have); await [`Appended::durable`]
+    /// before acting on it. Must be called inside a tokio runtime (a task
+    /// watches the commit).
+    pub fn append(&self, r: &Record) -> Result<Appended, LogError> {
         let bytes = codec::encode(r);
         if bytes.len() > milliscale::limits::VALUE_BYTES_MAX {
             return Err(LogError::TooLarge(bytes.len()));
         }
-        let number = self.next.fetch_add(1, Ordering::Relaxed);
-        self.db.put(&self.table, &number.to_be_bytes(), &bytes)?;
-        Ok(number)
+        if let Some(e) = &self.progress.borrow().failed {
+            return Err(e.clone());
+        }
+        let (number, ack) = {
+            let mut o = lock(&self.order);
+            let number = o.next;
+            let mut tx = self.db.begin()?;
+            tx.put(&self.table, &number.to_be_bytes(), &bytes)?;
+            let ack = tx.precommit()?;
+            o.next += 1;
+            o.pending.insert(number);
+            (number, ack)
+        };
+        let (order, progress) = (Arc::clone(&self.order), Arc::clone(&self.progress));
+        tokio::spawn(async move {
+            let result = ack.durable().await;
+            let through = {
+                let mut o = lock(&order);
+                // A record that failed stays pending: nothing after it is
+                // durable through it.
+                if result.is_ok() {
+                    o.pending.remove(&number);
+                }
+                o.pending.first().copied().unwrap_or(o.next)
+            };
+            progress.send_modify(|p| {
+                p.through = p.through.max(through);
+                if let (Err(e), None) = (result, &p.failed) {
+                    p.failed = Some(LogError::from(e));
+                }
+            });
+        });
+        Ok(Appended { upto: number + 1, progress: self.progress.subscribe() })
+    }
+
+    /// A wait for every record appended so far (none: at once).
+    pub fn barrier(&self) -> Appended {
+        let upto = lock(&self.order).next;
+        Appended { upto, progress: self.progress.subscribe() }
     }
 
     /// The database under the log.
-    pub fn database(&self) -> &Database {
+    pub fn database(&self) -> &AsyncDatabase {
         &self.db
     }
 
     /// Close the database (flushing what is left of its log).
-    pub fn close(self) -> Result<(), LogError> {
-        Ok(self.db.close()?)
+    pub async fn close(self) -> Result<(), LogError> {
+        Ok(self.db.close().await?)
     }
 }
 
