@@ -69,4 +69,6 @@ rm -rf python/build python/*.egg-info
 MILLISCALE_BIN="$PWD/target/release/milliscale" timeout 900 "$venv/bin/python" -m pytest -q python/tests
 step README server example
 bash scripts/readme-server-example.sh "$PWD/$venv/bin"
+step README shard example
+bash scripts/readme-shard-example.sh
 step done

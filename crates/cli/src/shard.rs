@@ -25,6 +25,31 @@ pub(crate) enum Shard {
     Serve(ShardServeArgs),
     /// Print the newest version of the shard map, as JSON.
     Show(MapArgs),
+    /// Bank transfers across the shards, as one client (the crash-test
+    /// workload): each acknowledged transfer is appended to a journal
+    /// (and synced) only after its commit returned, and writes a marker
+    /// key `t<client>-<seq>`. Balances start at `--initial` (an absent
+    /// account holds it).
+    Bank(BankArgs),
+}
+
+#[derive(Args)]
+pub(crate) struct BankArgs {
+    #[command(flatten)]
+    map: MapArgs,
+    /// This client's id (unique among the clients).
+    #[arg(long)]
+    client_id: u32,
+    #[arg(long, default_value_t = 12)]
+    accounts: u32,
+    #[arg(long, default_value_t = 100)]
+    initial: i64,
+    /// Transfers to commit (0: until killed).
+    #[arg(long, default_value_t = 0)]
+    transfers: u64,
+    /// Where to journal the acknowledged transfers.
+    #[arg(long)]
+    journal: std::path::PathBuf,
 }
 
 /// Where the shard map lives.
@@ -75,12 +100,18 @@ pub(crate) struct ShardServeArgs {
     /// primary asks the other participants (ms).
     #[arg(long, default_value_t = 1000)]
     termination_timeout_ms: u64,
+    /// Be the shard's hot standby: follow its log as a read replica,
+    /// watch the primary, and when it stops answering (3 checks 100 ms
+    /// apart) promote, publish the next map with `--listen`, and serve.
+    #[arg(long, requires = "listen")]
+    standby: bool,
 }
 
 pub(crate) fn shard(cmd: Shard) -> Result<(), Failure> {
     match cmd {
         Shard::Publish(a) => publish(a),
         Shard::Serve(a) => serve(a),
+        Shard::Bank(a) => bank(a),
         Shard::Show(a) => {
             let map = a.open()?.latest().map_err(|e| e.to_string())?;
             let map = map.ok_or_else(|| Failure::Run("no shard map published".into()))?;
@@ -140,8 +171,26 @@ fn serve(a: ShardServeArgs) -> Result<(), Failure> {
     opts.termination_timeout = Duration::from_millis(a.termination_timeout_ms.max(1));
     let rt = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     rt.block_on(async move {
-        let server =
-            ShardServer::start(opts, log, maps, listen).await.map_err(|e| e.to_string())?;
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .map_err(|e| Failure::Run(format!("listening on {listen}: {e}")))?;
+        let server = if a.standby {
+            eprintln!("shard {}: standing by, following its log", a.shard);
+            let watch = milliscale_milana::net::standby::Watch::default();
+            let log = milliscale_milana::net::standby::stand_by(
+                a.shard,
+                log,
+                std::sync::Arc::clone(&maps),
+                listen,
+                watch,
+            )
+            .await?;
+            eprintln!("shard {}: the primary stopped answering; promoted", a.shard);
+            ShardServer::start_with_log(opts, log, maps, listener).await
+        } else {
+            ShardServer::start_on(opts, log, maps, listener).await
+        }
+        .map_err(|e| e.to_string())?;
         let r = server.recovery();
         eprintln!(
             "shard {}: recovered {} log records ({} lone prepares committed, {} multi-shard \
@@ -231,4 +280,81 @@ pub(crate) fn bench_retwis(a: RetwisArgs) -> Result<(), Failure> {
         );
     }
     Ok(())
+}
+
+fn bank(a: BankArgs) -> Result<(), Failure> {
+    use milliscale_milana::net::client::{ClientOptions, ShardedClient, TxnError};
+    use std::io::Write;
+    let maps = a.map.open()?;
+    let mut journal = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&a.journal)
+        .map_err(|e| Failure::Usage(format!("--journal {}: {e}", a.journal.display())))?;
+    let rt = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
+    rt.block_on(async move {
+        let c = ShardedClient::connect(ClientOptions::new(a.client_id), maps)
+            .await
+            .map_err(|e| e.to_string())?;
+        let n = a.accounts.max(2);
+        let mut seq = 0u64;
+        while a.transfers == 0 || seq < a.transfers {
+            seq += 1;
+            let from = (seq * 7 + u64::from(a.client_id)) % u64::from(n);
+            let to = (from + 1 + seq % u64::from(n - 1)) % u64::from(n);
+            let amount = 1 + (seq % 5) as i64;
+            let mut tries = 0;
+            loop {
+                tries += 1;
+                let mut tx = c.begin();
+                let r = async {
+                    let (kf, kt) = (account_key(from), account_key(to));
+                    let bf = balance(tx.get(&kf).await?, a.initial);
+                    let bt = balance(tx.get(&kt).await?, a.initial);
+                    tx.put(&kf, (bf - amount).to_string().as_bytes());
+                    tx.put(&kt, (bt + amount).to_string().as_bytes());
+                    tx.put(&marker_key(a.client_id, seq), amount.to_string().as_bytes());
+                    tx.commit().await
+                }
+                .await;
+                match r {
+                    Ok(()) => {
+                        // One write per line: a kill leaves at most a last line
+                        // without its newline, which readers skip.
+                        let line = format!("{} {seq} {from} {to} {amount}\n", a.client_id);
+                        journal
+                            .write_all(line.as_bytes())
+                            .and_then(|()| journal.sync_data())
+                            .map_err(|e| format!("the journal: {e}"))?;
+                        break;
+                    }
+                    Err(TxnError::Unknown(why)) => {
+                        eprintln!("transfer {seq}: outcome unknown ({why})");
+                        break;
+                    }
+                    Err(e) if e.is_retryable() && tries < 1000 => {
+                        tokio::time::sleep(Duration::from_millis(if tries > 3 { 50 } else { 1 }))
+                            .await;
+                    }
+                    Err(e) => return Err(Failure::Run(format!("transfer {seq}: {e}"))),
+                }
+            }
+        }
+        Ok(())
+    })
+}
+
+/// The key of bank account `i` (spread over the shards as `bench retwis`'s
+/// keys are).
+pub(crate) fn account_key(i: u64) -> Vec<u8> {
+    milliscale_bench::retwis::key_of(i)
+}
+
+/// The marker a transfer writes: `t<client>-<seq>`.
+pub(crate) fn marker_key(client: u32, seq: u64) -> Vec<u8> {
+    format!("t{client:04}-{seq:08}").into_bytes()
+}
+
+fn balance(v: Option<Vec<u8>>, initial: i64) -> i64 {
+    v.and_then(|b| String::from_utf8(b).ok()).and_then(|s| s.parse().ok()).unwrap_or(initial)
 }

@@ -142,7 +142,12 @@ impl ShardLog {
     /// earlier one), with every record it holds, in order. It blocks (it
     /// opens a database): from async code, call it on a blocking thread.
     pub fn open(options: Options) -> Result<(ShardLog, Vec<Record>), LogError> {
-        let db = Database::open(options)?;
+        ShardLog::from_database(Database::open(options)?)
+    }
+
+    /// The log of a database already open as the writer (a standby just
+    /// promoted), with every record it holds, in order. It blocks.
+    pub fn from_database(db: Database) -> Result<(ShardLog, Vec<Record>), LogError> {
         let table = match db.open_table(TABLE) {
             Ok(t) => t,
             Err(milliscale::Error::TableNotFound(_)) => db.create_table(TABLE)?,

@@ -6,6 +6,7 @@
 pub mod client;
 mod convert;
 pub mod server;
+pub mod standby;
 
 /// The wire protocol, generated from `proto/milliscale/v1/milana.proto`.
 #[allow(missing_docs, clippy::all, clippy::pedantic)]

@@ -158,6 +158,21 @@ impl ShardServer {
         maps: Arc<MapStore>,
         listener: tokio::net::TcpListener,
     ) -> Result<ShardServer, StartError> {
+        let (log, records) = tokio::task::spawn_blocking(move || ShardLog::open(log))
+            .await
+            .map_err(|e| StartError::Map(format!("opening the log: {e}")))??;
+        ShardServer::start_with_log(opts, (log, records), maps, listener).await
+    }
+
+    /// [`ShardServer::start_on`] with the log already open (by a promoted
+    /// standby, [`super::standby`]): its records are what the primary is
+    /// rebuilt from.
+    pub async fn start_with_log(
+        opts: ShardOptions,
+        (log, records): (ShardLog, Vec<Record>),
+        maps: Arc<MapStore>,
+        listener: tokio::net::TcpListener,
+    ) -> Result<ShardServer, StartError> {
         let map = load_map(&maps).await?;
         if !map.shards.contains_key(&opts.shard) {
             return Err(StartError::Map(format!(
@@ -165,9 +180,6 @@ impl ShardServer {
                 map.version, opts.shard
             )));
         }
-        let (log, records) = tokio::task::spawn_blocking(move || ShardLog::open(log))
-            .await
-            .map_err(|e| StartError::Map(format!("opening the log: {e}")))??;
         let Recovered { participant, logged, ask } =
             Participant::recover(opts.shard, opts.lease_span, Mutations::default(), &records);
         let mut last = None;

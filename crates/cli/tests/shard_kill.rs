@@ -1,0 +1,286 @@
+//! kill -9 trials of sharded transactions with real processes: three
+//! `milliscale shard serve` primaries on file stores, a `shard bank`
+//! coordinator journaling each transfer it saw commit, and a hot standby
+//! per shard (`shard serve --standby`).
+//!
+//! - The coordinator, killed mid-run (10 trials): the participants of its
+//!   unfinished two-phase commits decide them by cooperative termination.
+//! - A shard primary, killed mid-run while the coordinator goes on (10
+//!   trials, rotating over the shards): its standby promotes, publishes
+//!   the next shard map, recovers the prepares from the log and asks the
+//!   other participants about the undecided ones.
+//!
+//! After each trial the oracle checks: every journaled transfer's marker
+//! is there, the bank's total holds (a read-only transaction across the
+//! shards), and no shard keeps a transaction prepared past the
+//! termination timeout (plus the time a failover takes).
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use milliscale_milana::net::client::{ClientOptions, ShardedClient};
+use milliscale_milana::net::proto::{InfoRequest, shard_client::ShardClient};
+use milliscale_milana::shard_map::MapStore;
+
+const BIN: &str = env!("CARGO_BIN_EXE_milliscale");
+const ACCOUNTS: u64 = 12;
+const INITIAL: i64 = 100;
+const TERMINATION_MS: u64 = 300;
+
+/// A child process, killed (-9) when dropped.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").to_string()
+}
+
+fn url(dir: &Path, name: &str) -> String {
+    format!("file://{}/{name}", dir.display())
+}
+
+/// Start a shard's primary and wait until it listens.
+fn primary(dir: &Path, shard: u32) -> Proc {
+    let mut c = Command::new(BIN)
+        .args(["shard", "serve", "--map", &url(dir, "map"), "--shard", &shard.to_string()])
+        .args(["--termination-timeout-ms", &TERMINATION_MS.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn a primary");
+    let out = c.stdout.take().expect("stdout");
+    let mut line = String::new();
+    BufReader::new(out).read_line(&mut line).expect("read");
+    assert!(line.starts_with("listening on"), "shard {shard}: {line:?}");
+    Proc(c)
+}
+
+/// Start a shard's standby on a fresh port.
+fn standby(dir: &Path, shard: u32) -> Proc {
+    let c = Command::new(BIN)
+        .args(["shard", "serve", "--map", &url(dir, "map"), "--shard", &shard.to_string()])
+        .args(["--termination-timeout-ms", &TERMINATION_MS.to_string()])
+        .args(["--standby", "--listen", &free_port()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn a standby");
+    Proc(c)
+}
+
+fn coordinator(dir: &Path, client: u32, transfers: u64) -> Proc {
+    let c = Command::new(BIN)
+        .args(["shard", "bank", "--map", &url(dir, "map"), "--client-id", &client.to_string()])
+        .args(["--accounts", &ACCOUNTS.to_string(), "--initial", &INITIAL.to_string()])
+        .args(["--transfers", &transfers.to_string()])
+        .args(["--journal", &dir.join(format!("journal-{client}")).display().to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn a coordinator");
+    Proc(c)
+}
+
+fn cluster(dir: &Path) -> Vec<Proc> {
+    let mut publish = Command::new(BIN);
+    publish.args(["shard", "publish", "--map", &url(dir, "map")]);
+    for s in 0..3 {
+        publish.args(["--shard", &format!("{}={}", free_port(), url(dir, &format!("shard{s}")))]);
+    }
+    assert!(publish.status().expect("publish").success());
+    (0..3).map(|s| primary(dir, s)).collect()
+}
+
+/// The oracle, in this process.
+struct Oracle {
+    maps: Arc<MapStore>,
+    client: ShardedClient,
+}
+
+impl Oracle {
+    async fn new(dir: &Path) -> Oracle {
+        let store = milliscale::store::open(&url(dir, "map")).expect("the map's store");
+        let maps = Arc::new(MapStore::new(store, ""));
+        let client = ShardedClient::connect(ClientOptions::new(9_999), Arc::clone(&maps))
+            .await
+            .expect("client");
+        Oracle { maps, client }
+    }
+
+    /// Wait until no shard has a transaction prepared; how long it took.
+    async fn settled(&self) -> Duration {
+        let t = Instant::now();
+        loop {
+            let m = Arc::clone(&self.maps);
+            let map = tokio::task::spawn_blocking(move || m.latest()).await.expect("task");
+            let map = map.expect("map").expect("a map");
+            let mut prepared = 0;
+            for info in map.shards.values() {
+                let asked = async {
+                    let mut c = ShardClient::connect(format!("http://{}", info.addr)).await.ok()?;
+                    Some(c.info(InfoRequest {}).await.ok()?.into_inner().prepared)
+                };
+                prepared += tokio::time::timeout(Duration::from_millis(500), asked)
+                    .await
+                    .ok()
+                    .flatten()
+                    .unwrap_or(1);
+            }
+            if prepared == 0 {
+                return t.elapsed();
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "still prepared after {:?}",
+                t.elapsed()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Check the journal of `client` and the total.
+    async fn check(&self, dir: &Path, client: u32) -> usize {
+        let journal =
+            std::fs::read_to_string(dir.join(format!("journal-{client}"))).unwrap_or_default();
+        // A kill can cut the last line short: only whole lines count.
+        let lines: Vec<&str> = journal
+            .split_inclusive('\n')
+            .filter(|l| l.ends_with('\n'))
+            .map(str::trim_end)
+            .collect();
+        for line in &lines {
+            let f: Vec<&str> = line.split(' ').collect();
+            let seq: u64 = f[1].parse().expect("seq");
+            let key = format!("t{client:04}-{seq:08}").into_bytes();
+            let found = self.read_only(|tx_vals| tx_vals[0].clone(), vec![key]).await;
+            assert_eq!(
+                found.as_deref(),
+                Some(f[4].as_bytes()),
+                "acknowledged transfer {line} lost"
+            );
+        }
+        let keys: Vec<Vec<u8>> = (0..ACCOUNTS).map(milliscale_bench::retwis::key_of).collect();
+        let total = self
+            .read_only(
+                |vals| {
+                    let sum: i64 = vals
+                        .iter()
+                        .map(|v| {
+                            v.as_ref().map_or(INITIAL, |b| {
+                                String::from_utf8(b.clone()).expect("utf8").parse().expect("number")
+                            })
+                        })
+                        .sum();
+                    Some(sum.to_string().into_bytes())
+                },
+                keys,
+            )
+            .await;
+        let total: i64 =
+            String::from_utf8(total.expect("a sum")).expect("utf8").parse().expect("n");
+        assert_eq!(total, INITIAL * ACCOUNTS as i64, "the total holds");
+        lines.len()
+    }
+
+    /// Read `keys` in one read-only transaction (run again until it
+    /// commits); `f` of the values.
+    async fn read_only(
+        &self,
+        f: impl Fn(&[Option<Vec<u8>>]) -> Option<Vec<u8>>,
+        keys: Vec<Vec<u8>>,
+    ) -> Option<Vec<u8>> {
+        for _ in 0..400 {
+            let mut tx = self.client.begin();
+            let mut vals = Vec::new();
+            let mut ok = true;
+            for k in &keys {
+                match tx.get(k).await {
+                    Ok(v) => vals.push(v),
+                    Err(_) => {
+                        ok = false;
+                        break;
+                    }
+                }
+            }
+            if ok && tx.commit().await.is_ok() {
+                return f(&vals);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("no read-only transaction committed in 400 tries");
+    }
+}
+
+/// A pseudo-random delay for trial `t` (deterministic).
+fn delay(t: u32, lo: u64, hi: u64) -> Duration {
+    let x = u64::from(t).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
+    Duration::from_millis(lo + x % (hi - lo))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_coordinators_and_primaries_lose_no_acknowledged_transfer() {
+    let dir = tempfile::tempdir().expect("dir");
+    let dir = dir.path();
+    let mut primaries = cluster(dir);
+    let oracle = Oracle::new(dir).await;
+    let trials: u32 = std::env::var("MILLISCALE_SHARD_KILL_TRIALS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
+    let (mut acked, mut slowest) = (0, Duration::ZERO);
+    // The coordinator, killed mid-run.
+    for t in 0..trials {
+        let client = 100 + t;
+        let c = coordinator(dir, client, 0);
+        tokio::time::sleep(delay(t, 150, 700)).await;
+        drop(c); // kill -9
+        slowest = slowest.max(oracle.settled().await);
+        acked += oracle.check(dir, client).await;
+    }
+    eprintln!(
+        "coordinator kills: {acked} acknowledged transfers checked; settled within {slowest:?}"
+    );
+    assert!(acked > 0, "no transfer was acknowledged before the kills");
+    assert!(
+        slowest < Duration::from_millis(TERMINATION_MS) + Duration::from_secs(3),
+        "a shard stayed blocked {slowest:?}"
+    );
+    // A shard primary, killed while a coordinator runs; its standby takes
+    // over and the coordinator goes on.
+    let mut standbys: Vec<Option<Proc>> = (0..3).map(|s| Some(standby(dir, s))).collect();
+    let (mut acked, mut slowest) = (0, Duration::ZERO);
+    tokio::time::sleep(Duration::from_millis(500)).await; // the standbys follow
+    for t in 0..trials {
+        let (client, s) = (200 + t, (t % 3) as usize);
+        let mut c = coordinator(dir, client, 40);
+        tokio::time::sleep(delay(t, 50, 300)).await;
+        drop(std::mem::replace(&mut primaries[s], standbys[s].take().expect("a standby")));
+        let t0 = Instant::now();
+        loop {
+            if let Some(status) = c.0.try_wait().expect("wait") {
+                assert!(status.success(), "the coordinator failed: {status}");
+                break;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(60), "the coordinator hung");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        slowest = slowest.max(oracle.settled().await);
+        acked += oracle.check(dir, client).await;
+        // The next standby follows the new primary.
+        standbys[s] = Some(standby(dir, s as u32));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    eprintln!("primary kills: {acked} acknowledged transfers checked; settled within {slowest:?}");
+    assert!(acked > 0);
+    assert!(slowest < Duration::from_secs(5), "a shard stayed blocked {slowest:?}");
+}

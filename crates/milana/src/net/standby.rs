@@ -1,0 +1,115 @@
+//! A shard's hot standby: a read replica of the shard's log database
+//! that watches the primary and, once the primary stops answering, takes
+//! over.
+//!
+//! Taking over: promote the replica (the engine fences the old primary
+//! through the database's manifest, so a primary that was only slow can
+//! no longer make anything durable, and so can no longer answer), read
+//! the log's records for the participant's recovery, and publish the next
+//! shard map with this standby's address, so that clients and the other
+//! primaries find it. The map is published with a conditional write; a
+//! publisher that loses the race reads the newest map and tries again.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use milliscale::{Options, Replica};
+use tonic::transport::Channel;
+
+use super::proto::{self, shard_client::ShardClient};
+use crate::log::Record;
+use crate::shard_log::ShardLog;
+use crate::shard_map::{MapError, MapStore};
+use crate::types::ShardId;
+
+/// How the standby watches its primary.
+#[derive(Debug, Clone)]
+pub struct Watch {
+    /// Ask the primary this often.
+    pub every: Duration,
+    /// Take over after this many answers missed in a row.
+    pub misses: u32,
+}
+
+impl Default for Watch {
+    /// Every 100 ms; take over after 3 misses.
+    fn default() -> Watch {
+        Watch { every: Duration::from_millis(100), misses: 3 }
+    }
+}
+
+/// Follow shard `shard`'s log (on `log`) until its primary (at the
+/// address the newest map gives) stops answering, then take over: the
+/// log, open as its writer, and its records. `listen` is the address the
+/// standby will serve on; it is published in the next map.
+pub async fn stand_by(
+    shard: ShardId,
+    log: Options,
+    maps: Arc<MapStore>,
+    listen: SocketAddr,
+    watch: Watch,
+) -> Result<(ShardLog, Vec<Record>), String> {
+    let replica = tokio::task::spawn_blocking(move || Replica::open(log))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("following the shard's log: {e}"))?;
+    let primary = latest(&maps).await?.shards.get(&shard).map(|i| i.addr.clone());
+    let primary = primary.ok_or_else(|| format!("the map has no shard {shard}"))?;
+    let channel = Channel::from_shared(format!("http://{primary}"))
+        .map_err(|e| format!("the primary's address {primary}: {e}"))?
+        .connect_timeout(watch.every)
+        .connect_lazy();
+    let mut client = ShardClient::new(channel);
+    let mut missed = 0;
+    while missed < watch.misses {
+        tokio::time::sleep(watch.every).await;
+        let asked = client.info(proto::InfoRequest {});
+        match tokio::time::timeout(watch.every, asked).await {
+            Ok(Ok(_)) => missed = 0,
+            _ => missed += 1,
+        }
+    }
+    let opened = tokio::task::spawn_blocking(move || {
+        let db = replica.promote().map_err(|e| format!("promoting: {e}"))?;
+        ShardLog::from_database(db).map_err(|e| e.to_string())
+    })
+    .await
+    .map_err(|e| e.to_string())??;
+    publish_address(&maps, shard, listen).await?;
+    Ok(opened)
+}
+
+async fn latest(maps: &Arc<MapStore>) -> Result<crate::shard_map::ShardMap, String> {
+    let m = Arc::clone(maps);
+    tokio::task::spawn_blocking(move || m.latest())
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| "no shard map published".to_owned())
+}
+
+/// Publish the next map with `shard` at `addr`, retrying a lost race.
+async fn publish_address(
+    maps: &Arc<MapStore>,
+    shard: ShardId,
+    addr: SocketAddr,
+) -> Result<(), String> {
+    for _ in 0..10 {
+        let mut next = latest(maps).await?;
+        let info =
+            next.shards.get_mut(&shard).ok_or_else(|| format!("the map has no shard {shard}"))?;
+        info.addr = addr.to_string();
+        next.version += 1;
+        let m = Arc::clone(maps);
+        match tokio::task::spawn_blocking(move || m.publish(&next))
+            .await
+            .map_err(|e| e.to_string())?
+        {
+            Ok(()) => return Ok(()),
+            Err(MapError::Lost(_) | MapError::NotNext { .. }) => continue,
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    Err("lost the race to publish the shard map ten times".into())
+}

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Run README.md's sharded example (the sh block between the shard-example
+# markers) as it is written, with the release build's `milliscale` first
+# on the PATH, in a scratch directory. Fails if the block fails or the
+# bank's 50 transfers were not all acknowledged; stops whatever it left
+# running.
+#   bash scripts/readme-shard-example.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PWD/target/release:$PATH"
+block=$(awk '/<!-- shard-example -->/{on=1; next} /<!-- \/shard-example -->/{on=0} on' README.md |
+  sed '/^```/d')
+[ -n "$block" ] || { echo "README.md has no shard example" >&2; exit 1; }
+out=$(mktemp)
+scratch=$(mktemp -d)
+set +e
+(cd "$scratch" && bash -euo pipefail -c "trap 'kill \$(jobs -p) 2>/dev/null; wait' EXIT
+$block") >"$out" 2>&1
+rc=$?
+set -e
+cat "$out"
+rm -rf "$scratch"
+[ "$rc" -eq 0 ] || { echo "README's shard example failed ($rc)" >&2; exit 1; }
+grep -qx '50' "$out" && grep -q '^retwis: ' "$out" ||
+  { echo "README's shard example did not acknowledge 50 transfers and run Retwis" >&2; exit 1; }
+echo "README's shard example ran"
