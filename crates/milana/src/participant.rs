@@ -112,6 +112,9 @@ pub struct Participant {
     lease: Timestamp,
     /// How far past a read a new lease reaches.
     lease_span: Timestamp,
+    /// The highest watermark collected below: a read below it may miss
+    /// the version it needs and is refused.
+    collected: Timestamp,
     mutations: Mutations,
 }
 
@@ -125,6 +128,7 @@ impl Participant {
             read_floor: 0,
             lease: 0,
             lease_span: lease_span.max(1),
+            collected: 0,
             mutations,
         }
     }
@@ -143,6 +147,18 @@ impl Participant {
     /// the current lease does not cover it.
     pub fn lease_needed(&self, at: Timestamp) -> Option<Record> {
         (at >= self.lease).then(|| Record::ReadLease(at + self.lease_span))
+    }
+
+    /// Versions below this may have been collected: a read must be at or
+    /// above it ([`Participant::collect`] keeps, for each key, the newest
+    /// version at or below the watermark, and everything above).
+    pub fn collected(&self) -> Timestamp {
+        self.collected
+    }
+
+    /// How many committed versions it holds.
+    pub fn versions(&self) -> usize {
+        self.keys.values().map(|k| k.versions.len()).sum()
     }
 
     /// Reads below this are covered by a durable lease.
@@ -306,6 +322,7 @@ impl Participant {
     /// future transaction of any client begins below it, MILANA §4.4) only
     /// the newest version of each key is kept. How many were dropped.
     pub fn collect(&mut self, watermark: Timestamp) -> usize {
+        self.collected = self.collected.max(watermark);
         let mut dropped = 0;
         for k in self.keys.values_mut() {
             let below = k.versions.iter().take_while(|(v, _)| v.ts <= watermark).count();

@@ -3,7 +3,8 @@
 //! coordinator that dies mid-commit leaves nothing blocked past the
 //! termination timeout, and the participants agree on its outcome; a
 //! primary restarted mid-two-phase-commit recovers its prepares and
-//! settles them by asking the others.
+//! settles them by asking the others; versions below the clients'
+//! watermark are collected, and a read below it is refused.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -40,6 +41,7 @@ fn shard_options(s: u32) -> ShardOptions {
     // lease, and the restart case writes right after.
     o.lease_span = 50_000;
     o.termination_timeout = Duration::from_millis(300);
+    o.collect_every = Duration::from_millis(50);
     o.peer_timeout = Duration::from_millis(300);
     o
 }
@@ -325,5 +327,89 @@ async fn a_coordinator_dead_mid_commit_blocks_nothing_past_the_timeout() {
     let took = unblocked(&c, &account(8)).await;
     assert!(took < Duration::from_secs(3), "blocked for {took:?} after the restart");
     assert_eq!(status(&mut cluster.raw(2), 52, 1).await, committed);
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn versions_below_the_clients_watermark_are_collected() {
+    let cluster = Cluster::start().await;
+    let c = cluster.client(1).await;
+    // 100 versions of one key on shard 0, each written after reading it.
+    for i in 0..100u32 {
+        with_retry(|| {
+            let c = c.clone();
+            async move {
+                let mut tx = c.begin();
+                tx.get(&account(0)).await?;
+                tx.put(&account(0), i.to_string().as_bytes());
+                tx.commit().await
+            }
+        })
+        .await
+        .expect("a write");
+    }
+    // The client's reads carry its low-water mark; the shard collects.
+    let t = Instant::now();
+    let (versions, floor) = loop {
+        let mut tx = c.begin();
+        assert_eq!(tx.get(&account(0)).await.expect("read"), Some(b"99".to_vec()));
+        drop(tx);
+        let (v, floor) = cluster.servers[0].as_ref().expect("up").versions();
+        if v < 5 || t.elapsed() > Duration::from_secs(5) {
+            break (v, floor);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(versions < 5, "{versions} versions held after collection");
+    assert!(floor > 0);
+    // A read below the watermark is refused, with the floor.
+    let mut raw = cluster.raw(0);
+    let old = raw.read(proto::ReadRequest { key: account(0), at: 1, ..Default::default() });
+    let refused = old.await.expect_err("a read below the watermark");
+    assert_eq!(refused.code(), tonic::Code::Aborted);
+    assert!(refused.metadata().get("milana-floor").is_some());
+    // A client whose clock is 300 ms behind is refused, moves its clock
+    // past the floor, and commits once its clock passes the key's latest
+    // read (skew costs aborts, never correctness).
+    let mut opts = ClientOptions::new(2);
+    opts.skew = -300_000;
+    let late = ShardedClient::connect(opts, Arc::clone(&cluster.maps)).await.expect("client");
+    let aborts = with_retry(|| {
+        let late = late.clone();
+        async move {
+            let mut tx = late.begin();
+            // At its (late) timestamp it may read an older version; its
+            // write then fails validation and it runs again, later.
+            tx.get(&account(0)).await?;
+            tx.put(&account(0), b"100");
+            tx.commit().await
+        }
+    })
+    .await
+    .expect("the late client commits");
+    assert!(aborts >= 1, "the late client's first read was served below the watermark");
+    let mut tx = c.begin();
+    assert_eq!(tx.get(&account(0)).await.expect("read"), Some(b"100".to_vec()));
+    drop(tx);
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_restarted_under_its_id_does_not_reuse_its_transaction_names() {
+    let cluster = Cluster::start().await;
+    for value in [b"first".as_slice(), b"second"] {
+        // A new client each time, the same id: its first transaction must
+        // not be taken for the last run's first (and answered "already
+        // committed" without its writes).
+        let c = cluster.client(7).await;
+        let mut tx = c.begin();
+        tx.get(&account(3)).await.expect("read");
+        tx.put(&account(3), value);
+        tx.commit().await.expect("commit");
+    }
+    let c = cluster.client(8).await;
+    let mut tx = c.begin();
+    assert_eq!(tx.get(&account(3)).await.expect("read"), Some(b"second".to_vec()));
+    drop(tx);
     cluster.shutdown().await;
 }

@@ -66,7 +66,9 @@ impl TxnError {
 /// How a client runs.
 #[derive(Debug, Clone)]
 pub struct ClientOptions {
-    /// Its id: unique among the clients (it orders versions).
+    /// Its id: not used by two clients at once (it names their
+    /// transactions and orders versions). A client that restarts may take
+    /// its id again: its transaction numbers start from the clock.
     pub id: ClientId,
     /// Its clock's skew (µs, either way): simulated clock error.
     pub skew: i64,
@@ -92,6 +94,8 @@ struct Inner {
     conns: Mutex<HashMap<ShardId, ShardClient<Channel>>>,
     clock: Mutex<HybridClock>,
     seq: AtomicU64,
+    /// The transactions under way: (begin, seq).
+    active: Mutex<std::collections::BTreeSet<(Timestamp, u64)>>,
 }
 
 /// A client (see the module's comment). Cheap to clone.
@@ -127,7 +131,12 @@ impl ShardedClient {
             maps,
             map: RwLock::new(Arc::new(map)),
             conns: Mutex::new(HashMap::new()),
-            seq: AtomicU64::new(0),
+            // A transaction is named ⟨client id, seq⟩, and a primary
+            // answers a name it knows as it did before: a client that
+            // restarts under the same id must not reuse a number, so they
+            // start from the clock (µs), past any of its last run's.
+            seq: AtomicU64::new(physical_now()),
+            active: Mutex::new(std::collections::BTreeSet::new()),
         };
         Ok(ShardedClient { inner: Arc::new(inner) })
     }
@@ -142,7 +151,15 @@ impl ShardedClient {
         let seq = self.inner.seq.fetch_add(1, Ordering::Relaxed) + 1;
         let id = TxnId { client: self.inner.opts.id, seq };
         let begin = lock(&self.inner.clock).now(physical_now());
+        lock(&self.inner.active).insert((begin, seq));
         Txn { client: self.clone(), txn: ClientTxn::new(id, begin) }
+    }
+
+    /// No transaction of this client will read below this: its oldest
+    /// under way, or its clock if none is.
+    fn low_water(&self) -> Timestamp {
+        let oldest = lock(&self.inner.active).first().map(|(ts, _)| *ts);
+        oldest.unwrap_or_else(|| lock(&self.inner.clock).last())
     }
 
     /// Reload the map if the store has a newer one.
@@ -183,9 +200,23 @@ impl ShardedClient {
             }
             let s = self.map().shard_of(key);
             let mut c = self.shard(s)?;
-            let req = proto::ReadRequest { key: key.to_vec(), at };
+            let req = proto::ReadRequest {
+                key: key.to_vec(),
+                at,
+                client: self.inner.opts.id,
+                low_water: self.low_water(),
+            };
             match tokio::time::timeout(self.inner.opts.rpc_timeout, c.read(req)).await {
                 Ok(Ok(r)) => return Ok(r.into_inner()),
+                Ok(Err(st)) if st.code() == Code::Aborted => {
+                    // Below the shard's collection watermark: begin again
+                    // above it.
+                    let floor = st.metadata().get("milana-floor");
+                    if let Some(f) = floor.and_then(|f| f.to_str().ok()?.parse().ok()) {
+                        lock(&self.inner.clock).observe(f);
+                    }
+                    return Err(TxnError::Aborted(st.message().into()));
+                }
                 Ok(Err(st)) if st.code() == Code::InvalidArgument => {
                     return Err(TxnError::Aborted(st.message().into()));
                 }
@@ -253,6 +284,12 @@ pub struct Txn {
     txn: ClientTxn,
 }
 
+impl Drop for Txn {
+    fn drop(&mut self) {
+        lock(&self.client.inner.active).remove(&(self.txn.begin, self.txn.id.seq));
+    }
+}
+
 impl Txn {
     /// The transaction's id.
     pub fn id(&self) -> TxnId {
@@ -302,7 +339,9 @@ impl Txn {
 
     /// Commit (see the module's comment): `Ok` once committed.
     pub async fn commit(self) -> Result<(), TxnError> {
-        let Txn { client, txn } = self;
+        // Still under way (its low-water mark held) until it returns.
+        let (client, txn) = (self.client.clone(), self.txn.clone());
+        let _under_way = self;
         if txn.read_only() && (client.inner.opts.local_validation || txn.reads.is_empty()) {
             return if txn.locally_valid() {
                 Ok(())

@@ -37,7 +37,7 @@ use crate::log::Record;
 use crate::participant::{Mutations, Participant, Recovered, Vote};
 use crate::shard_log::{LogError, ShardLog};
 use crate::shard_map::{MapStore, ShardMap};
-use crate::types::{ShardId, Timestamp, TxnId, TxnStatus};
+use crate::types::{ClientId, ShardId, Timestamp, TxnId, TxnStatus};
 
 /// How to run a shard primary.
 #[derive(Debug, Clone)]
@@ -55,6 +55,11 @@ pub struct ShardOptions {
     pub termination_timeout: Duration,
     /// How long to wait for another participant's answer.
     pub peer_timeout: Duration,
+    /// How often to collect versions below the clients' watermark.
+    pub collect_every: Duration,
+    /// A client not heard from for this long no longer holds the
+    /// watermark back (a read of its below the watermark is refused).
+    pub client_silence: Duration,
 }
 
 impl ShardOptions {
@@ -66,6 +71,8 @@ impl ShardOptions {
             lease_span: 500_000,
             termination_timeout: Duration::from_secs(1),
             peer_timeout: Duration::from_millis(500),
+            collect_every: Duration::from_secs(1),
+            client_silence: Duration::from_secs(10),
         }
     }
 }
@@ -96,6 +103,10 @@ struct State {
     prepared_at: HashMap<TxnId, Instant>,
     /// A lease renewal is on its way to the log.
     renewing: bool,
+    /// Each client's low-water mark, and when it was heard.
+    clients: HashMap<ClientId, (Timestamp, Instant)>,
+    /// When versions were last collected.
+    collected_at: Instant,
 }
 
 /// One shard's primary (see the module's comment).
@@ -191,7 +202,13 @@ impl ShardServer {
         }
         let recovery =
             Recovery { records: records.len(), committed: logged.len(), asked: ask.len() };
-        let state = State { p: participant, prepared_at: HashMap::new(), renewing: false };
+        let state = State {
+            p: participant,
+            prepared_at: HashMap::new(),
+            renewing: false,
+            clients: HashMap::new(),
+            collected_at: Instant::now(),
+        };
         let primary = Arc::new(Primary {
             opts,
             maps,
@@ -235,6 +252,12 @@ impl ShardServer {
         self.primary.lock().p.prepared().len()
     }
 
+    /// Committed versions held, and the watermark collected below.
+    pub fn versions(&self) -> (usize, Timestamp) {
+        let st = self.primary.lock();
+        (st.p.versions(), st.p.collected())
+    }
+
     /// Stop serving, then close the log (flushing it).
     pub async fn shutdown(self) -> Result<(), LogError> {
         let _ = self.stop.send(true);
@@ -252,6 +275,22 @@ async fn load_map(maps: &Arc<MapStore>) -> Result<ShardMap, StartError> {
         Ok(Err(e)) => Err(StartError::Map(e.to_string())),
         Err(e) => Err(StartError::Map(e.to_string())),
     }
+}
+
+/// Refuse a read below the collection watermark: its version may be
+/// gone. The client's clock moves past the floor sent back.
+fn too_old(p: &Participant, at: Timestamp) -> Result<(), Status> {
+    let floor = p.collected();
+    if at >= floor {
+        return Ok(());
+    }
+    let mut s = Status::aborted(format!(
+        "snapshot too old: read at {at}, versions below {floor} are collected"
+    ));
+    if let Ok(v) = floor.to_string().parse() {
+        s.metadata_mut().insert("milana-floor", v);
+    }
+    Err(s)
 }
 
 fn log_status(e: &LogError) -> Status {
@@ -277,15 +316,17 @@ impl Primary {
         )))
     }
 
-    async fn read(
-        self: &Arc<Self>,
-        key: Vec<u8>,
-        at: Timestamp,
-    ) -> Result<proto::ReadResponse, Status> {
+    async fn read(self: &Arc<Self>, r: proto::ReadRequest) -> Result<proto::ReadResponse, Status> {
+        let (key, at) = (r.key, r.at);
         self.own(&key)?;
         let span = self.opts.lease_span;
         let lease = {
             let mut st = self.lock();
+            if r.client != 0 {
+                let low = st.clients.get(&r.client).map_or(0, |c| c.0).max(r.low_water);
+                st.clients.insert(r.client, (low, Instant::now()));
+            }
+            too_old(&st.p, at)?;
             if let Some(r @ Record::ReadLease(until)) = st.p.lease_needed(at) {
                 // Outside the lease: this read waits for a new one.
                 Some((until, self.log.append(&r).map_err(|e| log_status(&e))?))
@@ -315,6 +356,7 @@ impl Primary {
             self.lock().p.lease_durable(until);
         }
         let mut st = self.lock();
+        too_old(&st.p, at)?;
         if st.p.lease_needed(at).is_some() {
             // Cannot happen (the lease only grows), but a read outside it
             // must not be served.
@@ -398,6 +440,21 @@ impl Primary {
         Ok(status)
     }
 
+    /// Collect versions below the lowest low-water mark of the clients
+    /// heard from lately, if it is time.
+    fn collect(&self) {
+        let mut st = self.lock();
+        if st.collected_at.elapsed() < self.opts.collect_every {
+            return;
+        }
+        st.collected_at = Instant::now();
+        let silence = self.opts.client_silence;
+        st.clients.retain(|_, (_, heard)| heard.elapsed() < silence);
+        if let Some(watermark) = st.clients.values().map(|(low, _)| *low).min() {
+            st.p.collect(watermark);
+        }
+    }
+
     /// A client for shard `s`, from the current map.
     fn peer(&self, s: ShardId) -> Option<ShardClient<Channel>> {
         let mut peers = self.peers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -474,6 +531,7 @@ async fn terminator(primary: Arc<Primary>, mut stop: watch::Receiver<bool>) {
             _ = tokio::time::sleep(tick) => {}
             _ = stop.wait_for(|s| *s) => return,
         }
+        primary.collect();
         if !primary.terminate_stale().await
             && let Ok(m) = load_map(&primary.maps).await
         {
@@ -493,8 +551,7 @@ impl shard_server::Shard for Service {
         &self,
         req: Request<proto::ReadRequest>,
     ) -> Result<Response<proto::ReadResponse>, Status> {
-        let r = req.into_inner();
-        self.0.read(r.key, r.at).await.map(Response::new)
+        self.0.read(req.into_inner()).await.map(Response::new)
     }
 
     async fn prepare(
