@@ -8,7 +8,12 @@
 #   3 shards: the shape of MILANA's Fig. 7;
 # - an ε sweep at α = 0.99;
 # - local validation of read-only transactions off, against on;
-# - 1, 2 and 3 shards (ε = 53 µs, α = 0.75).
+# - 1, 2 and 3 shards (ε = 53 µs, α = 0.75), with the shard processes'
+#   CPU and the client process's per transaction;
+# - YCSB-T (4 read-modify-writes per transaction) on 3 shards;
+# - the α sweep at 53 µs and 1.5 ms again with the shards' logs in memory
+#   (`memory://`, no durability): a log write of microseconds, as
+#   MILANA's DRAM backend, instead of an object-store append.
 # Prints one table row per run and the medians.
 # Usage: scripts/bench-retwis.sh [SEEDS] [SECONDS] [CLIENTS]
 set -euo pipefail
@@ -19,11 +24,13 @@ source "$(dirname "$0")/bench-common.sh"  # bin, out, with_emulator; builds
 echo "seeds=1..$seeds seconds=$secs clients=$clients; raw reports in $out"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 pids=()
-start_shards() { # N TAG: publish a map of N shards under TAG and start them
-    local n=$1 tag=$2 args=()
+start_shards() { # N TAG [memory]: publish a map of N shards under TAG and start them
+    local n=$1 tag=$2 logs=${3:-} args=()
     map="s3://bench/$tag?endpoint=$ep"
     for s in $(seq 0 $((n - 1))); do
-        args+=(--shard "127.0.0.1:$(free_port)=s3://bench/$tag/shard$s?endpoint=$ep")
+        local log="s3://bench/$tag/shard$s?endpoint=$ep"
+        [ "$logs" = memory ] && log="memory://"
+        args+=(--shard "127.0.0.1:$(free_port)=$log")
     done
     "$bin" shard publish --map "$map" "${args[@]}" > /dev/null
     pids=()
@@ -39,11 +46,20 @@ stop_shards() {
     kill "${pids[@]}" 2>/dev/null || true
     wait "${pids[@]}" 2>/dev/null || true
 }
+shard_ticks() { # CPU clock ticks of the running shards, in all
+    local t=0
+    for p in "${pids[@]}"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done
+    echo "$t"
+}
 run() { # NAME SEED ARGS...: one bench run against the current map
     local name=$1 seed=$2
     shift 2
-    "$bin" bench retwis --map "$map" --clients "$clients" --duration-s "$secs" --warmup-s 1 \
+    local before
+    before=$(shard_ticks)
+    /usr/bin/time -f "%U %S %e" -o "$out/$name-$seed.time" \
+        "$bin" bench retwis --map "$map" --clients "$clients" --duration-s "$secs" --warmup-s 1 \
         --seed "$seed" --json "$@" > "$out/$name-$seed.json"
+    echo "$(( $(shard_ticks) - before ))" > "$out/$name-$seed.ticks"
 }
 one_seed() {
     local seed=$1
@@ -57,12 +73,20 @@ one_seed() {
         run "alpha0.99-eps$eps" "$seed" --alpha 0.99 --epsilon-us "$eps"
     done
     run "lv-off" "$seed" --alpha 0.75 --epsilon-us 53 --no-local-validation
+    run "ycsb-t" "$seed" --alpha 0.75 --epsilon-us 53 --mix ycsb-t --ops 4
     stop_shards
     for n in 1 2; do
         start_shards "$n" "s$seed-n$n"
         run "shards$n" "$seed" --alpha 0.75 --epsilon-us 53
         stop_shards
     done
+    start_shards 3 "s$seed-memory" memory
+    for alpha in 0.5 0.75 0.99; do
+        for eps in 53 1500; do
+            run "memory-alpha$alpha-eps$eps" "$seed" --alpha "$alpha" --epsilon-us "$eps"
+        done
+    done
+    stop_shards
 }
 for seed in $(seq 1 "$seeds"); do
     with_emulator "$seed" one_seed "$seed"
@@ -74,7 +98,8 @@ d, seeds = sys.argv[1], int(sys.argv[2])
 def load(name, s):
     return json.load(open(f'{d}/{name}-{s}.json'))
 names = [f'alpha{a}-eps{e}' for a in ('0.5', '0.75', '0.99') for e in (53, 1500)]
-names += ['alpha0.99-eps0', 'alpha0.99-eps500', 'alpha0.99-eps5000', 'lv-off', 'shards1', 'shards2']
+names += ['alpha0.99-eps0', 'alpha0.99-eps500', 'alpha0.99-eps5000', 'lv-off', 'ycsb-t', 'shards1', 'shards2']
+names += [f'memory-alpha{a}-eps{e}' for a in ('0.5', '0.75', '0.99') for e in (53, 1500)]
 print('| seed | run | α | ε µs | shards | local validation | txn/s | abort rate | p50 ms | read-only p50 ms | single-shard p50 ms | cross-shard p50 ms |')
 print('|---:|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|')
 shards = {'shards1': 1, 'shards2': 2}
@@ -87,12 +112,13 @@ for s in range(1, seeds + 1):
               f"{r['single_shard']['p50_ms']:.2f} | {r['cross_shard']['p50_ms']:.2f} |")
 med = lambda xs: statistics.median(xs)
 print()
-for a in ('0.5', '0.75', '0.99'):
-    ptp = [load(f'alpha{a}-eps53', s)['abort_rate'] for s in range(1, seeds + 1)]
-    ntp = [load(f'alpha{a}-eps1500', s)['abort_rate'] for s in range(1, seeds + 1)]
-    fewer = [1 - p / n if n else 0 for p, n in zip(ptp, ntp)]
-    print(f'α {a}: abort rate median {100 * med(ptp):.2f}% at 53 µs, {100 * med(ntp):.2f}% at 1.5 ms: '
-          f'{100 * med(fewer):.0f}% fewer aborts with PTP (per seed: {", ".join(f"{100 * f:.0f}%" for f in fewer)})')
+for logs in ('', 'memory-'):
+    for a in ('0.5', '0.75', '0.99'):
+        ptp = [load(f'{logs}alpha{a}-eps53', s)['abort_rate'] for s in range(1, seeds + 1)]
+        ntp = [load(f'{logs}alpha{a}-eps1500', s)['abort_rate'] for s in range(1, seeds + 1)]
+        fewer = [1 - p / n if n else 0 for p, n in zip(ptp, ntp)]
+        print(f'{logs or "s3x-"}logs α {a}: abort rate median {100 * med(ptp):.2f}% at 53 µs, {100 * med(ntp):.2f}% at 1.5 ms: '
+              f'{100 * med(fewer):.0f}% fewer aborts with PTP (per seed: {", ".join(f"{100 * f:.0f}%" for f in fewer)})')
 for e in (0, 53, 500, 1500, 5000):
     xs = [load(f'alpha0.99-eps{e}', s)['abort_rate'] for s in range(1, seeds + 1)]
     print(f'α 0.99, ε {e} µs: abort rate median {100 * med(xs):.2f}%')
@@ -107,7 +133,18 @@ single = [r['single_shard']['p50_ms'] for r in on]
 cross = [r['cross_shard']['p50_ms'] for r in on]
 print(f'read-write p50: single-shard {med(single):.2f} ms, cross-shard {med(cross):.2f} ms '
       f'({med([c / x for c, x in zip(cross, single)]):.2f}x)')
+def cpu(name, s):
+    r = load(name, s)
+    txns = max(r['committed'] + r['aborted'], 1) / r['duration_s'] * (float(open(f'{d}/{name}-{s}.time').read().split()[2]))
+    shard_s = int(open(f'{d}/{name}-{s}.ticks').read()) / 100
+    u, sy, _ = (float(x) for x in open(f'{d}/{name}-{s}.time').read().split())
+    return 1e6 * shard_s / txns, 1e6 * (u + sy) / txns
 for n, name in ((1, 'shards1'), (2, 'shards2'), (3, 'alpha0.75-eps53')):
     xs = [load(name, s)['txn_per_s'] for s in range(1, seeds + 1)]
-    print(f'{n} shard(s): median {med(xs):,.0f} txn/s')
+    c = [cpu(name, s) for s in range(1, seeds + 1)]
+    print(f'{n} shard(s): median {med(xs):,.0f} txn/s; CPU per transaction (committed or aborted, over the '
+          f'whole process lives): shards {med([x[0] for x in c]):.0f} µs, client {med([x[1] for x in c]):.0f} µs')
+ycsbt = [load('ycsb-t', s) for s in range(1, seeds + 1)]
+print(f'YCSB-T (4 ops), 3 shards: median {med([r["txn_per_s"] for r in ycsbt]):,.0f} txn/s, abort rate '
+      f'{100 * med([r["abort_rate"] for r in ycsbt]):.1f}%, p50 {med([r["latency"]["p50_ms"] for r in ycsbt]):.2f} ms')
 PY

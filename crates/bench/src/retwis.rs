@@ -8,6 +8,10 @@
 //! `r` + 16 hex digits, so hot keys spread over the shards' ranges. A
 //! put goes to the keys read first, then to fresh ones. An aborted
 //! transaction is counted, not run again (the abort rate is the figure).
+//! With [`Mix::YcsbT`] the transactions are YCSB-T's instead: `ops`
+//! distinct Zipf keys, each read and, half of the time, written back
+//! (read-modify-write); a transaction that writes none is read-only.
+//!
 //! Latency is from begin to the commit's answer, committed transactions
 //! only; the read-write ones are also split by single-shard (the fast
 //! path: one prepare, one log write) and cross-shard (two-phase commit).
@@ -28,9 +32,20 @@ use serde::Serialize;
 
 use crate::harness::{PHASE_MEASURE, PHASE_STOP, PHASE_WARMUP};
 
+/// Which transactions the clients run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mix {
+    /// Retwis (MILANA's Table 2).
+    Retwis,
+    /// YCSB-T: `ops` read-modify-writes (each written back half of the
+    /// time) per transaction.
+    YcsbT { ops: usize },
+}
+
 /// A Retwis run.
 #[derive(Debug, Clone)]
 pub struct RetwisConfig {
+    pub mix: Mix,
     /// The shard map's store URL, and the prefix under it.
     pub map: String,
     pub map_prefix: String,
@@ -59,7 +74,7 @@ pub struct Latency {
 /// What a run measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct RetwisReport {
-    pub benchmark: &'static str,
+    pub benchmark: String,
     pub clients: u32,
     pub keys: u64,
     pub alpha: f64,
@@ -174,6 +189,7 @@ pub async fn run(cfg: &RetwisConfig) -> Result<RetwisReport, String> {
     let errors = Arc::new(Mutex::new(Vec::<String>::new()));
     let mut rng = SmallRng::seed_from_u64(cfg.seed);
     let mut tasks = Vec::new();
+    let mix = cfg.mix;
     for id in 1..=cfg.clients {
         let mut opts = ClientOptions::new(id);
         opts.skew = draw_skew(cfg.epsilon_us, &mut rng);
@@ -183,7 +199,7 @@ pub async fn run(cfg: &RetwisConfig) -> Result<RetwisReport, String> {
         let rng = SmallRng::seed_from_u64(cfg.seed ^ (u64::from(id) << 32));
         let (phase, total, errors) = (Arc::clone(&phase), Arc::clone(&total), Arc::clone(&errors));
         tasks.push(tokio::spawn(async move {
-            match session(&client, zipf, rng, &phase).await {
+            match session(&client, zipf, rng, &phase, mix).await {
                 Ok(s) => total.lock().add(&s),
                 Err(e) => {
                     errors.lock().push(e);
@@ -208,7 +224,10 @@ pub async fn run(cfg: &RetwisConfig) -> Result<RetwisReport, String> {
     let decided = (s.committed + s.aborted).max(1) as f64;
     let ro = (s.ro_committed + s.ro_aborted).max(1) as f64;
     Ok(RetwisReport {
-        benchmark: "retwis",
+        benchmark: match cfg.mix {
+            Mix::Retwis => "retwis".into(),
+            Mix::YcsbT { ops } => format!("ycsb-t ({ops} ops)"),
+        },
         clients: cfg.clients,
         keys: cfg.keys,
         alpha: cfg.alpha,
@@ -235,6 +254,7 @@ async fn session(
     zipf: Zipf<f64>,
     mut rng: SmallRng,
     phase: &AtomicU8,
+    mix: Mix,
 ) -> Result<Stats, String> {
     let mut st = Stats::new();
     let keys = zipf_keys(zipf);
@@ -243,27 +263,8 @@ async fn session(
         if p == PHASE_STOP {
             return Ok(st);
         }
-        let (gets, puts) = match rng.random_range(0..100) {
-            0..5 => (1, 2),
-            5..15 => (2, 2),
-            15..50 => (3, 5),
-            _ => (rng.random_range(1..=10), 0),
-        };
-        let mut reads: Vec<Vec<u8>> = Vec::new();
-        while reads.len() < gets {
-            let k = keys(&mut rng);
-            if !reads.contains(&k) {
-                reads.push(k);
-            }
-        }
-        let mut writes = reads.clone();
-        writes.truncate(puts);
-        while writes.len() < puts {
-            let k = keys(&mut rng);
-            if !writes.contains(&k) {
-                writes.push(k);
-            }
-        }
+        let (reads, writes) = plan(mix, &keys, &mut rng);
+        let puts = writes.len();
         let started = Instant::now();
         let mut tx = client.begin();
         let outcome = async {
@@ -300,6 +301,43 @@ async fn session(
             }
             Err(TxnError::Unknown(_)) => st.unknown += 1,
             Err(e) => return Err(e.to_string()),
+        }
+    }
+}
+
+/// One transaction's keys: what it reads, and what it writes.
+fn plan(
+    mix: Mix,
+    keys: &impl Fn(&mut SmallRng) -> Vec<u8>,
+    rng: &mut SmallRng,
+) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    let distinct = |n: usize, rng: &mut SmallRng, mut out: Vec<Vec<u8>>| {
+        while out.len() < n {
+            let k = keys(rng);
+            if !out.contains(&k) {
+                out.push(k);
+            }
+        }
+        out
+    };
+    match mix {
+        Mix::Retwis => {
+            let (gets, puts) = match rng.random_range(0..100) {
+                0..5 => (1, 2),
+                5..15 => (2, 2),
+                15..50 => (3, 5),
+                _ => (rng.random_range(1..=10), 0),
+            };
+            let reads = distinct(gets, rng, Vec::new());
+            let mut first = reads.clone();
+            first.truncate(puts);
+            let writes = distinct(puts, rng, first);
+            (reads, writes)
+        }
+        Mix::YcsbT { ops } => {
+            let reads = distinct(ops.max(1), rng, Vec::new());
+            let writes = reads.iter().filter(|_| rng.random_bool(0.5)).cloned().collect();
+            (reads, writes)
         }
     }
 }

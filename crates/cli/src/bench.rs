@@ -39,7 +39,7 @@ pub(crate) enum Bench {
     Store(StoreArgs),
     /// The emulator's speed over loopback: append throughput and overhead.
     Emulator(EmulatorBenchArgs),
-    /// Retwis across shard servers (`milliscale shard`), MILANA's mix.
+    /// Retwis (or YCSB-T) across shard servers (`milliscale shard`).
     Retwis(crate::shard::RetwisArgs),
 }
 

@@ -233,13 +233,25 @@ pub(crate) struct RetwisArgs {
     duration_s: u64,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// The transactions: `retwis` (MILANA's mix) or `ycsb-t` (`--ops`
+    /// read-modify-writes each, written back half of the time).
+    #[arg(long, default_value = "retwis", value_parser = ["retwis", "ycsb-t"])]
+    mix: String,
+    /// With `--mix ycsb-t`: keys per transaction.
+    #[arg(long, default_value_t = 4)]
+    ops: usize,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
 }
 
 pub(crate) fn bench_retwis(a: RetwisArgs) -> Result<(), Failure> {
+    let mix = match a.mix.as_str() {
+        "ycsb-t" => milliscale_bench::retwis::Mix::YcsbT { ops: a.ops },
+        _ => milliscale_bench::retwis::Mix::Retwis,
+    };
     let cfg = milliscale_bench::retwis::RetwisConfig {
+        mix,
         map: a.map.map.clone(),
         map_prefix: a.map.map_prefix.clone(),
         clients: a.clients,
@@ -258,8 +270,9 @@ pub(crate) fn bench_retwis(a: RetwisArgs) -> Result<(), Failure> {
         return Ok(());
     }
     println!(
-        "retwis: {} clients, α {}, ε {} µs, local validation {}: {:.0} txn/s, abort rate {:.1}%, \
+        "{}: {} clients, α {}, ε {} µs, local validation {}: {:.0} txn/s, abort rate {:.1}%, \
          {} unknown",
+        r.benchmark,
         r.clients,
         r.alpha,
         r.epsilon_us,
