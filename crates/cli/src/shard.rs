@@ -17,7 +17,8 @@ pub(crate) enum Shard {
     /// Publish the next version of the shard map: shard i (from 0, in the
     /// order given) at `--shard ADDR=LOG_URL`, owning the keys from the
     /// i-th split key (the empty key for shard 0) to the next. Fails if
-    /// another publisher wrote that version first.
+    /// another publisher wrote that version first, or if the ranges differ
+    /// from the newest version's (keys do not move between shards).
     Publish(PublishArgs),
     /// Run one shard's primary: open its log (the store URL in the map),
     /// recover it, fencing any earlier primary, and serve until SIGTERM
@@ -40,8 +41,10 @@ pub(crate) struct BankArgs {
     /// This client's id (unique among the clients).
     #[arg(long)]
     client_id: u32,
+    /// Accounts (keys spread over the shards as `bench retwis`'s are).
     #[arg(long, default_value_t = 12)]
     accounts: u32,
+    /// Every account's balance before its first transfer.
     #[arg(long, default_value_t = 100)]
     initial: i64,
     /// Transfers to commit (0: until killed).
@@ -146,7 +149,19 @@ fn publish(a: PublishArgs) -> Result<(), Failure> {
     }
     let mut ranges = vec![(Vec::new(), 0)];
     ranges.extend(splits.into_iter().zip(1..));
-    let version = maps.latest().map_err(|e| e.to_string())?.map_or(1, |m| m.version + 1);
+    let latest = maps.latest().map_err(|e| e.to_string())?;
+    if let Some(m) = &latest
+        && m.ranges != ranges
+    {
+        // The shards hold their keys' data: a new map may move a shard's
+        // server (its address), not its keys.
+        return Err(Failure::Usage(format!(
+            "version {} gives the keys to the shards differently; moving ranges between shards \
+             is not supported (a new version may change addresses and log URLs only)",
+            m.version
+        )));
+    }
+    let version = latest.map_or(1, |m| m.version + 1);
     let map = ShardMap { version, ranges, shards };
     maps.publish(&map).map_err(|e| e.to_string())?;
     println!("published shard map version {version}: {n} shards");
@@ -227,10 +242,13 @@ pub(crate) struct RetwisArgs {
     /// client.
     #[arg(long)]
     no_local_validation: bool,
+    /// Seconds run before measuring.
     #[arg(long, default_value_t = 2)]
     warmup_s: u64,
+    /// Seconds measured.
     #[arg(long, default_value_t = 10)]
     duration_s: u64,
+    /// Seeds the keys, the mix and the clients' skews.
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// The transactions: `retwis` (MILANA's mix) or `ycsb-t` (`--ops`

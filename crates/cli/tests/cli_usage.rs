@@ -2,7 +2,8 @@
 //! over replicated stores, `dump | head`, read-only commands that do not
 //! create what they read, error messages in the flag's unit, exit codes
 //! (1 for a failure at run time, 2 for misuse), `--json` for `inspect`
-//! and `dump`, and text where a dump's bytes are printable.
+//! and `dump`, text where a dump's bytes are printable, and a shard map
+//! whose new version may move a shard but not its keys.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -210,4 +211,29 @@ fn verbose_and_rust_log_show_the_engines_steps() {
         .output()
         .expect("recover");
     assert!(!stderr(&env).contains("recovered the database"), "{}", stderr(&env));
+}
+
+#[test]
+fn a_shard_map_may_move_a_shard_but_not_its_keys() {
+    let dir = tempfile::tempdir().expect("dir");
+    let map = format!("{}/map", url(dir.path()));
+    let publish = |addrs: &[&str]| {
+        let mut c = bin();
+        c.args(["shard", "publish", "--map", &map]);
+        for a in addrs {
+            c.args(["--shard", &format!("{a}=memory://")]);
+        }
+        c.output().expect("run")
+    };
+    assert!(publish(&["127.0.0.1:7001", "127.0.0.1:7002"]).status.success());
+    // A new address for shard 0: version 2.
+    let moved = publish(&["127.0.0.1:7003", "127.0.0.1:7002"]);
+    assert!(moved.status.success(), "{}", stderr(&moved));
+    // A third shard would take keys from the others: refused, exit 2.
+    let split = publish(&["127.0.0.1:7003", "127.0.0.1:7002", "127.0.0.1:7004"]);
+    assert_eq!(split.status.code(), Some(2));
+    assert!(stderr(&split).contains("moving ranges between shards is not supported"));
+    let shown = bin().args(["shard", "show", "--map", &map]).output().expect("run");
+    let text = String::from_utf8_lossy(&shown.stdout);
+    assert!(text.contains("\"version\": 2") && text.contains("127.0.0.1:7003"), "{text}");
 }
