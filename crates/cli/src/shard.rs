@@ -104,8 +104,9 @@ pub(crate) struct ShardServeArgs {
     #[arg(long, default_value_t = 1000)]
     termination_timeout_ms: u64,
     /// Be the shard's hot standby: follow its log as a read replica,
-    /// watch the primary, and when it stops answering (3 checks 100 ms
-    /// apart) promote, publish the next map with `--listen`, and serve.
+    /// watch the primary, and when it stops answering (5 checks in a row,
+    /// 100 ms apart, unanswered for 250 ms each) promote, publish the next
+    /// map with `--listen`, and serve.
     #[arg(long, requires = "listen")]
     standby: bool,
 }

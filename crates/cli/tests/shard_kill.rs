@@ -49,13 +49,39 @@ fn url(dir: &Path, name: &str) -> String {
     format!("file://{}/{name}", dir.display())
 }
 
+/// Where a process's stderr goes: a file in the trial's directory, shown
+/// when a check fails.
+fn log_file(dir: &Path, name: &str) -> Stdio {
+    let n = std::fs::read_dir(dir).map_or(0, |d| d.count());
+    let f = std::fs::File::create(dir.join(format!("{name}-{n}.err"))).expect("a log file");
+    Stdio::from(f)
+}
+
+/// The processes' stderr so far, for a failed check.
+fn logs(dir: &Path) -> String {
+    let mut out = String::new();
+    let mut files: Vec<_> =
+        std::fs::read_dir(dir).expect("dir").flatten().map(|e| e.path()).collect();
+    files.sort();
+    for f in files.iter().filter(|f| f.extension().is_some_and(|e| e == "err")) {
+        let text = std::fs::read_to_string(f).unwrap_or_default();
+        let tail: Vec<&str> = text.lines().rev().take(8).collect();
+        out.push_str(&format!("--- {}\n", f.display()));
+        for l in tail.iter().rev() {
+            out.push_str(l);
+            out.push('\n');
+        }
+    }
+    out
+}
+
 /// Start a shard's primary and wait until it listens.
 fn primary(dir: &Path, shard: u32) -> Proc {
     let mut c = Command::new(BIN)
         .args(["shard", "serve", "--map", &url(dir, "map"), "--shard", &shard.to_string()])
         .args(["--termination-timeout-ms", &TERMINATION_MS.to_string()])
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(log_file(dir, &format!("primary{shard}")))
         .spawn()
         .expect("spawn a primary");
     let out = c.stdout.take().expect("stdout");
@@ -72,7 +98,7 @@ fn standby(dir: &Path, shard: u32) -> Proc {
         .args(["--termination-timeout-ms", &TERMINATION_MS.to_string()])
         .args(["--standby", "--listen", &free_port()])
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(log_file(dir, &format!("standby{shard}")))
         .spawn()
         .expect("spawn a standby");
     Proc(c)
@@ -85,7 +111,7 @@ fn coordinator(dir: &Path, client: u32, transfers: u64) -> Proc {
         .args(["--transfers", &transfers.to_string()])
         .args(["--journal", &dir.join(format!("journal-{client}")).display().to_string()])
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(log_file(dir, &format!("coordinator{client}")))
         .spawn()
         .expect("spawn a coordinator");
     Proc(c)
@@ -105,6 +131,7 @@ fn cluster(dir: &Path) -> Vec<Proc> {
 struct Oracle {
     maps: Arc<MapStore>,
     client: ShardedClient,
+    dir: std::path::PathBuf,
 }
 
 impl Oracle {
@@ -114,7 +141,7 @@ impl Oracle {
         let client = ShardedClient::connect(ClientOptions::new(9_999), Arc::clone(&maps))
             .await
             .expect("client");
-        Oracle { maps, client }
+        Oracle { maps, client, dir: dir.to_path_buf() }
     }
 
     /// Wait until no shard has a transaction prepared; how long it took.
@@ -141,8 +168,11 @@ impl Oracle {
             }
             assert!(
                 t.elapsed() < Duration::from_secs(20),
-                "still prepared after {:?}",
-                t.elapsed()
+                "still prepared (or a shard unreachable) after {:?}; map version {}: {:?}\n{}",
+                t.elapsed(),
+                map.version,
+                map.shards,
+                logs(&self.dir)
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }

@@ -30,12 +30,15 @@ pub struct Watch {
     pub every: Duration,
     /// Take over after this many answers missed in a row.
     pub misses: u32,
+    /// How long one answer may take before it counts as missed.
+    pub patience: Duration,
 }
 
 impl Default for Watch {
-    /// Every 100 ms; take over after 3 misses.
+    /// Every 100 ms; take over after 5 misses of 250 ms each (a busy
+    /// primary is not a dead one: a takeover fences it).
     fn default() -> Watch {
-        Watch { every: Duration::from_millis(100), misses: 3 }
+        Watch { every: Duration::from_millis(100), misses: 5, patience: Duration::from_millis(250) }
     }
 }
 
@@ -58,14 +61,14 @@ pub async fn stand_by(
     let primary = primary.ok_or_else(|| format!("the map has no shard {shard}"))?;
     let channel = Channel::from_shared(format!("http://{primary}"))
         .map_err(|e| format!("the primary's address {primary}: {e}"))?
-        .connect_timeout(watch.every)
+        .connect_timeout(watch.patience)
         .connect_lazy();
     let mut client = ShardClient::new(channel);
     let mut missed = 0;
     while missed < watch.misses {
         tokio::time::sleep(watch.every).await;
         let asked = client.info(proto::InfoRequest {});
-        match tokio::time::timeout(watch.every, asked).await {
+        match tokio::time::timeout(watch.patience, asked).await {
             Ok(Ok(_)) => missed = 0,
             _ => missed += 1,
         }
