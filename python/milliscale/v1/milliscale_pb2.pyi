@@ -277,12 +277,14 @@ class ExecuteResponse(_message.Message):
     def __init__(self, results: _Optional[_Iterable[_Union[OperationResult, _Mapping]]] = ..., token: _Optional[int] = ..., durable: _Optional[bool] = ..., attempts: _Optional[int] = ...) -> None: ...
 
 class ExecuteStreamRequest(_message.Message):
-    __slots__ = ("id", "request")
+    __slots__ = ("id", "request", "notify_durable")
     ID_FIELD_NUMBER: _ClassVar[int]
     REQUEST_FIELD_NUMBER: _ClassVar[int]
+    NOTIFY_DURABLE_FIELD_NUMBER: _ClassVar[int]
     id: int
     request: ExecuteRequest
-    def __init__(self, id: _Optional[int] = ..., request: _Optional[_Union[ExecuteRequest, _Mapping]] = ...) -> None: ...
+    notify_durable: bool
+    def __init__(self, id: _Optional[int] = ..., request: _Optional[_Union[ExecuteRequest, _Mapping]] = ..., notify_durable: _Optional[bool] = ...) -> None: ...
 
 class Failure(_message.Message):
     __slots__ = ("code", "message", "kind", "retryable")
@@ -296,15 +298,25 @@ class Failure(_message.Message):
     retryable: bool
     def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., kind: _Optional[str] = ..., retryable: _Optional[bool] = ...) -> None: ...
 
+class Durable(_message.Message):
+    __slots__ = ("ids", "failure")
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_FIELD_NUMBER: _ClassVar[int]
+    ids: _containers.RepeatedScalarFieldContainer[int]
+    failure: Failure
+    def __init__(self, ids: _Optional[_Iterable[int]] = ..., failure: _Optional[_Union[Failure, _Mapping]] = ...) -> None: ...
+
 class ExecuteStreamResponse(_message.Message):
-    __slots__ = ("id", "done", "failure")
+    __slots__ = ("id", "done", "failure", "durable")
     ID_FIELD_NUMBER: _ClassVar[int]
     DONE_FIELD_NUMBER: _ClassVar[int]
     FAILURE_FIELD_NUMBER: _ClassVar[int]
+    DURABLE_FIELD_NUMBER: _ClassVar[int]
     id: int
     done: ExecuteResponse
     failure: Failure
-    def __init__(self, id: _Optional[int] = ..., done: _Optional[_Union[ExecuteResponse, _Mapping]] = ..., failure: _Optional[_Union[Failure, _Mapping]] = ...) -> None: ...
+    durable: Durable
+    def __init__(self, id: _Optional[int] = ..., done: _Optional[_Union[ExecuteResponse, _Mapping]] = ..., failure: _Optional[_Union[Failure, _Mapping]] = ..., durable: _Optional[_Union[Durable, _Mapping]] = ...) -> None: ...
 
 class WaitForRequest(_message.Message):
     __slots__ = ("token", "wait_ms")

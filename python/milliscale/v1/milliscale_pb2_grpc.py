@@ -203,6 +203,14 @@ class MilliscaleServicer:
         one transaction is its answer's `failure`; the stream itself ends
         with an error only for a malformed message, and ends cleanly when
         the server shuts down (after answering what it had read).
+
+        Pipelined commit: a request with DURABILITY_PRECOMMIT and
+        `notify_durable` is answered at pre-commit, and the stream says later
+        when its commit became durable (a `durable` answer naming its id,
+        many ids in one message), so the client may send its next
+        transaction at once and still learn of each commit's durability
+        without a WaitFor call. Such a request counts against the 1,024 in
+        flight until its durability is told.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

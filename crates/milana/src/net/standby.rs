@@ -53,10 +53,7 @@ pub async fn stand_by(
     listen: SocketAddr,
     watch: Watch,
 ) -> Result<(ShardLog, Vec<Record>), String> {
-    let replica = tokio::task::spawn_blocking(move || Replica::open(log))
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("following the shard's log: {e}"))?;
+    let replica = follow(log).await?;
     let primary = latest(&maps).await?.shards.get(&shard).map(|i| i.addr.clone());
     let primary = primary.ok_or_else(|| format!("the map has no shard {shard}"))?;
     let channel = Channel::from_shared(format!("http://{primary}"))
@@ -81,6 +78,23 @@ pub async fn stand_by(
     .map_err(|e| e.to_string())??;
     publish_address(&maps, shard, listen).await?;
     Ok(opened)
+}
+
+/// Open the replica, trying again for a few seconds: a standby started
+/// while its primary takes a checkpoint or a new epoch may read the
+/// database mid-change.
+async fn follow(log: Options) -> Result<Replica, String> {
+    let mut last = String::new();
+    for _ in 0..30 {
+        let o = log.clone();
+        match tokio::task::spawn_blocking(move || Replica::open(o)).await {
+            Ok(Ok(r)) => return Ok(r),
+            Ok(Err(e)) => last = e.to_string(),
+            Err(e) => return Err(e.to_string()),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(format!("following the shard's log: {last}"))
 }
 
 async fn latest(maps: &Arc<MapStore>) -> Result<crate::shard_map::ShardMap, String> {
