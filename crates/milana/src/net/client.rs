@@ -268,13 +268,7 @@ impl ShardedClient {
 }
 
 async fn load(maps: &Arc<MapStore>) -> Result<ShardMap, TxnError> {
-    let maps = Arc::clone(maps);
-    match tokio::task::spawn_blocking(move || maps.latest()).await {
-        Ok(Ok(Some(m))) => Ok(m),
-        Ok(Ok(None)) => Err(TxnError::Map("no version published".into())),
-        Ok(Err(e)) => Err(TxnError::Map(e.to_string())),
-        Err(e) => Err(TxnError::Map(e.to_string())),
-    }
+    super::latest_map(maps).await.map_err(TxnError::Map)
 }
 
 /// A transaction at its client.

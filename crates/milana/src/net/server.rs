@@ -268,13 +268,7 @@ impl ShardServer {
 }
 
 async fn load_map(maps: &Arc<MapStore>) -> Result<ShardMap, StartError> {
-    let maps = Arc::clone(maps);
-    match tokio::task::spawn_blocking(move || maps.latest()).await {
-        Ok(Ok(Some(m))) => Ok(m),
-        Ok(Ok(None)) => Err(StartError::Map("no version published".into())),
-        Ok(Err(e)) => Err(StartError::Map(e.to_string())),
-        Err(e) => Err(StartError::Map(e.to_string())),
-    }
+    super::latest_map(maps).await.map_err(StartError::Map)
 }
 
 /// Refuse a read below the collection watermark: its version may be

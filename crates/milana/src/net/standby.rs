@@ -54,7 +54,7 @@ pub async fn stand_by(
     watch: Watch,
 ) -> Result<(ShardLog, Vec<Record>), String> {
     let replica = follow(log).await?;
-    let primary = latest(&maps).await?.shards.get(&shard).map(|i| i.addr.clone());
+    let primary = super::latest_map(&maps).await?.shards.get(&shard).map(|i| i.addr.clone());
     let primary = primary.ok_or_else(|| format!("the map has no shard {shard}"))?;
     let channel = Channel::from_shared(format!("http://{primary}"))
         .map_err(|e| format!("the primary's address {primary}: {e}"))?
@@ -97,15 +97,6 @@ async fn follow(log: Options) -> Result<Replica, String> {
     Err(format!("following the shard's log: {last}"))
 }
 
-async fn latest(maps: &Arc<MapStore>) -> Result<crate::shard_map::ShardMap, String> {
-    let m = Arc::clone(maps);
-    tokio::task::spawn_blocking(move || m.latest())
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())?
-        .ok_or_else(|| "no shard map published".to_owned())
-}
-
 /// Publish the next map with `shard` at `addr`, retrying a lost race.
 async fn publish_address(
     maps: &Arc<MapStore>,
@@ -113,7 +104,7 @@ async fn publish_address(
     addr: SocketAddr,
 ) -> Result<(), String> {
     for _ in 0..10 {
-        let mut next = latest(maps).await?;
+        let mut next = super::latest_map(maps).await?;
         let info =
             next.shards.get_mut(&shard).ok_or_else(|| format!("the map has no shard {shard}"))?;
         info.addr = addr.to_string();
