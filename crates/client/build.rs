@@ -13,6 +13,9 @@ fn main() {
     if let Err(e) = tonic_prost_build::configure()
         // Malformed requests are INVALID_ARGUMENT (src/codec.rs).
         .codec_path("crate::codec::WireCodec")
+        // Keys and values as `bytes::Bytes`: decoded as slices of the
+        // receive buffer, not copied into an allocation each.
+        .bytes(".milliscale.v1")
         .compile_fds(descriptors)
     {
         panic!("generating the gRPC code from {schema}: {e}");

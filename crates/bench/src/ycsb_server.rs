@@ -54,6 +54,8 @@ pub struct ServerRun {
     pub sessions: usize,
     /// HTTP/2 connections the sessions share.
     pub connections: usize,
+    /// The client's runtime threads.
+    pub threads: usize,
     /// Interactive transactions instead of one-shot batches.
     pub interactive: bool,
     /// One-shot batches as one `Execute` call each instead of messages on
@@ -75,7 +77,7 @@ pub fn run(cfg: &YcsbConfig, srv: &ServerRun) -> Result<Report, String> {
         return Err("--sessions must be in 1..=10000 and --connections at least 1".into());
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(cfg.threads)
+        .worker_threads(srv.threads.max(1))
         .enable_all()
         .thread_name("ycsb-client")
         .build()
@@ -207,6 +209,7 @@ async fn run_async(cfg: &YcsbConfig, srv: &ServerRun) -> Result<Report, String> 
     report.config.insert("server".into(), srv.addr.clone());
     report.config.insert("sessions".into(), srv.sessions.to_string());
     report.config.insert("connections".into(), srv.connections.to_string());
+    report.config.insert("client_threads".into(), srv.threads.to_string());
     report.config.insert("mode".into(), mode.into());
     let txns = report.committed.max(1) as f64;
     let server_cpu = after.cpu_seconds - before.cpu_seconds;

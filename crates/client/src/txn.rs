@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use bytes::Bytes;
+
 use crate::Client;
 use crate::error::{Error, Result};
 use crate::proto::{self, operation, operation_result};
@@ -173,9 +175,9 @@ impl Transaction {
         let r = self.client.req(proto::GetRequest {
             txn_id: self.id,
             table: table.into(),
-            key: key.to_vec(),
+            key: Bytes::copy_from_slice(key),
         });
-        Ok(self.client.stub().get(r).await?.into_inner().value)
+        Ok(self.client.stub().get(r).await?.into_inner().value.map(Vec::from))
     }
 
     /// Write `value` under `key`.
@@ -183,8 +185,8 @@ impl Transaction {
         let r = self.client.req(proto::PutRequest {
             txn_id: self.id,
             table: table.into(),
-            key: key.to_vec(),
-            value: value.to_vec(),
+            key: Bytes::copy_from_slice(key),
+            value: Bytes::copy_from_slice(value),
         });
         self.client.stub().put(r).await?;
         Ok(())
@@ -195,7 +197,7 @@ impl Transaction {
         let r = self.client.req(proto::DeleteRequest {
             txn_id: self.id,
             table: table.into(),
-            key: key.to_vec(),
+            key: Bytes::copy_from_slice(key),
         });
         Ok(self.client.stub().delete(r).await?.into_inner().existed)
     }
@@ -212,9 +214,9 @@ impl Transaction {
         let r = self.client.req(proto::PatchRequest {
             txn_id: self.id,
             table: table.into(),
-            key: key.to_vec(),
+            key: Bytes::copy_from_slice(key),
             offset,
-            bytes: bytes.to_vec(),
+            bytes: Bytes::copy_from_slice(bytes),
         });
         self.client.stub().patch(r).await?;
         Ok(())
@@ -226,7 +228,7 @@ impl Transaction {
         let mut rows = Vec::new();
         let mut stream = self.scan_stream(table, range).await?;
         while let Some(batch) = stream.message().await? {
-            rows.extend(batch.rows.into_iter().map(|r| (r.key, r.value)));
+            rows.extend(batch.rows.into_iter().map(|r| (Vec::from(r.key), Vec::from(r.value))));
         }
         Ok(rows)
     }
@@ -333,9 +335,9 @@ impl KeyRange {
 
     fn wire(self) -> proto::KeyRange {
         proto::KeyRange {
-            start: self.start,
-            end: self.end,
-            prefix: self.prefix,
+            start: self.start.map(Bytes::from),
+            end: self.end.map(Bytes::from),
+            prefix: self.prefix.map(Bytes::from),
             reverse: self.reverse,
             limit: self.limit,
         }
@@ -347,6 +349,9 @@ impl KeyRange {
 #[derive(Debug, Clone, Default)]
 pub struct Batch {
     ops: Vec<proto::Operation>,
+    /// The first operation's table: sent once, in the request, and left
+    /// out of every operation on it.
+    table: String,
     opts: TxnOptions,
     durability: Durability,
     retries: u32,
@@ -359,31 +364,41 @@ impl Batch {
     }
 
     fn op(&mut self, table: &str, op: operation::Op) -> &mut Batch {
-        self.ops.push(proto::Operation { table: table.into(), op: Some(op) });
+        if self.ops.is_empty() {
+            self.table = table.into();
+        }
+        let table = if table == self.table { String::new() } else { table.into() };
+        self.ops.push(proto::Operation { table, op: Some(op) });
         self
     }
 
     /// Read `key`.
     pub fn get(&mut self, table: &str, key: &[u8]) -> &mut Batch {
-        self.op(table, operation::Op::Get(key.to_vec()))
+        self.op(table, operation::Op::Get(Bytes::copy_from_slice(key)))
     }
 
     /// Write `value` under `key`.
     pub fn put(&mut self, table: &str, key: &[u8], value: &[u8]) -> &mut Batch {
-        self.op(table, operation::Op::Put(proto::Row { key: key.to_vec(), value: value.to_vec() }))
+        self.op(
+            table,
+            operation::Op::Put(proto::Row {
+                key: Bytes::copy_from_slice(key),
+                value: Bytes::copy_from_slice(value),
+            }),
+        )
     }
 
     /// Delete `key`.
     pub fn delete(&mut self, table: &str, key: &[u8]) -> &mut Batch {
-        self.op(table, operation::Op::Delete(key.to_vec()))
+        self.op(table, operation::Op::Delete(Bytes::copy_from_slice(key)))
     }
 
     /// Patch `key`'s value at `offset`.
     pub fn patch(&mut self, table: &str, key: &[u8], offset: u32, bytes: &[u8]) -> &mut Batch {
         let p = proto::PatchRequest {
-            key: key.to_vec(),
+            key: Bytes::copy_from_slice(key),
             offset,
-            bytes: bytes.to_vec(),
+            bytes: Bytes::copy_from_slice(bytes),
             ..Default::default()
         };
         self.op(table, operation::Op::Patch(p))
@@ -425,6 +440,7 @@ impl Batch {
             at_token: self.opts.at_token,
             wait_ms: wait_ms(self.opts.wait),
             max_retries: self.retries,
+            table: self.table,
         }
     }
 }
@@ -468,7 +484,7 @@ impl BatchResult {
     pub fn rows(&self, i: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
         match self.results.get(i) {
             Some(operation_result::Result::Scan(s)) => {
-                s.rows.iter().map(|r| (r.key.clone(), r.value.clone())).collect()
+                s.rows.iter().map(|r| (r.key.to_vec(), r.value.to_vec())).collect()
             }
             _ => Vec::new(),
         }

@@ -51,11 +51,11 @@ impl Scan {
                     return Err(refuse::invalid("a key range has a prefix or start/end, not both"));
                 }
                 let upper = prefix_end(&p).map_or(Bound::Unbounded, Bound::Excluded);
-                (Bound::Included(p), upper)
+                (Bound::Included(p.to_vec()), upper)
             }
             None => (
-                r.start.map_or(Bound::Unbounded, Bound::Included),
-                r.end.map_or(Bound::Unbounded, Bound::Excluded),
+                r.start.map_or(Bound::Unbounded, |k| Bound::Included(k.to_vec())),
+                r.end.map_or(Bound::Unbounded, |k| Bound::Excluded(k.to_vec())),
             ),
         };
         let direction = if r.reverse { Direction::Backward } else { Direction::Forward };
@@ -86,13 +86,13 @@ impl Scan {
         for row in iter {
             let (key, value) = row.map_err(|e| engine(&e))?;
             bytes += key.len() + value.len();
-            rows.push(Row { key, value });
+            rows.push(Row { key: key.into(), value: value.into() });
             if rows.len() >= cap || bytes >= max_bytes {
                 break;
             }
         }
         if let Some(last) = rows.last() {
-            let past = Bound::Excluded(last.key.clone());
+            let past = Bound::Excluded(last.key.to_vec());
             match self.direction {
                 Direction::Forward => self.lower = past,
                 Direction::Backward => self.upper = past,
@@ -125,16 +125,18 @@ pub fn writes(op: &Operation) -> bool {
     )
 }
 
-/// Run the operations of a batch, in order, in `tx`; `table` resolves a
-/// name (the caller caches).
+/// Run the operations of a batch, in order, in `tx`; an operation that
+/// names no table is on `batch_table`; `table` resolves a name (the
+/// caller caches).
 pub fn run_batch(
     tx: &mut AsyncTransaction,
     ops: &[Operation],
+    batch_table: &str,
     mut table: impl FnMut(&str) -> Result<Table, Status>,
 ) -> Result<Vec<OperationResult>, Status> {
     let mut results = Vec::with_capacity(ops.len());
     for (i, op) in ops.iter().enumerate() {
-        let t = table(&op.table)?;
+        let t = table(if op.table.is_empty() { batch_table } else { &op.table })?;
         let at = |s: Status| {
             Status::with_metadata(
                 s.code(),
@@ -146,7 +148,7 @@ pub fn run_batch(
             None => return Err(refuse::invalid(format!("operation {i} names no operation"))),
             Some(operation::Op::Get(key)) => {
                 let value = tx.get(&t, key).map_err(|e| at(engine(&e)))?;
-                operation_result::Result::Get(proto::GetResponse { value })
+                operation_result::Result::Get(proto::GetResponse { value: value.map(Into::into) })
             }
             Some(operation::Op::Put(row)) => {
                 tx.put(&t, &row.key, &row.value).map_err(|e| at(engine(&e)))?;
@@ -194,8 +196,8 @@ mod tests {
     #[test]
     fn a_range_with_both_a_prefix_and_bounds_is_refused() {
         let r = KeyRange {
-            prefix: Some(b"a".to_vec()),
-            start: Some(b"b".to_vec()),
+            prefix: Some(b"a".to_vec().into()),
+            start: Some(b"b".to_vec().into()),
             ..Default::default()
         };
         assert_eq!(Scan::of(Some(r)).expect_err("both").code(), tonic::Code::InvalidArgument);

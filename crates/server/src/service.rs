@@ -310,7 +310,7 @@ impl Service {
             attempt += 1;
             let mut tx =
                 self.backend.begin(req.isolation, !writes, req.read_at, req.at_token, wait).await?;
-            let ran = ops::run_batch(&mut tx, &req.operations, |name| {
+            let ran = ops::run_batch(&mut tx, &req.operations, &req.table, |name| {
                 if let Some((_, t)) = tables.iter().find(|(n, _)| n == name) {
                     return Ok(t.clone());
                 }
@@ -423,7 +423,7 @@ impl Milliscale for Service {
             let table = self.backend.table(&g.table)?;
             self.with_txn(caller, g.txn_id, None, |tx| {
                 let value = tx.get(&table, &g.key).map_err(|e| engine(&e))?;
-                Ok(proto::GetResponse { value })
+                Ok(proto::GetResponse { value: value.map(Into::into) })
             })
         });
         done("Get", r)

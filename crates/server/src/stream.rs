@@ -45,6 +45,11 @@ use crate::service::{Caller, Service, count};
 /// Requests of one stream that may run at once.
 pub const IN_FLIGHT: usize = 1024;
 
+/// At most this many requests that arrived together run in one task (a
+/// task each cost more than a small batch's engine work; a chunk too big
+/// would hold a worker thread for long).
+const CHUNK: usize = 16;
+
 /// The answers' side of a stream.
 pub type Answers = Pin<Box<dyn Stream<Item = Result<proto::ExecuteStreamResponse, Status>> + Send>>;
 
@@ -68,7 +73,7 @@ pub fn serve(
     let mut stop = service.stop.clone();
     tokio::spawn(async move {
         loop {
-            let permit = tokio::select! {
+            let mut permit = tokio::select! {
                 p = Arc::clone(&permits).acquire_owned() => p.expect("the semaphore is never closed"),
                 _ = stop.wait_for(|s| *s) => break,
             };
@@ -76,33 +81,71 @@ pub fn serve(
                 m = requests.message() => m,
                 _ = stop.wait_for(|s| *s) => break,
             };
-            let request = match request {
-                Ok(Some(r)) => r,
-                Ok(None) => break,
-                Err(status) => {
+            let mut chunk = Vec::new();
+            let mut next = request;
+            // What has already arrived runs in the same task as this one.
+            let last = loop {
+                match next {
+                    Ok(Some(r)) => chunk.push((r, permit)),
+                    last => break Some(last),
+                }
+                if chunk.len() == CHUNK {
+                    break None;
+                }
+                let Ok(p) = Arc::clone(&permits).try_acquire_owned() else { break None };
+                match requests.message().now_or_never() {
+                    Some(m) => (next, permit) = (m, p),
+                    None => break None,
+                }
+            };
+            if !chunk.is_empty() {
+                let (service, answer, watch) =
+                    (Arc::clone(&service), answer.clone(), watch.clone());
+                tokio::spawn(run_chunk(service, caller, chunk, answer, watch));
+            }
+            match last {
+                None => {}
+                Some(Ok(_)) => break,
+                Some(Err(status)) => {
                     count("ExecuteStream", status.code());
                     let _ = answer.send(Err(status)).await;
                     break;
                 }
-            };
-            let (service, answer, watch) = (Arc::clone(&service), answer.clone(), watch.clone());
-            tokio::spawn(async move {
-                let (msg, ack) = run(&service, caller, request).await;
-                // A client that went away gets no answer; the transaction
-                // ran (or not) all the same, as a cancelled call's would.
-                // Watched after the answer is sent, so the client knows
-                // the id before it hears of its durability.
-                if answer.send(Ok(msg)).await.is_ok()
-                    && let Some((id, ack)) = ack
-                {
-                    let _ = watch.send((id, ack, permit));
-                }
-            });
+            }
         }
         // The tasks in flight and the durability teller hold the other
         // senders: the answers' stream ends once they have answered.
     });
     Box::pin(tokio_stream::wrappers::ReceiverStream::new(answers))
+}
+
+/// Run the requests of a chunk in one task, each answered as it is done:
+/// the engine work of each runs in turn, and the waits (for durability,
+/// before a retry) overlap.
+async fn run_chunk(
+    service: Arc<Service>,
+    caller: Caller,
+    chunk: Vec<(proto::ExecuteStreamRequest, OwnedSemaphorePermit)>,
+    answer: AnswerTx,
+    watch: mpsc::UnboundedSender<Watched>,
+) {
+    let (service, answer, watch) = (&service, &answer, &watch);
+    let mut each: FuturesUnordered<_> = chunk
+        .into_iter()
+        .map(|(request, permit)| async move {
+            let (msg, ack) = run(service, caller, request).await;
+            // A client that went away gets no answer; the transaction ran
+            // (or not) all the same, as a cancelled call's would. Watched
+            // after the answer is sent, so the client knows the id before
+            // it hears of its durability.
+            if answer.send(Ok(msg)).await.is_ok()
+                && let Some((id, ack)) = ack
+            {
+                let _ = watch.send((id, ack, permit));
+            }
+        })
+        .collect();
+    while each.next().await.is_some() {}
 }
 
 /// Run one request of the stream: its answer, and the ack to watch if

@@ -116,9 +116,9 @@ impl Fuzzer {
         let mut b = || self.rng.random_bool(0.5);
         let (s, e, p, r) = (b(), b(), b(), b());
         proto::KeyRange {
-            start: s.then(|| vec![1]),
-            end: e.then(|| vec![0]),
-            prefix: p.then(Vec::new),
+            start: s.then(|| vec![1].into()),
+            end: e.then(|| vec![0].into()),
+            prefix: p.then(Default::default),
             reverse: r,
             limit: self.rng.random_range(0..3) * 7,
         }
@@ -127,14 +127,17 @@ impl Fuzzer {
     fn op(&mut self) -> proto::Operation {
         let op = match self.rng.random_range(0..7) {
             0 => None,
-            1 => Some(operation::Op::Get(self.bytes())),
-            2 => Some(operation::Op::Put(proto::Row { key: self.bytes(), value: self.bytes() })),
-            3 => Some(operation::Op::Delete(self.bytes())),
+            1 => Some(operation::Op::Get(self.bytes().into())),
+            2 => Some(operation::Op::Put(proto::Row {
+                key: self.bytes().into(),
+                value: self.bytes().into(),
+            })),
+            3 => Some(operation::Op::Delete(self.bytes().into())),
             4 => Some(operation::Op::Scan(self.range())),
             _ => Some(operation::Op::Patch(proto::PatchRequest {
-                key: self.bytes(),
+                key: self.bytes().into(),
                 offset: self.rng.random(),
-                bytes: self.bytes(),
+                bytes: self.bytes().into(),
                 ..Default::default()
             })),
         };
@@ -187,6 +190,8 @@ impl Fuzzer {
             at_token: self.rng.random_bool(0.1).then(|| self.rng.random()),
             wait_ms: self.rng.random_range(0..20),
             max_retries: self.rng.random(),
+            // Its operations with no table (see `table`) are on this one.
+            table: self.table(),
         }
     }
 
@@ -302,16 +307,19 @@ impl Fuzzer {
                 code_of(r.map(drop))
             }
             1 => {
-                let req =
-                    proto::GetRequest { txn_id: self.id(), table: self.table(), key: self.bytes() };
+                let req = proto::GetRequest {
+                    txn_id: self.id(),
+                    table: self.table(),
+                    key: self.bytes().into(),
+                };
                 code_of(stub.get(req).await.map(drop))
             }
             2 => {
                 let req = proto::PutRequest {
                     txn_id: self.id(),
                     table: self.table(),
-                    key: self.bytes(),
-                    value: self.bytes(),
+                    key: self.bytes().into(),
+                    value: self.bytes().into(),
                 };
                 code_of(stub.put(req).await.map(drop))
             }
@@ -319,7 +327,7 @@ impl Fuzzer {
                 let req = proto::DeleteRequest {
                     txn_id: self.id(),
                     table: self.table(),
-                    key: self.bytes(),
+                    key: self.bytes().into(),
                 };
                 code_of(stub.delete(req).await.map(drop))
             }
@@ -327,9 +335,9 @@ impl Fuzzer {
                 let req = proto::PatchRequest {
                     txn_id: self.id(),
                     table: self.table(),
-                    key: self.bytes(),
+                    key: self.bytes().into(),
                     offset: self.rng.random_range(0..2000),
-                    bytes: self.bytes(),
+                    bytes: self.bytes().into(),
                 };
                 code_of(stub.patch(req).await.map(drop))
             }
@@ -376,7 +384,7 @@ impl Fuzzer {
                 };
                 self.ids.push(txn_id);
                 tokio::time::sleep(Duration::from_millis(self.rng.random_range(200..300))).await;
-                let req = proto::GetRequest { txn_id, table: "t".into(), key: vec![1] };
+                let req = proto::GetRequest { txn_id, table: "t".into(), key: vec![1].into() };
                 code_of(stub.get(req).await.map(drop))
             }
             13 => self.stream().await,

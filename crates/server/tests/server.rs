@@ -86,6 +86,55 @@ async fn tables_crud_and_scans() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_names_its_table_once_and_other_tables_per_operation() {
+    use milliscale_client::proto::{self, milliscale_client::MilliscaleClient, operation};
+    let s = start(Backend::Writer(writer("memory://").await), |_| {}).await;
+    let c = client(&s).await;
+    c.create_table("t").await.expect("create t");
+    c.create_table("u").await.expect("create u");
+    // The client sends "t" once (the first operation's table) and "u" on
+    // the operations on u; the server runs each on its own table.
+    let mut b = Batch::new();
+    b.put("t", b"k", b"in t").put("u", b"k", b"in u").get("t", b"k").get("u", b"k");
+    let out = c.execute(b).await.expect("execute");
+    assert_eq!(out.value(2), Some(&b"in t"[..]));
+    assert_eq!(out.value(3), Some(&b"in u"[..]));
+    assert_eq!(c.get("u", b"k").await.expect("get"), Some(b"in u".to_vec()));
+
+    // On the wire: an operation with no table is on the request's table;
+    // with neither, the batch fails as on an unknown table, writing nothing.
+    let mut stub =
+        MilliscaleClient::connect(format!("http://{}", s.local_addr())).await.expect("stub");
+    let get = |key: &[u8], table: &str| proto::Operation {
+        table: table.into(),
+        op: Some(operation::Op::Get(key.to_vec().into())),
+    };
+    let req = proto::ExecuteRequest {
+        operations: vec![get(b"k", ""), get(b"k", "u")],
+        table: "t".into(),
+        ..Default::default()
+    };
+    let r = stub.execute(req).await.expect("execute").into_inner();
+    let value = |i: usize| match &r.results[i].result {
+        Some(proto::operation_result::Result::Get(g)) => g.value.clone(),
+        other => panic!("not a get: {other:?}"),
+    };
+    assert_eq!(value(0).as_deref(), Some(&b"in t"[..]));
+    assert_eq!(value(1).as_deref(), Some(&b"in u"[..]));
+    let put = proto::Operation {
+        table: String::new(),
+        op: Some(operation::Op::Put(proto::Row {
+            key: b"nowhere".to_vec().into(),
+            value: b"x".to_vec().into(),
+        })),
+    };
+    let req = proto::ExecuteRequest { operations: vec![put], ..Default::default() };
+    assert_eq!(stub.execute(req).await.expect_err("no table").code(), Code::NotFound);
+    assert_eq!(c.get("t", b"nowhere").await.expect("get"), None);
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_isolation_level_reads_what_it_promises() {
     let s = start(Backend::Writer(writer("memory://").await), |_| {}).await;
     let c = client(&s).await;

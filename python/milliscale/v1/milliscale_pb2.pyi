@@ -247,7 +247,7 @@ class OperationResult(_message.Message):
     def __init__(self, get: _Optional[_Union[GetResponse, _Mapping]] = ..., put: _Optional[_Union[PutResponse, _Mapping]] = ..., delete: _Optional[_Union[DeleteResponse, _Mapping]] = ..., scan: _Optional[_Union[ScanResponse, _Mapping]] = ..., patch: _Optional[_Union[PatchResponse, _Mapping]] = ...) -> None: ...
 
 class ExecuteRequest(_message.Message):
-    __slots__ = ("operations", "isolation", "durability", "read_at", "at_token", "wait_ms", "max_retries")
+    __slots__ = ("operations", "isolation", "durability", "read_at", "at_token", "wait_ms", "max_retries", "table")
     OPERATIONS_FIELD_NUMBER: _ClassVar[int]
     ISOLATION_FIELD_NUMBER: _ClassVar[int]
     DURABILITY_FIELD_NUMBER: _ClassVar[int]
@@ -255,6 +255,7 @@ class ExecuteRequest(_message.Message):
     AT_TOKEN_FIELD_NUMBER: _ClassVar[int]
     WAIT_MS_FIELD_NUMBER: _ClassVar[int]
     MAX_RETRIES_FIELD_NUMBER: _ClassVar[int]
+    TABLE_FIELD_NUMBER: _ClassVar[int]
     operations: _containers.RepeatedCompositeFieldContainer[Operation]
     isolation: Isolation
     durability: Durability
@@ -262,7 +263,8 @@ class ExecuteRequest(_message.Message):
     at_token: int
     wait_ms: int
     max_retries: int
-    def __init__(self, operations: _Optional[_Iterable[_Union[Operation, _Mapping]]] = ..., isolation: _Optional[_Union[Isolation, str]] = ..., durability: _Optional[_Union[Durability, str]] = ..., read_at: _Optional[_Union[ReadAt, str]] = ..., at_token: _Optional[int] = ..., wait_ms: _Optional[int] = ..., max_retries: _Optional[int] = ...) -> None: ...
+    table: str
+    def __init__(self, operations: _Optional[_Iterable[_Union[Operation, _Mapping]]] = ..., isolation: _Optional[_Union[Isolation, str]] = ..., durability: _Optional[_Union[Durability, str]] = ..., read_at: _Optional[_Union[ReadAt, str]] = ..., at_token: _Optional[int] = ..., wait_ms: _Optional[int] = ..., max_retries: _Optional[int] = ..., table: _Optional[str] = ...) -> None: ...
 
 class ExecuteResponse(_message.Message):
     __slots__ = ("results", "token", "durable", "attempts")
