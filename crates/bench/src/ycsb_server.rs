@@ -73,11 +73,13 @@ pub struct ServerRun {
 
 /// Run YCSB against the server; loads the table first if it is missing.
 pub fn run(cfg: &YcsbConfig, srv: &ServerRun) -> Result<Report, String> {
-    if srv.sessions == 0 || srv.sessions > 10_000 || srv.connections == 0 {
-        return Err("--sessions must be in 1..=10000 and --connections at least 1".into());
+    if srv.sessions == 0 || srv.sessions > 10_000 || srv.connections == 0 || srv.threads == 0 {
+        return Err(
+            "--sessions must be in 1..=10000, --connections and --client-threads at least 1".into(),
+        );
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(srv.threads.max(1))
+        .worker_threads(srv.threads)
         .enable_all()
         .thread_name("ycsb-client")
         .build()

@@ -383,12 +383,6 @@ pub(crate) fn bench_through_server(
                     --engine"
             .into());
     }
-    if a.client_threads == Some(0) {
-        return Err("--client-threads must be at least 1".into());
-    }
-    if a.sessions == 0 || a.sessions > 10_000 || a.connections == 0 {
-        return Err("--sessions must be in 1..=10000 and --connections at least 1".into());
-    }
     let srv = milliscale_bench::ycsb_server::ServerRun {
         addr: addr.clone(),
         token: a.token.clone(),
