@@ -36,9 +36,10 @@
 //! recent appends) is sent a second time, same bytes, same offset, and the
 //! first success wins. The write offset makes this safe: at most one of the
 //! two can land, because the other finds the object's size changed and is
-//! refused; the loser's answer is ignored. If the answer is an error, the
-//! usual reconciliation above decides, and it is correct whichever copy
-//! lands, and when. Each hedge is one extra request (counted by the store's
+//! refused; a failure waits for the other request's answer (its refusal
+//! may be the sign that the twin landed), and only if both fail does the
+//! usual reconciliation above decide (as it does for any failed append:
+//! it is correct whichever copy lands, and when). Each hedge is one extra request (counted by the store's
 //! accounting), and the policy bounds them: at most `max_share` of the
 //! appends (10%) in the long run.
 //!
