@@ -21,7 +21,11 @@
 #   streamed batch costs without engine work, the floor under one-shot;
 # - embedded-at-load: the embedded engine in open loop at the throughput
 #   the one-shot run reached, for commit latency at equal load; and
-#   embedded-at-pipelined-load at the pipelined run's.
+#   embedded-at-pipelined-load at the pipelined run's;
+# - one-shot-open and embedded-open: both in open loop at the same rate,
+#   OPEN_FRACTION (default 0.5) of the one-shot run's throughput: commit
+#   latency at equal offered load below the server's saturation, where
+#   closed-loop queueing does not count.
 # Each server run starts a fresh server (same store seed) and loads the
 # records through it. Prints per seed and as medians: throughput, commit
 # p50/p99, CPU per transaction, and the ratios.
@@ -35,6 +39,7 @@ secs=${2:-10}
 sessions=${3:-256}
 records=${4:-1000000}
 client_threads=${CLIENT_THREADS:-1}
+open_fraction=${OPEN_FRACTION:-0.5}
 source "$(dirname "$0")/bench-common.sh"  # bin, out; builds; prints the machine
 echo "seeds=1..$seeds seconds=$secs sessions=$sessions records=$records client threads=$client_threads; raw reports in $out"
 common=(bench ycsb --workload a --records "$records" --duration-s "$secs" --warmup-s 2 --json)
@@ -73,13 +78,16 @@ for seed in $(seq 1 "$seeds"); do
         rate=$(python3 -c "import json; print(int(json.load(open('$out/$run-$seed.json'))['txn_per_s']))")
         "$bin" "${common[@]}" --seed "$seed" --threads 2 --store sim://s3x --rate "$rate" > "$out/$at-$seed.json"
     done
+    rate=$(python3 -c "import json; print(int(json.load(open('$out/one-shot-$seed.json'))['txn_per_s'] * $open_fraction))")
+    serve "$seed" one-shot-open --sessions "$sessions" --rate "$rate"
+    "$bin" "${common[@]}" --seed "$seed" --threads 2 --store sim://s3x --rate "$rate" > "$out/embedded-open-$seed.json"
     echo "seed $seed done"
 done
 python3 - "$out" "$seeds" <<'PY'
 import json, statistics, sys
 d, seeds = sys.argv[1], int(sys.argv[2])
 names = ['embedded', 'embedded-2', 'embedded-at-load', 'one-shot', 'one-shot-unary', 'embedded-at-pipelined-load',
-         'one-shot-pipelined', 'interactive', 'one-shot-1000', 'ping', 'empty']
+         'one-shot-pipelined', 'interactive', 'one-shot-1000', 'ping', 'empty', 'embedded-open', 'one-shot-open']
 def load(name, s):
     r = json.load(open(f'{d}/{name}-{s}.json'))
     c, x = r['commit_latency'], r.get('extra', {})
@@ -88,7 +96,7 @@ def load(name, s):
                 scpu=x.get('server_cpu_us_per_txn'), ccpu=x.get('client_cpu_us_per_txn'))
 print('| seed | run | txn/s | commit p50 ms | commit p99 ms | server CPU µs/txn | client CPU µs/txn | txn/s / embedded |')
 print('|---:|---|---:|---:|---:|---:|---:|---:|')
-ratio, p50_gap, p50_gap_load, pipe_gap = {n: [] for n in names}, [], [], []
+ratio, p50_gap, p50_gap_load, pipe_gap, open_gap = {n: [] for n in names}, [], [], [], []
 def embedded(s):  # the mean of the seed's two embedded runs
     a, b = load('embedded', s), load('embedded-2', s)
     return {k: (a[k] + b[k]) / 2 for k in ('tps', 'p50')}
@@ -102,6 +110,7 @@ for s in range(1, seeds + 1):
     p50_gap.append(load('one-shot', s)['p50'] - e['p50'])
     p50_gap_load.append(load('one-shot', s)['p50'] - load('embedded-at-load', s)['p50'])
     pipe_gap.append(load('one-shot-pipelined', s)['p50'] - load('embedded-at-pipelined-load', s)['p50'])
+    open_gap.append(load('one-shot-open', s)['p50'] - load('embedded-open', s)['p50'])
 print()
 for n in names[2:]:
     print(f'{n}: median throughput {statistics.median(ratio[n]):.3f}x the embedded runs')
@@ -117,4 +126,6 @@ ratio = [load('one-shot-pipelined', s)['tps'] / load('one-shot', s)['tps'] for s
 print(f'one-shot-pipelined against one-shot: median {statistics.median(ratio):.3f}x')
 print(f'one-shot-pipelined commit p50 minus the embedded engine\'s at the same load: '
       f'median {statistics.median(pipe_gap):+.2f} ms (per seed: {", ".join(f"{g:+.2f}" for g in pipe_gap)})')
+print(f'one-shot-open commit p50 minus embedded-open\'s (both open loop at the same rate): '
+      f'median {statistics.median(open_gap):+.2f} ms (per seed: {", ".join(f"{g:+.2f}" for g in open_gap)})')
 PY

@@ -269,6 +269,16 @@ impl Pacer {
         self.next_arrival_tracking(rng, &mut Pending::default(), |_, _| {})
     }
 
+    /// Open loop: the next arrival's scheduled instant, without waiting
+    /// for it (for a caller that waits its own way, as an async task
+    /// does). Closed loop: `None`.
+    pub fn schedule(&mut self, rng: &mut SmallRng) -> Option<Instant> {
+        let gap = self.gap.as_ref()?;
+        let at = self.next;
+        self.next += Duration::from_secs_f64(rand_distr::Distribution::sample(gap, rng));
+        Some(at)
+    }
+
     /// [`Pacer::next_arrival`], recording the acks of `pending` while it
     /// waits ([`Pending::wait_until`]).
     pub fn next_arrival_tracking(
@@ -277,9 +287,7 @@ impl Pacer {
         pending: &mut Pending,
         record: impl FnMut(usize, u64),
     ) -> Instant {
-        let Some(gap) = &self.gap else { return Instant::now() };
-        let at = self.next;
-        self.next += Duration::from_secs_f64(rand_distr::Distribution::sample(gap, rng));
+        let Some(at) = self.schedule(rng) else { return Instant::now() };
         pending.wait_until(at, record);
         if let Some(wait) = at.checked_duration_since(Instant::now()) {
             std::thread::sleep(wait);

@@ -15,10 +15,18 @@
 //! - **interactive**: `Begin`, then a `Get` (and a `Patch`) per key, then
 //!   `Commit`: 2 + ops (or 2 + 2 ops) round trips.
 //!
+//! Closed loop by default: a session sends its next transaction when the
+//! last is answered. With a rate (`--rate`, open loop), transactions
+//! arrive as a Poisson process split evenly over the sessions (as the
+//! embedded engine's workers split it), and a session's transaction waits
+//! for its arrival; a session that falls behind sends its backlog at once,
+//! and the transaction's latency counts from the scheduled arrival
+//! (queueing counts, no coordinated omission).
+//!
 //! A conflict is run again (one-shot: by the server, up to 8 times;
 //! interactive: by the task) and counted as an abort. Latencies: the
-//! transaction from its first request to the answer that says it is
-//! durable; "commit" is that last request alone (the `Execute` of a
+//! transaction from its first request (open loop: its arrival) to the
+//! answer that says it is durable; "commit" is that last request alone (the `Execute` of a
 //! one-shot write, the `Commit` of an interactive one). Pipelined: the
 //! transaction to its pre-commit answer, and the commit from sending to
 //! the server's word that it is durable. The server's CPU
@@ -35,7 +43,7 @@ use milliscale_client::{Batch, Client, CommitAck, Isolation, TxnOptions};
 use parking_lot::Mutex;
 use rand::Rng;
 
-use crate::harness::{PHASE_MEASURE, PHASE_STOP, PHASE_WARMUP, worker_rng};
+use crate::harness::{PHASE_MEASURE, PHASE_STOP, PHASE_WARMUP, Pacer, Pacing, worker_rng};
 use crate::keys::KeyChooser;
 use crate::report::Report;
 use crate::ycsb::{
@@ -137,6 +145,7 @@ async fn run_async(cfg: &YcsbConfig, srv: &ServerRun) -> Result<Report, String> 
     let stats = Arc::new(Mutex::new(Vec::new()));
     let errors = Arc::new(Mutex::new(Vec::<String>::new()));
     let mut tasks = Vec::new();
+    let srv_sessions = srv.sessions;
     for s in 0..srv.sessions {
         let client = clients[s % clients.len()].clone();
         let (cfg, chooser, phase) = (cfg.clone(), chooser.clone(), Arc::clone(&phase));
@@ -153,7 +162,8 @@ async fn run_async(cfg: &YcsbConfig, srv: &ServerRun) -> Result<Report, String> 
             How::OneShot
         };
         tasks.push(tokio::spawn(async move {
-            match session(&client, &cfg, &chooser, &phase, s as u64, how).await {
+            let sessions = (s as u64, srv_sessions);
+            match session(&client, &cfg, &chooser, &phase, sessions, how).await {
                 Ok(st) => stats.lock().push(st),
                 Err(e) => {
                     errors.lock().push(e);
@@ -200,13 +210,23 @@ async fn run_async(cfg: &YcsbConfig, srv: &ServerRun) -> Result<Report, String> 
          {mode} transactions; the log's settings are the server's",
         srv.addr, srv.sessions, srv.connections
     )];
+    notes.push(match cfg.pacing {
+        Pacing::Closed => "closed loop: a session sends its next transaction once answered".into(),
+        Pacing::Open { rate } => format!(
+            "open loop: Poisson arrivals at {rate}/s over the sessions; txn latency from each \
+             arrival (queueing counts)"
+        ),
+    });
     if loaded {
         notes.push(format!("loaded {} records through the server in {load_took:.1?}", cfg.records));
     }
     let mut report = build_report(cfg, stats, (measured, None), notes);
     report.engine = format!("milliscale-server ({mode})");
     report.config.retain(|k, _| {
-        matches!(k.as_str(), "records" | "workload" | "dist" | "ops_per_txn" | "seed" | "isolation")
+        matches!(
+            k.as_str(),
+            "records" | "workload" | "dist" | "ops_per_txn" | "seed" | "isolation" | "pacing"
+        )
     });
     report.config.insert("server".into(), srv.addr.clone());
     report.config.insert("sessions".into(), srv.sessions.to_string());
@@ -236,16 +256,18 @@ enum How {
     Empty,
 }
 
+/// Session `s` of `sessions` (its share of an open loop's rate).
 async fn session(
     client: &Client,
     cfg: &YcsbConfig,
     chooser: &KeyChooser,
     phase: &AtomicU8,
-    s: u64,
+    (s, sessions): (u64, usize),
     how: How,
 ) -> Result<WorkerStats, String> {
     let mut rng = worker_rng(cfg.seed, s);
     let mut stats = WorkerStats::new();
+    let mut pacer = Pacer::new(cfg.pacing, sessions)?;
     let read_fraction = cfg.workload.read_fraction();
     let isolation = match cfg.isolation {
         milliscale::Isolation::ReadCommitted => Isolation::ReadCommitted,
@@ -263,6 +285,17 @@ async fn session(
                 acked(&mut stats, done)?;
             }
             return Ok(stats);
+        }
+        // Open loop: wait for this session's next arrival (hearing of
+        // pipelined commits meanwhile); a session behind goes at once.
+        let arrival = pacer.schedule(&mut rng);
+        if let Some(at) = arrival {
+            let until = tokio::time::sleep_until(at.into());
+            let until = async {
+                until.await;
+                Ok(())
+            };
+            while_acks(&mut acks, &mut stats, until).await?;
         }
         let rmw = how != How::Ping && how != How::Empty && rng.random::<f64>() >= read_fraction;
         for k in keys.iter_mut() {
@@ -299,7 +332,8 @@ async fn session(
             let kind = usize::from(rmw);
             stats.committed[kind] += 1;
             stats.aborted[kind] += u64::from(aborts);
-            let _ = stats.txn_ns.record((done - started).as_nanos().max(1) as u64);
+            let origin = arrival.unwrap_or(started);
+            let _ = stats.txn_ns.record((done - origin).as_nanos().max(1) as u64);
             if rmw && how != How::Pipelined {
                 let _ = stats.commit_ns.record((done - commit_started).as_nanos().max(1) as u64);
             }

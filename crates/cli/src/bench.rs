@@ -270,8 +270,9 @@ pub(crate) struct RunArgs {
     #[arg(long = "warmup-s", alias = "warmup", default_value_t = 2.0)]
     pub(crate) warmup: f64,
     /// Open loop: transactions arrive as a Poisson process at this many per
-    /// second (all workers together); latency then runs from arrival to
-    /// the durable acknowledgment, so queueing counts.
+    /// second (all workers, or with --server all sessions, together);
+    /// latency then runs from arrival to the durable acknowledgment, so
+    /// queueing counts.
     #[arg(long)]
     pub(crate) rate: Option<f64>,
     #[command(flatten)]

@@ -376,12 +376,9 @@ pub(crate) fn bench_through_server(
     let Some(addr) = &a.server else { return Ok(None) };
     if cfg.tasks.is_some()
         || cfg.replica.is_some()
-        || cfg.pacing != milliscale_bench::harness::Pacing::Closed
         || !matches!(engine, crate::args::EngineArg::Milliscale)
     {
-        return Err("--server runs closed loop, without --tasks, --replica, --rate or another \
-                    --engine"
-            .into());
+        return Err("--server runs without --tasks, --replica or another --engine".into());
     }
     let srv = milliscale_bench::ycsb_server::ServerRun {
         addr: addr.clone(),
