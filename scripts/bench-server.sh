@@ -11,7 +11,10 @@
 # - one-shot-unary: the same, each transaction one Execute call;
 # - one-shot-pipelined: the same messages answered at pre-commit; a
 #   session sends its next transaction at once and hears of durability
-#   later on the stream, as the embedded engine's workers go on;
+#   later on the stream, as the embedded engine's workers go on (commit
+#   latency from the pre-commit answer to the word that it is durable, as
+#   the embedded engine's runs from pre-commit to acknowledgment; the
+#   latency from sending is printed too);
 # - interactive: the same, each transaction begin + a get and a patch per
 #   key + commit;
 # - one-shot-1000: 1,000 sessions (must finish without errors);
@@ -126,6 +129,9 @@ ratio = [load('one-shot-pipelined', s)['tps'] / load('one-shot', s)['tps'] for s
 print(f'one-shot-pipelined against one-shot: median {statistics.median(ratio):.3f}x')
 print(f'one-shot-pipelined commit p50 minus the embedded engine\'s at the same load: '
       f'median {statistics.median(pipe_gap):+.2f} ms (per seed: {", ".join(f"{g:+.2f}" for g in pipe_gap)})')
+sent = [json.load(open(f'{d}/one-shot-pipelined-{s}.json'))['extra']['commit_from_send_p50_ms'] for s in range(1, seeds + 1)]
+print(f'one-shot-pipelined commit p50 from sending the request (also the wait at a busy server): '
+      f'median {statistics.median(sent):.2f} ms (per seed: {", ".join(f"{g:.2f}" for g in sent)})')
 print(f'one-shot-open commit p50 minus embedded-open\'s (both open loop at the same rate): '
       f'median {statistics.median(open_gap):+.2f} ms (per seed: {", ".join(f"{g:+.2f}" for g in open_gap)})')
 PY

@@ -64,59 +64,67 @@ type Watched = (u64, CommitAck, OwnedSemaphorePermit);
 pub fn serve(
     service: Arc<Service>,
     caller: Caller,
-    mut requests: Streaming<proto::ExecuteStreamRequest>,
+    requests: Streaming<proto::ExecuteStreamRequest>,
 ) -> Answers {
     let (answer, answers) = mpsc::channel(IN_FLIGHT);
     let (watch, watched) = mpsc::unbounded_channel();
     tokio::spawn(tell_durable(watched, answer.clone()));
-    let permits = Arc::new(Semaphore::new(IN_FLIGHT));
-    let mut stop = service.stop.clone();
     tokio::spawn(async move {
-        loop {
-            let mut permit = tokio::select! {
-                p = Arc::clone(&permits).acquire_owned() => p.expect("the semaphore is never closed"),
-                _ = stop.wait_for(|s| *s) => break,
-            };
-            let request = tokio::select! {
-                m = requests.message() => m,
-                _ = stop.wait_for(|s| *s) => break,
-            };
-            let mut chunk = Vec::new();
-            let mut next = request;
-            // What has already arrived runs in the same task as this one.
-            let last = loop {
-                match next {
-                    Ok(Some(r)) => chunk.push((r, permit)),
-                    last => break Some(last),
-                }
-                if chunk.len() == CHUNK {
-                    break None;
-                }
-                let Ok(p) = Arc::clone(&permits).try_acquire_owned() else { break None };
-                match requests.message().now_or_never() {
-                    Some(m) => (next, permit) = (m, p),
-                    None => break None,
-                }
-            };
-            if !chunk.is_empty() {
-                let (service, answer, watch) =
-                    (Arc::clone(&service), answer.clone(), watch.clone());
-                tokio::spawn(run_chunk(service, caller, chunk, answer, watch));
-            }
-            match last {
-                None => {}
-                Some(Ok(_)) => break,
-                Some(Err(status)) => {
-                    count("ExecuteStream", status.code());
-                    let _ = answer.send(Err(status)).await;
-                    break;
-                }
-            }
+        if let Err(status) = read(service, caller, requests, &answer, watch).await {
+            count("ExecuteStream", status.code());
+            let _ = answer.send(Err(status)).await;
         }
         // The tasks in flight and the durability teller hold the other
         // senders: the answers' stream ends once they have answered.
     });
     Box::pin(tokio_stream::wrappers::ReceiverStream::new(answers))
+}
+
+/// Read the stream's requests and start them, a chunk at a time: a
+/// permit and a request, then what has already arrived (up to [`CHUNK`],
+/// each with its permit) in the same task. `Ok` once the client has
+/// closed its side or the server stops; `Err` for a request that could
+/// not be read (the requests before it still run).
+async fn read(
+    service: Arc<Service>,
+    caller: Caller,
+    mut requests: Streaming<proto::ExecuteStreamRequest>,
+    answer: &AnswerTx,
+    watch: mpsc::UnboundedSender<Watched>,
+) -> Result<(), Status> {
+    let permits = Arc::new(Semaphore::new(IN_FLIGHT));
+    let mut stop = service.stop.clone();
+    loop {
+        let permit = tokio::select! {
+            p = Arc::clone(&permits).acquire_owned() => p.expect("the semaphore is never closed"),
+            _ = stop.wait_for(|s| *s) => return Ok(()),
+        };
+        let first = tokio::select! {
+            m = requests.message() => m?,
+            _ = stop.wait_for(|s| *s) => return Ok(()),
+        };
+        let Some(first) = first else { return Ok(()) };
+        let mut chunk = vec![(first, permit)];
+        let mut end = None;
+        while chunk.len() < CHUNK {
+            let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else { break };
+            match requests.message().now_or_never() {
+                // Nothing more has arrived.
+                None => break,
+                Some(Ok(Some(request))) => chunk.push((request, permit)),
+                // The client closed its side, or a request was malformed.
+                Some(other) => {
+                    end = Some(other.map(|_| ()));
+                    break;
+                }
+            }
+        }
+        let (service, answer, watch) = (Arc::clone(&service), answer.clone(), watch.clone());
+        tokio::spawn(run_chunk(service, caller, chunk, answer, watch));
+        if let Some(end) = end {
+            return end;
+        }
+    }
 }
 
 /// Run the requests of a chunk in one task, each answered as it is done:
