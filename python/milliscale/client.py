@@ -175,27 +175,31 @@ class Batch:
 
     def __init__(self) -> None:
         self._ops: list[pb.Operation] = []
+        # The first operation's table, named once in the request; the
+        # operations on it leave their own table empty.
+        self._table = ""
+
+    def _op(self, table: str, **op) -> "Batch":
+        if not self._ops:
+            self._table = table
+        self._ops.append(pb.Operation(table="" if table == self._table else table, **op))
+        return self
 
     def get(self, table: str, key: Bytes) -> "Batch":
         """Read ``key``."""
-        self._ops.append(pb.Operation(table=table, get=_b(key)))
-        return self
+        return self._op(table, get=_b(key))
 
     def put(self, table: str, key: Bytes, value: Bytes) -> "Batch":
         """Write ``value`` under ``key``."""
-        self._ops.append(pb.Operation(table=table, put=pb.Row(key=_b(key), value=_b(value))))
-        return self
+        return self._op(table, put=pb.Row(key=_b(key), value=_b(value)))
 
     def delete(self, table: str, key: Bytes) -> "Batch":
         """Delete ``key``."""
-        self._ops.append(pb.Operation(table=table, delete=_b(key)))
-        return self
+        return self._op(table, delete=_b(key))
 
     def scan(self, table: str, *, limit: int, start=None, end=None, prefix=None, reverse=False) -> "Batch":
         """Read at most ``limit`` rows (at most 10,000)."""
-        r = _range(start, end, prefix, reverse, limit)
-        self._ops.append(pb.Operation(table=table, scan=r))
-        return self
+        return self._op(table, scan=_range(start, end, prefix, reverse, limit))
 
     def __len__(self) -> int:
         return len(self._ops)
@@ -370,6 +374,7 @@ class Client:
         """Run a batch as one transaction in one round trip; the server runs
         it again, up to ``retries`` more times, when it conflicts."""
         req = pb.ExecuteRequest(
+            table=batch._table,
             operations=batch._ops,
             isolation=int(isolation),
             durability=pb.DURABILITY_WAIT if wait_durable else pb.DURABILITY_PRECOMMIT,

@@ -75,6 +75,17 @@ def test_batches(db):
         db.execute(Batch().scan("t", limit=0))
 
 
+def test_a_batch_over_two_tables(db):
+    # The batch names its first table once; the other table's operations
+    # name theirs. Both land, each in its own table.
+    db.create_table("t")
+    db.create_table("u")
+    r = db.execute(Batch().put("t", b"k", b"in t").put("u", b"k", b"in u").get("t", b"k").get("u", b"k"))
+    assert r.results[2:] == [b"in t", b"in u"]
+    assert db.get("t", b"k") == b"in t" and db.get("u", b"k") == b"in u"
+    assert db.execute(Batch().get("u", b"k").get("t", b"k")).results == [b"in u", b"in t"]
+
+
 def test_limits_are_refused_and_nothing_is_written(db):
     db.create_table("t")
     with pytest.raises(InvalidArgumentError):

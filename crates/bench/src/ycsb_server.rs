@@ -217,21 +217,7 @@ async fn run_async(cfg: &YcsbConfig, srv: &ServerRun) -> Result<Report, String> 
     } else {
         "one-shot"
     };
-    let mut notes = vec![format!(
-        "through the server at {} from another process: {} sessions over {} connections, \
-         {mode} transactions; the log's settings are the server's",
-        srv.addr, srv.sessions, srv.connections
-    )];
-    notes.push(match cfg.pacing {
-        Pacing::Closed => "closed loop: a session sends its next transaction once answered".into(),
-        Pacing::Open { rate } => format!(
-            "open loop: Poisson arrivals at {rate}/s over the sessions; txn latency from each \
-             arrival (queueing counts)"
-        ),
-    });
-    if loaded {
-        notes.push(format!("loaded {} records through the server in {load_took:.1?}", cfg.records));
-    }
+    let notes = notes(cfg, srv, mode, loaded.then_some(load_took));
     let mut report = build_report(cfg, stats, (measured, None), notes);
     report.engine = format!("milliscale-server ({mode})");
     report.config.retain(|k, _| {
@@ -254,6 +240,40 @@ async fn run_async(cfg: &YcsbConfig, srv: &ServerRun) -> Result<Report, String> 
     report.extra.insert("commit_from_send_p50_ms".into(), from_send.p50_us / 1e3);
     report.extra.insert("commit_from_send_p99_ms".into(), from_send.p99_us / 1e3);
     Ok(report)
+}
+
+/// The report's notes: how the run drove the server and what its
+/// latencies measure; `loaded`: how long loading the table took, if it did.
+fn notes(
+    cfg: &YcsbConfig,
+    srv: &ServerRun,
+    mode: &str,
+    loaded: Option<std::time::Duration>,
+) -> Vec<String> {
+    let mut notes = vec![format!(
+        "through the server at {} from another process: {} sessions over {} connections, \
+         {mode} transactions; the log's settings are the server's",
+        srv.addr, srv.sessions, srv.connections
+    )];
+    notes.push(match cfg.pacing {
+        Pacing::Closed => "closed loop: a session sends its next transaction once answered".into(),
+        Pacing::Open { rate } => format!(
+            "open loop: Poisson arrivals at {rate}/s over the sessions; txn latency from each \
+             arrival (queueing counts)"
+        ),
+    });
+    notes.push(if srv.pipelined {
+        "commit latency: from the pre-commit answer to the server's word that the commit is \
+         durable (pre-commit to acknowledgment, as the embedded engine's); \
+         extra.commit_from_send_*: from sending the request"
+            .into()
+    } else {
+        "commit latency: from sending the commit's request to its durable answer".into()
+    });
+    if let Some(took) = loaded {
+        notes.push(format!("loaded {} records through the server in {took:.1?}", cfg.records));
+    }
+    notes
 }
 
 /// This process's CPU time (user + system), in seconds.

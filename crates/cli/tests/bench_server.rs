@@ -78,6 +78,8 @@ fn the_server_benchmark_runs_closed_and_open_loop() {
         assert_eq!(open["config"]["pacing"], "open(200/s)", "{open}");
         let notes = open["notes"].to_string();
         assert!(notes.contains("open loop: Poisson arrivals at 200/s"), "{notes}");
+        let from = if mode.len() == 3 { "from the pre-commit answer" } else { "from sending" };
+        assert!(notes.contains(&format!("commit latency: {from}")), "{mode:?}: {notes}");
         assert!(num(&open["commit_latency"], "p50_us") > 0.0, "{mode:?}: no commit latency");
     }
 }
