@@ -304,19 +304,14 @@ impl Service {
         }
         let wait = self.wait_of(req.wait_ms);
         let max_retries = req.max_retries.min(self.limits.max_retries);
-        let mut tables: Vec<(String, Table)> = Vec::new();
+        let mut tables = ops::Tables::default();
         let mut attempt = 0;
         loop {
             attempt += 1;
             let mut tx =
                 self.backend.begin(req.isolation, !writes, req.read_at, req.at_token, wait).await?;
-            let ran = ops::run_batch(&mut tx, &req.operations, &req.table, |name| {
-                if let Some((_, t)) = tables.iter().find(|(n, _)| n == name) {
-                    return Ok(t.clone());
-                }
-                let t = self.backend.table(name)?;
-                tables.push((name.to_owned(), t.clone()));
-                Ok(t)
+            let ran = ops::run_batch(&mut tx, &req.operations, &req.table, &mut tables, |name| {
+                self.backend.table(name)
             });
             let outcome = match ran {
                 Ok(results) => self.commit_txn(tx, req.durability).await.map(|c| (results, c)),
