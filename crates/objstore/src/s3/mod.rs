@@ -68,6 +68,7 @@ use bytes::Bytes;
 
 mod append;
 mod config;
+mod hedge;
 
 use append::{AppendRequest, RawAppend};
 pub use config::S3Credentials;
@@ -314,20 +315,10 @@ impl S3Store {
                 }
             }
             self.accounting.request(kind, 0);
-            let second = send();
-            tokio::pin!(second);
             // An answer wins (a 404 or a 416 too); a failure to answer
             // (throttled, transient) waits for the other request.
-            tokio::select! {
-                r = &mut first => match r {
-                    Err(e) if e.is_retryable() => (second.await, Hedge::Won),
-                    r => (r, Hedge::Lost),
-                },
-                r = &mut second => match r {
-                    Err(e) if e.is_retryable() => (first.await, Hedge::Lost),
-                    r => (r, Hedge::Won),
-                },
-            }
+            let is_answer = |r: &Result<T>| !matches!(r, Err(e) if e.is_retryable());
+            hedge::first_final(first, send(), is_answer, |_| {}).await
         })
     }
 
