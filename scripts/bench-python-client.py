@@ -1,13 +1,18 @@
 #!/usr/bin/env python3
 """What a call costs from Python: one process, one thread, calls in a loop
-against a running `milliscale serve` (one-shot gets of one key, one-shot
-puts, and Status), for SECONDS each. Prints calls a second and the
-latency percentiles of each kind.
+against a running `milliscale serve` (Status, one-shot gets of one key,
+one-shot puts), for SECONDS each. Prints calls a second and the latency
+percentiles of each kind.
 
-    python3 scripts/bench-python-client.py ADDRESS [SECONDS]
+    python3 scripts/bench-python-client.py ADDRESS [SECONDS] [CLIENT]
+
+CLIENT is `stubs` (the Python package: grpcio over the generated stubs,
+the default), `pyo3` (the PyO3 probe over the Rust client on a
+current-thread runtime, scripts/pyo3-probe) or `pyo3-mt` (the probe on a
+multi-thread runtime of one thread). The probe must be installed for the
+last two (scripts/bench-python-pyo3.sh does it).
 """
 
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -19,7 +24,7 @@ except ImportError:
 from milliscale import Client  # noqa: E402
 
 
-def measure(name, call, seconds):
+def measure(client, name, call, seconds):
     lat = []
     end = time.monotonic() + seconds
     while time.monotonic() < end:
@@ -28,21 +33,28 @@ def measure(name, call, seconds):
         lat.append(time.perf_counter() - t)
     lat.sort()
     q = lambda p: lat[min(len(lat) - 1, int(p * len(lat)))] * 1e3
-    print(f"| {name} | {len(lat) / seconds:,.0f} | {q(0.5):.3f} | {q(0.99):.3f} |")
+    print(f"| {client} | {name} | {len(lat) / seconds:,.0f} | {q(0.5):.3f} | {q(0.99):.3f} |")
 
 
 def main():
     address = sys.argv[1]
     seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 5.0
-    db = Client(address)
-    if "pybench" not in db.list_tables():
-        db.create_table("pybench")
-    db.put("pybench", b"k", b"v" * 80)
-    print("| call | calls/s | p50 ms | p99 ms |")
-    print("|---|---:|---:|---:|")
-    measure("Status", db.status, seconds)
-    measure("get (Execute, 1 read)", lambda: db.get("pybench", b"k"), seconds)
-    measure("put (Execute, 1 write, durable)", lambda: db.put("pybench", b"k", b"v" * 80), seconds)
+    which = sys.argv[3] if len(sys.argv) > 3 else "stubs"
+    setup = Client(address)
+    if "pybench" not in setup.list_tables():
+        setup.create_table("pybench")
+    setup.put("pybench", b"k", b"v" * 80)
+    if which == "stubs":
+        db = setup
+    elif which in ("pyo3", "pyo3-mt"):
+        import milliscale_pyo3_probe
+
+        db = milliscale_pyo3_probe.Client(address, 1 if which == "pyo3-mt" else 0)
+    else:
+        sys.exit(f"unknown client {which!r}: stubs, pyo3 or pyo3-mt")
+    measure(which, "Status", db.status, seconds)
+    measure(which, "get (Execute, 1 read)", lambda: db.get("pybench", b"k"), seconds)
+    measure(which, "put (Execute, 1 write, durable)", lambda: db.put("pybench", b"k", b"v" * 80), seconds)
 
 
 if __name__ == "__main__":
