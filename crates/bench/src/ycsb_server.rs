@@ -148,9 +148,9 @@ async fn run_async(cfg: &YcsbConfig, srv: &ServerRun) -> Result<Report, String> 
     let load_took = loaded_at.elapsed();
     let chooser = KeyChooser::new(cfg.records, cfg.dist)?;
     let phase = Arc::new(AtomicU8::new(PHASE_WARMUP));
-    // One set of histograms for all the sessions: one per session (3 x
-    // 256 KiB each) made every record a cache miss, a tenth of the
-    // client's CPU with 256 sessions.
+    // One set of histograms for all the sessions: a set per session (3 x
+    // 264 KiB) made every record a cache miss, a tenth of the client's
+    // CPU with 256 sessions.
     let stats = Arc::new(Mutex::new(Measured::new()));
     let errors = Arc::new(Mutex::new(Vec::<String>::new()));
     let mut tasks = Vec::new();
