@@ -3,7 +3,8 @@
 //! coordinator that dies mid-commit leaves nothing blocked past the
 //! termination timeout, and the participants agree on its outcome; a
 //! primary restarted mid-two-phase-commit recovers its prepares and
-//! settles them by asking the others; versions below the clients'
+//! settles them by asking the others; a single-shard prepare whose caller
+//! left commits all the same; versions below the clients'
 //! watermark are collected, and a read below it is refused.
 
 use std::sync::Arc;
@@ -411,5 +412,44 @@ async fn a_client_restarted_under_its_id_does_not_reuse_its_transaction_names() 
     let mut tx = c.begin();
     assert_eq!(tx.get(&account(3)).await.expect("read"), Some(b"second".to_vec()));
     drop(tx);
+    cluster.shutdown().await;
+}
+
+/// A single-shard transaction commits at its durable prepare. A caller
+/// that goes away while the prepare waits for the log (a coordinator
+/// killed, a call timed out) must not leave it prepared: nothing would
+/// decide it before a restart (cooperative termination asks only about
+/// multi-shard transactions), and its keys would stay blocked. Callers
+/// give up after 0.2 to 6 ms, so some leave before the prepare reaches
+/// the shard, some while it waits for the log, some after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_shard_prepare_whose_caller_left_commits_all_the_same() {
+    let cluster = Cluster::start().await;
+    let mut s0 = cluster.raw(0);
+    // Connected before the calls are timed.
+    s0.info(proto::InfoRequest {}).await.expect("info");
+    let attempts = 30u64;
+    for seq in 0..attempts {
+        let req = prepare(60, seq, account((seq % 4) as u32), vec![0]);
+        let gave_up_after = Duration::from_micros(200 + seq * 200);
+        let _ = tokio::time::timeout(gave_up_after, s0.clone().prepare(req)).await;
+    }
+    let t = Instant::now();
+    loop {
+        let prepared = s0.info(proto::InfoRequest {}).await.expect("info").into_inner().prepared;
+        if prepared == 0 {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(3), "{prepared} prepares left undecided");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Not vacuous: prepares did arrive (committed), and not all of them
+    // answered before their caller gave up (the fast path ran anyway).
+    let committed = proto::TxnStatus::Committed as i32;
+    let mut n = 0;
+    for seq in 0..attempts {
+        n += u64::from(status(&mut s0, 60, seq).await == committed);
+    }
+    assert!(n > 0, "no prepare reached the shard");
     cluster.shutdown().await;
 }

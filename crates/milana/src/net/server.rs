@@ -359,7 +359,10 @@ impl Primary {
         Ok(read_to(st.p.read(&key, at)))
     }
 
-    async fn prepare(&self, req: proto::PrepareRequest) -> Result<proto::PrepareResponse, Status> {
+    async fn prepare(
+        self: &Arc<Self>,
+        req: proto::PrepareRequest,
+    ) -> Result<proto::PrepareResponse, Status> {
         let p = prepare_from(req)?;
         if !p.participants.contains(&self.opts.shard) {
             return Err(Status::invalid_argument(
@@ -386,20 +389,31 @@ impl Primary {
             }
             (vote, already, logged)
         };
-        logged.durable().await.map_err(|e| log_status(&e))?;
+        // The rest runs as a task of its own, which finishes even if this
+        // call's client goes away: a handler is dropped with its call, and
+        // a single-shard prepare left without its fast-path commit stayed
+        // prepared (cooperative termination asks only about multi-shard
+        // transactions), blocking its keys until a restart. The
+        // coordinator-kill trials of crates/cli/tests/shard_kill.rs caught
+        // it.
+        let fast_path = vote == Vote::Yes && single && already != Some(TxnStatus::Committed);
+        let me = Arc::clone(self);
+        let finish = tokio::spawn(async move {
+            logged.durable().await.map_err(|e| log_status(&e))?;
+            if fast_path {
+                // Committed by its durable prepare; the commit record only
+                // saves a recovery the work.
+                let mut st = me.lock();
+                if let Some(r) = st.p.decide(txn, true) {
+                    drop(me.log.append(&r).map_err(|e| log_status(&e))?);
+                }
+            }
+            Ok::<(), Status>(())
+        });
+        finish.await.map_err(|e| Status::internal(format!("a prepare's task failed: {e}")))??;
         match vote {
             Vote::No(why) => Ok(proto::PrepareResponse { yes: false, why: why.into() }),
-            Vote::Yes => {
-                if single && already != Some(TxnStatus::Committed) {
-                    // The fast path: committed by its durable prepare; the
-                    // commit record only saves a recovery the work.
-                    let mut st = self.lock();
-                    if let Some(r) = st.p.decide(txn, true) {
-                        drop(self.log.append(&r).map_err(|e| log_status(&e))?);
-                    }
-                }
-                Ok(proto::PrepareResponse { yes: true, why: String::new() })
-            }
+            Vote::Yes => Ok(proto::PrepareResponse { yes: true, why: String::new() }),
         }
     }
 
