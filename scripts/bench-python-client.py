@@ -6,11 +6,12 @@ percentiles of each kind.
 
     python3 scripts/bench-python-client.py ADDRESS [SECONDS] [CLIENT]
 
-CLIENT is `stubs` (the Python package: grpcio over the generated stubs,
-the default), `pyo3` (the PyO3 probe over the Rust client on a
-current-thread runtime, scripts/pyo3-probe) or `pyo3-mt` (the probe on a
-multi-thread runtime of one thread). The probe must be installed for the
-last two (scripts/bench-python-pyo3.sh does it).
+CLIENT is `package` (the Python package, the default; until `4fa09cb` it
+called through grpcio and generated stubs, since then through the Rust
+client), `pyo3` (the PyO3 probe over the Rust client on a current-thread
+runtime, scripts/pyo3-probe) or `pyo3-mt` (the probe on a multi-thread
+runtime of one thread). The probe must be installed for the last two
+(scripts/bench-python-pyo3.sh does it).
 """
 
 import sys
@@ -39,19 +40,19 @@ def measure(client, name, call, seconds):
 def main():
     address = sys.argv[1]
     seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 5.0
-    which = sys.argv[3] if len(sys.argv) > 3 else "stubs"
+    which = sys.argv[3] if len(sys.argv) > 3 else "package"
     setup = Client(address)
     if "pybench" not in setup.list_tables():
         setup.create_table("pybench")
     setup.put("pybench", b"k", b"v" * 80)
-    if which == "stubs":
+    if which == "package":
         db = setup
     elif which in ("pyo3", "pyo3-mt"):
         import milliscale_pyo3_probe
 
         db = milliscale_pyo3_probe.Client(address, 1 if which == "pyo3-mt" else 0)
     else:
-        sys.exit(f"unknown client {which!r}: stubs, pyo3 or pyo3-mt")
+        sys.exit(f"unknown client {which!r}: package, pyo3 or pyo3-mt")
     measure(which, "Status", db.status, seconds)
     measure(which, "get (Execute, 1 read)", lambda: db.get("pybench", b"k"), seconds)
     measure(which, "put (Execute, 1 write, durable)", lambda: db.put("pybench", b"k", b"v" * 80), seconds)

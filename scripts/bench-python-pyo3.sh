@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# A call from Python through the package's grpcio stubs against the same
-# call through a PyO3 module over the Rust client (scripts/pyo3-probe), and
-# the Rust client itself: one process, one thread, calls in a loop against
+# A call from Python through the package against the same call through the
+# smallest PyO3 module over the Rust client (scripts/pyo3-probe), and the
+# Rust client itself: one process, one thread, calls in a loop against
 # a fresh `milliscale serve` on sim://s3x?seed=S, for seeds 1..SEEDS, the
 # clients' order rotating with the seed. Builds the probe with maturin into
 # the package's virtualenv (target/py-venv, as scripts/test.sh makes it).
@@ -17,7 +17,7 @@ CARGO_TARGET_DIR="$PWD/target/pyo3-probe" "$venv/bin/maturin" build --release --
     -m scripts/pyo3-probe/Cargo.toml -i "$venv/bin/python" -o "$out/wheels" > /dev/null
 "$venv/bin/pip" install --quiet --disable-pip-version-check --force-reinstall "$out"/wheels/*.whl
 echo "seeds=1..$seeds seconds=$secs; raw output in $out"
-clients=(stubs pyo3 pyo3-mt rust)
+clients=(package pyo3 pyo3-mt rust)
 for seed in $(seq 1 "$seeds"); do
     "$bin" serve --store "sim://s3x?seed=$seed" --listen 127.0.0.1:0 > "$out/serve.out" 2> "$out/serve-$seed.err" &
     pid=$!

@@ -1,4 +1,5 @@
-"""The client of a ``milliscale serve`` server, over the generated gRPC stubs."""
+"""The client of a ``milliscale serve`` server: the Rust client
+(``milliscale-client``) through its native module, ``milliscale._native``."""
 
 from __future__ import annotations
 
@@ -8,11 +9,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterator, Optional, Sequence, TypeVar, Union
 
-import grpc
-
-from milliscale.errors import MilliscaleError, UnavailableError, from_rpc_error
-from milliscale.v1 import milliscale_pb2 as pb
-from milliscale.v1 import milliscale_pb2_grpc as pb_grpc
+from milliscale import _native
+from milliscale.errors import MilliscaleError, StatusCode, UnavailableError, from_call_error
 
 Bytes = Union[bytes, bytearray, memoryview, str]
 T = TypeVar("T")
@@ -32,13 +30,21 @@ class Isolation(enum.IntEnum):
     """A transaction's isolation level."""
 
     #: The server's default (snapshot isolation unless configured).
-    DEFAULT = pb.ISOLATION_UNSPECIFIED
+    DEFAULT = 0
     #: Each read sees the latest committed version.
-    READ_COMMITTED = pb.ISOLATION_READ_COMMITTED
+    READ_COMMITTED = 1
     #: Reads see the snapshot taken at begin; the first updater wins.
-    SNAPSHOT = pb.ISOLATION_SNAPSHOT
+    SNAPSHOT = 2
     #: Snapshot isolation plus read validation at commit.
-    SERIALIZABLE = pb.ISOLATION_SERIALIZABLE
+    SERIALIZABLE = 3
+
+
+def _native_call(fn, *args):
+    """Call the native module, its failures as this package's errors."""
+    try:
+        return fn(*args)
+    except _native.CallError as e:
+        raise from_call_error(*e.args) from None
 
 
 @dataclass(frozen=True)
@@ -65,17 +71,8 @@ class Status:
     cpu_seconds: float
 
 
-def _range(
-    start: Optional[Bytes], end: Optional[Bytes], prefix: Optional[Bytes], reverse: bool, limit: int
-) -> pb.KeyRange:
-    r = pb.KeyRange(reverse=reverse, limit=limit)
-    if start is not None:
-        r.start = _b(start)
-    if end is not None:
-        r.end = _b(end)
-    if prefix is not None:
-        r.prefix = _b(prefix)
-    return r
+def _opt(x: Optional[Bytes]) -> Optional[bytes]:
+    return None if x is None else _b(x)
 
 
 class Transaction:
@@ -85,35 +82,35 @@ class Transaction:
     and aborts when the block raises. Every call is one round trip.
     """
 
-    def __init__(self, client: "Client", txn_id: int, snapshot: int, isolation: Isolation):
+    def __init__(self, client: "Client", native):
         self._client = client
-        self.id = txn_id
+        self._native = native
+        self.id: int = native.id
         #: The snapshot: commits with a smaller CSN are visible.
-        self.snapshot = snapshot
-        self.isolation = isolation
+        self.snapshot: int = native.snapshot
+        self.isolation = Isolation(native.isolation)
         #: After a commit, what it returned.
         self.commit_info: Optional[Commit] = None
         self._finished = False
 
+    def _call(self, method: str, *args):
+        return _native_call(getattr(self._client._conn, method), self._native, *args)
+
     def get(self, table: str, key: Bytes) -> Optional[bytes]:
         """The value of ``key``, or ``None`` if it has none."""
-        r = self._client._call("Get", pb.GetRequest(txn_id=self.id, table=table, key=_b(key)))
-        return r.value if r.HasField("value") else None
+        return self._call("tx_get", table, _b(key))
 
     def put(self, table: str, key: Bytes, value: Bytes) -> None:
         """Write ``value`` under ``key``."""
-        req = pb.PutRequest(txn_id=self.id, table=table, key=_b(key), value=_b(value))
-        self._client._call("Put", req)
+        self._call("tx_put", table, _b(key), _b(value))
 
     def delete(self, table: str, key: Bytes) -> bool:
         """Delete ``key``; whether it had a value."""
-        req = pb.DeleteRequest(txn_id=self.id, table=table, key=_b(key))
-        return self._client._call("Delete", req).existed
+        return self._call("tx_delete", table, _b(key))
 
     def patch(self, table: str, key: Bytes, offset: int, data: Bytes) -> None:
         """Overwrite bytes of ``key``'s value at ``offset`` (logged as a delta)."""
-        req = pb.PatchRequest(txn_id=self.id, table=table, key=_b(key), offset=offset, bytes=_b(data))
-        self._client._call("Patch", req)
+        self._call("tx_patch", table, _b(key), offset, _b(data))
 
     def scan(
         self,
@@ -126,25 +123,18 @@ class Transaction:
         limit: int = 0,
     ) -> Iterator[tuple[bytes, bytes]]:
         """The rows with ``start <= key < end`` (or starting with ``prefix``),
-        streamed from the server in batches; at most ``limit`` (0: all)."""
-        req = pb.ScanRequest(
-            txn_id=self.id, table=table, range=_range(start, end, prefix, reverse, limit)
-        )
-        try:
-            for batch in self._client._stub.Scan(req, metadata=self._client._metadata):
-                for row in batch.rows:
-                    yield row.key, row.value
-        except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
+        at most ``limit`` (0: all). The server streams them in batches; the
+        client collects them before the first is yielded."""
+        rows = self._call("tx_scan", table, _opt(start), _opt(end), _opt(prefix), reverse, limit)
+        return iter(rows)
 
     def commit(self, wait_durable: bool = True) -> Commit:
         """Commit. With ``wait_durable`` (the default) the answer comes once
         the commit is durable; without, once it is visible, and
         :meth:`Client.wait_for` waits for its token."""
         self._finished = True
-        d = pb.DURABILITY_WAIT if wait_durable else pb.DURABILITY_PRECOMMIT
-        r = self._client._call("Commit", pb.CommitRequest(txn_id=self.id, durability=d))
-        self.commit_info = Commit(r.token if r.HasField("token") else None, r.durable)
+        token, durable = self._call("tx_commit", wait_durable)
+        self.commit_info = Commit(token, durable)
         return self.commit_info
 
     def abort(self) -> None:
@@ -152,7 +142,7 @@ class Transaction:
         if self._finished:
             return
         self._finished = True
-        self._client._call("Abort", pb.AbortRequest(txn_id=self.id))
+        self._call("tx_abort")
 
     def __enter__(self) -> "Transaction":
         return self
@@ -174,32 +164,33 @@ class Batch:
     round trip (:meth:`Client.execute`)."""
 
     def __init__(self) -> None:
-        self._ops: list[pb.Operation] = []
-        # The first operation's table, named once in the request; the
-        # operations on it leave their own table empty.
-        self._table = ""
+        # (kind, table, key, value, limit or offset, start, end, prefix,
+        # reverse), as the native module takes them.
+        self._ops: list[tuple] = []
 
-    def _op(self, table: str, **op) -> "Batch":
-        if not self._ops:
-            self._table = table
-        self._ops.append(pb.Operation(table="" if table == self._table else table, **op))
+    def _op(self, kind: str, table: str, key=b"", value=b"", limit=0, start=None, end=None, prefix=None, reverse=False) -> "Batch":
+        self._ops.append((kind, table, key, value, limit, start, end, prefix, reverse))
         return self
 
     def get(self, table: str, key: Bytes) -> "Batch":
         """Read ``key``."""
-        return self._op(table, get=_b(key))
+        return self._op("get", table, _b(key))
 
     def put(self, table: str, key: Bytes, value: Bytes) -> "Batch":
         """Write ``value`` under ``key``."""
-        return self._op(table, put=pb.Row(key=_b(key), value=_b(value)))
+        return self._op("put", table, _b(key), _b(value))
 
     def delete(self, table: str, key: Bytes) -> "Batch":
         """Delete ``key``."""
-        return self._op(table, delete=_b(key))
+        return self._op("delete", table, _b(key))
+
+    def patch(self, table: str, key: Bytes, offset: int, data: Bytes) -> "Batch":
+        """Overwrite bytes of ``key``'s value at ``offset``."""
+        return self._op("patch", table, _b(key), _b(data), offset)
 
     def scan(self, table: str, *, limit: int, start=None, end=None, prefix=None, reverse=False) -> "Batch":
         """Read at most ``limit`` rows (at most 10,000)."""
-        return self._op(table, scan=_range(start, end, prefix, reverse, limit))
+        return self._op("scan", table, b"", b"", limit, _opt(start), _opt(end), _opt(prefix), reverse)
 
     def __len__(self) -> int:
         return len(self._ops)
@@ -214,17 +205,6 @@ class BatchResult:
     token: Optional[int]
     durable: bool
     attempts: int
-
-
-def _result(r: pb.OperationResult):
-    which = r.WhichOneof("result")
-    if which == "get":
-        return r.get.value if r.get.HasField("value") else None
-    if which == "delete":
-        return r.delete.existed
-    if which == "scan":
-        return [(row.key, row.value) for row in r.scan.rows]
-    return None
 
 
 class Client:
@@ -249,34 +229,36 @@ class Client:
         timeout: Optional[float] = 30.0,
         connect_timeout: float = 10.0,
     ):
-        options = [
-            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.max_send_message_length", -1),
-        ]
-        if tls_domain:
-            options.append(("grpc.ssl_target_name_override", tls_domain))
-        if tls_ca is not None:
-            creds = grpc.ssl_channel_credentials(root_certificates=tls_ca)
-            self._channel = grpc.secure_channel(address, creds, options=options)
-        else:
-            self._channel = grpc.insecure_channel(address, options=options)
-        try:
-            grpc.channel_ready_future(self._channel).result(timeout=connect_timeout)
-        except grpc.FutureTimeoutError:
-            self._channel.close()
-            raise UnavailableError(
-                f"cannot connect to {address} within {connect_timeout} s",
-                grpc.StatusCode.UNAVAILABLE,
-                "client",
-                False,
-            ) from None
-        self._stub = pb_grpc.MilliscaleStub(self._channel)
-        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
-        self._timeout = timeout
+        deadline = time.monotonic() + connect_timeout
+        pause = 0.05
+        while True:
+            try:
+                self._conn = _native.Connection(
+                    address,
+                    token,
+                    tls_ca,
+                    tls_domain or address.rsplit(":", 1)[0],
+                    timeout,
+                    max(0.1, deadline - time.monotonic()),
+                    MAX_MESSAGE_BYTES,
+                )
+                break
+            except _native.CallError as e:
+                # A server that is still starting: try again until the
+                # deadline.
+                if time.monotonic() + pause > deadline:
+                    raise UnavailableError(
+                        f"cannot connect to {address} within {connect_timeout} s: {e.args[1]}",
+                        StatusCode.UNAVAILABLE,
+                        "client",
+                        False,
+                    ) from None
+                time.sleep(pause)
+                pause = min(pause * 2, 0.5)
 
     def close(self) -> None:
         """Close the connection."""
-        self._channel.close()
+        self._conn = None
 
     def __enter__(self) -> "Client":
         return self
@@ -284,27 +266,19 @@ class Client:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _call(self, method: str, request, timeout: Optional[float] = None):
-        try:
-            return getattr(self._stub, method)(
-                request, metadata=self._metadata, timeout=timeout or self._timeout
-            )
-        except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
-
     # Tables.
 
     def create_table(self, name: str) -> None:
         """Create a table (durable on return)."""
-        self._call("CreateTable", pb.CreateTableRequest(name=name))
+        _native_call(self._conn.create_table, name)
 
     def drop_table(self, name: str) -> None:
         """Drop a table (durable on return)."""
-        self._call("DropTable", pb.DropTableRequest(name=name))
+        _native_call(self._conn.drop_table, name)
 
     def list_tables(self) -> list[str]:
         """The tables' names, in creation order."""
-        return list(self._call("ListTables", pb.ListTablesRequest()).names)
+        return _native_call(self._conn.list_tables)
 
     # Transactions.
 
@@ -325,16 +299,10 @@ class Client:
         replica waits up to ``wait`` seconds (0: the server's default)
         for it, then raises :class:`StaleError`.
         """
-        req = pb.BeginRequest(
-            isolation=int(isolation),
-            read_only=read_only or durable_snapshot,
-            read_at=pb.READ_AT_DURABLE if durable_snapshot else pb.READ_AT_LATEST,
-            wait_ms=int(wait * 1000),
+        native = _native_call(
+            self._conn.begin, int(isolation), read_only, durable_snapshot, at_token, wait
         )
-        if at_token is not None:
-            req.at_token = at_token
-        r = self._call("Begin", req, timeout=(self._timeout or 0) + wait or None)
-        return Transaction(self, r.txn_id, r.snapshot, Isolation(r.isolation))
+        return Transaction(self, native)
 
     def run(
         self,
@@ -373,23 +341,10 @@ class Client:
     ) -> BatchResult:
         """Run a batch as one transaction in one round trip; the server runs
         it again, up to ``retries`` more times, when it conflicts."""
-        req = pb.ExecuteRequest(
-            table=batch._table,
-            operations=batch._ops,
-            isolation=int(isolation),
-            durability=pb.DURABILITY_WAIT if wait_durable else pb.DURABILITY_PRECOMMIT,
-            max_retries=retries,
-            wait_ms=int(wait * 1000),
+        results, token, durable, attempts = _native_call(
+            self._conn.execute, batch._ops, int(isolation), wait_durable, retries, at_token, wait
         )
-        if at_token is not None:
-            req.at_token = at_token
-        r = self._call("Execute", req)
-        return BatchResult(
-            [_result(x) for x in r.results],
-            r.token if r.HasField("token") else None,
-            r.durable,
-            r.attempts,
-        )
+        return BatchResult(results, token, durable, attempts)
 
     def get(self, table: str, key: Bytes, *, at_token: Optional[int] = None) -> Optional[bytes]:
         """Read ``key`` (a one-shot read)."""
@@ -413,15 +368,11 @@ class Client:
     def wait_for(self, token: int, timeout: float = 5.0) -> int:
         """Wait until ``token`` is durable (writer) or applied (replica);
         what the server reached. Raises :class:`DeadlineError` past ``timeout``."""
-        r = self._call(
-            "WaitFor", pb.WaitForRequest(token=token, wait_ms=int(timeout * 1000)), timeout=timeout + 5
-        )
-        return r.reached
+        return _native_call(self._conn.wait_for, token, timeout)
 
     def status(self) -> Status:
         """The server's role and progress."""
-        s = self._call("Status", pb.StatusRequest())
-        return Status(s.role, s.durable_token, s.open_transactions, s.version, s.cpu_seconds)
+        return Status(*_native_call(self._conn.status))
 
 
 __all__: Sequence[str] = [

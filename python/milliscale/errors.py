@@ -1,22 +1,43 @@
 """The errors a server returns, as exceptions.
 
-Each carries the gRPC status ``code``, the engine's error ``kind`` (from
+Each carries the gRPC status ``code`` (:class:`StatusCode`), the engine's error ``kind`` (from
 the ``milliscale-error`` metadata) and ``retryable`` (from
 ``milliscale-retryable``): run the whole transaction again.
 """
 
 from __future__ import annotations
 
+import enum
 from typing import Optional
 
-import grpc
+
+class StatusCode(enum.IntEnum):
+    """The gRPC status codes, as the server and the client send them."""
+
+    OK = 0
+    CANCELLED = 1
+    UNKNOWN = 2
+    INVALID_ARGUMENT = 3
+    DEADLINE_EXCEEDED = 4
+    NOT_FOUND = 5
+    ALREADY_EXISTS = 6
+    PERMISSION_DENIED = 7
+    RESOURCE_EXHAUSTED = 8
+    FAILED_PRECONDITION = 9
+    ABORTED = 10
+    OUT_OF_RANGE = 11
+    UNIMPLEMENTED = 12
+    INTERNAL = 13
+    UNAVAILABLE = 14
+    DATA_LOSS = 15
+    UNAUTHENTICATED = 16
 
 
 class MilliscaleError(Exception):
     """A call failed. ``retryable`` says whether running the whole
     transaction again may succeed."""
 
-    def __init__(self, message: str, code: Optional[grpc.StatusCode], kind: str, retryable: bool):
+    def __init__(self, message: str, code: Optional[StatusCode], kind: str, retryable: bool):
         super().__init__(message)
         self.message = message
         self.code = code
@@ -82,27 +103,28 @@ _BY_KIND = {
 }
 
 _BY_CODE = {
-    grpc.StatusCode.ABORTED: ConflictError,
-    grpc.StatusCode.RESOURCE_EXHAUSTED: BusyError,
-    grpc.StatusCode.UNAVAILABLE: UnavailableError,
-    grpc.StatusCode.UNAUTHENTICATED: UnauthenticatedError,
-    grpc.StatusCode.PERMISSION_DENIED: PermissionDeniedError,
-    grpc.StatusCode.NOT_FOUND: NotFoundError,
-    grpc.StatusCode.ALREADY_EXISTS: AlreadyExistsError,
-    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgumentError,
-    grpc.StatusCode.OUT_OF_RANGE: InvalidArgumentError,
-    grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineError,
+    StatusCode.ABORTED: ConflictError,
+    StatusCode.RESOURCE_EXHAUSTED: BusyError,
+    StatusCode.UNAVAILABLE: UnavailableError,
+    StatusCode.UNAUTHENTICATED: UnauthenticatedError,
+    StatusCode.PERMISSION_DENIED: PermissionDeniedError,
+    StatusCode.NOT_FOUND: NotFoundError,
+    StatusCode.ALREADY_EXISTS: AlreadyExistsError,
+    StatusCode.INVALID_ARGUMENT: InvalidArgumentError,
+    StatusCode.OUT_OF_RANGE: InvalidArgumentError,
+    StatusCode.DEADLINE_EXCEEDED: DeadlineError,
 }
 
 
-def from_rpc_error(e: grpc.RpcError) -> MilliscaleError:
-    """The exception for a failed call."""
-    code = e.code() if hasattr(e, "code") else None
-    details = e.details() if hasattr(e, "details") else str(e)
-    meta = {}
-    if hasattr(e, "trailing_metadata") and e.trailing_metadata() is not None:
-        meta = {k: v for k, v in e.trailing_metadata()}
-    kind = meta.get("milliscale-error", "transport")
-    retryable = meta.get("milliscale-retryable") == "true"
-    cls = _BY_KIND.get(kind) or _BY_CODE.get(code, MilliscaleError)
-    return cls(details or "", code, kind, retryable)
+def from_call_error(code: int, message: str, kind: str, retryable: bool) -> MilliscaleError:
+    """The exception for a failed call, from what the native client says
+    of it: the status code, the server's message, the engine's error kind
+    (``milliscale-error``; ``transport`` when the server said none) and
+    whether the whole transaction may be run again."""
+    try:
+        status = StatusCode(code)
+    except ValueError:
+        status = StatusCode.UNKNOWN
+    kind = kind or "transport"
+    cls = _BY_KIND.get(kind) or _BY_CODE.get(status, MilliscaleError)
+    return cls(message or "", status, kind, retryable)

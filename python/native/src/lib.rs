@@ -1,0 +1,448 @@
+//! The native part of the `milliscale` Python package: the Rust client
+//! (`milliscale-client`), its calls exposed to Python through PyO3. The
+//! package's Python code (`python/milliscale/`) gives them their API:
+//! context-manager transactions, retries, types and docstrings.
+//!
+//! Each call blocks the calling Python thread, with the GIL released, on
+//! the connection's current-thread tokio runtime, which the caller drives
+//! inside the call: no hand-off between threads (BENCHMARKS.md, "A call
+//! from Python: the stubs against PyO3", measured this against a runtime
+//! of its own thread). Threads may share a connection: tokio lets one of
+//! them drive the runtime while the others wait for their answers.
+//!
+//! A failed call raises `CallError(code, message, kind, retryable)`: the
+//! gRPC status code as a number, the server's message, the engine's error
+//! kind and whether running the whole transaction again may succeed.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use milliscale_client as client;
+use pyo3::create_exception;
+use pyo3::exceptions::{PyException, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyTuple};
+use tokio::runtime::Runtime;
+
+create_exception!(_native, CallError, PyException, "A call to the server failed.");
+
+/// The `CallError` for a client error.
+fn call_error(e: &client::Error) -> PyErr {
+    CallError::new_err((
+        e.code() as i32,
+        e.message().to_owned(),
+        e.kind().to_owned(),
+        e.is_retryable(),
+    ))
+}
+
+/// A call that ran out of time (DEADLINE_EXCEEDED, as a gRPC deadline).
+fn deadline(after: Duration) -> PyErr {
+    let message = format!("no answer within {:.3} s", after.as_secs_f64());
+    CallError::new_err((
+        client::Code::DeadlineExceeded as i32,
+        message,
+        "timeout".to_owned(),
+        false,
+    ))
+}
+
+fn isolation(i: i32) -> PyResult<client::Isolation> {
+    Ok(match i {
+        0 => client::Isolation::Default,
+        1 => client::Isolation::ReadCommitted,
+        2 => client::Isolation::Snapshot,
+        3 => client::Isolation::Serializable,
+        _ => return Err(PyValueError::new_err(format!("no isolation level {i}"))),
+    })
+}
+
+fn isolation_number(i: client::Isolation) -> i32 {
+    match i {
+        client::Isolation::Default => 0,
+        client::Isolation::ReadCommitted => 1,
+        client::Isolation::Snapshot => 2,
+        client::Isolation::Serializable => 3,
+    }
+}
+
+fn seconds(s: Option<f64>) -> PyResult<Option<Duration>> {
+    s.filter(|s| *s > 0.0)
+        .map(|s| Duration::try_from_secs_f64(s).map_err(|e| PyValueError::new_err(e.to_string())))
+        .transpose()
+}
+
+/// A key range from the Python call's arguments.
+fn key_range(
+    start: Option<Vec<u8>>,
+    end: Option<Vec<u8>>,
+    prefix: Option<Vec<u8>>,
+    reverse: bool,
+    limit: u64,
+) -> client::KeyRange {
+    client::KeyRange { start, end, prefix, reverse, limit }
+}
+
+/// A connection to a server (`milliscale.Client` holds one).
+#[pyclass(frozen, module = "milliscale._native")]
+struct Connection {
+    rt: Runtime,
+    client: client::Client,
+    /// The bound on each call (`None`: none).
+    timeout: Option<Duration>,
+}
+
+impl Connection {
+    /// Run `f` to its end on the runtime with the GIL released, within
+    /// `timeout` (or the connection's).
+    fn run<T: Send>(
+        &self,
+        py: Python<'_>,
+        timeout: Option<Duration>,
+        f: impl Future<Output = client::Result<T>> + Send,
+    ) -> PyResult<T> {
+        let timeout = timeout.or(self.timeout);
+        py.allow_threads(|| {
+            self.rt.block_on(async {
+                match timeout {
+                    None => f.await.map_err(|e| call_error(&e)),
+                    Some(t) => match tokio::time::timeout(t, f).await {
+                        Ok(r) => r.map_err(|e| call_error(&e)),
+                        Err(_) => Err(deadline(t)),
+                    },
+                }
+            })
+        })
+    }
+}
+
+#[pymethods]
+impl Connection {
+    #[new]
+    // The arguments of `milliscale.Client`, one for one.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (address, token=None, tls_ca=None, tls_domain=None, timeout=None, connect_timeout=10.0, max_message_bytes=16 << 20))]
+    fn new(
+        py: Python<'_>,
+        address: String,
+        token: Option<String>,
+        tls_ca: Option<Vec<u8>>,
+        tls_domain: Option<String>,
+        timeout: Option<f64>,
+        connect_timeout: f64,
+        max_message_bytes: usize,
+    ) -> PyResult<Connection> {
+        let rt =
+            tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| {
+                PyValueError::new_err(format!("cannot start the client's runtime: {e}"))
+            })?;
+        let mut b = client::Client::builder(address).max_message_bytes(max_message_bytes);
+        if let Some(t) = token {
+            b = b.token(t);
+        }
+        if let Some(ca) = tls_ca {
+            let domain = tls_domain.unwrap_or_else(|| "localhost".to_owned());
+            b = b.tls(ca, domain);
+        }
+        if let Some(t) = seconds(Some(connect_timeout))? {
+            b = b.connect_timeout(t);
+        }
+        let client = py.allow_threads(|| rt.block_on(b.connect())).map_err(|e| call_error(&e))?;
+        Ok(Connection { rt, client, timeout: seconds(timeout)? })
+    }
+
+    fn create_table(&self, py: Python<'_>, name: &str) -> PyResult<()> {
+        self.run(py, None, self.client.create_table(name))
+    }
+
+    fn drop_table(&self, py: Python<'_>, name: &str) -> PyResult<()> {
+        self.run(py, None, self.client.drop_table(name))
+    }
+
+    fn list_tables(&self, py: Python<'_>) -> PyResult<Vec<String>> {
+        self.run(py, None, self.client.list_tables())
+    }
+
+    /// Begin an interactive transaction.
+    #[pyo3(signature = (isolation, read_only, durable_snapshot, at_token, wait))]
+    fn begin(
+        &self,
+        py: Python<'_>,
+        isolation: i32,
+        read_only: bool,
+        durable_snapshot: bool,
+        at_token: Option<u64>,
+        wait: f64,
+    ) -> PyResult<NativeTransaction> {
+        let wait = seconds(Some(wait))?.unwrap_or_default();
+        let opts = client::TxnOptions {
+            isolation: self::isolation(isolation)?,
+            read_only: read_only || durable_snapshot,
+            read_at: if durable_snapshot {
+                client::ReadAt::Durable
+            } else {
+                client::ReadAt::Latest
+            },
+            at_token,
+            wait,
+        };
+        let timeout = self.timeout.map(|t| t + wait);
+        let tx = self.run(py, timeout, self.client.begin_with(opts))?;
+        Ok(NativeTransaction {
+            id: tx.id(),
+            snapshot: tx.snapshot(),
+            isolation: isolation_number(tx.isolation()),
+            tx: Mutex::new(Some(tx)),
+        })
+    }
+
+    /// Run a batch: `ops` is a list of `(kind, table, key, value, limit,
+    /// start, end, prefix, reverse)` tuples as `milliscale.Batch` builds
+    /// them. Returns `(results, token, durable, attempts)`.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (ops, isolation, wait_durable, retries, at_token, wait))]
+    fn execute<'py>(
+        &self,
+        py: Python<'py>,
+        ops: Vec<OpTuple>,
+        isolation: i32,
+        wait_durable: bool,
+        retries: u32,
+        at_token: Option<u64>,
+        wait: f64,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let ops: Vec<Op> = ops.into_iter().map(Op::of).collect();
+        let mut batch = client::Batch::new();
+        for op in &ops {
+            match op.kind.as_str() {
+                "get" => batch.get(&op.table, &op.key),
+                "put" => batch.put(&op.table, &op.key, &op.value),
+                "delete" => batch.delete(&op.table, &op.key),
+                "patch" => batch.patch(&op.table, &op.key, op.limit as u32, &op.value),
+                "scan" => batch.scan(&op.table, op.range()),
+                other => return Err(PyValueError::new_err(format!("no operation {other:?}"))),
+            };
+        }
+        let wait = seconds(Some(wait))?.unwrap_or_default();
+        let opts = client::TxnOptions {
+            isolation: self::isolation(isolation)?,
+            read_only: ops.iter().all(|o| matches!(o.kind.as_str(), "get" | "scan")),
+            at_token,
+            wait,
+            ..client::TxnOptions::default()
+        };
+        let durability =
+            if wait_durable { client::Durability::Wait } else { client::Durability::Precommit };
+        let batch = batch.options(opts).durability(durability).retries(retries);
+        let timeout = self.timeout.map(|t| t + wait);
+        let r = self.run(py, timeout, self.client.execute(batch))?;
+        let results = PyList::empty(py);
+        for (i, op) in ops.iter().enumerate() {
+            match op.kind.as_str() {
+                "get" => results.append(r.value(i).map(|v| PyBytes::new(py, v)))?,
+                "delete" => results.append(r.existed(i))?,
+                "scan" => {
+                    let rows = PyList::empty(py);
+                    for (k, v) in r.rows(i) {
+                        rows.append((PyBytes::new(py, &k), PyBytes::new(py, &v)))?;
+                    }
+                    results.append(rows)?;
+                }
+                _ => results.append(py.None())?,
+            }
+        }
+        (results, r.token, r.durable, r.attempts).into_pyobject(py)
+    }
+
+    /// Wait until `token` is durable (writer) or applied (replica).
+    fn wait_for(&self, py: Python<'_>, token: u64, wait: f64) -> PyResult<u64> {
+        let wait = seconds(Some(wait))?.unwrap_or_default();
+        let timeout = Some(wait + Duration::from_secs(5));
+        self.run(py, timeout, self.client.wait_for(token, wait))
+    }
+
+    /// `(role, durable_token, open_transactions, version, cpu_seconds)`.
+    fn status(&self, py: Python<'_>) -> PyResult<(String, u64, u32, String, f64)> {
+        let s = self.run(py, None, self.client.status())?;
+        Ok((s.role, s.durable_token, s.open_transactions, s.version, s.cpu_seconds))
+    }
+
+    /// Run a call of transaction `tx` on this connection.
+    fn tx_get<'py>(
+        &self,
+        py: Python<'py>,
+        tx: &NativeTransaction,
+        table: &str,
+        key: Vec<u8>,
+    ) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        let v = tx.with(|t| self.run(py, None, t.get(table, &key)))?;
+        Ok(v.map(|v| PyBytes::new(py, &v)))
+    }
+
+    fn tx_put(
+        &self,
+        py: Python<'_>,
+        tx: &NativeTransaction,
+        table: &str,
+        key: Vec<u8>,
+        value: Vec<u8>,
+    ) -> PyResult<()> {
+        tx.with(|t| self.run(py, None, t.put(table, &key, &value)))
+    }
+
+    fn tx_delete(
+        &self,
+        py: Python<'_>,
+        tx: &NativeTransaction,
+        table: &str,
+        key: Vec<u8>,
+    ) -> PyResult<bool> {
+        tx.with(|t| self.run(py, None, t.delete(table, &key)))
+    }
+
+    fn tx_patch(
+        &self,
+        py: Python<'_>,
+        tx: &NativeTransaction,
+        table: &str,
+        key: Vec<u8>,
+        offset: u32,
+        data: Vec<u8>,
+    ) -> PyResult<()> {
+        tx.with(|t| self.run(py, None, t.patch(table, &key, offset, &data)))
+    }
+
+    /// The rows of a range, as `(key, value)` pairs.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (tx, table, start, end, prefix, reverse, limit))]
+    fn tx_scan<'py>(
+        &self,
+        py: Python<'py>,
+        tx: &NativeTransaction,
+        table: &str,
+        start: Option<Vec<u8>>,
+        end: Option<Vec<u8>>,
+        prefix: Option<Vec<u8>>,
+        reverse: bool,
+        limit: u64,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let range = key_range(start, end, prefix, reverse, limit);
+        let rows = tx.with(|t| self.run(py, None, t.scan(table, range)))?;
+        let out = PyList::empty(py);
+        for (k, v) in rows {
+            out.append((PyBytes::new(py, &k), PyBytes::new(py, &v)))?;
+        }
+        Ok(out)
+    }
+
+    /// Commit `tx`: `(token, durable)`.
+    fn tx_commit(
+        &self,
+        py: Python<'_>,
+        tx: &NativeTransaction,
+        wait_durable: bool,
+    ) -> PyResult<(Option<u64>, bool)> {
+        let t = tx.take()?;
+        let d = if wait_durable { client::Durability::Wait } else { client::Durability::Precommit };
+        let c = self.run(py, None, t.commit_with(d))?;
+        Ok((c.token, c.durable))
+    }
+
+    /// Abort `tx` (nothing if it has ended).
+    fn tx_abort(&self, py: Python<'_>, tx: &NativeTransaction) -> PyResult<()> {
+        match tx.tx.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take() {
+            Some(t) => self.run(py, None, t.abort()),
+            None => Ok(()),
+        }
+    }
+}
+
+/// One operation of a batch as `milliscale.Batch` passes it: `(kind,
+/// table, key, value, limit, start, end, prefix, reverse)`.
+type OpTuple = (
+    String,
+    String,
+    Vec<u8>,
+    Vec<u8>,
+    u64,
+    Option<Vec<u8>>,
+    Option<Vec<u8>>,
+    Option<Vec<u8>>,
+    bool,
+);
+
+/// One operation of a batch.
+struct Op {
+    kind: String,
+    table: String,
+    key: Vec<u8>,
+    value: Vec<u8>,
+    /// A scan's limit, or a patch's offset.
+    limit: u64,
+    start: Option<Vec<u8>>,
+    end: Option<Vec<u8>>,
+    prefix: Option<Vec<u8>>,
+    reverse: bool,
+}
+
+impl Op {
+    fn of((kind, table, key, value, limit, start, end, prefix, reverse): OpTuple) -> Op {
+        Op { kind, table, key, value, limit, start, end, prefix, reverse }
+    }
+
+    fn range(&self) -> client::KeyRange {
+        key_range(
+            self.start.clone(),
+            self.end.clone(),
+            self.prefix.clone(),
+            self.reverse,
+            self.limit,
+        )
+    }
+}
+
+/// An interactive transaction held on the server; its calls go through
+/// the `Connection` that began it.
+#[pyclass(frozen, module = "milliscale._native")]
+struct NativeTransaction {
+    #[pyo3(get)]
+    id: u64,
+    #[pyo3(get)]
+    snapshot: u64,
+    #[pyo3(get)]
+    isolation: i32,
+    /// `None` once committed or aborted.
+    tx: Mutex<Option<client::Transaction>>,
+}
+
+impl NativeTransaction {
+    fn with<T>(&self, f: impl FnOnce(&mut client::Transaction) -> PyResult<T>) -> PyResult<T> {
+        let mut g = self.tx.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match g.as_mut() {
+            Some(t) => f(t),
+            None => Err(ended()),
+        }
+    }
+
+    fn take(&self) -> PyResult<client::Transaction> {
+        self.tx.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take().ok_or_else(ended)
+    }
+}
+
+fn ended() -> PyErr {
+    let message = "the transaction has ended (committed or aborted)".to_owned();
+    CallError::new_err((
+        client::Code::FailedPrecondition as i32,
+        message,
+        "ended".to_owned(),
+        false,
+    ))
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Connection>()?;
+    m.add_class::<NativeTransaction>()?;
+    m.add("CallError", m.py().get_type::<CallError>())?;
+    Ok(())
+}
