@@ -4,14 +4,11 @@ against a running `milliscale serve` (Status, one-shot gets of one key,
 one-shot puts), for SECONDS each. Prints calls a second and the latency
 percentiles of each kind.
 
-    python3 scripts/bench-python-client.py ADDRESS [SECONDS] [CLIENT]
+    python3 scripts/bench-python-client.py ADDRESS [SECONDS]
 
-CLIENT is `package` (the Python package, the default; until `4fa09cb` it
-called through grpcio and generated stubs, since then through the Rust
-client), `pyo3` (the PyO3 probe over the Rust client on a current-thread
-runtime, scripts/pyo3-probe) or `pyo3-mt` (the probe on a multi-thread
-runtime of one thread). The probe must be installed for the last two
-(scripts/bench-python-pyo3.sh does it).
+Through the package: until `4fa09cb` it called through grpcio and
+generated stubs, since then through the Rust client. The PyO3 probe it
+was compared with (scripts/pyo3-probe) is at commit `2072127`.
 """
 
 import sys
@@ -40,19 +37,12 @@ def measure(client, name, call, seconds):
 def main():
     address = sys.argv[1]
     seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 5.0
-    which = sys.argv[3] if len(sys.argv) > 3 else "package"
+    which = "package"
     setup = Client(address)
     if "pybench" not in setup.list_tables():
         setup.create_table("pybench")
     setup.put("pybench", b"k", b"v" * 80)
-    if which == "package":
-        db = setup
-    elif which in ("pyo3", "pyo3-mt"):
-        import milliscale_pyo3_probe
-
-        db = milliscale_pyo3_probe.Client(address, 1 if which == "pyo3-mt" else 0)
-    else:
-        sys.exit(f"unknown client {which!r}: package, pyo3 or pyo3-mt")
+    db = setup
     measure(which, "Status", db.status, seconds)
     measure(which, "get (Execute, 1 read)", lambda: db.get("pybench", b"k"), seconds)
     measure(which, "put (Execute, 1 write, durable)", lambda: db.put("pybench", b"k", b"v" * 80), seconds)

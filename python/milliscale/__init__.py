@@ -31,6 +31,7 @@ from milliscale.errors import (
     NotFoundError,
     PermissionDeniedError,
     StaleError,
+    StatusCode,
     UnauthenticatedError,
     UnavailableError,
 )
@@ -54,6 +55,7 @@ __all__ = [
     "PermissionDeniedError",
     "StaleError",
     "Status",
+    "StatusCode",
     "Transaction",
     "UnauthenticatedError",
     "UnavailableError",

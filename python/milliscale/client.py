@@ -79,7 +79,10 @@ class Transaction:
     """An interactive transaction held on the server.
 
     Use it as a context manager: it commits when the block ends normally
-    and aborts when the block raises. Every call is one round trip.
+    and aborts when the block raises. Every call is one round trip. A
+    transaction dropped unfinished is aborted with the client's next call
+    (or, if none comes, by the server's idle timeout); until then it holds
+    its writes' keys.
     """
 
     def __init__(self, client: "Client", native):
@@ -138,9 +141,7 @@ class Transaction:
         return self.commit_info
 
     def abort(self) -> None:
-        """Abort: undo every write."""
-        if self._finished:
-            return
+        """Abort: undo every write (nothing if the transaction has ended)."""
         self._finished = True
         self._call("tx_abort")
 
@@ -212,8 +213,8 @@ class Client:
 
     ``address`` is ``host:port``. ``token`` is the bearer token, if the
     server wants one. ``tls_ca`` (PEM bytes) makes the connection TLS,
-    trusting that authority; ``tls_domain`` is the name on the server's
-    certificate. ``timeout`` bounds each call, in seconds. The constructor
+    trusting that authority; the server's certificate must carry the
+    address's host, or ``tls_domain`` if given. ``timeout`` bounds each call, in seconds. The constructor
     waits up to ``connect_timeout`` seconds for the server to answer (a
     server that is still starting), then raises :class:`UnavailableError`.
     Thread-safe: threads may share one client.
@@ -237,7 +238,7 @@ class Client:
                     address,
                     token,
                     tls_ca,
-                    tls_domain or address.rsplit(":", 1)[0],
+                    tls_domain,
                     timeout,
                     max(0.1, deadline - time.monotonic()),
                     MAX_MESSAGE_BYTES,
@@ -257,8 +258,12 @@ class Client:
                 pause = min(pause * 2, 0.5)
 
     def close(self) -> None:
-        """Close the connection."""
-        self._conn = None
+        """Close the connection. Later calls raise :class:`MilliscaleError`
+        (``FAILED_PRECONDITION``, kind ``closed``), as do those of the
+        transactions begun on it (``abort`` does nothing); calls under way
+        finish. The server aborts the transactions left open on it when the
+        connection closes."""
+        self._conn.close()
 
     def __enter__(self) -> "Client":
         return self

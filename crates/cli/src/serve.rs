@@ -267,12 +267,10 @@ async fn run_verb(verb: Verb, a: VerbArgs) -> Result<(), Failure> {
         b = b.token(t.clone());
     }
     if let Some(ca) = &a.server.tls_ca {
-        let host =
-            a.server.server.rsplit("://").next().unwrap_or("").split(':').next().unwrap_or("");
-        b = b.tls(
-            read(ca, "--tls-ca")?,
-            a.server.tls_domain.clone().unwrap_or_else(|| host.to_owned()),
-        );
+        b = b.tls(read(ca, "--tls-ca")?);
+    }
+    if let Some(d) = &a.server.tls_domain {
+        b = b.tls_domain(d.clone());
     }
     let client = b.connect().await.map_err(|e| Failure::Run(e.to_string()))?;
     let failed = |e: milliscale_client::Error| Failure::Run(e.to_string());

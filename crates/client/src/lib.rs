@@ -76,10 +76,18 @@ impl ClientBuilder {
         self
     }
 
-    /// Speak TLS, trusting the certificate authority in `ca_pem`;
-    /// `domain` is the name the server's certificate must carry.
-    pub fn tls(mut self, ca_pem: Vec<u8>, domain: impl Into<String>) -> ClientBuilder {
+    /// Speak TLS, trusting the certificate authority in `ca_pem`. The
+    /// server's certificate must carry the address's host, or the name
+    /// given to [`ClientBuilder::tls_domain`].
+    pub fn tls(mut self, ca_pem: Vec<u8>) -> ClientBuilder {
         self.ca_pem = Some(ca_pem);
+        self
+    }
+
+    /// With TLS: the name the server's certificate must carry, when it is
+    /// not the address's host (say, an IP address and a certificate for a
+    /// name).
+    pub fn tls_domain(mut self, domain: impl Into<String>) -> ClientBuilder {
         self.domain = Some(domain.into());
         self
     }

@@ -99,6 +99,18 @@ pub mod refuse {
         )
     }
 
+    pub fn disconnected(id: u64) -> Status {
+        status(
+            Code::Aborted,
+            "expired",
+            true,
+            format!(
+                "transaction {id:#x} was aborted when the connection that began it closed; \
+                 run it again"
+            ),
+        )
+    }
+
     pub fn no_transaction(id: u64) -> Status {
         status(
             Code::NotFound,

@@ -8,7 +8,8 @@
 //! `/metrics` (Prometheus).
 //!
 //! The parts: [`auth`] (bearer tokens), `sessions` (open transactions,
-//! caps, the idle reaper), `service` (the RPCs), `ops` (scans and
+//! caps, the idle reaper), `connection` (accepted connections, whose
+//! transactions end with them), `service` (the RPCs), `ops` (scans and
 //! batches inside one transaction), `errors` (engine errors to status
 //! codes), `admin` (the HTTP endpoints). The life of a request is in
 //! ARCHITECTURE.md; the limits and their defaults in README.md.
@@ -17,7 +18,9 @@
 
 mod admin;
 pub mod auth;
+mod connection;
 mod errors;
+mod in_flight;
 mod ops;
 mod service;
 mod sessions;
@@ -197,6 +200,8 @@ pub struct Server {
     shutting_down: Arc<AtomicBool>,
     stop: tokio::sync::watch::Sender<bool>,
     grace: Duration,
+    /// Calls in flight (shutdown waits for them, not for connections).
+    calls: Arc<in_flight::Calls>,
     serving: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -243,6 +248,7 @@ impl Server {
         let grpc = MilliscaleServer::new(service)
             .max_decoding_message_size(options.max_message_bytes)
             .max_encoding_message_size(options.max_message_bytes);
+        let calls = Arc::new(in_flight::Calls::default());
         let mut builder = tonic::transport::Server::builder()
             .tcp_nodelay(true)
             .http2_keepalive_interval(Some(Duration::from_secs(30)));
@@ -252,14 +258,19 @@ impl Server {
                 .tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))
                 .map_err(|e| ServeError::Tls(e.to_string()))?;
         }
-        let incoming =
-            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-        let serving = tokio::spawn(builder.add_service(grpc).serve_with_incoming_shutdown(
-            incoming,
-            async move {
-                let _ = stopped.wait_for(|s| *s).await;
-            },
-        ));
+        let connections = connection::Connections::new(Arc::clone(&sessions));
+        let incoming = tokio_stream::StreamExt::map(
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+            move |accepted| accepted.map(|io| connections.accept(io)),
+        );
+        let serving = tokio::spawn(
+            builder
+                .layer(in_flight::Layer(Arc::clone(&calls)))
+                .add_service(grpc)
+                .serve_with_incoming_shutdown(incoming, async move {
+                    let _ = stopped.wait_for(|s| *s).await;
+                }),
+        );
         let mut tasks = vec![tokio::spawn(reap(Arc::clone(&sessions), options.idle_timeout))];
         let mut http_addr = None;
         if let Some(http) = options.http {
@@ -281,6 +292,7 @@ impl Server {
             shutting_down,
             stop,
             grace: options.grace,
+            calls,
             serving,
             tasks,
         })
@@ -320,9 +332,24 @@ impl Server {
         }
         let aborted = self.sessions.abort_all();
         let _ = self.stop.send(true);
+        // The calls in flight finish (streams end at the stop); then the
+        // connections left, idle, are dropped rather than waited for: a
+        // graceful HTTP/2 close needs an answer from each client, and a
+        // client that runs only inside its calls gives none (in_flight.rs).
         let rest = self.grace.saturating_sub(started.elapsed()).max(Duration::from_secs(1));
-        if tokio::time::timeout(rest, self.serving).await.is_err() {
-            tracing::warn!("calls still in flight after the grace period; leaving them");
+        let mut serving = self.serving;
+        tokio::select! {
+            _ = &mut serving => {}
+            _ = self.calls.idle() => {
+                // A moment for the answers' last bytes to leave.
+                if tokio::time::timeout(Duration::from_millis(50), &mut serving).await.is_err() {
+                    serving.abort();
+                }
+            }
+            _ = tokio::time::sleep(rest) => {
+                tracing::warn!("calls still in flight after the grace period; leaving them");
+                serving.abort();
+            }
         }
         for t in self.tasks {
             t.abort();

@@ -389,7 +389,7 @@ impl Milliscale for Service {
         let r = async {
             let caller = self.caller(&req)?;
             self.new_work()?;
-            let conn = req.remote_addr();
+            let conn = crate::connection::ConnectionInfo::of(&req).map(|c| c.id);
             let b = req.into_inner();
             if !b.read_only {
                 if caller.1 == Role::ReadOnly {

@@ -10,12 +10,12 @@
 //! - at most `per_connection` transactions are open per client connection
 //!   and `total` in all; a `Begin` past either cap fails at once
 //!   (RESOURCE_EXHAUSTED), it does not queue;
-//! - a transaction idle for `idle_timeout` is aborted by the reaper; its
-//!   id is remembered (the last `EXPIRED_REMEMBERED`) so that the next
-//!   call with it is told why (ABORTED, kind `expired`).
+//! - a transaction idle for `idle_timeout` is aborted by the reaper, and
+//!   one whose client connection closed is aborted at once; its id is
+//!   remembered (the last `EXPIRED_REMEMBERED`) so that the next call
+//!   with it is told why (ABORTED, kind `expired`).
 
-use std::collections::{HashMap, HashSet, VecDeque};
-use std::net::SocketAddr;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -36,7 +36,8 @@ pub struct Session {
     pub txn: Mutex<Option<AsyncTransaction>>,
     pub owner: Principal,
     pub read_only: bool,
-    conn: Option<SocketAddr>,
+    /// The client connection that began it (`connection::Connection`).
+    conn: Option<u64>,
     /// Milliseconds since the table's epoch at the last call.
     last_used_ms: AtomicU64,
 }
@@ -52,9 +53,19 @@ pub struct SessionLimits {
 #[derive(Default)]
 struct Inner {
     open: HashMap<u64, Arc<Session>>,
-    per_conn: HashMap<SocketAddr, usize>,
-    expired: HashSet<u64>,
+    per_conn: HashMap<u64, usize>,
+    /// Transactions the server ended, and why.
+    expired: HashMap<u64, Ended>,
     expired_order: VecDeque<u64>,
+}
+
+/// Why the server ended a transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    /// It was idle for longer than the timeout.
+    Idle,
+    /// The client connection that began it closed.
+    Disconnected,
 }
 
 /// The table of open transactions.
@@ -87,13 +98,14 @@ impl Sessions {
         self.epoch.elapsed().as_millis() as u64
     }
 
-    /// Register a transaction that `owner` began on `conn`; its id.
+    /// Register a transaction that `owner` began on connection `conn`;
+    /// its id.
     pub fn open(
         &self,
         txn: AsyncTransaction,
         owner: Principal,
         read_only: bool,
-        conn: Option<SocketAddr>,
+        conn: Option<u64>,
     ) -> Result<u64, Refusal> {
         let mut inner = self.inner.lock();
         if inner.open.len() >= self.limits.total {
@@ -134,8 +146,11 @@ impl Sessions {
                 s.last_used_ms.store(self.now_ms(), Ordering::Relaxed);
                 Ok(Arc::clone(s))
             }
-            _ if inner.expired.contains(&id) => Err(refuse::expired(id, self.limits.idle_timeout)),
-            _ => Err(refuse::no_transaction(id)),
+            _ => match inner.expired.get(&id) {
+                Some(Ended::Idle) => Err(refuse::expired(id, self.limits.idle_timeout)),
+                Some(Ended::Disconnected) => Err(refuse::disconnected(id)),
+                None => Err(refuse::no_transaction(id)),
+            },
         }
     }
 
@@ -179,26 +194,41 @@ impl Sessions {
                 .map(|(id, _)| *id)
                 .collect()
         };
-        let mut reaped = 0;
-        for id in idle {
-            let Some(s) = self.remove(id) else { continue };
-            // A call in progress holds the lock; it finishes first, and the
-            // transaction is aborted after it.
-            if let Some(txn) = s.txn.lock().take() {
-                txn.abort();
-            }
-            let mut inner = self.inner.lock();
-            inner.expired.insert(id);
-            inner.expired_order.push_back(id);
-            if inner.expired_order.len() > EXPIRED_REMEMBERED
-                && let Some(old) = inner.expired_order.pop_front()
-            {
-                inner.expired.remove(&old);
-            }
-            reaped += 1;
-        }
+        let reaped = idle.into_iter().filter(|id| self.end(*id, Ended::Idle)).count();
         self.expired_total.fetch_add(reaped as u64, Ordering::Relaxed);
         reaped
+    }
+
+    /// Abort every transaction begun on connection `conn`, which closed;
+    /// how many.
+    pub fn connection_closed(&self, conn: u64) -> usize {
+        let begun: Vec<u64> = {
+            let inner = self.inner.lock();
+            if !inner.per_conn.contains_key(&conn) {
+                return 0;
+            }
+            inner.open.iter().filter(|(_, s)| s.conn == Some(conn)).map(|(id, _)| *id).collect()
+        };
+        begun.into_iter().filter(|id| self.end(*id, Ended::Disconnected)).count()
+    }
+
+    /// Abort open transaction `id` and remember why; whether it was open.
+    fn end(&self, id: u64, why: Ended) -> bool {
+        let Some(s) = self.remove(id) else { return false };
+        // A call in progress holds the lock; it finishes first, and the
+        // transaction is aborted after it.
+        if let Some(txn) = s.txn.lock().take() {
+            txn.abort();
+        }
+        let mut inner = self.inner.lock();
+        inner.expired.insert(id, why);
+        inner.expired_order.push_back(id);
+        if inner.expired_order.len() > EXPIRED_REMEMBERED
+            && let Some(old) = inner.expired_order.pop_front()
+        {
+            inner.expired.remove(&old);
+        }
+        true
     }
 
     /// Abort every open transaction (at shutdown); how many.
@@ -244,7 +274,7 @@ mod tests {
             total: 1,
             idle_timeout: Duration::from_secs(1),
         });
-        let ids: HashSet<u64> =
+        let ids: std::collections::HashSet<u64> =
             (1..10_000u64).map(|seq| seq.wrapping_mul(s.mul).wrapping_add(s.add)).collect();
         assert_eq!(ids.len(), 9_999);
     }

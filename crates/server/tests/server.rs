@@ -320,6 +320,83 @@ async fn caps_idle_expiry_and_size_limits_answer_with_clear_statuses() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_goes_away_leaves_no_transaction_open() {
+    let s = start(Backend::Writer(writer("memory://").await), |_| {}).await; // idle timeout 30 s
+    let c = client(&s).await;
+    c.create_table("t").await.expect("create");
+    let mut mine = c.begin().await.expect("begin");
+    mine.put("t", b"mine", b"1").await.expect("put");
+    // Another client, on a runtime of its own, begins a transaction,
+    // writes a key and goes away: its runtime stops (the socket closes
+    // with it) before the transaction is dropped, so the client sends no
+    // abort.
+    let addr = s.local_addr().to_string();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("rt");
+        let tx = rt.block_on(async {
+            let c = Client::connect(addr).await.expect("connect");
+            let mut tx = c.begin().await.expect("begin");
+            tx.put("t", b"k", b"abandoned").await.expect("put");
+            tx
+        });
+        drop(rt);
+        drop(tx);
+    })
+    .join()
+    .expect("the client's thread");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while s.open_transactions() > 1 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the closed connection's transaction is open"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Its key is free, its write gone; the other connection's transaction
+    // is untouched.
+    let mut t = c.begin().await.expect("begin");
+    assert_eq!(t.get("t", b"k").await.expect("get"), None);
+    t.put("t", b"k", b"mine").await.expect("no conflict with the aborted one");
+    t.commit().await.expect("commit");
+    mine.commit().await.expect("the open connection's transaction commits");
+    assert_eq!(c.get("t", b"mine").await.expect("get"), Some(b"1".to_vec()));
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_does_not_wait_for_a_client_that_runs_only_inside_its_calls() {
+    let s = start(Backend::Writer(writer("memory://").await), |o| {
+        o.grace = Duration::from_secs(10);
+    })
+    .await;
+    client(&s).await.create_table("t").await.expect("create");
+    // A client as the Python package runs one: on a current-thread runtime
+    // driven only inside its calls. It made a call and a batch (the batch
+    // opened the stream), and now sits idle, its runtime not running: it
+    // cannot answer the server's goodbye.
+    let addr = s.local_addr().to_string();
+    let (idle_tx, idle_rx) = std::sync::mpsc::channel::<()>();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
+    let idle = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("rt");
+        let c = rt.block_on(async {
+            let c = Client::connect(addr).await.expect("connect");
+            c.put("t", b"k", b"v").await.expect("a batch on the stream");
+            c.list_tables().await.expect("a call");
+            c
+        });
+        ready_tx.send(()).expect("ready");
+        let _ = idle_rx.recv();
+        drop(c);
+    });
+    ready_rx.recv().expect("the idle client is ready");
+    let report = s.shutdown().await;
+    assert!(report.took < Duration::from_secs(3), "shutdown took {:?}", report.took);
+    idle_tx.send(()).expect("end the idle client");
+    idle.join().expect("the idle client's thread");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_lets_open_transactions_finish_and_refuses_new_ones() {
     let db = writer("memory://").await;
     let s = start(Backend::Writer(db.clone()), |o| o.grace = Duration::from_secs(5)).await;
@@ -359,14 +436,25 @@ async fn tls_serves_a_client_that_trusts_the_certificate() {
         });
     })
     .await;
-    let addr = format!("https://localhost:{}", s.local_addr().port());
-    let c = Client::builder(&addr)
-        .tls(cert_pem.into_bytes(), "localhost")
+    let port = s.local_addr().port();
+    // The certificate's name is the address's host by default ...
+    let c = Client::builder(format!("localhost:{port}"))
+        .tls(cert_pem.clone().into_bytes())
         .connect()
         .await
         .expect("connect over TLS");
     c.create_table("t").await.expect("create over TLS");
-    let plain = Client::connect(format!("http://127.0.0.1:{}", s.local_addr().port())).await;
+    // ... or the one given, for an address that is not that name.
+    let by_ip = |domain: Option<&str>| {
+        let mut b = Client::builder(format!("127.0.0.1:{port}")).tls(cert_pem.clone().into_bytes());
+        if let Some(d) = domain {
+            b = b.tls_domain(d);
+        }
+        async move { b.connect().await?.list_tables().await }
+    };
+    assert_eq!(by_ip(Some("localhost")).await.expect("named"), vec!["t".to_owned()]);
+    by_ip(None).await.expect_err("the certificate is not for 127.0.0.1");
+    let plain = Client::connect(format!("http://127.0.0.1:{port}")).await;
     let refused = match plain {
         Err(_) => true,
         Ok(p) => p.list_tables().await.is_err(),

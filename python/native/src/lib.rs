@@ -14,7 +14,7 @@
 //! gRPC status code as a number, the server's message, the engine's error
 //! kind and whether running the whole transaction again may succeed.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use milliscale_client as client;
@@ -86,24 +86,48 @@ fn key_range(
 /// A connection to a server (`milliscale.Client` holds one).
 #[pyclass(frozen, module = "milliscale._native")]
 struct Connection {
-    rt: Runtime,
-    client: client::Client,
+    /// `None` once closed.
+    open: RwLock<Option<Open>>,
     /// The bound on each call (`None`: none).
     timeout: Option<Duration>,
 }
 
+/// An open connection: the client and the runtime its calls run on. The
+/// connection closes when the last of its calls ends: dropping the
+/// runtime drops its tasks, and with them the socket.
+#[derive(Clone)]
+struct Open {
+    rt: Arc<Runtime>,
+    client: client::Client,
+}
+
 impl Connection {
-    /// Run `f` to its end on the runtime with the GIL released, within
-    /// `timeout` (or the connection's).
+    /// The open connection (a clone: a call does not hold the lock, so
+    /// `close` never waits for one), or the error of a closed one.
+    fn open(&self) -> PyResult<Open> {
+        match &*self.open.read().unwrap_or_else(PoisonError::into_inner) {
+            Some(o) => Ok(o.clone()),
+            None => Err(CallError::new_err((
+                client::Code::FailedPrecondition as i32,
+                "the client is closed".to_owned(),
+                "closed".to_owned(),
+                false,
+            ))),
+        }
+    }
+
+    /// Run `f` to its end on `open`'s runtime with the GIL released,
+    /// within `timeout` (or the connection's).
     fn run<T: Send>(
         &self,
         py: Python<'_>,
+        open: &Open,
         timeout: Option<Duration>,
         f: impl Future<Output = client::Result<T>> + Send,
     ) -> PyResult<T> {
         let timeout = timeout.or(self.timeout);
         py.allow_threads(|| {
-            self.rt.block_on(async {
+            open.rt.block_on(async {
                 match timeout {
                     None => f.await.map_err(|e| call_error(&e)),
                     Some(t) => match tokio::time::timeout(t, f).await {
@@ -141,26 +165,41 @@ impl Connection {
             b = b.token(t);
         }
         if let Some(ca) = tls_ca {
-            let domain = tls_domain.unwrap_or_else(|| "localhost".to_owned());
-            b = b.tls(ca, domain);
+            b = b.tls(ca);
+        }
+        if let Some(d) = tls_domain {
+            b = b.tls_domain(d);
         }
         if let Some(t) = seconds(Some(connect_timeout))? {
             b = b.connect_timeout(t);
         }
         let client = py.allow_threads(|| rt.block_on(b.connect())).map_err(|e| call_error(&e))?;
-        Ok(Connection { rt, client, timeout: seconds(timeout)? })
+        let open = Open { rt: Arc::new(rt), client };
+        Ok(Connection { open: RwLock::new(Some(open)), timeout: seconds(timeout)? })
+    }
+
+    /// Close the connection: later calls, and calls of the transactions
+    /// begun on it, fail with `FAILED_PRECONDITION` (kind `closed`); calls
+    /// under way finish. The connection itself closes when the last of
+    /// them ends, and the server then aborts the transactions still open
+    /// on it.
+    fn close(&self) {
+        self.open.write().unwrap_or_else(PoisonError::into_inner).take();
     }
 
     fn create_table(&self, py: Python<'_>, name: &str) -> PyResult<()> {
-        self.run(py, None, self.client.create_table(name))
+        let o = self.open()?;
+        self.run(py, &o, None, o.client.create_table(name))
     }
 
     fn drop_table(&self, py: Python<'_>, name: &str) -> PyResult<()> {
-        self.run(py, None, self.client.drop_table(name))
+        let o = self.open()?;
+        self.run(py, &o, None, o.client.drop_table(name))
     }
 
     fn list_tables(&self, py: Python<'_>) -> PyResult<Vec<String>> {
-        self.run(py, None, self.client.list_tables())
+        let o = self.open()?;
+        self.run(py, &o, None, o.client.list_tables())
     }
 
     /// Begin an interactive transaction.
@@ -187,8 +226,10 @@ impl Connection {
             wait,
         };
         let timeout = self.timeout.map(|t| t + wait);
-        let tx = self.run(py, timeout, self.client.begin_with(opts))?;
+        let o = self.open()?;
+        let tx = self.run(py, &o, timeout, o.client.begin_with(opts))?;
         Ok(NativeTransaction {
+            rt: o.rt.handle().clone(),
             id: tx.id(),
             snapshot: tx.snapshot(),
             isolation: isolation_number(tx.isolation()),
@@ -235,7 +276,8 @@ impl Connection {
             if wait_durable { client::Durability::Wait } else { client::Durability::Precommit };
         let batch = batch.options(opts).durability(durability).retries(retries);
         let timeout = self.timeout.map(|t| t + wait);
-        let r = self.run(py, timeout, self.client.execute(batch))?;
+        let o = self.open()?;
+        let r = self.run(py, &o, timeout, o.client.execute(batch))?;
         let results = PyList::empty(py);
         for (i, op) in ops.iter().enumerate() {
             match op.kind.as_str() {
@@ -258,12 +300,14 @@ impl Connection {
     fn wait_for(&self, py: Python<'_>, token: u64, wait: f64) -> PyResult<u64> {
         let wait = seconds(Some(wait))?.unwrap_or_default();
         let timeout = Some(wait + Duration::from_secs(5));
-        self.run(py, timeout, self.client.wait_for(token, wait))
+        let o = self.open()?;
+        self.run(py, &o, timeout, o.client.wait_for(token, wait))
     }
 
     /// `(role, durable_token, open_transactions, version, cpu_seconds)`.
     fn status(&self, py: Python<'_>) -> PyResult<(String, u64, u32, String, f64)> {
-        let s = self.run(py, None, self.client.status())?;
+        let o = self.open()?;
+        let s = self.run(py, &o, None, o.client.status())?;
         Ok((s.role, s.durable_token, s.open_transactions, s.version, s.cpu_seconds))
     }
 
@@ -275,7 +319,8 @@ impl Connection {
         table: &str,
         key: Vec<u8>,
     ) -> PyResult<Option<Bound<'py, PyBytes>>> {
-        let v = tx.with(|t| self.run(py, None, t.get(table, &key)))?;
+        let o = self.open()?;
+        let v = tx.with(|t| self.run(py, &o, None, t.get(table, &key)))?;
         Ok(v.map(|v| PyBytes::new(py, &v)))
     }
 
@@ -287,7 +332,8 @@ impl Connection {
         key: Vec<u8>,
         value: Vec<u8>,
     ) -> PyResult<()> {
-        tx.with(|t| self.run(py, None, t.put(table, &key, &value)))
+        let o = self.open()?;
+        tx.with(|t| self.run(py, &o, None, t.put(table, &key, &value)))
     }
 
     fn tx_delete(
@@ -297,7 +343,8 @@ impl Connection {
         table: &str,
         key: Vec<u8>,
     ) -> PyResult<bool> {
-        tx.with(|t| self.run(py, None, t.delete(table, &key)))
+        let o = self.open()?;
+        tx.with(|t| self.run(py, &o, None, t.delete(table, &key)))
     }
 
     fn tx_patch(
@@ -309,7 +356,8 @@ impl Connection {
         offset: u32,
         data: Vec<u8>,
     ) -> PyResult<()> {
-        tx.with(|t| self.run(py, None, t.patch(table, &key, offset, &data)))
+        let o = self.open()?;
+        tx.with(|t| self.run(py, &o, None, t.patch(table, &key, offset, &data)))
     }
 
     /// The rows of a range, as `(key, value)` pairs.
@@ -327,7 +375,8 @@ impl Connection {
         limit: u64,
     ) -> PyResult<Bound<'py, PyList>> {
         let range = key_range(start, end, prefix, reverse, limit);
-        let rows = tx.with(|t| self.run(py, None, t.scan(table, range)))?;
+        let o = self.open()?;
+        let rows = tx.with(|t| self.run(py, &o, None, t.scan(table, range)))?;
         let out = PyList::empty(py);
         for (k, v) in rows {
             out.append((PyBytes::new(py, &k), PyBytes::new(py, &v)))?;
@@ -342,17 +391,20 @@ impl Connection {
         tx: &NativeTransaction,
         wait_durable: bool,
     ) -> PyResult<(Option<u64>, bool)> {
+        let o = self.open()?;
         let t = tx.take()?;
         let d = if wait_durable { client::Durability::Wait } else { client::Durability::Precommit };
-        let c = self.run(py, None, t.commit_with(d))?;
+        let c = self.run(py, &o, None, t.commit_with(d))?;
         Ok((c.token, c.durable))
     }
 
-    /// Abort `tx` (nothing if it has ended).
+    /// Abort `tx` (nothing if it has ended). After `close` it only
+    /// forgets `tx`: the transaction ended with the connection.
     fn tx_abort(&self, py: Python<'_>, tx: &NativeTransaction) -> PyResult<()> {
-        match tx.tx.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take() {
-            Some(t) => self.run(py, None, t.abort()),
-            None => Ok(()),
+        let t = tx.tx.lock().unwrap_or_else(PoisonError::into_inner).take();
+        match (t, self.open()) {
+            (Some(t), Ok(o)) => self.run(py, &o, None, t.abort()),
+            _ => Ok(()),
         }
     }
 }
@@ -413,11 +465,25 @@ struct NativeTransaction {
     isolation: i32,
     /// `None` once committed or aborted.
     tx: Mutex<Option<client::Transaction>>,
+    /// The connection's runtime.
+    rt: tokio::runtime::Handle,
+}
+
+/// A transaction dropped unfinished (not used as a context manager, and
+/// neither committed nor aborted) is aborted: the Rust client's
+/// transaction sends the abort from the runtime it is dropped in, here
+/// the connection's, which sends it with the connection's next call (or
+/// the server's idle timeout aborts it, if no call comes).
+impl Drop for NativeTransaction {
+    fn drop(&mut self) {
+        let _in = self.rt.enter();
+        self.tx.get_mut().unwrap_or_else(PoisonError::into_inner).take();
+    }
 }
 
 impl NativeTransaction {
     fn with<T>(&self, f: impl FnOnce(&mut client::Transaction) -> PyResult<T>) -> PyResult<T> {
-        let mut g = self.tx.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut g = self.tx.lock().unwrap_or_else(PoisonError::into_inner);
         match g.as_mut() {
             Some(t) => f(t),
             None => Err(ended()),
@@ -425,7 +491,7 @@ impl NativeTransaction {
     }
 
     fn take(&self) -> PyResult<client::Transaction> {
-        self.tx.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take().ok_or_else(ended)
+        self.tx.lock().unwrap_or_else(PoisonError::into_inner).take().ok_or_else(ended)
     }
 }
 

@@ -1,23 +1,22 @@
 #!/usr/bin/env bash
-# A call from Python through the package against the same call through the
-# smallest PyO3 module over the Rust client (scripts/pyo3-probe), and the
-# Rust client itself: one process, one thread, calls in a loop against
-# a fresh `milliscale serve` on sim://s3x?seed=S, for seeds 1..SEEDS, the
-# clients' order rotating with the seed. Builds the probe with maturin into
-# the package's virtualenv (target/py-venv, as scripts/test.sh makes it).
-# Usage: scripts/bench-python-pyo3.sh [SEEDS] [SECONDS]
+# A call from Python through the package (its native module over the
+# Rust client) against the Rust client itself: one process, one thread,
+# calls in a loop against a fresh `milliscale serve` on sim://s3x?seed=S,
+# for seeds 1..SEEDS, the clients' order rotating with the seed. Installs
+# the package into its virtualenv (target/py-venv, as scripts/test.sh
+# makes it). The PyO3 probe these were compared with until the package
+# moved onto it is at commit 2072127 (scripts/pyo3-probe).
+# Usage: scripts/bench-python.sh [SEEDS] [SECONDS]
 set -euo pipefail
 seeds=${1:-3}
 secs=${2:-5}
 source "$(dirname "$0")/bench-common.sh"  # bin, out; builds; prints the machine
 venv=target/py-venv
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-"$venv/bin/pip" install --quiet --disable-pip-version-check "./python" "maturin>=1.5,<2"
-CARGO_TARGET_DIR="$PWD/target/pyo3-probe" "$venv/bin/maturin" build --release --quiet \
-    -m scripts/pyo3-probe/Cargo.toml -i "$venv/bin/python" -o "$out/wheels" > /dev/null
-"$venv/bin/pip" install --quiet --disable-pip-version-check --force-reinstall "$out"/wheels/*.whl
+"$venv/bin/pip" install --quiet --disable-pip-version-check --force-reinstall --no-deps "./python"
+rm -rf python/build
 echo "seeds=1..$seeds seconds=$secs; raw output in $out"
-clients=(package pyo3 pyo3-mt rust)
+clients=(package rust)
 for seed in $(seq 1 "$seeds"); do
     "$bin" serve --store "sim://s3x?seed=$seed" --listen 127.0.0.1:0 > "$out/serve.out" 2> "$out/serve-$seed.err" &
     pid=$!
@@ -35,7 +34,7 @@ t = r['txn_latency']
 print(f"| rust | Status | {r['txn_per_s']:,.0f} | {t['p50_us'] / 1e3:.3f} | {t['p99_us'] / 1e3:.3f} |")
 PY
         else
-            "$venv/bin/python" scripts/bench-python-client.py "$addr" "$secs" "$c"
+            "$venv/bin/python" scripts/bench-python-client.py "$addr" "$secs"
         fi
     done | sed "s/^/| $seed /" | tee -a "$out/table.md"
     kill "$pid"

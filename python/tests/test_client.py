@@ -1,0 +1,101 @@
+"""The client object itself: closing it, transactions dropped unfinished,
+and TLS."""
+
+import gc
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from conftest import Server
+from milliscale import Client, ConflictError, MilliscaleError, StatusCode
+
+
+def test_calls_after_close_fail_clearly(server):
+    c = server.client()
+    c.create_table("t")
+    tx = c.transaction()
+    tx.put("t", b"k", b"v")
+    c.close()
+    for call in (lambda: c.get("t", b"k"), c.status, c.list_tables, lambda: tx.get("t", b"k"), tx.commit):
+        with pytest.raises(MilliscaleError) as e:
+            call()
+        assert (e.value.code, e.value.kind, e.value.retryable) == (StatusCode.FAILED_PRECONDITION, "closed", False)
+        assert "closed" in str(e.value)
+    tx.abort()  # does nothing: the transaction ended with the connection
+    # The server aborted the transaction left open when the connection
+    # closed, long before its idle timeout (30 s).
+    with server.client() as other:
+        deadline = time.monotonic() + 5
+        while other.status().open_transactions != 0:
+            assert time.monotonic() < deadline, "the closed connection's transaction is still open"
+            time.sleep(0.01)
+        with other.transaction() as t2:
+            assert t2.get("t", b"k") is None
+            t2.put("t", b"k", b"mine")  # no conflict
+
+
+def test_a_transaction_dropped_unfinished_is_aborted_with_the_next_call(db):
+    db.create_table("t")
+    tx = db.transaction()
+    tx.put("t", b"k", b"lost")
+    assert db.status().open_transactions == 1
+    del tx
+    gc.collect()
+    # The abort goes out with the client's next calls, long before the
+    # server's idle timeout (30 s).
+    deadline = time.monotonic() + 5
+    while db.status().open_transactions != 0:
+        assert time.monotonic() < deadline, "the dropped transaction is still open"
+        time.sleep(0.01)
+    # Its key is free: a new transaction writes it without a conflict.
+    with db.transaction() as t2:
+        t2.put("t", b"k", b"kept")
+    assert db.get("t", b"k") == b"kept"
+
+
+def test_an_open_transaction_holds_its_keys(db):
+    """The other side of the test above: while a transaction is open,
+    another one's write of the same key conflicts."""
+    db.create_table("t")
+    with db.transaction() as first:
+        first.put("t", b"k", b"1")
+        with pytest.raises(ConflictError):
+            with db.transaction() as second:
+                second.put("t", b"k", b"2")
+
+
+@pytest.fixture
+def tls_server(store, tmp_path):
+    if shutil.which("openssl") is None:
+        pytest.skip("needs openssl to make a certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+         "-nodes", "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
+         "-addext", "basicConstraints=critical,CA:FALSE",  # rustls refuses a CA's as the server's
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )
+    s = Server(store, "--tls-cert", str(cert), "--tls-key", str(key))
+    yield s, cert.read_bytes()
+    code, err = s.stop()
+    assert code == 0, err
+
+
+def test_tls_checks_the_name_on_the_certificate(tls_server):
+    server, ca = tls_server
+    port = server.address.rsplit(":", 1)[1]
+    # The name is the address's host by default ...
+    with Client(f"localhost:{port}", tls_ca=ca) as c:
+        c.create_table("t")
+        c.put("t", b"k", b"v")
+    # ... or the one given, for an address that is not that name.
+    with Client(server.address, tls_ca=ca, tls_domain="localhost") as c:
+        assert c.get("t", b"k") == b"v"
+    # The certificate is not for 127.0.0.1; and plaintext is refused.
+    for make in (lambda: Client(server.address, tls_ca=ca, connect_timeout=1),
+                 lambda: Client(server.address, connect_timeout=1)):
+        with pytest.raises(MilliscaleError):
+            make().list_tables()
