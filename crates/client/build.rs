@@ -10,6 +10,13 @@ fn main() {
         Ok(d) => d,
         Err(e) => panic!("{schema}: {e}"),
     };
+    // The encoded descriptors, which the server offers through gRPC
+    // reflection (`proto::FILE_DESCRIPTOR_SET`).
+    let out = std::path::PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let encoded = prost::Message::encode_to_vec(&descriptors);
+    if let Err(e) = std::fs::write(out.join("milliscale_v1_descriptors.bin"), encoded) {
+        panic!("writing the schema's descriptors: {e}");
+    }
     if let Err(e) = tonic_prost_build::configure()
         // Malformed requests are INVALID_ARGUMENT (src/codec.rs).
         .codec_path("crate::codec::WireCodec")

@@ -14,6 +14,9 @@ use milliscale_bench::report::Report;
 use milliscale_bench::ycsb::{self, Engine, Workload, YcsbConfig};
 use std::io::IsTerminal;
 
+mod tpcc;
+pub(crate) use tpcc::{TpccArgs, bench_tpcc};
+
 #[derive(Subcommand)]
 pub(crate) enum Bench {
     /// YCSB transactions (the paper's §5 setup) against the engine.
@@ -236,25 +239,6 @@ pub(crate) struct SweepArgs {
     /// (`records=30000000`). For the paper's scale on a bigger machine.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub(crate) sets: Vec<String>,
-}
-
-#[derive(Args)]
-pub(crate) struct TpccArgs {
-    /// Warehouses (each about 135 MiB of memory).
-    #[arg(long, default_value_t = 10)]
-    pub(crate) warehouses: u32,
-    /// Percent NewOrder,Payment,OrderStatus,Delivery,StockLevel (sum 100).
-    #[arg(long, value_delimiter = ',', default_value = "45,43,4,4,4")]
-    pub(crate) mix: Vec<u32>,
-    /// Each worker uses one home warehouse (worker mod warehouses), instead
-    /// of a random warehouse per transaction (the paper's choice).
-    #[arg(long)]
-    pub(crate) home_warehouse: bool,
-    /// Log whole rows on update instead of deltas of the changed fields.
-    #[arg(long)]
-    pub(crate) full_record_logging: bool,
-    #[command(flatten)]
-    pub(crate) run: RunArgs,
 }
 
 /// The flags every timed transaction benchmark (ycsb, tpcc) takes.
@@ -565,36 +549,6 @@ pub(crate) fn bench_ycsb(a: YcsbArgs) -> Result<(), Failure> {
     } else {
         ycsb::run(&cfg)?
     };
-    r.print(&report);
-    Ok(())
-}
-
-pub(crate) fn bench_tpcc(a: TpccArgs) -> Result<(), Failure> {
-    let r = &a.run;
-    let (variant, log) = log_settings(&r.log)?;
-    if log.pages.is_some() {
-        return Err("the page variants (naive-pages, atomic-pages) run `bench ycsb` only".into());
-    }
-    let mix: [u32; 5] = a.mix.as_slice().try_into().map_err(|_| {
-        format!("--mix takes five percentages (NewOrder,Payment,OrderStatus,Delivery,StockLevel), got {:?}", a.mix)
-    })?;
-    let cfg = milliscale_bench::tpcc::TpccConfig {
-        warehouses: a.warehouses,
-        scale: milliscale_bench::tpcc::Scale::SPEC,
-        threads: r.threads(),
-        duration: seconds("duration-s", r.duration)?,
-        warmup: seconds("warmup-s", r.warmup)?,
-        mix,
-        home_warehouse: a.home_warehouse,
-        delta: !a.full_record_logging,
-        pacing: r.pacing(),
-        log,
-        variant: variant.name().to_owned(),
-        isolation: r.isolation(),
-        seed: r.seed,
-        progress: r.progress(),
-    };
-    let report = milliscale_bench::tpcc::run(&cfg)?;
     r.print(&report);
     Ok(())
 }

@@ -49,6 +49,11 @@ pub use txn::{
 #[allow(missing_docs, clippy::all, clippy::pedantic)]
 pub mod proto {
     tonic::include_proto!("milliscale.v1");
+
+    /// The schema's descriptors, encoded (a `FileDescriptorSet`): what a
+    /// server offers through gRPC reflection.
+    pub const FILE_DESCRIPTOR_SET: &[u8] =
+        include_bytes!(concat!(env!("OUT_DIR"), "/milliscale_v1_descriptors.bin"));
 }
 
 type Stub = proto::milliscale_client::MilliscaleClient<Channel>;

@@ -23,8 +23,10 @@ pub struct State {
     pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
 }
 
-fn health(state: &State) -> Result<(), String> {
-    match &state.backend {
+/// Whether the database can serve: `Err` with the reason once the stores
+/// failed it, another writer fenced it, or the replica's follower stopped.
+pub fn health(backend: &Backend) -> Result<(), String> {
+    match backend {
         Backend::Writer(db) => match db.blocking().poisoned() {
             Some(e) => Err(e.to_string()),
             None => Ok(()),
@@ -37,7 +39,7 @@ fn health(state: &State) -> Result<(), String> {
 }
 
 async fn healthz(Extract(state): Extract<State>) -> (StatusCode, String) {
-    match health(&state) {
+    match health(&state.backend) {
         Ok(()) => (StatusCode::OK, "ok\n".into()),
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("unhealthy: {e}\n")),
     }
@@ -47,7 +49,7 @@ async fn readyz(Extract(state): Extract<State>) -> (StatusCode, String) {
     if state.shutting_down.load(Ordering::Acquire) {
         return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n".into());
     }
-    match health(&state) {
+    match health(&state.backend) {
         Ok(()) => (StatusCode::OK, "ready\n".into()),
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("unhealthy: {e}\n")),
     }

@@ -263,15 +263,44 @@ impl Server {
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
             move |accepted| accepted.map(|io| connections.accept(io)),
         );
+        // The standard gRPC health service (`grpc.health.v1`, for probes
+        // such as grpc_health_probe) and server reflection (for grpcurl and
+        // other tools that learn the schema from the server). Neither
+        // needs a token: they tell no data.
+        let (health, health_service) = tonic_health::server::health_reporter();
+        let is_ready = ready(&backend, &shutting_down);
+        publish_health(&health, is_ready).await;
+        let reflection = || {
+            tonic_reflection::server::Builder::configure()
+                .register_encoded_file_descriptor_set(milliscale_client::proto::FILE_DESCRIPTOR_SET)
+                .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        };
+        let schema = |e: tonic_reflection::server::Error| {
+            ServeError::Options(format!("the schema's descriptors: {e}"))
+        };
+        // Both versions of reflection: tools ask for v1 or v1alpha.
+        let reflection_v1 = reflection().build_v1().map_err(schema)?;
+        let reflection_v1alpha = reflection().build_v1alpha().map_err(schema)?;
         let serving = tokio::spawn(
             builder
                 .layer(in_flight::Layer(Arc::clone(&calls)))
                 .add_service(grpc)
+                .add_service(health_service)
+                .add_service(reflection_v1)
+                .add_service(reflection_v1alpha)
                 .serve_with_incoming_shutdown(incoming, async move {
                     let _ = stopped.wait_for(|s| *s).await;
                 }),
         );
-        let mut tasks = vec![tokio::spawn(reap(Arc::clone(&sessions), options.idle_timeout))];
+        let mut tasks = vec![
+            tokio::spawn(reap(Arc::clone(&sessions), options.idle_timeout)),
+            tokio::spawn(report_health(
+                health,
+                backend.clone(),
+                Arc::clone(&shutting_down),
+                is_ready,
+            )),
+        ];
         let mut http_addr = None;
         if let Some(http) = options.http {
             let listener = bind(http).await?;
@@ -359,6 +388,44 @@ impl Server {
             aborted,
             expired: self.sessions.expired_total(),
             took: started.elapsed(),
+        }
+    }
+}
+
+/// Whether the server is ready, as `/readyz` and the gRPC health service
+/// say it: taking new transactions, and the database healthy.
+fn ready(backend: &Backend, shutting_down: &AtomicBool) -> bool {
+    !shutting_down.load(Ordering::Acquire) && admin::health(backend).is_ok()
+}
+
+/// Set the gRPC health service's answer for the whole server (`""`) and
+/// for `milliscale.v1.Milliscale`: SERVING or NOT_SERVING.
+async fn publish_health(reporter: &tonic_health::server::HealthReporter, ready: bool) {
+    use tonic::server::NamedService;
+    use tonic_health::ServingStatus;
+    let status = if ready { ServingStatus::Serving } else { ServingStatus::NotServing };
+    for name in ["", <MilliscaleServer<Service> as NamedService>::NAME] {
+        reporter.set_service_status(name, status).await;
+    }
+}
+
+/// Keep the gRPC health service's answer what `/readyz` answers (NOT_SERVING
+/// once the server is shutting down or the database unhealthy), checked
+/// every 100 ms; `last` is what it says now.
+async fn report_health(
+    reporter: tonic_health::server::HealthReporter,
+    backend: Backend,
+    shutting_down: Arc<AtomicBool>,
+    mut last: bool,
+) {
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let now = ready(&backend, &shutting_down);
+        if now != last {
+            publish_health(&reporter, now).await;
+            last = now;
         }
     }
 }

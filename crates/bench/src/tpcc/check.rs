@@ -5,12 +5,34 @@ use milliscale::{Database, Direction, Error, TxnOptions};
 
 use super::Tables;
 use super::schema::*;
-use super::txns::scan_prefix;
+use super::txns::{Txn, scan_prefix};
 
 /// Check conditions 1-4 over every warehouse and district. Returns the
 /// violations found (empty: consistent).
 pub fn check(db: &Database, t: &Tables, warehouses: u32) -> Result<Vec<String>, Error> {
     let mut tx = db.begin_with(TxnOptions { read_only: true, ..Default::default() })?;
+    check_in(&mut tx, t, warehouses)
+}
+
+/// What a run says of the check: the note that conditions 1-4 hold, or
+/// the error that names the first violations.
+pub fn verdict(violations: &[String], check_s: f64) -> Result<String, String> {
+    if violations.is_empty() {
+        return Ok(format!("consistency conditions 1-4 hold (checked in {check_s:.2} s)"));
+    }
+    Err(format!(
+        "TPC-C consistency check failed ({} violations): {}",
+        violations.len(),
+        violations.iter().take(10).cloned().collect::<Vec<_>>().join("; ")
+    ))
+}
+
+/// [`check`] in transaction `tx`, which should be read-only (one snapshot).
+pub fn check_in<X: Txn + ?Sized>(
+    tx: &mut X,
+    t: &Tables<X::Table>,
+    warehouses: u32,
+) -> Result<Vec<String>, Error> {
     let mut bad = Vec::new();
     for w in 1..=warehouses {
         let Some(w_row) = tx.get(&t.warehouse, &warehouse::key(w))? else {
@@ -27,14 +49,13 @@ pub fn check(db: &Database, t: &Tables, warehouses: u32) -> Result<Vec<String>, 
             let next = get_u32(&d_row, district::NEXT_O_ID);
             let dk = district::key(w, d);
 
-            let orders = scan_prefix(&mut tx, &t.order, &dk, Direction::Forward, usize::MAX)?;
+            let orders = scan_prefix(tx, &t.order, &dk, Direction::Forward, usize::MAX)?;
             let max_o = orders.last().map(|(k, _)| order::id(k));
             let ol_cnt_sum: u64 =
                 orders.iter().map(|(_, v)| u64::from(get_u8(v, order::OL_CNT))).sum();
-            let new_orders =
-                scan_prefix(&mut tx, &t.new_order, &dk, Direction::Forward, usize::MAX)?;
+            let new_orders = scan_prefix(tx, &t.new_order, &dk, Direction::Forward, usize::MAX)?;
             let no_ids: Vec<u32> = new_orders.iter().map(|(k, _)| new_order::order(k)).collect();
-            let lines = scan_prefix(&mut tx, &t.order_line, &dk, Direction::Forward, usize::MAX)?;
+            let lines = scan_prefix(tx, &t.order_line, &dk, Direction::Forward, usize::MAX)?;
 
             // Condition 2: D_NEXT_O_ID - 1 = max(O_ID) = max(NO_O_ID).
             if max_o != Some(next - 1) {

@@ -10,7 +10,18 @@ use super::schema::*;
 use super::{Scale, Tables};
 
 /// Rows per load transaction.
-const BATCH: usize = 500;
+pub const BATCH: usize = 500;
+
+/// Where a loader puts its rows: in process, transactions of [`BATCH`]
+/// rows; through a server, one-shot batches (`super::remote`).
+pub trait Sink {
+    /// How a table is named (see [`super::txns::Txn`]).
+    type Table;
+
+    fn put(&mut self, t: &Self::Table, key: &[u8], value: &[u8]) -> Result<(), Error>;
+    /// Write what is left; return once every row is durable.
+    fn finish(self) -> Result<(), Error>;
+}
 
 /// A loader's open transaction, committed every [`BATCH`] rows. Commits are
 /// pipelined: the loader waits only for the last ack, which covers the
@@ -27,6 +38,18 @@ impl<'a> Batch<'a> {
         Batch { db, tx: None, rows: 0, last: None }
     }
 
+    fn flush(&mut self) -> Result<(), Error> {
+        if let Some(tx) = self.tx.take() {
+            self.last = Some(tx.commit()?);
+        }
+        self.rows = 0;
+        Ok(())
+    }
+}
+
+impl Sink for Batch<'_> {
+    type Table = Table;
+
     fn put(&mut self, t: &Table, key: &[u8], value: &[u8]) -> Result<(), Error> {
         if self.tx.is_none() {
             self.tx = Some(self.db.begin()?);
@@ -36,14 +59,6 @@ impl<'a> Batch<'a> {
         if self.rows >= BATCH {
             self.flush()?;
         }
-        Ok(())
-    }
-
-    fn flush(&mut self) -> Result<(), Error> {
-        if let Some(tx) = self.tx.take() {
-            self.last = Some(tx.commit()?);
-        }
-        self.rows = 0;
         Ok(())
     }
 
@@ -75,13 +90,39 @@ pub fn load(
     threads: usize,
     seed: u64,
 ) -> Result<(), Error> {
+    let population = Population { scale, warehouses, nu, seed };
+    load_into(t, population, threads, |_| Ok(Batch::new(db)))
+}
+
+/// What to load.
+#[derive(Debug, Clone, Copy)]
+pub struct Population {
+    pub scale: Scale,
+    pub warehouses: u32,
+    pub nu: NuConstants,
+    pub seed: u64,
+}
+
+/// Load ITEM (once) and every warehouse on `threads` threads, thread `i`
+/// into `sink(i)`.
+pub fn load_into<S: Sink>(
+    t: &Tables<S::Table>,
+    p: Population,
+    threads: usize,
+    sink: impl Fn(usize) -> Result<S, Error> + Sync,
+) -> Result<(), Error>
+where
+    S::Table: Sync,
+{
+    let Population { scale, warehouses, nu, seed } = p;
     let threads = threads.clamp(1, warehouses as usize + 1);
+    let sink = &sink;
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|th| {
                 s.spawn(move || -> Result<(), Error> {
                     let mut rng = SmallRng::seed_from_u64(seed ^ (th as u64) << 32);
-                    let mut b = Batch::new(db);
+                    let mut b = sink(th)?;
                     if th == 0 {
                         load_items(&mut b, t, scale, &mut rng)?;
                     }
@@ -98,9 +139,9 @@ pub fn load(
     })
 }
 
-fn load_items(
-    b: &mut Batch<'_>,
-    t: &Tables,
+fn load_items<S: Sink>(
+    b: &mut S,
+    t: &Tables<S::Table>,
     scale: Scale,
     rng: &mut SmallRng,
 ) -> Result<(), Error> {
@@ -115,9 +156,9 @@ fn load_items(
     Ok(())
 }
 
-fn load_warehouse(
-    b: &mut Batch<'_>,
-    t: &Tables,
+fn load_warehouse<S: Sink>(
+    b: &mut S,
+    t: &Tables<S::Table>,
     scale: Scale,
     w: u32,
     nu: NuConstants,

@@ -19,6 +19,7 @@
 pub mod check;
 pub mod load;
 pub mod random;
+pub mod remote;
 pub mod schema;
 pub mod txns;
 
@@ -139,20 +140,21 @@ impl TpccConfig {
     }
 }
 
-/// Handles to the TPC-C tables.
+/// The TPC-C tables: handles to them in process (`Table`), their names
+/// through a server (`String`).
 #[derive(Clone)]
-pub struct Tables {
-    pub warehouse: Table,
-    pub district: Table,
-    pub customer: Table,
-    pub customer_by_name: Table,
-    pub history: Table,
-    pub new_order: Table,
-    pub order: Table,
-    pub order_by_customer: Table,
-    pub order_line: Table,
-    pub item: Table,
-    pub stock: Table,
+pub struct Tables<T = Table> {
+    pub warehouse: T,
+    pub district: T,
+    pub customer: T,
+    pub customer_by_name: T,
+    pub history: T,
+    pub new_order: T,
+    pub order: T,
+    pub order_by_customer: T,
+    pub order_line: T,
+    pub item: T,
+    pub stock: T,
 }
 
 impl Tables {
@@ -162,9 +164,23 @@ impl Tables {
         for name in schema::TABLES {
             v.push(if create { db.create_table(name)? } else { db.open_table(name)? });
         }
+        Ok(Tables::of(v))
+    }
+}
+
+impl Tables<String> {
+    /// The tables' names.
+    pub fn names() -> Tables<String> {
+        Tables::of(schema::TABLES.iter().map(|n| (*n).to_owned()).collect())
+    }
+}
+
+impl<T> Tables<T> {
+    /// The tables in [`schema::TABLES`]' order.
+    fn of(v: Vec<T>) -> Tables<T> {
         let mut it = v.into_iter();
         let mut next = || it.next().expect("eleven tables");
-        Ok(Tables {
+        Tables {
             warehouse: next(),
             district: next(),
             customer: next(),
@@ -176,11 +192,11 @@ impl Tables {
             order_line: next(),
             item: next(),
             stock: next(),
-        })
+        }
     }
 }
 
-/// What one worker measured.
+/// What one worker (or, merged, all of them) measured.
 struct WorkerStats {
     committed: [u64; 5],
     aborted: [u64; 5],
@@ -196,6 +212,67 @@ impl WorkerStats {
             aborted: [0; 5],
             rolled_back: 0,
             latency_ns: (0..5).map(|_| h()).collect(),
+        }
+    }
+
+    fn merge(stats: &[WorkerStats]) -> WorkerStats {
+        let mut all = WorkerStats::new();
+        for s in stats {
+            for k in 0..5 {
+                all.committed[k] += s.committed[k];
+                all.aborted[k] += s.aborted[k];
+                all.latency_ns[k].add(&s.latency_ns[k]).expect("same bounds");
+            }
+            all.rolled_back += s.rolled_back;
+        }
+        all
+    }
+
+    /// The report of a run that measured these over `secs` seconds (its
+    /// log and commit latency are the caller's to add).
+    fn report(&self, cfg: &TpccConfig, secs: f64, notes: Vec<String>) -> Report {
+        let committed: u64 = self.committed.iter().sum();
+        let aborted: u64 = self.aborted.iter().sum();
+        let mut latency = self.latency_ns[0].clone();
+        let mut by_kind = BTreeMap::new();
+        let mut latency_by_kind = BTreeMap::new();
+        let mut extra = BTreeMap::new();
+        for k in Kind::ALL {
+            let i = k.index();
+            if i > 0 {
+                latency.add(&self.latency_ns[i]).expect("same bounds");
+            }
+            by_kind.insert(
+                k.name().to_owned(),
+                KindStats { committed: self.committed[i], aborted: self.aborted[i] },
+            );
+            latency_by_kind
+                .insert(k.name().to_owned(), Percentiles::from_nanos(&self.latency_ns[i]));
+            extra.insert(format!("{}_per_s", k.name()), self.committed[i] as f64 / secs);
+        }
+        extra.insert("tpmC".into(), self.committed[0] as f64 / secs * 60.0);
+        extra.insert("new_order_rollbacks".into(), self.rolled_back as f64);
+        Report {
+            benchmark: "tpcc".into(),
+            engine: "milliscale".into(),
+            config: cfg.describe(),
+            env: Environment::detect(),
+            threads: cfg.threads,
+            duration_s: secs,
+            committed,
+            aborted,
+            operations: committed,
+            txn_per_s: committed as f64 / secs,
+            ops_per_s: committed as f64 / secs,
+            abort_rate: crate::report::abort_rate(committed, aborted),
+            txn_latency: Percentiles::from_nanos(&latency),
+            commit_latency: Percentiles::default(),
+            by_kind,
+            latency_by_kind,
+            extra,
+            memory: Default::default(),
+            log: None,
+            notes,
         }
     }
 }
@@ -254,74 +331,19 @@ pub fn run(cfg: &TpccConfig) -> Result<Report, String> {
     let (stats, (measured, memory)) =
         drive(&shape, &phase, |w| worker(&db, &tables, cfg, nu, &phase, w), |p| window.at(p))?;
 
-    let mut all = WorkerStats::new();
-    for s in &stats {
-        for k in 0..5 {
-            all.committed[k] += s.committed[k];
-            all.aborted[k] += s.aborted[k];
-            all.latency_ns[k].add(&s.latency_ns[k]).expect("same bounds");
-        }
-        all.rolled_back += s.rolled_back;
-    }
-    let committed: u64 = all.committed.iter().sum();
-    let aborted: u64 = all.aborted.iter().sum();
+    let all = WorkerStats::merge(&stats);
     let secs = measured.as_secs_f64();
 
     let t1 = Instant::now();
     let violations = check::check(&db, &tables, cfg.warehouses).map_err(|e| e.to_string())?;
     let check_s = t1.elapsed().as_secs_f64();
-    if !violations.is_empty() {
-        return Err(format!(
-            "TPC-C consistency check failed ({} violations): {}",
-            violations.len(),
-            violations.iter().take(10).cloned().collect::<Vec<_>>().join("; ")
-        ));
-    }
-    notes.push(format!("consistency conditions 1-4 hold (checked in {check_s:.2} s)"));
+    notes.push(check::verdict(&violations, check_s)?);
 
-    let mut latency = all.latency_ns[0].clone();
-    let mut by_kind = BTreeMap::new();
-    let mut latency_by_kind = BTreeMap::new();
-    let mut extra = BTreeMap::new();
-    for k in Kind::ALL {
-        let i = k.index();
-        if i > 0 {
-            latency.add(&all.latency_ns[i]).expect("same bounds");
-        }
-        by_kind.insert(
-            k.name().to_owned(),
-            KindStats { committed: all.committed[i], aborted: all.aborted[i] },
-        );
-        latency_by_kind.insert(k.name().to_owned(), Percentiles::from_nanos(&all.latency_ns[i]));
-        extra.insert(format!("{}_per_s", k.name()), all.committed[i] as f64 / secs);
-    }
-    extra.insert("tpmC".into(), all.committed[0] as f64 / secs * 60.0);
-    extra.insert("new_order_rollbacks".into(), all.rolled_back as f64);
-    extra.insert("load_s".into(), load_s);
-    extra.insert("check_s".into(), check_s);
-
-    let mut report = Report {
-        benchmark: "tpcc".into(),
-        engine: "milliscale".into(),
-        config: cfg.describe(),
-        env: Environment::detect(),
-        threads: cfg.threads,
-        duration_s: secs,
-        committed,
-        aborted,
-        operations: committed,
-        txn_per_s: committed as f64 / secs,
-        ops_per_s: committed as f64 / secs,
-        abort_rate: crate::report::abort_rate(committed, aborted),
-        txn_latency: Percentiles::from_nanos(&latency),
-        commit_latency: Percentiles::default(),
-        by_kind,
-        latency_by_kind,
-        extra,
-        memory,
-        log: None,
-        notes,
-    };
+    let mut report = all.report(cfg, secs, notes);
+    report.memory = memory;
+    report.extra.insert("load_s".into(), load_s);
+    report.extra.insert("check_s".into(), check_s);
+    let committed = report.committed;
     if let Some((l, commit)) = window.report(measured, committed) {
         report.commit_latency = commit;
         report.log = Some(l);
@@ -368,7 +390,7 @@ fn worker(
         let origin = pacer.next_arrival_tracking(&mut rng, &mut pending, |k, ns| {
             let _ = lat[k].record(ns);
         });
-        let input = txns::input(&mut rng, &ctx, kind, wh);
+        let input = txns::input(&mut rng, &ctx.inputs(), kind, wh);
         let mut retries = 0u32;
         let outcome = loop {
             match txns::execute(&mut ctx, &input) {
@@ -498,7 +520,7 @@ mod tests {
             } else {
                 [Kind::NewOrder, Kind::Payment, Kind::OrderStatus, Kind::StockLevel][i % 4]
             };
-            let input = txns::input(&mut rng, &ctx, kind, 1);
+            let input = txns::input(&mut rng, &ctx.inputs(), kind, 1);
             if let Outcome::Committed(ack) = txns::execute(&mut ctx, &input).expect("txn") {
                 ack.wait().expect("ack");
             }

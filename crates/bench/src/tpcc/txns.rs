@@ -1,5 +1,7 @@
 //! The five TPC-C transactions (spec §2.4 to §2.8): their inputs, drawn as
-//! the spec says, and their bodies against milliscale.
+//! the spec says, and their bodies, written against [`Txn`]: what a body
+//! needs of a transaction, which the engine's transactions give in
+//! process and `super::remote` gives through `milliscale serve`.
 
 use std::ops::Bound;
 
@@ -95,7 +97,22 @@ fn other_warehouse(rng: &mut SmallRng, w: u32, warehouses: u32) -> u32 {
     if o >= w { o + 1 } else { o }
 }
 
-fn customer_by(rng: &mut SmallRng, ctx: &Ctx<'_>) -> CustomerBy {
+/// What drawing inputs needs to know of the database.
+#[derive(Debug, Clone, Copy)]
+pub struct InputCtx {
+    pub scale: Scale,
+    pub warehouses: u32,
+    pub nu: NuConstants,
+}
+
+impl Ctx<'_> {
+    /// What drawing inputs needs of this context.
+    pub fn inputs(&self) -> InputCtx {
+        InputCtx { scale: self.scale, warehouses: self.warehouses, nu: self.nu }
+    }
+}
+
+fn customer_by(rng: &mut SmallRng, ctx: &InputCtx) -> CustomerBy {
     if rng.random_bool(0.6) {
         let n = nurand(rng, 255, 0, ctx.scale.name_numbers() - 1, ctx.nu.c_last_run);
         CustomerBy::Last(super::random::last_name(n))
@@ -105,7 +122,7 @@ fn customer_by(rng: &mut SmallRng, ctx: &Ctx<'_>) -> CustomerBy {
 }
 
 /// Draw the input of a `kind` transaction for home warehouse `w`.
-pub fn input(rng: &mut SmallRng, ctx: &Ctx<'_>, kind: Kind, w: u32) -> Input {
+pub fn input(rng: &mut SmallRng, ctx: &InputCtx, kind: Kind, w: u32) -> Input {
     let d = rng.random_range(1..=10u8);
     match kind {
         Kind::NewOrder => {
@@ -160,10 +177,76 @@ pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
 /// Key/value pairs, as a scan returns them.
 pub type Rows = Vec<(Vec<u8>, Vec<u8>)>;
 
+/// What a transaction body needs of a transaction: the engine's
+/// operations, on tables named by `Self::Table`.
+pub trait Txn {
+    /// How a table is named: a handle in process, a name over the network.
+    type Table;
+
+    fn get(&mut self, t: &Self::Table, key: &[u8]) -> Result<Option<Vec<u8>>, Error>;
+    fn put(&mut self, t: &Self::Table, key: &[u8], value: &[u8]) -> Result<(), Error>;
+    /// Overwrite `patch.len()` bytes of the value at `offset` (a delta).
+    fn update_range(
+        &mut self,
+        t: &Self::Table,
+        key: &[u8],
+        offset: usize,
+        patch: &[u8],
+    ) -> Result<(), Error>;
+    /// Delete; whether there was a value.
+    fn delete(&mut self, t: &Self::Table, key: &[u8]) -> Result<bool, Error>;
+    /// The rows from `lower` to `upper`, at most `limit`.
+    fn scan(
+        &mut self,
+        t: &Self::Table,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        direction: Direction,
+        limit: usize,
+    ) -> Result<Rows, Error>;
+}
+
+impl Txn for Transaction<'_> {
+    type Table = Table;
+
+    fn get(&mut self, t: &Table, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
+        Transaction::get(self, t, key)
+    }
+
+    fn put(&mut self, t: &Table, key: &[u8], value: &[u8]) -> Result<(), Error> {
+        Transaction::put(self, t, key, value)
+    }
+
+    fn update_range(
+        &mut self,
+        t: &Table,
+        key: &[u8],
+        offset: usize,
+        patch: &[u8],
+    ) -> Result<(), Error> {
+        Transaction::update_range(self, t, key, offset, patch)
+    }
+
+    fn delete(&mut self, t: &Table, key: &[u8]) -> Result<bool, Error> {
+        Transaction::delete(self, t, key)
+    }
+
+    fn scan(
+        &mut self,
+        t: &Table,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        direction: Direction,
+        limit: usize,
+    ) -> Result<Rows, Error> {
+        Transaction::scan(self, t, lower, upper, direction, limit)
+    }
+}
+
 /// Every row whose key starts with `prefix`, in key order.
-pub fn scan_prefix(
-    tx: &mut Transaction<'_>,
-    t: &Table,
+pub fn scan_prefix<X: Txn + ?Sized>(
+    tx: &mut X,
+    t: &X::Table,
     prefix: &[u8],
     direction: Direction,
     limit: usize,
@@ -178,9 +261,9 @@ fn must(row: Option<Vec<u8>>, what: &str) -> Result<Vec<u8>, Error> {
 
 /// Write a changed row back: with delta logging each changed field as an
 /// `update_range`, else the whole row.
-fn write_back(
-    tx: &mut Transaction<'_>,
-    t: &Table,
+fn write_back<X: Txn + ?Sized>(
+    tx: &mut X,
+    t: &X::Table,
     key: &[u8],
     row: &[u8],
     fields: &[Field],
@@ -198,9 +281,9 @@ fn write_back(
 
 /// Find the customer (§2.5.2.2: by last name, the one at position
 /// ceil(n/2) of those sorted by first name). Returns id and row.
-fn find_customer(
-    tx: &mut Transaction<'_>,
-    t: &Tables,
+fn find_customer<X: Txn + ?Sized>(
+    tx: &mut X,
+    t: &Tables<X::Table>,
     w: u32,
     d: u8,
     by: &CustomerBy,
@@ -223,16 +306,60 @@ fn find_customer(
     Ok((c, row))
 }
 
-/// Run one transaction. A `Conflict` error means: retry the same input.
+/// Run one transaction in process. A `Conflict` error means: retry the
+/// same input.
+pub fn execute(ctx: &mut Ctx<'_>, input: &Input) -> Result<Outcome, Error> {
+    let mut tx =
+        ctx.db.begin_with(TxnOptions { read_only: input.read_only(), ..Default::default() })?;
+    let mut terminal =
+        Terminal { delta: ctx.delta, writer: ctx.writer, history_seq: ctx.history_seq };
+    let done = body(&mut tx, ctx.t, &mut terminal, input);
+    ctx.history_seq = terminal.history_seq;
+    match done? {
+        Done::Commit => Ok(Outcome::Committed(tx.commit()?)),
+        Done::RollBack => {
+            tx.abort();
+            Ok(Outcome::RolledBack)
+        }
+    }
+}
+
+impl Input {
+    /// OrderStatus and StockLevel only read.
+    pub fn read_only(&self) -> bool {
+        matches!(self, Input::OrderStatus { .. } | Input::StockLevel { .. })
+    }
+}
+
+/// What a body needs of the terminal that runs it.
+pub struct Terminal {
+    /// Log updates as deltas of the changed fields (off: whole rows).
+    pub delta: bool,
+    /// The terminal's history writer id and last sequence number.
+    pub writer: u32,
+    pub history_seq: u64,
+}
+
+/// How a body ended: commit it, or roll it back (NewOrder's unused item).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Done {
+    Commit,
+    RollBack,
+}
+
+/// The body of one transaction on `tx`; the caller commits or rolls back
+/// as it says. A `Conflict` error means: retry the same input.
 #[allow(
     clippy::too_many_lines,
     reason = "the five TPC-C transactions as the specification writes them, one arm each"
 )]
-pub fn execute(ctx: &mut Ctx<'_>, input: &Input) -> Result<Outcome, Error> {
-    let read_only = matches!(input, Input::OrderStatus { .. } | Input::StockLevel { .. });
-    let mut tx = ctx.db.begin_with(TxnOptions { read_only, ..Default::default() })?;
-    let t = ctx.t;
-    let delta = ctx.delta;
+pub fn body<X: Txn + ?Sized>(
+    tx: &mut X,
+    t: &Tables<X::Table>,
+    terminal: &mut Terminal,
+    input: &Input,
+) -> Result<Done, Error> {
+    let delta = terminal.delta;
     match input {
         Input::NewOrder { w, d, c, lines } => {
             let (w, d) = (*w, *d);
@@ -241,7 +368,7 @@ pub fn execute(ctx: &mut Ctx<'_>, input: &Input) -> Result<Outcome, Error> {
             let mut d_row = must(tx.get(&t.district, &dk)?, "a district")?;
             let o = get_u32(&d_row, district::NEXT_O_ID);
             set_u32(&mut d_row, district::NEXT_O_ID, o + 1);
-            write_back(&mut tx, &t.district, &dk, &d_row, &[district::NEXT_O_ID], delta)?;
+            write_back(tx, &t.district, &dk, &d_row, &[district::NEXT_O_ID], delta)?;
             let c_row = must(tx.get(&t.customer, &customer::key(w, d, *c))?, "a customer")?;
             let all_local = lines.iter().all(|l| l.supply_w == w);
             let mut o_row = [0u8; order::BYTES];
@@ -256,8 +383,7 @@ pub fn execute(ctx: &mut Ctx<'_>, input: &Input) -> Result<Outcome, Error> {
             for (n, l) in lines.iter().enumerate() {
                 let Some(i_row) = tx.get(&t.item, &item::key(l.item))? else {
                     // §2.4.2.3: an unused item rolls the whole order back.
-                    tx.abort();
-                    return Ok(Outcome::RolledBack);
+                    return Ok(Done::RollBack);
                 };
                 let sk = stock::key(l.supply_w, l.item);
                 let mut s_row = must(tx.get(&t.stock, &sk)?, "a stock row")?;
@@ -273,7 +399,7 @@ pub fn execute(ctx: &mut Ctx<'_>, input: &Input) -> Result<Outcome, Error> {
                 if l.supply_w != w {
                     add_u32(&mut s_row, stock::REMOTE_CNT, 1);
                 }
-                write_back(&mut tx, &t.stock, &sk, &s_row, &[stock::HOT], delta)?;
+                write_back(tx, &t.stock, &sk, &s_row, &[stock::HOT], delta)?;
                 let amount = i64::from(l.quantity) * get_i64(&i_row, item::PRICE);
                 total += amount;
                 let mut ol = [0u8; order_line::BYTES];
@@ -294,12 +420,12 @@ pub fn execute(ctx: &mut Ctx<'_>, input: &Input) -> Result<Outcome, Error> {
             let wk = warehouse::key(w);
             let mut w_row = must(tx.get(&t.warehouse, &wk)?, "a warehouse")?;
             add_i64(&mut w_row, warehouse::YTD, amount);
-            write_back(&mut tx, &t.warehouse, &wk, &w_row, &[warehouse::YTD], delta)?;
+            write_back(tx, &t.warehouse, &wk, &w_row, &[warehouse::YTD], delta)?;
             let dk = district::key(w, d);
             let mut d_row = must(tx.get(&t.district, &dk)?, "a district")?;
             add_i64(&mut d_row, district::YTD, amount);
-            write_back(&mut tx, &t.district, &dk, &d_row, &[district::YTD], delta)?;
-            let (c_id, mut c_row) = find_customer(&mut tx, t, *c_w, *c_d, c)?;
+            write_back(tx, &t.district, &dk, &d_row, &[district::YTD], delta)?;
+            let (c_id, mut c_row) = find_customer(tx, t, *c_w, *c_d, c)?;
             add_i64(&mut c_row, customer::BALANCE, -amount);
             add_i64(&mut c_row, customer::YTD_PAYMENT, amount);
             add_u32(&mut c_row, customer::PAYMENT_CNT, 1);
@@ -310,9 +436,9 @@ pub fn execute(ctx: &mut Ctx<'_>, input: &Input) -> Result<Outcome, Error> {
                 let mut data = format!("{c_id} {c_d} {c_w} {d} {w} {amount}|").into_bytes();
                 data.extend_from_slice(get_str(&c_row, customer::DATA));
                 set_str(&mut c_row, customer::DATA, &data);
-                write_back(&mut tx, &t.customer, &ck, &c_row, &[hot, customer::DATA], delta)?;
+                write_back(tx, &t.customer, &ck, &c_row, &[hot, customer::DATA], delta)?;
             } else {
-                write_back(&mut tx, &t.customer, &ck, &c_row, &[hot], delta)?;
+                write_back(tx, &t.customer, &ck, &c_row, &[hot], delta)?;
             }
             let mut h = [0u8; history::BYTES];
             set_u32(&mut h, history::C_ID, c_id);
@@ -326,25 +452,20 @@ pub fn execute(ctx: &mut Ctx<'_>, input: &Input) -> Result<Outcome, Error> {
             data.extend_from_slice(b"    ");
             data.extend_from_slice(get_str(&d_row, district::NAME));
             set_str(&mut h, history::DATA, &data);
-            ctx.history_seq += 1;
-            tx.put(&t.history, &history::key(w, d, ctx.writer, ctx.history_seq), &h)?;
+            terminal.history_seq += 1;
+            tx.put(&t.history, &history::key(w, d, terminal.writer, terminal.history_seq), &h)?;
         }
         Input::OrderStatus { w, d, c } => {
-            let (c_id, c_row) = find_customer(&mut tx, t, *w, *d, c)?;
+            let (c_id, c_row) = find_customer(tx, t, *w, *d, c)?;
             std::hint::black_box(get_i64(&c_row, customer::BALANCE));
             let prefix = order_by_customer::prefix(*w, *d, c_id);
-            let last = scan_prefix(&mut tx, &t.order_by_customer, &prefix, Direction::Backward, 1)?;
+            let last = scan_prefix(tx, &t.order_by_customer, &prefix, Direction::Backward, 1)?;
             // A customer may have no order when the population is scaled down.
             if let Some((k, _)) = last.first() {
                 let o = order_by_customer::order(k);
                 let o_row = must(tx.get(&t.order, &order::key(*w, *d, o))?, "an order")?;
-                let lines = scan_prefix(
-                    &mut tx,
-                    &t.order_line,
-                    &order::key(*w, *d, o),
-                    Direction::Forward,
-                    15,
-                )?;
+                let lines =
+                    scan_prefix(tx, &t.order_line, &order::key(*w, *d, o), Direction::Forward, 15)?;
                 if lines.len() != usize::from(get_u8(&o_row, order::OL_CNT)) {
                     return Err(Error::InvalidArgument(format!(
                         "TPC-C: order {w}/{d}/{o} has {} lines, not {}",
@@ -358,34 +479,28 @@ pub fn execute(ctx: &mut Ctx<'_>, input: &Input) -> Result<Outcome, Error> {
             let w = *w;
             let now = now_micros();
             for d in 1..=10u8 {
-                let oldest = scan_prefix(
-                    &mut tx,
-                    &t.new_order,
-                    &district::key(w, d),
-                    Direction::Forward,
-                    1,
-                )?;
+                let oldest =
+                    scan_prefix(tx, &t.new_order, &district::key(w, d), Direction::Forward, 1)?;
                 let Some((no_key, _)) = oldest.first() else { continue };
                 let o = new_order::order(no_key);
                 tx.delete(&t.new_order, no_key)?;
                 let ok = order::key(w, d, o);
                 let mut o_row = must(tx.get(&t.order, &ok)?, "an order")?;
                 set_u8(&mut o_row, order::CARRIER_ID, *carrier);
-                write_back(&mut tx, &t.order, &ok, &o_row, &[order::CARRIER_ID], delta)?;
+                write_back(tx, &t.order, &ok, &o_row, &[order::CARRIER_ID], delta)?;
                 let c_id = get_u32(&o_row, order::C_ID);
                 let mut sum = 0i64;
-                for (k, mut ol) in scan_prefix(&mut tx, &t.order_line, &ok, Direction::Forward, 15)?
-                {
+                for (k, mut ol) in scan_prefix(tx, &t.order_line, &ok, Direction::Forward, 15)? {
                     set_u64(&mut ol, order_line::DELIVERY_D, now);
                     sum += get_i64(&ol, order_line::AMOUNT);
-                    write_back(&mut tx, &t.order_line, &k, &ol, &[order_line::DELIVERY_D], delta)?;
+                    write_back(tx, &t.order_line, &k, &ol, &[order_line::DELIVERY_D], delta)?;
                 }
                 let ck = customer::key(w, d, c_id);
                 let mut c_row = must(tx.get(&t.customer, &ck)?, "a customer")?;
                 add_i64(&mut c_row, customer::BALANCE, sum);
                 add_u32(&mut c_row, customer::DELIVERY_CNT, 1);
                 let hot = Field { off: 0, len: customer::DELIVERY_CNT.end() };
-                write_back(&mut tx, &t.customer, &ck, &c_row, &[hot], delta)?;
+                write_back(tx, &t.customer, &ck, &c_row, &[hot], delta)?;
             }
         }
         Input::StockLevel { w, d, threshold } => {
@@ -412,5 +527,5 @@ pub fn execute(ctx: &mut Ctx<'_>, input: &Input) -> Result<Outcome, Error> {
             std::hint::black_box(low);
         }
     }
-    Ok(Outcome::Committed(tx.commit()?))
+    Ok(Done::Commit)
 }
