@@ -370,8 +370,7 @@ impl Server {
         tokio::select! {
             _ = &mut serving => {}
             _ = self.calls.idle() => {
-                // A moment for the answers' last bytes to leave.
-                if tokio::time::timeout(Duration::from_millis(50), &mut serving).await.is_err() {
+                if tokio::time::timeout(DRAIN.min(rest), &mut serving).await.is_err() {
                     serving.abort();
                 }
             }
@@ -391,6 +390,11 @@ impl Server {
         }
     }
 }
+
+/// At shutdown, once no call is in flight, how long the connections get
+/// to close by themselves (the last answers' bytes leave in this time)
+/// before those left, idle or stalled, are dropped.
+const DRAIN: Duration = Duration::from_millis(500);
 
 /// Whether the server is ready, as `/readyz` and the gRPC health service
 /// say it: taking new transactions, and the database healthy.
