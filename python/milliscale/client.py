@@ -81,8 +81,8 @@ class Transaction:
     Use it as a context manager: it commits when the block ends normally
     and aborts when the block raises. Every call is one round trip. A
     transaction dropped unfinished is aborted with the client's next call
-    (or, if none comes, by the server's idle timeout); until then it holds
-    its writes' keys.
+    (if none comes, by the server when the client closes, or at its idle
+    timeout); until then it holds its writes' keys.
     """
 
     def __init__(self, client: "Client", native):

@@ -472,8 +472,9 @@ struct NativeTransaction {
 /// A transaction dropped unfinished (not used as a context manager, and
 /// neither committed nor aborted) is aborted: the Rust client's
 /// transaction sends the abort from the runtime it is dropped in, here
-/// the connection's, which sends it with the connection's next call (or
-/// the server's idle timeout aborts it, if no call comes).
+/// the connection's, which sends it with the connection's next call (if
+/// none comes, the server aborts it when the connection closes, or at its
+/// idle timeout).
 impl Drop for NativeTransaction {
     fn drop(&mut self) {
         let _in = self.rt.enter();
