@@ -25,3 +25,4 @@ pub mod ycsb;
 mod ycsb_baselines;
 pub mod ycsb_server;
 pub mod ycsb_tasks;
+pub mod ycsb_workload;

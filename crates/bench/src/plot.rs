@@ -13,7 +13,13 @@ use std::sync::OnceLock;
 use plotters::prelude::*;
 use plotters::style::{FontStyle, register_font};
 
-use crate::sweep::{PlotSpec, ScatterSeries, Series};
+use crate::sweep_config::PlotSpec;
+
+/// One plotted line or bar group: (x category, mean y) in x order.
+pub type Series = (String, Vec<(String, f64)>);
+
+/// One scatter series: its name and its points (x, y, label) in x order.
+pub type ScatterSeries = (String, Vec<(f64, f64, String)>);
 
 const FONT_PATHS: [&str; 5] = [
     "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",

@@ -63,6 +63,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+pub use crate::plot::{ScatterSeries, Series};
 pub use crate::sweep_config::{PlotSpec, SweepConfig};
 use crate::sweep_config::{flag_value, flatten};
 
@@ -169,9 +170,6 @@ pub fn to_csv(cfg: &SweepConfig, rows: &[Row]) -> String {
     s
 }
 
-/// One plotted line or bar group: (x category, mean y) in x order.
-pub type Series = (String, Vec<(String, f64)>);
-
 /// The plot's data: x categories in grid order, and one series per value
 /// of `series` (or per y field when x is "@y"), y averaged over repetitions.
 pub fn plot_data(
@@ -237,9 +235,6 @@ pub fn plot_data(
     }
     Ok((xs, out))
 }
-
-/// One scatter series: its name and its points (x, y, label) in x order.
-pub type ScatterSeries = (String, Vec<(f64, f64, String)>);
 
 /// A scatter plot's data: per configuration (grid point), the mean x and
 /// y over repetitions; one series per value of `series` and y field.

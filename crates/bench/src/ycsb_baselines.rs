@@ -13,7 +13,7 @@ use crate::harness::{PHASE_MEASURE, drive};
 use crate::keys::KeyChooser;
 use crate::report::Percentiles;
 use crate::variant::LogSettings;
-use crate::ycsb::*;
+use crate::ycsb_workload::*;
 
 /// `--variant naive-pages|atomic-pages`: the transactions run in the
 /// engine's memory with no log; each read-write transaction is made

@@ -25,20 +25,12 @@ use rand::rngs::SmallRng;
 
 use crate::harness::{PHASE_MEASURE, PHASE_STOP, worker_rng};
 use crate::keys::KeyChooser;
-use crate::ycsb::{FIELD_BYTES, FIELDS, RECORD_BYTES, WorkerStats, YcsbConfig, key_bytes};
+use crate::ycsb_workload::{
+    FIELD_BYTES, FIELDS, RECORD_BYTES, Tasks, WorkerStats, YcsbConfig, key_bytes,
+};
 
 /// Transactions a task runs between yields when it does not wait.
 const YIELD_EVERY: u32 = 64;
-
-/// How the async run is shaped (`bench ycsb --tasks N --ack-window K`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Tasks {
-    /// Concurrent tasks.
-    pub tasks: usize,
-    /// Acks a task may hold before it awaits the oldest (1: each commit
-    /// is awaited before the next transaction begins).
-    pub window: usize,
-}
 
 /// Run the workers as tasks on a runtime of `cfg.threads` threads until
 /// `phase` says stop; their stats merged into one.
@@ -66,7 +58,7 @@ pub(crate) fn run_tasks(
         cfg: cfg.clone(),
         chooser: chooser.clone(),
         txn_ns: (0..HISTOGRAM_SHARDS)
-            .map(|_| parking_lot::Mutex::new(crate::ycsb::new_histogram()))
+            .map(|_| parking_lot::Mutex::new(crate::ycsb_workload::new_histogram()))
             .collect(),
     });
     rt.block_on(async {

@@ -2,7 +2,12 @@
 //! and the async API's tasks.
 
 use super::*;
+use crate::keys::KeyDist;
+use crate::variant::LogSettings;
+use crate::ycsb_workload::one_txn;
+use milliscale::Isolation;
 use rand::SeedableRng;
+use rand::rngs::SmallRng;
 
 fn cfg(workload: Workload, dist: KeyDist) -> YcsbConfig {
     YcsbConfig {
@@ -115,7 +120,7 @@ fn tasks_commit_through_the_async_api() {
     for window in [1, 16] {
         let mut c = cfg(Workload::A, KeyDist::Uniform);
         c.log = LogSettings { stores: vec!["memory://".into()], ..LogSettings::default() };
-        c.tasks = Some(crate::ycsb_tasks::Tasks { tasks: 50, window });
+        c.tasks = Some(crate::ycsb::Tasks { tasks: 50, window });
         let r = run(&c).expect("run");
         assert!(r.by_kind["read-modify-write"].committed > 0, "window {window}: {r:?}");
         assert_eq!(r.txn_latency.count, r.committed, "window {window}");

@@ -512,7 +512,7 @@ pub(crate) fn bench_ycsb(a: YcsbArgs) -> Result<(), Failure> {
         tasks: match a.tasks {
             None => None,
             Some(tasks) if (1..=1_000_000).contains(&tasks) && a.ack_window >= 1 => {
-                Some(milliscale_bench::ycsb_tasks::Tasks { tasks, window: a.ack_window })
+                Some(milliscale_bench::ycsb::Tasks { tasks, window: a.ack_window })
             }
             Some(tasks) => {
                 return Err(Failure::Usage(format!(
@@ -541,16 +541,30 @@ pub(crate) fn bench_ycsb(a: YcsbArgs) -> Result<(), Failure> {
         return Ok(());
     }
     let report = if matches!(a.engine, EngineArg::Slatedb) {
-        let opts = peer::slatedb_ycsb::SlateOptions {
-            clients: a.clients.unwrap_or(if r.rate.is_some() { 10_000 } else { 64 }),
-            flush_interval: seconds("slatedb-flush-ms", a.slatedb_flush_ms / 1e3)?,
-        };
-        peer::slatedb_ycsb::run(&cfg, &opts)?
+        slatedb_ycsb(&cfg, &a, r.rate.is_some())?
     } else {
         ycsb::run(&cfg)?
     };
     r.print(&report);
     Ok(())
+}
+
+/// The same YCSB transactions through SlateDB (the `peer` feature).
+#[cfg(feature = "peer")]
+fn slatedb_ycsb(cfg: &YcsbConfig, a: &YcsbArgs, open_loop: bool) -> Result<Report, Failure> {
+    let opts = peer::slatedb_ycsb::SlateOptions {
+        clients: a.clients.unwrap_or(if open_loop { 10_000 } else { 64 }),
+        flush_interval: seconds("slatedb-flush-ms", a.slatedb_flush_ms / 1e3)?,
+    };
+    Ok(peer::slatedb_ycsb::run(cfg, &opts)?)
+}
+
+/// Without the `peer` feature the binary has no SlateDB: say how to get it.
+#[cfg(not(feature = "peer"))]
+fn slatedb_ycsb(_: &YcsbConfig, _: &YcsbArgs, _: bool) -> Result<Report, Failure> {
+    Err("--engine slatedb needs a binary built with the SlateDB peer: \
+         cargo build --release -p milliscale-cli --features peer"
+        .into())
 }
 
 pub(crate) fn bench_sweep(a: SweepArgs) -> Result<(), Failure> {

@@ -26,7 +26,6 @@
 
 #![deny(missing_docs, clippy::unwrap_used)]
 
-pub mod codec;
 mod error;
 mod stream;
 mod txn;
@@ -44,17 +43,9 @@ pub use txn::{
     Batch, BatchResult, Commit, Durability, Isolation, KeyRange, ReadAt, Transaction, TxnOptions,
 };
 
-/// The wire protocol, generated from `proto/milliscale/v1/milliscale.proto`:
-/// messages, the client stub and the server trait.
-#[allow(missing_docs, clippy::all, clippy::pedantic)]
-pub mod proto {
-    tonic::include_proto!("milliscale.v1");
-
-    /// The schema's descriptors, encoded (a `FileDescriptorSet`): what a
-    /// server offers through gRPC reflection.
-    pub const FILE_DESCRIPTOR_SET: &[u8] =
-        include_bytes!(concat!(env!("OUT_DIR"), "/milliscale_v1_descriptors.bin"));
-}
+/// The wire protocol (`proto/milliscale/v1/milliscale.proto`), generated
+/// by the `milliscale-proto` crate.
+pub use milliscale_proto::v1 as proto;
 
 type Stub = proto::milliscale_client::MilliscaleClient<Channel>;
 

@@ -27,6 +27,7 @@
 pub mod buckets;
 pub mod express;
 pub mod host;
+mod keyed;
 pub mod listing;
 pub mod multipart;
 pub mod objects;

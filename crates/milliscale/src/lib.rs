@@ -102,7 +102,13 @@ pub mod internals {
     pub mod keys {
         pub use crate::keys::*;
     }
-    pub use crate::log::{hedge, record, segment};
+    pub use crate::log::{hedge, segment};
+    /// The log's byte format: parts, entries and records, and their
+    /// decoding.
+    pub mod record {
+        pub use crate::log::decode::{DecodeError, decode_part, decode_segment};
+        pub use crate::log::record::*;
+    }
     pub use crate::recovery::{LogScan, ReplayPlan, plan_replay, scan_log};
     pub use crate::replica::ACTIVE_WINDOW;
     pub use crate::replica::tail;

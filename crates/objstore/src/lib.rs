@@ -35,6 +35,7 @@ pub mod pending;
 pub mod probe;
 mod s3;
 pub mod sim;
+mod sleep;
 
 pub use error::{Result, StoreError};
 pub use pending::PendingAppend;

@@ -115,7 +115,7 @@ impl PendingAppend {
             match self.stage.take().expect("an append is answered once") {
                 Stage::Done(answer) => return answer,
                 Stage::At(at, step) => {
-                    crate::sim::latency_sleep(at.saturating_duration_since(Instant::now()));
+                    crate::sleep::latency_sleep(at.saturating_duration_since(Instant::now()));
                     self.stage = Some(step());
                 }
                 Stage::Ask(mut ask) => return ask(true).expect("a blocking ask answers"),

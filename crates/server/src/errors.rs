@@ -68,9 +68,9 @@ pub fn engine(e: &Error) -> Status {
 
 /// A status as one answer of a stream (`ExecuteStream`): the same code,
 /// message, kind and retry flag a call's status and metadata carry.
-pub fn failure(s: &Status) -> milliscale_client::proto::Failure {
+pub fn failure(s: &Status) -> milliscale_proto::v1::Failure {
     let meta = |k: &str| s.metadata().get(k).and_then(|v| v.to_str().ok()).map(str::to_owned);
-    milliscale_client::proto::Failure {
+    milliscale_proto::v1::Failure {
         code: s.code() as i32,
         message: s.message().to_owned(),
         kind: meta(KIND_KEY).unwrap_or_default(),

@@ -20,6 +20,7 @@ mod admin;
 pub mod auth;
 mod connection;
 mod errors;
+mod grpc;
 mod in_flight;
 mod ops;
 mod service;
@@ -38,7 +39,7 @@ pub use ops::{EXECUTE_SCAN_ROWS_MAX, SCAN_BATCH_BYTES, SCAN_BATCH_ROWS};
 pub use service::Backend;
 pub use sessions::EXPIRED_REMEMBERED;
 
-use milliscale_client::proto::milliscale_server::MilliscaleServer;
+use milliscale_proto::v1::milliscale_server::MilliscaleServer;
 use service::{RequestLimits, Service};
 use sessions::{SessionLimits, Sessions};
 
@@ -272,7 +273,7 @@ impl Server {
         publish_health(&health, is_ready).await;
         let reflection = || {
             tonic_reflection::server::Builder::configure()
-                .register_encoded_file_descriptor_set(milliscale_client::proto::FILE_DESCRIPTOR_SET)
+                .register_encoded_file_descriptor_set(milliscale_proto::v1::FILE_DESCRIPTOR_SET)
                 .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         };
         let schema = |e: tonic_reflection::server::Error| {

@@ -5,7 +5,7 @@
 use std::ops::Bound;
 
 use milliscale::{AsyncTransaction, Direction, Table};
-use milliscale_client::proto;
+use milliscale_proto::v1 as proto;
 use proto::{KeyRange, Operation, OperationResult, Row, operation, operation_result};
 use tonic::Status;
 

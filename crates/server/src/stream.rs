@@ -34,7 +34,7 @@ use std::sync::Arc;
 use futures_util::FutureExt;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use milliscale::CommitAck;
-use milliscale_client::proto::{self, execute_stream_response::Outcome};
+use milliscale_proto::v1::{self as proto, execute_stream_response::Outcome};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_stream::Stream;
 use tonic::{Status, Streaming};

@@ -20,8 +20,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use milliscale::{AsyncDatabase, Options};
-use milliscale_client::proto::{self, milliscale_client::MilliscaleClient, operation};
 use milliscale_client::{Client, KeyRange, TxnOptions};
+use milliscale_proto::v1::{self as proto, milliscale_client::MilliscaleClient, operation};
 use milliscale_server::{Backend, Server, ServerOptions};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};

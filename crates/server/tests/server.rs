@@ -69,7 +69,7 @@ async fn tables_crud_and_scans() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_names_its_table_once_and_other_tables_per_operation() {
-    use milliscale_client::proto::{self, milliscale_client::MilliscaleClient, operation};
+    use milliscale_proto::v1::{self as proto, milliscale_client::MilliscaleClient, operation};
     let s = start(Backend::Writer(writer("memory://").await), |_| {}).await;
     let c = client(&s).await;
     c.create_table("t").await.expect("create t");

@@ -3,7 +3,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
-use std::hash::{Hash, Hasher};
+use std::hash::Hash;
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -270,52 +270,6 @@ pub(super) struct World {
     pub(super) crashes: u32,
     pub(super) collected: u64,
     pub(super) zipf: Option<rand_distr::Zipf<f64>>,
-}
-
-/// Run one simulation.
-pub fn run(cfg: &SimConfig) -> SimReport {
-    let mut w = World::new(cfg.clone());
-    w.start();
-    // A bound far past any sane run: a livelock is a finding too.
-    let limit = 60_000_000;
-    while let Some(Reverse((at, _, idx))) = w.queue.pop() {
-        if at > limit {
-            break;
-        }
-        w.now = at;
-        let event = w.events[idx].take().expect("each event runs once");
-        event.hash(&mut w.hasher);
-        at.hash(&mut w.hasher);
-        w.processed += 1;
-        w.handle(event);
-        if !w.calm && w.clients.iter().all(|c| !c.up || c.done >= w.cfg.txns_per_client) {
-            w.calm = true;
-            w.partitions.clear();
-        }
-    }
-    let participants: Vec<&Participant> = w.shards.iter().map(|s| &s.p).collect();
-    let logs: Vec<&[Record]> = w.shards.iter().map(|s| &s.log[..]).collect();
-    let mut violations = super::oracle::check(&w.cfg, &participants, &logs, &w.history);
-    if w.shards.iter().any(|s| !s.up) {
-        violations.push("a primary was still down at the end".into());
-    }
-    let count = |r: Reported| w.history.iter().filter(|o| o.reported == r).count() as u32;
-    let audits = |r: Reported| w.history.iter().filter(|o| o.audit && o.reported == r).count();
-    let (audits_committed, audits_aborted) =
-        (audits(Reported::Committed) as u32, audits(Reported::Aborted) as u32);
-    SimReport {
-        hash: w.hasher.finish(),
-        events: w.processed,
-        end: w.now,
-        committed: count(Reported::Committed),
-        aborted: count(Reported::Aborted),
-        unknown: count(Reported::Unknown),
-        audits_committed,
-        audits_aborted,
-        crashes: w.crashes,
-        collected: w.collected,
-        violations,
-    }
 }
 
 /// Account `i`'s key.

@@ -32,28 +32,6 @@ use super::marks::CommitMarks;
 use crate::mvcc::Csn;
 use crate::options::Tracking;
 
-/// What the committer measured.
-#[derive(Debug, Clone)]
-pub struct CommitMetrics {
-    /// Pre-commit to acknowledgment, microseconds, writing transactions.
-    pub latency_us: Histogram<u64>,
-    /// Microseconds from a transaction's own records being durable (as the
-    /// committer saw it) to its release, for those that waited at all.
-    pub dependency_wait_us: Histogram<u64>,
-    /// Transactions released.
-    pub released: u64,
-    /// Of those, how many waited on dependencies after their own records
-    /// were durable.
-    pub waited: u64,
-}
-
-impl CommitMetrics {
-    pub(crate) fn new() -> CommitMetrics {
-        let h = || Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds");
-        CommitMetrics { latency_us: h(), dependency_wait_us: h(), released: 0, waited: 0 }
-    }
-}
-
 /// Compute gCSN by the rule in the module docs and publish it; returns the
 /// published value (which never goes back). The committer runs this each
 /// round; a durable-snapshot reader runs it before it reads gCSN, because

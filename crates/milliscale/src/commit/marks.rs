@@ -22,13 +22,35 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
+use hdrhistogram::Histogram;
 use parking_lot::{Condvar, Mutex};
 
-use super::committer::CommitMetrics;
 use super::durability::{GroupDurability, OwnPart};
 use crate::error::Error;
 use crate::mvcc::{CSN_FIRST, Csn};
 use crate::options::Tracking;
+
+/// What the committer measured.
+#[derive(Debug, Clone)]
+pub struct CommitMetrics {
+    /// Pre-commit to acknowledgment, microseconds, writing transactions.
+    pub latency_us: Histogram<u64>,
+    /// Microseconds from a transaction's own records being durable (as the
+    /// committer saw it) to its release, for those that waited at all.
+    pub dependency_wait_us: Histogram<u64>,
+    /// Transactions released.
+    pub released: u64,
+    /// Of those, how many waited on dependencies after their own records
+    /// were durable.
+    pub waited: u64,
+}
+
+impl CommitMetrics {
+    pub(crate) fn new() -> CommitMetrics {
+        let h = || Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds");
+        CommitMetrics { latency_us: h(), dependency_wait_us: h(), released: 0, waited: 0 }
+    }
+}
 
 /// The ack-to-flush path: how a worker that is about to wait for an ack
 /// gets its group's records written first (autonomous commit's force

@@ -31,5 +31,5 @@ pub(crate) mod durability;
 pub(crate) mod marks;
 
 pub use ack::{CommitAck, CommitInfo, Durable};
-pub use committer::CommitMetrics;
+pub use marks::CommitMetrics;
 pub(crate) use marks::{CommitMarks, ForceFlush};

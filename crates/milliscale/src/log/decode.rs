@@ -218,3 +218,97 @@ pub fn fuzz_part(data: &[u8]) {
         check(&v);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Round trips: what `record` encodes, this module decodes.
+    use super::*;
+
+    fn b(s: &[u8]) -> Bytes {
+        Bytes::copy_from_slice(s)
+    }
+
+    fn sample() -> Vec<Entry> {
+        vec![
+            Entry::Commit {
+                csn: 7,
+                dsn: 3,
+                records: vec![
+                    Record { table: 1, key: b(b"k1"), op: Op::Insert(b(b"v1")) },
+                    Record {
+                        table: 1,
+                        key: b(b"k2"),
+                        op: Op::Delta { offset: 8, bytes: b(b"\x01") },
+                    },
+                ]
+                .into(),
+            },
+            Entry::Abort { csn: 8 },
+            Entry::Commit {
+                csn: 9,
+                dsn: 7,
+                records: vec![
+                    Record { table: 2, key: b(b""), op: Op::Update(b(b"")) },
+                    Record { table: 2, key: b(b"gone"), op: Op::Delete },
+                ]
+                .into(),
+            },
+        ]
+    }
+
+    fn part(entries: &[Entry]) -> Bytes {
+        let mut p = PartBuilder::new(3, 0);
+        for e in entries {
+            p.push(e);
+        }
+        p.finish()
+    }
+
+    #[test]
+    fn parts_round_trip_and_sizes_add_up() {
+        let entries = sample();
+        let bytes = part(&entries);
+        let body: usize = entries.iter().map(Entry::encoded_len).sum();
+        assert_eq!(bytes.len(), PART_HEADER_BYTES + body);
+        let (p, n) = decode_part(&bytes).expect("decodes");
+        assert_eq!(n, bytes.len());
+        assert_eq!(p, Part { group: 3, entries, fence: None });
+        let (p, n) = decode_part(&part(&[])).expect("an empty part");
+        assert_eq!((p.entries.len(), n), (0, PART_HEADER_BYTES));
+    }
+
+    #[test]
+    fn every_truncation_and_every_bit_flip_is_an_error() {
+        let bytes = part(&sample());
+        for cut in 0..bytes.len() {
+            assert!(decode_part(&bytes.slice(..cut)).is_err(), "cut at {cut}");
+        }
+        for i in 0..bytes.len() {
+            for bit in 0..8 {
+                let mut v = bytes.to_vec();
+                v[i] ^= 1 << bit;
+                assert!(decode_part(&Bytes::from(v)).is_err(), "flip byte {i} bit {bit}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_torn_tail_ends_the_segment_at_its_offset() {
+        let (a, c) = (part(&sample()[..1]), part(&sample()[1..]));
+        let mut seg = a.to_vec();
+        seg.extend_from_slice(&c[..c.len() - 5]);
+        let (parts, tail) = decode_segment(&Bytes::from(seg));
+        assert_eq!(parts.len(), 1);
+        let (at, e) = tail.expect("a torn tail");
+        assert_eq!(at, a.len());
+        assert!(matches!(e, DecodeError::Truncated { .. }), "{e}");
+    }
+
+    #[test]
+    fn foreign_and_future_parts_are_named() {
+        assert!(matches!(decode_part(&Bytes::from(vec![b'P'; 64])), Err(DecodeError::BadMagic(_))));
+        let mut v = part(&sample()).to_vec();
+        v[4] = 2;
+        assert_eq!(decode_part(&Bytes::from(v)), Err(DecodeError::UnsupportedVersion(2)));
+    }
+}

@@ -37,7 +37,8 @@ use objstore::{ObjectStore, StoreError};
 
 use crate::error::{Error, Result};
 use crate::keys::{Chain, LOG_PREFIX, LogObject, parse_log_key};
-use crate::log::record::{DecodeError, Entry, Part, decode_part};
+use crate::log::decode::{DecodeError, decode_part};
+use crate::log::record::{Entry, Part};
 use crate::manifest::{LogRef, Manifest, ManifestStore, SealedLog};
 use crate::mvcc::Csn;
 use crate::parallel::parallel_map;

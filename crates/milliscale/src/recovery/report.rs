@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use super::{LogScan, ReplayPlan};
 use crate::keys::Chain;
-use crate::log::record::DecodeError;
+use crate::log::decode::DecodeError;
 use crate::manifest::Manifest;
 use crate::mvcc::Csn;
 

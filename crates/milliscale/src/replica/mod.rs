@@ -26,6 +26,7 @@ mod follow;
 mod manifest_watch;
 mod poll;
 mod promote;
+mod shared;
 pub mod tail;
 
 use std::sync::Arc;
@@ -38,9 +39,10 @@ use crate::options::{Options, TxnOptions};
 use crate::table::Table;
 use crate::txn::Transaction;
 use follow::Follower;
-pub(crate) use follow::Shared;
+pub(crate) use shared::Shared;
 
-pub use follow::{ACTIVE_WINDOW, IDLE_MANIFEST_POLLS};
+pub use follow::IDLE_MANIFEST_POLLS;
+pub use shared::ACTIVE_WINDOW;
 
 /// How a replica polls.
 #[derive(Debug, Clone)]

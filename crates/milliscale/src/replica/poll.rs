@@ -10,14 +10,10 @@ use crossbeam_channel::Sender;
 use objstore::ObjectStore;
 
 use super::ReplicaOptions;
-use super::follow::{Shared, TailMsg};
+use super::shared::{Shared, TXN_RATE_TAU, TailMsg};
 use super::tail::ChainTail;
 use crate::log::record::Part;
 use crate::rate::EventRate;
-
-/// How fast the tails' estimates of the writer's transactions a second
-/// follow it.
-pub(super) const TXN_RATE_TAU: Duration = Duration::from_secs(1);
 
 /// Transactions (commit and abort entries) in a poll's parts.
 fn txns_in(parts: &[Part]) -> usize {

@@ -41,8 +41,9 @@ use objstore::{ObjectStore, StoreError};
 
 use crate::error::{Error, Result};
 use crate::keys::{Chain, put_part_key, segment_key};
+use crate::log::decode::{DecodeError, decode_part};
 use crate::log::hedge::{HedgePolicy, Hedger};
-use crate::log::record::{DecodeError, Part, decode_part};
+use crate::log::record::Part;
 use crate::log::segment::WriteMode;
 
 /// Where a tail stands in its chain.

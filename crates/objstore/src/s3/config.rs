@@ -79,7 +79,8 @@ impl SdkSettings {
     /// chains (see the module docs), then the credentials resolved once,
     /// so that a store without any fails here with the chain's reasons.
     pub(super) async fn load(&self, url: &str) -> Result<aws_config::SdkConfig> {
-        let mut loader = aws_config::defaults(BehaviorVersion::latest());
+        let mut loader =
+            aws_config::defaults(BehaviorVersion::latest()).http_client(https_client());
         if let Some(p) = &self.profile {
             loader = loader.profile_name(p);
         }
@@ -117,4 +118,14 @@ impl SdkSettings {
         }
         Ok(cfg)
     }
+}
+
+/// The HTTPS client of every SDK call (S3's, and the credential providers'
+/// that go over the network): hyper with rustls on ring, trusting the
+/// platform's roots.
+fn https_client() -> aws_sdk_s3::config::SharedHttpClient {
+    use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
+    aws_smithy_http_client::Builder::new()
+        .tls_provider(Provider::Rustls(CryptoMode::Ring))
+        .build_https()
 }

@@ -1,0 +1,284 @@
+//! The gRPC face of the service: each RPC of
+//! `proto/milliscale/v1/milliscale.proto`, answered with [`Service`]'s
+//! state (the execute stream by `stream`).
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use milliscale_proto::v1 as proto;
+use proto::milliscale_server::Milliscale;
+use tokio_stream::Stream;
+use tonic::{Request, Response, Status};
+
+use crate::auth::Role;
+use crate::errors::{engine, refuse};
+use crate::ops::{SCAN_BATCH_BYTES, SCAN_BATCH_ROWS, Scan};
+use crate::service::{Backend, Service, count, done, iso_of};
+
+type ScanStream = Pin<Box<dyn Stream<Item = Result<proto::ScanResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Milliscale for Service {
+    async fn create_table(
+        &self,
+        req: Request<proto::CreateTableRequest>,
+    ) -> Result<Response<proto::CreateTableResponse>, Status> {
+        let r = async {
+            let db = self.writer(self.caller(&req)?, "creating a table")?;
+            self.new_work()?;
+            db.create_table(&req.get_ref().name).await.map_err(|e| engine(&e))?;
+            Ok(proto::CreateTableResponse {})
+        };
+        done("CreateTable", r.await)
+    }
+
+    async fn drop_table(
+        &self,
+        req: Request<proto::DropTableRequest>,
+    ) -> Result<Response<proto::DropTableResponse>, Status> {
+        let r = async {
+            let db = self.writer(self.caller(&req)?, "dropping a table")?;
+            self.new_work()?;
+            db.drop_table(&req.get_ref().name).await.map_err(|e| engine(&e))?;
+            Ok(proto::DropTableResponse {})
+        };
+        done("DropTable", r.await)
+    }
+
+    async fn list_tables(
+        &self,
+        req: Request<proto::ListTablesRequest>,
+    ) -> Result<Response<proto::ListTablesResponse>, Status> {
+        let r = self.caller(&req).map(|_| proto::ListTablesResponse {
+            names: match &self.backend {
+                Backend::Writer(db) => db.table_names(),
+                Backend::Replica(r) => r.blocking().table_names(),
+            },
+        });
+        done("ListTables", r)
+    }
+
+    async fn begin(
+        &self,
+        req: Request<proto::BeginRequest>,
+    ) -> Result<Response<proto::BeginResponse>, Status> {
+        let r = async {
+            let caller = self.caller(&req)?;
+            self.new_work()?;
+            let conn = crate::connection::ConnectionInfo::of(&req).map(|c| c.id);
+            let b = req.into_inner();
+            if !b.read_only {
+                if caller.1 == Role::ReadOnly {
+                    return Err(refuse::read_only_token("a read-write transaction"));
+                }
+                if self.backend.is_replica() {
+                    return Err(refuse::replica("a read-write transaction"));
+                }
+            }
+            let wait = self.wait_of(b.wait_ms);
+            let tx =
+                self.backend.begin(b.isolation, b.read_only, b.read_at, b.at_token, wait).await?;
+            let (snapshot, isolation) = (tx.snapshot(), iso_of(tx.isolation()));
+            let txn_id = self.sessions.open(tx, caller.0, b.read_only, conn)?;
+            Ok(proto::BeginResponse { txn_id, snapshot, isolation })
+        };
+        done("Begin", r.await)
+    }
+
+    async fn get(
+        &self,
+        req: Request<proto::GetRequest>,
+    ) -> Result<Response<proto::GetResponse>, Status> {
+        let r = self.caller(&req).and_then(|caller| {
+            let g = req.get_ref();
+            let table = self.backend.table(&g.table)?;
+            self.with_txn(caller, g.txn_id, None, |tx| {
+                let value = tx.get(&table, &g.key).map_err(|e| engine(&e))?;
+                Ok(proto::GetResponse { value: value.map(Into::into) })
+            })
+        });
+        done("Get", r)
+    }
+
+    async fn put(
+        &self,
+        req: Request<proto::PutRequest>,
+    ) -> Result<Response<proto::PutResponse>, Status> {
+        let r = self.caller(&req).and_then(|caller| {
+            let p = req.get_ref();
+            let table = self.backend.table(&p.table)?;
+            self.with_txn(caller, p.txn_id, Some("Put"), |tx| {
+                tx.put(&table, &p.key, &p.value).map_err(|e| engine(&e))?;
+                Ok(proto::PutResponse {})
+            })
+        });
+        done("Put", r)
+    }
+
+    async fn delete(
+        &self,
+        req: Request<proto::DeleteRequest>,
+    ) -> Result<Response<proto::DeleteResponse>, Status> {
+        let r = self.caller(&req).and_then(|caller| {
+            let d = req.get_ref();
+            let table = self.backend.table(&d.table)?;
+            self.with_txn(caller, d.txn_id, Some("Delete"), |tx| {
+                let existed = tx.delete(&table, &d.key).map_err(|e| engine(&e))?;
+                Ok(proto::DeleteResponse { existed })
+            })
+        });
+        done("Delete", r)
+    }
+
+    async fn patch(
+        &self,
+        req: Request<proto::PatchRequest>,
+    ) -> Result<Response<proto::PatchResponse>, Status> {
+        let r = self.caller(&req).and_then(|caller| {
+            let p = req.get_ref();
+            let table = self.backend.table(&p.table)?;
+            self.with_txn(caller, p.txn_id, Some("Patch"), |tx| {
+                tx.update_range(&table, &p.key, p.offset as usize, &p.bytes)
+                    .map_err(|e| engine(&e))?;
+                Ok(proto::PatchResponse {})
+            })
+        });
+        done("Patch", r)
+    }
+
+    type ScanStream = ScanStream;
+
+    async fn scan(&self, req: Request<proto::ScanRequest>) -> Result<Response<ScanStream>, Status> {
+        let r = (|| -> Result<_, Status> {
+            let caller = self.caller(&req)?;
+            let s = req.into_inner();
+            let table = self.backend.table(&s.table)?;
+            let session = self.sessions.get(s.txn_id, caller.0)?;
+            let scan = Scan::of(s.range)?;
+            Ok((table, session, scan, s.txn_id))
+        })();
+        count("Scan", r.as_ref().map_or_else(|s| s.code(), |_| tonic::Code::Ok));
+        let (table, session, mut scan, id) = r?;
+        let sessions = Arc::clone(&self.sessions);
+        let (tx, rx) = tokio::sync::mpsc::channel(2);
+        tokio::spawn(async move {
+            while !scan.is_done() {
+                let batch = {
+                    let mut guard = session.txn.lock();
+                    match guard.as_mut() {
+                        Some(t) => scan.next_batch(t, &table, SCAN_BATCH_ROWS, SCAN_BATCH_BYTES),
+                        None => Err(refuse::no_transaction(id)),
+                    }
+                };
+                sessions.touch(&session);
+                let end = match &batch {
+                    Ok(rows) => rows.is_empty(),
+                    Err(_) => true,
+                };
+                if end && batch.is_ok() {
+                    break;
+                }
+                let msg = batch.map(|rows| proto::ScanResponse { rows });
+                if tx.send(msg).await.is_err() || end {
+                    break; // the client went away, or the scan failed
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
+    }
+
+    async fn commit(
+        &self,
+        req: Request<proto::CommitRequest>,
+    ) -> Result<Response<proto::CommitResponse>, Status> {
+        let r = async {
+            let caller = self.caller(&req)?;
+            let c = req.get_ref();
+            let tx = self.sessions.take(c.txn_id, caller.0)?;
+            let (token, durable, _) = self.commit_txn(tx, c.durability).await?;
+            Ok(proto::CommitResponse { token, durable })
+        };
+        done("Commit", r.await)
+    }
+
+    async fn abort(
+        &self,
+        req: Request<proto::AbortRequest>,
+    ) -> Result<Response<proto::AbortResponse>, Status> {
+        let r = self.caller(&req).and_then(|caller| {
+            self.sessions.take(req.get_ref().txn_id, caller.0)?.abort();
+            Ok(proto::AbortResponse {})
+        });
+        done("Abort", r)
+    }
+
+    async fn execute(
+        &self,
+        req: Request<proto::ExecuteRequest>,
+    ) -> Result<Response<proto::ExecuteResponse>, Status> {
+        let r = async {
+            let caller = self.caller(&req)?;
+            self.new_work()?;
+            // A call has no later message to say when a pre-commit is
+            // durable: the client asks with WaitFor.
+            self.execute_batch(caller, req.into_inner()).await.map(|(done, _)| done)
+        };
+        done("Execute", r.await)
+    }
+
+    type ExecuteStreamStream = crate::stream::Answers;
+
+    async fn execute_stream(
+        &self,
+        req: Request<tonic::Streaming<proto::ExecuteStreamRequest>>,
+    ) -> Result<Response<Self::ExecuteStreamStream>, Status> {
+        let caller = self
+            .caller(&req)
+            .and_then(|c| self.new_work().map(|()| c))
+            .inspect_err(|s| count("ExecuteStream", s.code()))?;
+        let service = Arc::new(self.clone());
+        Ok(Response::new(crate::stream::serve(service, caller, req.into_inner())))
+    }
+
+    async fn wait_for(
+        &self,
+        req: Request<proto::WaitForRequest>,
+    ) -> Result<Response<proto::WaitForResponse>, Status> {
+        let r = async {
+            self.caller(&req)?;
+            let w = req.get_ref();
+            let reached = self.backend.wait_for(w.token, self.wait_of(w.wait_ms)).await?;
+            Ok(proto::WaitForResponse { reached })
+        };
+        done("WaitFor", r.await)
+    }
+
+    async fn status(
+        &self,
+        req: Request<proto::StatusRequest>,
+    ) -> Result<Response<proto::StatusResponse>, Status> {
+        let r = self.caller(&req).map(|_| proto::StatusResponse {
+            role: if self.backend.is_replica() { "replica" } else { "writer" }.into(),
+            durable_token: self.backend.progress(),
+            open_transactions: self.sessions.open_count() as u32,
+            version: env!("CARGO_PKG_VERSION").into(),
+            cpu_seconds: process_cpu_seconds(),
+        });
+        done("Status", r)
+    }
+}
+
+/// This process's CPU time so far (user and system), in seconds.
+fn process_cpu_seconds() -> f64 {
+    // SAFETY: `getrusage` fills the struct it is given; a zeroed `rusage`
+    // is a valid value of it.
+    let usage = unsafe {
+        let mut u: libc::rusage = std::mem::zeroed();
+        if libc::getrusage(libc::RUSAGE_SELF, &mut u) != 0 {
+            return 0.0;
+        }
+        u
+    };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(usage.ru_utime) + secs(usage.ru_stime)
+}
