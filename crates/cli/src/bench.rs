@@ -430,7 +430,7 @@ pub(crate) fn bench_bank(a: BankArgs) -> Result<(), Failure> {
     if log.pages.is_some() {
         return Err("the page variants (naive-pages, atomic-pages) run `bench ycsb` only".into());
     }
-    let cfg = milliscale_sim::bank::BankConfig {
+    let cfg = milliscale_faults::bank::BankConfig {
         accounts: a.accounts,
         initial_balance: a.initial_balance,
         threads: a.threads,
@@ -441,7 +441,7 @@ pub(crate) fn bench_bank(a: BankArgs) -> Result<(), Failure> {
         seed: a.seed,
         standby: a.promote_when,
     };
-    let report = milliscale_sim::bank::run(&cfg)?;
+    let report = milliscale_faults::bank::run(&cfg)?;
     print_report(&report, a.json, false);
     Ok(())
 }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use milliscale::{Database, Options};
-use milliscale_sim::bank::journaled_ids;
+use milliscale_faults::bank::journaled_ids;
 use objstore::ObjectStore;
 
 fn fence_a_running_bank(url: &str, env: &[(&str, String)], store: Arc<dyn ObjectStore>, tag: &str) {

@@ -10,7 +10,7 @@
 //! 600-3,000 µs). Prints a markdown table
 //! of abort rates (mean over the seeds) and the oracle's verdict.
 
-use milliscale_milana::sim::{SimConfig, run};
+use milliscale_milana::dst::{DstConfig, run};
 
 fn main() {
     let mut args = std::env::args().skip(1).map(|a| a.parse::<u64>());
@@ -37,7 +37,7 @@ fn main() {
         for epsilon in epsilons {
             let (mut aborted, mut finished) = (0u64, 0u64);
             for seed in 1..=seeds {
-                let mut cfg = SimConfig::new(seed);
+                let mut cfg = DstConfig::new(seed);
                 cfg.retwis = Some(alpha);
                 cfg.clients = 20;
                 cfg.accounts = 10_000;

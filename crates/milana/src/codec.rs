@@ -8,7 +8,7 @@
 //! which.
 
 use crate::log::{Prepare, Record};
-use crate::types::{TxnId, Value, Version};
+use crate::types::{CommitTs, TxnId, Value};
 
 /// The format byte this version writes and reads.
 pub const FORMAT: u8 = 1;
@@ -77,7 +77,7 @@ fn txn(out: &mut Vec<u8>, t: TxnId) {
     out.extend_from_slice(&t.seq.to_le_bytes());
 }
 
-fn version(out: &mut Vec<u8>, v: Version) {
+fn version(out: &mut Vec<u8>, v: CommitTs) {
     out.extend_from_slice(&v.ts.to_le_bytes());
     out.extend_from_slice(&v.client.to_le_bytes());
 }
@@ -116,8 +116,8 @@ impl Reader<'_> {
     fn txn(&mut self) -> Result<TxnId, DecodeError> {
         Ok(TxnId { client: self.u32("txn client")?, seq: self.u64("txn seq")? })
     }
-    fn version(&mut self) -> Result<Version, DecodeError> {
-        Ok(Version { ts: self.u64("version ts")?, client: self.u32("version client")? })
+    fn version(&mut self) -> Result<CommitTs, DecodeError> {
+        Ok(CommitTs { ts: self.u64("version ts")?, client: self.u32("version client")? })
     }
     /// A count of items, each at least `min` bytes: refused when the bytes
     /// left cannot hold it (so a corrupt count cannot ask for gigabytes).
@@ -182,7 +182,7 @@ mod tests {
 
     fn record() -> impl Strategy<Value = Record> {
         let txn = (any::<u32>(), any::<u64>()).prop_map(|(client, seq)| TxnId { client, seq });
-        let version = (any::<u64>(), any::<u32>()).prop_map(|(ts, client)| Version { ts, client });
+        let version = (any::<u64>(), any::<u32>()).prop_map(|(ts, client)| CommitTs { ts, client });
         let key = proptest::collection::vec(any::<u8>(), 0..20);
         let prepare = (
             txn.clone(),

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use crate::log::Prepare;
 use crate::participant::ReadReply;
-use crate::types::{Key, ShardId, Timestamp, TxnId, TxnStatus, Value, Version};
+use crate::types::{CommitTs, Key, ShardId, Timestamp, TxnId, TxnStatus, Value};
 
 /// A transaction at its client (the coordinator).
 #[derive(Debug, Clone)]
@@ -45,7 +45,7 @@ impl ClientTxn {
     /// by shard; `shard_of` places a key.
     pub fn prepares(
         &self,
-        version: Version,
+        version: CommitTs,
         shard_of: impl Fn(&[u8]) -> ShardId,
     ) -> BTreeMap<ShardId, Prepare> {
         let mut by_shard: BTreeMap<ShardId, Prepare> = BTreeMap::new();

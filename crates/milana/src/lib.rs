@@ -6,18 +6,18 @@
 //! its log and asks the other participants about what it cannot decide.
 //!
 //! The protocol is written without I/O, so that the deterministic
-//! simulation ([`sim`]) and, later, the shard servers run the same code:
+//! simulation ([`dst`]) and, later, the shard servers run the same code:
 //!
 //! | mechanism (MILANA) | where |
 //! |---|---|
-//! | versions ⟨timestamp, client id⟩ | [`types::Version`] |
+//! | versions ⟨timestamp, client id⟩ | [`types::CommitTs`] |
 //! | hybrid clocks with skew ε at the clients | [`clock`] |
 //! | latestRead / prepared / latestCommitted per key; Algorithm 1 (validation) | [`participant::Participant::prepare`] |
 //! | the prepare, commit, abort and read-lease records | [`log`], their bytes [`codec`] |
 //! | a shard's log on the engine (object store, quorum, fencing, standby) | [`shard_log`] |
 //! | the shard map: versions on the store, published with conditional writes | [`shard_map`] |
 //! | local validation of read-only transactions (§4.3) | [`coordinator::ClientTxn::locally_valid`] |
-//! | the client as coordinator: one prepare per shard, the decision | [`coordinator::ClientTxn::prepares`], [`sim`] |
+//! | the client as coordinator: one prepare per shard, the decision | [`coordinator::ClientTxn::prepares`], [`dst`] |
 //! | cooperative termination (§4.5) | [`coordinator::terminate`], [`participant::Participant::status`] |
 //! | recovery, Algorithm 2 (the merge), the latest-read pitfall | [`participant::Participant::recover`] |
 //! | watermark garbage collection (§4.4) | [`participant::Participant::collect`] |
@@ -29,10 +29,10 @@
 pub mod clock;
 pub mod codec;
 pub mod coordinator;
+pub mod dst;
 pub mod log;
 pub mod net;
 pub mod participant;
 pub mod shard_log;
 pub mod shard_map;
-pub mod sim;
 pub mod types;

@@ -15,7 +15,7 @@
 //!   logged (the pitfall of MILANA §4.5, closed by logging a bound
 //!   instead of waiting out ε).
 
-use crate::types::{Key, ShardId, TxnId, Value, Version};
+use crate::types::{CommitTs, Key, ShardId, TxnId, Value};
 
 /// A transaction as one participant prepared it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -23,9 +23,9 @@ pub struct Prepare {
     /// The transaction.
     pub txn: TxnId,
     /// The version its writes get: ⟨commit timestamp, client⟩.
-    pub version: Version,
+    pub version: CommitTs,
     /// The keys it read on this shard, and the versions it read.
-    pub reads: Vec<(Key, Version)>,
+    pub reads: Vec<(Key, CommitTs)>,
     /// Its writes on this shard (`None`: delete).
     pub writes: Vec<(Key, Option<Value>)>,
     /// Every shard it touches, this one included.

@@ -22,7 +22,7 @@
 use std::collections::BTreeMap;
 
 use crate::log::{Prepare, Record};
-use crate::types::{Key, ShardId, Timestamp, TxnId, TxnStatus, Value, Version};
+use crate::types::{CommitTs, Key, ShardId, Timestamp, TxnId, TxnStatus, Value};
 
 /// Deliberate protocol bugs, for showing that the simulation catches them.
 /// All off in real use.
@@ -45,16 +45,16 @@ pub struct Mutations {
 #[derive(Debug, Clone, Default)]
 struct KeyState {
     /// Committed versions, oldest first.
-    versions: Vec<(Version, Option<Value>)>,
+    versions: Vec<(CommitTs, Option<Value>)>,
     latest_read: Timestamp,
     /// The undecided transaction validated on this key, and the version it
     /// writes here if it writes.
-    prepared: Option<(TxnId, Option<Version>)>,
+    prepared: Option<(TxnId, Option<CommitTs>)>,
 }
 
 impl KeyState {
-    fn latest_committed(&self) -> Version {
-        self.versions.last().map_or(Version::INITIAL, |v| v.0)
+    fn latest_committed(&self) -> CommitTs {
+        self.versions.last().map_or(CommitTs::INITIAL, |v| v.0)
     }
 }
 
@@ -72,7 +72,7 @@ enum Entry {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ReadReply {
     /// The version read.
-    pub version: Version,
+    pub version: CommitTs,
     /// Its value (`None`: no value).
     pub value: Option<Value>,
     /// A prepared write at or below the read timestamp exists.
@@ -178,7 +178,7 @@ impl Participant {
         let k = self.keys.entry(key.to_vec()).or_default();
         k.latest_read = k.latest_read.max(at);
         let visible = k.versions.iter().rev().find(|(v, _)| v.ts <= at);
-        let (version, value) = visible.cloned().unwrap_or((Version::INITIAL, None));
+        let (version, value) = visible.cloned().unwrap_or((CommitTs::INITIAL, None));
         let prepared_below = matches!(k.prepared, Some((_, Some(v))) if v.ts <= at);
         ReadReply { version, value, prepared_below }
     }
@@ -212,7 +212,7 @@ impl Participant {
             if k.is_some_and(|k| k.prepared.is_some()) {
                 return Err("a key read is prepared by another transaction");
             }
-            if k.map_or(Version::INITIAL, KeyState::latest_committed) != *version {
+            if k.map_or(CommitTs::INITIAL, KeyState::latest_committed) != *version {
                 return Err("a key read has a newer committed version");
             }
         }
@@ -227,7 +227,7 @@ impl Participant {
                     return Err("a key written was read at or after the commit timestamp");
                 }
             }
-            if k.map_or(Version::INITIAL, KeyState::latest_committed) >= p.version {
+            if k.map_or(CommitTs::INITIAL, KeyState::latest_committed) >= p.version {
                 return Err("a key written has a committed version at or after this one");
             }
         }
@@ -310,7 +310,7 @@ impl Participant {
     }
 
     /// Every key's committed versions, oldest first (for the oracle).
-    pub fn committed(&self) -> BTreeMap<Key, Vec<(Version, Option<Value>)>> {
+    pub fn committed(&self) -> BTreeMap<Key, Vec<(CommitTs, Option<Value>)>> {
         self.keys
             .iter()
             .filter(|(_, k)| !k.versions.is_empty())
@@ -405,11 +405,11 @@ mod tests {
     const T1: TxnId = TxnId { client: 1, seq: 1 };
     const T2: TxnId = TxnId { client: 2, seq: 1 };
 
-    fn v(ts: Timestamp, client: u32) -> Version {
-        Version { ts, client }
+    fn v(ts: Timestamp, client: u32) -> CommitTs {
+        CommitTs { ts, client }
     }
 
-    fn prep(txn: TxnId, version: Version, reads: &[(&str, Version)], writes: &[&str]) -> Prepare {
+    fn prep(txn: TxnId, version: CommitTs, reads: &[(&str, CommitTs)], writes: &[&str]) -> Prepare {
         Prepare {
             txn,
             version,
@@ -430,7 +430,7 @@ mod tests {
     fn algorithm_1_refuses_each_conflict_it_names() {
         let mut p = Participant::new(0, 1_000, Mutations::default());
         // A write below a served read (line 13).
-        assert_eq!(serve(&mut p, "k", 100).version, Version::INITIAL);
+        assert_eq!(serve(&mut p, "k", 100).version, CommitTs::INITIAL);
         let (vote, rec) = p.prepare(prep(T1, v(90, 1), &[], &["k"]));
         assert!(matches!(vote, Vote::No(_)) && rec == Some(Record::Abort(T1)));
         // A prepared key blocks reads and writes of it (lines 3 and 11).
@@ -439,7 +439,7 @@ mod tests {
         assert!(!serve(&mut p, "k", 150).prepared_below, "one at 150 does not");
         let t3 = TxnId { client: 3, seq: 1 };
         assert!(matches!(
-            p.prepare(prep(t3, v(400, 3), &[("k", Version::INITIAL)], &[])).0,
+            p.prepare(prep(t3, v(400, 3), &[("k", CommitTs::INITIAL)], &[])).0,
             Vote::No(_)
         ));
         // Committed: a read of the old version fails (line 5), a write at
@@ -447,7 +447,7 @@ mod tests {
         assert_eq!(p.decide(T2, true), Some(Record::Commit(T2)));
         let t4 = TxnId { client: 4, seq: 1 };
         assert!(matches!(
-            p.prepare(prep(t4, v(500, 4), &[("k", Version::INITIAL)], &[])).0,
+            p.prepare(prep(t4, v(500, 4), &[("k", CommitTs::INITIAL)], &[])).0,
             Vote::No(_)
         ));
         let t5 = TxnId { client: 5, seq: 1 };

@@ -12,20 +12,22 @@ pub type ClientId = u32;
 /// Microseconds on a clock (a client's hybrid clock, or a shard's).
 pub type Timestamp = u64;
 
-/// A version stamp, ⟨timestamp, client id⟩ (MILANA §4.1): the commit
-/// timestamp of the transaction that wrote it, made unique and totally
-/// ordered by the client id.
+/// A version stamp, ⟨timestamp, client id⟩ (MILANA §4.1; the paper calls
+/// it a version): the commit timestamp of the transaction that wrote it,
+/// made unique and totally ordered by the client id. Named `CommitTs` so
+/// that `Version` means one thing: the engine's version of a row in its
+/// chain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub struct Version {
+pub struct CommitTs {
     /// The writer's commit timestamp.
     pub ts: Timestamp,
     /// The writer.
     pub client: ClientId,
 }
 
-impl Version {
+impl CommitTs {
     /// The version every key has before its first write.
-    pub const INITIAL: Version = Version { ts: 0, client: 0 };
+    pub const INITIAL: CommitTs = CommitTs { ts: 0, client: 0 };
 }
 
 /// A transaction: its client and the client's sequence number for it.

@@ -254,7 +254,7 @@ fn prepare(client: u32, seq: u64, key: Vec<u8>, parts: Vec<u32>) -> proto::Prepa
         .as_micros() as u64;
     proto::PrepareRequest {
         txn: txn(client, seq),
-        version: Some(proto::Version { ts, client }),
+        version: Some(proto::CommitTs { ts, client }),
         reads: Vec::new(),
         writes: vec![proto::Write { key, value: Some(b"7".to_vec()) }],
         participants: parts,

@@ -10,7 +10,7 @@ use milliscale::{Database, Options};
 use milliscale_milana::log::{Prepare, Record};
 use milliscale_milana::participant::{Mutations, Participant, Recovered, Vote};
 use milliscale_milana::shard_log::{ShardLog, TABLE};
-use milliscale_milana::types::{TxnId, TxnStatus, Version};
+use milliscale_milana::types::{CommitTs, TxnId, TxnStatus};
 
 fn options(dir: &tempfile::TempDir) -> Options {
     Options::new().store(format!("file://{}", dir.path().display()))
@@ -19,8 +19,8 @@ fn options(dir: &tempfile::TempDir) -> Options {
 fn prepare(client: u32, seq: u64, ts: u64, key: &str, participants: Vec<u32>) -> Prepare {
     Prepare {
         txn: TxnId { client, seq },
-        version: Version { ts, client },
-        reads: vec![(key.as_bytes().to_vec(), Version::INITIAL)],
+        version: CommitTs { ts, client },
+        reads: vec![(key.as_bytes().to_vec(), CommitTs::INITIAL)],
         writes: vec![(key.as_bytes().to_vec(), Some(format!("{client}-{seq}").into_bytes()))],
         participants,
     }

@@ -33,7 +33,7 @@ use super::proto::{self, shard_client::ShardClient};
 use crate::clock::HybridClock;
 use crate::coordinator::ClientTxn;
 use crate::shard_map::{MapStore, ShardMap};
-use crate::types::{ClientId, ShardId, Timestamp, TxnId, Value, Version};
+use crate::types::{ClientId, CommitTs, ShardId, Timestamp, TxnId, Value};
 
 /// Why a transaction did not commit, or might not have.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -343,7 +343,7 @@ impl Txn {
                 Err(TxnError::Aborted("a key read had a prepared write below the read time".into()))
             };
         }
-        let version = Version {
+        let version = CommitTs {
             ts: lock(&client.inner.clock).now(physical_now()),
             client: client.inner.opts.id,
         };

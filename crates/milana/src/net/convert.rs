@@ -6,7 +6,7 @@ use tonic::Status;
 use super::proto;
 use crate::log::Prepare;
 use crate::participant::ReadReply;
-use crate::types::{TxnId, TxnStatus, Version};
+use crate::types::{CommitTs, TxnId, TxnStatus};
 
 pub fn txn_to(t: TxnId) -> proto::TxnId {
     proto::TxnId { client: t.client, seq: t.seq }
@@ -17,12 +17,12 @@ pub fn txn_from(t: Option<proto::TxnId>) -> Result<TxnId, Status> {
     Ok(TxnId { client: t.client, seq: t.seq })
 }
 
-pub fn version_to(v: Version) -> proto::Version {
-    proto::Version { ts: v.ts, client: v.client }
+pub fn version_to(v: CommitTs) -> proto::CommitTs {
+    proto::CommitTs { ts: v.ts, client: v.client }
 }
 
-pub fn version_from(v: Option<proto::Version>) -> Version {
-    v.map_or(Version::INITIAL, |v| Version { ts: v.ts, client: v.client })
+pub fn version_from(v: Option<proto::CommitTs>) -> CommitTs {
+    v.map_or(CommitTs::INITIAL, |v| CommitTs { ts: v.ts, client: v.client })
 }
 
 pub fn prepare_to(p: &Prepare) -> proto::PrepareRequest {
@@ -51,7 +51,7 @@ pub fn prepare_from(p: proto::PrepareRequest) -> Result<Prepare, Status> {
     participants.dedup();
     Ok(Prepare {
         txn: txn_from(p.txn)?,
-        version: Version { ts: version.ts, client: version.client },
+        version: CommitTs { ts: version.ts, client: version.client },
         reads: p.reads.into_iter().map(|r| (r.key, version_from(r.version))).collect(),
         writes: p.writes.into_iter().map(|w| (w.key, w.value)).collect(),
         participants,

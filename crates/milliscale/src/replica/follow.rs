@@ -53,27 +53,23 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
-use hdrhistogram::Histogram;
-use parking_lot::{Condvar, Mutex};
 
 use super::ReplicaOptions;
 use super::apply;
-use super::shared::{Progress, Shared, TailMsg};
+use super::shared::{Shared, TailMsg};
 use super::tail::ChainTail;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::keys::Chain;
 use crate::log::hedge::HedgePolicy;
-use crate::log::record::{Entry, Part};
-use crate::log::segment::WriteMode;
+use crate::log::record::Entry;
 use crate::manifest::{LogRef, Manifest, SealedLog};
 use crate::mvcc::Csn;
-use crate::rate::EventRate;
 use crate::table::TableInner;
 
 /// While the database is idle, the manifest is checked every this many

@@ -10,7 +10,6 @@ use objstore::StoreError;
 
 use super::apply;
 use super::follow::*;
-use super::shared::*;
 use crate::error::{Error, Result};
 use crate::keys::manifest_key;
 use crate::manifest::{Manifest, ManifestStore};

@@ -1,4 +1,5 @@
-//! A deterministic simulation of MILANA: shard primaries with logs that
+//! A deterministic simulation of MILANA (`dst`: deterministic simulation
+//! testing; "sim" is the simulated object store alone): shard primaries with logs that
 //! become durable after a delay and lose their tail in a crash, clients
 //! with skewed hybrid clocks running a bank across the shards, a network
 //! that delays, drops and partitions, and coordinators that die
@@ -21,10 +22,10 @@ use std::hash::{Hash, Hasher};
 use crate::log::Record;
 use crate::participant::Participant;
 use world::World;
-pub use world::{Outcome, Reported, SimConfig, SimReport};
+pub use world::{DstConfig, DstReport, Outcome, Reported};
 
 /// Run one simulation.
-pub fn run(cfg: &SimConfig) -> SimReport {
+pub fn run(cfg: &DstConfig) -> DstReport {
     let mut w = World::new(cfg.clone());
     w.start();
     // A bound far past any sane run: a livelock is a finding too.
@@ -54,7 +55,7 @@ pub fn run(cfg: &SimConfig) -> SimReport {
     let audits = |r: Reported| w.history.iter().filter(|o| o.audit && o.reported == r).count();
     let (audits_committed, audits_aborted) =
         (audits(Reported::Committed) as u32, audits(Reported::Aborted) as u32);
-    SimReport {
+    DstReport {
         hash: w.hasher.finish(),
         events: w.processed,
         end: w.now,

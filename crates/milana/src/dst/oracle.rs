@@ -24,12 +24,12 @@
 
 use std::collections::BTreeMap;
 
-use super::world::{Outcome, Reported, SimConfig, account_key, balance};
+use super::world::{DstConfig, Outcome, Reported, account_key, balance};
 use crate::log::{Prepare, Record};
 use crate::participant::Participant;
-use crate::types::{Key, TxnId, TxnStatus, Value, Version};
+use crate::types::{CommitTs, Key, TxnId, TxnStatus, Value};
 
-type Versions = BTreeMap<Key, Vec<(Version, Option<Value>)>>;
+type Versions = BTreeMap<Key, Vec<(CommitTs, Option<Value>)>>;
 
 /// Every version committed, from the shards' logs (their prepares and
 /// commits): the primaries' memory has dropped the old ones.
@@ -61,7 +61,7 @@ fn committed_versions(logs: &[&[Record]]) -> Versions {
 
 /// Check the end state of a run; what is wrong, one line each.
 pub fn check(
-    cfg: &SimConfig,
+    cfg: &DstConfig,
     shards: &[&Participant],
     logs: &[&[Record]],
     history: &[Outcome],
@@ -77,11 +77,11 @@ pub fn check(
         }
     }
     // The newest committed version of `key` that `visible` accepts.
-    let newest = |key: &Key, visible: &dyn Fn(Version) -> bool| -> (Version, Option<Value>) {
+    let newest = |key: &Key, visible: &dyn Fn(CommitTs) -> bool| -> (CommitTs, Option<Value>) {
         truth
             .get(key)
             .and_then(|vs| vs.iter().rev().find(|(v, _)| visible(*v)).cloned())
-            .unwrap_or((Version::INITIAL, None))
+            .unwrap_or((CommitTs::INITIAL, None))
     };
     let total = u64::from(cfg.accounts) * cfg.initial_balance;
     for o in history {

@@ -12,12 +12,12 @@ use crate::clock::{HybridClock, draw_skew};
 use crate::coordinator::ClientTxn;
 use crate::log::{Prepare, Record};
 use crate::participant::{Mutations, Participant, ReadReply};
-use crate::types::{ClientId, Key, ShardId, Timestamp, TxnId, TxnStatus, Value, Version};
+use crate::types::{ClientId, CommitTs, Key, ShardId, Timestamp, TxnId, TxnStatus, Value};
 
 /// What one simulation runs: sizes, the workload, and the faults. Times
 /// are in microseconds of simulated time.
 #[derive(Debug, Clone)]
-pub struct SimConfig {
+pub struct DstConfig {
     /// Drives every random choice.
     pub seed: u64,
     /// Shard primaries.
@@ -68,11 +68,11 @@ pub struct SimConfig {
     pub retwis: Option<f64>,
 }
 
-impl SimConfig {
+impl DstConfig {
     /// The defaults for `seed`: 3 shards, 4 clients, 12 accounts, 25
     /// transactions each, ε = 1.5 ms, every fault on.
-    pub fn new(seed: u64) -> SimConfig {
-        SimConfig {
+    pub fn new(seed: u64) -> DstConfig {
+        DstConfig {
             seed,
             shards: 3,
             clients: 4,
@@ -119,11 +119,11 @@ pub struct Outcome {
     /// Its begin timestamp.
     pub begin: Timestamp,
     /// Its commit version (read-write transactions that asked to commit).
-    pub version: Option<Version>,
+    pub version: Option<CommitTs>,
     /// The shards it asked to commit.
     pub participants: Vec<ShardId>,
     /// What it read: key, version, value.
-    pub reads: Vec<(Key, Version, Option<Value>)>,
+    pub reads: Vec<(Key, CommitTs, Option<Value>)>,
     /// What it wrote.
     pub writes: Vec<(Key, Option<Value>)>,
     /// What the client said.
@@ -132,7 +132,7 @@ pub struct Outcome {
 
 /// What a simulation did and found.
 #[derive(Debug, Clone)]
-pub struct SimReport {
+pub struct DstReport {
     /// A hash of every event in order: equal for equal seeds.
     pub hash: u64,
     /// Events processed.
@@ -230,7 +230,7 @@ pub(super) struct Active {
     pub(super) audit: bool,
     pub(super) plan: Plan,
     pub(super) stage: Stage,
-    pub(super) version: Option<Version>,
+    pub(super) version: Option<CommitTs>,
     pub(super) prepares: BTreeMap<ShardId, Prepare>,
 }
 
@@ -253,7 +253,7 @@ pub(super) struct Client {
 }
 
 pub(super) struct World {
-    pub(super) cfg: SimConfig,
+    pub(super) cfg: DstConfig,
     pub(super) now: Timestamp,
     pub(super) seq: u64,
     pub(super) queue: BinaryHeap<Reverse<(Timestamp, u64, usize)>>,
@@ -292,7 +292,7 @@ pub(crate) fn balance(value: &Option<Value>, initial: u64) -> u64 {
 }
 
 impl World {
-    pub(super) fn new(cfg: SimConfig) -> World {
+    pub(super) fn new(cfg: DstConfig) -> World {
         let mut rng = SmallRng::seed_from_u64(cfg.seed);
         let cfg_zipf = cfg.retwis.map(|alpha| {
             rand_distr::Zipf::new(f64::from(cfg.accounts), alpha).expect("α > 0 and keys > 0")

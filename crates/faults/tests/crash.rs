@@ -49,7 +49,7 @@ use parking_lot::Mutex;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use milliscale_sim::crash_store::{CrashMode, CrashStore, Schedule};
+use milliscale_faults::crash_store::{CrashMode, CrashStore, Schedule};
 
 const ACCOUNTS: u64 = 8;
 const INITIAL: u64 = 1000;
@@ -392,7 +392,7 @@ fn run_seed(seed: u64, tally: &mut Tally) {
 
 #[test]
 fn crashes_at_random_writes_lose_no_acknowledged_transfer() {
-    let seeds = milliscale_sim::seeds_from_env(200);
+    let seeds = milliscale_faults::seeds_from_env(200);
     let (first, n) = (seeds.start, seeds.end - seeds.start);
     let started = std::time::Instant::now();
     let mut tally = Tally::default();

@@ -37,7 +37,7 @@ use std::time::Duration;
 
 use milliscale::options::LOG_STREAMS_PER_GROUP;
 use milliscale::{Database, Direction, Error, Options, Replica, ReplicaOptions, Table};
-use milliscale_sim::crash_store::{CrashMode, CrashStore, Schedule};
+use milliscale_faults::crash_store::{CrashMode, CrashStore, Schedule};
 use objstore::{Bytes, Hedge, MemoryStore, ObjectMeta, ObjectStore, Result, StoreError};
 use parking_lot::Mutex;
 use rand::rngs::SmallRng;
@@ -552,7 +552,7 @@ fn run_seed(seed: u64, tally: &mut Tally) {
 
 #[test]
 fn a_replica_never_exposes_a_write_a_crash_takes_back() {
-    let seeds = milliscale_sim::seeds_from_env(200);
+    let seeds = milliscale_faults::seeds_from_env(200);
     let (first, n) = (seeds.start, seeds.end - seeds.start);
     let started = std::time::Instant::now();
     let mut tally = Tally::default();

@@ -7,8 +7,8 @@
 //! `MILLISCALE_MILANA_SEEDS` (default 200) and `MILLISCALE_MILANA_SEED`
 //! (the first seed, default 1) choose the seeds.
 
+use milliscale_milana::dst::{DstConfig, run};
 use milliscale_milana::participant::Mutations;
-use milliscale_milana::sim::{SimConfig, run};
 
 fn seeds() -> std::ops::Range<u64> {
     let env = |k: &str, d: u64| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
@@ -21,7 +21,7 @@ fn every_seed_is_serializable_keeps_the_bank_and_terminates() {
     let (mut committed, mut aborted, mut unknown, mut audits, mut crashes) = (0, 0, 0, 0, 0);
     let mut collected = 0;
     for seed in seeds() {
-        let r = run(&SimConfig::new(seed));
+        let r = run(&DstConfig::new(seed));
         assert!(r.violations.is_empty(), "seed {seed}: {:#?}", r.violations);
         committed += r.committed;
         aborted += r.aborted;
@@ -41,18 +41,18 @@ fn every_seed_is_serializable_keeps_the_bank_and_terminates() {
 
 #[test]
 fn a_seed_replays_the_same_history() {
-    let first = run(&SimConfig::new(42));
+    let first = run(&DstConfig::new(42));
     for _ in 0..9 {
-        assert_eq!(run(&SimConfig::new(42)).hash, first.hash);
+        assert_eq!(run(&DstConfig::new(42)).hash, first.hash);
     }
-    assert_ne!(run(&SimConfig::new(43)).hash, first.hash);
+    assert_ne!(run(&DstConfig::new(43)).hash, first.hash);
 }
 
 /// The first seed of the CI range on which `mutations` break an oracle
 /// check.
 fn caught(mutations: Mutations) -> Option<(u64, String)> {
     seeds().find_map(|seed| {
-        let mut cfg = SimConfig::new(seed);
+        let mut cfg = DstConfig::new(seed);
         cfg.mutations = mutations;
         run(&cfg).violations.first().map(|v| (seed, v.clone()))
     })

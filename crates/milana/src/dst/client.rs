@@ -1,6 +1,6 @@
 //! The simulated clients: each runs one transaction at a time (a transfer
 //! between two accounts or a read-only audit of all of them; or, with
-//! `SimConfig::retwis`, Retwis's mix) and coordinates its commit.
+//! `DstConfig::retwis`, Retwis's mix) and coordinates its commit.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -8,7 +8,7 @@ use rand::Rng;
 
 use crate::coordinator::ClientTxn;
 use crate::log::Prepare;
-use crate::types::{ClientId, Key, ShardId, TxnId, Version};
+use crate::types::{ClientId, CommitTs, Key, ShardId, TxnId};
 
 use super::world::{
     Active, Event, Msg, Node, Outcome, Plan, Reported, Stage, World, account_key, balance, shard_of,
@@ -164,7 +164,7 @@ impl World {
                 }
             }
         }
-        let version = Version { ts: client.clock.now(now), client: c };
+        let version = CommitTs { ts: client.clock.now(now), client: c };
         let shards = cfg.shards;
         let prepares = a.txn.prepares(version, |k| shard_of(k, shards));
         a.version = Some(version);
