@@ -99,3 +99,17 @@ def test_tls_checks_the_name_on_the_certificate(tls_server):
                  lambda: Client(server.address, connect_timeout=1)):
         with pytest.raises(MilliscaleError):
             make().list_tables()
+
+
+def test_a_value_over_the_message_limit_is_refused_naming_the_limit(db):
+    """40 MiB against the 16 MiB limit: OUT_OF_RANGE, with the limit's real
+    figure and where it is set, and the connection goes on."""
+    db.create_table("t")
+    for call in (lambda: db.put("t", b"k", b"x" * (40 << 20)), lambda: db.transaction().put("t", b"k", b"x" * (40 << 20))):
+        with pytest.raises(MilliscaleError) as e:
+            call()
+        assert (e.value.code, e.value.kind, e.value.retryable) == (StatusCode.OUT_OF_RANGE, "limit", False)
+        assert "16777216 bytes (16.0 MiB)" in e.value.message, e.value.message
+        assert "--max-message-bytes" in e.value.message, e.value.message
+    db.put("t", b"k", b"small")
+    assert db.get("t", b"k") == b"small"

@@ -24,6 +24,21 @@ impl Error {
         Error { code: tonic::Code::Unavailable, kind: "client".into(), retryable: false, message }
     }
 
+    /// A request over the message limit, refused before it was sent.
+    pub(crate) fn too_large(len: usize, max: usize) -> Error {
+        Error {
+            code: tonic::Code::OutOfRange,
+            kind: "limit".into(),
+            retryable: false,
+            message: format!(
+                "the request is {len} bytes, over the message limit of {max} bytes ({:.1} MiB): \
+                 send less per call, or raise the limit on both sides (`milliscale serve \
+                 --max-message-bytes`, `ClientBuilder::max_message_bytes`)",
+                max as f64 / f64::from(1u32 << 20)
+            ),
+        }
+    }
+
     /// One failed answer of a stream of batches: what a call's status and
     /// metadata would have said.
     pub(crate) fn from_failure(f: crate::proto::Failure) -> Error {

@@ -143,7 +143,7 @@ impl ClientBuilder {
         // so, OUT_OF_RANGE); the client bounds only what it accepts.
         let stub = Stub::new(channel).max_decoding_message_size(self.max_message_bytes);
         let streams = self.streamed_batches.then(Arc::default);
-        Ok(Client { stub, token, streams })
+        Ok(Client { stub, token, streams, max_message_bytes: self.max_message_bytes })
     }
 }
 
@@ -155,6 +155,8 @@ pub struct Client {
     token: Option<MetadataValue<Ascii>>,
     /// The stream one-shot batches go over, unless they go as calls.
     streams: Option<Arc<stream::Multiplexer>>,
+    /// The largest request this client sends ([`ClientBuilder::max_message_bytes`]).
+    max_message_bytes: usize,
 }
 
 /// The server's role and progress ([`Client::status`]).
@@ -201,6 +203,17 @@ impl Client {
         r
     }
 
+    /// Refuse a request over the message limit before sending it, with a
+    /// message that says the limit and where it is set (the server would
+    /// refuse it too, OUT_OF_RANGE, after receiving all of it).
+    pub(crate) fn fits(&self, request: &impl prost::Message) -> Result<()> {
+        let len = request.encoded_len();
+        if len > self.max_message_bytes {
+            return Err(Error::too_large(len, self.max_message_bytes));
+        }
+        Ok(())
+    }
+
     pub(crate) fn stub(&self) -> Stub {
         self.stub.clone()
     }
@@ -238,6 +251,7 @@ impl Client {
     /// Run a batch as one transaction in one round trip.
     pub async fn execute(&self, batch: Batch) -> Result<BatchResult> {
         let request = batch.into_request();
+        self.fits(&request)?;
         let resp = match self.stream_for(&request) {
             Some(streams) => streams.execute(self, request, None).await?,
             None => self.stub().execute(self.req(request)).await?.into_inner(),
@@ -256,6 +270,7 @@ impl Client {
     /// off, or 1 MiB or more) waits for durability before it answers.
     pub async fn execute_pipelined(&self, batch: Batch) -> Result<(BatchResult, CommitAck)> {
         let mut request = batch.durability(Durability::Precommit).into_request();
+        self.fits(&request)?;
         match self.stream_for(&request) {
             Some(streams) => {
                 let (tell, told) = tokio::sync::oneshot::channel();

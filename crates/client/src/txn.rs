@@ -172,33 +172,39 @@ impl Transaction {
 
     /// Read `key`; `None` if it has no visible value.
     pub async fn get(&mut self, table: &str, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        let r = self.client.req(proto::GetRequest {
+        let request = proto::GetRequest {
             txn_id: self.id,
             table: table.into(),
             key: Bytes::copy_from_slice(key),
-        });
+        };
+        self.client.fits(&request)?;
+        let r = self.client.req(request);
         Ok(self.client.stub().get(r).await?.into_inner().value.map(Vec::from))
     }
 
     /// Write `value` under `key`.
     pub async fn put(&mut self, table: &str, key: &[u8], value: &[u8]) -> Result<()> {
-        let r = self.client.req(proto::PutRequest {
+        let request = proto::PutRequest {
             txn_id: self.id,
             table: table.into(),
             key: Bytes::copy_from_slice(key),
             value: Bytes::copy_from_slice(value),
-        });
+        };
+        self.client.fits(&request)?;
+        let r = self.client.req(request);
         self.client.stub().put(r).await?;
         Ok(())
     }
 
     /// Delete `key`; whether it had a value.
     pub async fn delete(&mut self, table: &str, key: &[u8]) -> Result<bool> {
-        let r = self.client.req(proto::DeleteRequest {
+        let request = proto::DeleteRequest {
             txn_id: self.id,
             table: table.into(),
             key: Bytes::copy_from_slice(key),
-        });
+        };
+        self.client.fits(&request)?;
+        let r = self.client.req(request);
         Ok(self.client.stub().delete(r).await?.into_inner().existed)
     }
 
@@ -211,13 +217,15 @@ impl Transaction {
         offset: u32,
         bytes: &[u8],
     ) -> Result<()> {
-        let r = self.client.req(proto::PatchRequest {
+        let request = proto::PatchRequest {
             txn_id: self.id,
             table: table.into(),
             key: Bytes::copy_from_slice(key),
             offset,
             bytes: Bytes::copy_from_slice(bytes),
-        });
+        };
+        self.client.fits(&request)?;
+        let r = self.client.req(request);
         self.client.stub().patch(r).await?;
         Ok(())
     }

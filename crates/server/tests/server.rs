@@ -294,8 +294,26 @@ async fn caps_idle_expiry_and_size_limits_answer_with_clear_statuses() {
     for i in 0..70u32 {
         huge.put("t", &i.to_be_bytes(), &vec![0u8; 256 * 1024]);
     }
-    let e = c.execute(huge).await.expect_err("over 16 MiB");
+    // The client refuses what is over its limit (16 MiB, as the server's)
+    // before sending it, and says the limit and where it is set.
+    let e = c.execute(huge.clone()).await.expect_err("over 16 MiB");
+    assert_eq!((e.code(), e.kind()), (Code::OutOfRange, "limit"), "{e}");
+    assert!(e.message().contains("limit of 16777216 bytes (16.0 MiB)"), "{e}");
+    let e = c.put("t", b"k", &vec![7u8; 40 << 20]).await.expect_err("40 MiB");
+    assert!(e.message().contains("41943") && e.message().contains("--max-message-bytes"), "{e}");
+    // A client with a larger limit sends it, and the server refuses it.
+    let big_client = Client::builder(s.local_addr().to_string())
+        .max_message_bytes(64 << 20)
+        .connect()
+        .await
+        .expect("connect");
+    let e = big_client.execute(huge).await.expect_err("over the server's 16 MiB");
     assert_eq!(e.code(), Code::OutOfRange, "{e}");
+    assert!(e.message().contains("16777216"), "the server's message names its limit: {e}");
+    let mut tx = big_client.begin().await.expect("begin");
+    let e = tx.put("t", b"k", &vec![7u8; 40 << 20]).await.expect_err("40 MiB");
+    assert_eq!(e.code(), Code::OutOfRange, "{e}");
+    assert!(e.message().contains("16777216"), "the server's message names its limit: {e}");
     assert_eq!(c.get("t", &0u32.to_be_bytes()).await.expect("get"), None);
     c.put("t", b"after", b"ok").await.expect("the server still serves");
     s.shutdown().await;
