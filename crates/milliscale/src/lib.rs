@@ -127,3 +127,8 @@ pub mod internals {
 #[doc = include_str!("../../../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
+
+/// This crate's README's examples (the async API), likewise.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct EngineReadmeDoctests;
