@@ -6,7 +6,7 @@
 #   bash scripts/readme-server-example.sh [PYTHON_BIN_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export PATH="$PWD/target/release:${1:+$1:}$PATH"
+export PATH="${CARGO_TARGET_DIR:-$PWD/target}/release:${1:+$1:}$PATH"
 block=$(awk '/<!-- server-example -->/{on=1; next} /<!-- \/server-example -->/{on=0} on' README.md |
   sed '/^```/d')
 [ -n "$block" ] || { echo "README.md has no server example" >&2; exit 1; }

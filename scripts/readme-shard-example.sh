@@ -7,7 +7,7 @@
 #   bash scripts/readme-shard-example.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export PATH="$PWD/target/release:$PATH"
+export PATH="${CARGO_TARGET_DIR:-$PWD/target}/release:$PATH"
 block=$(awk '/<!-- shard-example -->/{on=1; next} /<!-- \/shard-example -->/{on=0} on' README.md |
   sed '/^```/d')
 [ -n "$block" ] || { echo "README.md has no shard example" >&2; exit 1; }

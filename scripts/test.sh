@@ -18,6 +18,7 @@ cargo fmt --all -- --check
 # included. `--timings` leaves each build's crate-by-crate times in
 # target/cargo-timings/.
 features="--workspace --all-features --release"
+target=${CARGO_TARGET_DIR:-$PWD/target}
 step clippy
 cargo clippy $features --all-targets --timings -- -D warnings
 # The library crates' documentation builds without a warning (broken
@@ -37,9 +38,11 @@ trap 'bash scripts/minio.sh stop' EXIT
 # instead of skipping them.
 export MILLISCALE_REQUIRE_S3=1 MILLISCALE_REQUIRE_BOTO3=1 MILLISCALE_REQUIRE_CLIENTS=1
 
+step build the tests
+cargo test $features --no-run --timings
 # A hang (e.g. a livelock bug) must fail the run, not stall CI.
 step cargo test
-timeout 1500 cargo test $features --timings
+timeout 1500 cargo test $features
 
 # Every example runs to its end. They run as the binaries `cargo test`
 # built: `cargo run -p milliscale --example` would resolve features for
@@ -66,16 +69,16 @@ done
 # emulator (the release binary `cargo test` built), and the README's server
 # example run as it is written.
 step python
-venv=target/py-venv
+venv=$target/py-venv
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 "$venv/bin/pip" install --quiet --disable-pip-version-check pytest
 # Once, and this checkout's code even if the same version was installed
 # before (the README's example installs it again, as a user would).
 "$venv/bin/pip" install --quiet --disable-pip-version-check --force-reinstall --no-deps ./python
 rm -rf python/build python/*.egg-info
-MILLISCALE_BIN="$PWD/target/release/milliscale" timeout 900 "$venv/bin/python" -m pytest -q python/tests
+MILLISCALE_BIN="$target/release/milliscale" timeout 900 "$venv/bin/python" -m pytest -q python/tests
 step README server example
-bash scripts/readme-server-example.sh "$PWD/$venv/bin"
+bash scripts/readme-server-example.sh "$venv/bin"
 step README shard example
 bash scripts/readme-shard-example.sh
 step done

@@ -9,7 +9,7 @@
 //!   when it does, and fails when the log is poisoned;
 //! - `AsyncReplica` waits for a token without blocking its runtime.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -5,8 +5,7 @@
 //! threads are only a backstop, which these tests keep out of the way
 //! with a long flush timeout unless they test it.
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

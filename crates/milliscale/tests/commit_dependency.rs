@@ -1,7 +1,7 @@
 //! Record-level vs transaction-level dependency tracking (paper §4.3,
 //! Fig. 5; invariant 2), with a store whose groups we hold back.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! goes down; and a log that cannot reach a quorum poisons the database
 //! instead of acknowledging.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -3,7 +3,7 @@
 //! second grow with the square root of its load, a lone transaction is
 //! not held back, and a dollar ceiling becomes a request budget.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! 4), records equal to what transactions wrote; and put mode through the
 //! emulator and against MinIO, which cannot append.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

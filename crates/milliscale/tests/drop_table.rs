@@ -9,7 +9,7 @@ use std::ops::Bound;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-mod common;
+use crate::common;
 
 use common::switch::Switch;
 use milliscale::{Database, Direction, Error, Options, Replica, ReplicaOptions, Table};

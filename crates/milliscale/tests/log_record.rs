@@ -2,7 +2,7 @@
 //! and mutated input never panics and never decodes to something else) and
 //! golden samples in `testdata/log/`, which pin the bytes of format v1.
 //!
-//! `MILLISCALE_BLESS=1 cargo test --test log_record` rewrites the golden
+//! `MILLISCALE_BLESS=1 cargo test -p milliscale --test engine log_record` rewrites the golden
 //! files; do that only together with a format version bump.
 
 use bytes::Bytes;

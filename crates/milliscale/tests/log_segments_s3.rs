@@ -5,7 +5,7 @@
 //! The MinIO half needs `MILLISCALE_TEST_S3_ENDPOINT` (scripts/test.sh
 //! starts MinIO and sets it, with `MILLISCALE_REQUIRE_S3=1`).
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

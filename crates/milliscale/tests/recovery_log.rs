@@ -5,8 +5,7 @@
 //! checkpoint, the engine's replay must equal an independent model of the
 //! log. Torn tails are cut and reported; damage elsewhere is `Corrupt`.
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;

@@ -1,0 +1,14 @@
+//! The CLI's integration tests (they run the `milliscale` binary), as one test binary: each file of `tests/` is a module of
+//! it (one link and one build of the shared code instead of one per file).
+
+mod bank_kill;
+mod bench_server;
+mod cli_usage;
+mod config_file;
+mod credentials;
+mod emulator_clients;
+mod fencing;
+mod inspect;
+mod metrics_endpoint;
+mod shard_kill;
+mod standby_kill;
