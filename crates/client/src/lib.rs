@@ -206,12 +206,13 @@ impl Client {
     /// Refuse a request over the message limit before sending it, with a
     /// message that says the limit and where it is set (the server would
     /// refuse it too, OUT_OF_RANGE, after receiving all of it).
-    pub(crate) fn fits(&self, request: &impl prost::Message) -> Result<()> {
+    /// Returns the request's encoded length.
+    pub(crate) fn fits(&self, request: &impl prost::Message) -> Result<usize> {
         let len = request.encoded_len();
         if len > self.max_message_bytes {
             return Err(Error::too_large(len, self.max_message_bytes));
         }
-        Ok(())
+        Ok(len)
     }
 
     pub(crate) fn stub(&self) -> Stub {
@@ -251,8 +252,8 @@ impl Client {
     /// Run a batch as one transaction in one round trip.
     pub async fn execute(&self, batch: Batch) -> Result<BatchResult> {
         let request = batch.into_request();
-        self.fits(&request)?;
-        let resp = match self.stream_for(&request) {
+        let len = self.fits(&request)?;
+        let resp = match self.stream_for(len) {
             Some(streams) => streams.execute(self, request, None).await?,
             None => self.stub().execute(self.req(request)).await?.into_inner(),
         };
@@ -270,8 +271,8 @@ impl Client {
     /// off, or 1 MiB or more) waits for durability before it answers.
     pub async fn execute_pipelined(&self, batch: Batch) -> Result<(BatchResult, CommitAck)> {
         let mut request = batch.durability(Durability::Precommit).into_request();
-        self.fits(&request)?;
-        match self.stream_for(&request) {
+        let len = self.fits(&request)?;
+        match self.stream_for(len) {
             Some(streams) => {
                 let (tell, told) = tokio::sync::oneshot::channel();
                 let resp = streams.execute(self, request, Some(tell)).await?;
@@ -285,14 +286,13 @@ impl Client {
         }
     }
 
-    /// The stream to send `request` on, if it goes on one. A big batch
+    /// The stream to send a request of `len` encoded bytes on, if it goes
+    /// on one. A big batch
     /// goes as a call: on the stream it would hold up the batches behind
     /// it, and one over the server's message limit would end the stream
     /// for all of them.
-    fn stream_for(&self, request: &proto::ExecuteRequest) -> Option<&stream::Multiplexer> {
-        self.streams
-            .as_deref()
-            .filter(|_| prost::Message::encoded_len(request) < STREAMED_BATCH_MAX)
+    fn stream_for(&self, len: usize) -> Option<&stream::Multiplexer> {
+        self.streams.as_deref().filter(|_| len < STREAMED_BATCH_MAX)
     }
 
     /// Read `key` (a one-shot read-only transaction).
