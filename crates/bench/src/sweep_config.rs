@@ -108,7 +108,7 @@ impl SweepConfig {
         self.validate()
     }
 
-    pub(crate) fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), String> {
         if !matches!(self.benchmark.as_str(), "ycsb" | "tpcc") {
             return Err(format!("benchmark must be ycsb or tpcc, got {:?}", self.benchmark));
         }

@@ -269,7 +269,3 @@ pub(crate) fn build_report(
         notes,
     }
 }
-
-#[cfg(test)]
-#[path = "ycsb_tests.rs"]
-mod tests;

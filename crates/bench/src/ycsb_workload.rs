@@ -164,7 +164,7 @@ pub(crate) fn new_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid bounds")
 }
 
-pub(crate) fn key_bytes(id: u64) -> [u8; 8] {
+pub fn key_bytes(id: u64) -> [u8; 8] {
     id.to_be_bytes()
 }
 
@@ -177,7 +177,7 @@ pub fn initial_record(id: u64) -> [u8; RECORD_BYTES] {
     r
 }
 
-pub(crate) fn load(db: &Database, table: &Table, cfg: &YcsbConfig) -> Result<(), Error> {
+pub fn load(db: &Database, table: &Table, cfg: &YcsbConfig) -> Result<(), Error> {
     const BATCH: u64 = 1_000;
     let threads = cfg.threads as u64;
     std::thread::scope(|s| {
@@ -305,7 +305,7 @@ pub(crate) fn engine_worker(
 }
 
 /// One YCSB transaction; returns the instant it entered pre-commit.
-pub(crate) fn one_txn(
+pub fn one_txn(
     db: &Database,
     table: &Table,
     cfg: &YcsbConfig,

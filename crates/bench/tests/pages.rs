@@ -240,3 +240,21 @@ fn bad_arguments_are_refused() {
     assert!(p.commit(1, &[(long, b"v".to_vec())]).is_err(), "key above 64 KiB");
     assert!(p.commit(1, &[]).is_ok(), "an empty write set is a no-op");
 }
+
+/// The page format: a page reads back, and any damage is refused.
+#[test]
+fn pages_round_trip_and_reject_damage() {
+    use milliscale_bench::pages::{ENTRY_MAGIC, PAGE_MAGIC, Page, Slot, decode, encode};
+    let mut p = Page::new();
+    p.insert(b"a".to_vec(), Slot { seq: 3, value: b"xyz".to_vec() });
+    p.insert(b"bb".to_vec(), Slot { seq: 9, value: vec![] });
+    let b = encode(PAGE_MAGIC, 7, &p);
+    assert_eq!(decode(PAGE_MAGIC, &b).expect("valid"), (7, p));
+    assert!(decode(ENTRY_MAGIC, &b).is_err(), "a page is not a queue entry");
+    for i in 0..b.len() {
+        let mut d = b.to_vec();
+        d[i] ^= 0x40;
+        assert!(decode(PAGE_MAGIC, &d).is_err(), "flipped byte {i} accepted");
+    }
+    assert!(decode(PAGE_MAGIC, &b[..b.len() - 1]).is_err());
+}

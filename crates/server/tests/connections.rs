@@ -3,11 +3,9 @@
 //! standard health and reflection services, and shutdown (open
 //! transactions finish; idle clients do not hold it).
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use milliscale_client::Client;
 use milliscale_server::{Backend, ServerOptions, Tokens};
 use tonic::Code;

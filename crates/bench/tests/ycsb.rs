@@ -1,11 +1,16 @@
-//! Tests of the YCSB driver (`ycsb.rs`): every workload, open loop,
+//! Tests of the YCSB driver (`src/ycsb.rs`): every workload, open loop,
 //! and the async API's tasks.
 
-use super::*;
-use crate::keys::KeyDist;
-use crate::variant::LogSettings;
-use crate::ycsb_workload::one_txn;
+use std::time::Duration;
+
+use milliscale::Database;
 use milliscale::Isolation;
+use milliscale_bench::harness::Pacing;
+use milliscale_bench::keys::KeyDist;
+use milliscale_bench::report::Report;
+use milliscale_bench::variant::LogSettings;
+use milliscale_bench::ycsb::*;
+use milliscale_bench::ycsb_workload::one_txn;
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 
@@ -120,7 +125,7 @@ fn tasks_commit_through_the_async_api() {
     for window in [1, 16] {
         let mut c = cfg(Workload::A, KeyDist::Uniform);
         c.log = LogSettings { stores: vec!["memory://".into()], ..LogSettings::default() };
-        c.tasks = Some(crate::ycsb::Tasks { tasks: 50, window });
+        c.tasks = Some(milliscale_bench::ycsb::Tasks { tasks: 50, window });
         let r = run(&c).expect("run");
         assert!(r.by_kind["read-modify-write"].committed > 0, "window {window}: {r:?}");
         assert_eq!(r.txn_latency.count, r.committed, "window {window}");
