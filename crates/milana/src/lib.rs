@@ -13,6 +13,7 @@
 //! | versions ⟨timestamp, client id⟩ | [`types::CommitTs`] |
 //! | hybrid clocks with skew ε at the clients | [`clock`] |
 //! | latestRead / prepared / latestCommitted per key; Algorithm 1 (validation) | [`participant::Participant::prepare`] |
+//! | each key's committed versions: in a map, or as engine rows under versioned keys (design record 0008) | [`versions`] |
 //! | the prepare, commit, abort and read-lease records | [`log`], their bytes [`codec`] |
 //! | a shard's log on the engine (object store, quorum, fencing, standby) | [`shard_log`] |
 //! | the shard map: versions on the store, published with conditional writes | [`shard_map`] |
@@ -36,3 +37,4 @@ pub mod participant;
 pub mod shard_log;
 pub mod shard_map;
 pub mod types;
+pub mod versions;

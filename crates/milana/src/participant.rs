@@ -23,6 +23,7 @@ use std::collections::BTreeMap;
 
 use crate::log::{Prepare, Record};
 use crate::types::{CommitTs, Key, ShardId, Timestamp, TxnId, TxnStatus, Value};
+use crate::versions::{MapVersions, Versions};
 
 /// Deliberate protocol bugs, for showing that the simulation catches them.
 /// All off in real use.
@@ -44,18 +45,10 @@ pub struct Mutations {
 
 #[derive(Debug, Clone, Default)]
 struct KeyState {
-    /// Committed versions, oldest first.
-    versions: Vec<(CommitTs, Option<Value>)>,
     latest_read: Timestamp,
     /// The undecided transaction validated on this key, and the version it
     /// writes here if it writes.
     prepared: Option<(TxnId, Option<CommitTs>)>,
-}
-
-impl KeyState {
-    fn latest_committed(&self) -> CommitTs {
-        self.versions.last().map_or(CommitTs::INITIAL, |v| v.0)
-    }
 }
 
 #[derive(Debug, Clone)]
@@ -90,9 +83,9 @@ pub enum Vote {
 
 /// What [`Participant::recover`] rebuilt.
 #[derive(Debug)]
-pub struct Recovered {
+pub struct Recovered<V: Versions = MapVersions> {
     /// The primary, ready to serve (the keys of `ask` stay blocked).
-    pub participant: Participant,
+    pub participant: Participant<V>,
     /// Records to log: the commits recovery decided by itself.
     pub logged: Vec<Record>,
     /// Prepared multi-shard transactions and their participants: ask the
@@ -100,11 +93,15 @@ pub struct Recovered {
     pub ask: Vec<(TxnId, Vec<ShardId>)>,
 }
 
-/// A shard primary's transaction state.
+/// A shard primary's transaction state, over its committed versions (a
+/// map by default; [`crate::versions::EngineVersions`] keeps them in the
+/// engine).
 #[derive(Debug, Clone)]
-pub struct Participant {
+pub struct Participant<V: Versions = MapVersions> {
     id: ShardId,
+    /// `latestRead` and `prepared`, per key that has either.
     keys: BTreeMap<Key, KeyState>,
+    versions: V,
     txns: BTreeMap<TxnId, Entry>,
     /// Every key's latest read is at least this (set by a recovery).
     read_floor: Timestamp,
@@ -119,11 +116,36 @@ pub struct Participant {
 }
 
 impl Participant {
-    /// An empty shard.
+    /// An empty shard, its versions in a map.
     pub fn new(id: ShardId, lease_span: Timestamp, mutations: Mutations) -> Participant {
+        Participant::with_versions(id, lease_span, mutations, MapVersions::default())
+    }
+
+    /// Rebuild a primary whose versions are in a map from its log
+    /// ([`Participant::recover_with`]).
+    pub fn recover(
+        id: ShardId,
+        lease_span: Timestamp,
+        mutations: Mutations,
+        log: &[Record],
+    ) -> Recovered {
+        Participant::recover_with(id, lease_span, mutations, log, MapVersions::default())
+    }
+}
+
+impl<V: Versions> Participant<V> {
+    /// A shard over `versions` (empty, or holding what the log's commits
+    /// installed: installing one again is harmless).
+    pub fn with_versions(
+        id: ShardId,
+        lease_span: Timestamp,
+        mutations: Mutations,
+        versions: V,
+    ) -> Participant<V> {
         Participant {
             id,
             keys: BTreeMap::new(),
+            versions,
             txns: BTreeMap::new(),
             read_floor: 0,
             lease: 0,
@@ -158,7 +180,7 @@ impl Participant {
 
     /// How many committed versions it holds.
     pub fn versions(&self) -> usize {
-        self.keys.values().map(|k| k.versions.len()).sum()
+        self.versions.count()
     }
 
     /// Reads below this are covered by a durable lease.
@@ -177,8 +199,7 @@ impl Participant {
         debug_assert!(at < self.lease, "a read outside the lease");
         let k = self.keys.entry(key.to_vec()).or_default();
         k.latest_read = k.latest_read.max(at);
-        let visible = k.versions.iter().rev().find(|(v, _)| v.ts <= at);
-        let (version, value) = visible.cloned().unwrap_or((CommitTs::INITIAL, None));
+        let (version, value) = self.versions.read_at(key, at);
         let prepared_below = matches!(k.prepared, Some((_, Some(v))) if v.ts <= at);
         ReadReply { version, value, prepared_below }
     }
@@ -212,7 +233,7 @@ impl Participant {
             if k.is_some_and(|k| k.prepared.is_some()) {
                 return Err("a key read is prepared by another transaction");
             }
-            if k.map_or(CommitTs::INITIAL, KeyState::latest_committed) != *version {
+            if self.versions.latest(key) != *version {
                 return Err("a key read has a newer committed version");
             }
         }
@@ -227,7 +248,7 @@ impl Participant {
                     return Err("a key written was read at or after the commit timestamp");
                 }
             }
-            if k.map_or(CommitTs::INITIAL, KeyState::latest_committed) >= p.version {
+            if self.versions.latest(key) >= p.version {
                 return Err("a key written has a committed version at or after this one");
             }
         }
@@ -267,11 +288,7 @@ impl Participant {
             }
         }
         if commit {
-            for (key, value) in &p.writes {
-                let k = self.keys.entry(key.clone()).or_default();
-                debug_assert!(k.latest_committed() < p.version, "versions go up");
-                k.versions.push((p.version, value.clone()));
-            }
+            self.versions.install(p.version, &p.writes);
         }
     }
 
@@ -311,11 +328,7 @@ impl Participant {
 
     /// Every key's committed versions, oldest first (for the oracle).
     pub fn committed(&self) -> BTreeMap<Key, Vec<(CommitTs, Option<Value>)>> {
-        self.keys
-            .iter()
-            .filter(|(_, k)| !k.versions.is_empty())
-            .map(|(key, k)| (key.clone(), k.versions.clone()))
-            .collect()
+        self.versions.all()
     }
 
     /// Drop versions no reader can need: below `watermark` (no active or
@@ -323,15 +336,7 @@ impl Participant {
     /// the newest version of each key is kept. How many were dropped.
     pub fn collect(&mut self, watermark: Timestamp) -> usize {
         self.collected = self.collected.max(watermark);
-        let mut dropped = 0;
-        for k in self.keys.values_mut() {
-            let below = k.versions.iter().take_while(|(v, _)| v.ts <= watermark).count();
-            if below > 1 {
-                k.versions.drain(..below - 1);
-                dropped += below - 1;
-            }
-        }
-        dropped
+        self.versions.collect(watermark)
     }
 
     /// Rebuild a primary from its durable log (MILANA's Algorithm 2, the
@@ -341,13 +346,14 @@ impl Participant {
     /// multi-shard ones are returned, to be decided by asking the other
     /// participants ([`Participant::decide`] each answer). Every key's
     /// latest read starts at the highest lease logged.
-    pub fn recover(
+    pub fn recover_with(
         id: ShardId,
         lease_span: Timestamp,
         mutations: Mutations,
         log: &[Record],
-    ) -> Recovered {
-        let mut p = Participant::new(id, lease_span, mutations);
+        versions: V,
+    ) -> Recovered<V> {
+        let mut p = Participant::with_versions(id, lease_span, mutations, versions);
         let mut floor = 0;
         for r in log {
             match r {
@@ -401,6 +407,7 @@ impl Participant {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::versions::EngineVersions;
 
     const T1: TxnId = TxnId { client: 1, seq: 1 };
     const T2: TxnId = TxnId { client: 2, seq: 1 };
@@ -419,16 +426,28 @@ mod tests {
         }
     }
 
-    fn serve(p: &mut Participant, key: &str, at: Timestamp) -> ReadReply {
+    fn serve<V: Versions>(p: &mut Participant<V>, key: &str, at: Timestamp) -> ReadReply {
         if let Some(Record::ReadLease(until)) = p.lease_needed(at) {
             p.lease_durable(until);
         }
         p.read(key.as_bytes(), at)
     }
 
+    /// The same rules over the engine's rows as over the map.
+    fn engine_participant() -> Participant<EngineVersions> {
+        let db = milliscale::Database::open(milliscale::Options::new().store("memory://"))
+            .expect("open");
+        let versions = EngineVersions::open(std::sync::Arc::new(db), "versions").expect("table");
+        Participant::with_versions(0, 1_000, Mutations::default(), versions)
+    }
+
     #[test]
     fn algorithm_1_refuses_each_conflict_it_names() {
-        let mut p = Participant::new(0, 1_000, Mutations::default());
+        algorithm_1(Participant::new(0, 1_000, Mutations::default()));
+        algorithm_1(engine_participant());
+    }
+
+    fn algorithm_1<V: Versions>(mut p: Participant<V>) {
         // A write below a served read (line 13).
         assert_eq!(serve(&mut p, "k", 100).version, CommitTs::INITIAL);
         let (vote, rec) = p.prepare(prep(T1, v(90, 1), &[], &["k"]));
@@ -494,7 +513,11 @@ mod tests {
 
     #[test]
     fn collection_keeps_the_newest_version_at_or_below_the_watermark() {
-        let mut p = Participant::new(0, 1_000, Mutations::default());
+        collection(Participant::new(0, 1_000, Mutations::default()));
+        collection(engine_participant());
+    }
+
+    fn collection<V: Versions>(mut p: Participant<V>) {
         for (i, ts) in [10, 20, 30, 40].into_iter().enumerate() {
             let t = TxnId { client: 1, seq: i as u64 };
             let mut w = prep(t, v(ts, 1), &[], &["k"]);

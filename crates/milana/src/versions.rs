@@ -1,0 +1,387 @@
+//! A shard's committed versions (MILANA §4.1: every key's versions,
+//! stamped with their [`CommitTs`]), behind the trait the participant's
+//! rules ask ([`Versions`]), and the engine's layout of them
+//! ([`versioned_key`], [`row_value`]; design record 0008).
+//!
+//! The participant decides; a [`Versions`] only stores and answers:
+//! - [`MapVersions`] keeps them in a map (the simulation's reference);
+//! - [`EngineVersions`] keeps them as rows of an engine table, one row per
+//!   version under a versioned key, so that a shard's data is the
+//!   engine's, with its checkpoints, log truncation and replicas.
+//!
+//! Invariants (both stores):
+//! - a key's versions are installed in increasing `CommitTs` order (the
+//!   participant's validation guarantees it; a store may rely on it);
+//! - `read_at(k, t)` is the newest version of `k` with a timestamp at or
+//!   below `t`, or [`CommitTs::INITIAL`] and no value;
+//! - `collect(w)` keeps, per key, the newest version at or below `w` and
+//!   every version above it: a read at `w` or later sees what it saw.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::Arc;
+
+use milliscale::{Database, Direction, Table};
+
+use crate::types::{ClientId, CommitTs, Key, Timestamp, Value};
+
+/// The committed versions of a shard's keys.
+pub trait Versions {
+    /// The newest committed version of `key` ([`CommitTs::INITIAL`] if
+    /// none).
+    fn latest(&self, key: &[u8]) -> CommitTs;
+    /// The newest version of `key` at or below `at`, and its value
+    /// (`None`: deleted, or never written).
+    fn read_at(&self, key: &[u8], at: Timestamp) -> (CommitTs, Option<Value>);
+    /// Install one transaction's writes at `version`, all or none. Each
+    /// key's newest version is below `version`.
+    fn install(&mut self, version: CommitTs, writes: &[(Key, Option<Value>)]);
+    /// Keep, per key, the newest version at or below `watermark` and all
+    /// above it; how many versions were dropped.
+    fn collect(&mut self, watermark: Timestamp) -> usize;
+    /// How many versions are held.
+    fn count(&self) -> usize;
+    /// Every key's versions, oldest first (for the simulation's oracle).
+    fn all(&self) -> BTreeMap<Key, Vec<(CommitTs, Option<Value>)>>;
+}
+
+/// Versions in a map: the reference the engine's layout is checked against.
+#[derive(Debug, Clone, Default)]
+pub struct MapVersions {
+    /// Per key, oldest first.
+    keys: BTreeMap<Key, Vec<(CommitTs, Option<Value>)>>,
+}
+
+impl Versions for MapVersions {
+    fn latest(&self, key: &[u8]) -> CommitTs {
+        self.keys.get(key).and_then(|v| v.last()).map_or(CommitTs::INITIAL, |v| v.0)
+    }
+
+    fn read_at(&self, key: &[u8], at: Timestamp) -> (CommitTs, Option<Value>) {
+        let visible = self.keys.get(key).and_then(|v| v.iter().rev().find(|(c, _)| c.ts <= at));
+        visible.cloned().unwrap_or((CommitTs::INITIAL, None))
+    }
+
+    fn install(&mut self, version: CommitTs, writes: &[(Key, Option<Value>)]) {
+        for (key, value) in writes {
+            let k = self.keys.entry(key.clone()).or_default();
+            debug_assert!(k.last().is_none_or(|v| v.0 < version), "versions go up");
+            k.push((version, value.clone()));
+        }
+    }
+
+    fn collect(&mut self, watermark: Timestamp) -> usize {
+        let mut dropped = 0;
+        for k in self.keys.values_mut() {
+            let below = k.iter().take_while(|(v, _)| v.ts <= watermark).count();
+            if below > 1 {
+                k.drain(..below - 1);
+                dropped += below - 1;
+            }
+        }
+        dropped
+    }
+
+    fn count(&self) -> usize {
+        self.keys.values().map(Vec::len).sum()
+    }
+
+    fn all(&self) -> BTreeMap<Key, Vec<(CommitTs, Option<Value>)>> {
+        self.keys
+            .iter()
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+}
+
+/// The bytes after a user key's escaped bytes that end it.
+const KEY_END: [u8; 2] = [0x00, 0x01];
+/// How many bytes a version adds after the key: its timestamp and client.
+const STAMP_BYTES: usize = 12;
+
+/// A user key escaped so that byte order is kept and no escaped key is a
+/// prefix of another: `0x00` becomes `0x00 0xFF`, and `0x00 0x01` ends it.
+fn escaped(key: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(key.len() + 2 + STAMP_BYTES);
+    for &b in key {
+        out.push(b);
+        if b == 0 {
+            out.push(0xFF);
+        }
+    }
+    out.extend_from_slice(&KEY_END);
+    out
+}
+
+/// The engine key of `key`'s version `version`: the escaped key, then the
+/// complement of the timestamp and of the client (big-endian), so that a
+/// key's versions sort newest first and keys sort as their user keys do.
+pub fn versioned_key(key: &[u8], version: CommitTs) -> Vec<u8> {
+    let mut out = escaped(key);
+    out.extend_from_slice(&(!version.ts).to_be_bytes());
+    out.extend_from_slice(&(!version.client).to_be_bytes());
+    out
+}
+
+/// The longest user key whose versioned key fits in `max` bytes, whatever
+/// its bytes (every byte a `0x00`, escaped to two).
+pub const fn key_bytes_max(max: usize) -> usize {
+    (max - KEY_END.len() - STAMP_BYTES) / 2
+}
+
+/// The user key and version of an engine key made by [`versioned_key`];
+/// `None` for bytes it cannot have made.
+pub fn split_versioned_key(bytes: &[u8]) -> Option<(Key, CommitTs)> {
+    let (body, stamp) = bytes.split_at_checked(bytes.len().checked_sub(STAMP_BYTES)?)?;
+    let body = body.strip_suffix(&KEY_END)?;
+    let mut key = Vec::with_capacity(body.len());
+    let mut bytes = body.iter();
+    while let Some(&b) = bytes.next() {
+        key.push(b);
+        if b == 0 && bytes.next() != Some(&0xFF) {
+            return None;
+        }
+    }
+    let ts = !u64::from_be_bytes(stamp[..8].try_into().ok()?);
+    let client: ClientId = !u32::from_be_bytes(stamp[8..].try_into().ok()?);
+    Some((key, CommitTs { ts, client }))
+}
+
+/// The engine row value of a version: a tag byte (`1` a value, `0` a
+/// deletion) and the value.
+pub fn row_value(value: Option<&[u8]>) -> Vec<u8> {
+    match value {
+        None => vec![0],
+        Some(v) => {
+            let mut out = Vec::with_capacity(1 + v.len());
+            out.push(1);
+            out.extend_from_slice(v);
+            out
+        }
+    }
+}
+
+/// The value a row holds; `None` for a deletion. Panics on bytes
+/// [`row_value`] cannot have made (a corrupt table).
+fn value_of(row: &[u8]) -> Option<Value> {
+    match row.split_first() {
+        Some((0, [])) => None,
+        Some((1, v)) => Some(v.to_vec()),
+        _ => panic!("a version row that is neither a value nor a deletion: {row:?}"),
+    }
+}
+
+/// The engine range of `key`'s versions at or below `at`: from the version
+/// `⟨at, u32::MAX⟩` (the newest possible at `at`) to the key's end.
+fn range_at(key: &[u8], at: Timestamp) -> (Vec<u8>, Vec<u8>) {
+    let lower = versioned_key(key, CommitTs { ts: at, client: ClientId::MAX });
+    let mut upper = escaped(key);
+    let last = upper.len() - 1;
+    upper[last] += 1; // 0x00 0x01 → 0x00 0x02: past every version of `key`
+    (lower, upper)
+}
+
+/// Versions as rows of one engine table (design record 0008). Each call
+/// is one engine transaction; `install` commits without waiting for
+/// durability (the caller's record decides when an answer may go out).
+///
+/// An engine failure (the store unavailable, the writer fenced) panics:
+/// the shard must stop, as it does when its log fails. The server's
+/// shard, which writes versions and transaction records in one engine
+/// transaction, returns the error instead.
+pub struct EngineVersions {
+    db: Arc<Database>,
+    table: Table,
+}
+
+impl std::fmt::Debug for EngineVersions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineVersions").field("table", &self.table.name()).finish()
+    }
+}
+
+impl EngineVersions {
+    /// The versions in `table` of `db` (created if missing).
+    pub fn open(db: Arc<Database>, table: &str) -> milliscale::Result<EngineVersions> {
+        let table = match db.open_table(table) {
+            Err(milliscale::Error::TableNotFound(_)) => db.create_table(table)?,
+            t => t?,
+        };
+        Ok(EngineVersions { db, table })
+    }
+
+    /// The database.
+    pub fn db(&self) -> &Database {
+        &self.db
+    }
+
+    fn first_at(&self, key: &[u8], at: Timestamp) -> Option<(CommitTs, Option<Value>)> {
+        let (lower, upper) = range_at(key, at);
+        let mut tx = self.db.begin().expect("begin a read");
+        let rows = tx
+            .scan(
+                &self.table,
+                Bound::Included(&lower),
+                Bound::Excluded(&upper),
+                Direction::Forward,
+                1,
+            )
+            .expect("read a version");
+        let (k, v) = rows.into_iter().next()?;
+        let (_, version) = split_versioned_key(&k).expect("a versioned key");
+        Some((version, value_of(&v)))
+    }
+}
+
+impl Versions for EngineVersions {
+    fn latest(&self, key: &[u8]) -> CommitTs {
+        self.first_at(key, Timestamp::MAX).map_or(CommitTs::INITIAL, |v| v.0)
+    }
+
+    fn read_at(&self, key: &[u8], at: Timestamp) -> (CommitTs, Option<Value>) {
+        self.first_at(key, at).unwrap_or((CommitTs::INITIAL, None))
+    }
+
+    fn install(&mut self, version: CommitTs, writes: &[(Key, Option<Value>)]) {
+        let mut tx = self.db.begin().expect("begin an install");
+        for (key, value) in writes {
+            let row = row_value(value.as_deref());
+            tx.put(&self.table, &versioned_key(key, version), &row).expect("put a version");
+        }
+        // Not waited for: the caller makes its record durable before it
+        // answers, and a recovery installs a logged commit again.
+        let _pre_committed = tx.commit().expect("commit an install");
+    }
+
+    fn collect(&mut self, watermark: Timestamp) -> usize {
+        let mut tx = self.db.begin().expect("begin a collection");
+        let mut doomed = Vec::new();
+        let mut last: Option<Key> = None;
+        let mut kept_below = false;
+        for row in tx.range(&self.table, Bound::Unbounded, Bound::Unbounded, Direction::Forward) {
+            let (k, _) = row.expect("scan versions");
+            let (key, version) = split_versioned_key(&k).expect("a versioned key");
+            if last.as_deref() != Some(&key) {
+                last = Some(key);
+                kept_below = false;
+            }
+            // Newest first: the first version at or below the watermark
+            // stays, every older one goes.
+            if version.ts <= watermark {
+                if kept_below {
+                    doomed.push(k);
+                }
+                kept_below = true;
+            }
+        }
+        for k in &doomed {
+            tx.delete(&self.table, k).expect("delete a version");
+        }
+        let _pre_committed = tx.commit().expect("commit a collection");
+        doomed.len()
+    }
+
+    fn count(&self) -> usize {
+        let mut tx = self.db.begin().expect("begin a count");
+        tx.range(&self.table, Bound::Unbounded, Bound::Unbounded, Direction::Forward).count()
+    }
+
+    fn all(&self) -> BTreeMap<Key, Vec<(CommitTs, Option<Value>)>> {
+        let mut tx = self.db.begin().expect("begin a read");
+        let mut out: BTreeMap<Key, Vec<(CommitTs, Option<Value>)>> = BTreeMap::new();
+        for row in tx.range(&self.table, Bound::Unbounded, Bound::Unbounded, Direction::Forward) {
+            let (k, v) = row.expect("scan versions");
+            let (key, version) = split_versioned_key(&k).expect("a versioned key");
+            out.entry(key).or_default().insert(0, (version, value_of(&v)));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use milliscale::Options;
+    use proptest::prelude::*;
+
+    fn engine() -> EngineVersions {
+        let db = Database::open(Options::new().store("memory://")).expect("open");
+        EngineVersions::open(Arc::new(db), "versions").expect("table")
+    }
+
+    fn key() -> impl Strategy<Value = Key> {
+        // Small alphabets with 0x00, 0x01 and 0xFF, so that escapes,
+        // prefixes and the end marker's bytes all meet.
+        prop::collection::vec(prop::sample::select(vec![0x00u8, 0x01, 0x02, 0xFE, 0xFF]), 0..4)
+    }
+
+    fn version() -> impl Strategy<Value = CommitTs> {
+        (prop::sample::select(vec![0, 1, 2, u64::MAX - 1, u64::MAX]), any::<u32>())
+            .prop_map(|(ts, client)| CommitTs { ts, client })
+    }
+
+    proptest! {
+        /// Engine keys sort as (user key, newest version first), and
+        /// split back into what made them.
+        #[test]
+        fn versioned_keys_sort_by_key_then_newest_first(
+            a in (key(), version()), b in (key(), version()),
+        ) {
+            let (ea, eb) = (versioned_key(&a.0, a.1), versioned_key(&b.0, b.1));
+            let order = a.0.cmp(&b.0).then(b.1.cmp(&a.1));
+            prop_assert_eq!(ea.cmp(&eb), order);
+            prop_assert_eq!(split_versioned_key(&ea), Some(a.clone()));
+            let (lower, upper) = range_at(&a.0, a.1.ts);
+            prop_assert!(lower <= ea && ea < upper, "a version at `at` is in its key's range");
+        }
+
+        /// The engine's layout answers as the map does, through installs,
+        /// reads at any timestamp and collections.
+        #[test]
+        fn engine_rows_answer_as_the_map_does(
+            ops in prop::collection::vec((0u8..4, 0usize..3, 0u64..50, any::<bool>()), 1..60),
+        ) {
+            let keys: [&[u8]; 3] = [b"a", b"a\x00", b"b"];
+            let (mut map, mut rows) = (MapVersions::default(), engine());
+            let mut ts = 0;
+            for (op, k, t, delete) in ops {
+                let key = keys[k];
+                match op {
+                    0 | 1 => {
+                        ts += 1 + t % 3;
+                        let value = (!delete).then(|| ts.to_be_bytes().to_vec());
+                        let writes = vec![(key.to_vec(), value)];
+                        let v = CommitTs { ts, client: k as u32 };
+                        map.install(v, &writes);
+                        rows.install(v, &writes);
+                    }
+                    2 => prop_assert_eq!(map.collect(t), rows.collect(t)),
+                    _ => {}
+                }
+                for key in keys {
+                    prop_assert_eq!(map.latest(key), rows.latest(key));
+                    for at in [0, t, ts, Timestamp::MAX] {
+                        prop_assert_eq!(map.read_at(key, at), rows.read_at(key, at));
+                    }
+                }
+            }
+            prop_assert_eq!(map.count(), rows.count());
+            prop_assert_eq!(map.all(), rows.all());
+        }
+    }
+
+    #[test]
+    fn bytes_it_did_not_make_are_refused() {
+        assert_eq!(split_versioned_key(b""), None);
+        assert_eq!(split_versioned_key(&[0; 11]), None);
+        // The end marker missing, and a 0x00 not escaped.
+        assert_eq!(split_versioned_key(&[7; 14]), None);
+        let mut bad = vec![b'a', 0x00, b'b', 0x00, 0x01];
+        bad.extend_from_slice(&[0; STAMP_BYTES]);
+        assert_eq!(split_versioned_key(&bad), None);
+        assert_eq!(key_bytes_max(1024), 505);
+        let longest = vec![0u8; key_bytes_max(1024)];
+        assert!(versioned_key(&longest, CommitTs::INITIAL).len() <= 1024);
+    }
+}
