@@ -134,8 +134,10 @@ impl Participant {
 }
 
 impl<V: Versions> Participant<V> {
-    /// A shard over `versions` (empty, or holding what the log's commits
-    /// installed: installing one again is harmless).
+    /// A shard over `versions`: empty, or (for [`crate::versions::EngineVersions`])
+    /// already holding what the log's commits installed, since installing
+    /// a version again there rewrites the same row. A [`MapVersions`] must
+    /// start empty: it keeps every install.
     pub fn with_versions(
         id: ShardId,
         lease_span: Timestamp,
