@@ -103,7 +103,8 @@ pub struct Participant<V: Versions = MapVersions> {
     keys: BTreeMap<Key, KeyState>,
     versions: V,
     txns: BTreeMap<TxnId, Entry>,
-    /// Every key's latest read is at least this (set by a recovery).
+    /// Every key's latest read is at least this (set by a recovery from
+    /// the lease; raised by a collection to the marks it dropped).
     read_floor: Timestamp,
     /// Reads below this are covered by a durable lease record.
     lease: Timestamp,
@@ -336,9 +337,30 @@ impl<V: Versions> Participant<V> {
     /// Drop versions no reader can need: below `watermark` (no active or
     /// future transaction of any client begins below it, MILANA §4.4) only
     /// the newest version of each key is kept. How many were dropped.
+    ///
+    /// The per-key read marks at or below the watermark go too (keys with
+    /// a prepare keep theirs), and the read floor rises to the highest mark
+    /// dropped. The floor refuses every write a dropped mark would have
+    /// refused, and more only at or below the watermark, where no
+    /// transaction commits: so the marks a shard keeps are bounded by the
+    /// keys read above the watermark, not by every key ever read.
     pub fn collect(&mut self, watermark: Timestamp) -> usize {
         self.collected = self.collected.max(watermark);
+        let mut floor = self.read_floor;
+        self.keys.retain(|_, k| {
+            let keep = k.prepared.is_some() || k.latest_read > watermark;
+            if !keep {
+                floor = floor.max(k.latest_read);
+            }
+            keep
+        });
+        self.read_floor = floor;
         self.versions.collect(watermark)
+    }
+
+    /// How many keys carry a read mark or a prepare.
+    pub fn read_marks(&self) -> usize {
+        self.keys.len()
     }
 
     /// Rebuild a primary from its durable log (MILANA's Algorithm 2, the
@@ -527,7 +549,15 @@ mod tests {
             assert_eq!(p.prepare(w).0, Vote::Yes);
             p.decide(t, true);
         }
+        serve(&mut p, "r", 22);
+        serve(&mut p, "s", 27);
+        assert_eq!(p.read_marks(), 3, "k (written), r and s");
         assert_eq!(p.collect(25), 1);
+        assert_eq!(p.read_marks(), 1, "only the read of s at 27 is above the watermark");
+        // The floor refuses what the dropped mark did: a write on `r` at 22.
+        let t = TxnId { client: 9, seq: 1 };
+        assert!(matches!(p.prepare(prep(t, v(22, 9), &[], &["r"])).0, Vote::No(_)));
+        p.decide(t, false);
         let left: Vec<Timestamp> =
             p.committed()[&b"k".to_vec()].iter().map(|(v, _)| v.ts).collect();
         assert_eq!(left, [20, 30, 40]);
