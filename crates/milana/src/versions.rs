@@ -293,8 +293,10 @@ impl Versions for EngineVersions {
         for row in tx.range(&self.table, Bound::Unbounded, Bound::Unbounded, Direction::Forward) {
             let (k, v) = row.expect("scan versions");
             let (key, version) = split_versioned_key(&k).expect("a versioned key");
-            out.entry(key).or_default().insert(0, (version, value_of(&v)));
+            out.entry(key).or_default().push((version, value_of(&v)));
         }
+        // The rows are newest first; the trait's order is oldest first.
+        out.values_mut().for_each(|versions| versions.reverse());
         out
     }
 }
