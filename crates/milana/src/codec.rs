@@ -8,6 +8,7 @@
 //! which.
 
 use crate::log::{Prepare, Record};
+use crate::tables::TxnRow;
 use crate::types::{CommitTs, TxnId, Value};
 
 /// The format byte this version writes and reads.
@@ -17,6 +18,44 @@ const PREPARE: u8 = 1;
 const COMMIT: u8 = 2;
 const ABORT: u8 = 3;
 const LEASE: u8 = 4;
+/// An abort with its commit timestamp (an `ABORT` record, the first
+/// layout, has none and decodes with timestamp 0).
+const ABORT_AT: u8 = 5;
+const FORGET: u8 = 6;
+/// Outcome rows of the transaction table ([`encode_row`]).
+const COMMITTED_ROW: u8 = 7;
+const ABORTED_ROW: u8 = 8;
+
+/// The bytes of a transaction table row: a prepare row is its prepare
+/// record; an outcome is its tag and the commit timestamp.
+pub fn encode_row(row: &TxnRow) -> Vec<u8> {
+    match row {
+        TxnRow::Prepared(p) => encode(&Record::Prepare(p.clone())),
+        TxnRow::Committed(ts) | TxnRow::Aborted(ts) => {
+            let tag = if matches!(row, TxnRow::Committed(_)) { COMMITTED_ROW } else { ABORTED_ROW };
+            let mut out = vec![FORMAT, tag];
+            out.extend_from_slice(&ts.to_le_bytes());
+            out
+        }
+    }
+}
+
+/// The transaction table row in `b`.
+pub fn decode_row(b: &[u8]) -> Result<TxnRow, DecodeError> {
+    match b {
+        [FORMAT, tag @ (COMMITTED_ROW | ABORTED_ROW), rest @ ..] => {
+            let ts: [u8; 8] = rest
+                .try_into()
+                .map_err(|_| DecodeError(format!("an outcome row of {} bytes", b.len())))?;
+            let ts = u64::from_le_bytes(ts);
+            Ok(if *tag == COMMITTED_ROW { TxnRow::Committed(ts) } else { TxnRow::Aborted(ts) })
+        }
+        _ => match decode(b)? {
+            Record::Prepare(p) => Ok(TxnRow::Prepared(p)),
+            other => Err(DecodeError(format!("a transaction row holding {other:?}"))),
+        },
+    }
+}
 
 /// A record's bytes.
 pub fn encode(r: &Record) -> Vec<u8> {
@@ -51,9 +90,18 @@ pub fn encode(r: &Record) -> Vec<u8> {
             out.push(COMMIT);
             txn(&mut out, *t);
         }
-        Record::Abort(t) => {
-            out.push(ABORT);
+        Record::Abort(t, ts) => {
+            out.push(ABORT_AT);
             txn(&mut out, *t);
+            out.extend_from_slice(&ts.to_le_bytes());
+        }
+        Record::Forget { below, txns } => {
+            out.push(FORGET);
+            out.extend_from_slice(&below.to_le_bytes());
+            len(&mut out, txns.len());
+            for t in txns {
+                txn(&mut out, *t);
+            }
         }
         Record::ReadLease(until) => {
             out.push(LEASE);
@@ -165,7 +213,16 @@ pub fn decode(b: &[u8]) -> Result<Record, DecodeError> {
             Record::Prepare(Prepare { txn, version, reads, writes, participants })
         }
         COMMIT => Record::Commit(r.txn()?),
-        ABORT => Record::Abort(r.txn()?),
+        ABORT => Record::Abort(r.txn()?, 0),
+        ABORT_AT => Record::Abort(r.txn()?, r.u64("abort ts")?),
+        FORGET => {
+            let below = r.u64("forget bound")?;
+            let mut txns = Vec::new();
+            for _ in 0..r.count(12, "forgotten")? {
+                txns.push(r.txn()?);
+            }
+            Record::Forget { below, txns }
+        }
         LEASE => Record::ReadLease(r.u64("lease")?),
         tag => return Err(DecodeError(format!("unknown tag {tag}"))),
     };
@@ -200,8 +257,10 @@ mod tests {
         prop_oneof![
             prepare,
             txn.clone().prop_map(Record::Commit),
-            txn.prop_map(Record::Abort),
+            (txn.clone(), any::<u64>()).prop_map(|(t, ts)| Record::Abort(t, ts)),
             any::<u64>().prop_map(Record::ReadLease),
+            (any::<u64>(), proptest::collection::vec(txn, 0..4))
+                .prop_map(|(below, txns)| Record::Forget { below, txns }),
         ]
     }
 
@@ -220,6 +279,30 @@ mod tests {
             long.push(0);
             prop_assert!(decode(&long).is_err());
         }
+    }
+
+    #[test]
+    fn every_row_decodes_to_itself() {
+        let p = Prepare {
+            txn: TxnId { client: 1, seq: 2 },
+            version: CommitTs { ts: 3, client: 1 },
+            reads: vec![(b"r".to_vec(), CommitTs::INITIAL)],
+            writes: vec![(b"w".to_vec(), Some(b"v".to_vec()))],
+            participants: vec![0, 1],
+        };
+        for row in [TxnRow::Prepared(p), TxnRow::Committed(u64::MAX), TxnRow::Aborted(7)] {
+            assert_eq!(decode_row(&encode_row(&row)), Ok(row));
+        }
+        assert!(decode_row(&encode(&Record::ReadLease(1))).is_err(), "a lease is no row");
+        assert!(decode_row(&[FORMAT, COMMITTED_ROW, 1, 2]).is_err(), "a short outcome");
+    }
+
+    #[test]
+    fn an_abort_of_the_first_layout_decodes_with_timestamp_zero() {
+        let t = TxnId { client: 3, seq: 9 };
+        let mut b = vec![FORMAT, ABORT];
+        txn(&mut b, t);
+        assert_eq!(decode(&b), Ok(Record::Abort(t, 0)));
     }
 
     #[test]

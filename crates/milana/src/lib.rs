@@ -20,7 +20,9 @@
 //! | local validation of read-only transactions (§4.3) | [`coordinator::ClientTxn::locally_valid`] |
 //! | the client as coordinator: one prepare per shard, the decision | [`coordinator::ClientTxn::prepares`], [`dst`] |
 //! | cooperative termination (§4.5) | [`coordinator::terminate`], [`participant::Participant::status`] |
-//! | recovery, Algorithm 2 (the merge), the latest-read pitfall | [`participant::Participant::recover`] |
+//! | a shard's durable tables: versions, the transaction table, the lease and forget bound | [`tables`] |
+//! | recovery, Algorithm 2 (the merge), the latest-read pitfall: a restart from the tables | [`participant::Participant::restart`] |
+//! | forgetting decided transactions below the watermark and every shard's oldest prepare | [`participant::Participant::forget`] |
 //! | watermark garbage collection (§4.4) | [`participant::Participant::collect`] |
 //!
 //! The single-shard fast path: a transaction with one participant is
@@ -36,5 +38,6 @@ pub mod net;
 pub mod participant;
 pub mod shard_log;
 pub mod shard_map;
+pub mod tables;
 pub mod types;
 pub mod versions;

@@ -9,13 +9,16 @@
 //!   `Abort` is also written for a transaction this primary never
 //!   prepared when a termination query asks about it, so that its prepare,
 //!   arriving late, is refused.
+//! - `Forget`: the decided transactions below a bound were forgotten
+//!   (their outcome rows deleted); a prepare below the bound is refused
+//!   from now on, since it can only be a late copy (design record 0008).
 //! - `ReadLease(until)`: the primary may serve reads at timestamps below
 //!   `until`. Latest-read timestamps live only in memory; after a
 //!   recovery every key's latest read is taken to be the highest lease
 //!   logged (the pitfall of MILANA §4.5, closed by logging a bound
 //!   instead of waiting out ε).
 
-use crate::types::{CommitTs, Key, ShardId, TxnId, Value};
+use crate::types::{CommitTs, Key, ShardId, Timestamp, TxnId, Value};
 
 /// A transaction as one participant prepared it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -39,8 +42,16 @@ pub enum Record {
     Prepare(Prepare),
     /// Committed.
     Commit(TxnId),
-    /// Aborted.
-    Abort(TxnId),
+    /// Aborted; its commit timestamp.
+    Abort(TxnId, Timestamp),
     /// Reads below this timestamp may be served.
     ReadLease(u64),
+    /// These decided transactions are forgotten, and every decided one
+    /// below `below` may be.
+    Forget {
+        /// The forget bound.
+        below: Timestamp,
+        /// The outcomes dropped.
+        txns: Vec<TxnId>,
+    },
 }

@@ -22,6 +22,7 @@
 use std::collections::BTreeMap;
 
 use crate::log::{Prepare, Record};
+use crate::tables::{ShardTables, TxnRow};
 use crate::types::{CommitTs, Key, ShardId, Timestamp, TxnId, TxnStatus, Value};
 use crate::versions::{MapVersions, Versions};
 
@@ -41,6 +42,16 @@ pub struct Mutations {
     /// At recovery, ignore the read leases logged: start every key's
     /// latest read at zero (MILANA §4.5's pitfall, left open).
     pub forget_read_floor: bool,
+    /// At a restart, keep only the prepared rows of the transaction table
+    /// and drop the decided ones (a plausible saving: "only prepares need
+    /// recovering"); a participant still asking about a transaction
+    /// decided here then hears "aborted".
+    pub restart_forgets_decided: bool,
+    /// Forget decided transactions below the client watermark alone,
+    /// without the shards' oldest undecided prepares (the caller's
+    /// business: the simulation computes the bound). A participant whose
+    /// decision was lost then asks about a transaction no one remembers.
+    pub forget_below_watermark_only: bool,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -51,11 +62,13 @@ struct KeyState {
     prepared: Option<(TxnId, Option<CommitTs>)>,
 }
 
+/// A transaction as this shard knows it; a decided one carries its
+/// commit timestamp, by which it is forgotten ([`Participant::forget`]).
 #[derive(Debug, Clone)]
 enum Entry {
     Prepared(Prepare),
-    Committed,
-    Aborted,
+    Committed(Timestamp),
+    Aborted(Timestamp),
 }
 
 /// A read's answer: the newest committed version at or below the read
@@ -113,6 +126,14 @@ pub struct Participant<V: Versions = MapVersions> {
     /// The highest watermark collected below: a read below it may miss
     /// the version it needs and is refused.
     collected: Timestamp,
+    /// Decided transactions with a timestamp below this were forgotten:
+    /// a prepare below it is refused (it may be a late copy of one).
+    forgotten: Timestamp,
+    /// Transactions prepared here and decided, whose decision's record
+    /// is not yet known durable ([`Participant::decision_durable`]): a
+    /// crash would leave them prepared again, so they hold the forget
+    /// bound down as a prepare does.
+    deciding: BTreeMap<TxnId, Timestamp>,
     mutations: Mutations,
 }
 
@@ -154,6 +175,8 @@ impl<V: Versions> Participant<V> {
             lease: 0,
             lease_span: lease_span.max(1),
             collected: 0,
+            forgotten: 0,
+            deciding: BTreeMap::new(),
             mutations,
         }
     }
@@ -214,15 +237,15 @@ impl<V: Versions> Participant<V> {
     /// repeats the first, once the log so far is durable).
     pub fn prepare(&mut self, p: Prepare) -> (Vote, Option<Record>) {
         match self.txns.get(&p.txn) {
-            Some(Entry::Prepared(_) | Entry::Committed) => return (Vote::Yes, None),
-            Some(Entry::Aborted) => return (Vote::No("aborted here before"), None),
+            Some(Entry::Prepared(_) | Entry::Committed(_)) => return (Vote::Yes, None),
+            Some(Entry::Aborted(_)) => return (Vote::No("aborted here before"), None),
             None => {}
         }
         if let Err(why) = self.validate(&p) {
             // A no is final: logged, so that a crash cannot turn a
             // repeated prepare of it into a yes.
-            self.txns.insert(p.txn, Entry::Aborted);
-            return (Vote::No(why), Some(Record::Abort(p.txn)));
+            self.txns.insert(p.txn, Entry::Aborted(p.version.ts));
+            return (Vote::No(why), Some(Record::Abort(p.txn, p.version.ts)));
         }
         self.mark_prepared(&p);
         (Vote::Yes, Some(Record::Prepare(p)))
@@ -230,6 +253,9 @@ impl<V: Versions> Participant<V> {
 
     /// Algorithm 1, line by line, plus the recovery floor.
     fn validate(&self, p: &Prepare) -> Result<(), &'static str> {
+        if p.version.ts < self.forgotten {
+            return Err("the commit timestamp is below the forget bound (a late copy?)");
+        }
         let state = |key: &Key| self.keys.get(key);
         for (key, version) in &p.reads {
             let k = state(key);
@@ -259,19 +285,27 @@ impl<V: Versions> Participant<V> {
     }
 
     /// The decision for `txn` arrived (from its coordinator, a termination
-    /// query, or a recovery). Returns the record to log, if any.
-    pub fn decide(&mut self, txn: TxnId, commit: bool) -> Option<Record> {
+    /// query, or a recovery); `ts` is its commit timestamp (the one its
+    /// prepare carries). Returns the record to log, if any.
+    pub fn decide(&mut self, txn: TxnId, commit: bool, ts: Timestamp) -> Option<Record> {
         match self.txns.get(&txn) {
-            Some(Entry::Committed | Entry::Aborted) => None,
+            Some(Entry::Committed(_) | Entry::Aborted(_)) => None,
             Some(Entry::Prepared(_)) => {
                 let Some(Entry::Prepared(p)) = self.txns.remove(&txn) else { unreachable!() };
                 self.release(&p, commit);
-                self.txns.insert(txn, if commit { Entry::Committed } else { Entry::Aborted });
-                Some(if commit { Record::Commit(txn) } else { Record::Abort(txn) })
+                let ts = p.version.ts;
+                self.deciding.insert(txn, ts);
+                Some(if commit {
+                    self.txns.insert(txn, Entry::Committed(ts));
+                    Record::Commit(txn)
+                } else {
+                    self.txns.insert(txn, Entry::Aborted(ts));
+                    Record::Abort(txn, ts)
+                })
             }
             None if !commit => {
-                self.txns.insert(txn, Entry::Aborted);
-                Some(Record::Abort(txn))
+                self.txns.insert(txn, Entry::Aborted(ts));
+                Some(Record::Abort(txn, ts))
             }
             // A commit of a transaction never prepared here: only a broken
             // protocol (a yes vote that was not durable) sends it. There
@@ -300,13 +334,78 @@ impl<V: Versions> Participant<V> {
     /// it). The answer may be sent only once the log so far is durable:
     /// a prepare or a no it reports may still be in flight to the log,
     /// and a crash would take it back.
-    pub fn status(&mut self, txn: TxnId) -> (TxnStatus, Option<Record>) {
+    ///
+    /// `ts` is the transaction's commit timestamp, which the asker knows
+    /// from its prepare: an abort filed here carries it, so that it is
+    /// forgotten in its turn.
+    pub fn status(&mut self, txn: TxnId, ts: Timestamp) -> (TxnStatus, Option<Record>) {
         match self.txns.get(&txn) {
             Some(Entry::Prepared(_)) => (TxnStatus::Prepared, None),
-            Some(Entry::Committed) => (TxnStatus::Committed, None),
-            Some(Entry::Aborted) => (TxnStatus::Aborted, None),
-            None => (TxnStatus::Aborted, self.decide(txn, false)),
+            Some(Entry::Committed(_)) => (TxnStatus::Committed, None),
+            Some(Entry::Aborted(_)) => (TxnStatus::Aborted, None),
+            None => (TxnStatus::Aborted, self.decide(txn, false, ts)),
         }
+    }
+
+    /// The commit timestamp of the oldest transaction prepared here
+    /// whose decision is not durable here (undecided, or decided with the
+    /// record still on its way to the log): what this shard publishes for
+    /// the forget bound. A decision that a crash can take back counts: a
+    /// restart finds the transaction prepared and asks about it.
+    pub fn oldest_undecided(&self) -> Option<Timestamp> {
+        let prepared = self.txns.values().filter_map(|e| match e {
+            Entry::Prepared(p) => Some(p.version.ts),
+            _ => None,
+        });
+        prepared.chain(self.deciding.values().copied()).min()
+    }
+
+    /// The record of `txn`'s decision is durable (the caller's log says
+    /// so; see [`Participant::oldest_undecided`]).
+    pub fn decision_durable(&mut self, txn: TxnId) {
+        self.deciding.remove(&txn);
+    }
+
+    /// Forget the decided transactions with a timestamp below `bound`:
+    /// the caller passes the minimum of the client watermark and every
+    /// shard's [`Participant::oldest_prepared`] (design record 0008), below
+    /// which no participant can still ask about a decision and no client
+    /// sends a new prepare. From now on a prepare below the bound is
+    /// refused. Returns the record to log (the rows to delete and the
+    /// bound), if any transaction was forgotten.
+    pub fn forget(&mut self, bound: Timestamp) -> Option<Record> {
+        // Never past a prepare of this shard's own, whatever the caller says.
+        let bound = self.oldest_undecided().map_or(bound, |t| t.min(bound));
+        if bound <= self.forgotten {
+            return None;
+        }
+        let mut txns = Vec::new();
+        self.txns.retain(|t, e| {
+            let keep = match e {
+                Entry::Prepared(_) => true,
+                Entry::Committed(ts) | Entry::Aborted(ts) => *ts >= bound,
+            };
+            if !keep {
+                txns.push(*t);
+            }
+            keep
+        });
+        // Nothing forgotten, nothing to refuse later: the bound stays.
+        if txns.is_empty() {
+            return None;
+        }
+        self.forgotten = bound;
+        Some(Record::Forget { below: bound, txns })
+    }
+
+    /// Decided transactions with a timestamp below this were forgotten.
+    pub fn forgotten(&self) -> Timestamp {
+        self.forgotten
+    }
+
+    /// How many transactions it remembers (prepared or decided).
+    pub fn remembered(&self) -> usize {
+        self.txns.len()
     }
 
     /// The prepared transactions, with their participants.
@@ -320,12 +419,20 @@ impl<V: Versions> Participant<V> {
             .collect()
     }
 
+    /// The commit timestamp of `txn`, if it is prepared here.
+    pub fn prepared_ts(&self, txn: TxnId) -> Option<Timestamp> {
+        match self.txns.get(&txn) {
+            Some(Entry::Prepared(p)) => Some(p.version.ts),
+            _ => None,
+        }
+    }
+
     /// A transaction's status here, if known (for the oracle).
     pub fn known(&self, txn: TxnId) -> Option<TxnStatus> {
         self.txns.get(&txn).map(|e| match e {
             Entry::Prepared(_) => TxnStatus::Prepared,
-            Entry::Committed => TxnStatus::Committed,
-            Entry::Aborted => TxnStatus::Aborted,
+            Entry::Committed(_) => TxnStatus::Committed,
+            Entry::Aborted(_) => TxnStatus::Aborted,
         })
     }
 
@@ -363,13 +470,8 @@ impl<V: Versions> Participant<V> {
         self.keys.len()
     }
 
-    /// Rebuild a primary from its durable log (MILANA's Algorithm 2, the
-    /// merge, over one log): committed and aborted transactions are
-    /// applied; a prepared transaction with no other participant is
-    /// committed (its coordinator decided on this one vote); the prepared
-    /// multi-shard ones are returned, to be decided by asking the other
-    /// participants ([`Participant::decide`] each answer). Every key's
-    /// latest read starts at the highest lease logged.
+    /// Rebuild a primary from its durable log: the tables the log leaves
+    /// ([`ShardTables::from_log`]), then [`Participant::restart`].
     pub fn recover_with(
         id: ShardId,
         lease_span: Timestamp,
@@ -377,33 +479,50 @@ impl<V: Versions> Participant<V> {
         log: &[Record],
         versions: V,
     ) -> Recovered<V> {
+        let tables = ShardTables::from_log(versions, log);
+        Participant::restart(id, lease_span, mutations, tables)
+    }
+
+    /// Rebuild a primary from its durable tables (MILANA's Algorithm 2,
+    /// the merge, over one shard's state): the versions are the tables';
+    /// a decided transaction is remembered as decided; a prepared one is
+    /// marked on its keys again, without validating again. Then a
+    /// prepared transaction with no other participant is committed (its
+    /// coordinator decided on this one vote), and the prepared
+    /// multi-shard ones are returned, to be decided by asking the other
+    /// participants ([`Participant::decide`] each answer). Every key's
+    /// latest read starts at the lease, and prepares below the forget
+    /// bound stay refused.
+    pub fn restart(
+        id: ShardId,
+        lease_span: Timestamp,
+        mutations: Mutations,
+        tables: ShardTables<V>,
+    ) -> Recovered<V> {
+        let ShardTables { versions, txns, lease, forgotten } = tables;
         let mut p = Participant::with_versions(id, lease_span, mutations, versions);
-        let mut floor = 0;
-        for r in log {
-            match r {
-                Record::Prepare(prep) => {
-                    // Validation passed before the crash; redo its marks
-                    // without validating again.
-                    p.mark_prepared(prep);
+        for (txn, row) in txns {
+            match row {
+                TxnRow::Prepared(prep) => p.mark_prepared(&prep),
+                _ if mutations.restart_forgets_decided => {}
+                TxnRow::Committed(ts) => {
+                    p.txns.insert(txn, Entry::Committed(ts));
                 }
-                Record::Commit(t) => {
-                    p.decide(*t, true);
+                TxnRow::Aborted(ts) => {
+                    p.txns.insert(txn, Entry::Aborted(ts));
                 }
-                Record::Abort(t) => {
-                    p.decide(*t, false);
-                }
-                Record::ReadLease(until) => floor = floor.max(*until),
             }
         }
+        p.forgotten = forgotten;
         if !mutations.forget_read_floor {
-            p.read_floor = floor;
-            p.lease = floor;
+            p.read_floor = lease;
+            p.lease = lease;
         }
         let mut logged = Vec::new();
         let mut ask = Vec::new();
         for (txn, participants) in p.prepared() {
             if participants.len() <= 1 || mutations.commit_prepared_without_asking {
-                logged.extend(p.decide(txn, true));
+                logged.extend(p.decide(txn, true, 0));
             } else {
                 ask.push((txn, participants));
             }
@@ -475,7 +594,7 @@ mod tests {
         // A write below a served read (line 13).
         assert_eq!(serve(&mut p, "k", 100).version, CommitTs::INITIAL);
         let (vote, rec) = p.prepare(prep(T1, v(90, 1), &[], &["k"]));
-        assert!(matches!(vote, Vote::No(_)) && rec == Some(Record::Abort(T1)));
+        assert!(matches!(vote, Vote::No(_)) && rec == Some(Record::Abort(T1, 90)));
         // A prepared key blocks reads and writes of it (lines 3 and 11).
         assert_eq!(p.prepare(prep(T2, v(200, 2), &[], &["k"])).0, Vote::Yes);
         assert!(serve(&mut p, "k", 300).prepared_below, "a reader at 300 sees the prepared write");
@@ -487,7 +606,7 @@ mod tests {
         ));
         // Committed: a read of the old version fails (line 5), a write at
         // or below the committed version fails (line 15).
-        assert_eq!(p.decide(T2, true), Some(Record::Commit(T2)));
+        assert_eq!(p.decide(T2, true, 200), Some(Record::Commit(T2)));
         let t4 = TxnId { client: 4, seq: 1 };
         assert!(matches!(
             p.prepare(prep(t4, v(500, 4), &[("k", CommitTs::INITIAL)], &[])).0,
@@ -503,7 +622,7 @@ mod tests {
     #[test]
     fn a_query_about_an_unknown_transaction_aborts_it_here() {
         let mut p = Participant::new(0, 1_000, Mutations::default());
-        assert_eq!(p.status(T1), (TxnStatus::Aborted, Some(Record::Abort(T1))));
+        assert_eq!(p.status(T1, 10), (TxnStatus::Aborted, Some(Record::Abort(T1, 10))));
         assert!(matches!(p.prepare(prep(T1, v(10, 1), &[], &["k"])).0, Vote::No(_)));
     }
 
@@ -547,7 +666,7 @@ mod tests {
             let mut w = prep(t, v(ts, 1), &[], &["k"]);
             w.participants = vec![0];
             assert_eq!(p.prepare(w).0, Vote::Yes);
-            p.decide(t, true);
+            p.decide(t, true, ts);
         }
         serve(&mut p, "r", 22);
         serve(&mut p, "s", 27);
@@ -557,7 +676,7 @@ mod tests {
         // The floor refuses what the dropped mark did: a write on `r` at 22.
         let t = TxnId { client: 9, seq: 1 };
         assert!(matches!(p.prepare(prep(t, v(22, 9), &[], &["r"])).0, Vote::No(_)));
-        p.decide(t, false);
+        p.decide(t, false, 22);
         let left: Vec<Timestamp> =
             p.committed()[&b"k".to_vec()].iter().map(|(v, _)| v.ts).collect();
         assert_eq!(left, [20, 30, 40]);
@@ -566,5 +685,59 @@ mod tests {
             v(20, 1),
             "a reader at the watermark still reads"
         );
+    }
+
+    #[test]
+    fn forgetting_keeps_undecided_and_undurable_decisions_and_refuses_late_prepares() {
+        let mut p = Participant::new(0, 1_000, Mutations::default());
+        let t3 = TxnId { client: 3, seq: 1 };
+        assert_eq!(p.prepare(prep(T1, v(10, 1), &[], &["a"])).0, Vote::Yes);
+        assert_eq!(p.prepare(prep(T2, v(20, 2), &[], &["b"])).0, Vote::Yes);
+        assert_eq!(p.prepare(prep(t3, v(30, 3), &[], &["c"])).0, Vote::Yes);
+        p.decide(T1, true, 10);
+        p.decide(T2, false, 20);
+        assert_eq!(p.oldest_undecided(), Some(10), "T1's commit is not durable yet");
+        assert_eq!(p.forget(100), None, "nothing below 10 to forget");
+        p.decision_durable(T1);
+        p.decision_durable(T2);
+        assert_eq!(p.oldest_undecided(), Some(30), "t3 is still prepared");
+        // Asked to forget below 100, it stops at its own prepare.
+        assert_eq!(p.forget(100), Some(Record::Forget { below: 30, txns: vec![T1, T2] }));
+        assert_eq!((p.known(T1), p.known(t3)), (None, Some(TxnStatus::Prepared)));
+        assert_eq!(p.forgotten(), 30);
+        // A late copy of a prepare below the bound is refused (T2 was
+        // aborted: it must not commit now).
+        assert!(matches!(p.prepare(prep(T2, v(20, 2), &[], &["b"])).0, Vote::No(_)));
+        assert_eq!(p.forget(30), None, "the bound only rises");
+    }
+
+    #[test]
+    fn a_restart_from_the_tables_remembers_decisions_the_forget_bound_and_the_lease() {
+        let mut single = prep(T1, v(10, 1), &[], &["a"]);
+        single.participants = vec![0];
+        let t3 = TxnId { client: 3, seq: 1 };
+        let log = vec![
+            Record::ReadLease(50),
+            Record::Prepare(single),
+            Record::Prepare(prep(T2, v(20, 2), &[], &["b"])),
+            Record::Commit(T2),
+            Record::Abort(t3, 5),
+            Record::Forget { below: 6, txns: vec![t3] },
+        ];
+        let tables = ShardTables::from_log(MapVersions::default(), &log);
+        assert_eq!(tables.txns.get(&T2), Some(&TxnRow::Committed(20)));
+        assert_eq!(tables.txns.get(&t3), None, "forgotten");
+        let Recovered { participant: mut p, logged, ask } =
+            Participant::restart(0, 100, Mutations::default(), tables.clone());
+        assert_eq!((logged, ask), (vec![Record::Commit(T1)], vec![]), "the lone prepare commits");
+        assert_eq!(p.status(T2, 20), (TxnStatus::Committed, None), "a decision is remembered");
+        assert_eq!(p.forgotten(), 6);
+        assert_eq!(p.committed()[&b"b".to_vec()], vec![(v(20, 2), Some(b"x".to_vec()))]);
+        let t4 = TxnId { client: 4, seq: 1 };
+        assert!(matches!(p.prepare(prep(t4, v(40, 4), &[], &["d"])).0, Vote::No(_)), "lease");
+        // The deliberate bug: the decided rows are dropped at the restart.
+        let bug = Mutations { restart_forgets_decided: true, ..Mutations::default() };
+        let Recovered { participant: mut p, .. } = Participant::restart(0, 100, bug, tables);
+        assert_eq!(p.status(T2, 20).0, TxnStatus::Aborted, "the bug answers aborted");
     }
 }

@@ -19,7 +19,7 @@ fn seeds() -> std::ops::Range<u64> {
 #[test]
 fn every_seed_is_serializable_keeps_the_bank_and_terminates() {
     let (mut committed, mut aborted, mut unknown, mut audits, mut crashes) = (0, 0, 0, 0, 0);
-    let mut collected = 0;
+    let (mut collected, mut forgotten) = (0, 0);
     for seed in seeds() {
         let r = run(&DstConfig::new(seed));
         assert!(r.violations.is_empty(), "seed {seed}: {:#?}", r.violations);
@@ -29,14 +29,17 @@ fn every_seed_is_serializable_keeps_the_bank_and_terminates() {
         audits += r.audits_committed;
         crashes += r.crashes;
         collected += r.collected;
+        forgotten += r.forgotten;
     }
     eprintln!(
         "seeds {:?}: {committed} committed ({audits} audits), {aborted} aborted, {unknown} \
-         unknown; {crashes} primary crashes; {collected} versions collected",
+         unknown; {crashes} primary crashes; {collected} versions collected; {forgotten} \
+         decided transactions forgotten",
         seeds()
     );
     // The runs did something worth checking.
     assert!(committed > 0 && aborted > 0 && audits > 0 && crashes > 0 && collected > 0);
+    assert!(forgotten > 0, "decided transactions were forgotten");
 }
 
 #[test]
@@ -82,6 +85,20 @@ fn committing_a_prepared_transaction_at_recovery_without_asking_is_caught() {
 #[test]
 fn forgetting_the_read_floor_at_recovery_is_caught() {
     let m = Mutations { forget_read_floor: true, ..Mutations::default() };
+    let (seed, why) = caught(m).expect("the bug is caught within the seeds");
+    eprintln!("caught at seed {seed}: {why}");
+}
+
+#[test]
+fn a_restart_that_forgets_decided_transactions_is_caught() {
+    let m = Mutations { restart_forgets_decided: true, ..Mutations::default() };
+    let (seed, why) = caught(m).expect("the bug is caught within the seeds");
+    eprintln!("caught at seed {seed}: {why}");
+}
+
+#[test]
+fn forgetting_below_the_client_watermark_alone_is_caught() {
+    let m = Mutations { forget_below_watermark_only: true, ..Mutations::default() };
     let (seed, why) = caught(m).expect("the bug is caught within the seeds");
     eprintln!("caught at seed {seed}: {why}");
 }

@@ -262,7 +262,11 @@ fn prepare(client: u32, seq: u64, key: Vec<u8>, parts: Vec<u32>) -> proto::Prepa
 }
 
 async fn status(c: &mut ShardClient<tonic::transport::Channel>, client: u32, seq: u64) -> i32 {
-    c.query(proto::QueryRequest { txn: txn(client, seq) }).await.expect("query").into_inner().status
+    c.query(proto::QueryRequest { txn: txn(client, seq), ts: 0 })
+        .await
+        .expect("query")
+        .into_inner()
+        .status
 }
 
 /// Wait until a new transaction can write `key` (the prepared one holding
@@ -320,7 +324,7 @@ async fn a_coordinator_dead_mid_commit_blocks_nothing_past_the_timeout() {
         let key = account(if s == 0 { 2 } else { 8 });
         assert!(c.prepare(prepare(52, 1, key, vec![0, 2])).await.expect("vote").into_inner().yes);
     }
-    s0.decide(proto::DecideRequest { txn: txn(52, 1), commit: true }).await.expect("decide");
+    s0.decide(proto::DecideRequest { txn: txn(52, 1), commit: true, ts: 0 }).await.expect("decide");
     cluster.stop(2).await;
     cluster.restart(2).await;
     let r = cluster.recovered;

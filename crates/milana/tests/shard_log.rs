@@ -123,8 +123,8 @@ async fn acknowledged_appends_survive_a_crash_and_rebuild_the_primary() {
         assert_eq!(vote, Vote::Yes);
         act(r);
     }
-    act(p.decide(single.txn, true));
-    act(p.decide(decided.txn, true));
+    act(p.decide(single.txn, true, 0));
+    act(p.decide(decided.txn, true, 0));
     act(Some(Record::ReadLease(500)));
     last.expect("appended").durable().await.expect("durable");
     // The crash: no close, no flush beyond what the appends waited for.

@@ -181,8 +181,9 @@ impl World {
     pub(super) fn decide_all(&mut self, c: ClientId, commit: bool) {
         let Some(a) = self.clients[c as usize].active.as_ref() else { return };
         let (txn, parts) = (a.txn.id, a.prepares.keys().copied().collect::<Vec<_>>());
+        let ts = a.version.map_or(0, |v| v.ts);
         for s in parts {
-            self.send(Node::Client(c), Node::Shard(s), Msg::Decide { txn, commit });
+            self.send(Node::Client(c), Node::Shard(s), Msg::Decide { txn, commit, ts });
         }
     }
 

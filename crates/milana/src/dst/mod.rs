@@ -3,7 +3,9 @@
 //! become durable after a delay and lose their tail in a crash, clients
 //! with skewed hybrid clocks running a bank across the shards, a network
 //! that delays, drops and partitions, and coordinators that die
-//! mid-commit. One seed drives everything; the same seed replays the same
+//! mid-commit. A shard's restart reads only its durable tables
+//! ([`crate::tables`]), and the shards forget decided transactions below
+//! the watermark and every shard's oldest undecided prepare. One seed drives everything; the same seed replays the same
 //! history (its hash is in the report).
 //!
 //! One event queue, ordered by (time, sequence number), and only ordered
@@ -66,6 +68,7 @@ pub fn run(cfg: &DstConfig) -> DstReport {
         audits_aborted,
         crashes: w.crashes,
         collected: w.collected,
+        forgotten: w.forgotten,
         violations,
     }
 }

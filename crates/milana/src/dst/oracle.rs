@@ -19,8 +19,9 @@
 //! - **Collection** drops only old versions: each key's newest version in
 //!   a primary's memory is the newest its log committed.
 //!
-//! The committed versions come from the shards' logs, not their memory,
-//! which collection thins out.
+//! The committed versions and each transaction's status come from the
+//! shards' logs, not their memory, which collection thins out and which
+//! forgets decided transactions.
 
 use std::collections::BTreeMap;
 
@@ -57,6 +58,17 @@ fn committed_versions(logs: &[&[Record]]) -> Versions {
         versions.sort_by_key(|(v, _)| *v);
     }
     truth
+}
+
+/// What `log` last says of `txn`: a shard forgets decided transactions,
+/// its log keeps every decision it made.
+fn logged_status(log: &[Record], txn: TxnId) -> Option<TxnStatus> {
+    log.iter().rev().find_map(|r| match r {
+        Record::Prepare(p) if p.txn == txn => Some(TxnStatus::Prepared),
+        Record::Commit(t) if *t == txn => Some(TxnStatus::Committed),
+        Record::Abort(t, _) if *t == txn => Some(TxnStatus::Aborted),
+        _ => None,
+    })
 }
 
 /// Check the end state of a run; what is wrong, one line each.
@@ -109,7 +121,7 @@ pub fn check(
         }
         let Some(version) = o.version else { continue };
         let status: Vec<Option<TxnStatus>> =
-            o.participants.iter().map(|s| shards[*s as usize].known(t)).collect();
+            o.participants.iter().map(|s| logged_status(logs[*s as usize], t)).collect();
         let committed_here = status.iter().filter(|s| **s == Some(TxnStatus::Committed)).count();
         let all = committed_here == status.len();
         if committed_here > 0 && !all {

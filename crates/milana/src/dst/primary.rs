@@ -7,7 +7,7 @@ use rand::Rng;
 use crate::coordinator::terminate;
 use crate::log::{Prepare, Record};
 use crate::participant::{Participant, Vote};
-use crate::types::{ShardId, TxnId, TxnStatus};
+use crate::types::{ShardId, Timestamp, TxnId, TxnStatus};
 
 use super::world::{Action, Event, Msg, Node, World};
 
@@ -39,6 +39,11 @@ impl World {
         if shard.epoch != epoch || !shard.up {
             return;
         }
+        for r in &shard.log[shard.durable.min(upto)..upto] {
+            if let Record::Commit(t) | Record::Abort(t, _) = r {
+                shard.p.decision_durable(*t);
+            }
+        }
         shard.durable = shard.durable.max(upto);
         let durable = shard.durable;
         let (ready, rest): (Vec<_>, Vec<_>) =
@@ -58,7 +63,7 @@ impl World {
                 self.send(Node::Shard(s), Node::Client(client), Msg::ReadReply { txn, key, reply });
             }
             Action::FastCommit { client, txn } => {
-                if let Some(r) = self.shards[s as usize].p.decide(txn, true) {
+                if let Some(r) = self.shards[s as usize].p.decide(txn, true, 0) {
                     self.append(s, r);
                 }
                 let msg = Msg::Vote { txn, shard: s, yes: true };
@@ -82,16 +87,16 @@ impl World {
                 }
             }
             Msg::Prepare(p) => self.on_prepare(s, from, p),
-            Msg::Decide { txn, commit } => {
+            Msg::Decide { txn, commit, ts } => {
                 let shard = &mut self.shards[s as usize];
                 shard.prepared_at.remove(&txn);
                 shard.answers.remove(&txn);
-                if let Some(r) = shard.p.decide(txn, commit) {
+                if let Some(r) = shard.p.decide(txn, commit, ts) {
                     self.append(s, r);
                 }
             }
-            Msg::Query { txn, from: asker } => {
-                let (status, rec) = self.shards[s as usize].p.status(txn);
+            Msg::Query { txn, from: asker, ts } => {
+                let (status, rec) = self.shards[s as usize].p.status(txn, ts);
                 if let Some(r) = rec {
                     self.append(s, r);
                 }
@@ -164,7 +169,7 @@ impl World {
         if let Some(commit) = terminate(&answers) {
             shard.answers.remove(&txn);
             shard.prepared_at.remove(&txn);
-            if let Some(r) = shard.p.decide(txn, commit) {
+            if let Some(r) = shard.p.decide(txn, commit, 0) {
                 self.append(s, r);
             }
         }
@@ -187,18 +192,45 @@ impl World {
                 })
                 .collect();
             for (txn, parts) in stale {
-                self.shards[s as usize].answers.entry(txn).or_default();
+                let shard = &mut self.shards[s as usize];
+                shard.answers.entry(txn).or_default();
+                let ts = shard.p.prepared_ts(txn).unwrap_or(0);
                 for p in parts.into_iter().filter(|p| *p != s) {
-                    self.send(Node::Shard(s), Node::Shard(p), Msg::Query { txn, from: s });
+                    self.send(Node::Shard(s), Node::Shard(p), Msg::Query { txn, from: s, ts });
                 }
             }
             let watermark = self.watermark();
             self.collected += self.shards[s as usize].p.collect(watermark) as u64;
+            if let Some(bound) = self.forget_bound(watermark)
+                && let Some(r) = self.shards[s as usize].p.forget(bound)
+            {
+                self.forgotten += match &r {
+                    Record::Forget { txns, .. } => txns.len() as u64,
+                    _ => 0,
+                };
+                self.append(s, r);
+            }
         }
         let busy = !self.shards[s as usize].p.prepared().is_empty();
         if !self.calm || busy || !self.shards[s as usize].up {
             self.after(tick, Event::Tick { shard: s });
         }
+    }
+
+    /// The bound below which a shard may forget decided transactions
+    /// (design record 0008): the client watermark and every shard's
+    /// oldest undecided prepare, as the shards publish them. A shard that
+    /// is down publishes nothing, so nothing is forgotten meanwhile (as a
+    /// server cannot reach it).
+    fn forget_bound(&self, watermark: Timestamp) -> Option<Timestamp> {
+        if self.cfg.mutations.forget_below_watermark_only {
+            return Some(watermark);
+        }
+        if self.shards.iter().any(|s| !s.up) {
+            return None;
+        }
+        let prepared = self.shards.iter().filter_map(|s| s.p.oldest_undecided()).min();
+        Some(prepared.map_or(watermark, |p| p.min(watermark)))
     }
 
     pub(super) fn crash(&mut self, s: ShardId) {

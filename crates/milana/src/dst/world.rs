@@ -154,6 +154,8 @@ pub struct DstReport {
     pub crashes: u32,
     /// Versions dropped by watermark collection.
     pub collected: u64,
+    /// Decided transactions forgotten (their outcome rows deleted).
+    pub forgotten: u64,
     /// What the oracle found wrong (empty: nothing).
     pub violations: Vec<String>,
 }
@@ -170,8 +172,8 @@ pub(super) enum Msg {
     ReadReply { txn: TxnId, key: Key, reply: ReadReply },
     Prepare(Prepare),
     Vote { txn: TxnId, shard: ShardId, yes: bool },
-    Decide { txn: TxnId, commit: bool },
-    Query { txn: TxnId, from: ShardId },
+    Decide { txn: TxnId, commit: bool, ts: Timestamp },
+    Query { txn: TxnId, from: ShardId, ts: Timestamp },
     Answer { txn: TxnId, from: ShardId, status: TxnStatus },
 }
 
@@ -269,6 +271,7 @@ pub(super) struct World {
     pub(super) history: Vec<Outcome>,
     pub(super) crashes: u32,
     pub(super) collected: u64,
+    pub(super) forgotten: u64,
     pub(super) zipf: Option<rand_distr::Zipf<f64>>,
 }
 
@@ -335,6 +338,7 @@ impl World {
             history: Vec::new(),
             crashes: 0,
             collected: 0,
+            forgotten: 0,
             zipf: cfg_zipf,
         }
     }

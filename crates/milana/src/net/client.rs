@@ -255,10 +255,10 @@ impl ShardedClient {
     /// Tell every participant the decision, in the background (best
     /// effort: a participant that misses it asks the others after its
     /// termination timeout).
-    fn decide(&self, txn: TxnId, shards: &[ShardId], commit: bool) {
+    fn decide(&self, txn: TxnId, ts: Timestamp, shards: &[ShardId], commit: bool) {
         for &s in shards {
             let Ok(mut c) = self.shard(s) else { continue };
-            let d = proto::DecideRequest { txn: Some(txn_to(txn)), commit };
+            let d = proto::DecideRequest { txn: Some(txn_to(txn)), commit, ts };
             let wait = self.inner.opts.rpc_timeout;
             tokio::spawn(async move {
                 let _ = tokio::time::timeout(wait, c.decide(d)).await;
@@ -364,7 +364,7 @@ impl Txn {
             }
         }
         if let Some(why) = no {
-            client.decide(txn.id, &shards, false);
+            client.decide(txn.id, version.ts, &shards, false);
             if why.starts_with("wrong shard") {
                 let _ = client.refresh().await;
             }
@@ -377,7 +377,7 @@ impl Txn {
             )));
         }
         if shards.len() > 1 {
-            client.decide(txn.id, &shards, true);
+            client.decide(txn.id, version.ts, &shards, true);
         }
         Ok(())
     }

@@ -404,7 +404,7 @@ impl Primary {
                 // Committed by its durable prepare; the commit record only
                 // saves a recovery the work.
                 let mut st = me.lock();
-                if let Some(r) = st.p.decide(txn, true) {
+                if let Some(r) = st.p.decide(txn, true, 0) {
                     drop(me.log.append(&r).map_err(|e| log_status(&e))?);
                 }
             }
@@ -418,11 +418,11 @@ impl Primary {
     }
 
     /// Apply a decision; wait until it is durable.
-    async fn decide(&self, txn: TxnId, commit: bool) -> Result<(), Status> {
+    async fn decide(&self, txn: TxnId, commit: bool, ts: Timestamp) -> Result<(), Status> {
         let logged = {
             let mut st = self.lock();
             st.prepared_at.remove(&txn);
-            match st.p.decide(txn, commit) {
+            match st.p.decide(txn, commit, ts) {
                 Some(r) => Some(self.log.append(&r).map_err(|e| log_status(&e))?),
                 None => None,
             }
@@ -433,10 +433,10 @@ impl Primary {
         Ok(())
     }
 
-    async fn query(&self, txn: TxnId) -> Result<TxnStatus, Status> {
+    async fn query(&self, txn: TxnId, ts: Timestamp) -> Result<TxnStatus, Status> {
         let (status, logged) = {
             let mut st = self.lock();
-            let (status, rec) = st.p.status(txn);
+            let (status, rec) = st.p.status(txn, ts);
             let logged = match rec {
                 Some(r) => self.log.append(&r),
                 None => Ok(self.log.barrier()),
@@ -498,27 +498,28 @@ impl Primary {
         };
         let mut reached = true;
         for (txn, parts) in stale {
+            let ts = self.lock().p.prepared_ts(txn).unwrap_or(0);
             let mut answers = Vec::new();
             for s in parts {
                 answers.push(if s == self.opts.shard {
                     Some(TxnStatus::Prepared)
                 } else {
-                    let asked = self.ask(s, txn).await;
+                    let asked = self.ask(s, txn, ts).await;
                     reached &= asked.is_some();
                     asked
                 });
             }
             if let Some(commit) = terminate(&answers) {
                 // A failed log append leaves it prepared: asked again.
-                let _ = self.decide(txn, commit).await;
+                let _ = self.decide(txn, commit, ts).await;
             }
         }
         reached
     }
 
-    async fn ask(&self, s: ShardId, txn: TxnId) -> Option<TxnStatus> {
+    async fn ask(&self, s: ShardId, txn: TxnId, ts: Timestamp) -> Option<TxnStatus> {
         let mut c = self.peer(s)?;
-        let q = c.query(proto::QueryRequest { txn: Some(txn_to(txn)) });
+        let q = c.query(proto::QueryRequest { txn: Some(txn_to(txn)), ts });
         match tokio::time::timeout(self.opts.peer_timeout, q).await {
             Ok(Ok(r)) => status_from(r.into_inner().status),
             _ => {
@@ -574,7 +575,7 @@ impl shard_server::Shard for Service {
         req: Request<proto::DecideRequest>,
     ) -> Result<Response<proto::DecideResponse>, Status> {
         let d = req.into_inner();
-        self.0.decide(txn_from(d.txn)?, d.commit).await?;
+        self.0.decide(txn_from(d.txn)?, d.commit, d.ts).await?;
         Ok(Response::new(proto::DecideResponse {}))
     }
 
@@ -582,7 +583,8 @@ impl shard_server::Shard for Service {
         &self,
         req: Request<proto::QueryRequest>,
     ) -> Result<Response<proto::QueryResponse>, Status> {
-        let status = self.0.query(txn_from(req.into_inner().txn)?).await?;
+        let q = req.into_inner();
+        let status = self.0.query(txn_from(q.txn)?, q.ts).await?;
         Ok(Response::new(proto::QueryResponse { status: status_to(status) as i32 }))
     }
 
