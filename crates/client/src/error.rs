@@ -24,6 +24,45 @@ impl Error {
         Error { code: tonic::Code::Unavailable, kind: "client".into(), retryable: false, message }
     }
 
+    /// A cluster transaction that failed validation: nothing of it
+    /// committed; run it again.
+    pub(crate) fn conflict(message: String) -> Error {
+        Error { code: tonic::Code::Aborted, kind: "conflict".into(), retryable: true, message }
+    }
+
+    /// A shard that did not answer before anything was prepared: nothing
+    /// of the transaction committed.
+    pub(crate) fn unavailable(message: String) -> Error {
+        Error {
+            code: tonic::Code::Unavailable,
+            kind: "unavailable".into(),
+            retryable: true,
+            message,
+        }
+    }
+
+    /// A cluster commit whose votes did not all come back: it may commit
+    /// or abort (the shards settle it).
+    pub(crate) fn unknown(message: String) -> Error {
+        Error { code: tonic::Code::Unavailable, kind: "unknown".into(), retryable: false, message }
+    }
+
+    /// Bad input, refused by the client.
+    pub(crate) fn invalid(message: String) -> Error {
+        Error {
+            code: tonic::Code::InvalidArgument,
+            kind: "invalid_input".into(),
+            retryable: false,
+            message,
+        }
+    }
+
+    /// The same error, its message prefixed with what was being done.
+    pub(crate) fn context(mut self, what: &str) -> Error {
+        self.message = format!("{what}: {}", self.message);
+        self
+    }
+
     /// A request over the message limit, refused before it was sent.
     pub(crate) fn too_large(len: usize, max: usize) -> Error {
         Error {
@@ -87,7 +126,9 @@ impl Error {
     /// The error's kind: `conflict`, `busy`, `limit`, `expired`,
     /// `unavailable`, `closed`, `stale`, `fenced`, `read_only`,
     /// `corruption`, `invalid_input`, `not_found`, `unauthenticated`,
-    /// `timeout`, `store`; `client` for an error of the client's own, and
+    /// `timeout`, `store`; for a cluster also `wrong_shard` (the map
+    /// moved; retryable) and `unknown` (a commit whose outcome is not
+    /// known; never retry it blindly); `client` for an error of the client's own, and
     /// `transport` for one without a kind (the connection failed).
     pub fn kind(&self) -> &str {
         &self.kind

@@ -23,9 +23,14 @@
 //! the background. [`Client::execute`] runs a whole batch of reads and
 //! writes as one transaction in one round trip, which the server can
 //! retry by itself on a conflict.
+//!
+//! A [`Cluster`] is the same database over many `milliscale serve
+//! --cluster` shards: tables, reads, writes and serializable transactions
+//! across them, coordinated by this client.
 
 #![deny(missing_docs, clippy::unwrap_used)]
 
+mod cluster;
 mod error;
 mod stream;
 mod txn;
@@ -33,6 +38,7 @@ mod txn;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use cluster::{Cluster, ClusterBuilder, ClusterTransaction};
 pub use error::{Error, Result, retry};
 pub use stream::CommitAck;
 /// The gRPC status codes [`Error::code`] returns.
@@ -111,6 +117,28 @@ impl ClientBuilder {
 
     /// Connect.
     pub async fn connect(self) -> Result<Client> {
+        let (endpoint, addr) = self.endpoint()?;
+        let channel = endpoint
+            .connect()
+            .await
+            .map_err(|e| Error::local(format!("cannot connect to {addr}: {e}")))?;
+        self.client(channel)
+    }
+
+    /// The same settings for another address.
+    pub(crate) fn with_addr(mut self, addr: String) -> ClientBuilder {
+        self.addr = addr;
+        self
+    }
+
+    /// A client whose connection is made at its first call.
+    pub(crate) fn connect_lazy(self) -> Result<Client> {
+        let (endpoint, _) = self.endpoint()?;
+        let channel = endpoint.connect_lazy();
+        self.streamed_batches(false).client(channel)
+    }
+
+    fn endpoint(&self) -> Result<(Endpoint, String)> {
         let mut addr = self.addr.clone();
         if !addr.contains("://") {
             let scheme = if self.ca_pem.is_some() { "https" } else { "http" };
@@ -127,10 +155,10 @@ impl ClientBuilder {
             }
             endpoint = endpoint.tls_config(tls).map_err(|e| Error::local(format!("TLS: {e}")))?;
         }
-        let channel = endpoint
-            .connect()
-            .await
-            .map_err(|e| Error::local(format!("cannot connect to {addr}: {e}")))?;
+        Ok((endpoint, addr))
+    }
+
+    fn client(self, channel: Channel) -> Result<Client> {
         let token = match &self.token {
             Some(t) => Some(
                 format!("Bearer {t}")

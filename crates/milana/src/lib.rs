@@ -13,7 +13,7 @@
 //! | versions ⟨timestamp, client id⟩ | [`types::CommitTs`] |
 //! | hybrid clocks with skew ε at the clients | [`clock`] |
 //! | latestRead / prepared / latestCommitted per key; Algorithm 1 (validation) | [`participant::Participant::prepare`] |
-//! | each key's committed versions: in a map, or as engine rows under versioned keys (design record 0008) | [`versions`] |
+//! | each key's committed versions: in a map, or as engine rows under versioned keys (design record 0008) | [`versions`], `engine_versions` |
 //! | the prepare, commit, abort and read-lease records | [`log`], their bytes [`codec`] |
 //! | a shard's log on the engine (object store, quorum, fencing, standby) | [`shard_log`] |
 //! | the shard map: versions on the store, published with conditional writes | [`shard_map`] |
@@ -33,9 +33,13 @@ pub mod clock;
 pub mod codec;
 pub mod coordinator;
 pub mod dst;
+#[cfg(feature = "engine")]
+pub mod engine_versions;
 pub mod log;
+#[cfg(feature = "engine")]
 pub mod net;
 pub mod participant;
+#[cfg(feature = "engine")]
 pub mod shard_log;
 pub mod shard_map;
 pub mod tables;

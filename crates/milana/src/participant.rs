@@ -107,7 +107,7 @@ pub struct Recovered<V: Versions = MapVersions> {
 }
 
 /// A shard primary's transaction state, over its committed versions (a
-/// map by default; [`crate::versions::EngineVersions`] keeps them in the
+/// map by default; [`crate::engine_versions::EngineVersions`] keeps them in the
 /// engine).
 #[derive(Debug, Clone)]
 pub struct Participant<V: Versions = MapVersions> {
@@ -156,7 +156,7 @@ impl Participant {
 }
 
 impl<V: Versions> Participant<V> {
-    /// A shard over `versions`: empty, or (for [`crate::versions::EngineVersions`])
+    /// A shard over `versions`: empty, or (for [`crate::engine_versions::EngineVersions`])
     /// already holding what the log's commits installed, since installing
     /// a version again there rewrites the same row. A [`MapVersions`] must
     /// start empty: it keeps every install.
@@ -419,6 +419,21 @@ impl<V: Versions> Participant<V> {
             .collect()
     }
 
+    /// The commit timestamp of `txn`, if it is decided here (and not
+    /// forgotten).
+    pub fn decided_ts(&self, txn: TxnId) -> Option<Timestamp> {
+        match self.txns.get(&txn) {
+            Some(Entry::Committed(ts) | Entry::Aborted(ts)) => Some(*ts),
+            _ => None,
+        }
+    }
+
+    /// The committed versions, for a caller that writes what they staged
+    /// ([`crate::engine_versions::EngineVersions::take_staged`]).
+    pub fn versions_mut(&mut self) -> &mut V {
+        &mut self.versions
+    }
+
     /// The commit timestamp of `txn`, if it is prepared here.
     pub fn prepared_ts(&self, txn: TxnId) -> Option<Timestamp> {
         match self.txns.get(&txn) {
@@ -548,196 +563,4 @@ impl<V: Versions> Participant<V> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::versions::EngineVersions;
-
-    const T1: TxnId = TxnId { client: 1, seq: 1 };
-    const T2: TxnId = TxnId { client: 2, seq: 1 };
-
-    fn v(ts: Timestamp, client: u32) -> CommitTs {
-        CommitTs { ts, client }
-    }
-
-    fn prep(txn: TxnId, version: CommitTs, reads: &[(&str, CommitTs)], writes: &[&str]) -> Prepare {
-        Prepare {
-            txn,
-            version,
-            reads: reads.iter().map(|(k, v)| (k.as_bytes().to_vec(), *v)).collect(),
-            writes: writes.iter().map(|k| (k.as_bytes().to_vec(), Some(b"x".to_vec()))).collect(),
-            participants: vec![0, 1],
-        }
-    }
-
-    fn serve<V: Versions>(p: &mut Participant<V>, key: &str, at: Timestamp) -> ReadReply {
-        if let Some(Record::ReadLease(until)) = p.lease_needed(at) {
-            p.lease_durable(until);
-        }
-        p.read(key.as_bytes(), at)
-    }
-
-    /// The same rules over the engine's rows as over the map.
-    fn engine_participant() -> Participant<EngineVersions> {
-        let db = milliscale::Database::open(milliscale::Options::new().store("memory://"))
-            .expect("open");
-        let versions = EngineVersions::open(std::sync::Arc::new(db), "versions").expect("table");
-        Participant::with_versions(0, 1_000, Mutations::default(), versions)
-    }
-
-    #[test]
-    fn algorithm_1_refuses_each_conflict_it_names() {
-        algorithm_1(Participant::new(0, 1_000, Mutations::default()));
-        algorithm_1(engine_participant());
-    }
-
-    fn algorithm_1<V: Versions>(mut p: Participant<V>) {
-        // A write below a served read (line 13).
-        assert_eq!(serve(&mut p, "k", 100).version, CommitTs::INITIAL);
-        let (vote, rec) = p.prepare(prep(T1, v(90, 1), &[], &["k"]));
-        assert!(matches!(vote, Vote::No(_)) && rec == Some(Record::Abort(T1, 90)));
-        // A prepared key blocks reads and writes of it (lines 3 and 11).
-        assert_eq!(p.prepare(prep(T2, v(200, 2), &[], &["k"])).0, Vote::Yes);
-        assert!(serve(&mut p, "k", 300).prepared_below, "a reader at 300 sees the prepared write");
-        assert!(!serve(&mut p, "k", 150).prepared_below, "one at 150 does not");
-        let t3 = TxnId { client: 3, seq: 1 };
-        assert!(matches!(
-            p.prepare(prep(t3, v(400, 3), &[("k", CommitTs::INITIAL)], &[])).0,
-            Vote::No(_)
-        ));
-        // Committed: a read of the old version fails (line 5), a write at
-        // or below the committed version fails (line 15).
-        assert_eq!(p.decide(T2, true, 200), Some(Record::Commit(T2)));
-        let t4 = TxnId { client: 4, seq: 1 };
-        assert!(matches!(
-            p.prepare(prep(t4, v(500, 4), &[("k", CommitTs::INITIAL)], &[])).0,
-            Vote::No(_)
-        ));
-        let t5 = TxnId { client: 5, seq: 1 };
-        assert_eq!(p.prepare(prep(t5, v(500, 5), &[("k", v(200, 2))], &["k"])).0, Vote::Yes);
-        // The same prepare again: the same vote, nothing more to log.
-        assert_eq!(p.prepare(prep(t5, v(500, 5), &[("k", v(200, 2))], &["k"])), (Vote::Yes, None));
-        assert_eq!(p.prepare(prep(T1, v(90, 1), &[], &["k"])).0, Vote::No("aborted here before"));
-    }
-
-    #[test]
-    fn a_query_about_an_unknown_transaction_aborts_it_here() {
-        let mut p = Participant::new(0, 1_000, Mutations::default());
-        assert_eq!(p.status(T1, 10), (TxnStatus::Aborted, Some(Record::Abort(T1, 10))));
-        assert!(matches!(p.prepare(prep(T1, v(10, 1), &[], &["k"])).0, Vote::No(_)));
-    }
-
-    #[test]
-    fn recovery_commits_single_shard_prepares_asks_about_the_rest_and_keeps_the_lease_floor() {
-        let mut single = prep(T1, v(10, 1), &[], &["a"]);
-        single.participants = vec![0];
-        let multi = prep(T2, v(20, 2), &[], &["b"]);
-        let log = vec![Record::ReadLease(1_000), Record::Prepare(single), Record::Prepare(multi)];
-        let Recovered { participant: mut p, logged, ask } =
-            Participant::recover(0, 100, Mutations::default(), &log);
-        assert_eq!(logged, vec![Record::Commit(T1)]);
-        assert_eq!(ask, vec![(T2, vec![0, 1])]);
-        assert_eq!(p.known(T2), Some(TxnStatus::Prepared));
-        // No write at or below the lease logged before the crash: a read
-        // up to it may have been served.
-        let t3 = TxnId { client: 3, seq: 1 };
-        assert!(matches!(p.prepare(prep(t3, v(900, 3), &[], &["c"])).0, Vote::No(_)));
-        let t4 = TxnId { client: 4, seq: 1 };
-        assert_eq!(p.prepare(prep(t4, v(1_001, 4), &[], &["c"])).0, Vote::Yes);
-        // A read needs a new lease past the old one.
-        assert!(p.lease_needed(1_000).is_some());
-        let Recovered { logged, ask, .. } = Participant::recover(
-            0,
-            100,
-            Mutations { commit_prepared_without_asking: true, ..Mutations::default() },
-            &log,
-        );
-        assert!(ask.is_empty() && logged.contains(&Record::Commit(T2)), "the bug commits it");
-    }
-
-    #[test]
-    fn collection_keeps_the_newest_version_at_or_below_the_watermark() {
-        collection(Participant::new(0, 1_000, Mutations::default()));
-        collection(engine_participant());
-    }
-
-    fn collection<V: Versions>(mut p: Participant<V>) {
-        for (i, ts) in [10, 20, 30, 40].into_iter().enumerate() {
-            let t = TxnId { client: 1, seq: i as u64 };
-            let mut w = prep(t, v(ts, 1), &[], &["k"]);
-            w.participants = vec![0];
-            assert_eq!(p.prepare(w).0, Vote::Yes);
-            p.decide(t, true, ts);
-        }
-        serve(&mut p, "r", 22);
-        serve(&mut p, "s", 27);
-        assert_eq!(p.read_marks(), 3, "k (written), r and s");
-        assert_eq!(p.collect(25), 1);
-        assert_eq!(p.read_marks(), 1, "only the read of s at 27 is above the watermark");
-        // The floor refuses what the dropped mark did: a write on `r` at 22.
-        let t = TxnId { client: 9, seq: 1 };
-        assert!(matches!(p.prepare(prep(t, v(22, 9), &[], &["r"])).0, Vote::No(_)));
-        p.decide(t, false, 22);
-        let left: Vec<Timestamp> =
-            p.committed()[&b"k".to_vec()].iter().map(|(v, _)| v.ts).collect();
-        assert_eq!(left, [20, 30, 40]);
-        assert_eq!(
-            serve(&mut p, "k", 25).version,
-            v(20, 1),
-            "a reader at the watermark still reads"
-        );
-    }
-
-    #[test]
-    fn forgetting_keeps_undecided_and_undurable_decisions_and_refuses_late_prepares() {
-        let mut p = Participant::new(0, 1_000, Mutations::default());
-        let t3 = TxnId { client: 3, seq: 1 };
-        assert_eq!(p.prepare(prep(T1, v(10, 1), &[], &["a"])).0, Vote::Yes);
-        assert_eq!(p.prepare(prep(T2, v(20, 2), &[], &["b"])).0, Vote::Yes);
-        assert_eq!(p.prepare(prep(t3, v(30, 3), &[], &["c"])).0, Vote::Yes);
-        p.decide(T1, true, 10);
-        p.decide(T2, false, 20);
-        assert_eq!(p.oldest_undecided(), Some(10), "T1's commit is not durable yet");
-        assert_eq!(p.forget(100), None, "nothing below 10 to forget");
-        p.decision_durable(T1);
-        p.decision_durable(T2);
-        assert_eq!(p.oldest_undecided(), Some(30), "t3 is still prepared");
-        // Asked to forget below 100, it stops at its own prepare.
-        assert_eq!(p.forget(100), Some(Record::Forget { below: 30, txns: vec![T1, T2] }));
-        assert_eq!((p.known(T1), p.known(t3)), (None, Some(TxnStatus::Prepared)));
-        assert_eq!(p.forgotten(), 30);
-        // A late copy of a prepare below the bound is refused (T2 was
-        // aborted: it must not commit now).
-        assert!(matches!(p.prepare(prep(T2, v(20, 2), &[], &["b"])).0, Vote::No(_)));
-        assert_eq!(p.forget(30), None, "the bound only rises");
-    }
-
-    #[test]
-    fn a_restart_from_the_tables_remembers_decisions_the_forget_bound_and_the_lease() {
-        let mut single = prep(T1, v(10, 1), &[], &["a"]);
-        single.participants = vec![0];
-        let t3 = TxnId { client: 3, seq: 1 };
-        let log = vec![
-            Record::ReadLease(50),
-            Record::Prepare(single),
-            Record::Prepare(prep(T2, v(20, 2), &[], &["b"])),
-            Record::Commit(T2),
-            Record::Abort(t3, 5),
-            Record::Forget { below: 6, txns: vec![t3] },
-        ];
-        let tables = ShardTables::from_log(MapVersions::default(), &log);
-        assert_eq!(tables.txns.get(&T2), Some(&TxnRow::Committed(20)));
-        assert_eq!(tables.txns.get(&t3), None, "forgotten");
-        let Recovered { participant: mut p, logged, ask } =
-            Participant::restart(0, 100, Mutations::default(), tables.clone());
-        assert_eq!((logged, ask), (vec![Record::Commit(T1)], vec![]), "the lone prepare commits");
-        assert_eq!(p.status(T2, 20), (TxnStatus::Committed, None), "a decision is remembered");
-        assert_eq!(p.forgotten(), 6);
-        assert_eq!(p.committed()[&b"b".to_vec()], vec![(v(20, 2), Some(b"x".to_vec()))]);
-        let t4 = TxnId { client: 4, seq: 1 };
-        assert!(matches!(p.prepare(prep(t4, v(40, 4), &[], &["d"])).0, Vote::No(_)), "lease");
-        // The deliberate bug: the decided rows are dropped at the restart.
-        let bug = Mutations { restart_forgets_decided: true, ..Mutations::default() };
-        let Recovered { participant: mut p, .. } = Participant::restart(0, 100, bug, tables);
-        assert_eq!(p.status(T2, 20).0, TxnStatus::Aborted, "the bug answers aborted");
-    }
-}
+mod tests;

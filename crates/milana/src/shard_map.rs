@@ -19,8 +19,10 @@
 //! is not its own (the servers, which use this, are not built yet).
 
 use std::collections::BTreeMap;
+#[cfg(feature = "engine")]
 use std::sync::Arc;
 
+#[cfg(feature = "engine")]
 use milliscale::store::{Bytes, ObjectStore, StoreError};
 use serde::{Deserialize, Serialize};
 
@@ -78,6 +80,7 @@ impl ShardMap {
 #[derive(Debug, thiserror::Error)]
 pub enum MapError {
     /// The store failed.
+    #[cfg(feature = "engine")]
     #[error("shard map store: {0}")]
     Store(#[from] StoreError),
     /// The map breaks an invariant (see the module's comment).
@@ -98,17 +101,20 @@ pub enum MapError {
 }
 
 /// The map's versions on a store.
+#[cfg(feature = "engine")]
 pub struct MapStore {
     store: Arc<dyn ObjectStore>,
     dir: String,
 }
 
+#[cfg(feature = "engine")]
 impl std::fmt::Debug for MapStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MapStore").field("dir", &self.dir).finish()
     }
 }
 
+#[cfg(feature = "engine")]
 impl MapStore {
     /// The map under `prefix` (`""` for the store's root) of `store`.
     pub fn new(store: Arc<dyn ObjectStore>, prefix: &str) -> MapStore {

@@ -51,3 +51,65 @@ pub enum TxnStatus {
     /// termination query found it unknown here and aborted it).
     Aborted,
 }
+
+/// The key a cluster's shards, map and protocol use for `key` of `table`:
+/// the table's name, a `0x00`, then the key. Table names hold no `0x00`
+/// ([`table_name_ok`]), so a table's keys are one contiguous range in
+/// key order, sorted as the table sorts them, and a shard map's ranges
+/// can split a table or hold many.
+pub fn cluster_key(table: &str, key: &[u8]) -> Key {
+    let mut out = Vec::with_capacity(table.len() + 1 + key.len());
+    out.extend_from_slice(table.as_bytes());
+    out.push(0);
+    out.extend_from_slice(key);
+    out
+}
+
+/// The table and key of a [`cluster_key`]; `None` for bytes it cannot
+/// have made.
+pub fn split_cluster_key(k: &[u8]) -> Option<(&str, &[u8])> {
+    let at = k.iter().position(|b| *b == 0)?;
+    Some((std::str::from_utf8(&k[..at]).ok()?, &k[at + 1..]))
+}
+
+/// The longest table name, in bytes: the engine's
+/// (`milliscale::limits::TABLE_NAME_BYTES_MAX`).
+pub const TABLE_NAME_BYTES_MAX: usize = 255;
+
+#[cfg(feature = "engine")]
+const _: () = assert!(TABLE_NAME_BYTES_MAX == milliscale::limits::TABLE_NAME_BYTES_MAX);
+
+/// Whether a cluster may have a table of this name: 1 to 255 bytes,
+/// without `0x00` (which ends the name in a [`cluster_key`]) and not
+/// starting with `_milana.` (the shards' own tables).
+pub fn table_name_ok(name: &str) -> Result<(), String> {
+    let max = TABLE_NAME_BYTES_MAX;
+    if name.is_empty() || name.len() > max {
+        return Err(format!("a table name is 1 to {max} bytes, not {}", name.len()));
+    }
+    if name.contains('\0') {
+        return Err("a cluster's table names hold no NUL byte".into());
+    }
+    if name.starts_with("_milana.") {
+        return Err("table names starting with `_milana.` are the shards' own".into());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_keys_keep_each_table_contiguous_and_in_order() {
+        let a = [cluster_key("t", b""), cluster_key("t", b"\x00"), cluster_key("t", b"z")];
+        assert!(a.windows(2).all(|w| w[0] < w[1]));
+        // Every key of "t" sorts before every key of "t2" and "u".
+        assert!(cluster_key("t", b"\xff\xff") < cluster_key("t2", b""));
+        assert!(cluster_key("t2", b"\xff") < cluster_key("u", b""));
+        assert_eq!(split_cluster_key(&cluster_key("t", b"a\x00b")), Some(("t", &b"a\x00b"[..])));
+        assert_eq!(split_cluster_key(b"no-nul"), None);
+        assert!(table_name_ok("a\0b").is_err() && table_name_ok("_milana.txns").is_err());
+        assert!(table_name_ok("").is_err() && table_name_ok("accounts").is_ok());
+    }
+}

@@ -5,7 +5,7 @@
 //!
 //! The participant decides; a [`Versions`] only stores and answers:
 //! - [`MapVersions`] keeps them in a map (the simulation's reference);
-//! - [`EngineVersions`] keeps them as rows of an engine table, one row per
+//! - [`crate::engine_versions::EngineVersions`] keeps them as rows of an engine table, one row per
 //!   version under a versioned key, so that a shard's data is the
 //!   engine's, with its checkpoints, log truncation and replicas.
 //!
@@ -18,10 +18,6 @@
 //!   every version above it: a read at `w` or later sees what it saw.
 
 use std::collections::BTreeMap;
-use std::ops::Bound;
-use std::sync::Arc;
-
-use milliscale::{Database, Direction, Table};
 
 use crate::types::{ClientId, CommitTs, Key, Timestamp, Value};
 
@@ -162,19 +158,10 @@ pub fn row_value(value: Option<&[u8]>) -> Vec<u8> {
     }
 }
 
-/// The value a row holds; `None` for a deletion. Panics on bytes
-/// [`row_value`] cannot have made (a corrupt table).
-fn value_of(row: &[u8]) -> Option<Value> {
-    match row.split_first() {
-        Some((0, [])) => None,
-        Some((1, v)) => Some(v.to_vec()),
-        _ => panic!("a version row that is neither a value nor a deletion: {row:?}"),
-    }
-}
-
 /// The engine range of `key`'s versions at or below `at`: from the version
 /// `⟨at, u32::MAX⟩` (the newest possible at `at`) to the key's end.
-fn range_at(key: &[u8], at: Timestamp) -> (Vec<u8>, Vec<u8>) {
+#[cfg_attr(not(feature = "engine"), allow(dead_code))]
+pub(crate) fn range_at(key: &[u8], at: Timestamp) -> (Vec<u8>, Vec<u8>) {
     let lower = versioned_key(key, CommitTs { ts: at, client: ClientId::MAX });
     let mut upper = escaped(key);
     let last = upper.len() - 1;
@@ -182,135 +169,10 @@ fn range_at(key: &[u8], at: Timestamp) -> (Vec<u8>, Vec<u8>) {
     (lower, upper)
 }
 
-/// Versions as rows of one engine table (design record 0008). Each call
-/// is one engine transaction; `install` commits without waiting for
-/// durability (the caller's record decides when an answer may go out).
-///
-/// An engine failure (the store unavailable, the writer fenced) panics:
-/// the shard must stop, as it does when its log fails. The server's
-/// shard, which writes versions and transaction records in one engine
-/// transaction, returns the error instead.
-pub struct EngineVersions {
-    db: Arc<Database>,
-    table: Table,
-}
-
-impl std::fmt::Debug for EngineVersions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EngineVersions").field("table", &self.table.name()).finish()
-    }
-}
-
-impl EngineVersions {
-    /// The versions in `table` of `db` (created if missing).
-    pub fn open(db: Arc<Database>, table: &str) -> milliscale::Result<EngineVersions> {
-        let table = match db.open_table(table) {
-            Err(milliscale::Error::TableNotFound(_)) => db.create_table(table)?,
-            t => t?,
-        };
-        Ok(EngineVersions { db, table })
-    }
-
-    /// The database.
-    pub fn db(&self) -> &Database {
-        &self.db
-    }
-
-    fn first_at(&self, key: &[u8], at: Timestamp) -> Option<(CommitTs, Option<Value>)> {
-        let (lower, upper) = range_at(key, at);
-        let mut tx = self.db.begin().expect("begin a read");
-        let rows = tx
-            .scan(
-                &self.table,
-                Bound::Included(&lower),
-                Bound::Excluded(&upper),
-                Direction::Forward,
-                1,
-            )
-            .expect("read a version");
-        let (k, v) = rows.into_iter().next()?;
-        let (_, version) = split_versioned_key(&k).expect("a versioned key");
-        Some((version, value_of(&v)))
-    }
-}
-
-impl Versions for EngineVersions {
-    fn latest(&self, key: &[u8]) -> CommitTs {
-        self.first_at(key, Timestamp::MAX).map_or(CommitTs::INITIAL, |v| v.0)
-    }
-
-    fn read_at(&self, key: &[u8], at: Timestamp) -> (CommitTs, Option<Value>) {
-        self.first_at(key, at).unwrap_or((CommitTs::INITIAL, None))
-    }
-
-    fn install(&mut self, version: CommitTs, writes: &[(Key, Option<Value>)]) {
-        let mut tx = self.db.begin().expect("begin an install");
-        for (key, value) in writes {
-            let row = row_value(value.as_deref());
-            tx.put(&self.table, &versioned_key(key, version), &row).expect("put a version");
-        }
-        // Not waited for: the caller makes its record durable before it
-        // answers, and a recovery installs a logged commit again.
-        let _pre_committed = tx.commit().expect("commit an install");
-    }
-
-    fn collect(&mut self, watermark: Timestamp) -> usize {
-        let mut tx = self.db.begin().expect("begin a collection");
-        let mut doomed = Vec::new();
-        let mut last: Option<Key> = None;
-        let mut kept_below = false;
-        for row in tx.range(&self.table, Bound::Unbounded, Bound::Unbounded, Direction::Forward) {
-            let (k, _) = row.expect("scan versions");
-            let (key, version) = split_versioned_key(&k).expect("a versioned key");
-            if last.as_deref() != Some(&key) {
-                last = Some(key);
-                kept_below = false;
-            }
-            // Newest first: the first version at or below the watermark
-            // stays, every older one goes.
-            if version.ts <= watermark {
-                if kept_below {
-                    doomed.push(k);
-                }
-                kept_below = true;
-            }
-        }
-        for k in &doomed {
-            tx.delete(&self.table, k).expect("delete a version");
-        }
-        let _pre_committed = tx.commit().expect("commit a collection");
-        doomed.len()
-    }
-
-    fn count(&self) -> usize {
-        let mut tx = self.db.begin().expect("begin a count");
-        tx.range(&self.table, Bound::Unbounded, Bound::Unbounded, Direction::Forward).count()
-    }
-
-    fn all(&self) -> BTreeMap<Key, Vec<(CommitTs, Option<Value>)>> {
-        let mut tx = self.db.begin().expect("begin a read");
-        let mut out: BTreeMap<Key, Vec<(CommitTs, Option<Value>)>> = BTreeMap::new();
-        for row in tx.range(&self.table, Bound::Unbounded, Bound::Unbounded, Direction::Forward) {
-            let (k, v) = row.expect("scan versions");
-            let (key, version) = split_versioned_key(&k).expect("a versioned key");
-            out.entry(key).or_default().push((version, value_of(&v)));
-        }
-        // The rows are newest first; the trait's order is oldest first.
-        out.values_mut().for_each(|versions| versions.reverse());
-        out
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use milliscale::Options;
     use proptest::prelude::*;
-
-    fn engine() -> EngineVersions {
-        let db = Database::open(Options::new().store("memory://")).expect("open");
-        EngineVersions::open(Arc::new(db), "versions").expect("table")
-    }
 
     fn key() -> impl Strategy<Value = Key> {
         // Small alphabets with 0x00, 0x01 and 0xFF, so that escapes,
@@ -336,40 +198,6 @@ mod tests {
             prop_assert_eq!(split_versioned_key(&ea), Some(a.clone()));
             let (lower, upper) = range_at(&a.0, a.1.ts);
             prop_assert!(lower <= ea && ea < upper, "a version at `at` is in its key's range");
-        }
-
-        /// The engine's layout answers as the map does, through installs,
-        /// reads at any timestamp and collections.
-        #[test]
-        fn engine_rows_answer_as_the_map_does(
-            ops in prop::collection::vec((0u8..4, 0usize..3, 0u64..50, any::<bool>()), 1..60),
-        ) {
-            let keys: [&[u8]; 3] = [b"a", b"a\x00", b"b"];
-            let (mut map, mut rows) = (MapVersions::default(), engine());
-            let mut ts = 0;
-            for (op, k, t, delete) in ops {
-                let key = keys[k];
-                match op {
-                    0 | 1 => {
-                        ts += 1 + t % 3;
-                        let value = (!delete).then(|| ts.to_be_bytes().to_vec());
-                        let writes = vec![(key.to_vec(), value)];
-                        let v = CommitTs { ts, client: k as u32 };
-                        map.install(v, &writes);
-                        rows.install(v, &writes);
-                    }
-                    2 => prop_assert_eq!(map.collect(t), rows.collect(t)),
-                    _ => {}
-                }
-                for key in keys {
-                    prop_assert_eq!(map.latest(key), rows.latest(key));
-                    for at in [0, t, ts, Timestamp::MAX] {
-                        prop_assert_eq!(map.read_at(key, at), rows.read_at(key, at));
-                    }
-                }
-            }
-            prop_assert_eq!(map.count(), rows.count());
-            prop_assert_eq!(map.all(), rows.all());
         }
     }
 

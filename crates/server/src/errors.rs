@@ -21,6 +21,9 @@
 //! | `NotFound`, `TableNotFound`, unknown transaction | NOT_FOUND | not_found | no |
 //! | `Store`                      | INTERNAL            | store         | no        |
 //! | a stream's answer over the message limit | OUT_OF_RANGE | limit | no |
+//! | a cluster key this shard does not own | FAILED_PRECONDITION | wrong_shard | yes (reload the map) |
+//! | a shard's read below its collected versions | ABORTED | stale | yes (past `milliscale-floor`) |
+//! | a shard's call on a server that is no shard, a single server's call on a shard | FAILED_PRECONDITION | cluster | no |
 
 use std::time::Duration;
 
@@ -173,6 +176,53 @@ pub mod refuse {
 
     pub fn timeout(message: String) -> Status {
         status(Code::DeadlineExceeded, "timeout", true, message)
+    }
+
+    /// The metadata key of a shard's map version, on a wrong-shard refusal.
+    pub const MAP_VERSION_KEY: &str = "milliscale-map-version";
+    /// The metadata key of a shard's collection floor, on a stale read.
+    pub const FLOOR_KEY: &str = "milliscale-floor";
+
+    pub fn wrong_shard(message: String, map_version: u64) -> Status {
+        let mut s = status(Code::FailedPrecondition, "wrong_shard", true, message);
+        s.metadata_mut().insert(MAP_VERSION_KEY, map_version.into());
+        s
+    }
+
+    pub fn stale_read(at: u64, floor: u64) -> Status {
+        let mut s = status(
+            Code::Aborted,
+            "stale",
+            true,
+            format!(
+                "snapshot too old: read at {at}, versions below {floor} are collected; begin \
+                 again (the client's clock moves past the floor)"
+            ),
+        );
+        s.metadata_mut().insert(FLOOR_KEY, floor.into());
+        s
+    }
+
+    pub fn not_a_shard(what: &str) -> Status {
+        status(
+            Code::FailedPrecondition,
+            "cluster",
+            false,
+            format!("{what} is a cluster shard's call, and this server is no shard (no --cluster)"),
+        )
+    }
+
+    pub fn a_shard(what: &str, shard: u32) -> Status {
+        status(
+            Code::FailedPrecondition,
+            "cluster",
+            false,
+            format!(
+                "{what}: this server is shard {shard} of a cluster, whose rows are read and \
+                 written through a cluster client (milliscale_client::Cluster, or \
+                 milliscale.connect_cluster in Python)"
+            ),
+        )
     }
 }
 

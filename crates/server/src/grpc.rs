@@ -26,6 +26,10 @@ impl Milliscale for Service {
         let r = async {
             let db = self.writer(self.caller(&req)?, "creating a table")?;
             self.new_work()?;
+            if let Some(shard) = &self.shard {
+                shard.create_table(&req.get_ref().name).await?;
+                return Ok(proto::CreateTableResponse {});
+            }
             db.create_table(&req.get_ref().name).await.map_err(|e| engine(&e))?;
             Ok(proto::CreateTableResponse {})
         };
@@ -39,6 +43,10 @@ impl Milliscale for Service {
         let r = async {
             let db = self.writer(self.caller(&req)?, "dropping a table")?;
             self.new_work()?;
+            if let Some(shard) = &self.shard {
+                shard.drop_table(&req.get_ref().name).await?;
+                return Ok(proto::DropTableResponse {});
+            }
             db.drop_table(&req.get_ref().name).await.map_err(|e| engine(&e))?;
             Ok(proto::DropTableResponse {})
         };
@@ -50,9 +58,10 @@ impl Milliscale for Service {
         req: Request<proto::ListTablesRequest>,
     ) -> Result<Response<proto::ListTablesResponse>, Status> {
         let r = self.caller(&req).map(|_| proto::ListTablesResponse {
-            names: match &self.backend {
-                Backend::Writer(db) => db.table_names(),
-                Backend::Replica(r) => r.blocking().table_names(),
+            names: match (&self.shard, &self.backend) {
+                (Some(shard), _) => shard.table_names(),
+                (None, Backend::Writer(db)) => db.table_names(),
+                (None, Backend::Replica(r)) => r.blocking().table_names(),
             },
         });
         done("ListTables", r)
@@ -65,6 +74,7 @@ impl Milliscale for Service {
         let r = async {
             let caller = self.caller(&req)?;
             self.new_work()?;
+            self.single_server("Begin")?;
             let conn = crate::connection::ConnectionInfo::of(&req).map(|c| c.id);
             let b = req.into_inner();
             if !b.read_only {
@@ -219,6 +229,7 @@ impl Milliscale for Service {
         let r = async {
             let caller = self.caller(&req)?;
             self.new_work()?;
+            self.single_server("Execute")?;
             // A call has no later message to say when a pre-commit is
             // durable: the client asks with WaitFor.
             self.execute_batch(caller, req.into_inner()).await.map(|(done, _)| done)
@@ -235,6 +246,7 @@ impl Milliscale for Service {
         let caller = self
             .caller(&req)
             .and_then(|c| self.new_work().map(|()| c))
+            .and_then(|c| self.single_server("ExecuteStream").map(|()| c))
             .inspect_err(|s| count("ExecuteStream", s.code()))?;
         let service = Arc::new(self.clone());
         Ok(Response::new(crate::stream::serve(service, caller, req.into_inner())))
@@ -265,6 +277,77 @@ impl Milliscale for Service {
             cpu_seconds: process_cpu_seconds(),
         });
         done("Status", r)
+    }
+
+    async fn shard_read(
+        &self,
+        req: Request<proto::ShardReadRequest>,
+    ) -> Result<Response<proto::ShardReadResponse>, Status> {
+        let r = async {
+            self.caller(&req)?;
+            self.shard("ShardRead")?.read(req.into_inner()).await
+        };
+        done("ShardRead", r.await)
+    }
+
+    async fn shard_prepare(
+        &self,
+        req: Request<proto::ShardPrepareRequest>,
+    ) -> Result<Response<proto::ShardPrepareResponse>, Status> {
+        let r = async {
+            let caller = self.caller(&req)?;
+            let shard = self.shard("ShardPrepare")?;
+            if caller.1 == Role::ReadOnly && !req.get_ref().writes.is_empty() {
+                return Err(refuse::read_only_token("the prepare"));
+            }
+            self.new_work()?;
+            shard.prepare(req.into_inner()).await
+        };
+        done("ShardPrepare", r.await)
+    }
+
+    async fn shard_decide(
+        &self,
+        req: Request<proto::ShardDecideRequest>,
+    ) -> Result<Response<proto::ShardDecideResponse>, Status> {
+        let r = async {
+            self.caller(&req)?;
+            let shard = self.shard("ShardDecide")?;
+            let d = req.into_inner();
+            shard.decide(crate::shard::txn_from(d.txn)?, d.commit, d.ts).await?;
+            Ok(proto::ShardDecideResponse {})
+        };
+        done("ShardDecide", r.await)
+    }
+
+    async fn shard_query(
+        &self,
+        req: Request<proto::ShardQueryRequest>,
+    ) -> Result<Response<proto::ShardQueryResponse>, Status> {
+        let r = async {
+            self.caller(&req)?;
+            let shard = self.shard("ShardQuery")?;
+            let q = req.into_inner();
+            let status = shard.query(crate::shard::txn_from(q.txn)?, q.ts).await?;
+            Ok(proto::ShardQueryResponse { status: crate::shard::status_to(status) as i32 })
+        };
+        done("ShardQuery", r.await)
+    }
+
+    async fn shard_info(
+        &self,
+        req: Request<proto::ShardInfoRequest>,
+    ) -> Result<Response<proto::ShardInfoResponse>, Status> {
+        let r = self.caller(&req).and_then(|_| Ok(self.shard("ShardInfo")?.info()));
+        done("ShardInfo", r)
+    }
+
+    async fn shard_map(
+        &self,
+        req: Request<proto::ShardMapRequest>,
+    ) -> Result<Response<proto::ShardMapResponse>, Status> {
+        let r = self.caller(&req).and_then(|_| Ok(self.shard("ShardMap")?.map()));
+        done("ShardMap", r)
     }
 }
 

@@ -25,6 +25,7 @@ mod in_flight;
 mod ops;
 mod service;
 mod sessions;
+pub mod shard;
 mod stream;
 
 use std::net::SocketAddr;
@@ -92,6 +93,9 @@ pub struct ServerOptions {
     pub max_retries: u32,
     /// At shutdown, how long open transactions get to finish.
     pub grace: Duration,
+    /// Serve as a shard of a cluster (`--cluster`): MILANA's calls, over
+    /// the writer's database (design record 0008).
+    pub cluster: Option<shard::ShardOptions>,
 }
 
 /// Default [`ServerOptions::max_message_bytes`]: a batch of 16 values of
@@ -116,6 +120,7 @@ impl ServerOptions {
             max_batch_ops: 10_000,
             max_retries: 32,
             grace: Duration::from_secs(10),
+            cluster: None,
         }
     }
 
@@ -176,6 +181,9 @@ pub enum ServeError {
     /// The TLS identity was refused.
     #[error("TLS: {0}")]
     Tls(String),
+    /// The cluster shard could not start.
+    #[error("as a shard: {0}")]
+    Shard(String),
 }
 
 /// What a shutdown did.
@@ -203,6 +211,7 @@ pub struct Server {
     grace: Duration,
     /// Calls in flight (shutdown waits for them, not for connections).
     calls: Arc<in_flight::Calls>,
+    shard: Option<Arc<shard::Shard>>,
     serving: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -232,7 +241,9 @@ impl Server {
         }));
         let shutting_down = Arc::new(AtomicBool::new(false));
         let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let shard = start_shard(&backend, options.cluster.as_ref()).await?;
         let service = Service {
+            shard: shard.clone(),
             backend: backend.clone(),
             sessions: Arc::clone(&sessions),
             tokens: options.tokens.clone(),
@@ -323,6 +334,7 @@ impl Server {
             stop,
             grace: options.grace,
             calls,
+            shard,
             serving,
             tasks,
         })
@@ -341,6 +353,11 @@ impl Server {
     /// What is served.
     pub fn backend(&self) -> &Backend {
         &self.backend
+    }
+
+    /// The cluster shard it serves as, if any.
+    pub fn shard(&self) -> Option<&Arc<shard::Shard>> {
+        self.shard.as_ref()
     }
 
     /// Open interactive transactions now.
@@ -383,12 +400,31 @@ impl Server {
         for t in self.tasks {
             t.abort();
         }
+        if let Some(shard) = &self.shard {
+            shard.stop();
+        }
         ShutdownReport {
             finished: open.saturating_sub(aborted),
             aborted,
             expired: self.sessions.expired_total(),
             took: started.elapsed(),
         }
+    }
+}
+
+/// The cluster shard the server is, if `cluster` says it is one.
+async fn start_shard(
+    backend: &Backend,
+    cluster: Option<&shard::ShardOptions>,
+) -> Result<Option<Arc<shard::Shard>>, ServeError> {
+    match (cluster, backend) {
+        (None, _) => Ok(None),
+        (Some(opts), Backend::Writer(db)) => Ok(Some(
+            shard::Shard::start(db.clone(), opts.clone()).await.map_err(ServeError::Shard)?,
+        )),
+        (Some(_), Backend::Replica(_)) => Err(ServeError::Options(
+            "a read replica is no shard: --cluster is for the writer".into(),
+        )),
     }
 }
 

@@ -181,6 +181,8 @@ pub struct Service {
     /// Turns true when the server stops accepting (after the grace period
     /// for open transactions); streams stop reading then.
     pub(crate) stop: tokio::sync::watch::Receiver<bool>,
+    /// The cluster shard this server is, if it is one.
+    pub(crate) shard: Option<Arc<crate::shard::Shard>>,
 }
 
 pub(crate) type Caller = (Principal, Role);
@@ -226,6 +228,20 @@ impl Service {
         match &self.backend {
             Backend::Writer(db) => Ok(db),
             Backend::Replica(_) => Err(refuse::replica(what)),
+        }
+    }
+
+    /// The shard, for a shard's call.
+    pub(crate) fn shard(&self, what: &str) -> Result<&Arc<crate::shard::Shard>, Status> {
+        self.shard.as_ref().ok_or_else(|| refuse::not_a_shard(what))
+    }
+
+    /// Refuse a single server's data call on a shard: a shard's rows are
+    /// versions, read and written through a cluster client.
+    pub(crate) fn single_server(&self, what: &str) -> Result<(), Status> {
+        match &self.shard {
+            Some(s) => Err(refuse::a_shard(what, s.id())),
+            None => Ok(()),
         }
     }
 

@@ -3,6 +3,8 @@
 //! - `calls.rs`: tables, transactions at each isolation level, one-shot
 //!   batches, conflicts and retry, auth, caps, idle expiry, limits and
 //!   read-your-writes on a replica;
+//! - `cluster.rs`: three shards (`--cluster`) reached by the cluster
+//!   client: a bank across them, write skew, a shard's restart;
 //! - `connections.rs`: connections, TLS, the standard services, shutdown;
 //! - `fuzz.rs`: bad input, seeded.
 //!
@@ -10,6 +12,7 @@
 //! server calls::`.
 
 mod calls;
+mod cluster;
 mod common;
 mod connections;
 mod fuzz;

@@ -1,0 +1,644 @@
+//! A cluster of `milliscale serve --cluster` shards, as one database: the
+//! client coordinates each of its transactions (MILANA's client-coordinated
+//! optimistic concurrency control with two-phase commit; design record
+//! 0008), with the protocol core of `milliscale-milana`.
+//!
+//! A transaction begins at a timestamp of the client's hybrid clock and
+//! reads every key at it from the key's shard; writes are buffered. At
+//! commit:
+//! - read-only: it commits at the client, with no round trip, if no key it
+//!   read had a prepared write at or below its timestamp (else it aborts,
+//!   retryable);
+//! - read-write: the commit version is ⟨clock, client id⟩; each
+//!   participant gets its prepare, in parallel. One participant: its yes
+//!   is the commit (the single-shard fast path). Several: all yes is the
+//!   commit, and the client tells them (a participant that misses the
+//!   decision asks the others after its termination timeout); any no is
+//!   an abort.
+//!
+//! Isolation is SERIALIZABLE (MILANA's: transactions run as if serially in
+//! the order of their versions).
+//!
+//! A prepare whose vote does not come back is sent again (a shard answers
+//! a repeated prepare as the first time); after three tries the outcome is
+//! unknown (kind `unknown`, not retryable): the shards settle it by
+//! cooperative termination. The shard map comes from the shards
+//! (`ShardMap`) and is asked for again when a shard says a key is not its
+//! own.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use milliscale_milana::clock::HybridClock;
+use milliscale_milana::coordinator::ClientTxn;
+use milliscale_milana::participant::ReadReply;
+use milliscale_milana::shard_map::{ShardInfo, ShardMap};
+use milliscale_milana::types::{
+    ClientId, CommitTs, Key, ShardId, Timestamp, TxnId, cluster_key, split_cluster_key,
+};
+
+use crate::{Client, ClientBuilder, Error, Result, proto};
+
+/// How to reach a cluster; see [`Cluster::builder`].
+#[derive(Clone, Debug)]
+pub struct ClusterBuilder {
+    client: ClientBuilder,
+    id: Option<ClientId>,
+    rpc_timeout: Duration,
+    local_validation: bool,
+}
+
+impl ClusterBuilder {
+    /// The bearer token for every shard.
+    pub fn token(mut self, token: impl Into<String>) -> ClusterBuilder {
+        self.client = self.client.token(token);
+        self
+    }
+
+    /// Speak TLS to every shard, trusting this certificate authority (PEM).
+    pub fn tls(mut self, ca_pem: Vec<u8>) -> ClusterBuilder {
+        self.client = self.client.tls(ca_pem);
+        self
+    }
+
+    /// The name on the shards' certificates (default: each address's host).
+    pub fn tls_domain(mut self, domain: impl Into<String>) -> ClusterBuilder {
+        self.client = self.client.tls_domain(domain);
+        self
+    }
+
+    /// This client's id: it names its transactions and orders the
+    /// versions they write, so two clients running at once must not share
+    /// one. Default: a random one (a collision among 10,000 clients has a
+    /// chance of about 1%, and costs conflicts, not correctness: versions
+    /// still differ by their timestamps).
+    pub fn client_id(mut self, id: u32) -> ClusterBuilder {
+        self.id = Some(id);
+        self
+    }
+
+    /// How long to wait for one answer from a shard (default 2 s).
+    pub fn rpc_timeout(mut self, d: Duration) -> ClusterBuilder {
+        self.rpc_timeout = d;
+        self
+    }
+
+    /// Commit read-only transactions at the client (MILANA §4.3; the
+    /// default); off, each is validated by its shards with a prepare, for
+    /// measuring what local validation saves.
+    pub fn local_validation(mut self, on: bool) -> ClusterBuilder {
+        self.local_validation = on;
+        self
+    }
+
+    /// Ask the shard at the builder's address for the map, and connect.
+    pub async fn connect(self) -> Result<Cluster> {
+        let first = self.client.clone().streamed_batches(false).connect().await?;
+        let map = fetch_map(&first).await?;
+        let id = self.id.unwrap_or_else(|| rand::random_range(1..=u32::MAX));
+        let inner = Inner {
+            clock: Mutex::new(HybridClock::new(0)),
+            id,
+            builder: self.clone(),
+            map: RwLock::new(Arc::new(map)),
+            conns: Mutex::new(HashMap::new()),
+            // A transaction is named ⟨client id, seq⟩ and a shard answers a
+            // name it knows as it did before: a client that restarts under
+            // the same id must not reuse a number, so they start from the
+            // clock (µs), past any of its last run's.
+            seq: AtomicU64::new(physical_now()),
+            active: Mutex::new(BTreeSet::new()),
+            first,
+        };
+        Ok(Cluster { inner: Arc::new(inner) })
+    }
+}
+
+async fn fetch_map(c: &Client) -> Result<ShardMap> {
+    let m = c.stub().shard_map(c.req(proto::ShardMapRequest {})).await?.into_inner();
+    let map = ShardMap {
+        version: m.version,
+        ranges: m.ranges.into_iter().map(|r| (r.start.to_vec(), r.shard)).collect(),
+        shards: m
+            .shards
+            .into_iter()
+            .map(|s| (s.shard, ShardInfo { addr: s.addr, log: String::new() }))
+            .collect(),
+    };
+    map.check().map_err(|e| Error::local(format!("the cluster's map: {e}")))?;
+    Ok(map)
+}
+
+struct Inner {
+    id: ClientId,
+    builder: ClusterBuilder,
+    /// The connection the cluster was opened through.
+    first: Client,
+    map: RwLock<Arc<ShardMap>>,
+    conns: Mutex<HashMap<ShardId, Client>>,
+    clock: Mutex<HybridClock>,
+    seq: AtomicU64,
+    /// The transactions under way: (begin, seq).
+    active: Mutex<BTreeSet<(Timestamp, u64)>>,
+}
+
+/// A cluster (see the module's comment). Cheap to clone: clones share
+/// the connections, the clock and the map.
+#[derive(Clone)]
+pub struct Cluster {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster").field("client_id", &self.inner.id).finish_non_exhaustive()
+    }
+}
+
+fn physical_now() -> Timestamp {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as Timestamp)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn ts_to(v: CommitTs) -> proto::CommitTs {
+    proto::CommitTs { ts: v.ts, client: v.client }
+}
+
+fn table_key(k: &[u8]) -> proto::TableKey {
+    let (table, key) = split_cluster_key(k).expect("a cluster key made by this client");
+    proto::TableKey { table: table.into(), key: key.to_vec().into() }
+}
+
+impl Cluster {
+    /// A builder for a cluster reached through the shard at `addr`
+    /// (`host:port`, or an `http://` or `https://` URL).
+    pub fn builder(addr: impl Into<String>) -> ClusterBuilder {
+        ClusterBuilder {
+            client: Client::builder(addr),
+            id: None,
+            rpc_timeout: Duration::from_secs(2),
+            local_validation: true,
+        }
+    }
+
+    /// Connect through the shard at `addr`, without a token or TLS.
+    pub async fn connect(addr: impl Into<String>) -> Result<Cluster> {
+        Cluster::builder(addr).connect().await
+    }
+
+    /// This client's id.
+    pub fn client_id(&self) -> u32 {
+        self.inner.id
+    }
+
+    /// The shard map in use: its version, and `(first key, shard)` per
+    /// range (a key of a table is the table's name, a 0x00 byte, then the
+    /// key).
+    pub fn map(&self) -> Arc<ShardMap> {
+        Arc::clone(&self.inner.map.read().unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
+
+    /// Ask the shards for the map again; keep it if it is newer.
+    pub async fn refresh(&self) -> Result<()> {
+        let mut last = None;
+        let shards: Vec<ShardId> = self.map().shards.keys().copied().collect();
+        let mut candidates = vec![self.inner.first.clone()];
+        for s in shards {
+            if let Ok(c) = self.shard(s) {
+                candidates.push(c);
+            }
+        }
+        for c in candidates {
+            match fetch_map(&c).await {
+                Ok(m) => {
+                    let mut map =
+                        self.inner.map.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+                    if m.version > map.version {
+                        *map = Arc::new(m);
+                        lock(&self.inner.conns).clear();
+                    }
+                    return Ok(());
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::local("no shard to ask for the map".into())))
+    }
+
+    fn shard(&self, s: ShardId) -> Result<Client> {
+        let mut conns = lock(&self.inner.conns);
+        if let Some(c) = conns.get(&s) {
+            return Ok(c.clone());
+        }
+        let map = self.map();
+        let info = map.shards.get(&s).ok_or_else(|| {
+            Error::local(format!("the map (version {}) has no shard {s}", map.version))
+        })?;
+        let c = self.inner.builder.client.clone().with_addr(info.addr.clone()).connect_lazy()?;
+        conns.insert(s, c.clone());
+        Ok(c)
+    }
+
+    async fn every_shard<T, F, Fut>(&self, f: F) -> Vec<(ShardId, Result<T>)>
+    where
+        F: Fn(Client) -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
+        let mut out = Vec::new();
+        for s in self.map().shards.keys().copied().collect::<Vec<_>>() {
+            let r = match self.shard(s) {
+                Ok(c) => f(c).await,
+                Err(e) => Err(e),
+            };
+            out.push((s, r));
+        }
+        out
+    }
+
+    /// Create a table on every shard (its keys may live on any). Fails
+    /// with ALREADY_EXISTS only if every shard had it; a shard that failed
+    /// is named in the error, and the call may be made again.
+    pub async fn create_table(&self, name: &str) -> Result<()> {
+        let answers = self.every_shard(|c| async move { c.create_table(name).await }).await;
+        let existed = answers
+            .iter()
+            .filter(|(_, r)| r.as_ref().is_err_and(|e| e.code() == tonic::Code::AlreadyExists))
+            .count();
+        if existed == answers.len()
+            && let Some((_, Err(e))) = answers.first()
+        {
+            return Err(e.clone());
+        }
+        for (s, r) in answers {
+            match r {
+                Err(e) if e.code() != tonic::Code::AlreadyExists => {
+                    return Err(e.context(&format!("creating table {name:?} on shard {s}")));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Drop a table and its rows on every shard. Not while transactions
+    /// on it run: one that prepared before the drop may still commit rows
+    /// the drop missed.
+    pub async fn drop_table(&self, name: &str) -> Result<()> {
+        let answers = self.every_shard(|c| async move { c.drop_table(name).await }).await;
+        let missing = answers
+            .iter()
+            .filter(|(_, r)| r.as_ref().is_err_and(|e| e.code() == tonic::Code::NotFound))
+            .count();
+        if missing == answers.len()
+            && let Some((_, Err(e))) = answers.first()
+        {
+            return Err(e.clone());
+        }
+        for (s, r) in answers {
+            match r {
+                Err(e) if e.code() != tonic::Code::NotFound => {
+                    return Err(e.context(&format!("dropping table {name:?} on shard {s}")));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The tables' names (those every shard knows), sorted.
+    pub async fn list_tables(&self) -> Result<Vec<String>> {
+        let mut common: Option<BTreeSet<String>> = None;
+        for (_, r) in self.every_shard(|c| async move { c.list_tables().await }).await {
+            let names: BTreeSet<String> = r?.into_iter().collect();
+            common = Some(match common {
+                None => names,
+                Some(c) => c.intersection(&names).cloned().collect(),
+            });
+        }
+        Ok(common.unwrap_or_default().into_iter().collect())
+    }
+
+    /// Begin a transaction now.
+    pub fn begin(&self) -> ClusterTransaction {
+        let seq = self.inner.seq.fetch_add(1, Ordering::Relaxed) + 1;
+        let id = TxnId { client: self.inner.id, seq };
+        let begin = lock(&self.inner.clock).now(physical_now());
+        lock(&self.inner.active).insert((begin, seq));
+        ClusterTransaction { cluster: self.clone(), txn: ClientTxn::new(id, begin), done: false }
+    }
+
+    /// Read one key (a read-only transaction of its own).
+    pub async fn get(&self, table: &str, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        crate::retry(8, || async {
+            let mut tx = self.begin();
+            let v = tx.get(table, key).await?;
+            tx.commit().await?;
+            Ok(v)
+        })
+        .await
+    }
+
+    /// Write one key (a transaction of its own); durable on return.
+    pub async fn put(&self, table: &str, key: &[u8], value: &[u8]) -> Result<()> {
+        crate::retry(8, || async {
+            let mut tx = self.begin();
+            tx.put(table, key, value)?;
+            tx.commit().await
+        })
+        .await
+    }
+
+    /// Delete one key (a transaction of its own); whether it held a value.
+    pub async fn delete(&self, table: &str, key: &[u8]) -> Result<bool> {
+        crate::retry(8, || async {
+            let mut tx = self.begin();
+            let existed = tx.delete(table, key).await?;
+            tx.commit().await?;
+            Ok(existed)
+        })
+        .await
+    }
+
+    /// No transaction of this client will read below this: its oldest
+    /// under way, or its clock if none is.
+    fn low_water(&self) -> Timestamp {
+        let oldest = lock(&self.inner.active).first().map(|(ts, _)| *ts);
+        oldest.unwrap_or_else(|| lock(&self.inner.clock).last())
+    }
+
+    /// Read `keys` (all of one shard) at `at`.
+    async fn read(&self, s: ShardId, keys: &[Key], at: Timestamp) -> Result<Vec<ReadReply>> {
+        let c = self.shard(s)?;
+        let req = proto::ShardReadRequest {
+            keys: keys.iter().map(|k| table_key(k)).collect(),
+            at,
+            client: self.inner.id,
+            low_water: self.low_water(),
+        };
+        let mut stub = c.stub();
+        let call = stub.shard_read(c.req(req));
+        let r = match tokio::time::timeout(self.inner.builder.rpc_timeout, call).await {
+            Ok(r) => r,
+            Err(_) => {
+                lock(&self.inner.conns).remove(&s);
+                return Err(Error::unavailable(format!("shard {s}: no answer within the timeout")));
+            }
+        };
+        let r = r.map_err(|st| {
+            if let Some(floor) = st.metadata().get("milliscale-floor")
+                && let Some(f) = floor.to_str().ok().and_then(|f| f.parse().ok())
+            {
+                // Below the shard's collection watermark: the next begin
+                // is above it.
+                lock(&self.inner.clock).observe(f);
+            }
+            Error::from(st)
+        })?;
+        Ok(r.into_inner()
+            .results
+            .into_iter()
+            .map(|r| ReadReply {
+                version: r
+                    .version
+                    .map_or(CommitTs::INITIAL, |v| CommitTs { ts: v.ts, client: v.client }),
+                value: r.value.map(|v| v.to_vec()),
+                prepared_below: r.prepared_below,
+            })
+            .collect())
+    }
+
+    /// Send a prepare to shard `s` until it votes (up to three times):
+    /// `Some(Ok)` yes, `Some(Err)` no or refused, `None` no answer.
+    async fn prepare(&self, s: ShardId, p: proto::ShardPrepareRequest) -> Option<Result<()>> {
+        for attempt in 0..3 {
+            if attempt > 0 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let Ok(c) = self.shard(s) else { return None };
+            let mut stub = c.stub();
+            let call = stub.shard_prepare(c.req(p.clone()));
+            match tokio::time::timeout(self.inner.builder.rpc_timeout, call).await {
+                Ok(Ok(v)) => {
+                    let v = v.into_inner();
+                    return Some(if v.yes {
+                        Ok(())
+                    } else {
+                        Err(Error::conflict(format!("shard {s} voted no: {}", v.why)))
+                    });
+                }
+                // Refused before anything was prepared (not its key, an
+                // unknown table, a bad request): nothing of it commits.
+                Ok(Err(st))
+                    if matches!(
+                        st.code(),
+                        tonic::Code::FailedPrecondition
+                            | tonic::Code::NotFound
+                            | tonic::Code::InvalidArgument
+                            | tonic::Code::PermissionDenied
+                            | tonic::Code::Unauthenticated
+                    ) =>
+                {
+                    return Some(Err(Error::from(st)));
+                }
+                _ => {
+                    lock(&self.inner.conns).remove(&s);
+                }
+            }
+        }
+        None
+    }
+
+    /// Tell every participant the decision, in the background (best
+    /// effort: a participant that misses it asks the others after its
+    /// termination timeout).
+    fn decide(&self, txn: TxnId, ts: Timestamp, shards: &[ShardId], commit: bool) {
+        for &s in shards {
+            let Ok(c) = self.shard(s) else { continue };
+            let d = proto::ShardDecideRequest {
+                txn: Some(proto::ClusterTxnId { client: txn.client, seq: txn.seq }),
+                commit,
+                ts,
+            };
+            let wait = self.inner.builder.rpc_timeout;
+            tokio::spawn(async move {
+                let mut stub = c.stub();
+                let call = stub.shard_decide(c.req(d));
+                let _ = tokio::time::timeout(wait, call).await;
+            });
+        }
+    }
+}
+
+/// A transaction on a cluster ([`Cluster::begin`]). Reads go to the
+/// shards at its begin timestamp; writes stay here until
+/// [`ClusterTransaction::commit`]. Dropping it unfinished aborts it (there
+/// is nothing on the shards to undo).
+#[derive(Debug)]
+pub struct ClusterTransaction {
+    cluster: Cluster,
+    txn: ClientTxn,
+    done: bool,
+}
+
+impl Drop for ClusterTransaction {
+    fn drop(&mut self) {
+        lock(&self.cluster.inner.active).remove(&(self.txn.begin, self.txn.id.seq));
+    }
+}
+
+fn check_table(table: &str) -> Result<()> {
+    milliscale_milana::types::table_name_ok(table).map_err(Error::invalid)
+}
+
+impl ClusterTransaction {
+    /// Its begin timestamp (µs of the client's hybrid clock).
+    pub fn begin_ts(&self) -> u64 {
+        self.txn.begin
+    }
+
+    /// Read `key` of `table` (this transaction's own write if it wrote it).
+    pub async fn get(&mut self, table: &str, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        check_table(table)?;
+        let k = cluster_key(table, key);
+        if let Some(v) = self.txn.writes.get(&k) {
+            return Ok(v.clone());
+        }
+        if let Some(r) = self.txn.reads.get(&k) {
+            return Ok(r.value.clone());
+        }
+        let mut tries = 0;
+        let r = loop {
+            let s = self.cluster.map().shard_of(&k);
+            match self.cluster.read(s, std::slice::from_ref(&k), self.txn.begin).await {
+                Ok(mut r) if r.len() == 1 => break r.remove(0),
+                Ok(_) => {
+                    return Err(Error::local(format!(
+                        "shard {s} answered a read of one key with another count"
+                    )));
+                }
+                Err(e) if e.kind() == "wrong_shard" && tries < 3 => {
+                    tries += 1;
+                    self.cluster.refresh().await?;
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        lock(&self.cluster.inner.clock).observe(r.version.ts);
+        let value = r.value.clone();
+        self.txn.reads.insert(k, r);
+        Ok(value)
+    }
+
+    /// Write `value` under `key` of `table` (at commit).
+    pub fn put(&mut self, table: &str, key: &[u8], value: &[u8]) -> Result<()> {
+        check_table(table)?;
+        self.txn.writes.insert(cluster_key(table, key), Some(value.to_vec()));
+        Ok(())
+    }
+
+    /// Delete `key` of `table` (at commit); whether it held a value (a
+    /// read of it, which the commit validates).
+    pub async fn delete(&mut self, table: &str, key: &[u8]) -> Result<bool> {
+        let existed = self.get(table, key).await?.is_some();
+        self.txn.writes.insert(cluster_key(table, key), None);
+        Ok(existed)
+    }
+
+    /// The shards it has touched so far (its participants if it commits
+    /// now), under the current map.
+    pub fn shards(&self) -> Vec<u32> {
+        let map = self.cluster.map();
+        let s: BTreeSet<ShardId> =
+            self.txn.reads.keys().chain(self.txn.writes.keys()).map(|k| map.shard_of(k)).collect();
+        s.into_iter().collect()
+    }
+
+    /// Abort: nothing was sent to be undone.
+    pub fn abort(mut self) {
+        self.done = true;
+    }
+
+    /// Commit (see the module's comment). An error of kind `unknown` means
+    /// the outcome is not known (votes did not come back): do not report
+    /// it either way.
+    pub async fn commit(mut self) -> Result<()> {
+        self.done = true;
+        let cluster = self.cluster.clone();
+        let txn = &self.txn;
+        let local = cluster.inner.builder.local_validation;
+        if txn.read_only() && (local || txn.reads.is_empty()) {
+            return if txn.locally_valid() {
+                Ok(())
+            } else {
+                Err(Error::conflict(
+                    "a key read had a prepared write below the read time; run it again".into(),
+                ))
+            };
+        }
+        let version = CommitTs {
+            ts: lock(&cluster.inner.clock).now(physical_now()),
+            client: cluster.inner.id,
+        };
+        let map = cluster.map();
+        let prepares = txn.prepares(version, |k| map.shard_of(k));
+        let shards: Vec<ShardId> = prepares.keys().copied().collect();
+        let votes: Vec<_> = prepares
+            .into_iter()
+            .map(|(s, p)| {
+                let cluster = cluster.clone();
+                let req = proto::ShardPrepareRequest {
+                    txn: Some(proto::ClusterTxnId { client: p.txn.client, seq: p.txn.seq }),
+                    version: Some(ts_to(p.version)),
+                    reads: p
+                        .reads
+                        .iter()
+                        .map(|(k, v)| proto::ReadVersion {
+                            key: Some(table_key(k)),
+                            version: Some(ts_to(*v)),
+                        })
+                        .collect(),
+                    writes: p
+                        .writes
+                        .iter()
+                        .map(|(k, v)| proto::ShardWrite {
+                            key: Some(table_key(k)),
+                            value: v.clone().map(Into::into),
+                        })
+                        .collect(),
+                    participants: p.participants.clone(),
+                };
+                tokio::spawn(async move { cluster.prepare(s, req).await })
+            })
+            .collect();
+        let (mut missing, mut no) = (0, None);
+        for v in votes {
+            match v.await.unwrap_or(None) {
+                Some(Ok(())) => {}
+                Some(Err(e)) => no = no.or(Some(e)),
+                None => missing += 1,
+            }
+        }
+        if let Some(e) = no {
+            cluster.decide(txn.id, version.ts, &shards, false);
+            if e.kind() == "wrong_shard" {
+                let _ = cluster.refresh().await;
+            }
+            return Err(e);
+        }
+        if missing > 0 {
+            return Err(Error::unknown(format!(
+                "{missing} of {} participants did not vote; the shards settle it",
+                shards.len()
+            )));
+        }
+        if shards.len() > 1 {
+            cluster.decide(txn.id, version.ts, &shards, true);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,616 @@
+//! A cluster's shard: `milliscale serve --cluster` (design record 0008).
+//!
+//! The server's database holds the shard's rows and its transaction
+//! records ([`tables`]); MILANA's participant (`milliscale_milana`) decides
+//! every call under one lock, and each decision's record is one engine
+//! transaction, pre-committed under the lock (so the engine's order is the
+//! protocol's) and awaited outside it before the answer leaves.
+//!
+//! Invariants, beyond the participant's own:
+//! - a yes vote, a termination answer and a served read leave only after
+//!   the engine transactions that justify them are durable (the prepare,
+//!   the abort of an unknown transaction, the read lease);
+//! - a single-shard transaction is validated, prepared and committed in
+//!   one engine transaction: its version rows and its outcome row;
+//! - a multi-shard transaction prepared here and undecided past the
+//!   termination timeout is decided by asking the other participants
+//!   (cooperative termination); at start-up, the prepared ones found in
+//!   the tables are asked about at once;
+//! - a decided transaction is forgotten only below the lowest of the
+//!   clients' low-water marks and every shard's oldest undecided
+//!   timestamp (asked with `ShardInfo`; an unreachable shard stops it);
+//! - a key the current shard map does not give this shard is refused
+//!   (FAILED_PRECONDITION, kind `wrong_shard`).
+
+mod peers;
+pub mod tables;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use milliscale::AsyncDatabase;
+use milliscale_milana::engine_versions::EngineVersions;
+use milliscale_milana::log::{Prepare, Record};
+use milliscale_milana::participant::{Mutations, Participant, Recovered, Vote};
+use milliscale_milana::shard_map::{MapStore, ShardMap};
+use milliscale_milana::types::{
+    ClientId, CommitTs, Key, ShardId, Timestamp, TxnId, TxnStatus, cluster_key, table_name_ok,
+};
+use milliscale_proto::v1 as proto;
+use parking_lot::{Mutex, MutexGuard, RwLock};
+use proto::milliscale_client::MilliscaleClient;
+use tokio::sync::watch;
+use tonic::Status;
+use tonic::transport::Channel;
+
+use crate::errors::{engine, refuse};
+use tables::Tables;
+
+/// How a server runs as a shard.
+#[derive(Clone)]
+pub struct ShardOptions {
+    /// The shard it is, in the map.
+    pub shard: ShardId,
+    /// The map's store URL (`s3://...`, `file:///...`, `memory://` in tests).
+    pub map: String,
+    /// The prefix of the map's objects there.
+    pub map_prefix: String,
+    /// How far past a read a new read lease reaches (µs). A recovered
+    /// shard refuses writes below its last lease, so a longer span means
+    /// fewer lease writes and more aborts right after a restart.
+    pub lease_span: Timestamp,
+    /// How long a multi-shard transaction may stay prepared here before
+    /// this shard asks the other participants.
+    pub termination_timeout: Duration,
+    /// How long to wait for another shard's answer.
+    pub peer_timeout: Duration,
+    /// How often to collect old versions and forget old decisions.
+    pub collect_every: Duration,
+    /// A client not heard from for this long no longer holds the
+    /// watermark back.
+    pub client_silence: Duration,
+    /// The bearer token for calls to the other shards.
+    pub peer_token: Option<String>,
+    /// The certificate authority the other shards' TLS certificates are
+    /// signed by (PEM); none: plaintext.
+    pub peer_tls_ca: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for ShardOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShardOptions")
+            .field("shard", &self.shard)
+            .field("map", &self.map)
+            .field("map_prefix", &self.map_prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ShardOptions {
+    /// Shard `shard` of the map at `map`: a 500 ms lease span, a 1 s
+    /// termination timeout.
+    pub fn new(shard: ShardId, map: impl Into<String>) -> ShardOptions {
+        ShardOptions {
+            shard,
+            map: map.into(),
+            map_prefix: String::new(),
+            lease_span: 500_000,
+            termination_timeout: Duration::from_secs(1),
+            peer_timeout: Duration::from_millis(500),
+            collect_every: Duration::from_secs(1),
+            client_silence: Duration::from_secs(10),
+            peer_token: None,
+            peer_tls_ca: None,
+        }
+    }
+}
+
+struct State {
+    p: Participant<EngineVersions>,
+    /// When each multi-shard transaction was prepared here (absent: ask
+    /// at the next round; it was found at start-up).
+    prepared_at: HashMap<TxnId, Instant>,
+    /// A lease renewal is on its way to the engine.
+    renewing: bool,
+    /// Each client's low-water mark, and when it was heard.
+    clients: HashMap<ClientId, (Timestamp, Instant)>,
+    /// The CSN of the last record written: an answer that repeats an
+    /// earlier one waits until it is durable.
+    last_csn: u64,
+    /// The cluster tables this shard knows.
+    names: BTreeSet<String>,
+}
+
+/// A running shard (see the module's comment).
+pub struct Shard {
+    opts: ShardOptions,
+    tables: Tables,
+    maps: Arc<MapStore>,
+    map: RwLock<ShardMap>,
+    state: Mutex<State>,
+    /// The durable read lease, for reads waiting on a renewal.
+    lease: watch::Sender<Timestamp>,
+    peers: Mutex<HashMap<ShardId, MilliscaleClient<Channel>>>,
+    stop: watch::Sender<bool>,
+    started: Recovery,
+}
+
+/// What a shard's start found in its tables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Recovery {
+    /// Transactions in the transaction table.
+    pub remembered: usize,
+    /// Lone (single-shard) prepares it committed by itself.
+    pub committed: usize,
+    /// Multi-shard prepares left undecided: asked about at once.
+    pub asked: usize,
+}
+
+impl std::fmt::Debug for Shard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shard").field("shard", &self.opts.shard).finish_non_exhaustive()
+    }
+}
+
+/// The newest shard map, read on a blocking thread (the store's calls
+/// block).
+async fn latest_map(maps: &Arc<MapStore>) -> Result<ShardMap, String> {
+    let maps = Arc::clone(maps);
+    match tokio::task::spawn_blocking(move || maps.latest()).await {
+        Ok(Ok(Some(m))) => Ok(m),
+        Ok(Ok(None)) => Err("no version of the shard map is published".into()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+fn unavailable(e: &milliscale::Error) -> Status {
+    engine(e)
+}
+
+impl Shard {
+    /// Become shard `opts.shard` over `db`: read the map, rebuild the
+    /// participant from the tables, commit the lone prepares it finds, and
+    /// start asking about the others and collecting in the background.
+    pub async fn start(db: AsyncDatabase, opts: ShardOptions) -> Result<Arc<Shard>, String> {
+        let store = milliscale::store::open(&opts.map)
+            .map_err(|e| format!("the shard map's store {}: {e}", opts.map))?;
+        let maps = Arc::new(MapStore::new(store, &opts.map_prefix));
+        let map = latest_map(&maps).await.map_err(|e| format!("the shard map: {e}"))?;
+        if !map.shards.contains_key(&opts.shard) {
+            return Err(format!(
+                "the shard map (version {}) does not name shard {}",
+                map.version, opts.shard
+            ));
+        }
+        let (tables, durable) =
+            Tables::load(db).await.map_err(|e| format!("the shard's tables: {e}"))?;
+        let remembered = durable.txns.len();
+        let Recovered { participant: mut p, logged, ask } =
+            Participant::restart(opts.shard, opts.lease_span, Mutations::default(), durable);
+        if !logged.is_empty() {
+            let ack = tables.write(&mut p, &logged).map_err(|e| e.to_string())?;
+            ack.await.map_err(|e| format!("committing the lone prepares: {e}"))?;
+            for r in &logged {
+                if let Record::Commit(t) = r {
+                    p.decision_durable(*t);
+                }
+            }
+        }
+        let names = tables.names().map_err(|e| e.to_string())?.into_iter().collect();
+        let lease = p.lease();
+        let state = State {
+            p,
+            prepared_at: HashMap::new(),
+            renewing: false,
+            clients: HashMap::new(),
+            last_csn: 0,
+            names,
+        };
+        let (stop, _) = watch::channel(false);
+        let shard = Arc::new(Shard {
+            started: Recovery { remembered, committed: logged.len(), asked: ask.len() },
+            opts,
+            tables,
+            maps,
+            map: RwLock::new(map),
+            state: Mutex::new(state),
+            lease: watch::Sender::new(lease),
+            peers: Mutex::new(HashMap::new()),
+            stop,
+        });
+        tokio::spawn(peers::background(Arc::clone(&shard), shard.stop.subscribe()));
+        Ok(shard)
+    }
+
+    /// Stop the background work (the server stops serving the calls).
+    pub fn stop(&self) {
+        let _ = self.stop.send(true);
+    }
+
+    /// What the start found.
+    pub fn recovery(&self) -> Recovery {
+        self.started
+    }
+
+    /// This shard.
+    pub fn id(&self) -> ShardId {
+        self.opts.shard
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock()
+    }
+
+    /// Write `records` under the lock held in `st`; the ack to await.
+    fn write(&self, st: &mut State, records: &[Record]) -> Result<milliscale::CommitAck, Status> {
+        let ack = self.tables.write(&mut st.p, records).map_err(|e| unavailable(&e))?;
+        if let Some(csn) = ack.csn() {
+            st.last_csn = st.last_csn.max(csn);
+        }
+        Ok(ack)
+    }
+
+    /// Wait until every record written so far (up to `csn`) is durable.
+    async fn barrier(&self, csn: u64) -> Result<(), Status> {
+        let mut pause = Duration::from_micros(100);
+        loop {
+            if self.tables.db.durable_csn() > csn {
+                return Ok(());
+            }
+            if let Some(e) = self.tables.db.blocking().poisoned() {
+                return Err(engine(&e));
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(2));
+        }
+    }
+
+    fn own(&self, key: &[u8]) -> Result<(), Status> {
+        let map = self.map.read();
+        let owner = map.shard_of(key);
+        if owner == self.opts.shard {
+            return Ok(());
+        }
+        Err(refuse::wrong_shard(
+            format!(
+                "wrong shard: map version {} gives this key to shard {owner}, not {}",
+                map.version, self.opts.shard
+            ),
+            map.version,
+        ))
+    }
+
+    fn key_of(&self, st: &State, k: Option<proto::TableKey>) -> Result<Key, Status> {
+        let k = k.ok_or_else(|| refuse::invalid("a shard call without its key"))?;
+        if !st.names.contains(&k.table) {
+            return Err(engine(&milliscale::Error::TableNotFound(k.table)));
+        }
+        if k.key.len()
+            > milliscale_milana::versions::key_bytes_max(milliscale::limits::KEY_BYTES_MAX)
+                .saturating_sub(k.table.len() + 1)
+        {
+            return Err(refuse::invalid(format!(
+                "a key of {} bytes is over a cluster's limit for table {:?}",
+                k.key.len(),
+                k.table
+            )));
+        }
+        let key = cluster_key(&k.table, &k.key);
+        self.own(&key)?;
+        Ok(key)
+    }
+
+    /// Read keys at a timestamp (MILANA's read, with the read lease made
+    /// durable first).
+    pub async fn read(
+        self: &Arc<Self>,
+        r: proto::ShardReadRequest,
+    ) -> Result<proto::ShardReadResponse, Status> {
+        let at = r.at;
+        let keys = {
+            let st = self.lock();
+            r.keys.into_iter().map(|k| self.key_of(&st, Some(k))).collect::<Result<Vec<_>, _>>()?
+        };
+        let span = self.opts.lease_span;
+        loop {
+            let wait = {
+                let mut st = self.lock();
+                if r.client != 0 {
+                    let low = st.clients.get(&r.client).map_or(0, |c| c.0).max(r.low_water);
+                    st.clients.insert(r.client, (low, Instant::now()));
+                }
+                let floor = st.p.collected();
+                if at < floor {
+                    return Err(refuse::stale_read(at, floor));
+                }
+                let covered = st.p.lease_needed(at).is_none();
+                // Outside the lease, or past its middle: renew it (once at
+                // a time), so that reads seldom wait for the engine.
+                if (!covered || at.saturating_add(span / 2) >= st.p.lease()) && !st.renewing {
+                    let until = at.saturating_add(span);
+                    let ack = self.write(&mut st, &[Record::ReadLease(until)])?;
+                    st.renewing = true;
+                    let me = Arc::clone(self);
+                    tokio::spawn(async move {
+                        let ok = ack.await.is_ok();
+                        let mut st = me.lock();
+                        if ok {
+                            st.p.lease_durable(until);
+                            me.lease.send_replace(st.p.lease());
+                        }
+                        st.renewing = false;
+                    });
+                }
+                if covered {
+                    let results = keys
+                        .iter()
+                        .map(|k| {
+                            let r = st.p.read(k, at);
+                            proto::ShardReadResult {
+                                version: Some(ts_to(r.version)),
+                                value: r.value.map(Into::into),
+                                prepared_below: r.prepared_below,
+                            }
+                        })
+                        .collect();
+                    return Ok(proto::ShardReadResponse { results });
+                }
+                self.lease.subscribe()
+            };
+            let mut wait = wait;
+            let got = tokio::time::timeout(
+                self.opts.peer_timeout.max(Duration::from_secs(1)),
+                wait.wait_for(|l| *l > at),
+            )
+            .await;
+            if !matches!(got, Ok(Ok(_))) {
+                return Err(Status::unavailable("the read lease could not be made durable"));
+            }
+        }
+    }
+
+    /// Validate and prepare (MILANA's Algorithm 1); with one participant,
+    /// commit in the same engine transaction.
+    pub async fn prepare(
+        self: &Arc<Self>,
+        req: proto::ShardPrepareRequest,
+    ) -> Result<proto::ShardPrepareResponse, Status> {
+        let (vote, wait) = {
+            let mut st = self.lock();
+            let p = self.prepare_from(&st, req)?;
+            let (txn, single, ts) = (p.txn, p.participants.len() == 1, p.version.ts);
+            let (vote, rec) = st.p.prepare(p);
+            let wait = match rec {
+                // Asked again: answer as the first time, once what is
+                // written so far (the first vote's record) is durable.
+                None => Wait::Barrier(st.last_csn),
+                Some(r @ Record::Prepare(_)) if single => {
+                    let commit = st.p.decide(txn, true, ts).expect("a prepare just made");
+                    Wait::Ack(self.write(&mut st, &[r, commit])?, Some(txn))
+                }
+                Some(r) => {
+                    if matches!(r, Record::Prepare(_)) {
+                        st.prepared_at.insert(txn, Instant::now());
+                    }
+                    Wait::Ack(self.write(&mut st, &[r])?, None)
+                }
+            };
+            (vote, wait)
+        };
+        self.wait(wait).await?;
+        Ok(match vote {
+            Vote::Yes => proto::ShardPrepareResponse { yes: true, why: String::new() },
+            Vote::No(why) => proto::ShardPrepareResponse { yes: false, why: why.into() },
+        })
+    }
+
+    async fn wait(&self, w: Wait) -> Result<(), Status> {
+        match w {
+            Wait::Barrier(csn) => self.barrier(csn).await,
+            Wait::Ack(ack, decided) => {
+                ack.await.map_err(|e| engine(&e))?;
+                if let Some(t) = decided {
+                    self.lock().p.decision_durable(t);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn prepare_from(&self, st: &State, p: proto::ShardPrepareRequest) -> Result<Prepare, Status> {
+        let version = p.version.ok_or_else(|| refuse::invalid("a prepare without a version"))?;
+        let mut participants = p.participants;
+        participants.sort_unstable();
+        participants.dedup();
+        if !participants.contains(&self.opts.shard) {
+            return Err(refuse::invalid("a prepare whose participants leave this shard out"));
+        }
+        let mut reads = Vec::with_capacity(p.reads.len());
+        for r in p.reads {
+            reads.push((self.key_of(st, r.key)?, ts_from(r.version)));
+        }
+        let mut writes = Vec::with_capacity(p.writes.len());
+        for w in p.writes {
+            if w.value.as_ref().is_some_and(|v| v.len() > milliscale::limits::VALUE_BYTES_MAX - 1) {
+                return Err(refuse::invalid("a value over the cluster's limit"));
+            }
+            writes.push((self.key_of(st, w.key)?, w.value.map(|v| v.to_vec())));
+        }
+        Ok(Prepare {
+            txn: txn_from(p.txn)?,
+            version: CommitTs { ts: version.ts, client: version.client },
+            reads,
+            writes,
+            participants,
+        })
+    }
+
+    /// The coordinator's decision (or a termination round's).
+    pub async fn decide(&self, txn: TxnId, commit: bool, ts: Timestamp) -> Result<(), Status> {
+        let wait = {
+            let mut st = self.lock();
+            st.prepared_at.remove(&txn);
+            match st.p.decide(txn, commit, ts) {
+                Some(r) => Wait::Ack(self.write(&mut st, &[r])?, Some(txn)),
+                None => return Ok(()),
+            }
+        };
+        self.wait(wait).await
+    }
+
+    /// What this shard knows of `txn` (cooperative termination).
+    pub async fn query(&self, txn: TxnId, ts: Timestamp) -> Result<TxnStatus, Status> {
+        let (status, wait) = {
+            let mut st = self.lock();
+            let (status, rec) = st.p.status(txn, ts);
+            let wait = match rec {
+                Some(r) => Wait::Ack(self.write(&mut st, &[r])?, None),
+                None => Wait::Barrier(st.last_csn),
+            };
+            (status, wait)
+        };
+        self.wait(wait).await?;
+        Ok(status)
+    }
+
+    /// The shard's state.
+    pub fn info(&self) -> proto::ShardInfoResponse {
+        let map_version = self.map.read().version;
+        let st = self.lock();
+        proto::ShardInfoResponse {
+            shard: self.opts.shard,
+            map_version,
+            prepared: st.p.prepared().len() as u64,
+            oldest_undecided: st.p.oldest_undecided(),
+            remembered: st.p.remembered() as u64,
+            // Counting the rows scans them: the status is no hot path,
+            // but a large shard should not be counted on every call.
+            versions: 0,
+        }
+    }
+
+    /// The shard map it serves under.
+    pub fn map(&self) -> proto::ShardMapResponse {
+        let map = self.map.read();
+        proto::ShardMapResponse {
+            version: map.version,
+            ranges: map
+                .ranges
+                .iter()
+                .map(|(start, shard)| proto::MapRange {
+                    start: start.clone().into(),
+                    shard: *shard,
+                })
+                .collect(),
+            shards: map
+                .shards
+                .iter()
+                .map(|(s, info)| proto::MapShard { shard: *s, addr: info.addr.clone() })
+                .collect(),
+        }
+    }
+
+    /// Add a cluster table's name here (every shard gets the call).
+    pub async fn create_table(&self, name: &str) -> Result<(), Status> {
+        table_name_ok(name).map_err(refuse::invalid)?;
+        let ack = {
+            let mut st = self.lock();
+            if st.names.contains(name) {
+                return Err(engine(&milliscale::Error::TableExists(name.into())));
+            }
+            let mut tx = self.tables.db.begin().map_err(|e| engine(&e))?;
+            tx.put(&self.tables.names, name.as_bytes(), b"").map_err(|e| engine(&e))?;
+            let ack = tx.precommit().map_err(|e| engine(&e))?;
+            st.names.insert(name.to_owned());
+            ack
+        };
+        ack.await.map_err(|e| engine(&e))?;
+        Ok(())
+    }
+
+    /// Drop a cluster table's name and its rows here.
+    pub async fn drop_table(&self, name: &str) -> Result<(), Status> {
+        let ack = {
+            let mut st = self.lock();
+            if !st.names.contains(name) {
+                return Err(engine(&milliscale::Error::TableNotFound(name.into())));
+            }
+            let rows = st.p.versions_mut().table().clone();
+            let mut tx = self.tables.db.begin().map_err(|e| engine(&e))?;
+            tx.delete(&self.tables.names, name.as_bytes()).map_err(|e| engine(&e))?;
+            // Every version of every key of the table: the escaped cluster
+            // keys start with the name and an escaped 0x00 (0x00 0xFF).
+            let mut lower = name.as_bytes().to_vec();
+            lower.extend_from_slice(&[0x00, 0xFF]);
+            let mut upper = name.as_bytes().to_vec();
+            upper.extend_from_slice(&[0x01]);
+            let doomed: Vec<Vec<u8>> = tx
+                .range(
+                    &rows,
+                    std::ops::Bound::Included(&lower[..]),
+                    std::ops::Bound::Excluded(&upper[..]),
+                    milliscale::Direction::Forward,
+                )
+                .map(|r| r.map(|(k, _)| k))
+                .collect::<Result<_, _>>()
+                .map_err(|e| engine(&e))?;
+            for k in &doomed {
+                tx.delete(&rows, k).map_err(|e| engine(&e))?;
+            }
+            let ack = tx.precommit().map_err(|e| engine(&e))?;
+            st.names.remove(name);
+            ack
+        };
+        ack.await.map_err(|e| engine(&e))?;
+        Ok(())
+    }
+
+    /// The cluster tables this shard knows.
+    pub fn table_names(&self) -> Vec<String> {
+        self.lock().names.iter().cloned().collect()
+    }
+}
+
+/// What an answer waits for.
+enum Wait {
+    /// Everything written up to this CSN.
+    Barrier(u64),
+    /// This write; and, if it decided a transaction prepared here, which.
+    Ack(milliscale::CommitAck, Option<TxnId>),
+}
+
+pub(crate) fn txn_to(t: TxnId) -> proto::ClusterTxnId {
+    proto::ClusterTxnId { client: t.client, seq: t.seq }
+}
+
+pub(crate) fn txn_from(t: Option<proto::ClusterTxnId>) -> Result<TxnId, Status> {
+    let t = t.ok_or_else(|| refuse::invalid("a shard call without its transaction"))?;
+    Ok(TxnId { client: t.client, seq: t.seq })
+}
+
+fn ts_to(v: CommitTs) -> proto::CommitTs {
+    proto::CommitTs { ts: v.ts, client: v.client }
+}
+
+fn ts_from(v: Option<proto::CommitTs>) -> CommitTs {
+    v.map_or(CommitTs::INITIAL, |v| CommitTs { ts: v.ts, client: v.client })
+}
+
+pub(crate) fn status_to(s: TxnStatus) -> proto::ClusterTxnStatus {
+    match s {
+        TxnStatus::Prepared => proto::ClusterTxnStatus::Prepared,
+        TxnStatus::Committed => proto::ClusterTxnStatus::Committed,
+        TxnStatus::Aborted => proto::ClusterTxnStatus::Aborted,
+    }
+}
+
+pub(crate) fn status_from(s: i32) -> Option<TxnStatus> {
+    match proto::ClusterTxnStatus::try_from(s) {
+        Ok(proto::ClusterTxnStatus::Prepared) => Some(TxnStatus::Prepared),
+        Ok(proto::ClusterTxnStatus::Committed) => Some(TxnStatus::Committed),
+        Ok(proto::ClusterTxnStatus::Aborted) => Some(TxnStatus::Aborted),
+        _ => None,
+    }
+}

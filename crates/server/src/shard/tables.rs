@@ -1,0 +1,153 @@
+//! A shard's tables in the engine (design record 0008): what
+//! `milana::tables` describes, as engine rows.
+//!
+//! - `_milana.rows`: every committed version of every cluster table, one
+//!   row per version under a versioned key (`milana::versions`);
+//! - `_milana.txns`: the transaction table, keyed by transaction
+//!   (`milana::tables::txn_key`), a prepare row then its outcome;
+//! - `_milana.meta`: the read lease and the forget bound;
+//! - `_milana.tables`: the cluster's table names this shard knows.
+//!
+//! Each log record of the protocol is one engine transaction
+//! ([`Tables::write`]), pre-committed under the shard's lock so that the
+//! engine's order is the protocol's, and waited for outside it. What each
+//! record writes follows `ShardTables::apply`, the simulation's model;
+//! [`Tables::load`] reads back what `Participant::restart` needs.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+
+use milliscale::{AsyncDatabase, CommitAck, Direction, Table};
+use milliscale_milana::codec::{decode_row, encode_row};
+use milliscale_milana::engine_versions::EngineVersions;
+use milliscale_milana::log::Record;
+use milliscale_milana::participant::Participant;
+use milliscale_milana::tables::{ShardTables, TxnRow, txn_key};
+use milliscale_milana::types::TxnId;
+
+/// Every committed version of every cluster table's keys.
+pub const ROWS: &str = "_milana.rows";
+/// The transaction table.
+pub const TXNS: &str = "_milana.txns";
+/// The read lease and the forget bound.
+pub const META: &str = "_milana.meta";
+/// The cluster tables' names.
+pub const NAMES: &str = "_milana.tables";
+
+const LEASE_KEY: &[u8] = b"lease";
+const FORGOTTEN_KEY: &[u8] = b"forgotten";
+
+/// The engine tables of one shard.
+pub struct Tables {
+    pub(crate) db: AsyncDatabase,
+    pub(crate) txns: Table,
+    pub(crate) meta: Table,
+    pub(crate) names: Table,
+}
+
+async fn open_or_create(db: &AsyncDatabase, name: &str) -> milliscale::Result<Table> {
+    match db.open_table(name) {
+        Err(milliscale::Error::TableNotFound(_)) => db.create_table(name).await,
+        t => t,
+    }
+}
+
+fn u64_of(row: Option<Vec<u8>>, what: &str) -> milliscale::Result<u64> {
+    match row {
+        None => Ok(0),
+        Some(b) => b.try_into().map(u64::from_be_bytes).map_err(|b: Vec<u8>| {
+            milliscale::Error::Corrupt(format!("{META} {what}: {} bytes, not 8", b.len()))
+        }),
+    }
+}
+
+impl Tables {
+    /// Open (creating what is missing) and read back the shard's tables.
+    pub async fn load(
+        db: AsyncDatabase,
+    ) -> milliscale::Result<(Tables, ShardTables<EngineVersions>)> {
+        // Created with a durable wait each, before anything is written.
+        open_or_create(&db, ROWS).await?;
+        let tables = Tables {
+            txns: open_or_create(&db, TXNS).await?,
+            meta: open_or_create(&db, META).await?,
+            names: open_or_create(&db, NAMES).await?,
+            db,
+        };
+        let versions = EngineVersions::staged(tables.db.clone(), ROWS)?;
+        let mut tx = tables.db.begin()?;
+        let mut txns = BTreeMap::new();
+        for row in tx.range(&tables.txns, Bound::Unbounded, Bound::Unbounded, Direction::Forward) {
+            let (k, v) = row?;
+            let txn = txn_of(&k)?;
+            let row = decode_row(&v)
+                .map_err(|e| milliscale::Error::Corrupt(format!("{TXNS} row {txn:?}: {e}")))?;
+            txns.insert(txn, row);
+        }
+        let lease = u64_of(tx.get(&tables.meta, LEASE_KEY)?, "lease")?;
+        let forgotten = u64_of(tx.get(&tables.meta, FORGOTTEN_KEY)?, "forgotten")?;
+        tx.abort();
+        Ok((tables, ShardTables { versions, txns, lease, forgotten }))
+    }
+
+    /// Write `records` (the participant has just made them) as one engine
+    /// transaction, pre-committed: the caller holds the shard's lock, and
+    /// awaits the returned ack outside it before it answers. A commit's
+    /// version rows are the ones the participant staged.
+    pub fn write(
+        &self,
+        p: &mut Participant<EngineVersions>,
+        records: &[Record],
+    ) -> milliscale::Result<CommitAck> {
+        let mut tx = self.db.begin()?;
+        for r in records {
+            match r {
+                Record::Prepare(prep) => {
+                    let row = encode_row(&TxnRow::Prepared(prep.clone()));
+                    tx.put(&self.txns, &txn_key(prep.txn), &row)?;
+                }
+                Record::Commit(t) => {
+                    let ts = p.decided_ts(*t).unwrap_or(0);
+                    tx.put(&self.txns, &txn_key(*t), &encode_row(&TxnRow::Committed(ts)))?;
+                }
+                Record::Abort(t, ts) => {
+                    tx.put(&self.txns, &txn_key(*t), &encode_row(&TxnRow::Aborted(*ts)))?;
+                }
+                Record::ReadLease(until) => {
+                    tx.put(&self.meta, LEASE_KEY, &until.to_be_bytes())?;
+                }
+                Record::Forget { below, txns } => {
+                    for t in txns {
+                        tx.delete(&self.txns, &txn_key(*t))?;
+                    }
+                    tx.put(&self.meta, FORGOTTEN_KEY, &below.to_be_bytes())?;
+                }
+            }
+        }
+        let rows = p.versions_mut().take_staged();
+        let table = p.versions_mut().table().clone();
+        for (k, v) in rows {
+            tx.put(&table, &k, &v)?;
+        }
+        tx.precommit()
+    }
+
+    /// The cluster table names this shard knows.
+    pub fn names(&self) -> milliscale::Result<Vec<String>> {
+        let mut tx = self.db.begin()?;
+        let names = tx
+            .range(&self.names, Bound::Unbounded, Bound::Unbounded, Direction::Forward)
+            .map(|r| r.map(|(k, _)| String::from_utf8_lossy(&k).into_owned()))
+            .collect();
+        tx.abort();
+        names
+    }
+}
+
+fn txn_of(k: &[u8]) -> milliscale::Result<TxnId> {
+    let bad = || milliscale::Error::Corrupt(format!("{TXNS}: a key of {} bytes", k.len()));
+    let k: [u8; 12] = k.try_into().map_err(|_| bad())?;
+    let client = u32::from_be_bytes(k[..4].try_into().map_err(|_| bad())?);
+    let seq = u64::from_be_bytes(k[4..].try_into().map_err(|_| bad())?);
+    Ok(TxnId { client, seq })
+}
