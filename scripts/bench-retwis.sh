@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Retwis across shard servers (`milliscale bench retwis`), on the emulator
+# Retwis across a cluster (`milliscale bench retwis`), on the emulator
 # (s3x preset, latency seed = the run's seed): each shard a
-# `milliscale shard serve` process with its log under its own prefix of
-# the bucket, the shard map beside them, the clients in one process.
+# `milliscale serve --cluster` process with its database under its own
+# prefix of the bucket, the shard map beside them, the clients in one
+# process (the cluster client).
 # Both processes' kinds share the machine's 2 cores. Per seed 1..SEEDS:
 # - abort rate against contention α at ε = 53 µs (PTP) and 1.5 ms (NTP),
 #   3 shards: the shape of MILANA's Fig. 7;
@@ -14,6 +15,7 @@
 # - the α sweep at 53 µs and 1.5 ms again with the shards' logs in memory
 #   (`memory://`, no durability): a log write of microseconds, as
 #   MILANA's DRAM backend, instead of an object-store append.
+# The keys are in the table `retwis`, split evenly over the shards.
 # Prints one table row per run and the medians.
 # Usage: scripts/bench-retwis.sh [SEEDS] [SECONDS] [CLIENTS]
 set -euo pipefail
@@ -25,17 +27,21 @@ echo "seeds=1..$seeds seconds=$secs clients=$clients; raw reports in $out"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 pids=()
 start_shards() { # N TAG [memory]: publish a map of N shards under TAG and start them
-    local n=$1 tag=$2 logs=${3:-} args=()
+    local n=$1 tag=$2 logs=${3:-} args=() stores=()
     map="s3://bench/$tag?endpoint=$ep"
     for s in $(seq 0 $((n - 1))); do
-        local log="s3://bench/$tag/shard$s?endpoint=$ep"
-        [ "$logs" = memory ] && log="memory://"
-        args+=(--shard "127.0.0.1:$(free_port)=$log")
+        local store="s3://bench/$tag/shard$s?endpoint=$ep"
+        [ "$logs" = memory ] && store="memory://"
+        local addr="127.0.0.1:$(free_port)"
+        [ "$s" = 0 ] && server="$addr"
+        args+=(--shard "$addr=$store")
+        stores+=("$store")
     done
-    "$bin" shard publish --map "$map" "${args[@]}" > /dev/null
+    "$bin" cluster init --map "$map" "${args[@]}" > /dev/null
     pids=()
     for s in $(seq 0 $((n - 1))); do
-        "$bin" shard serve --map "$map" --shard "$s" > "$out/shard-$tag-$s.out" 2> "$out/shard-$tag-$s.err" &
+        "$bin" serve --cluster "$map" --shard "$s" --store "${stores[$s]}" \
+            > "$out/shard-$tag-$s.out" 2> "$out/shard-$tag-$s.err" &
         pids+=($!)
     done
     for s in $(seq 0 $((n - 1))); do
@@ -57,7 +63,7 @@ run() { # NAME SEED ARGS...: one bench run against the current map
     local before
     before=$(shard_ticks)
     /usr/bin/time -f "%U %S %e" -o "$out/$name-$seed.time" \
-        "$bin" bench retwis --map "$map" --clients "$clients" --duration-s "$secs" --warmup-s 1 \
+        "$bin" bench retwis --server "$server" --clients "$clients" --duration-s "$secs" --warmup-s 1 \
         --seed "$seed" --json "$@" > "$out/$name-$seed.json"
     echo "$(( $(shard_ticks) - before ))" > "$out/$name-$seed.ticks"
 }

@@ -28,13 +28,6 @@ fn main() {
     {
         panic!("generating the gRPC code from {schema}: {e}");
     }
-
-    // The shard primaries' protocol (MILANA).
-    let schema = format!("{root}/milliscale/v1/milana.proto");
-    let descriptors = compile(root, &schema);
-    if let Err(e) = tonic_prost_build::configure().compile_fds(descriptors) {
-        panic!("generating the gRPC code from {schema}: {e}");
-    }
 }
 
 /// The schema's descriptors, compiled by protox.

@@ -1,6 +1,8 @@
 //! Retwis across shard servers (MILANA §6, its Table 2): clients on this
 //! process, each its own coordinator with a clock skewed by up to ε/2
-//! either way, against the shard primaries of a published shard map.
+//! either way, against the shards of a cluster (`milliscale serve
+//! --cluster`), through the cluster client ([`milliscale_client::Cluster`]).
+//! The keys live in the table [`TABLE`].
 //!
 //! The mix: add user (1 get, 2 puts, 5%), follow (2 gets, 2 puts, 10%),
 //! post tweet (3 gets, 5 puts, 35%), get timeline (1-10 gets, read-only,
@@ -21,9 +23,9 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
+use milliscale_client::{Cluster, ClusterTransaction};
 use milliscale_milana::clock::draw_skew;
-use milliscale_milana::net::client::{ClientOptions, ShardedClient, TxnError};
-use milliscale_milana::shard_map::MapStore;
+use milliscale_milana::types::cluster_key;
 use parking_lot::Mutex;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -46,9 +48,9 @@ pub enum Mix {
 #[derive(Debug, Clone)]
 pub struct RetwisConfig {
     pub mix: Mix,
-    /// The shard map's store URL, and the prefix under it.
-    pub map: String,
-    pub map_prefix: String,
+    /// Any shard's address, and the bearer token.
+    pub server: String,
+    pub token: Option<String>,
     /// Concurrent clients (each one transaction at a time).
     pub clients: u32,
     pub keys: u64,
@@ -165,14 +167,18 @@ pub fn key_of(rank: u64) -> Vec<u8> {
     format!("r{:016x}", z ^ (z >> 31)).into_bytes()
 }
 
-/// The split keys that give `shards` shards equal parts of the keys
-/// [`key_of`] makes (the first range starts at the empty key).
-pub fn even_splits(shards: u32) -> Vec<Vec<u8>> {
+/// The table the keys are in.
+pub const TABLE: &str = "retwis";
+
+/// The split keys (cluster keys: `table`'s name, 0x00, the key) that give
+/// `shards` shards equal parts of the keys [`key_of`] makes in `table`
+/// (the first range starts at the empty key).
+pub fn even_splits(table: &str, shards: u32) -> Vec<Vec<u8>> {
     (1..shards)
         .map(|i| {
             format!("r{:016x}", (u128::from(u64::MAX) * u128::from(i) / u128::from(shards)) as u64)
         })
-        .map(String::into_bytes)
+        .map(|k| cluster_key(table, k.as_bytes()))
         .collect()
 }
 
@@ -181,8 +187,6 @@ pub async fn run(cfg: &RetwisConfig) -> Result<RetwisReport, String> {
     if cfg.clients == 0 || cfg.keys < 10 || cfg.alpha <= 0.0 {
         return Err("--clients must be at least 1, --keys at least 10 and --alpha above 0".into());
     }
-    let store = milliscale::store::open(&cfg.map).map_err(|e| format!("the map's store: {e}"))?;
-    let maps = Arc::new(MapStore::new(store, &cfg.map_prefix));
     let zipf = Zipf::new(cfg.keys as f64, cfg.alpha).map_err(|e| format!("--alpha: {e}"))?;
     let phase = Arc::new(AtomicU8::new(PHASE_WARMUP));
     let total = Arc::new(Mutex::new(Stats::new()));
@@ -191,11 +195,22 @@ pub async fn run(cfg: &RetwisConfig) -> Result<RetwisReport, String> {
     let mut tasks = Vec::new();
     let mix = cfg.mix;
     for id in 1..=cfg.clients {
-        let mut opts = ClientOptions::new(id);
-        opts.skew = draw_skew(cfg.epsilon_us, &mut rng);
-        opts.local_validation = cfg.local_validation;
-        let client =
-            ShardedClient::connect(opts, Arc::clone(&maps)).await.map_err(|e| e.to_string())?;
+        let mut b = Cluster::builder(cfg.server.clone())
+            .client_id(id)
+            .clock_skew_us(draw_skew(cfg.epsilon_us, &mut rng))
+            .local_validation(cfg.local_validation);
+        if let Some(t) = &cfg.token {
+            b = b.token(t.clone());
+        }
+        let client = b.connect().await.map_err(|e| e.to_string())?;
+        if id == 1 {
+            match client.create_table(TABLE).await {
+                Err(e) if e.code() != milliscale_client::Code::AlreadyExists => {
+                    return Err(format!("creating table {TABLE}: {e}"));
+                }
+                _ => {}
+            }
+        }
         let rng = SmallRng::seed_from_u64(cfg.seed ^ (u64::from(id) << 32));
         let (phase, total, errors) = (Arc::clone(&phase), Arc::clone(&total), Arc::clone(&errors));
         tasks.push(tokio::spawn(async move {
@@ -250,7 +265,7 @@ pub async fn run(cfg: &RetwisConfig) -> Result<RetwisReport, String> {
 
 /// One client's loop: a Retwis transaction at a time until stopped.
 async fn session(
-    client: &ShardedClient,
+    client: &Cluster,
     zipf: Zipf<f64>,
     mut rng: SmallRng,
     phase: &AtomicU8,
@@ -266,14 +281,15 @@ async fn session(
         let (reads, writes) = plan(mix, &keys, &mut rng);
         let puts = writes.len();
         let started = Instant::now();
-        let mut tx = client.begin();
+        let mut tx: ClusterTransaction = client.begin();
         let outcome = async {
             for k in &reads {
-                tx.get(k).await?;
+                tx.get(TABLE, k).await?;
             }
-            let value = format!("{}-{}", tx.id().client, tx.id().seq);
+            let (c, seq) = tx.id();
+            let value = format!("{c}-{seq}");
             for k in &writes {
-                tx.put(k, value.as_bytes());
+                tx.put(TABLE, k, value.as_bytes())?;
             }
             let shards = tx.shards().len();
             tx.commit().await.map(|()| shards)
@@ -295,11 +311,11 @@ async fn session(
                     let _ = if shards > 1 { st.cross.record(took) } else { st.single.record(took) };
                 }
             }
-            Err(TxnError::Aborted(_)) => {
+            Err(e) if e.is_retryable() => {
                 st.aborted += 1;
                 st.ro_aborted += u64::from(read_only);
             }
-            Err(TxnError::Unknown(_)) => st.unknown += 1,
+            Err(e) if e.kind() == "unknown" => st.unknown += 1,
             Err(e) => return Err(e.to_string()),
         }
     }

@@ -42,8 +42,8 @@ pub(crate) enum Bench {
     Store(StoreArgs),
     /// The emulator's speed over loopback: append throughput and overhead.
     Emulator(EmulatorBenchArgs),
-    /// Retwis (or YCSB-T) across shard servers (`milliscale shard`).
-    Retwis(crate::shard::RetwisArgs),
+    /// Retwis (or YCSB-T) across a cluster's shards (`serve --cluster`).
+    Retwis(crate::cluster::RetwisArgs),
 }
 
 #[derive(Args)]

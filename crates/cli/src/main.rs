@@ -2,8 +2,8 @@
 //! `bench` (benchmarks), `inspect` (inspect, dump, recover), `replica`
 //! (read replicas, standbys, checkpoints from the log), `emulator` (the
 //! S3-compatible server), `serve` (the gRPC server and the verbs that
-//! use one: get, put, delete, scan, create-table), `shard` (sharded
-//! transactions: the shard map, shard primaries, Retwis); `args` holds
+//! use one: get, put, delete, scan, create-table), `cluster` (a cluster
+//! of shards: its map, its status, the bank workload; Retwis); `args` holds
 //! the arguments they share.
 
 #![forbid(unsafe_code)]
@@ -11,22 +11,22 @@
 
 mod args;
 mod bench;
+mod cluster;
 mod emulator;
 mod inspect;
 mod replica;
 mod serve;
-mod shard;
 
 use crate::args::Failure;
 use crate::bench::{
     Bench, bench_bank, bench_emulator, bench_failover, bench_index, bench_scan, bench_store,
     bench_sweep, bench_tpcc, bench_ycsb,
 };
+use crate::cluster::{ClusterCmd, bench_retwis, cluster};
 use crate::emulator::{EmulatorArgs, emulator};
 use crate::inspect::{DumpArgs, InspectArgs, RecoverArgs, dump, inspect, recover};
 use crate::replica::{CheckpointArgs, ReplicaArgs, checkpoint_from_log, replica};
 use crate::serve::{ServeArgs, Verb, VerbArgs, serve, verb};
-use crate::shard::{Shard, bench_retwis, shard};
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
@@ -109,10 +109,10 @@ enum Command {
     Scan(VerbArgs),
     /// Create a table on a server.
     CreateTable(VerbArgs),
-    /// Sharded transactions across servers: publish the shard map, serve
-    /// a shard's primary, show the map.
+    /// A cluster of `serve --cluster` shards: publish its first shard
+    /// map, show it, ask the shards how they are, run bank transfers.
     #[command(subcommand)]
-    Shard(Shard),
+    Cluster(ClusterCmd),
 }
 
 fn main() -> ExitCode {
@@ -188,7 +188,7 @@ fn main() -> ExitCode {
         Command::Delete(a) => verb(Verb::Delete, a),
         Command::Scan(a) => verb(Verb::Scan, a),
         Command::CreateTable(a) => verb(Verb::CreateTable, a),
-        Command::Shard(c) => shard(c),
+        Command::Cluster(c) => cluster(c),
         Command::Bench(Bench::Retwis(a)) => bench_retwis(a),
     };
     match result {

@@ -5,9 +5,11 @@
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::Args;
 use milliscale_client::{Client, KeyRange, TxnOptions};
+use milliscale_server::shard::ShardOptions;
 use milliscale_server::{Backend, Server, ServerOptions, TlsIdentity, Tokens};
 
 use crate::args::{Failure, Usage, parse_size, seconds, store_options};
@@ -20,8 +22,10 @@ pub(crate) struct ServeArgs {
     store: Vec<String>,
     /// The gRPC address to listen on (port 0: any free port; the address
     /// is printed as `listening on ADDR` once the server is ready).
-    #[arg(long, default_value = "127.0.0.1:7878")]
-    listen: SocketAddr,
+    /// Default 127.0.0.1:7878; with `--cluster`, the shard's address in
+    /// the map.
+    #[arg(long)]
+    listen: Option<SocketAddr>,
     /// Also serve `/healthz`, `/readyz` and `/metrics` over HTTP here.
     #[arg(long, value_name = "ADDR")]
     http: Option<SocketAddr>,
@@ -58,14 +62,50 @@ pub(crate) struct ServeArgs {
     /// At shutdown, seconds open transactions get to finish.
     #[arg(long, default_value_t = 10.0)]
     grace_s: f64,
+    #[command(flatten)]
+    cluster: ClusterServeArgs,
+}
+
+/// `serve --cluster`: the server is a shard of a cluster.
+#[derive(Args)]
+pub(crate) struct ClusterServeArgs {
+    /// Serve as a shard of the cluster whose shard map is on this store
+    /// (`file:///dir`, `s3://bucket?...`; `milliscale cluster init`
+    /// publishes it). The server's database holds the shard's rows.
+    #[arg(long, value_name = "MAP_URL", requires = "shard", conflicts_with = "replica")]
+    cluster: Option<String>,
+    /// The prefix of the map's objects on that store.
+    #[arg(long, default_value = "", requires = "cluster")]
+    map_prefix: String,
+    /// Which shard of the map this server is.
+    #[arg(long, requires = "cluster")]
+    shard: Option<u32>,
+    /// Be the shard's hot standby: follow its database (`--store`, the
+    /// shard's) as a read replica, watch the shard, and when it stops
+    /// answering (5 checks in a row, 100 ms apart, unanswered for 250 ms
+    /// each) promote, publish the next map with `--listen`, and serve.
+    #[arg(long, requires_all = ["cluster", "listen"])]
+    standby: bool,
+    /// How long a multi-shard transaction may stay prepared before this
+    /// shard asks the other participants (ms).
+    #[arg(long, default_value_t = 1000, requires = "cluster")]
+    termination_timeout_ms: u64,
+    /// The bearer token this shard calls the other shards with (they
+    /// check it as they check any caller's); or MILLISCALE_PEER_TOKEN.
+    #[arg(long, env = "MILLISCALE_PEER_TOKEN", hide_env_values = true, requires = "cluster")]
+    peer_token: Option<String>,
+    /// The certificate authority of the other shards' TLS certificates
+    /// (PEM): calls to them use TLS.
+    #[arg(long, value_name = "FILE", requires = "cluster")]
+    peer_tls_ca: Option<PathBuf>,
 }
 
 fn read(path: &PathBuf, what: &str) -> Result<Vec<u8>, Failure> {
     std::fs::read(path).map_err(|e| Failure::Run(format!("{what} {}: {e}", path.display())))
 }
 
-fn server_options(a: &ServeArgs) -> Result<ServerOptions, Failure> {
-    let mut o = ServerOptions::new(a.listen);
+fn server_options(a: &ServeArgs, listen: SocketAddr) -> Result<ServerOptions, Failure> {
+    let mut o = ServerOptions::new(listen);
     o.http = a.http;
     o.insecure = a.insecure;
     o.tokens = match (&a.tokens, std::env::var("MILLISCALE_TOKENS")) {
@@ -88,14 +128,51 @@ fn server_options(a: &ServeArgs) -> Result<ServerOptions, Failure> {
     o.max_open_txns_per_conn = a.max_open_txns_per_conn;
     o.idle_timeout = seconds("idle-timeout-s", a.idle_timeout_s)?;
     o.grace = seconds("grace-s", a.grace_s)?;
+    if let (Some(map), Some(shard)) = (&a.cluster.cluster, a.cluster.shard) {
+        let mut s = ShardOptions::new(shard, map.clone());
+        s.map_prefix.clone_from(&a.cluster.map_prefix);
+        s.termination_timeout = Duration::from_millis(a.cluster.termination_timeout_ms.max(1));
+        s.peer_token.clone_from(&a.cluster.peer_token);
+        if let Some(ca) = &a.cluster.peer_tls_ca {
+            s.peer_tls_ca = Some(read(ca, "--peer-tls-ca")?);
+        }
+        o.cluster = Some(s);
+    }
     o.check().map_err(Failure::Usage)?;
     Ok(o)
+}
+
+/// Where to listen: `--listen`, or with `--cluster` the shard's address in
+/// the newest map, or 127.0.0.1:7878.
+fn listen_addr(a: &ServeArgs) -> Result<SocketAddr, Failure> {
+    if let Some(l) = a.listen {
+        return Ok(l);
+    }
+    let (Some(map), Some(shard)) = (&a.cluster.cluster, a.cluster.shard) else {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], 7878)));
+    };
+    let store = milliscale::store::open(map).map_err(|e| Usage(format!("--cluster {map}: {e}")))?;
+    let maps = milliscale_milana::shard_map::MapStore::new(store, &a.cluster.map_prefix);
+    let m = maps
+        .latest()
+        .map_err(|e| Failure::Run(format!("the shard map: {e}")))?
+        .ok_or_else(|| Usage(format!("no shard map on {map}: run `milliscale cluster init`")))?;
+    let info = m
+        .shards
+        .get(&shard)
+        .ok_or_else(|| Usage(format!("shard map version {} has no shard {shard}", m.version)))?;
+    let addr = info
+        .addr
+        .parse()
+        .map_err(|e| Usage(format!("shard {shard}'s address {}: {e}", info.addr)))?;
+    Ok(addr)
 }
 
 /// Serve until SIGTERM or SIGINT, then shut down gracefully and close the
 /// database (its final flush).
 pub(crate) fn serve(a: ServeArgs, metrics_elsewhere: bool) -> Result<(), Failure> {
-    let options = server_options(&a)?;
+    let listen = listen_addr(&a)?;
+    let options = server_options(&a, listen)?;
     if a.http.is_some() && metrics_elsewhere {
         return Err("--metrics-addr and serve's --http both serve /metrics; give one".into());
     }
@@ -116,12 +193,22 @@ pub(crate) fn serve(a: ServeArgs, metrics_elsewhere: bool) -> Result<(), Failure
         .thread_name("milliscale-serve")
         .build()
         .map_err(|e| Failure::Run(format!("cannot start the runtime: {e}")))?;
+    let options_shard = options.cluster.as_ref().map(|c| c.shard);
     runtime.block_on(async move {
         let started = std::time::Instant::now();
         let backend = if a.replica {
             Backend::Replica(
                 milliscale::AsyncReplica::open(db_options).await.map_err(|e| e.to_string())?,
             )
+        } else if a.cluster.standby {
+            let shard = options.cluster.as_ref().ok_or("--standby needs --cluster")?;
+            eprintln!("milliscale serve: shard {}'s standby, following its database", shard.shard);
+            let watch = milliscale_server::shard::standby::Watch::default();
+            let db = milliscale_server::shard::standby::stand_by(shard, db_options, listen, watch)
+                .await
+                .map_err(Failure::Run)?;
+            eprintln!("milliscale serve: shard {} stopped answering; promoted", shard.shard);
+            Backend::Writer(db)
         } else {
             Backend::Writer(
                 milliscale::AsyncDatabase::open(db_options).await.map_err(|e| e.to_string())?,
@@ -131,7 +218,11 @@ pub(crate) fn serve(a: ServeArgs, metrics_elsewhere: bool) -> Result<(), Failure
         let server = Server::start(backend.clone(), options, metrics)
             .await
             .map_err(|e| Failure::Run(e.to_string()))?;
-        let role = if a.replica { "replica" } else { "writer" };
+        let role = match (a.replica, &options_shard) {
+            (true, _) => "replica".to_owned(),
+            (false, Some(s)) => format!("shard {s}"),
+            (false, None) => "writer".to_owned(),
+        };
         eprintln!(
             "milliscale serve: {role} opened in {opened:.2?}; every CSN below {} is {}",
             backend.progress(),

@@ -1,14 +1,14 @@
-//! kill -9 trials of sharded transactions with real processes: three
-//! `milliscale shard serve` primaries on file stores, a `shard bank`
+//! kill -9 trials of a cluster's transactions with real processes: three
+//! `milliscale serve --cluster` shards on file stores, a `cluster bank`
 //! coordinator journaling each transfer it saw commit, and a hot standby
-//! per shard (`shard serve --standby`).
+//! per shard (`serve --cluster --standby`).
 //!
 //! - The coordinator, killed mid-run (10 trials): the participants of its
 //!   unfinished two-phase commits decide them by cooperative termination.
 //! - A shard primary, killed mid-run while the coordinator goes on (10
 //!   trials, rotating over the shards): its standby promotes, publishes
-//!   the next shard map, recovers the prepares from the log and asks the
-//!   other participants about the undecided ones.
+//!   the next shard map, recovers the prepares from the shard's tables and
+//!   asks the other participants about the undecided ones.
 //!
 //! After each trial the oracle checks: every journaled transfer's marker
 //! is there, the bank's total holds (a read-only transaction across the
@@ -21,8 +21,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use milliscale_milana::net::client::{ClientOptions, ShardedClient};
-use milliscale_milana::net::proto::{InfoRequest, shard_client::ShardClient};
+use milliscale_client::Cluster;
 use milliscale_milana::shard_map::MapStore;
 
 const BIN: &str = env!("CARGO_BIN_EXE_milliscale");
@@ -75,11 +74,18 @@ fn logs(dir: &Path) -> String {
     out
 }
 
-/// Start a shard's primary and wait until it listens.
+fn shard_args(dir: &Path, shard: u32) -> Vec<String> {
+    let mut a: Vec<String> = vec!["serve".into(), "--cluster".into(), url(dir, "map")];
+    a.extend(["--shard".into(), shard.to_string()]);
+    a.extend(["--store".into(), url(dir, &format!("shard{shard}"))]);
+    a.extend(["--termination-timeout-ms".into(), TERMINATION_MS.to_string()]);
+    a
+}
+
+/// Start a shard and wait until it listens.
 fn primary(dir: &Path, shard: u32) -> Proc {
     let mut c = Command::new(BIN)
-        .args(["shard", "serve", "--map", &url(dir, "map"), "--shard", &shard.to_string()])
-        .args(["--termination-timeout-ms", &TERMINATION_MS.to_string()])
+        .args(shard_args(dir, shard))
         .stdout(Stdio::piped())
         .stderr(log_file(dir, &format!("primary{shard}")))
         .spawn()
@@ -94,8 +100,7 @@ fn primary(dir: &Path, shard: u32) -> Proc {
 /// Start a shard's standby on a fresh port.
 fn standby(dir: &Path, shard: u32) -> Proc {
     let c = Command::new(BIN)
-        .args(["shard", "serve", "--map", &url(dir, "map"), "--shard", &shard.to_string()])
-        .args(["--termination-timeout-ms", &TERMINATION_MS.to_string()])
+        .args(shard_args(dir, shard))
         .args(["--standby", "--listen", &free_port()])
         .stdout(Stdio::null())
         .stderr(log_file(dir, &format!("standby{shard}")))
@@ -105,8 +110,9 @@ fn standby(dir: &Path, shard: u32) -> Proc {
 }
 
 fn coordinator(dir: &Path, client: u32, transfers: u64) -> Proc {
+    let server = any_shard(dir);
     let c = Command::new(BIN)
-        .args(["shard", "bank", "--map", &url(dir, "map"), "--client-id", &client.to_string()])
+        .args(["cluster", "bank", "--server", &server, "--client-id", &client.to_string()])
         .args(["--accounts", &ACCOUNTS.to_string(), "--initial", &INITIAL.to_string()])
         .args(["--transfers", &transfers.to_string()])
         .args(["--journal", &dir.join(format!("journal-{client}")).display().to_string()])
@@ -117,20 +123,28 @@ fn coordinator(dir: &Path, client: u32, transfers: u64) -> Proc {
     Proc(c)
 }
 
+/// A shard's address from the newest map, shard 0 first (the one a
+/// trial kills may still be in it: the client asks the others then).
+fn any_shard(dir: &Path) -> String {
+    let store = milliscale::store::open(&url(dir, "map")).expect("the map's store");
+    let map = MapStore::new(store, "").latest().expect("map").expect("a map");
+    map.shards.values().map(|i| i.addr.clone()).next().expect("a shard")
+}
+
 fn cluster(dir: &Path) -> Vec<Proc> {
-    let mut publish = Command::new(BIN);
-    publish.args(["shard", "publish", "--map", &url(dir, "map")]);
+    let mut init = Command::new(BIN);
+    init.args(["cluster", "init", "--map", &url(dir, "map"), "--even-table", "bank"]);
     for s in 0..3 {
-        publish.args(["--shard", &format!("{}={}", free_port(), url(dir, &format!("shard{s}")))]);
+        init.args(["--shard", &format!("{}={}", free_port(), url(dir, &format!("shard{s}")))]);
     }
-    assert!(publish.status().expect("publish").success());
+    assert!(init.status().expect("init").success());
     (0..3).map(|s| primary(dir, s)).collect()
 }
 
 /// The oracle, in this process.
 struct Oracle {
     maps: Arc<MapStore>,
-    client: ShardedClient,
+    client: Cluster,
     dir: std::path::PathBuf,
 }
 
@@ -138,9 +152,10 @@ impl Oracle {
     async fn new(dir: &Path) -> Oracle {
         let store = milliscale::store::open(&url(dir, "map")).expect("the map's store");
         let maps = Arc::new(MapStore::new(store, ""));
-        let client = ShardedClient::connect(ClientOptions::new(9_999), Arc::clone(&maps))
-            .await
-            .expect("client");
+        let client =
+            Cluster::builder(any_shard(dir)).client_id(9_999).connect().await.expect("client");
+        // The coordinators create the table; the oracle may read first.
+        let _ = client.create_table("bank").await;
         Oracle { maps, client, dir: dir.to_path_buf() }
     }
 
@@ -154,8 +169,10 @@ impl Oracle {
             let mut prepared = 0;
             for info in map.shards.values() {
                 let asked = async {
-                    let mut c = ShardClient::connect(format!("http://{}", info.addr)).await.ok()?;
-                    Some(c.info(InfoRequest {}).await.ok()?.into_inner().prepared)
+                    let c = Cluster::connect(info.addr.clone()).await.ok()?;
+                    let status = c.status().await;
+                    let me = status.iter().find(|s| s.addr == info.addr)?;
+                    Some(me.info.as_ref()?.prepared)
                 };
                 prepared += tokio::time::timeout(Duration::from_millis(500), asked)
                     .await
@@ -230,11 +247,12 @@ impl Oracle {
         keys: Vec<Vec<u8>>,
     ) -> Option<Vec<u8>> {
         for _ in 0..400 {
+            let _ = self.client.refresh().await;
             let mut tx = self.client.begin();
             let mut vals = Vec::new();
             let mut ok = true;
             for k in &keys {
-                match tx.get(k).await {
+                match tx.get("bank", k).await {
                     Ok(v) => vals.push(v),
                     Err(_) => {
                         ok = false;

@@ -46,6 +46,7 @@ use crate::{Client, ClientBuilder, Error, Result, proto};
 pub struct ClusterBuilder {
     client: ClientBuilder,
     id: Option<ClientId>,
+    skew: i64,
     rpc_timeout: Duration,
     local_validation: bool,
 }
@@ -79,6 +80,14 @@ impl ClusterBuilder {
         self
     }
 
+    /// Shift this client's clock by `us` microseconds: a simulated clock
+    /// error, for measuring what the clocks' uncertainty ε costs (MILANA
+    /// §6). Leave it at 0 in real use.
+    pub fn clock_skew_us(mut self, us: i64) -> ClusterBuilder {
+        self.skew = us;
+        self
+    }
+
     /// How long to wait for one answer from a shard (default 2 s).
     pub fn rpc_timeout(mut self, d: Duration) -> ClusterBuilder {
         self.rpc_timeout = d;
@@ -99,7 +108,7 @@ impl ClusterBuilder {
         let map = fetch_map(&first).await?;
         let id = self.id.unwrap_or_else(|| rand::random_range(1..=u32::MAX));
         let inner = Inner {
-            clock: Mutex::new(HybridClock::new(0)),
+            clock: Mutex::new(HybridClock::new(self.skew)),
             id,
             builder: self.clone(),
             map: RwLock::new(Arc::new(map)),
@@ -181,6 +190,7 @@ impl Cluster {
         ClusterBuilder {
             client: Client::builder(addr),
             id: None,
+            skew: 0,
             rpc_timeout: Duration::from_secs(2),
             local_validation: true,
         }
@@ -323,6 +333,41 @@ impl Cluster {
         Ok(common.unwrap_or_default().into_iter().collect())
     }
 
+    /// Every shard's state, asked now (a shard that does not answer has
+    /// its error instead).
+    pub async fn status(&self) -> Vec<ShardStatus> {
+        let map = self.map();
+        let mut out = Vec::new();
+        for (s, info) in &map.shards {
+            let ranges = map
+                .ranges
+                .iter()
+                .filter(|(_, owner)| owner == s)
+                .map(|(start, _)| start.clone())
+                .collect();
+            let asked = async {
+                let c = self.shard(*s)?;
+                let i = c.stub().shard_info(c.req(proto::ShardInfoRequest {})).await?;
+                Ok::<_, Error>((i.into_inner(), c.status().await?))
+            };
+            let (info_r, server, error) =
+                match tokio::time::timeout(self.inner.builder.rpc_timeout, asked).await {
+                    Ok(Ok((i, st))) => (Some(i), Some(st), None),
+                    Ok(Err(e)) => (None, None, Some(e.to_string())),
+                    Err(_) => (None, None, Some("no answer within the timeout".into())),
+                };
+            out.push(ShardStatus {
+                shard: *s,
+                addr: info.addr.clone(),
+                ranges,
+                info: info_r,
+                server,
+                error,
+            });
+        }
+        out
+    }
+
     /// Begin a transaction now.
     pub fn begin(&self) -> ClusterTransaction {
         let seq = self.inner.seq.fetch_add(1, Ordering::Relaxed) + 1;
@@ -397,7 +442,14 @@ impl Cluster {
                 // is above it.
                 lock(&self.inner.clock).observe(f);
             }
-            Error::from(st)
+            let e = Error::from(st);
+            if e.kind() == "transport" {
+                // The shard is gone or moving (a standby promoting):
+                // nothing was written; ask for the map before the next try.
+                lock(&self.inner.conns).remove(&s);
+                return Error::unavailable(format!("shard {s}: {}", e.message()));
+            }
+            e
         })?;
         Ok(r.into_inner()
             .results
@@ -425,6 +477,9 @@ impl Cluster {
             match tokio::time::timeout(self.inner.builder.rpc_timeout, call).await {
                 Ok(Ok(v)) => {
                     let v = v.into_inner();
+                    if !v.yes && v.floor > 0 {
+                        lock(&self.inner.clock).observe(v.floor);
+                    }
                     return Some(if v.yes {
                         Ok(())
                     } else {
@@ -474,6 +529,54 @@ impl Cluster {
     }
 }
 
+/// One shard's state ([`Cluster::status`]).
+#[derive(Clone, Debug)]
+pub struct ShardStatus {
+    /// The shard.
+    pub shard: u32,
+    /// Its address in the map.
+    pub addr: String,
+    /// The first key of each range it owns (a cluster key: the table's
+    /// name, 0x00, the key).
+    pub ranges: Vec<Vec<u8>>,
+    /// What it says of its transactions, if it answered.
+    pub info: Option<proto::ShardInfoResponse>,
+    /// What its server says of itself, if it answered.
+    pub server: Option<crate::ServerStatus>,
+    /// Why it did not answer.
+    pub error: Option<String>,
+}
+
+impl std::fmt::Display for ShardStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ranges: Vec<String> = self
+            .ranges
+            .iter()
+            .map(|r| match split_cluster_key(r) {
+                Some((t, k)) => format!("{t}/{}", String::from_utf8_lossy(k)),
+                None => format!("{:?}", String::from_utf8_lossy(r)),
+            })
+            .collect();
+        write!(f, "shard {} at {} (ranges from {}): ", self.shard, self.addr, ranges.join(", "))?;
+        match (&self.info, &self.server, &self.error) {
+            (Some(i), Some(s), _) => write!(
+                f,
+                "{}, map version {}, {} prepared, {} decisions remembered, oldest undecided {}, \
+                 {:.1} s CPU, durable below token {}",
+                s.role,
+                i.map_version,
+                i.prepared,
+                i.remembered,
+                i.oldest_undecided.map_or("none".into(), |t| t.to_string()),
+                s.cpu_seconds,
+                s.durable_token
+            ),
+            (_, _, Some(e)) => write!(f, "unreachable: {e}"),
+            _ => write!(f, "no answer"),
+        }
+    }
+}
+
 /// A transaction on a cluster ([`Cluster::begin`]). Reads go to the
 /// shards at its begin timestamp; writes stay here until
 /// [`ClusterTransaction::commit`]. Dropping it unfinished aborts it (there
@@ -496,6 +599,12 @@ fn check_table(table: &str) -> Result<()> {
 }
 
 impl ClusterTransaction {
+    /// Its name: the client's id and the client's count of its
+    /// transactions.
+    pub fn id(&self) -> (u32, u64) {
+        (self.txn.id.client, self.txn.id.seq)
+    }
+
     /// Its begin timestamp (µs of the client's hybrid clock).
     pub fn begin_ts(&self) -> u64 {
         self.txn.begin
@@ -524,6 +633,11 @@ impl ClusterTransaction {
                 Err(e) if e.kind() == "wrong_shard" && tries < 3 => {
                     tries += 1;
                     self.cluster.refresh().await?;
+                }
+                Err(e) if e.kind() == "unavailable" => {
+                    // The next run of the transaction finds the new map.
+                    let _ = self.cluster.refresh().await;
+                    return Err(e);
                 }
                 Err(e) => return Err(e),
             }

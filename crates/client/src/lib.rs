@@ -38,7 +38,7 @@ mod txn;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use cluster::{Cluster, ClusterBuilder, ClusterTransaction};
+pub use cluster::{Cluster, ClusterBuilder, ClusterTransaction, ShardStatus};
 pub use error::{Error, Result, retry};
 pub use stream::CommitAck;
 /// The gRPC status codes [`Error::code`] returns.

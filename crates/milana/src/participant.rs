@@ -251,6 +251,17 @@ impl<V: Versions> Participant<V> {
         (Vote::Yes, Some(Record::Prepare(p)))
     }
 
+    /// The lowest commit timestamp at which `p`'s writes would not be
+    /// refused for their timestamp alone: past every read served on the
+    /// keys it writes, the read floor, the collected versions and the
+    /// forget bound. A client told this after a no moves its clock past it,
+    /// so that a clock behind the others costs one abort, not a run of
+    /// them.
+    pub fn clock_floor(&self, p: &Prepare) -> Timestamp {
+        let reads = p.writes.iter().filter_map(|(k, _)| self.keys.get(k)).map(|k| k.latest_read);
+        reads.fold(self.read_floor.max(self.collected).max(self.forgotten), Timestamp::max)
+    }
+
     /// Algorithm 1, line by line, plus the recovery floor.
     fn validate(&self, p: &Prepare) -> Result<(), &'static str> {
         if p.version.ts < self.forgotten {

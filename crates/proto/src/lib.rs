@@ -2,12 +2,12 @@
 //! (`build.rs` compiles each once):
 //!
 //! - [`v1`]: `milliscale serve`'s protocol (`proto/milliscale/v1/milliscale.proto`),
-//!   its messages, the client stub and the server trait;
-//! - [`milana`]: the shard primaries' protocol (`proto/milliscale/v1/milana.proto`).
+//!   its messages, the client stub and the server trait; a cluster's
+//!   shards serve it too, with MILANA's calls (`Shard*`) among its methods.
 //!
 //! The server, the Rust client (and through it the Python package's native
-//! module) and the shards all depend on this crate, and on nothing of each
-//! other's for the wire format.
+//! module) depend on this crate, and on nothing of each other's for the
+//! wire format.
 
 #![deny(missing_docs)]
 
@@ -24,11 +24,4 @@ pub mod v1 {
     /// server offers through gRPC reflection.
     pub const FILE_DESCRIPTOR_SET: &[u8] =
         include_bytes!(concat!(env!("OUT_DIR"), "/milliscale_v1_descriptors.bin"));
-}
-
-/// The shard primaries' protocol, generated from
-/// `proto/milliscale/v1/milana.proto`.
-#[allow(missing_docs, clippy::all, clippy::pedantic)]
-pub mod milana {
-    tonic::include_proto!("milliscale.milana.v1");
 }

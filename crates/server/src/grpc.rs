@@ -346,8 +346,11 @@ impl Milliscale for Service {
         &self,
         req: Request<proto::ShardMapRequest>,
     ) -> Result<Response<proto::ShardMapResponse>, Status> {
-        let r = self.caller(&req).and_then(|_| Ok(self.shard("ShardMap")?.map()));
-        done("ShardMap", r)
+        let r = async {
+            self.caller(&req)?;
+            Ok(self.shard("ShardMap")?.map().await)
+        };
+        done("ShardMap", r.await)
     }
 }
 

@@ -36,10 +36,17 @@ struct Fixture {
     data: Vec<String>,
     addrs: Vec<SocketAddr>,
     servers: Vec<Option<(Server, AsyncDatabase)>>,
+    /// How often the shards collect and forget.
+    every: Duration,
 }
 
-/// Three shards; the accounts split 4/4/4 among them.
+/// Three shards; the accounts split 4/4/4 among them. They collect and
+/// forget every 200 ms.
 async fn three_shards() -> Fixture {
+    three_shards_collecting(Duration::from_millis(200)).await
+}
+
+async fn three_shards_collecting(every: Duration) -> Fixture {
     let dir = tempfile::tempdir().expect("tempdir");
     let map_url = format!("file://{}/map", dir.path().display());
     let addrs: Vec<SocketAddr> = (0..3).map(|_| free_addr()).collect();
@@ -67,7 +74,7 @@ async fn three_shards() -> Fixture {
             .collect(),
     };
     maps.publish(&map).expect("publish");
-    let mut f = Fixture { _dir: dir, map_url, data, addrs, servers: Vec::new() };
+    let mut f = Fixture { _dir: dir, map_url, data, addrs, servers: Vec::new(), every };
     for i in 0..3 {
         let s = start_shard(&f, i).await;
         f.servers.push(Some(s));
@@ -80,7 +87,7 @@ async fn start_shard(f: &Fixture, i: u32) -> (Server, AsyncDatabase) {
     let mut o = ServerOptions::new(f.addrs[i as usize]);
     let mut shard = ShardOptions::new(i, f.map_url.clone());
     shard.termination_timeout = Duration::from_millis(300);
-    shard.collect_every = Duration::from_millis(200);
+    shard.collect_every = f.every;
     o.cluster = Some(shard);
     let server = Server::start(Backend::Writer(db.clone()), o, None).await.expect("start a shard");
     (server, db)
@@ -216,4 +223,220 @@ async fn write_skew_across_two_shards_is_refused_and_single_server_calls_are_too
     // An unknown table is NOT_FOUND; a key of another shard, wrong_shard.
     let e = c.get("nope", b"k").await.expect_err("no such table");
     assert_eq!(e.code(), tonic::Code::NotFound);
+}
+
+type Raw = milliscale_proto::v1::milliscale_client::MilliscaleClient<tonic::transport::Channel>;
+
+async fn raw(addr: SocketAddr) -> Raw {
+    Raw::connect(format!("http://{addr}")).await.expect("connect")
+}
+
+fn now_us() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("time").as_micros()
+        as u64
+}
+
+fn txn(client: u32, seq: u64) -> Option<proto::ClusterTxnId> {
+    Some(proto::ClusterTxnId { client, seq })
+}
+
+/// A prepare of one write of `key` (of the bank), by client `client`.
+fn prepare(client: u32, seq: u64, key: Vec<u8>, parts: Vec<u32>) -> proto::ShardPrepareRequest {
+    proto::ShardPrepareRequest {
+        txn: txn(client, seq),
+        version: Some(proto::CommitTs { ts: now_us(), client }),
+        reads: Vec::new(),
+        writes: vec![proto::ShardWrite {
+            key: Some(proto::TableKey { table: TABLE.into(), key: key.into() }),
+            value: Some(b"7".to_vec().into()),
+        }],
+        participants: parts,
+    }
+}
+
+async fn status(c: &mut Raw, client: u32, seq: u64) -> i32 {
+    c.shard_query(proto::ShardQueryRequest { txn: txn(client, seq), ts: 0 })
+        .await
+        .expect("query")
+        .into_inner()
+        .status
+}
+
+async fn info(c: &mut Raw) -> proto::ShardInfoResponse {
+    c.shard_info(proto::ShardInfoRequest {}).await.expect("info").into_inner()
+}
+
+/// Wait until a new transaction can write `key` (the prepared one holding
+/// it was decided); how long that took.
+async fn unblocked(c: &Cluster, key: &[u8]) -> Duration {
+    let t = std::time::Instant::now();
+    milliscale_client::retry(200, || async {
+        let mut tx = c.begin();
+        tx.get(TABLE, key).await?;
+        tx.put(TABLE, key, b"100")?;
+        tx.commit().await
+    })
+    .await
+    .expect("the key is writable again");
+    t.elapsed()
+}
+
+use milliscale_proto::v1 as proto;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_coordinator_dead_mid_commit_blocks_nothing_past_the_timeout() {
+    // Nothing forgotten during the test: it asks the shards afterwards
+    // what they decided (a shard answers "aborted" about a transaction it
+    // forgot, which no participant asks about; design record 0008).
+    let mut f = three_shards_collecting(Duration::from_secs(3600)).await;
+    let c = Cluster::connect(f.addrs[0].to_string()).await.expect("connect");
+    c.create_table(TABLE).await.expect("create");
+    let (mut s0, mut s1) = (raw(f.addrs[0]).await, raw(f.addrs[1]).await);
+    // Both participants voted yes, then the coordinator died: the
+    // participants commit by termination (it may have committed).
+    for (key, s) in [(account(0), &mut s0), (account(4), &mut s1)] {
+        let v = s.shard_prepare(prepare(50, 1, key, vec![0, 1])).await.expect("vote");
+        assert!(v.into_inner().yes);
+    }
+    // Only one participant heard of it: the other, asked, aborts it (and
+    // files the abort, so the prepare arriving late is refused), and so
+    // does the first.
+    let v = s0.shard_prepare(prepare(51, 1, account(1), vec![0, 1])).await.expect("vote");
+    assert!(v.into_inner().yes);
+    for key in [account(0), account(4), account(1)] {
+        let took = unblocked(&c, &key).await;
+        assert!(took < Duration::from_secs(3), "{key:?} blocked for {took:?}");
+    }
+    let committed = proto::ClusterTxnStatus::Committed as i32;
+    let aborted = proto::ClusterTxnStatus::Aborted as i32;
+    assert_eq!(
+        (status(&mut s0, 50, 1).await, status(&mut s1, 50, 1).await),
+        (committed, committed)
+    );
+    assert_eq!((status(&mut s0, 51, 1).await, status(&mut s1, 51, 1).await), (aborted, aborted));
+    let late = s1.shard_prepare(prepare(51, 1, account(5), vec![0, 1])).await.expect("vote");
+    assert!(!late.into_inner().yes, "a prepare after the abort is refused");
+    // A shard restarted while a transaction is prepared on it and
+    // undecided: it finds the prepare in its tables and asks the other
+    // participant, which committed.
+    let mut s2 = raw(f.addrs[2]).await;
+    for (key, s) in [(account(2), &mut s0), (account(8), &mut s2)] {
+        let v = s.shard_prepare(prepare(52, 1, key, vec![0, 2])).await.expect("vote");
+        assert!(v.into_inner().yes);
+    }
+    let decide = proto::ShardDecideRequest { txn: txn(52, 1), commit: true, ts: 0 };
+    s0.shard_decide(decide).await.expect("decide");
+    let (server, db) = f.servers[2].take().expect("shard 2");
+    server.shutdown().await;
+    db.close().await.expect("close");
+    let (server, db) = start_shard(&f, 2).await;
+    assert_eq!(server.shard().expect("a shard").recovery().asked, 1, "its prepare, to ask about");
+    f.servers[2] = Some((server, db));
+    let took = unblocked(&c, &account(8)).await;
+    assert!(took < Duration::from_secs(3), "blocked for {took:?} after the restart");
+    assert_eq!(status(&mut raw(f.addrs[2]).await, 52, 1).await, committed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn old_versions_are_collected_and_old_decisions_forgotten() {
+    let f = three_shards().await;
+    let c = Cluster::connect(f.addrs[0].to_string()).await.expect("connect");
+    c.create_table(TABLE).await.expect("create");
+    // 100 versions of one key on shard 0 (single-shard), and 50 transfers
+    // between shards 0 and 1 (decisions both remember).
+    for i in 0..100u32 {
+        c.put(TABLE, &account(0), i.to_string().as_bytes()).await.expect("a write");
+    }
+    for _ in 0..50 {
+        transfer(&c, 1, 5, 1).await.expect("a transfer");
+    }
+    // Shard 0 wrote 150 versions (a00 100 times, a01 50) and decided 150
+    // transactions. The client's reads carry its low-water mark; the
+    // shards collect versions and forget decisions below it (already
+    // while the writes ran: every 200 ms here).
+    let mut s0 = raw(f.addrs[0]).await;
+    let t = std::time::Instant::now();
+    let after = loop {
+        assert_eq!(c.get(TABLE, &account(0)).await.expect("read"), Some(b"99".to_vec()));
+        let i = info(&mut s0).await;
+        if (i.versions < 10 && i.remembered < 10) || t.elapsed() > Duration::from_secs(5) {
+            break i;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(after.versions < 10 && after.remembered < 10, "{after:?}");
+    // A read below the collected versions is refused, with the floor.
+    let old = proto::ShardReadRequest {
+        keys: vec![proto::TableKey { table: TABLE.into(), key: account(0).into() }],
+        at: 1,
+        ..Default::default()
+    };
+    let refused = s0.shard_read(old).await.expect_err("a read below the watermark");
+    assert_eq!(refused.code(), tonic::Code::Aborted);
+    assert!(refused.metadata().get("milliscale-floor").is_some());
+    // A client whose clock is 300 ms behind is refused, moves its clock
+    // past the floor, and commits once its clock passes the key's latest
+    // read (skew costs aborts, never correctness).
+    let late = Cluster::builder(f.addrs[1].to_string())
+        .clock_skew_us(-300_000)
+        .connect()
+        .await
+        .expect("connect");
+    late.put(TABLE, &account(0), b"100").await.expect("the late client commits");
+    assert_eq!(c.get(TABLE, &account(0)).await.expect("read"), Some(b"100".to_vec()));
+    // a00 went from 100 to 99 and back to 100; the transfers kept the sum.
+    assert_eq!(total(&c).await.expect("audit"), u64::from(ACCOUNTS) * INITIAL);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_restarted_under_its_id_does_not_reuse_its_transaction_names() {
+    let f = three_shards().await;
+    let setup = Cluster::connect(f.addrs[0].to_string()).await.expect("connect");
+    setup.create_table(TABLE).await.expect("create");
+    for value in [b"first".as_slice(), b"second"] {
+        // A new client each time, the same id: its first transaction must
+        // not be taken for the last run's first (and answered "already
+        // committed" without its writes).
+        let c = Cluster::builder(f.addrs[0].to_string()).client_id(7).connect().await.expect("c");
+        let mut tx = c.begin();
+        tx.get(TABLE, &account(3)).await.expect("read");
+        tx.put(TABLE, &account(3), value).expect("write");
+        tx.commit().await.expect("commit");
+    }
+    assert_eq!(setup.get(TABLE, &account(3)).await.expect("read"), Some(b"second".to_vec()));
+}
+
+/// A single-shard transaction commits in the engine transaction of its
+/// prepare. A caller that goes away while the prepare waits for
+/// durability (a coordinator killed, a call timed out) must not leave it
+/// prepared. Callers give up after 0.2 to 6 ms, so some leave before the
+/// prepare reaches the shard, some while it waits, some after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_shard_prepare_whose_caller_left_commits_all_the_same() {
+    let f = three_shards().await;
+    let setup = Cluster::connect(f.addrs[0].to_string()).await.expect("connect");
+    setup.create_table(TABLE).await.expect("create");
+    let mut s0 = raw(f.addrs[0]).await;
+    info(&mut s0).await;
+    let attempts = 30u64;
+    for seq in 0..attempts {
+        let req = prepare(60, seq, account((seq % 4) as u32), vec![0]);
+        let gave_up_after = Duration::from_micros(200 + seq * 200);
+        let _ = tokio::time::timeout(gave_up_after, s0.clone().shard_prepare(req)).await;
+    }
+    let t = std::time::Instant::now();
+    loop {
+        let prepared = info(&mut s0).await.prepared;
+        if prepared == 0 {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(3), "{prepared} prepares left undecided");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let committed = proto::ClusterTxnStatus::Committed as i32;
+    let mut n = 0;
+    for seq in 0..attempts {
+        n += u64::from(status(&mut s0, 60, seq).await == committed);
+    }
+    assert!(n > 0, "no prepare reached the shard");
 }

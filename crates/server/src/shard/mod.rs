@@ -23,6 +23,7 @@
 //!   (FAILED_PRECONDITION, kind `wrong_shard`).
 
 mod peers;
+pub mod standby;
 pub mod tables;
 
 use std::collections::{BTreeSet, HashMap};
@@ -120,6 +121,8 @@ struct State {
     last_csn: u64,
     /// The cluster tables this shard knows.
     names: BTreeSet<String>,
+    /// The version rows held (counted once at start, then kept).
+    versions: u64,
 }
 
 /// A running shard (see the module's comment).
@@ -128,6 +131,8 @@ pub struct Shard {
     tables: Tables,
     maps: Arc<MapStore>,
     map: RwLock<ShardMap>,
+    /// When the map was last read from the store.
+    map_read: Mutex<Instant>,
     state: Mutex<State>,
     /// The durable read lease, for reads waiting on a renewal.
     lease: watch::Sender<Timestamp>,
@@ -190,7 +195,7 @@ impl Shard {
         let Recovered { participant: mut p, logged, ask } =
             Participant::restart(opts.shard, opts.lease_span, Mutations::default(), durable);
         if !logged.is_empty() {
-            let ack = tables.write(&mut p, &logged).map_err(|e| e.to_string())?;
+            let (ack, _) = tables.write(&mut p, &logged).map_err(|e| e.to_string())?;
             ack.await.map_err(|e| format!("committing the lone prepares: {e}"))?;
             for r in &logged {
                 if let Record::Commit(t) = r {
@@ -200,6 +205,7 @@ impl Shard {
         }
         let names = tables.names().map_err(|e| e.to_string())?.into_iter().collect();
         let lease = p.lease();
+        let versions = p.versions() as u64;
         let state = State {
             p,
             prepared_at: HashMap::new(),
@@ -207,6 +213,7 @@ impl Shard {
             clients: HashMap::new(),
             last_csn: 0,
             names,
+            versions,
         };
         let (stop, _) = watch::channel(false);
         let shard = Arc::new(Shard {
@@ -215,6 +222,7 @@ impl Shard {
             tables,
             maps,
             map: RwLock::new(map),
+            map_read: Mutex::new(Instant::now()),
             state: Mutex::new(state),
             lease: watch::Sender::new(lease),
             peers: Mutex::new(HashMap::new()),
@@ -245,7 +253,8 @@ impl Shard {
 
     /// Write `records` under the lock held in `st`; the ack to await.
     fn write(&self, st: &mut State, records: &[Record]) -> Result<milliscale::CommitAck, Status> {
-        let ack = self.tables.write(&mut st.p, records).map_err(|e| unavailable(&e))?;
+        let (ack, rows) = self.tables.write(&mut st.p, records).map_err(|e| unavailable(&e))?;
+        st.versions += rows as u64;
         if let Some(csn) = ack.csn() {
             st.last_csn = st.last_csn.max(csn);
         }
@@ -377,9 +386,10 @@ impl Shard {
         self: &Arc<Self>,
         req: proto::ShardPrepareRequest,
     ) -> Result<proto::ShardPrepareResponse, Status> {
-        let (vote, wait) = {
+        let (vote, wait, floor) = {
             let mut st = self.lock();
             let p = self.prepare_from(&st, req)?;
+            let floor = st.p.clock_floor(&p);
             let (txn, single, ts) = (p.txn, p.participants.len() == 1, p.version.ts);
             let (vote, rec) = st.p.prepare(p);
             let wait = match rec {
@@ -397,24 +407,36 @@ impl Shard {
                     Wait::Ack(self.write(&mut st, &[r])?, None)
                 }
             };
-            (vote, wait)
+            (vote, wait, floor)
         };
         self.wait(wait).await?;
         Ok(match vote {
-            Vote::Yes => proto::ShardPrepareResponse { yes: true, why: String::new() },
-            Vote::No(why) => proto::ShardPrepareResponse { yes: false, why: why.into() },
+            Vote::Yes => proto::ShardPrepareResponse { yes: true, why: String::new(), floor: 0 },
+            Vote::No(why) => proto::ShardPrepareResponse { yes: false, why: why.into(), floor },
         })
     }
 
-    async fn wait(&self, w: Wait) -> Result<(), Status> {
+    /// Wait for what an answer needs. A decision's durability is noted
+    /// by a task of its own, which finishes even if the call's client goes
+    /// away (a handler is dropped with its call): a decision never noted
+    /// durable would hold the forget bound down for good.
+    async fn wait(self: &Arc<Self>, w: Wait) -> Result<(), Status> {
         match w {
             Wait::Barrier(csn) => self.barrier(csn).await,
-            Wait::Ack(ack, decided) => {
-                ack.await.map_err(|e| engine(&e))?;
-                if let Some(t) = decided {
-                    self.lock().p.decision_durable(t);
+            Wait::Ack(ack, None) => ack.await.map(|_| ()).map_err(|e| engine(&e)),
+            Wait::Ack(ack, Some(t)) => {
+                let me = Arc::clone(self);
+                let noted = tokio::spawn(async move {
+                    let r = ack.await;
+                    if r.is_ok() {
+                        me.lock().p.decision_durable(t);
+                    }
+                    r
+                });
+                match noted.await {
+                    Ok(r) => r.map(|_| ()).map_err(|e| engine(&e)),
+                    Err(e) => Err(Status::internal(format!("a decision's task failed: {e}"))),
                 }
-                Ok(())
             }
         }
     }
@@ -448,7 +470,12 @@ impl Shard {
     }
 
     /// The coordinator's decision (or a termination round's).
-    pub async fn decide(&self, txn: TxnId, commit: bool, ts: Timestamp) -> Result<(), Status> {
+    pub async fn decide(
+        self: &Arc<Self>,
+        txn: TxnId,
+        commit: bool,
+        ts: Timestamp,
+    ) -> Result<(), Status> {
         let wait = {
             let mut st = self.lock();
             st.prepared_at.remove(&txn);
@@ -461,7 +488,7 @@ impl Shard {
     }
 
     /// What this shard knows of `txn` (cooperative termination).
-    pub async fn query(&self, txn: TxnId, ts: Timestamp) -> Result<TxnStatus, Status> {
+    pub async fn query(self: &Arc<Self>, txn: TxnId, ts: Timestamp) -> Result<TxnStatus, Status> {
         let (status, wait) = {
             let mut st = self.lock();
             let (status, rec) = st.p.status(txn, ts);
@@ -485,14 +512,17 @@ impl Shard {
             prepared: st.p.prepared().len() as u64,
             oldest_undecided: st.p.oldest_undecided(),
             remembered: st.p.remembered() as u64,
-            // Counting the rows scans them: the status is no hot path,
-            // but a large shard should not be counted on every call.
-            versions: 0,
+            versions: st.versions,
         }
     }
 
-    /// The shard map it serves under.
-    pub fn map(&self) -> proto::ShardMapResponse {
+    /// The shard map it serves under, reloaded from the store first if
+    /// it was last read over half a second ago (a client asks after a
+    /// shard stopped answering: a standby may have published its address).
+    pub async fn map(&self) -> proto::ShardMapResponse {
+        if self.map_read.lock().elapsed() > Duration::from_millis(500) {
+            self.refresh_map().await;
+        }
         let map = self.map.read();
         proto::ShardMapResponse {
             version: map.version,
@@ -561,6 +591,7 @@ impl Shard {
             }
             let ack = tx.precommit().map_err(|e| engine(&e))?;
             st.names.remove(name);
+            st.versions = st.versions.saturating_sub(doomed.len() as u64);
             ack
         };
         ack.await.map_err(|e| engine(&e))?;

@@ -67,7 +67,7 @@ impl Shard {
     /// transaction prepared here past the timeout (or found at start-up),
     /// and decide those the answers settle. False if a peer could not be
     /// reached.
-    async fn terminate_stale(&self) -> bool {
+    async fn terminate_stale(self: &Arc<Self>) -> bool {
         let timeout = self.opts.termination_timeout;
         let stale: Vec<(TxnId, Timestamp, Vec<ShardId>)> = {
             let st = self.lock();
@@ -108,7 +108,8 @@ impl Shard {
             let silence = self.opts.client_silence;
             st.clients.retain(|_, (_, heard)| heard.elapsed() < silence);
             let Some(w) = st.clients.values().map(|(low, _)| *low).min() else { return };
-            st.p.collect(w);
+            let dropped = st.p.collect(w);
+            st.versions = st.versions.saturating_sub(dropped as u64);
             w
         };
         let mut bound = watermark;
@@ -141,8 +142,9 @@ impl Shard {
         let _ = wait.await;
     }
 
-    async fn refresh_map(&self) {
+    pub(super) async fn refresh_map(&self) {
         if let Ok(m) = latest_map(&self.maps).await {
+            *self.map_read.lock() = Instant::now();
             let mut map = self.map.write();
             if m.version > map.version {
                 *map = m;

@@ -93,12 +93,13 @@ impl Tables {
     /// Write `records` (the participant has just made them) as one engine
     /// transaction, pre-committed: the caller holds the shard's lock, and
     /// awaits the returned ack outside it before it answers. A commit's
-    /// version rows are the ones the participant staged.
+    /// version rows are the ones the participant staged. Returns the ack
+    /// and how many version rows it wrote.
     pub fn write(
         &self,
         p: &mut Participant<EngineVersions>,
         records: &[Record],
-    ) -> milliscale::Result<CommitAck> {
+    ) -> milliscale::Result<(CommitAck, usize)> {
         let mut tx = self.db.begin()?;
         for r in records {
             match r {
@@ -126,10 +127,11 @@ impl Tables {
         }
         let rows = p.versions_mut().take_staged();
         let table = p.versions_mut().table().clone();
+        let n = rows.len();
         for (k, v) in rows {
             tx.put(&table, &k, &v)?;
         }
-        tx.precommit()
+        Ok((tx.precommit()?, n))
     }
 
     /// The cluster table names this shard knows.

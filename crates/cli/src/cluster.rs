@@ -1,43 +1,47 @@
-//! `milliscale shard`: sharded transactions across servers (the
-//! `milliscale-milana` crate). `publish` writes the next version of the
-//! shard map to its store; `serve` runs one shard's primary; `show`
-//! prints the map; and `bench retwis` drives the shards with Retwis.
+//! `milliscale cluster`: a cluster of `milliscale serve --cluster` shards.
+//! `init` publishes the first shard map on its store; `show` prints the
+//! newest; `status` asks every shard how it is; `bank` runs bank transfers
+//! as one client (the crash tests' workload); and `bench retwis` drives
+//! the shards with Retwis.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use milliscale_milana::net::server::{ShardOptions, ShardServer};
+use milliscale_client::{Cluster, Code};
 use milliscale_milana::shard_map::{MapStore, ShardInfo, ShardMap};
+use milliscale_milana::types::cluster_key;
 
 use crate::args::Failure;
 
 #[derive(Subcommand)]
-pub(crate) enum Shard {
-    /// Publish the next version of the shard map: shard i (from 0, in the
-    /// order given) at `--shard ADDR=LOG_URL`, owning the keys from the
-    /// i-th split key (the empty key for shard 0) to the next. Fails if
-    /// another publisher wrote that version first, or if the ranges differ
-    /// from the newest version's (keys do not move between shards).
-    Publish(PublishArgs),
-    /// Run one shard's primary: open its log (the store URL in the map),
-    /// recover it, fencing any earlier primary, and serve until SIGTERM
-    /// or SIGINT.
-    Serve(ShardServeArgs),
+pub(crate) enum ClusterCmd {
+    /// Publish the first shard map: shard i (from 0, in the order given)
+    /// at `--shard ADDR=STORE_URL`, owning the keys from the i-th split
+    /// key (the empty key for shard 0) to the next. Fails if a map is
+    /// already published there.
+    Init(InitArgs),
     /// Print the newest version of the shard map, as JSON.
     Show(MapArgs),
+    /// Ask every shard of the cluster how it is: its ranges, address,
+    /// transactions prepared and remembered, CPU time and durable point.
+    Status(StatusArgs),
     /// Bank transfers across the shards, as one client (the crash-test
     /// workload): each acknowledged transfer is appended to a journal
     /// (and synced) only after its commit returned, and writes a marker
-    /// key `t<client>-<seq>`. Balances start at `--initial` (an absent
-    /// account holds it).
+    /// row `t<client>-<seq>`. Balances start at `--initial` (an absent
+    /// account holds it). The table `bank` is created if missing.
     Bank(BankArgs),
 }
 
+/// The bank's table.
+pub(crate) const BANK: &str = "bank";
+
 #[derive(Args)]
 pub(crate) struct BankArgs {
-    #[command(flatten)]
-    map: MapArgs,
+    /// Any shard's address (`host:port`).
+    #[arg(long, env = "MILLISCALE_SERVER")]
+    server: String,
     /// This client's id (unique among the clients).
     #[arg(long)]
     client_id: u32,
@@ -75,48 +79,43 @@ impl MapArgs {
 }
 
 #[derive(Args)]
-pub(crate) struct PublishArgs {
+pub(crate) struct InitArgs {
     #[command(flatten)]
     map: MapArgs,
-    /// A shard: its server's address and its log's store URL, as
-    /// `ADDR=LOG_URL`. Repeat for each shard, in order.
-    #[arg(long = "shard", value_name = "ADDR=LOG_URL", required = true)]
+    /// A shard: its server's address and its database's store URL, as
+    /// `ADDR=STORE_URL`. Repeat for each shard, in order.
+    #[arg(long = "shard", value_name = "ADDR=STORE_URL", required = true)]
     shards: Vec<String>,
     /// The first key of each shard after the first, in order (one fewer
-    /// than the shards). Default: equal parts of the keys `bench retwis`
-    /// uses (`r` and 16 hex digits).
-    #[arg(long = "split", value_name = "KEY")]
+    /// than the shards), as `TABLE=KEY`. Default: equal parts of the keys
+    /// `bench retwis` makes, in the table `--even-table`.
+    #[arg(long = "split", value_name = "TABLE=KEY")]
     splits: Vec<String>,
+    /// Without `--split`: the table whose `bench retwis`-style keys (`r`
+    /// and 16 hex digits) the shards split evenly.
+    #[arg(long, default_value = "retwis")]
+    even_table: String,
 }
 
 #[derive(Args)]
-pub(crate) struct ShardServeArgs {
-    #[command(flatten)]
-    map: MapArgs,
-    /// The shard to serve.
+pub(crate) struct StatusArgs {
+    /// Any shard's address (`host:port`).
+    #[arg(long, env = "MILLISCALE_SERVER")]
+    server: String,
+    /// The bearer token.
+    #[arg(long, env = "MILLISCALE_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Print the status as JSON.
     #[arg(long)]
-    shard: u32,
-    /// Where to listen (default: the shard's address in the map).
-    #[arg(long)]
-    listen: Option<std::net::SocketAddr>,
-    /// How long a multi-shard transaction may stay prepared before this
-    /// primary asks the other participants (ms).
-    #[arg(long, default_value_t = 1000)]
-    termination_timeout_ms: u64,
-    /// Be the shard's hot standby: follow its log as a read replica,
-    /// watch the primary, and when it stops answering (5 checks in a row,
-    /// 100 ms apart, unanswered for 250 ms each) promote, publish the next
-    /// map with `--listen`, and serve.
-    #[arg(long, requires = "listen")]
-    standby: bool,
+    json: bool,
 }
 
-pub(crate) fn shard(cmd: Shard) -> Result<(), Failure> {
+pub(crate) fn cluster(cmd: ClusterCmd) -> Result<(), Failure> {
     match cmd {
-        Shard::Publish(a) => publish(a),
-        Shard::Serve(a) => serve(a),
-        Shard::Bank(a) => bank(a),
-        Shard::Show(a) => {
+        ClusterCmd::Init(a) => init(a),
+        ClusterCmd::Status(a) => status(a),
+        ClusterCmd::Bank(a) => bank(a),
+        ClusterCmd::Show(a) => {
             let map = a.open()?.latest().map_err(|e| e.to_string())?;
             let map = map.ok_or_else(|| Failure::Run("no shard map published".into()))?;
             println!("{}", serde_json::to_string_pretty(&map).map_err(|e| e.to_string())?);
@@ -125,13 +124,20 @@ pub(crate) fn shard(cmd: Shard) -> Result<(), Failure> {
     }
 }
 
-fn publish(a: PublishArgs) -> Result<(), Failure> {
+fn init(a: InitArgs) -> Result<(), Failure> {
     let maps = a.map.open()?;
     let n = a.shards.len() as u32;
     let splits: Vec<Vec<u8>> = if a.splits.is_empty() {
-        milliscale_bench::retwis::even_splits(n)
+        milliscale_bench::retwis::even_splits(&a.even_table, n)
     } else {
-        a.splits.iter().map(|s| s.clone().into_bytes()).collect()
+        let mut out = Vec::new();
+        for s in &a.splits {
+            let (table, key) = s
+                .split_once('=')
+                .ok_or_else(|| Failure::Usage(format!("--split {s}: expected TABLE=KEY")))?;
+            out.push(cluster_key(table, key.as_bytes()));
+        }
+        out
     };
     if splits.len() + 1 != a.shards.len() {
         return Err(Failure::Usage(format!(
@@ -143,88 +149,74 @@ fn publish(a: PublishArgs) -> Result<(), Failure> {
     }
     let mut shards = std::collections::BTreeMap::new();
     for (i, s) in a.shards.iter().enumerate() {
-        let (addr, log) = s
+        let (addr, store) = s
             .split_once('=')
-            .ok_or_else(|| Failure::Usage(format!("--shard {s}: expected ADDR=LOG_URL")))?;
-        shards.insert(i as u32, ShardInfo { addr: addr.into(), log: log.into() });
+            .ok_or_else(|| Failure::Usage(format!("--shard {s}: expected ADDR=STORE_URL")))?;
+        shards.insert(i as u32, ShardInfo { addr: addr.into(), log: store.into() });
     }
     let mut ranges = vec![(Vec::new(), 0)];
     ranges.extend(splits.into_iter().zip(1..));
-    let latest = maps.latest().map_err(|e| e.to_string())?;
-    if let Some(m) = &latest
-        && m.ranges != ranges
-    {
-        // The shards hold their keys' data: a new map may move a shard's
-        // server (its address), not its keys.
+    if let Some(m) = maps.latest().map_err(|e| e.to_string())? {
         return Err(Failure::Usage(format!(
-            "version {} gives the keys to the shards differently; moving ranges between shards \
-             is not supported (a new version may change addresses and log URLs only)",
+            "a shard map is already published there (version {}); the cluster exists",
             m.version
         )));
     }
-    let version = latest.map_or(1, |m| m.version + 1);
-    let map = ShardMap { version, ranges, shards };
-    maps.publish(&map).map_err(|e| e.to_string())?;
-    println!("published shard map version {version}: {n} shards");
+    let map = ShardMap { version: 1, ranges, shards };
+    maps.publish(&map).map_err(|e| Failure::Usage(e.to_string()))?;
+    println!("published shard map version 1: {n} shards");
     Ok(())
 }
 
-fn serve(a: ShardServeArgs) -> Result<(), Failure> {
-    let maps = a.map.open()?;
-    let map = maps.latest().map_err(|e| e.to_string())?;
-    let map = map.ok_or_else(|| Failure::Usage("no shard map published".into()))?;
-    let info = map.shards.get(&a.shard).ok_or_else(|| {
-        Failure::Usage(format!("map version {} has no shard {}", map.version, a.shard))
-    })?;
-    let listen = match a.listen {
-        Some(l) => l,
-        None => info.addr.parse().map_err(|e| {
-            Failure::Usage(format!("shard {}'s address {}: {e}", a.shard, info.addr))
-        })?,
-    };
-    let log = milliscale::Options::new().store(info.log.clone());
-    let mut opts = ShardOptions::new(a.shard);
-    opts.termination_timeout = Duration::from_millis(a.termination_timeout_ms.max(1));
+fn status(a: StatusArgs) -> Result<(), Failure> {
     let rt = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     rt.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(listen)
-            .await
-            .map_err(|e| Failure::Run(format!("listening on {listen}: {e}")))?;
-        let server = if a.standby {
-            eprintln!("shard {}: standing by, following its log", a.shard);
-            let watch = milliscale_milana::net::standby::Watch::default();
-            let log = milliscale_milana::net::standby::stand_by(
-                a.shard,
-                log,
-                std::sync::Arc::clone(&maps),
-                listen,
-                watch,
-            )
-            .await?;
-            eprintln!("shard {}: the primary stopped answering; promoted", a.shard);
-            ShardServer::start_with_log(opts, log, maps, listener).await
-        } else {
-            ShardServer::start_on(opts, log, maps, listener).await
+        let mut b = Cluster::builder(a.server.clone());
+        if let Some(t) = &a.token {
+            b = b.token(t.clone());
         }
-        .map_err(|e| e.to_string())?;
-        let r = server.recovery();
-        eprintln!(
-            "shard {}: recovered {} log records ({} lone prepares committed, {} multi-shard \
-             prepares to ask about)",
-            a.shard, r.records, r.committed, r.asked
-        );
-        println!("listening on {}", server.local_addr());
-        let signal = crate::serve::wait_for_signal().await;
-        eprintln!("shard {}: {signal}; shutting down", a.shard);
-        server.shutdown().await.map_err(|e| Failure::Run(format!("closing the log: {e}")))
+        let c = b.connect().await.map_err(|e| Failure::Run(e.to_string()))?;
+        let shards = c.status().await;
+        if a.json {
+            let rows: Vec<serde_json::Value> = shards
+                .iter()
+                .map(|s| {
+                    serde_json::json!({
+                        "shard": s.shard,
+                        "addr": s.addr,
+                        "ranges": s.ranges.iter().map(|r| String::from_utf8_lossy(r).into_owned()).collect::<Vec<_>>(),
+                        "role": s.server.as_ref().map(|x| x.role.clone()),
+                        "cpu_seconds": s.server.as_ref().map(|x| x.cpu_seconds),
+                        "durable_token": s.server.as_ref().map(|x| x.durable_token),
+                        "map_version": s.info.as_ref().map(|i| i.map_version),
+                        "prepared": s.info.as_ref().map(|i| i.prepared),
+                        "remembered": s.info.as_ref().map(|i| i.remembered),
+                        "oldest_undecided": s.info.as_ref().and_then(|i| i.oldest_undecided),
+                        "error": s.error,
+                    })
+                })
+                .collect();
+            let json = serde_json::to_string_pretty(&rows).map_err(|e| e.to_string())?;
+            println!("{json}");
+            return Ok(());
+        }
+        println!("shard map version {}", c.map().version);
+        for s in &shards {
+            println!("{s}");
+        }
+        Ok(())
     })
 }
 
 /// `bench retwis`.
 #[derive(Args)]
 pub(crate) struct RetwisArgs {
-    #[command(flatten)]
-    map: MapArgs,
+    /// Any shard's address (`host:port`).
+    #[arg(long, env = "MILLISCALE_SERVER")]
+    server: String,
+    /// The bearer token.
+    #[arg(long, env = "MILLISCALE_TOKEN", hide_env_values = true)]
+    token: Option<String>,
     /// Concurrent clients, each the coordinator of one transaction at a
     /// time.
     #[arg(long, default_value_t = 16)]
@@ -271,8 +263,8 @@ pub(crate) fn bench_retwis(a: RetwisArgs) -> Result<(), Failure> {
     };
     let cfg = milliscale_bench::retwis::RetwisConfig {
         mix,
-        map: a.map.map.clone(),
-        map_prefix: a.map.map_prefix.clone(),
+        server: a.server.clone(),
+        token: a.token.clone(),
         clients: a.clients,
         keys: a.keys,
         alpha: a.alpha,
@@ -315,9 +307,7 @@ pub(crate) fn bench_retwis(a: RetwisArgs) -> Result<(), Failure> {
 }
 
 fn bank(a: BankArgs) -> Result<(), Failure> {
-    use milliscale_milana::net::client::{ClientOptions, ShardedClient, TxnError};
     use std::io::Write;
-    let maps = a.map.open()?;
     let mut journal = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -325,9 +315,17 @@ fn bank(a: BankArgs) -> Result<(), Failure> {
         .map_err(|e| Failure::Usage(format!("--journal {}: {e}", a.journal.display())))?;
     let rt = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     rt.block_on(async move {
-        let c = ShardedClient::connect(ClientOptions::new(a.client_id), maps)
+        let c = Cluster::builder(a.server.clone())
+            .client_id(a.client_id)
+            .connect()
             .await
             .map_err(|e| e.to_string())?;
+        match c.create_table(BANK).await {
+            Err(e) if e.code() != Code::AlreadyExists => {
+                return Err(Failure::Run(format!("creating table {BANK}: {e}")));
+            }
+            _ => {}
+        }
         let n = a.accounts.max(2);
         let mut seq = 0u64;
         while a.transfers == 0 || seq < a.transfers {
@@ -341,11 +339,11 @@ fn bank(a: BankArgs) -> Result<(), Failure> {
                 let mut tx = c.begin();
                 let r = async {
                     let (kf, kt) = (account_key(from), account_key(to));
-                    let bf = balance(tx.get(&kf).await?, a.initial);
-                    let bt = balance(tx.get(&kt).await?, a.initial);
-                    tx.put(&kf, (bf - amount).to_string().as_bytes());
-                    tx.put(&kt, (bt + amount).to_string().as_bytes());
-                    tx.put(&marker_key(a.client_id, seq), amount.to_string().as_bytes());
+                    let bf = balance(tx.get(BANK, &kf).await?, a.initial);
+                    let bt = balance(tx.get(BANK, &kt).await?, a.initial);
+                    tx.put(BANK, &kf, (bf - amount).to_string().as_bytes())?;
+                    tx.put(BANK, &kt, (bt + amount).to_string().as_bytes())?;
+                    tx.put(BANK, &marker_key(a.client_id, seq), amount.to_string().as_bytes())?;
                     tx.commit().await
                 }
                 .await;
@@ -360,8 +358,8 @@ fn bank(a: BankArgs) -> Result<(), Failure> {
                             .map_err(|e| format!("the journal: {e}"))?;
                         break;
                     }
-                    Err(TxnError::Unknown(why)) => {
-                        eprintln!("transfer {seq}: outcome unknown ({why})");
+                    Err(e) if e.kind() == "unknown" => {
+                        eprintln!("transfer {seq}: outcome unknown ({e})");
                         break;
                     }
                     Err(e) if e.is_retryable() && tries < 1000 => {
