@@ -87,14 +87,16 @@ pub(crate) struct InitArgs {
     #[arg(long = "shard", value_name = "ADDR=STORE_URL", required = true)]
     shards: Vec<String>,
     /// The first key of each shard after the first, in order (one fewer
-    /// than the shards), as `TABLE=KEY`. Default: equal parts of the keys
-    /// `bench retwis` makes, in the table `--even-table`.
-    #[arg(long = "split", value_name = "TABLE=KEY")]
+    /// than the shards), as `TABLE=KEY`. Default: each `--even-table`
+    /// split evenly.
+    #[arg(long = "split", value_name = "TABLE=KEY", conflicts_with = "even_table")]
     splits: Vec<String>,
-    /// Without `--split`: the table whose `bench retwis`-style keys (`r`
-    /// and 16 hex digits) the shards split evenly.
-    #[arg(long, default_value = "retwis")]
-    even_table: String,
+    /// Without `--split`: a table whose `bench retwis`-style keys (`r` and
+    /// 16 hex digits) the shards split evenly, shard 0 from the table's
+    /// first key (repeat for more tables; other tables' keys stay with
+    /// whoever owns the range they fall in).
+    #[arg(long, default_values = ["retwis"])]
+    even_table: Vec<String>,
 }
 
 #[derive(Args)]
@@ -127,25 +129,32 @@ pub(crate) fn cluster(cmd: ClusterCmd) -> Result<(), Failure> {
 fn init(a: InitArgs) -> Result<(), Failure> {
     let maps = a.map.open()?;
     let n = a.shards.len() as u32;
-    let splits: Vec<Vec<u8>> = if a.splits.is_empty() {
-        milliscale_bench::retwis::even_splits(&a.even_table, n)
+    let mut ranges: Vec<(Vec<u8>, u32)> = vec![(Vec::new(), 0)];
+    if a.splits.is_empty() {
+        // Each table's keys split evenly: shard 0 from the table's first
+        // key, shard i from the i-th split.
+        let mut tables = a.even_table.clone();
+        tables.sort();
+        tables.dedup();
+        for t in &tables {
+            ranges.push((cluster_key(t, b""), 0));
+            ranges.extend(milliscale_bench::retwis::even_splits(t, n).into_iter().zip(1..));
+        }
     } else {
-        let mut out = Vec::new();
-        for s in &a.splits {
+        if a.splits.len() + 1 != a.shards.len() {
+            return Err(Failure::Usage(format!(
+                "{} shards need {} split keys, not {}",
+                n,
+                n - 1,
+                a.splits.len()
+            )));
+        }
+        for (s, shard) in a.splits.iter().zip(1..) {
             let (table, key) = s
                 .split_once('=')
                 .ok_or_else(|| Failure::Usage(format!("--split {s}: expected TABLE=KEY")))?;
-            out.push(cluster_key(table, key.as_bytes()));
+            ranges.push((cluster_key(table, key.as_bytes()), shard));
         }
-        out
-    };
-    if splits.len() + 1 != a.shards.len() {
-        return Err(Failure::Usage(format!(
-            "{} shards need {} split keys, not {}",
-            n,
-            n - 1,
-            splits.len()
-        )));
     }
     let mut shards = std::collections::BTreeMap::new();
     for (i, s) in a.shards.iter().enumerate() {
@@ -154,8 +163,6 @@ fn init(a: InitArgs) -> Result<(), Failure> {
             .ok_or_else(|| Failure::Usage(format!("--shard {s}: expected ADDR=STORE_URL")))?;
         shards.insert(i as u32, ShardInfo { addr: addr.into(), log: store.into() });
     }
-    let mut ranges = vec![(Vec::new(), 0)];
-    ranges.extend(splits.into_iter().zip(1..));
     if let Some(m) = maps.latest().map_err(|e| e.to_string())? {
         return Err(Failure::Usage(format!(
             "a shard map is already published there (version {}); the cluster exists",
@@ -164,7 +171,7 @@ fn init(a: InitArgs) -> Result<(), Failure> {
     }
     let map = ShardMap { version: 1, ranges, shards };
     maps.publish(&map).map_err(|e| Failure::Usage(e.to_string()))?;
-    println!("published shard map version 1: {n} shards");
+    println!("published shard map version 1: {n} shards, {} ranges", map.ranges.len());
     Ok(())
 }
 
