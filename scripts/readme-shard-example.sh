@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Run README.md's sharded example (the sh block between the shard-example
-# markers) as it is written, with the release build's `milliscale` first
-# on the PATH, in a scratch directory. Fails if the block fails or the
-# bank's 50 transfers were not all acknowledged; stops whatever it left
-# running.
-#   bash scripts/readme-shard-example.sh
+# markers) as it is written, with the release build's `milliscale` and the
+# given Python (with the package installed) first on the PATH, in a
+# scratch directory. Fails if the block fails, the Python transfer did not
+# span two shards, or the bank's 50 transfers were not all acknowledged;
+# stops whatever it left running.
+#   bash scripts/readme-shard-example.sh [PYTHON_BIN_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export PATH="${CARGO_TARGET_DIR:-$PWD/target}/release:$PATH"
+export PATH="${CARGO_TARGET_DIR:-$PWD/target}/release:${1:+$1:}$PATH"
 block=$(awk '/<!-- shard-example -->/{on=1; next} /<!-- \/shard-example -->/{on=0} on' README.md |
   sed '/^```/d')
 [ -n "$block" ] || { echo "README.md has no shard example" >&2; exit 1; }
@@ -21,6 +22,8 @@ set -e
 cat "$out"
 rm -rf "$scratch"
 [ "$rc" -eq 0 ] || { echo "README's shard example failed ($rc)" >&2; exit 1; }
+grep -qx 'moved across shards \[0, 2\]' "$out" && grep -qx "b'90' b'10'" "$out" ||
+  { echo "README's shard example did not move money across two shards from Python" >&2; exit 1; }
 grep -qx '50' "$out" && grep -q '^retwis: ' "$out" ||
   { echo "README's shard example did not acknowledge 50 transfers and run Retwis" >&2; exit 1; }
 echo "README's shard example ran"

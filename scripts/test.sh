@@ -80,5 +80,5 @@ MILLISCALE_BIN="$target/release/milliscale" timeout 900 "$venv/bin/python" -m py
 step README server example
 bash scripts/readme-server-example.sh "$venv/bin"
 step README shard example
-bash scripts/readme-shard-example.sh
+bash scripts/readme-shard-example.sh "$venv/bin"
 step done

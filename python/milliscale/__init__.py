@@ -1,4 +1,5 @@
-"""Milliscale from Python: a client of a ``milliscale serve`` server.
+"""Milliscale from Python: a client of a ``milliscale serve`` server, or
+of a cluster of them (:class:`Cluster`).
 
 >>> from milliscale import Client
 >>> db = Client("127.0.0.1:7878")                  # doctest: +SKIP
@@ -20,6 +21,7 @@ from milliscale.client import (
     Status,
     Transaction,
 )
+from milliscale.cluster import Cluster, ClusterTransaction, ShardStatus
 from milliscale.errors import (
     AlreadyExistsError,
     BusyError,
@@ -44,6 +46,8 @@ __all__ = [
     "BatchResult",
     "BusyError",
     "Client",
+    "Cluster",
+    "ClusterTransaction",
     "Commit",
     "ConflictError",
     "DeadlineError",
@@ -54,6 +58,7 @@ __all__ = [
     "NotFoundError",
     "PermissionDeniedError",
     "StaleError",
+    "ShardStatus",
     "Status",
     "StatusCode",
     "Transaction",

@@ -2,8 +2,8 @@
 //! over replicated stores, `dump | head`, read-only commands that do not
 //! create what they read, error messages in the flag's unit, exit codes
 //! (1 for a failure at run time, 2 for misuse), `--json` for `inspect`
-//! and `dump`, text where a dump's bytes are printable, and a shard map
-//! whose new version may move a shard but not its keys.
+//! and `dump`, text where a dump's bytes are printable, and `cluster init`
+//! publishing a cluster's first map once.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -214,26 +214,35 @@ fn verbose_and_rust_log_show_the_engines_steps() {
 }
 
 #[test]
-fn a_shard_map_may_move_a_shard_but_not_its_keys() {
+fn cluster_init_publishes_the_first_map_once_and_checks_its_arguments() {
     let dir = tempfile::tempdir().expect("dir");
     let map = format!("{}/map", url(dir.path()));
-    let publish = |addrs: &[&str]| {
+    let init = |args: &[&str]| {
         let mut c = bin();
-        c.args(["shard", "publish", "--map", &map]);
-        for a in addrs {
-            c.args(["--shard", &format!("{a}=memory://")]);
-        }
+        c.args(["cluster", "init", "--map", &map]).args(args);
         c.output().expect("run")
     };
-    assert!(publish(&["127.0.0.1:7001", "127.0.0.1:7002"]).status.success());
-    // A new address for shard 0: version 2.
-    let moved = publish(&["127.0.0.1:7003", "127.0.0.1:7002"]);
-    assert!(moved.status.success(), "{}", stderr(&moved));
-    // A third shard would take keys from the others: refused, exit 2.
-    let split = publish(&["127.0.0.1:7003", "127.0.0.1:7002", "127.0.0.1:7004"]);
-    assert_eq!(split.status.code(), Some(2));
-    assert!(stderr(&split).contains("moving ranges between shards is not supported"));
-    let shown = bin().args(["shard", "show", "--map", &map]).output().expect("run");
+    let shards = ["--shard", "127.0.0.1:7001=memory://", "--shard", "127.0.0.1:7002=memory://"];
+    // Two split keys for two shards: refused, exit 2, and nothing published.
+    let mut bad = shards.to_vec();
+    bad.extend(["--split", "t=a", "--split", "t=b"]);
+    let refused = init(&bad);
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    assert!(stderr(&refused).contains("2 shards need 1 split keys, not 2"), "{}", stderr(&refused));
+    let mut args = shards.to_vec();
+    args.extend(["--even-table", "bank", "--even-table", "retwis"]);
+    let ok = init(&args);
+    assert!(ok.status.success(), "{}", stderr(&ok));
+    // The cluster exists: a second init is refused.
+    let again = init(&args);
+    assert_eq!(again.status.code(), Some(2));
+    assert!(stderr(&again).contains("already published"), "{}", stderr(&again));
+    let shown = bin().args(["cluster", "show", "--map", &map]).output().expect("run");
     let text = String::from_utf8_lossy(&shown.stdout);
-    assert!(text.contains("\"version\": 2") && text.contains("127.0.0.1:7003"), "{text}");
+    assert!(text.contains("\"version\": 1") && text.contains("127.0.0.1:7002"), "{text}");
+    // The empty key, and each table from its first key, then its split.
+    let m: serde_json::Value = serde_json::from_str(&text).expect("json");
+    let owners: Vec<u64> =
+        m["ranges"].as_array().expect("ranges").iter().map(|r| r[1].as_u64().expect("n")).collect();
+    assert_eq!(owners, [0, 0, 1, 0, 1]);
 }

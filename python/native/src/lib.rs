@@ -14,6 +14,8 @@
 //! gRPC status code as a number, the server's message, the engine's error
 //! kind and whether running the whole transaction again may succeed.
 
+mod cluster;
+
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -510,6 +512,8 @@ fn ended() -> PyErr {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Connection>()?;
     m.add_class::<NativeTransaction>()?;
+    m.add_class::<cluster::ClusterConnection>()?;
+    m.add_class::<cluster::NativeClusterTransaction>()?;
     m.add("CallError", m.py().get_type::<CallError>())?;
     Ok(())
 }

@@ -1,0 +1,263 @@
+"""The client of a cluster of ``milliscale serve --cluster`` shards: one
+database over many servers, its transactions serializable across them.
+The client coordinates each transaction (MILANA): reads go to the keys'
+shards at the transaction's begin timestamp, writes stay here until the
+commit, which prepares on every shard touched and commits on all of them
+or none. See ``python/README.md``."""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence, TypeVar
+
+from milliscale import _native
+from milliscale.client import Batch, BatchResult, Bytes, Isolation, _b, _native_call
+from milliscale.errors import InvalidArgumentError, MilliscaleError, StatusCode, UnavailableError
+
+T = TypeVar("T")
+
+
+def _serializable(isolation: Isolation) -> None:
+    """A cluster's transactions are SERIALIZABLE; another level is refused."""
+    if isolation not in (Isolation.DEFAULT, Isolation.SERIALIZABLE):
+        raise InvalidArgumentError(
+            f"a cluster's transactions are SERIALIZABLE; {Isolation(isolation).name} is not offered",
+            StatusCode.INVALID_ARGUMENT,
+            "invalid_input",
+            False,
+        )
+
+
+@dataclass(frozen=True)
+class ShardStatus:
+    """One shard's state (:meth:`Cluster.shards`); the numbers are ``None``
+    when the shard did not answer, and ``error`` says why."""
+
+    shard: int
+    address: str
+    error: Optional[str]
+    #: Multi-shard transactions prepared there and not yet decided.
+    prepared: Optional[int]
+    #: Decided transactions it still remembers.
+    remembered: Optional[int]
+    #: Committed versions it holds.
+    versions: Optional[int]
+    #: Its server process's CPU time so far, in seconds.
+    cpu_seconds: Optional[float]
+
+
+class ClusterTransaction:
+    """A transaction on a cluster. Reads are calls to the keys' shards;
+    writes are kept here until :meth:`commit`. Use it as a context manager:
+    it commits when the block ends normally and aborts when it raises
+    (an abort sends nothing: nothing was written yet)."""
+
+    def __init__(self, cluster: "Cluster", native):
+        self._cluster = cluster
+        self._native = native
+        #: The begin timestamp (µs of the client's hybrid clock).
+        self.begin_ts: int = native.begin_ts
+        self.isolation = Isolation.SERIALIZABLE
+        self._finished = False
+
+    def _call(self, method: str, *args):
+        return _native_call(getattr(self._cluster._conn, method), self._native, *args)
+
+    def get(self, table: str, key: Bytes) -> Optional[bytes]:
+        """The value of ``key`` at the transaction's timestamp, or ``None``."""
+        return self._call("tx_get", table, _b(key))
+
+    def put(self, table: str, key: Bytes, value: Bytes) -> None:
+        """Write ``value`` under ``key`` (at commit)."""
+        self._call("tx_put", table, _b(key), _b(value))
+
+    def delete(self, table: str, key: Bytes) -> bool:
+        """Delete ``key`` (at commit); whether it had a value."""
+        return self._call("tx_delete", table, _b(key))
+
+    def shards(self) -> list[int]:
+        """The shards it touched so far (its participants if it commits now)."""
+        return self._call("tx_shards")
+
+    def commit(self) -> None:
+        """Commit. A :class:`ConflictError` means nothing of it committed
+        (run it again); an :class:`UnavailableError` of kind ``unknown``
+        means a shard's vote did not come back and the shards settle it:
+        do not assume either outcome."""
+        self._finished = True
+        self._call("tx_commit")
+
+    def abort(self) -> None:
+        """Abort (nothing was sent to the shards to undo)."""
+        self._finished = True
+        self._cluster._conn.tx_abort(self._native)
+
+    def __enter__(self) -> "ClusterTransaction":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self._finished:
+            return
+        if exc_type is None:
+            self.commit()
+        else:
+            self.abort()
+
+
+class Cluster:
+    """A cluster of ``milliscale serve --cluster`` shards, opened through any
+    shard's ``address`` (``host:port``), which gives the shard map.
+
+    ``token``, ``tls_ca`` and ``tls_domain`` are as for :class:`Client`, for
+    every shard. ``client_id`` names this client's transactions: two
+    clients running at once must not share one (default: a random one).
+    ``timeout`` bounds each call, in seconds. The constructor waits up to
+    ``connect_timeout`` seconds for the shard to answer. Thread-safe.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        token: Optional[str] = None,
+        *,
+        tls_ca: Optional[bytes] = None,
+        tls_domain: Optional[str] = None,
+        timeout: Optional[float] = 30.0,
+        connect_timeout: float = 10.0,
+        client_id: Optional[int] = None,
+    ):
+        deadline = time.monotonic() + connect_timeout
+        pause = 0.05
+        while True:
+            try:
+                self._conn = _native.ClusterConnection(
+                    address, token, tls_ca, tls_domain, timeout, client_id
+                )
+                break
+            except _native.CallError as e:
+                if time.monotonic() + pause > deadline:
+                    raise UnavailableError(
+                        f"cannot open the cluster through {address} within {connect_timeout} s: {e.args[1]}",
+                        StatusCode.UNAVAILABLE,
+                        "client",
+                        False,
+                    ) from None
+                time.sleep(pause)
+                pause = min(pause * 2, 0.5)
+
+    @property
+    def client_id(self) -> int:
+        """This client's id."""
+        return self._conn.client_id
+
+    def close(self) -> None:
+        """Close: later calls raise :class:`MilliscaleError` (kind ``closed``)."""
+        self._conn.close()
+
+    def __enter__(self) -> "Cluster":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # Tables: one call to every shard.
+
+    def create_table(self, name: str) -> None:
+        """Create a table on every shard (its keys may live on any)."""
+        _native_call(self._conn.create_table, name)
+
+    def drop_table(self, name: str) -> None:
+        """Drop a table and its rows on every shard."""
+        _native_call(self._conn.drop_table, name)
+
+    def list_tables(self) -> list[str]:
+        """The tables' names, sorted."""
+        return _native_call(self._conn.list_tables)
+
+    # Transactions.
+
+    def transaction(self, isolation: Isolation = Isolation.DEFAULT, **_ignored) -> ClusterTransaction:
+        """Begin a transaction (SERIALIZABLE; another isolation level is
+        refused with :class:`InvalidArgumentError`)."""
+        _serializable(isolation)
+        return ClusterTransaction(self, _native_call(self._conn.begin))
+
+    def run(
+        self,
+        fn: Callable[[ClusterTransaction], T],
+        isolation: Isolation = Isolation.DEFAULT,
+        *,
+        attempts: int = 16,
+        read_only: bool = False,
+    ) -> T:
+        """Run ``fn(tx)`` in a transaction and commit it; on a retryable
+        error (a conflict, a shard that moved or did not answer before
+        anything was prepared), run it again, up to ``attempts`` times,
+        pausing a random, doubling while between runs. Returns what ``fn``
+        returned."""
+        _serializable(isolation)
+        pause = 0.001
+        for n in range(1, attempts + 1):
+            try:
+                with self.transaction(isolation) as tx:
+                    return fn(tx)
+            except MilliscaleError as e:
+                if not e.retryable or n == attempts:
+                    raise
+            time.sleep(random.uniform(0, pause))
+            pause = min(pause * 2, 0.1)
+        raise AssertionError("unreachable")
+
+    def execute(self, batch: Batch, isolation: Isolation = Isolation.DEFAULT, *, retries: int = 8, **_ignored) -> BatchResult:
+        """Run a batch's operations in order as one transaction (the client
+        runs them, one call per read), again up to ``retries`` more times
+        on a retryable error. Scans and patches are not offered on a
+        cluster yet."""
+        _serializable(isolation)
+        for kind, *_rest in batch._ops:
+            if kind not in ("get", "put", "delete"):
+                raise InvalidArgumentError(
+                    f"a cluster's batches take get, put and delete; not {kind} (yet)",
+                    StatusCode.INVALID_ARGUMENT,
+                    "invalid_input",
+                    False,
+                )
+        attempts = 0
+
+        def body(tx: ClusterTransaction) -> list:
+            nonlocal attempts
+            attempts += 1
+            results: list = []
+            for kind, table, key, value, *_rest in batch._ops:
+                if kind == "get":
+                    results.append(tx.get(table, key))
+                elif kind == "put":
+                    tx.put(table, key, value)
+                    results.append(None)
+                else:
+                    results.append(tx.delete(table, key))
+            return results
+
+        results = self.run(body, attempts=retries + 1)
+        return BatchResult(results, None, True, attempts)
+
+    def get(self, table: str, key: Bytes) -> Optional[bytes]:
+        """Read ``key`` (a read-only transaction of its own)."""
+        return self.run(lambda tx: tx.get(table, key))
+
+    def put(self, table: str, key: Bytes, value: Bytes) -> None:
+        """Write ``key`` in a transaction of its own; durable on return."""
+        self.run(lambda tx: tx.put(table, key, value))
+
+    def delete(self, table: str, key: Bytes) -> bool:
+        """Delete ``key`` in a transaction of its own; whether it had a value."""
+        return self.run(lambda tx: tx.delete(table, key))
+
+    def shards(self) -> list[ShardStatus]:
+        """Every shard's state, asked now."""
+        return [ShardStatus(*s) for s in _native_call(self._conn.status)]
+
+
+__all__: Sequence[str] = ["Cluster", "ClusterTransaction", "ShardStatus"]
