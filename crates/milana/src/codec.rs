@@ -22,6 +22,9 @@ const LEASE: u8 = 4;
 /// layout, has none and decodes with timestamp 0).
 const ABORT_AT: u8 = 5;
 const FORGET: u8 = 6;
+/// A prepare with scanned ranges (a `PREPARE` record, the first layout,
+/// has none).
+const PREPARE_RANGES: u8 = 9;
 /// Outcome rows of the transaction table ([`encode_row`]).
 const COMMITTED_ROW: u8 = 7;
 const ABORTED_ROW: u8 = 8;
@@ -62,7 +65,7 @@ pub fn encode(r: &Record) -> Vec<u8> {
     let mut out = vec![FORMAT];
     match r {
         Record::Prepare(p) => {
-            out.push(PREPARE);
+            out.push(if p.ranges.is_empty() { PREPARE } else { PREPARE_RANGES });
             txn(&mut out, p.txn);
             version(&mut out, p.version);
             len(&mut out, p.reads.len());
@@ -84,6 +87,14 @@ pub fn encode(r: &Record) -> Vec<u8> {
             len(&mut out, p.participants.len());
             for s in &p.participants {
                 out.extend_from_slice(&s.to_le_bytes());
+            }
+            if !p.ranges.is_empty() {
+                len(&mut out, p.ranges.len());
+                for (a, b, at) in &p.ranges {
+                    bytes(&mut out, a);
+                    bytes(&mut out, b);
+                    out.extend_from_slice(&at.to_le_bytes());
+                }
             }
         }
         Record::Commit(t) => {
@@ -189,7 +200,7 @@ pub fn decode(b: &[u8]) -> Result<Record, DecodeError> {
         return Err(DecodeError(format!("format {format}, this version reads {FORMAT}")));
     }
     let record = match r.u8("tag")? {
-        PREPARE => {
+        tag @ (PREPARE | PREPARE_RANGES) => {
             let txn = r.txn()?;
             let version = r.version()?;
             let mut reads = Vec::new();
@@ -210,7 +221,17 @@ pub fn decode(b: &[u8]) -> Result<Record, DecodeError> {
             for _ in 0..r.count(4, "participants")? {
                 participants.push(r.u32("participant")?);
             }
-            Record::Prepare(Prepare { txn, version, reads, writes, participants })
+            let mut ranges = Vec::new();
+            if tag == PREPARE_RANGES {
+                for _ in 0..r.count(16, "ranges")? {
+                    ranges.push((
+                        r.bytes("range start")?,
+                        r.bytes("range end")?,
+                        r.u64("range at")?,
+                    ));
+                }
+            }
+            Record::Prepare(Prepare { txn, version, reads, ranges, writes, participants })
         }
         COMMIT => Record::Commit(r.txn()?),
         ABORT => Record::Abort(r.txn()?, 0),
@@ -246,13 +267,14 @@ mod tests {
             version.clone(),
             proptest::collection::vec((key.clone(), version), 0..4),
             proptest::collection::vec(
-                (key, proptest::option::of(proptest::collection::vec(any::<u8>(), 0..40))),
+                (key.clone(), proptest::option::of(proptest::collection::vec(any::<u8>(), 0..40))),
                 0..4,
             ),
             proptest::collection::vec(any::<u32>(), 0..4),
+            proptest::collection::vec((key.clone(), key, any::<u64>()), 0..3),
         )
-            .prop_map(|(txn, version, reads, writes, participants)| {
-                Record::Prepare(Prepare { txn, version, reads, writes, participants })
+            .prop_map(|(txn, version, reads, writes, participants, ranges)| {
+                Record::Prepare(Prepare { txn, version, reads, ranges, writes, participants })
             });
         prop_oneof![
             prepare,
@@ -287,6 +309,7 @@ mod tests {
             txn: TxnId { client: 1, seq: 2 },
             version: CommitTs { ts: 3, client: 1 },
             reads: vec![(b"r".to_vec(), CommitTs::INITIAL)],
+            ranges: vec![(b"a".to_vec(), b"b".to_vec(), 5)],
             writes: vec![(b"w".to_vec(), Some(b"v".to_vec()))],
             participants: vec![0, 1],
         };

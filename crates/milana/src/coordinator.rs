@@ -20,12 +20,26 @@ pub struct ClientTxn {
     pub reads: BTreeMap<Key, ReadReply>,
     /// The writes, buffered until commit (`None`: delete).
     pub writes: BTreeMap<Key, Option<Value>>,
+    /// The ranges scanned, per shard: `[start, end)`, at the begin
+    /// timestamp; and whether any scan met a prepared write at or below it.
+    pub ranges: BTreeMap<ShardId, Vec<(Key, Key)>>,
+    /// A scan met a prepared write at or below the begin timestamp: the
+    /// transaction cannot commit (read-only or not), since that write may
+    /// still commit below what the scan saw.
+    pub scanned_prepared: bool,
 }
 
 impl ClientTxn {
     /// A transaction beginning at `begin`.
     pub fn new(id: TxnId, begin: Timestamp) -> ClientTxn {
-        ClientTxn { id, begin, reads: BTreeMap::new(), writes: BTreeMap::new() }
+        ClientTxn {
+            id,
+            begin,
+            reads: BTreeMap::new(),
+            writes: BTreeMap::new(),
+            ranges: BTreeMap::new(),
+            scanned_prepared: false,
+        }
     }
 
     /// True if it writes nothing.
@@ -38,7 +52,7 @@ impl ClientTxn {
     /// below that timestamp. (A write not yet prepared cannot commit below
     /// it any more: the read raised the key's latest read.)
     pub fn locally_valid(&self) -> bool {
-        self.reads.values().all(|r| !r.prepared_below)
+        !self.scanned_prepared && self.reads.values().all(|r| !r.prepared_below)
     }
 
     /// The prepare each participant gets for a commit at `version`, keyed
@@ -53,9 +67,14 @@ impl ClientTxn {
             txn: self.id,
             version,
             reads: Vec::new(),
+            ranges: Vec::new(),
             writes: Vec::new(),
             participants: Vec::new(),
         };
+        for (shard, ranges) in &self.ranges {
+            let p = by_shard.entry(*shard).or_insert_with(empty);
+            p.ranges.extend(ranges.iter().map(|(a, b)| (a.clone(), b.clone(), self.begin)));
+        }
         for (key, r) in &self.reads {
             let p = by_shard.entry(shard_of(key)).or_insert_with(empty);
             p.reads.push((key.clone(), r.version));

@@ -8,7 +8,9 @@ use std::ops::Bound;
 use milliscale::{AsyncDatabase, Direction, Table};
 
 use crate::types::{CommitTs, Key, Timestamp, Value};
-use crate::versions::{Versions, range_at, row_value, split_versioned_key, versioned_key};
+use crate::versions::{
+    Versions, range_at, range_of, row_value, split_versioned_key, versioned_key,
+};
 
 /// The value a row holds; `None` for a deletion. Panics on bytes
 /// [`row_value`] cannot have made (a corrupt table).
@@ -206,6 +208,48 @@ impl Versions for EngineVersions {
         tx.range(&self.table, Bound::Unbounded, Bound::Unbounded, Direction::Forward).count()
     }
 
+    fn scan_at(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        at: Timestamp,
+        limit: usize,
+    ) -> Vec<(Key, CommitTs, Value)> {
+        debug_assert!(self.staged.is_empty(), "a scan between an install and its transaction");
+        let (lower, upper) = range_of(start, end);
+        let upper = upper.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+        let mut tx = self.db.begin().expect("begin a scan");
+        let mut out = Vec::new();
+        let mut done: Option<Key> = None;
+        for row in tx.range(&self.table, Bound::Included(&lower[..]), upper, Direction::Forward) {
+            let (k, v) = row.expect("scan versions");
+            let (key, version) = split_versioned_key(&k).expect("a versioned key");
+            // Newest first: the first version at or below `at` is the
+            // key's; its older ones are skipped.
+            if version.ts > at || done.as_deref() == Some(&key) {
+                continue;
+            }
+            done = Some(key.clone());
+            if let Some(value) = value_of(&v) {
+                out.push((key, version, value));
+                if limit != 0 && out.len() >= limit {
+                    break;
+                }
+            }
+        }
+        out
+    }
+
+    fn changed_after(&self, start: &[u8], end: &[u8], at: Timestamp) -> bool {
+        let (lower, upper) = range_of(start, end);
+        let upper = upper.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+        let mut tx = self.db.begin().expect("begin a scan");
+        tx.range(&self.table, Bound::Included(&lower[..]), upper, Direction::Forward).any(|row| {
+            let (k, _) = row.expect("scan versions");
+            split_versioned_key(&k).expect("a versioned key").1.ts > at
+        })
+    }
+
     fn all(&self) -> BTreeMap<Key, Vec<(CommitTs, Option<Value>)>> {
         let mut tx = self.db.begin().expect("begin a read");
         let mut out: BTreeMap<Key, Vec<(CommitTs, Option<Value>)>> = BTreeMap::new();
@@ -256,6 +300,13 @@ mod tests {
                     }
                     2 => prop_assert_eq!(map.collect(t), rows.collect(t)),
                     _ => {}
+                }
+                for (a, b) in [(&b""[..], &b""[..]), (b"a", b"a\x01"), (b"a\x00", b"b")] {
+                    for at in [0, t, ts] {
+                        prop_assert_eq!(map.scan_at(a, b, at, 0), rows.scan_at(a, b, at, 0));
+                        prop_assert_eq!(map.scan_at(a, b, at, 1), rows.scan_at(a, b, at, 1));
+                        prop_assert_eq!(map.changed_after(a, b, at), rows.changed_after(a, b, at));
+                    }
                 }
                 for key in keys {
                     prop_assert_eq!(map.latest(key), rows.latest(key));

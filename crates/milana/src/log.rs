@@ -29,6 +29,10 @@ pub struct Prepare {
     pub version: CommitTs,
     /// The keys it read on this shard, and the versions it read.
     pub reads: Vec<(Key, CommitTs)>,
+    /// The key ranges it scanned on this shard, `[start, end)` (an empty
+    /// `end`: to the end of the keys), each at the timestamp it was
+    /// scanned at: nothing in them may have changed since (no phantom).
+    pub ranges: Vec<(Key, Key, Timestamp)>,
     /// Its writes on this shard (`None`: delete).
     pub writes: Vec<(Key, Option<Value>)>,
     /// Every shard it touches, this one included.

@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 use crate::log::{Prepare, Record};
 use crate::tables::{ShardTables, TxnRow};
 use crate::types::{CommitTs, Key, ShardId, Timestamp, TxnId, TxnStatus, Value};
-use crate::versions::{MapVersions, Versions};
+use crate::versions::{MapVersions, Versions, in_range};
 
 /// Deliberate protocol bugs, for showing that the simulation catches them.
 /// All off in real use.
@@ -47,6 +47,9 @@ pub struct Mutations {
     /// recovering"); a participant still asking about a transaction
     /// decided here then hears "aborted".
     pub restart_forgets_decided: bool,
+    /// Validate a prepare without its scanned ranges (phantoms go
+    /// unnoticed).
+    pub skip_range_check: bool,
     /// Forget decided transactions below the client watermark alone,
     /// without the shards' oldest undecided prepares (the caller's
     /// business: the simulation computes the bound). A participant whose
@@ -85,6 +88,27 @@ pub struct ReadReply {
     pub prepared_below: bool,
 }
 
+/// A scan's answer: the rows with a value at the scan's timestamp, and
+/// whether a prepared write at or below it lies in the range (then no
+/// transaction that scanned it can commit: that write may still commit
+/// below what the scan saw).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ScanReply {
+    /// `(key, version, value)`, in key order.
+    pub rows: Vec<(Key, CommitTs, Value)>,
+    /// A prepared write at or below the scan's timestamp is in the range.
+    pub prepared_below: bool,
+}
+
+/// A scanned range's read mark: no write into `[start, end)` may commit
+/// at or below `latest_read` (MILANA's latest read, for a range).
+#[derive(Debug, Clone)]
+struct RangeMark {
+    start: Key,
+    end: Key,
+    latest_read: Timestamp,
+}
+
 /// A vote on a prepare.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Vote {
@@ -114,6 +138,9 @@ pub struct Participant<V: Versions = MapVersions> {
     id: ShardId,
     /// `latestRead` and `prepared`, per key that has either.
     keys: BTreeMap<Key, KeyState>,
+    /// The ranges scanned, with their latest reads (collected as the keys'
+    /// marks are).
+    ranges: Vec<RangeMark>,
     versions: V,
     txns: BTreeMap<TxnId, Entry>,
     /// Every key's latest read is at least this (set by a recovery from
@@ -169,6 +196,7 @@ impl<V: Versions> Participant<V> {
         Participant {
             id,
             keys: BTreeMap::new(),
+            ranges: Vec::new(),
             versions,
             txns: BTreeMap::new(),
             read_floor: 0,
@@ -230,6 +258,34 @@ impl<V: Versions> Participant<V> {
         ReadReply { version, value, prepared_below }
     }
 
+    /// Scan `[start, end)` (an empty `end`: no end) at `at`, at most
+    /// `limit` rows (0: all). The range's read mark rises to `at`, so no
+    /// write into it (a key scanned, or a new one: a phantom) can commit
+    /// at or below `at`. The caller has made the lease cover `at`.
+    pub fn scan(&mut self, start: &[u8], end: &[u8], at: Timestamp, limit: usize) -> ScanReply {
+        debug_assert!(at < self.lease, "a scan outside the lease");
+        match self.ranges.iter_mut().find(|r| r.start == start && r.end == end) {
+            Some(r) => r.latest_read = r.latest_read.max(at),
+            None => self.ranges.push(RangeMark {
+                start: start.to_vec(),
+                end: end.to_vec(),
+                latest_read: at,
+            }),
+        }
+        let prepared_below = self
+            .keys
+            .range(start.to_vec()..)
+            .take_while(|(k, _)| in_range(k, start, end))
+            .any(|(_, k)| matches!(k.prepared, Some((_, Some(v))) if v.ts <= at));
+        ScanReply { rows: self.versions.scan_at(start, end, at, limit), prepared_below }
+    }
+
+    /// The highest read mark of a range holding `key`.
+    fn range_read(&self, key: &[u8]) -> Timestamp {
+        let marks = self.ranges.iter().filter(|r| in_range(key, &r.start, &r.end));
+        marks.map(|r| r.latest_read).max().unwrap_or(0)
+    }
+
     /// MILANA's Algorithm 1: may `p` commit here, given the versions it
     /// read on this shard (`p.reads`)? On yes the keys are marked
     /// prepared. Either vote comes with the record that must be durable
@@ -253,12 +309,15 @@ impl<V: Versions> Participant<V> {
 
     /// The lowest commit timestamp at which `p`'s writes would not be
     /// refused for their timestamp alone: past every read served on the
-    /// keys it writes, the read floor, the collected versions and the
-    /// forget bound. A client told this after a no moves its clock past it,
+    /// keys it writes (and the ranges holding them), the read floor, the
+    /// collected versions and the forget bound. A client told this after a no moves its clock past it,
     /// so that a clock behind the others costs one abort, not a run of
     /// them.
     pub fn clock_floor(&self, p: &Prepare) -> Timestamp {
-        let reads = p.writes.iter().filter_map(|(k, _)| self.keys.get(k)).map(|k| k.latest_read);
+        let reads = p
+            .writes
+            .iter()
+            .map(|(k, _)| self.keys.get(k).map_or(0, |s| s.latest_read).max(self.range_read(k)));
         reads.fold(self.read_floor.max(self.collected).max(self.forgotten), Timestamp::max)
     }
 
@@ -277,13 +336,26 @@ impl<V: Versions> Participant<V> {
                 return Err("a key read has a newer committed version");
             }
         }
+        if !self.mutations.skip_range_check {
+            for (start, end, at) in &p.ranges {
+                let mut keys =
+                    self.keys.range(start.clone()..).take_while(|(k, _)| in_range(k, start, end));
+                if keys.any(|(_, s)| s.prepared.is_some()) {
+                    return Err("a range scanned holds a key prepared by another transaction");
+                }
+                if self.versions.changed_after(start, end, *at) {
+                    return Err("a range scanned has a newer committed version");
+                }
+            }
+        }
         for (key, _) in &p.writes {
             let k = state(key);
             if k.is_some_and(|k| k.prepared.is_some()) {
                 return Err("a key written is prepared by another transaction");
             }
             if !self.mutations.skip_latest_read_check {
-                let latest_read = k.map_or(0, |k| k.latest_read).max(self.read_floor);
+                let latest_read =
+                    k.map_or(0, |k| k.latest_read).max(self.read_floor).max(self.range_read(key));
                 if latest_read >= p.version.ts {
                     return Err("a key written was read at or after the commit timestamp");
                 }
@@ -487,13 +559,21 @@ impl<V: Versions> Participant<V> {
             }
             keep
         });
+        self.ranges.retain(|r| {
+            let keep = r.latest_read > watermark;
+            if !keep {
+                floor = floor.max(r.latest_read);
+            }
+            keep
+        });
         self.read_floor = floor;
         self.versions.collect(watermark)
     }
 
-    /// How many keys carry a read mark or a prepare.
+    /// How many keys carry a read mark or a prepare, and ranges a read
+    /// mark.
     pub fn read_marks(&self) -> usize {
-        self.keys.len()
+        self.keys.len() + self.ranges.len()
     }
 
     /// Rebuild a primary from its durable log: the tables the log leaves
@@ -568,6 +648,18 @@ impl<V: Versions> Participant<V> {
         for (key, _) in &prep.writes {
             self.keys.entry(key.clone()).or_default().prepared =
                 Some((prep.txn, Some(prep.version)));
+        }
+        // A scan takes effect at the commit timestamp too: no write into
+        // its range may commit below it.
+        for (start, end, _) in &prep.ranges {
+            match self.ranges.iter_mut().find(|r| &r.start == start && &r.end == end) {
+                Some(r) => r.latest_read = r.latest_read.max(prep.version.ts),
+                None => self.ranges.push(RangeMark {
+                    start: start.clone(),
+                    end: end.clone(),
+                    latest_read: prep.version.ts,
+                }),
+            }
         }
         self.txns.insert(prep.txn, Entry::Prepared(prep.clone()));
     }

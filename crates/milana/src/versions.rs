@@ -39,6 +39,23 @@ pub trait Versions {
     fn count(&self) -> usize;
     /// Every key's versions, oldest first (for the simulation's oracle).
     fn all(&self) -> BTreeMap<Key, Vec<(CommitTs, Option<Value>)>>;
+    /// The keys in `[start, end)` (an empty `end`: no end) with a value at
+    /// `at`: each key's newest version at or below `at`, deletions left
+    /// out; at most `limit` (0: all), in key order.
+    fn scan_at(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        at: Timestamp,
+        limit: usize,
+    ) -> Vec<(Key, CommitTs, Value)>;
+    /// Whether a key in `[start, end)` has a version newer than `at`.
+    fn changed_after(&self, start: &[u8], end: &[u8], at: Timestamp) -> bool;
+}
+
+/// Whether `key` is in `[start, end)` (an empty `end`: no end).
+pub fn in_range(key: &[u8], start: &[u8], end: &[u8]) -> bool {
+    key >= start && (end.is_empty() || key < end)
 }
 
 /// Versions in a map: the reference the engine's layout is checked against.
@@ -89,12 +106,41 @@ impl Versions for MapVersions {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect()
     }
+
+    fn scan_at(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        at: Timestamp,
+        limit: usize,
+    ) -> Vec<(Key, CommitTs, Value)> {
+        let rows = self.keys.range(start.to_vec()..).take_while(|(k, _)| in_range(k, start, end));
+        let visible = rows.filter_map(|(k, versions)| {
+            let (v, value) = versions.iter().rev().find(|(c, _)| c.ts <= at)?;
+            Some((k.clone(), *v, value.clone()?))
+        });
+        if limit == 0 { visible.collect() } else { visible.take(limit).collect() }
+    }
+
+    fn changed_after(&self, start: &[u8], end: &[u8], at: Timestamp) -> bool {
+        self.keys
+            .range(start.to_vec()..)
+            .take_while(|(k, _)| in_range(k, start, end))
+            .any(|(_, versions)| versions.last().is_some_and(|(c, _)| c.ts > at))
+    }
 }
 
 /// The bytes after a user key's escaped bytes that end it.
 const KEY_END: [u8; 2] = [0x00, 0x01];
 /// How many bytes a version adds after the key: its timestamp and client.
 const STAMP_BYTES: usize = 12;
+
+/// The engine range holding every version of the keys in `[start, end)`
+/// (an empty `end`: no end).
+#[cfg_attr(not(feature = "engine"), allow(dead_code))]
+pub(crate) fn range_of(start: &[u8], end: &[u8]) -> (Vec<u8>, Option<Vec<u8>>) {
+    (escaped(start), (!end.is_empty()).then(|| escaped(end)))
+}
 
 /// A user key escaped so that byte order is kept and no escaped key is a
 /// prefix of another: `0x00` becomes `0x00 0xFF`, and `0x00 0x01` ends it.

@@ -102,3 +102,10 @@ fn forgetting_below_the_client_watermark_alone_is_caught() {
     let (seed, why) = caught(m).expect("the bug is caught within the seeds");
     eprintln!("caught at seed {seed}: {why}");
 }
+
+#[test]
+fn validating_without_the_scanned_ranges_is_caught() {
+    let m = Mutations { skip_range_check: true, ..Mutations::default() };
+    let (seed, why) = caught(m).expect("the bug is caught within the seeds");
+    eprintln!("caught at seed {seed}: {why}");
+}

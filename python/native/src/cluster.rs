@@ -135,7 +135,9 @@ impl ClusterConnection {
             .thread_name("milliscale-cluster")
             .enable_all()
             .build()
-            .map_err(|e| PyValueError::new_err(format!("cannot start the client's runtime: {e}")))?;
+            .map_err(|e| {
+                PyValueError::new_err(format!("cannot start the client's runtime: {e}"))
+            })?;
         let mut b = client::Cluster::builder(address);
         if let Some(t) = token {
             b = b.token(t);

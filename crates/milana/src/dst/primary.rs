@@ -62,6 +62,11 @@ impl World {
                 let reply = self.shards[s as usize].p.read(&key, at);
                 self.send(Node::Shard(s), Node::Client(client), Msg::ReadReply { txn, key, reply });
             }
+            Action::Scan { client, txn, start, end, at } => {
+                let reply = self.shards[s as usize].p.scan(&start, &end, at, 0);
+                let msg = Msg::ScanReply { txn, shard: s, reply };
+                self.send(Node::Shard(s), Node::Client(client), msg);
+            }
             Action::FastCommit { client, txn } => {
                 if let Some(r) = self.shards[s as usize].p.decide(txn, true, 0) {
                     self.append(s, r);
@@ -86,6 +91,18 @@ impl World {
                     _ => self.act(s, read),
                 }
             }
+            Msg::Scan { txn, start, end, at } => {
+                let Node::Client(client) = from else { return };
+                let scan = Action::Scan { client, txn, start, end, at };
+                match self.shards[s as usize].p.lease_needed(at) {
+                    Some(Record::ReadLease(until)) => {
+                        let idx = self.append(s, Record::ReadLease(until));
+                        self.when_durable(s, idx, Action::Lease(until), true);
+                        self.when_durable(s, idx, scan, true);
+                    }
+                    _ => self.act(s, scan),
+                }
+            }
             Msg::Prepare(p) => self.on_prepare(s, from, p),
             Msg::Decide { txn, commit, ts } => {
                 let shard = &mut self.shards[s as usize];
@@ -108,7 +125,7 @@ impl World {
                 self.when_durable(s, last, answer, true);
             }
             Msg::Answer { txn, from: other, status } => self.on_answer(s, txn, other, status),
-            Msg::ReadReply { .. } | Msg::Vote { .. } => {}
+            Msg::ReadReply { .. } | Msg::ScanReply { .. } | Msg::Vote { .. } => {}
         }
     }
 

@@ -11,7 +11,7 @@ use rand::{Rng, SeedableRng};
 use crate::clock::{HybridClock, draw_skew};
 use crate::coordinator::ClientTxn;
 use crate::log::{Prepare, Record};
-use crate::participant::{Mutations, Participant, ReadReply};
+use crate::participant::{Mutations, Participant, ReadReply, ScanReply};
 use crate::types::{ClientId, CommitTs, Key, ShardId, Timestamp, TxnId, TxnStatus, Value};
 
 /// What one simulation runs: sizes, the workload, and the faults. Times
@@ -170,6 +170,8 @@ pub(super) enum Node {
 pub(super) enum Msg {
     Read { txn: TxnId, key: Key, at: Timestamp },
     ReadReply { txn: TxnId, key: Key, reply: ReadReply },
+    Scan { txn: TxnId, start: Key, end: Key, at: Timestamp },
+    ScanReply { txn: TxnId, shard: ShardId, reply: ScanReply },
     Prepare(Prepare),
     Vote { txn: TxnId, shard: ShardId, yes: bool },
     Decide { txn: TxnId, commit: bool, ts: Timestamp },
@@ -201,6 +203,13 @@ pub(super) enum Action {
         key: Key,
         at: Timestamp,
     },
+    Scan {
+        client: ClientId,
+        txn: TxnId,
+        start: Key,
+        end: Key,
+        at: Timestamp,
+    },
     /// A single-shard transaction's prepare is its commit.
     FastCommit {
         client: ClientId,
@@ -221,7 +230,8 @@ pub(super) struct Shard {
 }
 
 pub(super) enum Stage {
-    Reading(BTreeSet<Key>),
+    /// The keys whose reads are awaited, and the shards whose scans are.
+    Reading(BTreeSet<Key>, BTreeSet<ShardId>),
     /// Prepares sent; the yes votes so far, and how many times the
     /// missing ones were asked again.
     Voting(BTreeMap<ShardId, bool>, u32),
@@ -234,6 +244,9 @@ pub(super) struct Active {
     pub(super) stage: Stage,
     pub(super) version: Option<CommitTs>,
     pub(super) prepares: BTreeMap<ShardId, Prepare>,
+    /// The rows its scans returned (its reads too, for the oracle; the
+    /// prepares carry the ranges instead).
+    pub(super) scanned: BTreeMap<Key, ReadReply>,
 }
 
 /// What a transaction will write once its reads are back.
@@ -274,6 +287,9 @@ pub(super) struct World {
     pub(super) forgotten: u64,
     pub(super) zipf: Option<rand_distr::Zipf<f64>>,
 }
+
+/// The range every account's key is in (`a` and four digits).
+pub(crate) const ACCOUNTS_RANGE: (&[u8], &[u8]) = (b"a", b"b");
 
 /// Account `i`'s key.
 pub(crate) fn account_key(i: u32) -> Key {

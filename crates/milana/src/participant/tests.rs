@@ -16,6 +16,7 @@ fn prep(txn: TxnId, version: CommitTs, reads: &[(&str, CommitTs)], writes: &[&st
         txn,
         version,
         reads: reads.iter().map(|(k, v)| (k.as_bytes().to_vec(), *v)).collect(),
+        ranges: Vec::new(),
         writes: writes.iter().map(|k| (k.as_bytes().to_vec(), Some(b"x".to_vec()))).collect(),
         participants: vec![0, 1],
     }
@@ -189,4 +190,46 @@ fn a_restart_from_the_tables_remembers_decisions_the_forget_bound_and_the_lease(
     let bug = Mutations { restart_forgets_decided: true, ..Mutations::default() };
     let Recovered { participant: mut p, .. } = Participant::restart(0, 100, bug, tables);
     assert_eq!(p.status(T2, 20).0, TxnStatus::Aborted, "the bug answers aborted");
+}
+
+#[test]
+fn a_scanned_range_refuses_phantoms_below_it_and_changes_after_it() {
+    let mut p = Participant::new(0, 1_000, Mutations::default());
+    let commit = |p: &mut Participant, t: TxnId, ts: Timestamp, key: &str| {
+        let mut w = prep(t, v(ts, t.client), &[], &[key]);
+        w.participants = vec![0];
+        assert_eq!(p.prepare(w).0, Vote::Yes);
+        p.decide(t, true, ts);
+    };
+    commit(&mut p, TxnId { client: 1, seq: 1 }, 10, "a1");
+    if let Some(Record::ReadLease(until)) = p.lease_needed(100) {
+        p.lease_durable(until);
+    }
+    let r = p.scan(b"a", b"b", 100, 0);
+    assert_eq!(r.rows, vec![(b"a1".to_vec(), v(10, 1), b"x".to_vec())]);
+    assert!(!r.prepared_below);
+    // A new key in the range at or below the scan: a phantom, refused.
+    let phantom = prep(TxnId { client: 2, seq: 1 }, v(90, 2), &[], &["a5"]);
+    assert!(matches!(p.prepare(phantom).0, Vote::No(_)));
+    // Outside the range, the same timestamp is fine.
+    commit(&mut p, TxnId { client: 3, seq: 1 }, 90, "b5");
+    // A write into the range above the scan commits; then a transaction
+    // that scanned at 100 cannot commit at 200 (the range changed).
+    commit(&mut p, TxnId { client: 4, seq: 1 }, 150, "a7");
+    let mut stale = prep(TxnId { client: 5, seq: 1 }, v(200, 5), &[], &["c"]);
+    stale.ranges = vec![(b"a".to_vec(), b"b".to_vec(), 100)];
+    assert!(matches!(p.prepare(stale.clone()).0, Vote::No(_)));
+    // The bug: without the range check it commits.
+    let mut q =
+        Participant::new(0, 1_000, Mutations { skip_range_check: true, ..Mutations::default() });
+    commit(&mut q, TxnId { client: 4, seq: 1 }, 150, "a7");
+    assert_eq!(q.prepare(stale).0, Vote::Yes);
+    // A prepared write in the range below the scan: reported.
+    let t6 = TxnId { client: 6, seq: 1 };
+    assert_eq!(p.prepare(prep(t6, v(160, 6), &[], &["a8"])).0, Vote::Yes);
+    if let Some(Record::ReadLease(until)) = p.lease_needed(170) {
+        p.lease_durable(until);
+    }
+    assert!(p.scan(b"a", b"b", 170, 0).prepared_below);
+    assert!(!p.scan(b"a", b"b", 155, 0).prepared_below);
 }

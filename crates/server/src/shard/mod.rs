@@ -464,6 +464,7 @@ impl Shard {
             txn: txn_from(p.txn)?,
             version: CommitTs { ts: version.ts, client: version.client },
             reads,
+            ranges: Vec::new(),
             writes,
             participants,
         })
