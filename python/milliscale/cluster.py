@@ -10,10 +10,10 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence, TypeVar
+from typing import Callable, Iterator, Optional, Sequence, TypeVar
 
 from milliscale import _native
-from milliscale.client import Batch, BatchResult, Bytes, Isolation, _b, _native_call
+from milliscale.client import Batch, BatchResult, Bytes, Isolation, _b, _native_call, _opt
 from milliscale.errors import InvalidArgumentError, MilliscaleError, StatusCode, UnavailableError
 
 T = TypeVar("T")
@@ -76,6 +76,24 @@ class ClusterTransaction:
     def delete(self, table: str, key: Bytes) -> bool:
         """Delete ``key`` (at commit); whether it had a value."""
         return self._call("tx_delete", table, _b(key))
+
+    def scan(
+        self,
+        table: str,
+        start: Optional[Bytes] = None,
+        end: Optional[Bytes] = None,
+        *,
+        prefix: Optional[Bytes] = None,
+        reverse: bool = False,
+        limit: int = 0,
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """The rows with ``start <= key < end`` (or starting with ``prefix``)
+        at the transaction's timestamp, at most ``limit`` (0: all), across
+        the shards that hold them. The commit checks that nothing in the
+        range changed or appeared since (no phantom). A reverse scan reads
+        the whole range, then reverses it."""
+        rows = self._call("tx_scan", table, _opt(start), _opt(end), _opt(prefix), reverse, limit)
+        return iter(rows)
 
     def shards(self) -> list[int]:
         """The shards it touched so far (its participants if it commits now)."""
@@ -213,13 +231,12 @@ class Cluster:
     def execute(self, batch: Batch, isolation: Isolation = Isolation.DEFAULT, *, retries: int = 8, **_ignored) -> BatchResult:
         """Run a batch's operations in order as one transaction (the client
         runs them, one call per read), again up to ``retries`` more times
-        on a retryable error. Scans and patches are not offered on a
-        cluster yet."""
+        on a retryable error. Patches are not offered on a cluster."""
         _serializable(isolation)
         for kind, *_rest in batch._ops:
-            if kind not in ("get", "put", "delete"):
+            if kind not in ("get", "put", "delete", "scan"):
                 raise InvalidArgumentError(
-                    f"a cluster's batches take get, put and delete; not {kind} (yet)",
+                    f"a cluster's batches take get, put, delete and scan; not {kind}",
                     StatusCode.INVALID_ARGUMENT,
                     "invalid_input",
                     False,
@@ -230,9 +247,12 @@ class Cluster:
             nonlocal attempts
             attempts += 1
             results: list = []
-            for kind, table, key, value, *_rest in batch._ops:
+            for kind, table, key, value, limit, start, end, prefix, reverse in batch._ops:
                 if kind == "get":
                     results.append(tx.get(table, key))
+                elif kind == "scan":
+                    rows = tx.scan(table, start, end, prefix=prefix, reverse=reverse, limit=limit)
+                    results.append(list(rows))
                 elif kind == "put":
                     tx.put(table, key, value)
                     results.append(None)
@@ -254,6 +274,12 @@ class Cluster:
     def delete(self, table: str, key: Bytes) -> bool:
         """Delete ``key`` in a transaction of its own; whether it had a value."""
         return self.run(lambda tx: tx.delete(table, key))
+
+    def scan(self, table: str, start=None, end=None, *, prefix=None, reverse=False, limit=0) -> list[tuple[bytes, bytes]]:
+        """The rows of a range, read in a read-only transaction of its own."""
+        return self.run(
+            lambda tx: list(tx.scan(table, start, end, prefix=prefix, reverse=reverse, limit=limit))
+        )
 
     def shards(self) -> list[ShardStatus]:
         """Every shard's state, asked now."""

@@ -172,3 +172,25 @@ def test_a_bank_from_8_processes_keeps_its_total(shards, cluster):
     assert not errors, errors
     assert seen and all(t == ACCOUNTS * INITIAL for t in seen), seen
     assert total(cluster) == ACCOUNTS * INITIAL
+
+
+def test_a_scan_spans_the_shards_and_refuses_a_phantom(cluster):
+    for i in range(0, ACCOUNTS, 2):
+        cluster.put("bank", account(i), b"%d" % i)
+    rows = cluster.scan("bank")
+    assert [k for k, _ in rows] == sorted(account(i) for i in range(0, ACCOUNTS, 2))
+    assert len(cluster.scan("bank", limit=2)) == 2
+    assert cluster.scan("bank", reverse=True, limit=1) == [max(rows)]
+    with cluster.transaction() as tx:
+        assert len(list(tx.scan("bank"))) == ACCOUNTS // 2
+        assert tx.shards() == [0, 1, 2]
+    # A scan, a new row in its range committed by another, then a write:
+    # the commit is refused (a phantom), and runs again cleanly.
+    t = cluster.transaction()
+    seen = list(t.scan("bank"))
+    cluster.put("bank", account(1), b"1")
+    t.put("bank", b"summary", b"%d" % len(seen))
+    with pytest.raises(ConflictError):
+        t.commit()
+    r = cluster.execute(__import__("milliscale").Batch().scan("bank", limit=100))
+    assert len(r.results[0]) == ACCOUNTS // 2 + 1

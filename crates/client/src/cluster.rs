@@ -39,7 +39,7 @@ use milliscale_milana::types::{
     ClientId, CommitTs, Key, ShardId, Timestamp, TxnId, split_cluster_key,
 };
 
-use crate::{Client, ClientBuilder, Error, Result, proto};
+use crate::{Client, ClientBuilder, Error, KeyRange, Result, proto};
 
 mod transaction;
 pub use transaction::ClusterTransaction;
@@ -391,6 +391,18 @@ impl Cluster {
         .await
     }
 
+    /// The rows of `table` in `range` (a read-only transaction of its own,
+    /// run again on a conflict).
+    pub async fn scan(&self, table: &str, range: KeyRange) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        crate::retry(8, || async {
+            let mut tx = self.begin();
+            let rows = tx.scan(table, range.clone()).await?;
+            tx.commit().await?;
+            Ok(rows)
+        })
+        .await
+    }
+
     /// Write one key (a transaction of its own); durable on return.
     pub async fn put(&self, table: &str, key: &[u8], value: &[u8]) -> Result<()> {
         crate::retry(8, || async {
@@ -437,23 +449,7 @@ impl Cluster {
                 return Err(Error::unavailable(format!("shard {s}: no answer within the timeout")));
             }
         };
-        let r = r.map_err(|st| {
-            if let Some(floor) = st.metadata().get("milliscale-floor")
-                && let Some(f) = floor.to_str().ok().and_then(|f| f.parse().ok())
-            {
-                // Below the shard's collection watermark: the next begin
-                // is above it.
-                lock(&self.inner.clock).observe(f);
-            }
-            let e = Error::from(st);
-            if e.kind() == "transport" {
-                // The shard is gone or moving (a standby promoting):
-                // nothing was written; ask for the map before the next try.
-                lock(&self.inner.conns).remove(&s);
-                return Error::unavailable(format!("shard {s}: {}", e.message()));
-            }
-            e
-        })?;
+        let r = r.map_err(|st| self.read_error(s, st))?;
         Ok(r.into_inner()
             .results
             .into_iter()
@@ -465,6 +461,54 @@ impl Cluster {
                 prepared_below: r.prepared_below,
             })
             .collect())
+    }
+
+    /// Scan `[start, end)` of shard `s` at `at`.
+    async fn scan_shard(
+        &self,
+        s: ShardId,
+        start: &[u8],
+        end: &[u8],
+        limit: u64,
+        at: Timestamp,
+    ) -> Result<proto::ShardScanResponse> {
+        let c = self.shard(s)?;
+        let req = proto::ShardScanRequest {
+            start: start.to_vec().into(),
+            end: end.to_vec().into(),
+            limit,
+            at,
+            client: self.inner.id,
+            low_water: self.low_water(),
+        };
+        let mut stub = c.stub();
+        let call = stub.shard_scan(c.req(req));
+        match tokio::time::timeout(self.inner.builder.rpc_timeout, call).await {
+            Ok(Ok(r)) => Ok(r.into_inner()),
+            Ok(Err(st)) => Err(self.read_error(s, st)),
+            Err(_) => {
+                lock(&self.inner.conns).remove(&s);
+                Err(Error::unavailable(format!("shard {s}: no answer within the timeout")))
+            }
+        }
+    }
+
+    /// A read's or scan's failure: below the shard's collection watermark,
+    /// the clock moves past the floor (the next begin is above it); a
+    /// transport failure (the shard gone or moving, a standby promoting)
+    /// is retryable, since nothing was written, and drops the connection.
+    fn read_error(&self, s: ShardId, st: tonic::Status) -> Error {
+        if let Some(floor) = st.metadata().get("milliscale-floor")
+            && let Some(f) = floor.to_str().ok().and_then(|f| f.parse().ok())
+        {
+            lock(&self.inner.clock).observe(f);
+        }
+        let e = Error::from(st);
+        if e.kind() == "transport" {
+            lock(&self.inner.conns).remove(&s);
+            return Error::unavailable(format!("shard {s}: {}", e.message()));
+        }
+        e
     }
 
     /// Send a prepare to shard `s` until it votes (up to three times):

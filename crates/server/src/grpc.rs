@@ -290,6 +290,17 @@ impl Milliscale for Service {
         done("ShardRead", r.await)
     }
 
+    async fn shard_scan(
+        &self,
+        req: Request<proto::ShardScanRequest>,
+    ) -> Result<Response<proto::ShardScanResponse>, Status> {
+        let r = async {
+            self.caller(&req)?;
+            self.shard("ShardScan")?.scan(req.into_inner()).await
+        };
+        done("ShardScan", r.await)
+    }
+
     async fn shard_prepare(
         &self,
         req: Request<proto::ShardPrepareRequest>,

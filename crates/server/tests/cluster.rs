@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use milliscale::{AsyncDatabase, Options};
-use milliscale_client::{Client, Cluster};
+use milliscale_client::{Client, Cluster, KeyRange};
 use milliscale_milana::shard_map::{MapStore, ShardInfo, ShardMap};
 use milliscale_milana::types::cluster_key;
 use milliscale_server::shard::ShardOptions;
@@ -251,6 +251,7 @@ fn prepare(client: u32, seq: u64, key: Vec<u8>, parts: Vec<u32>) -> proto::Shard
             value: Some(b"7".to_vec().into()),
         }],
         participants: parts,
+        ranges: Vec::new(),
     }
 }
 
@@ -439,4 +440,45 @@ async fn a_single_shard_prepare_whose_caller_left_commits_all_the_same() {
         n += u64::from(status(&mut s0, 60, seq).await == committed);
     }
     assert!(n > 0, "no prepare reached the shard");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scan_spans_the_shards_and_a_phantom_in_it_refuses_the_commit() {
+    let f = three_shards().await;
+    let c = Cluster::connect(f.addrs[1].to_string()).await.expect("connect");
+    c.create_table(TABLE).await.expect("create");
+    c.create_table("other").await.expect("create");
+    // Every other account, on all three shards, and a row of another table.
+    for i in (0..ACCOUNTS).step_by(2) {
+        c.put(TABLE, &account(i), i.to_string().as_bytes()).await.expect("put");
+    }
+    c.put("other", &account(1), b"x").await.expect("put");
+    let all = c.scan(TABLE, KeyRange::all()).await.expect("scan");
+    let keys: Vec<Vec<u8>> = (0..ACCOUNTS).step_by(2).map(account).collect();
+    assert_eq!(all.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(), keys);
+    assert_eq!(all[3], (account(6), b"6".to_vec()));
+    let limited = c.scan(TABLE, KeyRange::all().limit(4)).await.expect("scan");
+    assert_eq!(limited.len(), 4);
+    let back = c.scan(TABLE, KeyRange::all().reversed().limit(2)).await.expect("scan");
+    assert_eq!(back, vec![(account(10), b"10".to_vec()), (account(8), b"8".to_vec())]);
+    let between = c.scan(TABLE, KeyRange::between(&account(3), &account(9))).await.expect("scan");
+    assert_eq!(between.len(), 3, "a04, a06, a08");
+    assert_eq!(c.scan(TABLE, KeyRange::prefix(b"a1")).await.expect("scan").len(), 1);
+    // T1 scans the accounts and writes a summary; T2 adds an account the
+    // scan would have seen, and commits first: T1 must not commit (its
+    // summary would miss T2's row, a phantom).
+    let mut t1 = c.begin();
+    let seen = t1.scan(TABLE, KeyRange::all()).await.expect("scan");
+    assert_eq!(t1.shards(), [0, 1, 2]);
+    c.put(TABLE, &account(5), b"5").await.expect("a new row in the range");
+    t1.put("other", b"summary", seen.len().to_string().as_bytes()).expect("write");
+    let e = t1.commit().await.expect_err("a phantom appeared in the scanned range");
+    assert!(e.is_retryable() && e.kind() == "conflict", "{e:?}");
+    assert_eq!(c.get("other", b"summary").await.expect("get"), None);
+    // Run again, it sees the new row and commits.
+    let mut t1 = c.begin();
+    let seen = t1.scan(TABLE, KeyRange::all()).await.expect("scan");
+    t1.put("other", b"summary", seen.len().to_string().as_bytes()).expect("write");
+    t1.commit().await.expect("commit");
+    assert_eq!(c.get("other", b"summary").await.expect("get"), Some(b"7".to_vec()));
 }

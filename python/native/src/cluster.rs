@@ -228,6 +228,30 @@ impl ClusterConnection {
         })
     }
 
+    /// The rows of a range: `start <= key < end` or keys starting with
+    /// `prefix`, at most `limit` (0: all), reversed if asked.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (tx, table, start, end, prefix, reverse, limit))]
+    fn tx_scan<'py>(
+        &self,
+        py: Python<'py>,
+        tx: &NativeClusterTransaction,
+        table: &str,
+        start: Option<Vec<u8>>,
+        end: Option<Vec<u8>>,
+        prefix: Option<Vec<u8>>,
+        reverse: bool,
+        limit: u64,
+    ) -> PyResult<Vec<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)>> {
+        let table = table.to_owned();
+        let range = client::KeyRange { start, end, prefix, reverse, limit };
+        let rows = self.with_tx(py, tx, move |mut t| async move {
+            let r = t.scan(&table, range).await;
+            (t, r)
+        })?;
+        Ok(rows.into_iter().map(|(k, v)| (PyBytes::new(py, &k), PyBytes::new(py, &v))).collect())
+    }
+
     /// The shards the transaction touched so far.
     fn tx_shards(&self, tx: &NativeClusterTransaction) -> PyResult<Vec<u32>> {
         let t = tx.tx.lock().unwrap_or_else(PoisonError::into_inner);

@@ -4,10 +4,10 @@
 use std::collections::BTreeSet;
 
 use milliscale_milana::coordinator::ClientTxn;
-use milliscale_milana::types::{CommitTs, ShardId, cluster_key};
+use milliscale_milana::types::{CommitTs, ShardId, cluster_key, split_cluster_key};
 
 use super::{Cluster, lock, physical_now, table_key, ts_to};
-use crate::{Error, Result, proto};
+use crate::{Error, KeyRange, Result, proto};
 
 /// A transaction on a cluster ([`Cluster::begin`]). Reads go to the
 /// shards at its begin timestamp; writes stay here until
@@ -29,6 +29,34 @@ impl Drop for ClusterTransaction {
     fn drop(&mut self) {
         lock(&self.cluster.inner.active).remove(&(self.txn.begin, self.txn.id.seq));
     }
+}
+
+/// `range` of `table` in the cluster's key space: `[lo, hi)`.
+fn bounds(table: &str, range: &KeyRange) -> (Vec<u8>, Vec<u8>) {
+    let table_end = {
+        let mut k = table.as_bytes().to_vec();
+        k.push(0x01);
+        k
+    };
+    let mut lo = cluster_key(table, range.start.as_deref().unwrap_or_default());
+    let mut hi = range.end.as_deref().map_or_else(|| table_end.clone(), |e| cluster_key(table, e));
+    if let Some(p) = &range.prefix {
+        lo = lo.max(cluster_key(table, p));
+        // The first key past every key starting with `p`.
+        let mut next = p.clone();
+        while next.last() == Some(&0xFF) {
+            next.pop();
+        }
+        let past = match next.last_mut() {
+            Some(b) => {
+                *b += 1;
+                cluster_key(table, &next)
+            }
+            None => table_end,
+        };
+        hi = hi.min(past);
+    }
+    (lo, hi)
 }
 
 fn check_table(table: &str) -> Result<()> {
@@ -92,6 +120,76 @@ impl ClusterTransaction {
         Ok(())
     }
 
+    /// The rows of `table` in `range`, at the transaction's timestamp
+    /// (this transaction's own writes are not in them). Each shard holding
+    /// part of the range is scanned in key order; the commit validates the
+    /// ranges (no row changed or appeared in them since: no phantom). A
+    /// reverse scan reads the whole range and reverses it at the client.
+    pub async fn scan(&mut self, table: &str, range: KeyRange) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        check_table(table)?;
+        let (lo, hi) = bounds(table, &range);
+        let mut tries = 0;
+        loop {
+            match self.scan_once(&lo, &hi, &range).await {
+                Err(e) if e.kind() == "wrong_shard" && tries < 3 => {
+                    tries += 1;
+                    self.cluster.refresh().await?;
+                }
+                Err(e) if e.kind() == "unavailable" => {
+                    let _ = self.cluster.refresh().await;
+                    return Err(e);
+                }
+                r => return r,
+            }
+        }
+    }
+
+    async fn scan_once(
+        &mut self,
+        lo: &[u8],
+        hi: &[u8],
+        range: &KeyRange,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let map = self.cluster.map();
+        let limit = if range.reverse { 0 } else { range.limit };
+        let mut rows: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        for (i, (first, shard)) in map.ranges.iter().enumerate() {
+            let next = map.ranges.get(i + 1).map(|(k, _)| k.as_slice());
+            // This map range's part of [lo, hi).
+            let start = first.as_slice().max(lo).to_vec();
+            let end = match next {
+                Some(n) if n < hi => n.to_vec(),
+                _ => hi.to_vec(),
+            };
+            if start >= end {
+                continue;
+            }
+            let left = if limit == 0 { 0 } else { limit - rows.len() as u64 };
+            let reply = self.cluster.scan_shard(*shard, &start, &end, left, self.txn.begin).await?;
+            self.txn.ranges.entry(*shard).or_default().push((start, end));
+            self.txn.scanned_prepared |= reply.prepared_below;
+            for r in reply.rows {
+                if let Some(v) = &r.version {
+                    lock(&self.cluster.inner.clock).observe(v.ts);
+                }
+                let (_, key) = split_cluster_key(&r.key).ok_or_else(|| {
+                    Error::local("a shard answered a scan with a foreign key".into())
+                })?;
+                rows.push((key.to_vec(), r.value.to_vec()));
+            }
+            if limit != 0 && rows.len() as u64 >= limit {
+                break;
+            }
+        }
+        if range.reverse {
+            rows.reverse();
+            if range.limit != 0 {
+                rows.truncate(usize::try_from(range.limit).unwrap_or(usize::MAX));
+            }
+        }
+        Ok(rows)
+    }
+
     /// Delete `key` of `table` (at commit); whether it held a value (a
     /// read of it, which the commit validates).
     pub async fn delete(&mut self, table: &str, key: &[u8]) -> Result<bool> {
@@ -104,8 +202,9 @@ impl ClusterTransaction {
     /// now), under the current map.
     pub fn shards(&self) -> Vec<u32> {
         let map = self.cluster.map();
-        let s: BTreeSet<ShardId> =
+        let mut s: BTreeSet<ShardId> =
             self.txn.reads.keys().chain(self.txn.writes.keys()).map(|k| map.shard_of(k)).collect();
+        s.extend(self.txn.ranges.keys());
         s.into_iter().collect()
     }
 
@@ -159,6 +258,15 @@ impl ClusterTransaction {
                         })
                         .collect(),
                     participants: p.participants.clone(),
+                    ranges: p
+                        .ranges
+                        .iter()
+                        .map(|(start, end, at)| proto::ScannedRange {
+                            start: start.clone().into(),
+                            end: end.clone().into(),
+                            at: *at,
+                        })
+                        .collect(),
                 };
                 tokio::spawn(async move { cluster.prepare(s, req).await })
             })

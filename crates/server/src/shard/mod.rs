@@ -22,6 +22,7 @@
 //! - a key the current shard map does not give this shard is refused
 //!   (FAILED_PRECONDITION, kind `wrong_shard`).
 
+mod catalog;
 mod peers;
 pub mod standby;
 pub mod tables;
@@ -36,7 +37,7 @@ use milliscale_milana::log::{Prepare, Record};
 use milliscale_milana::participant::{Mutations, Participant, Recovered, Vote};
 use milliscale_milana::shard_map::{MapStore, ShardMap};
 use milliscale_milana::types::{
-    ClientId, CommitTs, Key, ShardId, Timestamp, TxnId, TxnStatus, cluster_key, table_name_ok,
+    ClientId, CommitTs, Key, ShardId, Timestamp, TxnId, TxnStatus, cluster_key,
 };
 use milliscale_proto::v1 as proto;
 use parking_lot::{Mutex, MutexGuard, RwLock};
@@ -291,6 +292,31 @@ impl Shard {
         ))
     }
 
+    /// Refuse a range `[start, end)` (an empty `end`: no end) that is not
+    /// all this shard's under the current map.
+    fn own_range(&self, start: &[u8], end: &[u8]) -> Result<(), Status> {
+        self.own(start)?;
+        let map = self.map.read();
+        let other = map.ranges.iter().find(|(first, owner)| {
+            first.as_slice() > start
+                && (end.is_empty() || first.as_slice() < end)
+                && *owner != self.opts.shard
+        });
+        match other {
+            None => Ok(()),
+            Some((first, owner)) => Err(refuse::wrong_shard(
+                format!(
+                    "wrong shard: map version {} gives part of this range (from {:?}) to shard \
+                     {owner}, not {}",
+                    map.version,
+                    String::from_utf8_lossy(first),
+                    self.opts.shard
+                ),
+                map.version,
+            )),
+        }
+    }
+
     fn key_of(&self, st: &State, k: Option<proto::TableKey>) -> Result<Key, Status> {
         let k = k.ok_or_else(|| refuse::invalid("a shard call without its key"))?;
         if !st.names.contains(&k.table) {
@@ -317,26 +343,86 @@ impl Shard {
         self: &Arc<Self>,
         r: proto::ShardReadRequest,
     ) -> Result<proto::ShardReadResponse, Status> {
-        let at = r.at;
         let keys = {
             let st = self.lock();
             r.keys.into_iter().map(|k| self.key_of(&st, Some(k))).collect::<Result<Vec<_>, _>>()?
         };
+        let at = r.at;
+        let results = self
+            .under_lease(at, r.client, r.low_water, |st| {
+                keys.iter()
+                    .map(|k| {
+                        let r = st.p.read(k, at);
+                        proto::ShardReadResult {
+                            version: Some(ts_to(r.version)),
+                            value: r.value.map(Into::into),
+                            prepared_below: r.prepared_below,
+                        }
+                    })
+                    .collect()
+            })
+            .await?;
+        Ok(proto::ShardReadResponse { results })
+    }
+
+    /// Scan a range this shard owns at a timestamp (a range read: its
+    /// read mark fixes the range's history up to the timestamp).
+    pub async fn scan(
+        self: &Arc<Self>,
+        r: proto::ShardScanRequest,
+    ) -> Result<proto::ShardScanResponse, Status> {
+        let (start, end) = (r.start.to_vec(), r.end.to_vec());
+        let Some((table, _)) = milliscale_milana::types::split_cluster_key(&start) else {
+            return Err(refuse::invalid("a scan's start is no table's key"));
+        };
+        if !self.lock().names.contains(table) {
+            return Err(engine(&milliscale::Error::TableNotFound(table.to_owned())));
+        }
+        self.own_range(&start, &end)?;
+        let limit = usize::try_from(r.limit).unwrap_or(usize::MAX);
+        let at = r.at;
+        let reply = self
+            .under_lease(at, r.client, r.low_water, |st| st.p.scan(&start, &end, at, limit))
+            .await?;
+        Ok(proto::ShardScanResponse {
+            rows: reply
+                .rows
+                .into_iter()
+                .map(|(key, version, value)| proto::ShardScanRow {
+                    key: key.into(),
+                    version: Some(ts_to(version)),
+                    value: value.into(),
+                })
+                .collect(),
+            prepared_below: reply.prepared_below,
+        })
+    }
+
+    /// Serve `serve` under the lock once a durable read lease covers `at`
+    /// (renewing it, once at a time, when `at` is outside it or past its
+    /// middle), after noting the client's low-water mark and refusing a
+    /// read below the collected versions.
+    async fn under_lease<T>(
+        self: &Arc<Self>,
+        at: Timestamp,
+        client: ClientId,
+        low_water: Timestamp,
+        serve: impl FnOnce(&mut State) -> T,
+    ) -> Result<T, Status> {
         let span = self.opts.lease_span;
+        let mut serve = Some(serve);
         loop {
             let wait = {
                 let mut st = self.lock();
-                if r.client != 0 {
-                    let low = st.clients.get(&r.client).map_or(0, |c| c.0).max(r.low_water);
-                    st.clients.insert(r.client, (low, Instant::now()));
+                if client != 0 {
+                    let low = st.clients.get(&client).map_or(0, |c| c.0).max(low_water);
+                    st.clients.insert(client, (low, Instant::now()));
                 }
                 let floor = st.p.collected();
                 if at < floor {
                     return Err(refuse::stale_read(at, floor));
                 }
                 let covered = st.p.lease_needed(at).is_none();
-                // Outside the lease, or past its middle: renew it (once at
-                // a time), so that reads seldom wait for the engine.
                 if (!covered || at.saturating_add(span / 2) >= st.p.lease()) && !st.renewing {
                     let until = at.saturating_add(span);
                     let ack = self.write(&mut st, &[Record::ReadLease(until)])?;
@@ -352,19 +438,8 @@ impl Shard {
                         st.renewing = false;
                     });
                 }
-                if covered {
-                    let results = keys
-                        .iter()
-                        .map(|k| {
-                            let r = st.p.read(k, at);
-                            proto::ShardReadResult {
-                                version: Some(ts_to(r.version)),
-                                value: r.value.map(Into::into),
-                                prepared_below: r.prepared_below,
-                            }
-                        })
-                        .collect();
-                    return Ok(proto::ShardReadResponse { results });
+                if covered && let Some(f) = serve.take() {
+                    return Ok(f(&mut st));
                 }
                 self.lease.subscribe()
             };
@@ -453,6 +528,12 @@ impl Shard {
         for r in p.reads {
             reads.push((self.key_of(st, r.key)?, ts_from(r.version)));
         }
+        let mut ranges = Vec::with_capacity(p.ranges.len());
+        for r in p.ranges {
+            let (start, end) = (r.start.to_vec(), r.end.to_vec());
+            self.own_range(&start, &end)?;
+            ranges.push((start, end, r.at));
+        }
         let mut writes = Vec::with_capacity(p.writes.len());
         for w in p.writes {
             if w.value.as_ref().is_some_and(|v| v.len() > milliscale::limits::VALUE_BYTES_MAX - 1) {
@@ -464,7 +545,7 @@ impl Shard {
             txn: txn_from(p.txn)?,
             version: CommitTs { ts: version.ts, client: version.client },
             reads,
-            ranges: Vec::new(),
+            ranges,
             writes,
             participants,
         })
@@ -541,67 +622,6 @@ impl Shard {
                 .map(|(s, info)| proto::MapShard { shard: *s, addr: info.addr.clone() })
                 .collect(),
         }
-    }
-
-    /// Add a cluster table's name here (every shard gets the call).
-    pub async fn create_table(&self, name: &str) -> Result<(), Status> {
-        table_name_ok(name).map_err(refuse::invalid)?;
-        let ack = {
-            let mut st = self.lock();
-            if st.names.contains(name) {
-                return Err(engine(&milliscale::Error::TableExists(name.into())));
-            }
-            let mut tx = self.tables.db.begin().map_err(|e| engine(&e))?;
-            tx.put(&self.tables.names, name.as_bytes(), b"").map_err(|e| engine(&e))?;
-            let ack = tx.precommit().map_err(|e| engine(&e))?;
-            st.names.insert(name.to_owned());
-            ack
-        };
-        ack.await.map_err(|e| engine(&e))?;
-        Ok(())
-    }
-
-    /// Drop a cluster table's name and its rows here.
-    pub async fn drop_table(&self, name: &str) -> Result<(), Status> {
-        let ack = {
-            let mut st = self.lock();
-            if !st.names.contains(name) {
-                return Err(engine(&milliscale::Error::TableNotFound(name.into())));
-            }
-            let rows = st.p.versions_mut().table().clone();
-            let mut tx = self.tables.db.begin().map_err(|e| engine(&e))?;
-            tx.delete(&self.tables.names, name.as_bytes()).map_err(|e| engine(&e))?;
-            // Every version of every key of the table: the escaped cluster
-            // keys start with the name and an escaped 0x00 (0x00 0xFF).
-            let mut lower = name.as_bytes().to_vec();
-            lower.extend_from_slice(&[0x00, 0xFF]);
-            let mut upper = name.as_bytes().to_vec();
-            upper.extend_from_slice(&[0x01]);
-            let doomed: Vec<Vec<u8>> = tx
-                .range(
-                    &rows,
-                    std::ops::Bound::Included(&lower[..]),
-                    std::ops::Bound::Excluded(&upper[..]),
-                    milliscale::Direction::Forward,
-                )
-                .map(|r| r.map(|(k, _)| k))
-                .collect::<Result<_, _>>()
-                .map_err(|e| engine(&e))?;
-            for k in &doomed {
-                tx.delete(&rows, k).map_err(|e| engine(&e))?;
-            }
-            let ack = tx.precommit().map_err(|e| engine(&e))?;
-            st.names.remove(name);
-            st.versions = st.versions.saturating_sub(doomed.len() as u64);
-            ack
-        };
-        ack.await.map_err(|e| engine(&e))?;
-        Ok(())
-    }
-
-    /// The cluster tables this shard knows.
-    pub fn table_names(&self) -> Vec<String> {
-        self.lock().names.iter().cloned().collect()
     }
 }
 

@@ -1,0 +1,72 @@
+//! A cluster's tables on one shard: their names in `_milana.tables`, and
+//! their rows among the versions. Every shard gets each call (the cluster
+//! client sends it to all).
+
+use milliscale_milana::types::table_name_ok;
+use tonic::Status;
+
+use super::Shard;
+use crate::errors::{engine, refuse};
+
+impl Shard {
+    /// Add a cluster table's name here (every shard gets the call).
+    pub async fn create_table(&self, name: &str) -> Result<(), Status> {
+        table_name_ok(name).map_err(refuse::invalid)?;
+        let ack = {
+            let mut st = self.lock();
+            if st.names.contains(name) {
+                return Err(engine(&milliscale::Error::TableExists(name.into())));
+            }
+            let mut tx = self.tables.db.begin().map_err(|e| engine(&e))?;
+            tx.put(&self.tables.names, name.as_bytes(), b"").map_err(|e| engine(&e))?;
+            let ack = tx.precommit().map_err(|e| engine(&e))?;
+            st.names.insert(name.to_owned());
+            ack
+        };
+        ack.await.map_err(|e| engine(&e))?;
+        Ok(())
+    }
+
+    /// Drop a cluster table's name and its rows here.
+    pub async fn drop_table(&self, name: &str) -> Result<(), Status> {
+        let ack = {
+            let mut st = self.lock();
+            if !st.names.contains(name) {
+                return Err(engine(&milliscale::Error::TableNotFound(name.into())));
+            }
+            let rows = st.p.versions_mut().table().clone();
+            let mut tx = self.tables.db.begin().map_err(|e| engine(&e))?;
+            tx.delete(&self.tables.names, name.as_bytes()).map_err(|e| engine(&e))?;
+            // Every version of every key of the table: the escaped cluster
+            // keys start with the name and an escaped 0x00 (0x00 0xFF).
+            let mut lower = name.as_bytes().to_vec();
+            lower.extend_from_slice(&[0x00, 0xFF]);
+            let mut upper = name.as_bytes().to_vec();
+            upper.extend_from_slice(&[0x01]);
+            let doomed: Vec<Vec<u8>> = tx
+                .range(
+                    &rows,
+                    std::ops::Bound::Included(&lower[..]),
+                    std::ops::Bound::Excluded(&upper[..]),
+                    milliscale::Direction::Forward,
+                )
+                .map(|r| r.map(|(k, _)| k))
+                .collect::<Result<_, _>>()
+                .map_err(|e| engine(&e))?;
+            for k in &doomed {
+                tx.delete(&rows, k).map_err(|e| engine(&e))?;
+            }
+            let ack = tx.precommit().map_err(|e| engine(&e))?;
+            st.names.remove(name);
+            st.versions = st.versions.saturating_sub(doomed.len() as u64);
+            ack
+        };
+        ack.await.map_err(|e| engine(&e))?;
+        Ok(())
+    }
+
+    /// The cluster tables this shard knows.
+    pub fn table_names(&self) -> Vec<String> {
+        self.lock().names.iter().cloned().collect()
+    }
+}
