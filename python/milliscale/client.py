@@ -7,7 +7,7 @@ import enum
 import random
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterator, Optional, Sequence, TypeVar, Union
+from typing import Callable, ContextManager, Iterator, Optional, Sequence, TypeVar, Union
 
 from milliscale import _native
 from milliscale.errors import MilliscaleError, StatusCode, UnavailableError, from_call_error
@@ -69,6 +69,24 @@ class Status:
     version: str
     #: The server process's CPU time so far, in seconds.
     cpu_seconds: float
+
+
+def _retrying(begin: Callable[[], ContextManager], fn: Callable, attempts: int):
+    """Run ``fn(tx)`` in the transaction ``begin()`` gives (a context
+    manager that commits at its end); on a retryable error run it again in
+    a new one, up to ``attempts`` times, pausing a random, doubling while
+    (1 ms doubling to 100 ms) between runs. What ``fn`` returned."""
+    pause = 0.001
+    for n in range(1, attempts + 1):
+        try:
+            with begin() as tx:
+                return fn(tx)
+        except MilliscaleError as e:
+            if not e.retryable or n == attempts:
+                raise
+        time.sleep(random.uniform(0, pause))
+        pause = min(pause * 2, 0.1)
+    raise AssertionError("unreachable")
 
 
 def _opt(x: Optional[Bytes]) -> Optional[bytes]:
@@ -322,17 +340,7 @@ class Client:
         crowded-out transaction), run it again in a new one, up to
         ``attempts`` times, pausing a random, doubling while between runs.
         Returns what ``fn`` returned."""
-        pause = 0.001
-        for n in range(1, attempts + 1):
-            try:
-                with self.transaction(isolation, read_only=read_only) as tx:
-                    return fn(tx)
-            except MilliscaleError as e:
-                if not e.retryable or n == attempts:
-                    raise
-            time.sleep(random.uniform(0, pause))
-            pause = min(pause * 2, 0.1)
-        raise AssertionError("unreachable")
+        return _retrying(lambda: self.transaction(isolation, read_only=read_only), fn, attempts)
 
     def execute(
         self,

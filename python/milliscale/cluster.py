@@ -7,14 +7,13 @@ or none. See ``python/README.md``."""
 
 from __future__ import annotations
 
-import random
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterator, Optional, Sequence, TypeVar
 
 from milliscale import _native
-from milliscale.client import Batch, BatchResult, Bytes, Isolation, _b, _native_call, _opt
-from milliscale.errors import InvalidArgumentError, MilliscaleError, StatusCode, UnavailableError
+from milliscale.client import Batch, BatchResult, Bytes, Isolation, _b, _native_call, _opt, _retrying
+from milliscale.errors import InvalidArgumentError, StatusCode, UnavailableError
 
 T = TypeVar("T")
 
@@ -216,17 +215,7 @@ class Cluster:
         pausing a random, doubling while between runs. Returns what ``fn``
         returned."""
         _serializable(isolation)
-        pause = 0.001
-        for n in range(1, attempts + 1):
-            try:
-                with self.transaction(isolation) as tx:
-                    return fn(tx)
-            except MilliscaleError as e:
-                if not e.retryable or n == attempts:
-                    raise
-            time.sleep(random.uniform(0, pause))
-            pause = min(pause * 2, 0.1)
-        raise AssertionError("unreachable")
+        return _retrying(lambda: self.transaction(isolation), fn, attempts)
 
     def execute(self, batch: Batch, isolation: Isolation = Isolation.DEFAULT, *, retries: int = 8, **_ignored) -> BatchResult:
         """Run a batch's operations in order as one transaction (the client
