@@ -493,6 +493,21 @@ impl Cluster {
         }
     }
 
+    /// What a read or scan does after `e`: `Ok` to try again (the shard
+    /// said the key is not its own: the map is reloaded, up to 3 times
+    /// per read), or the error to return (a shard that did not answer:
+    /// the map is reloaded for the transaction's next run).
+    pub(crate) async fn after_read_error(&self, e: Error, tries: &mut u32) -> Result<()> {
+        if e.kind() == "wrong_shard" && *tries < 3 {
+            *tries += 1;
+            return self.refresh().await;
+        }
+        if e.kind() == "unavailable" {
+            let _ = self.refresh().await;
+        }
+        Err(e)
+    }
+
     /// A read's or scan's failure: below the shard's collection watermark,
     /// the clock moves past the floor (the next begin is above it); a
     /// transport failure (the shard gone or moving, a standby promoting)

@@ -95,16 +95,7 @@ impl ClusterTransaction {
                         "shard {s} answered a read of one key with another count"
                     )));
                 }
-                Err(e) if e.kind() == "wrong_shard" && tries < 3 => {
-                    tries += 1;
-                    self.cluster.refresh().await?;
-                }
-                Err(e) if e.kind() == "unavailable" => {
-                    // The next run of the transaction finds the new map.
-                    let _ = self.cluster.refresh().await;
-                    return Err(e);
-                }
-                Err(e) => return Err(e),
+                Err(e) => self.cluster.after_read_error(e, &mut tries).await?,
             }
         };
         lock(&self.cluster.inner.clock).observe(r.version.ts);
@@ -131,14 +122,7 @@ impl ClusterTransaction {
         let mut tries = 0;
         loop {
             match self.scan_once(&lo, &hi, &range).await {
-                Err(e) if e.kind() == "wrong_shard" && tries < 3 => {
-                    tries += 1;
-                    self.cluster.refresh().await?;
-                }
-                Err(e) if e.kind() == "unavailable" => {
-                    let _ = self.cluster.refresh().await;
-                    return Err(e);
-                }
+                Err(e) => self.cluster.after_read_error(e, &mut tries).await?,
                 r => return r,
             }
         }
