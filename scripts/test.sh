@@ -40,22 +40,29 @@ export MILLISCALE_REQUIRE_S3=1 MILLISCALE_REQUIRE_BOTO3=1 MILLISCALE_REQUIRE_CLI
 
 step build the tests
 cargo test $features --no-run --timings
-# A hang (e.g. a livelock bug) must fail the run, not stall CI.
+# The build's list of test binaries and examples (nothing is built again).
+built=$target/test-build.json
+cargo test $features --no-run --message-format=json 2>/dev/null > "$built"
+# The test binaries run three at a time (scripts/run-tests.py: most of
+# them wait on processes, sockets and the simulated store's latency), each
+# under a time limit, so that a hang (e.g. a livelock bug) fails the run
+# instead of stalling CI. Then the documentation's examples.
 step cargo test
-timeout 1500 cargo test $features
+python3 scripts/run-tests.py 3 900 < "$built"
+step doc tests
+timeout 600 cargo test $features --doc
 
 # Every example runs to its end. They run as the binaries `cargo test`
 # built: `cargo run -p milliscale --example` would resolve features for
 # that one crate and rebuild much of the dependency graph (minutes, on a
 # fresh clone).
-examples=$(cargo test $features --no-run --message-format=json 2>/dev/null |
-  python3 -c '
+examples=$(python3 -c '
 import json, sys
 for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and "example" in m["target"]["kind"] and m.get("executable"):
         print(m["executable"])
-')
+' < "$built")
 [ "$(echo "$examples" | grep -c .)" -eq "$(ls crates/*/examples/*.rs | wc -l)" ] ||
   { echo "cargo test did not build every example: $examples" >&2; exit 1; }
 step examples
