@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Callable, Iterator, Optional, Sequence, TypeVar
 
 from milliscale import _native
-from milliscale.client import Batch, BatchResult, Bytes, Isolation, _b, _native_call, _opt, _retrying
-from milliscale.errors import InvalidArgumentError, StatusCode, UnavailableError
+from milliscale.client import Batch, BatchResult, Bytes, Commit, Isolation, _b, _native_call, _opt, _retrying
+from milliscale.errors import InvalidArgumentError, MilliscaleError, StatusCode, UnavailableError
 
 T = TypeVar("T")
 
@@ -53,13 +53,26 @@ class ClusterTransaction:
     it commits when the block ends normally and aborts when it raises
     (an abort sends nothing: nothing was written yet)."""
 
-    def __init__(self, cluster: "Cluster", native):
+    def __init__(self, cluster: "Cluster", native, read_only: bool):
         self._cluster = cluster
         self._native = native
         #: The begin timestamp (µs of the client's hybrid clock).
         self.begin_ts: int = native.begin_ts
         self.isolation = Isolation.SERIALIZABLE
+        self.read_only = read_only
+        #: After a commit, what it returned: the commit timestamp as its
+        #: token (``None`` if it wrote nothing), durable.
+        self.commit_info: Optional[Commit] = None
         self._finished = False
+
+    def _writes(self, what: str) -> None:
+        if self.read_only:
+            raise MilliscaleError(
+                f"{what} writes, and the transaction is read-only",
+                StatusCode.FAILED_PRECONDITION,
+                "read_only",
+                False,
+            )
 
     def _call(self, method: str, *args):
         return _native_call(getattr(self._cluster._conn, method), self._native, *args)
@@ -70,10 +83,12 @@ class ClusterTransaction:
 
     def put(self, table: str, key: Bytes, value: Bytes) -> None:
         """Write ``value`` under ``key`` (at commit)."""
+        self._writes("put")
         self._call("tx_put", table, _b(key), _b(value))
 
     def delete(self, table: str, key: Bytes) -> bool:
         """Delete ``key`` (at commit); whether it had a value."""
+        self._writes("delete")
         return self._call("tx_delete", table, _b(key))
 
     def scan(
@@ -98,13 +113,16 @@ class ClusterTransaction:
         """The shards it touched so far (its participants if it commits now)."""
         return self._call("tx_shards")
 
-    def commit(self) -> None:
-        """Commit. A :class:`ConflictError` means nothing of it committed
-        (run it again); an :class:`UnavailableError` of kind ``unknown``
-        means a shard's vote did not come back and the shards settle it:
-        do not assume either outcome."""
+    def commit(self) -> Commit:
+        """Commit; durable on return. The :class:`Commit`'s token is the
+        commit timestamp (the version of its writes on every shard), or
+        ``None`` if it wrote nothing. A :class:`ConflictError` means nothing
+        of it committed (run it again); an :class:`UnavailableError` of
+        kind ``unknown`` means a shard's vote did not come back and the
+        shards settle it: do not assume either outcome."""
         self._finished = True
-        self._call("tx_commit")
+        self.commit_info = Commit(self._call("tx_commit"), True)
+        return self.commit_info
 
     def abort(self) -> None:
         """Abort (nothing was sent to the shards to undo)."""
@@ -195,11 +213,15 @@ class Cluster:
 
     # Transactions.
 
-    def transaction(self, isolation: Isolation = Isolation.DEFAULT, **_ignored) -> ClusterTransaction:
+    def transaction(self, isolation: Isolation = Isolation.DEFAULT, *, read_only: bool = False) -> ClusterTransaction:
         """Begin a transaction (SERIALIZABLE; another isolation level is
-        refused with :class:`InvalidArgumentError`)."""
+        refused with :class:`InvalidArgumentError`). ``read_only`` refuses
+        writes; a read-only transaction is validated here, with no call at
+        commit. A single server's ``durable_snapshot`` and ``at_token`` are
+        not offered (a cluster's reads are at the transaction's timestamp,
+        and everything they see is durable)."""
         _serializable(isolation)
-        return ClusterTransaction(self, _native_call(self._conn.begin))
+        return ClusterTransaction(self, _native_call(self._conn.begin), read_only)
 
     def run(
         self,
@@ -215,14 +237,24 @@ class Cluster:
         pausing a random, doubling while between runs. Returns what ``fn``
         returned."""
         _serializable(isolation)
-        return _retrying(lambda: self.transaction(isolation), fn, attempts)
+        return _retrying(lambda: self.transaction(isolation, read_only=read_only), fn, attempts)
 
-    def execute(self, batch: Batch, isolation: Isolation = Isolation.DEFAULT, *, retries: int = 8, **_ignored) -> BatchResult:
+    def execute(
+        self,
+        batch: Batch,
+        isolation: Isolation = Isolation.DEFAULT,
+        *,
+        wait_durable: bool = True,
+        retries: int = 8,
+    ) -> BatchResult:
         """Run a batch's operations in order as one transaction (the client
         runs them, one call per read), again up to ``retries`` more times
-        on a retryable error. Patches are not offered on a cluster."""
+        on a retryable error. The result's token is the commit timestamp
+        (``None`` if nothing was written); it is durable on return
+        (``wait_durable`` is accepted for :class:`Client`'s sake). Patches
+        are not offered on a cluster."""
         _serializable(isolation)
-        for kind, *_rest in batch._ops:
+        for kind, _table, _key, _value, limit, *_rest in batch._ops:
             if kind not in ("get", "put", "delete", "scan"):
                 raise InvalidArgumentError(
                     f"a cluster's batches take get, put, delete and scan; not {kind}",
@@ -230,10 +262,18 @@ class Cluster:
                     "invalid_input",
                     False,
                 )
+            if kind == "scan" and limit == 0:
+                raise InvalidArgumentError(
+                    "a batch's scan needs a limit above 0",
+                    StatusCode.INVALID_ARGUMENT,
+                    "invalid_input",
+                    False,
+                )
         attempts = 0
+        commit: Optional[Commit] = None
 
         def body(tx: ClusterTransaction) -> list:
-            nonlocal attempts
+            nonlocal attempts, commit
             attempts += 1
             results: list = []
             for kind, table, key, value, limit, start, end, prefix, reverse in batch._ops:
@@ -247,18 +287,23 @@ class Cluster:
                     results.append(None)
                 else:
                     results.append(tx.delete(table, key))
+            # Committed here, not as the block ends, to keep its token.
+            commit = tx.commit()
             return results
 
         results = self.run(body, attempts=retries + 1)
-        return BatchResult(results, None, True, attempts)
+        return BatchResult(results, commit.token if commit else None, True, attempts)
 
     def get(self, table: str, key: Bytes) -> Optional[bytes]:
         """Read ``key`` (a read-only transaction of its own)."""
-        return self.run(lambda tx: tx.get(table, key))
+        return self.run(lambda tx: tx.get(table, key), read_only=True)
 
-    def put(self, table: str, key: Bytes, value: Bytes) -> None:
-        """Write ``key`` in a transaction of its own; durable on return."""
-        self.run(lambda tx: tx.put(table, key, value))
+    def put(self, table: str, key: Bytes, value: Bytes) -> int:
+        """Write ``key`` in a transaction of its own; returns its commit
+        timestamp, once durable."""
+        token = self.execute(Batch().put(table, key, value)).token
+        assert token is not None
+        return token
 
     def delete(self, table: str, key: Bytes) -> bool:
         """Delete ``key`` in a transaction of its own; whether it had a value."""
@@ -267,7 +312,8 @@ class Cluster:
     def scan(self, table: str, start=None, end=None, *, prefix=None, reverse=False, limit=0) -> list[tuple[bytes, bytes]]:
         """The rows of a range, read in a read-only transaction of its own."""
         return self.run(
-            lambda tx: list(tx.scan(table, start, end, prefix=prefix, reverse=reverse, limit=limit))
+            lambda tx: list(tx.scan(table, start, end, prefix=prefix, reverse=reverse, limit=limit)),
+            read_only=True,
         )
 
     def shards(self) -> list[ShardStatus]:

@@ -7,7 +7,9 @@ returned, so a checker knows which ones the server acknowledged. Prints
 ``{"transfers": N, "retries": M}``, or ``{"error": ...}`` and exits 1 when
 a call fails for good (the server was killed, say).
 
-    python bank_worker.py ADDRESS --accounts 64 --seconds 5 --seed 1 [--journal FILE]
+    python bank_worker.py ADDRESS --accounts 64 --seconds 5 --seed 1 [--journal FILE] [--cluster]
+
+With ``--cluster`` ADDRESS is a cluster's node, opened as a :class:`Cluster`.
 """
 
 import argparse
@@ -23,7 +25,7 @@ try:
 except ImportError:  # run from a checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from milliscale import Client, Isolation, MilliscaleError  # noqa: E402
+from milliscale import Client, Cluster, Isolation, MilliscaleError  # noqa: E402
 
 TABLE = "bank"
 TRANSFERS = "transfers"
@@ -40,12 +42,13 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=5.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--journal")
+    p.add_argument("--cluster", action="store_true")
     a = p.parse_args()
     rng = random.Random(a.seed)
     journal = open(a.journal, "a", buffering=1) if a.journal else None
     transfers = retries = 0
     deadline = time.monotonic() + a.seconds
-    with Client(a.address, timeout=30) as db:
+    with (Cluster if a.cluster else Client)(a.address, timeout=30) as db:
         while time.monotonic() < deadline:
             src, dst = rng.sample(range(a.accounts), 2)
             amount = rng.randint(1, 10)

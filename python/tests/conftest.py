@@ -1,11 +1,21 @@
 """Fixtures: the `milliscale` binary, an emulator with the S3 Express
 preset, and servers on its buckets, each started by the test that needs it
-and stopped (SIGTERM, as an operator would) when it is done."""
+and stopped (SIGTERM, as an operator would) when it is done.
+
+The suite runs against two databases: every test that takes the `server`
+fixture (or `db`, a client of it) runs once against one `milliscale
+serve` and once against a cluster of three `serve --cluster` shards whose
+tables span the shards (`ClusterNodes`), through `milliscale.Cluster`.
+A test about a single server's specifics is marked
+``@pytest.mark.single_server("why")`` and skipped on the cluster, its
+reason in the report; python/README.md lists them.
+"""
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -18,7 +28,7 @@ try:
 except ImportError:  # run from a checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from milliscale import Client  # noqa: E402
+from milliscale import Client, Cluster  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -111,6 +121,71 @@ class Server(Process):
         return Client(self.address, token)
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Shards:
+    """Three `milliscale serve --cluster` shards: the map on the emulator,
+    published by `milliscale cluster init` with `init_args` (how the key
+    space splits), and each shard's database in a bucket of its own."""
+
+    def __init__(self, emulator, init_args: list[str], *extra: str):
+        self.map_store = emulator.fresh_store()
+        self.stores = [emulator.fresh_store() for _ in range(3)]
+        self.addrs = [f"127.0.0.1:{free_port()}" for _ in range(3)]
+        init = [binary(), "cluster", "init", "--map", self.map_store, *init_args]
+        for a, s in zip(self.addrs, self.stores):
+            init += ["--shard", f"{a}={s}"]
+        subprocess.run(init, check=True, env=ENV, capture_output=True)
+        self.procs = [
+            Process(
+                [binary(), "serve", "--cluster", self.map_store, "--shard", str(i), "--store", self.stores[i],
+                 "--termination-timeout-ms", "300", *extra],
+                f"shard {i}",
+            )
+            for i in range(3)
+        ]
+
+    def stop(self) -> None:
+        for p in self.procs:
+            code, err = p.stop()
+            assert code == 0, f"a shard exited {code}: {err}"
+
+
+#: Where the suite's cluster splits its key space: the tables the tests
+#: use (`t`, `u`, `bank`, `transfers`) each span two or three shards (the
+#: ranges go to the shards in turn, in key order). Under this map the
+#: write-skew test's `x` and `y` are on different shards, and so are the
+#: two-table batch's keys, the bank's accounts and the scan test's rows.
+SUITE_SPLITS = [
+    "bank=acct00022", "bank=acct00043",
+    "t=k01250", "t=m", "t=x", "t=y",
+    "transfers=t/4", "u=m",
+]
+
+
+class ClusterNodes(Shards):
+    """The cluster the suite runs against, in place of one server: started
+    once per session; after each test its tables are dropped."""
+
+    def __init__(self, emulator):
+        split = [a for s in SUITE_SPLITS for a in ("--split", s)]
+        super().__init__(emulator, split)
+        #: A client opens the cluster through any node; this one.
+        self.address = self.addrs[0]
+
+    def client(self, token=None) -> Cluster:
+        return Cluster(self.address, token)
+
+    def clear(self) -> None:
+        with self.client() as c:
+            for t in c.list_tables():
+                c.drop_table(t)
+
+
 @pytest.fixture(scope="session")
 def emulator():
     e = Emulator()
@@ -123,9 +198,31 @@ def store(emulator):
     return emulator.fresh_store()
 
 
-@pytest.fixture
-def server(store):
-    s = Server(store)
+@pytest.fixture(scope="session")
+def cluster_nodes(emulator):
+    c = ClusterNodes(emulator)
+    yield c
+    c.stop()
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "single_server(why): about one server's specifics; skipped on a cluster"
+    )
+
+
+@pytest.fixture(params=["server", "cluster"])
+def server(request):
+    """One `milliscale serve`, or the cluster (see the module's comment)."""
+    if request.param == "cluster":
+        mark = request.node.get_closest_marker("single_server")
+        if mark:
+            pytest.skip(f"a single server's specifics: {mark.args[0]}")
+        nodes = request.getfixturevalue("cluster_nodes")
+        yield nodes
+        nodes.clear()
+        return
+    s = Server(request.getfixturevalue("store"))
     yield s
     code, err = s.stop()
     assert code == 0, f"the server exited {code}: {err}"

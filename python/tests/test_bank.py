@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from milliscale import Batch
+from milliscale import Batch, Cluster
 
 ACCOUNTS = 64
 BALANCE = 1000
@@ -32,7 +32,7 @@ def test_eight_processes_keep_the_total(server, db):
     workers = [
         subprocess.Popen(
             [sys.executable, str(WORKER), server.address, "--accounts", str(ACCOUNTS),
-             "--seconds", "6", "--seed", str(i)],
+             "--seconds", "6", "--seed", str(i), *(["--cluster"] if isinstance(db, Cluster) else [])],
             stdout=subprocess.PIPE, text=True,
         )
         for i in range(8)

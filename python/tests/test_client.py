@@ -12,6 +12,7 @@ from conftest import Server
 from milliscale import Client, ConflictError, MilliscaleError, StatusCode
 
 
+@pytest.mark.single_server("a transaction held open on the server, and status()")
 def test_calls_after_close_fail_clearly(server):
     c = server.client()
     c.create_table("t")
@@ -36,6 +37,7 @@ def test_calls_after_close_fail_clearly(server):
             t2.put("t", b"k", b"mine")  # no conflict
 
 
+@pytest.mark.single_server("a transaction held open on the server, and status()")
 def test_a_transaction_dropped_unfinished_is_aborted_with_the_next_call(db):
     db.create_table("t")
     tx = db.transaction()
@@ -55,6 +57,7 @@ def test_a_transaction_dropped_unfinished_is_aborted_with_the_next_call(db):
     assert db.get("t", b"k") == b"kept"
 
 
+@pytest.mark.single_server("a write takes its key when written; a cluster's transactions conflict at commit (optimistic)")
 def test_an_open_transaction_holds_its_keys(db):
     """The other side of the test above: while a transaction is open,
     another one's write of the same key conflicts."""
@@ -101,6 +104,7 @@ def test_tls_checks_the_name_on_the_certificate(tls_server):
             make().list_tables()
 
 
+@pytest.mark.single_server("a cluster refuses the value at put, by the value limit, before any message is built")
 def test_a_value_over_the_message_limit_is_refused_naming_the_limit(db):
     """40 MiB against the 16 MiB limit: OUT_OF_RANGE, with the limit's real
     figure and where it is set, and the connection goes on."""

@@ -7,7 +7,6 @@ isolation level refused by name, and the errors a user meets."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ENV, Process, binary
+from conftest import ENV, Shards
 from milliscale import (
     Cluster,
     ConflictError,
@@ -28,42 +27,9 @@ ACCOUNTS = 12
 INITIAL = 100
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Shards:
-    """Three shards: the map on the emulator, each shard's database in a
-    bucket of its own, the tables `bank` and `retwis` split evenly."""
-
-    def __init__(self, emulator):
-        map_store = emulator.fresh_store()
-        stores = [emulator.fresh_store() for _ in range(3)]
-        self.addrs = [f"127.0.0.1:{free_port()}" for _ in range(3)]
-        init = [binary(), "cluster", "init", "--map", map_store, "--even-table", "bank"]
-        for a, s in zip(self.addrs, stores):
-            init += ["--shard", f"{a}={s}"]
-        subprocess.run(init, check=True, env=ENV, capture_output=True)
-        self.procs = [
-            Process(
-                [binary(), "serve", "--cluster", map_store, "--shard", str(i), "--store", stores[i],
-                 "--termination-timeout-ms", "300"],
-                f"shard {i}",
-            )
-            for i in range(3)
-        ]
-
-    def stop(self) -> None:
-        for p in self.procs:
-            code, err = p.stop()
-            assert code == 0, f"a shard exited {code}: {err}"
-
-
 @pytest.fixture
 def shards(emulator):
-    s = Shards(emulator)
+    s = Shards(emulator, ["--even-table", "bank"])
     yield s
     s.stop()
 

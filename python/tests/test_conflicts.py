@@ -7,6 +7,7 @@ import pytest
 from milliscale import ConflictError, Isolation
 
 
+@pytest.mark.single_server("a write takes its key when written; a cluster's transactions conflict at commit (optimistic)")
 def test_a_write_write_conflict_is_retryable(db):
     db.create_table("t")
     db.put("t", b"k", b"0")
@@ -21,7 +22,10 @@ def test_a_write_write_conflict_is_retryable(db):
     assert db.get("t", b"k") == b"a"
 
 
-@pytest.mark.parametrize("level", [Isolation.SNAPSHOT, Isolation.SERIALIZABLE])
+@pytest.mark.parametrize(
+    "level",
+    [pytest.param(Isolation.SNAPSHOT, marks=pytest.mark.single_server("SNAPSHOT isolation")), Isolation.SERIALIZABLE],
+)
 def test_the_retry_helper_loses_no_increment(server, level):
     """8 threads add 1 to one counter 20 times each, every increment a
     read-modify-write under Client.run: the counter ends at 160, and some

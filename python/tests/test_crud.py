@@ -27,7 +27,13 @@ def test_put_get_delete(db):
     assert db.delete("t", b"k") is True
     assert db.delete("t", b"k") is False
     assert db.get("t", b"k") is None
-    assert db.wait_for(t2) > t2
+
+
+@pytest.mark.single_server("wait_for a token (a cluster's commits are durable when acknowledged)")
+def test_wait_for_a_token(db):
+    db.create_table("t")
+    t = db.put("t", b"k", b"v")
+    assert db.wait_for(t) > t
 
 
 def test_transactions_commit_or_abort(db):
@@ -42,6 +48,12 @@ def test_transactions_commit_or_abort(db):
             tx.put("t", b"a", b"lost")
             raise RuntimeError("the block fails")
     assert db.get("t", b"a") == b"1"
+
+
+@pytest.mark.single_server("patches (a cluster's transactions write whole values)")
+def test_a_patch_changes_part_of_a_value(db):
+    db.create_table("t")
+    db.put("t", b"a", b"1")
     with db.transaction() as tx:
         tx.patch("t", b"a", 0, b"9")
     assert db.get("t", b"a") == b"9"

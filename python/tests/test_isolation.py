@@ -5,6 +5,7 @@ import pytest
 from milliscale import ConflictError, Isolation
 
 
+@pytest.mark.single_server("SNAPSHOT and READ_COMMITTED isolation")
 def test_snapshot_and_read_committed(db):
     db.create_table("t")
     db.put("t", b"x", b"old")
@@ -15,12 +16,16 @@ def test_snapshot_and_read_committed(db):
         assert rc.get("t", b"x") == b"new"  # the latest commit
 
 
+@pytest.mark.single_server("the default isolation (a cluster's is SERIALIZABLE)")
 def test_the_default_is_snapshot_isolation(db):
     with db.transaction() as tx:
         assert tx.isolation == Isolation.SNAPSHOT
 
 
-@pytest.mark.parametrize("level,both_commit", [(Isolation.SNAPSHOT, True), (Isolation.SERIALIZABLE, False)])
+@pytest.mark.parametrize(
+    "level,both_commit",
+    [pytest.param(Isolation.SNAPSHOT, True, marks=pytest.mark.single_server("SNAPSHOT isolation")), (Isolation.SERIALIZABLE, False)],
+)
 def test_write_skew(db, level, both_commit):
     """Each transaction reads both keys and writes one: snapshot isolation
     lets both commit; serializable refuses the second."""
@@ -43,6 +48,7 @@ def test_write_skew(db, level, both_commit):
         assert e.value.retryable
 
 
+@pytest.mark.single_server("SNAPSHOT isolation")
 def test_first_updater_wins_under_snapshot_isolation(db):
     db.create_table("t")
     db.put("t", b"x", b"0")
@@ -55,6 +61,7 @@ def test_first_updater_wins_under_snapshot_isolation(db):
     assert db.get("t", b"x") == b"1"
 
 
+@pytest.mark.single_server("durable_snapshot (a cluster reads only durable commits anyway)")
 def test_read_only_at_the_durable_snapshot(db):
     db.create_table("t")
     token = db.put("t", b"k", b"v")

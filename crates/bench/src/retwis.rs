@@ -292,7 +292,7 @@ async fn session(
                 tx.put(TABLE, k, value.as_bytes())?;
             }
             let shards = tx.shards().len();
-            tx.commit().await.map(|()| shards)
+            tx.commit().await.map(|_| shards)
         }
         .await;
         let took = started.elapsed().as_nanos().max(1) as u64;

@@ -86,9 +86,11 @@ pub(crate) struct InitArgs {
     /// `ADDR=STORE_URL`. Repeat for each shard, in order.
     #[arg(long = "shard", value_name = "ADDR=STORE_URL", required = true)]
     shards: Vec<String>,
-    /// The first key of each shard after the first, in order (one fewer
-    /// than the shards), as `TABLE=KEY`. Default: each `--even-table`
-    /// split evenly.
+    /// A key where a range begins, as `TABLE=KEY` (repeat: at least one
+    /// fewer than the shards). The ranges, in key order, go to the shards
+    /// in turn: the first (from the start of the key space) to shard 0,
+    /// the next to shard 1, and so on, starting over after the last
+    /// shard. Default: each `--even-table` split evenly.
     #[arg(long = "split", value_name = "TABLE=KEY", conflicts_with = "even_table")]
     splits: Vec<String>,
     /// Without `--split`: a table whose `bench retwis`-style keys (`r` and
@@ -141,20 +143,29 @@ fn init(a: InitArgs) -> Result<(), Failure> {
             ranges.extend(milliscale_bench::retwis::even_splits(t, n).into_iter().zip(1..));
         }
     } else {
-        if a.splits.len() + 1 != a.shards.len() {
+        if a.splits.len() + 1 < a.shards.len() {
             return Err(Failure::Usage(format!(
-                "{} shards need {} split keys, not {}",
+                "{} shards need at least {} split keys, not {}",
                 n,
                 n - 1,
                 a.splits.len()
             )));
         }
-        for (s, shard) in a.splits.iter().zip(1..) {
+        let mut keys = Vec::new();
+        for s in &a.splits {
             let (table, key) = s
                 .split_once('=')
                 .ok_or_else(|| Failure::Usage(format!("--split {s}: expected TABLE=KEY")))?;
-            ranges.push((cluster_key(table, key.as_bytes()), shard));
+            keys.push(cluster_key(table, key.as_bytes()));
         }
+        keys.sort();
+        if keys.first().is_some_and(|k| k.is_empty()) || keys.windows(2).any(|w| w[0] == w[1]) {
+            return Err(Failure::Usage(
+                "--split keys must differ from each other and from the start of the key space"
+                    .into(),
+            ));
+        }
+        ranges.extend(keys.into_iter().zip(1..).map(|(k, i)| (k, i % n)));
     }
     let mut shards = std::collections::BTreeMap::new();
     for (i, s) in a.shards.iter().enumerate() {
@@ -355,7 +366,7 @@ fn bank(a: BankArgs) -> Result<(), Failure> {
                 }
                 .await;
                 match r {
-                    Ok(()) => {
+                    Ok(_) => {
                         // One write per line: a kill leaves at most a last line
                         // without its newline, which readers skip.
                         let line = format!("{} {seq} {from} {to} {amount}\n", a.client_id);

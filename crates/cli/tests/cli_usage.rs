@@ -223,12 +223,19 @@ fn cluster_init_publishes_the_first_map_once_and_checks_its_arguments() {
         c.output().expect("run")
     };
     let shards = ["--shard", "127.0.0.1:7001=memory://", "--shard", "127.0.0.1:7002=memory://"];
-    // Two split keys for two shards: refused, exit 2, and nothing published.
+    // Too few split keys for three shards, or one given twice: refused,
+    // exit 2, and nothing published.
     let mut bad = shards.to_vec();
-    bad.extend(["--split", "t=a", "--split", "t=b"]);
+    bad.extend(["--shard", "127.0.0.1:7003=memory://", "--split", "t=a"]);
     let refused = init(&bad);
     assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
-    assert!(stderr(&refused).contains("2 shards need 1 split keys, not 2"), "{}", stderr(&refused));
+    let e = stderr(&refused);
+    assert!(e.contains("3 shards need at least 2 split keys, not 1"), "{e}");
+    let mut twice = shards.to_vec();
+    twice.extend(["--split", "t=a", "--split", "t=a"]);
+    let refused = init(&twice);
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    assert!(stderr(&refused).contains("must differ"), "{}", stderr(&refused));
     let mut args = shards.to_vec();
     args.extend(["--even-table", "bank", "--even-table", "retwis"]);
     let ok = init(&args);
@@ -245,4 +252,26 @@ fn cluster_init_publishes_the_first_map_once_and_checks_its_arguments() {
     let owners: Vec<u64> =
         m["ranges"].as_array().expect("ranges").iter().map(|r| r[1].as_u64().expect("n")).collect();
     assert_eq!(owners, [0, 0, 1, 0, 1]);
+
+    // More split keys than shards, given out of order: the ranges, in key
+    // order, go to the shards in turn.
+    let dealt = format!("{}/dealt", url(dir.path()));
+    let mut args = vec!["cluster", "init", "--map", &dealt];
+    args.extend(shards);
+    args.extend(["--split", "u=m", "--split", "t=x", "--split", "t=c"]);
+    let ok = bin().args(&args).output().expect("run");
+    assert!(ok.status.success(), "{}", stderr(&ok));
+    let shown = bin().args(["cluster", "show", "--map", &dealt]).output().expect("run");
+    let m: serde_json::Value = serde_json::from_slice(&shown.stdout).expect("json");
+    let ranges: Vec<(String, u64)> = m["ranges"]
+        .as_array()
+        .expect("ranges")
+        .iter()
+        .map(|r| {
+            let key: Vec<u8> = serde_json::from_value(r[0].clone()).expect("a key's bytes");
+            (String::from_utf8_lossy(&key).replace('\0', "/"), r[1].as_u64().expect("n"))
+        })
+        .collect();
+    let want = [("", 0), ("t/c", 1), ("t/x", 0), ("u/m", 1)];
+    assert_eq!(ranges, want.map(|(k, s)| (k.to_owned(), s)));
 }

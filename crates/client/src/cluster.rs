@@ -404,11 +404,13 @@ impl Cluster {
     }
 
     /// Write one key (a transaction of its own); durable on return.
-    pub async fn put(&self, table: &str, key: &[u8], value: &[u8]) -> Result<()> {
+    /// Returns the commit timestamp.
+    pub async fn put(&self, table: &str, key: &[u8], value: &[u8]) -> Result<u64> {
         crate::retry(8, || async {
             let mut tx = self.begin();
             tx.put(table, key, value)?;
-            tx.commit().await
+            let ts = tx.commit().await?;
+            Ok(ts.expect("a transaction that wrote has a commit timestamp"))
         })
         .await
     }
@@ -558,6 +560,8 @@ impl Cluster {
                             | tonic::Code::InvalidArgument
                             | tonic::Code::PermissionDenied
                             | tonic::Code::Unauthenticated
+                            // Over a message limit: refused unread.
+                            | tonic::Code::OutOfRange
                     ) =>
                 {
                     return Some(Err(Error::from(st)));

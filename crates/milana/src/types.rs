@@ -79,6 +79,12 @@ pub const TABLE_NAME_BYTES_MAX: usize = 255;
 #[cfg(feature = "engine")]
 const _: () = assert!(TABLE_NAME_BYTES_MAX == milliscale::limits::TABLE_NAME_BYTES_MAX);
 
+/// The largest value: the engine's (`milliscale::limits::VALUE_BYTES_MAX`).
+pub const VALUE_BYTES_MAX: usize = 256 * 1024;
+
+#[cfg(feature = "engine")]
+const _: () = assert!(VALUE_BYTES_MAX == milliscale::limits::VALUE_BYTES_MAX);
+
 /// Whether a cluster may have a table of this name: 1 to 255 bytes,
 /// without `0x00` (which ends the name in a [`cluster_key`]) and not
 /// starting with `_milana.` (the shards' own tables).

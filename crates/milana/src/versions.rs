@@ -172,6 +172,39 @@ pub const fn key_bytes_max(max: usize) -> usize {
     (max - KEY_END.len() - STAMP_BYTES) / 2
 }
 
+/// The longest key of `table` a cluster holds: its versioned row key
+/// (`_milana.rows`: table, `0x00`, the key escaped, a version stamp) must
+/// fit the engine's key limit (1024 bytes), so it is 505 bytes less the
+/// table name's length and 1, whatever the key's bytes.
+pub fn table_key_bytes_max(table: &str) -> usize {
+    key_bytes_max(ENGINE_KEY_BYTES_MAX).saturating_sub(table.len() + 1)
+}
+
+/// The engine's key limit (`milliscale::limits::KEY_BYTES_MAX`).
+const ENGINE_KEY_BYTES_MAX: usize = 1024;
+
+#[cfg(feature = "engine")]
+const _: () = assert!(ENGINE_KEY_BYTES_MAX == milliscale::limits::KEY_BYTES_MAX);
+
+/// Whether a cluster takes `value` under `key` of `table` (the sizes).
+pub fn write_ok(table: &str, key: &[u8], value: Option<&[u8]>) -> Result<(), String> {
+    let max = table_key_bytes_max(table);
+    if key.len() > max {
+        return Err(format!(
+            "a key of {} bytes is over a cluster's limit of {max} bytes for table {table:?}",
+            key.len()
+        ));
+    }
+    if let Some(v) = value.filter(|v| v.len() > crate::types::VALUE_BYTES_MAX) {
+        return Err(format!(
+            "value of {} bytes exceeds the {}-byte limit",
+            v.len(),
+            crate::types::VALUE_BYTES_MAX
+        ));
+    }
+    Ok(())
+}
+
 /// The user key and version of an engine key made by [`versioned_key`];
 /// `None` for bytes it cannot have made.
 pub fn split_versioned_key(bytes: &[u8]) -> Option<(Key, CommitTs)> {

@@ -101,7 +101,7 @@ async fn transfer(c: &Cluster, from: u32, to: u32, amount: u64) -> milliscale_cl
         let amount = amount.min(bf);
         tx.put(TABLE, &account(from), (bf - amount).to_string().as_bytes())?;
         tx.put(TABLE, &account(to), (bt + amount).to_string().as_bytes())?;
-        tx.commit().await
+        tx.commit().await.map(|_| ())
     })
     .await
 }
@@ -319,10 +319,21 @@ async fn a_coordinator_dead_mid_commit_blocks_nothing_past_the_timeout() {
     assert!(!late.into_inner().yes, "a prepare after the abort is refused");
     // A shard restarted while a transaction is prepared on it and
     // undecided: it finds the prepare in its tables and asks the other
-    // participant, which committed.
+    // participant, which committed. On shard 2 the prepare writes 800 KiB,
+    // more than one engine value holds: its row is kept in pieces.
     let mut s2 = raw(f.addrs[2]).await;
+    let big = vec![b'9'; 200 << 10];
     for (key, s) in [(account(2), &mut s0), (account(8), &mut s2)] {
-        let v = s.shard_prepare(prepare(52, 1, key, vec![0, 2])).await.expect("vote");
+        let mut p = prepare(52, 1, key, vec![0, 2]);
+        if s.shard_info(proto::ShardInfoRequest {}).await.expect("info").into_inner().shard == 2 {
+            p.writes = (8..12)
+                .map(|i| proto::ShardWrite {
+                    key: Some(proto::TableKey { table: TABLE.into(), key: account(i).into() }),
+                    value: Some(big.clone().into()),
+                })
+                .collect();
+        }
+        let v = s.shard_prepare(p).await.expect("vote");
         assert!(v.into_inner().yes);
     }
     let decide = proto::ShardDecideRequest { txn: txn(52, 1), commit: true, ts: 0 };
@@ -333,9 +344,19 @@ async fn a_coordinator_dead_mid_commit_blocks_nothing_past_the_timeout() {
     let (server, db) = start_shard(&f, 2).await;
     assert_eq!(server.shard().expect("a shard").recovery().asked, 1, "its prepare, to ask about");
     f.servers[2] = Some((server, db));
+    for i in 9..12 {
+        assert_eq!(c.get(TABLE, &account(i)).await.expect("read"), Some(big.clone()));
+    }
     let took = unblocked(&c, &account(8)).await;
     assert!(took < Duration::from_secs(3), "blocked for {took:?} after the restart");
     assert_eq!(status(&mut raw(f.addrs[2]).await, 52, 1).await, committed);
+    // Its decision replaced every piece: another restart finds nothing
+    // to ask about.
+    let (server, db) = f.servers[2].take().expect("shard 2");
+    server.shutdown().await;
+    db.close().await.expect("close");
+    let (server, _db) = start_shard(&f, 2).await;
+    assert_eq!(server.shard().expect("a shard").recovery().asked, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -258,7 +258,7 @@ impl ClusterConnection {
         Ok(t.as_ref().ok_or_else(ended)?.shards())
     }
 
-    fn tx_commit(&self, py: Python<'_>, tx: &NativeClusterTransaction) -> PyResult<()> {
+    fn tx_commit(&self, py: Python<'_>, tx: &NativeClusterTransaction) -> PyResult<Option<u64>> {
         let o = self.open()?;
         let t = tx.tx.lock().unwrap_or_else(PoisonError::into_inner).take().ok_or_else(ended)?;
         self.run(py, &o, t.commit())

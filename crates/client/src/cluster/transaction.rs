@@ -1,7 +1,7 @@
 //! A transaction on a cluster: reads at its begin timestamp, buffered
 //! writes, and the commit the client coordinates (see the parent module).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use milliscale_milana::coordinator::ClientTxn;
 use milliscale_milana::types::{CommitTs, ShardId, cluster_key, split_cluster_key};
@@ -107,12 +107,13 @@ impl ClusterTransaction {
     /// Write `value` under `key` of `table` (at commit).
     pub fn put(&mut self, table: &str, key: &[u8], value: &[u8]) -> Result<()> {
         check_table(table)?;
+        milliscale_milana::versions::write_ok(table, key, Some(value)).map_err(Error::invalid)?;
         self.txn.writes.insert(cluster_key(table, key), Some(value.to_vec()));
         Ok(())
     }
 
-    /// The rows of `table` in `range`, at the transaction's timestamp
-    /// (this transaction's own writes are not in them). Each shard holding
+    /// The rows of `table` in `range`, at the transaction's timestamp,
+    /// with this transaction's own writes in them. Each shard holding
     /// part of the range is scanned in key order; the commit validates the
     /// ranges (no row changed or appeared in them since: no phantom). A
     /// reverse scan reads the whole range and reverses it at the client.
@@ -135,7 +136,18 @@ impl ClusterTransaction {
         range: &KeyRange,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         let map = self.cluster.map();
-        let limit = if range.reverse { 0 } else { range.limit };
+        // This transaction's writes in the range: each may hide one row
+        // the shards hold, so a limited scan reads that many more.
+        let own: Vec<(Vec<u8>, Option<Vec<u8>>)> = self
+            .txn
+            .writes
+            .range(lo.to_vec()..hi.to_vec())
+            .map(|(k, v)| (split_cluster_key(k).map_or(Vec::new(), |(_, k)| k.to_vec()), v.clone()))
+            .collect();
+        let limit = match (range.reverse, range.limit) {
+            (true, _) | (false, 0) => 0,
+            (false, n) => n + own.len() as u64,
+        };
         let mut rows: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
         for (i, (first, shard)) in map.ranges.iter().enumerate() {
             let next = map.ranges.get(i + 1).map(|(k, _)| k.as_slice());
@@ -165,11 +177,24 @@ impl ClusterTransaction {
                 break;
             }
         }
+        if !own.is_empty() {
+            // The shards' rows are every row up to the last one read (all
+            // of them if fewer than asked came back): the own writes laid
+            // over them, then cut to the limit below, are exact.
+            let mut merged: BTreeMap<Vec<u8>, Vec<u8>> = rows.into_iter().collect();
+            for (k, v) in own {
+                match v {
+                    Some(v) => merged.insert(k, v),
+                    None => merged.remove(&k),
+                };
+            }
+            rows = merged.into_iter().collect();
+        }
         if range.reverse {
             rows.reverse();
-            if range.limit != 0 {
-                rows.truncate(usize::try_from(range.limit).unwrap_or(usize::MAX));
-            }
+        }
+        if range.limit != 0 {
+            rows.truncate(usize::try_from(range.limit).unwrap_or(usize::MAX));
         }
         Ok(rows)
     }
@@ -177,6 +202,8 @@ impl ClusterTransaction {
     /// Delete `key` of `table` (at commit); whether it held a value (a
     /// read of it, which the commit validates).
     pub async fn delete(&mut self, table: &str, key: &[u8]) -> Result<bool> {
+        check_table(table)?;
+        milliscale_milana::versions::write_ok(table, key, None).map_err(Error::invalid)?;
         let existed = self.get(table, key).await?.is_some();
         self.txn.writes.insert(cluster_key(table, key), None);
         Ok(existed)
@@ -195,16 +222,18 @@ impl ClusterTransaction {
     /// Abort: nothing was sent to be undone.
     pub fn abort(self) {}
 
-    /// Commit (see the module's comment). An error of kind `unknown` means
-    /// the outcome is not known (votes did not come back): do not report
-    /// it either way.
-    pub async fn commit(self) -> Result<()> {
+    /// Commit (see the module's comment). Returns the commit timestamp
+    /// (the version its writes carry on every shard, µs of the hybrid
+    /// clock), or `None` for a transaction that wrote nothing. An error
+    /// of kind `unknown` means the outcome is not known (votes did not
+    /// come back): do not report it either way.
+    pub async fn commit(self) -> Result<Option<u64>> {
         let cluster = self.cluster.clone();
         let txn = &self.txn;
         let local = cluster.inner.builder.local_validation;
         if txn.read_only() && (local || txn.reads.is_empty()) {
             return if txn.locally_valid() {
-                Ok(())
+                Ok(None)
             } else {
                 Err(Error::conflict(
                     "a key read had a prepared write below the read time; run it again".into(),
@@ -279,6 +308,6 @@ impl ClusterTransaction {
         if shards.len() > 1 {
             cluster.decide(txn.id, version.ts, &shards, true);
         }
-        Ok(())
+        Ok((!txn.read_only()).then_some(version.ts))
     }
 }

@@ -20,7 +20,9 @@
 //!   clients' low-water marks and every shard's oldest undecided
 //!   timestamp (asked with `ShardInfo`; an unreachable shard stops it);
 //! - a key the current shard map does not give this shard is refused
-//!   (FAILED_PRECONDITION, kind `wrong_shard`).
+//!   (FAILED_PRECONDITION, kind `wrong_shard`);
+//! - a read or scan that meets a prepared write below its timestamp waits
+//!   for its decision (up to the termination timeout) and reads again.
 
 mod catalog;
 mod peers;
@@ -137,6 +139,8 @@ pub struct Shard {
     state: Mutex<State>,
     /// The durable read lease, for reads waiting on a renewal.
     lease: watch::Sender<Timestamp>,
+    /// Woken by each decision, for reads waiting on a prepared write.
+    decided: tokio::sync::Notify,
     peers: Mutex<HashMap<ShardId, MilliscaleClient<Channel>>>,
     stop: watch::Sender<bool>,
     started: Recovery,
@@ -226,6 +230,7 @@ impl Shard {
             map_read: Mutex::new(Instant::now()),
             state: Mutex::new(state),
             lease: watch::Sender::new(lease),
+            decided: tokio::sync::Notify::new(),
             peers: Mutex::new(HashMap::new()),
             stop,
         });
@@ -322,10 +327,7 @@ impl Shard {
         if !st.names.contains(&k.table) {
             return Err(engine(&milliscale::Error::TableNotFound(k.table)));
         }
-        if k.key.len()
-            > milliscale_milana::versions::key_bytes_max(milliscale::limits::KEY_BYTES_MAX)
-                .saturating_sub(k.table.len() + 1)
-        {
+        if k.key.len() > milliscale_milana::versions::table_key_bytes_max(&k.table) {
             return Err(refuse::invalid(format!(
                 "a key of {} bytes is over a cluster's limit for table {:?}",
                 k.key.len(),
@@ -348,20 +350,20 @@ impl Shard {
             r.keys.into_iter().map(|k| self.key_of(&st, Some(k))).collect::<Result<Vec<_>, _>>()?
         };
         let at = r.at;
-        let results = self
-            .under_lease(at, r.client, r.low_water, |st| {
-                keys.iter()
-                    .map(|k| {
-                        let r = st.p.read(k, at);
-                        proto::ShardReadResult {
-                            version: Some(ts_to(r.version)),
-                            value: r.value.map(Into::into),
-                            prepared_below: r.prepared_below,
-                        }
-                    })
-                    .collect()
-            })
-            .await?;
+        let read = |st: &mut State| -> Vec<proto::ShardReadResult> {
+            keys.iter()
+                .map(|k| {
+                    let r = st.p.read(k, at);
+                    proto::ShardReadResult {
+                        version: Some(ts_to(r.version)),
+                        value: r.value.map(Into::into),
+                        prepared_below: r.prepared_below,
+                    }
+                })
+                .collect()
+        };
+        let pending = |r: &Vec<proto::ShardReadResult>| r.iter().any(|r| r.prepared_below);
+        let results = self.settled(at, r.client, r.low_water, read, pending).await?;
         Ok(proto::ShardReadResponse { results })
     }
 
@@ -381,9 +383,8 @@ impl Shard {
         self.own_range(&start, &end)?;
         let limit = usize::try_from(r.limit).unwrap_or(usize::MAX);
         let at = r.at;
-        let reply = self
-            .under_lease(at, r.client, r.low_water, |st| st.p.scan(&start, &end, at, limit))
-            .await?;
+        let scan = |st: &mut State| st.p.scan(&start, &end, at, limit);
+        let reply = self.settled(at, r.client, r.low_water, scan, |r| r.prepared_below).await?;
         Ok(proto::ShardScanResponse {
             rows: reply
                 .rows
@@ -396,6 +397,32 @@ impl Shard {
                 .collect(),
             prepared_below: reply.prepared_below,
         })
+    }
+
+    /// Serve a read under the lease; while its answer has a prepared
+    /// write below the read (`pending`), wait for a decision and serve it
+    /// again, up to the termination timeout (then the reader is told).
+    async fn settled<T>(
+        self: &Arc<Self>,
+        at: Timestamp,
+        client: ClientId,
+        low_water: Timestamp,
+        serve: impl Fn(&mut State) -> T,
+        pending: impl Fn(&T) -> bool,
+    ) -> Result<T, Status> {
+        let deadline = Instant::now() + self.opts.termination_timeout;
+        loop {
+            // Listening first: a decision after the read is not missed.
+            let decided = self.decided.notified();
+            tokio::pin!(decided);
+            decided.as_mut().enable();
+            let answer = self.under_lease(at, client, low_water, &serve).await?;
+            let left = deadline.saturating_duration_since(Instant::now());
+            if !pending(&answer) || left.is_zero() {
+                return Ok(answer);
+            }
+            let _ = tokio::time::timeout(left, decided).await;
+        }
     }
 
     /// Serve `serve` under the lock once a durable read lease covers `at`
@@ -561,7 +588,9 @@ impl Shard {
         let wait = {
             let mut st = self.lock();
             st.prepared_at.remove(&txn);
-            match st.p.decide(txn, commit, ts) {
+            let decided = st.p.decide(txn, commit, ts);
+            self.decided.notify_waiters();
+            match decided {
                 Some(r) => Wait::Ack(self.write(&mut st, &[r])?, Some(txn)),
                 None => return Ok(()),
             }
@@ -574,6 +603,8 @@ impl Shard {
         let (status, wait) = {
             let mut st = self.lock();
             let (status, rec) = st.p.status(txn, ts);
+            // An unknown transaction's abort, or a decision it learnt.
+            self.decided.notify_waiters();
             let wait = match rec {
                 Some(r) => Wait::Ack(self.write(&mut st, &[r])?, None),
                 None => Wait::Barrier(st.last_csn),

@@ -4,7 +4,11 @@
 //! - `_milana.rows`: every committed version of every cluster table, one
 //!   row per version under a versioned key (`milana::versions`);
 //! - `_milana.txns`: the transaction table, keyed by transaction
-//!   (`milana::tables::txn_key`), a prepare row then its outcome;
+//!   (`milana::tables::txn_key`), a prepare row then its outcome. A
+//!   prepare row longer than [`CHUNK_BYTES`] (a transaction writing much
+//!   on this shard) is cut into pieces: the first under the transaction's
+//!   key, the others under the key and a 4-byte piece number, so that no
+//!   engine value passes the engine's limit; the decision deletes them;
 //! - `_milana.meta`: the read lease and the forget bound;
 //! - `_milana.tables`: the cluster's table names this shard knows.
 //!
@@ -33,6 +37,10 @@ pub const TXNS: &str = "_milana.txns";
 pub const META: &str = "_milana.meta";
 /// The cluster tables' names.
 pub const NAMES: &str = "_milana.tables";
+
+/// The longest piece of a transaction table row, below the engine's
+/// value limit (`milliscale::limits::VALUE_BYTES_MAX`, 256 KiB).
+pub const CHUNK_BYTES: usize = 192 << 10;
 
 const LEASE_KEY: &[u8] = b"lease";
 const FORGOTTEN_KEY: &[u8] = b"forgotten";
@@ -76,10 +84,24 @@ impl Tables {
         };
         let versions = EngineVersions::staged(tables.db.clone(), ROWS)?;
         let mut tx = tables.db.begin()?;
-        let mut txns = BTreeMap::new();
+        // Rows in key order: a transaction's key, then its row's other
+        // pieces (its key and a piece number), if it has any.
+        let mut pieces: Vec<(TxnId, Vec<u8>)> = Vec::new();
         for row in tx.range(&tables.txns, Bound::Unbounded, Bound::Unbounded, Direction::Forward) {
             let (k, v) = row?;
-            let txn = txn_of(&k)?;
+            let txn = txn_of(&k[..k.len().min(12)])?;
+            match (k.len(), pieces.last_mut()) {
+                (12, _) => pieces.push((txn, v)),
+                (16, Some((last, row))) if *last == txn => row.extend_from_slice(&v),
+                _ => {
+                    return Err(milliscale::Error::Corrupt(format!(
+                        "{TXNS}: a piece of {txn:?}'s row without its first"
+                    )));
+                }
+            }
+        }
+        let mut txns = BTreeMap::new();
+        for (txn, v) in pieces {
             let row = decode_row(&v)
                 .map_err(|e| milliscale::Error::Corrupt(format!("{TXNS} row {txn:?}: {e}")))?;
             txns.insert(txn, row);
@@ -105,14 +127,18 @@ impl Tables {
             match r {
                 Record::Prepare(prep) => {
                     let row = encode_row(&TxnRow::Prepared(prep.clone()));
-                    tx.put(&self.txns, &txn_key(prep.txn), &row)?;
+                    for (i, piece) in row.chunks(CHUNK_BYTES).enumerate() {
+                        tx.put(&self.txns, &piece_key(prep.txn, i as u32), piece)?;
+                    }
                 }
                 Record::Commit(t) => {
                     let ts = p.decided_ts(*t).unwrap_or(0);
                     tx.put(&self.txns, &txn_key(*t), &encode_row(&TxnRow::Committed(ts)))?;
+                    self.delete_pieces(&mut tx, *t)?;
                 }
                 Record::Abort(t, ts) => {
                     tx.put(&self.txns, &txn_key(*t), &encode_row(&TxnRow::Aborted(*ts)))?;
+                    self.delete_pieces(&mut tx, *t)?;
                 }
                 Record::ReadLease(until) => {
                     tx.put(&self.meta, LEASE_KEY, &until.to_be_bytes())?;
@@ -134,6 +160,29 @@ impl Tables {
         Ok((tx.precommit()?, n))
     }
 
+    /// Delete the pieces of `txn`'s prepare row after its first (a
+    /// decision replaces the first).
+    fn delete_pieces(
+        &self,
+        tx: &mut milliscale::AsyncTransaction,
+        txn: TxnId,
+    ) -> milliscale::Result<()> {
+        let (from, to) = (piece_key(txn, 1), piece_key(txn, u32::MAX));
+        let keys = tx
+            .range(
+                &self.txns,
+                Bound::Included(&from[..]),
+                Bound::Included(&to[..]),
+                Direction::Forward,
+            )
+            .map(|r| r.map(|(k, _)| k))
+            .collect::<milliscale::Result<Vec<_>>>()?;
+        for k in keys {
+            tx.delete(&self.txns, &k)?;
+        }
+        Ok(())
+    }
+
     /// The cluster table names this shard knows.
     pub fn names(&self) -> milliscale::Result<Vec<String>> {
         let mut tx = self.db.begin()?;
@@ -144,6 +193,16 @@ impl Tables {
         tx.abort();
         names
     }
+}
+
+/// The key of piece `i` of `txn`'s row: the transaction's key for the
+/// first, then the key and the piece's number.
+fn piece_key(txn: TxnId, i: u32) -> Vec<u8> {
+    let mut k = txn_key(txn).to_vec();
+    if i > 0 {
+        k.extend_from_slice(&i.to_be_bytes());
+    }
+    k
 }
 
 fn txn_of(k: &[u8]) -> milliscale::Result<TxnId> {
