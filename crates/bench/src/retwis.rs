@@ -283,9 +283,9 @@ async fn session(
         let started = Instant::now();
         let mut tx: ClusterTransaction = client.begin();
         let outcome = async {
-            for k in &reads {
-                tx.get(TABLE, k).await?;
-            }
+            // The reads at once: one call per shard holding any of them.
+            let keys: Vec<&[u8]> = reads.iter().map(|k| k.as_slice()).collect();
+            tx.get_many(TABLE, &keys).await?;
             let (c, seq) = tx.id();
             let value = format!("{c}-{seq}");
             for k in &writes {

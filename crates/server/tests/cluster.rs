@@ -112,11 +112,20 @@ fn balance(v: Option<Vec<u8>>) -> u64 {
 
 async fn total(c: &Cluster) -> milliscale_client::Result<u64> {
     milliscale_client::retry(50, || async {
+        // Half the accounts in one call per shard (`get_many`, shards at
+        // once), the other half one by one, and one of each twice: both
+        // paths agree or the total is off.
         let mut tx = c.begin();
-        let mut sum = 0;
-        for i in 0..ACCOUNTS {
+        let keys: Vec<Vec<u8>> = (0..ACCOUNTS / 2).map(account).collect();
+        let many = tx.get_many(TABLE, &keys.iter().map(Vec::as_slice).collect::<Vec<_>>()).await?;
+        assert_eq!(many.len(), keys.len());
+        let mut sum: u64 = many.into_iter().map(balance).sum();
+        for i in ACCOUNTS / 2..ACCOUNTS {
             sum += balance(tx.get(TABLE, &account(i)).await?);
         }
+        let again = tx.get_many(TABLE, &[&account(0), &account(ACCOUNTS - 1)]).await?;
+        assert_eq!(again[0], tx.get(TABLE, &account(0)).await?);
+        assert_eq!(again[1], tx.get(TABLE, &account(ACCOUNTS - 1)).await?);
         tx.commit().await?;
         Ok(sum)
     })

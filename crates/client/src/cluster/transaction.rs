@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use milliscale_milana::coordinator::ClientTxn;
-use milliscale_milana::types::{CommitTs, ShardId, cluster_key, split_cluster_key};
+use milliscale_milana::types::{CommitTs, Key, ShardId, cluster_key, split_cluster_key};
 
 use super::{Cluster, lock, physical_now, table_key, ts_to};
 use crate::{Error, KeyRange, Result, proto};
@@ -77,31 +77,87 @@ impl ClusterTransaction {
 
     /// Read `key` of `table` (this transaction's own write if it wrote it).
     pub async fn get(&mut self, table: &str, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let mut v = self.get_many(table, &[key]).await?;
+        Ok(v.pop().flatten())
+    }
+
+    /// The values of `keys` of `table` at the transaction's timestamp, in
+    /// their order: one `ShardRead` for each shard holding any of them not
+    /// read or written yet, sent at once. Each is a read as [`Self::get`]'s,
+    /// validated at commit. A failed shard's keys are read again as
+    /// `get`'s are (after a map reload on `wrong_shard`).
+    pub async fn get_many(&mut self, table: &str, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
         check_table(table)?;
-        let k = cluster_key(table, key);
-        if let Some(v) = self.txn.writes.get(&k) {
-            return Ok(v.clone());
-        }
-        if let Some(r) = self.txn.reads.get(&k) {
-            return Ok(r.value.clone());
-        }
+        let keys: Vec<Key> = keys.iter().map(|k| cluster_key(table, k)).collect();
         let mut tries = 0;
-        let r = loop {
-            let s = self.cluster.map().shard_of(&k);
-            match self.cluster.read(s, std::slice::from_ref(&k), self.txn.begin).await {
-                Ok(mut r) if r.len() == 1 => break r.remove(0),
-                Ok(_) => {
-                    return Err(Error::local(format!(
-                        "shard {s} answered a read of one key with another count"
-                    )));
+        loop {
+            let map = self.cluster.map();
+            let mut by_shard: BTreeMap<ShardId, Vec<Key>> = BTreeMap::new();
+            for k in &keys {
+                if !self.txn.writes.contains_key(k) && !self.txn.reads.contains_key(k) {
+                    let on = by_shard.entry(map.shard_of(k)).or_default();
+                    if !on.contains(k) {
+                        on.push(k.clone());
+                    }
                 }
+            }
+            match self.read_shards(by_shard).await {
+                Ok(()) => break,
                 Err(e) => self.cluster.after_read_error(e, &mut tries).await?,
             }
-        };
-        lock(&self.cluster.inner.clock).observe(r.version.ts);
-        let value = r.value.clone();
-        self.txn.reads.insert(k, r);
-        Ok(value)
+        }
+        Ok(keys
+            .iter()
+            .map(|k| match self.txn.writes.get(k) {
+                Some(v) => v.clone(),
+                None => self.txn.reads.get(k).and_then(|r| r.value.clone()),
+            })
+            .collect())
+    }
+
+    /// Read each shard's keys, the shards at once; every answer is kept as
+    /// a read, and the first failure is returned.
+    async fn read_shards(&mut self, by_shard: BTreeMap<ShardId, Vec<Key>>) -> Result<()> {
+        let at = self.txn.begin;
+        let mut answers = Vec::with_capacity(by_shard.len());
+        if by_shard.len() == 1 {
+            for (s, keys) in by_shard {
+                let r = self.cluster.read(s, &keys, at).await;
+                answers.push((s, keys, r));
+            }
+        } else {
+            let mut set = tokio::task::JoinSet::new();
+            for (s, keys) in by_shard {
+                let c = self.cluster.clone();
+                set.spawn(async move {
+                    let r = c.read(s, &keys, at).await;
+                    (s, keys, r)
+                });
+            }
+            while let Some(a) = set.join_next().await {
+                answers.push(a.map_err(|e| Error::local(format!("a shard read's task: {e}")))?);
+            }
+        }
+        let mut failed = None;
+        for (s, keys, r) in answers {
+            match r {
+                Ok(replies) if replies.len() == keys.len() => {
+                    for (k, r) in keys.into_iter().zip(replies) {
+                        lock(&self.cluster.inner.clock).observe(r.version.ts);
+                        self.txn.reads.insert(k, r);
+                    }
+                }
+                Ok(_) => {
+                    failed.get_or_insert(Error::local(format!(
+                        "shard {s} answered a read with another count of keys"
+                    )));
+                }
+                Err(e) => {
+                    failed.get_or_insert(e);
+                }
+            }
+        }
+        failed.map_or(Ok(()), Err)
     }
 
     /// Write `value` under `key` of `table` (at commit).
