@@ -81,6 +81,12 @@ class ClusterTransaction:
         """The value of ``key`` at the transaction's timestamp, or ``None``."""
         return self._call("tx_get", table, _b(key))
 
+    def get_many(self, table: str, keys: Sequence[Bytes]) -> list[Optional[bytes]]:
+        """The values of ``keys`` (``None`` where there is none), in their
+        order: one call for each shard holding any of them, the shards at
+        once. Each is a read as :meth:`get`'s, validated at commit."""
+        return self._call("tx_get_many", table, [_b(k) for k in keys])
+
     def put(self, table: str, key: Bytes, value: Bytes) -> None:
         """Write ``value`` under ``key`` (at commit)."""
         self._writes("put")

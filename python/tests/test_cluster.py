@@ -70,6 +70,13 @@ def test_tables_reads_and_writes_span_the_shards(cluster):
             assert tx.get("bank", account(i)) == b"100"
         owners = set(tx.shards())
     assert owners == {0, 1, 2}, "the accounts live on every shard"
+    # Every account in one call per shard; the same values as one by one.
+    with cluster.transaction() as tx:
+        keys = [account(i) for i in range(ACCOUNTS)] + [b"absent"]
+        assert tx.get_many("bank", keys) == [b"100"] * ACCOUNTS + [None]
+        tx.put("bank", account(1), b"mine")
+        assert tx.get_many("bank", [account(1), account(2)]) == [b"mine", b"100"]
+        tx.abort()
     assert cluster.delete("bank", account(0)) is True
     assert cluster.get("bank", account(0)) is None
     assert cluster.delete("bank", account(0)) is False

@@ -202,6 +202,23 @@ impl ClusterConnection {
         Ok(v.map(|v| PyBytes::new(py, &v)))
     }
 
+    /// The values of many keys: one call per shard holding any of them.
+    fn tx_get_many<'py>(
+        &self,
+        py: Python<'py>,
+        tx: &NativeClusterTransaction,
+        table: &str,
+        keys: Vec<Vec<u8>>,
+    ) -> PyResult<Vec<Option<Bound<'py, PyBytes>>>> {
+        let table = table.to_owned();
+        let v = self.with_tx(py, tx, move |mut t| async move {
+            let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+            let r = t.get_many(&table, &refs).await;
+            (t, r)
+        })?;
+        Ok(v.into_iter().map(|v| v.map(|v| PyBytes::new(py, &v))).collect())
+    }
+
     fn tx_put(
         &self,
         tx: &NativeClusterTransaction,
