@@ -492,6 +492,19 @@ impl<V: Versions> Participant<V> {
     }
 
     /// The prepared transactions, with their participants.
+    /// Whether a prepared, undecided transaction writes a key of `table`
+    /// (a drop of the table waits for its decision: a commit decided
+    /// after the drop would write the dropped table's rows again).
+    pub fn prepared_writes_to(&self, table: &str) -> bool {
+        self.txns.values().any(|e| match e {
+            Entry::Prepared(p) => p
+                .writes
+                .iter()
+                .any(|(k, _)| crate::types::split_cluster_key(k).is_some_and(|(t, _)| t == table)),
+            _ => false,
+        })
+    }
+
     pub fn prepared(&self) -> Vec<(TxnId, Vec<ShardId>)> {
         self.txns
             .iter()

@@ -512,3 +512,33 @@ async fn a_scan_spans_the_shards_and_a_phantom_in_it_refuses_the_commit() {
     t1.commit().await.expect("commit");
     assert_eq!(c.get("other", b"summary").await.expect("get"), Some(b"7".to_vec()));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drop_waits_for_the_decisions_of_prepared_writes_to_the_table() {
+    let f = three_shards_collecting(Duration::from_secs(3600)).await;
+    let c = Cluster::connect(f.addrs[0].to_string()).await.expect("connect");
+    c.create_table(TABLE).await.expect("create");
+    let (mut s0, mut s1) = (raw(f.addrs[0]).await, raw(f.addrs[1]).await);
+    for (key, s) in [(account(0), &mut s0), (account(4), &mut s1)] {
+        let v = s.shard_prepare(prepare(60, 1, key, vec![0, 1])).await.expect("vote");
+        assert!(v.into_inner().yes);
+    }
+    // Both voted yes: the coordinator may have acknowledged the commit;
+    // only its decisions are still on their way. A drop asked now must
+    // not let them write the dropped table's rows again.
+    let dropping = tokio::spawn({
+        let c = c.clone();
+        async move { c.drop_table(TABLE).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!dropping.is_finished(), "the drop waits for the decisions");
+    for s in [&mut s0, &mut s1] {
+        let decide = proto::ShardDecideRequest { txn: txn(60, 1), commit: true, ts: 0 };
+        s.shard_decide(decide).await.expect("decide");
+    }
+    dropping.await.expect("task").expect("the drop, once decided");
+    c.create_table(TABLE).await.expect("create again");
+    for i in [0, 4] {
+        assert_eq!(c.get(TABLE, &account(i)).await.expect("read"), None, "account {i}");
+    }
+}

@@ -2,6 +2,8 @@
 //! their rows among the versions. Every shard gets each call (the cluster
 //! client sends it to all).
 
+use std::time::Instant;
+
 use milliscale_milana::types::table_name_ok;
 use tonic::Status;
 
@@ -27,42 +29,68 @@ impl Shard {
         Ok(())
     }
 
-    /// Drop a cluster table's name and its rows here.
+    /// Drop a cluster table's name and its rows here, once no prepared
+    /// transaction writes to it (a commit decided after the drop would
+    /// write its rows again: one acknowledged before the drop was asked
+    /// for has only its decision left to arrive). It waits for those
+    /// decisions up to twice the termination timeout, then refuses,
+    /// retryably.
     pub async fn drop_table(&self, name: &str) -> Result<(), Status> {
-        let ack = {
-            let mut st = self.lock();
-            if !st.names.contains(name) {
-                return Err(engine(&milliscale::Error::TableNotFound(name.into())));
+        let deadline = Instant::now() + 2 * self.opts.termination_timeout;
+        loop {
+            let decided = self.decided.notified();
+            tokio::pin!(decided);
+            decided.as_mut().enable();
+            if let Some(ack) = self.drop_now(name)? {
+                ack.await.map_err(|e| engine(&e))?;
+                return Ok(());
             }
-            let rows = st.p.versions_mut().table().clone();
-            let mut tx = self.tables.db.begin().map_err(|e| engine(&e))?;
-            tx.delete(&self.tables.names, name.as_bytes()).map_err(|e| engine(&e))?;
-            // Every version of every key of the table: the escaped cluster
-            // keys start with the name and an escaped 0x00 (0x00 0xFF).
-            let mut lower = name.as_bytes().to_vec();
-            lower.extend_from_slice(&[0x00, 0xFF]);
-            let mut upper = name.as_bytes().to_vec();
-            upper.extend_from_slice(&[0x01]);
-            let doomed: Vec<Vec<u8>> = tx
-                .range(
-                    &rows,
-                    std::ops::Bound::Included(&lower[..]),
-                    std::ops::Bound::Excluded(&upper[..]),
-                    milliscale::Direction::Forward,
-                )
-                .map(|r| r.map(|(k, _)| k))
-                .collect::<Result<_, _>>()
-                .map_err(|e| engine(&e))?;
-            for k in &doomed {
-                tx.delete(&rows, k).map_err(|e| engine(&e))?;
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(refuse::timeout(format!(
+                    "transactions writing to table {name:?} are still being decided; drop it again"
+                )));
             }
-            let ack = tx.precommit().map_err(|e| engine(&e))?;
-            st.names.remove(name);
-            st.versions = st.versions.saturating_sub(doomed.len() as u64);
-            ack
-        };
-        ack.await.map_err(|e| engine(&e))?;
-        Ok(())
+            let _ = tokio::time::timeout(left, decided).await;
+        }
+    }
+
+    /// The drop's engine transaction, pre-committed; `None` while a
+    /// prepared transaction writes to the table.
+    fn drop_now(&self, name: &str) -> Result<Option<milliscale::CommitAck>, Status> {
+        let mut st = self.lock();
+        if !st.names.contains(name) {
+            return Err(engine(&milliscale::Error::TableNotFound(name.into())));
+        }
+        if st.p.prepared_writes_to(name) {
+            return Ok(None);
+        }
+        let rows = st.p.versions_mut().table().clone();
+        let mut tx = self.tables.db.begin().map_err(|e| engine(&e))?;
+        tx.delete(&self.tables.names, name.as_bytes()).map_err(|e| engine(&e))?;
+        // Every version of every key of the table: the escaped cluster
+        // keys start with the name and an escaped 0x00 (0x00 0xFF).
+        let mut lower = name.as_bytes().to_vec();
+        lower.extend_from_slice(&[0x00, 0xFF]);
+        let mut upper = name.as_bytes().to_vec();
+        upper.extend_from_slice(&[0x01]);
+        let doomed: Vec<Vec<u8>> = tx
+            .range(
+                &rows,
+                std::ops::Bound::Included(&lower[..]),
+                std::ops::Bound::Excluded(&upper[..]),
+                milliscale::Direction::Forward,
+            )
+            .map(|r| r.map(|(k, _)| k))
+            .collect::<Result<_, _>>()
+            .map_err(|e| engine(&e))?;
+        for k in &doomed {
+            tx.delete(&rows, k).map_err(|e| engine(&e))?;
+        }
+        let ack = tx.precommit().map_err(|e| engine(&e))?;
+        st.names.remove(name);
+        st.versions = st.versions.saturating_sub(doomed.len() as u64);
+        Ok(Some(ack))
     }
 
     /// The cluster tables this shard knows.
