@@ -424,8 +424,10 @@ async fn batches_on_one_stream_get_their_own_answers_and_shutdown_ends_the_strea
     // out the grace period for the connection to close.
     let report = s.shutdown().await;
     assert!(report.took < Duration::from_secs(2), "shutdown took {:?}", report.took);
+    // The server is gone: the call is refused (UNAVAILABLE), or cut under
+    // way (CANCELLED) when the connection's close races it.
     let e = streamed.get("t", b"k00-00").await.expect_err("the server is gone");
-    assert_eq!(e.code(), Code::Unavailable, "{e}");
+    assert!(matches!(e.code(), Code::Unavailable | Code::Cancelled), "{e}");
     db.close().await.expect("close");
 }
 
