@@ -92,6 +92,14 @@ class ClusterTransaction:
         self._writes("put")
         self._call("tx_put", table, _b(key), _b(value))
 
+    def patch(self, table: str, key: Bytes, offset: int, data: Bytes) -> None:
+        """Overwrite ``len(data)`` bytes of ``key``'s value at ``offset``
+        (at commit): a read of the value, validated at commit, then a write
+        of the whole new value. Raises if the key has no value or the range
+        passes its end."""
+        self._writes("patch")
+        self._call("tx_patch", table, _b(key), offset, _b(data))
+
     def delete(self, table: str, key: Bytes) -> bool:
         """Delete ``key`` (at commit); whether it had a value."""
         self._writes("delete")
@@ -253,21 +261,16 @@ class Cluster:
         wait_durable: bool = True,
         retries: int = 8,
     ) -> BatchResult:
-        """Run a batch's operations in order as one transaction (the client
-        runs them, one call per read), again up to ``retries`` more times
-        on a retryable error. The result's token is the commit timestamp
-        (``None`` if nothing was written); it is durable on return
-        (``wait_durable`` is accepted for :class:`Client`'s sake). Patches
-        are not offered on a cluster."""
+        """Run a batch's operations in order as one transaction, again up to
+        ``retries`` more times on a retryable error. A batch whose keys all
+        live on one shard is one call: the shard runs it whole. Any other
+        runs at the client, one call per shard read, then the two-phase
+        commit. The result's token is the commit timestamp (``None`` if
+        nothing was written); it is durable on return (``wait_durable`` is
+        accepted for :class:`Client`'s sake). A scan needs a limit of 1 to
+        10,000 rows."""
         _serializable(isolation)
         for kind, _table, _key, _value, limit, *_rest in batch._ops:
-            if kind not in ("get", "put", "delete", "scan"):
-                raise InvalidArgumentError(
-                    f"a cluster's batches take get, put, delete and scan; not {kind}",
-                    StatusCode.INVALID_ARGUMENT,
-                    "invalid_input",
-                    False,
-                )
             if kind == "scan" and limit == 0:
                 raise InvalidArgumentError(
                     "a batch's scan needs a limit above 0",
@@ -275,30 +278,8 @@ class Cluster:
                     "invalid_input",
                     False,
                 )
-        attempts = 0
-        commit: Optional[Commit] = None
-
-        def body(tx: ClusterTransaction) -> list:
-            nonlocal attempts, commit
-            attempts += 1
-            results: list = []
-            for kind, table, key, value, limit, start, end, prefix, reverse in batch._ops:
-                if kind == "get":
-                    results.append(tx.get(table, key))
-                elif kind == "scan":
-                    rows = tx.scan(table, start, end, prefix=prefix, reverse=reverse, limit=limit)
-                    results.append(list(rows))
-                elif kind == "put":
-                    tx.put(table, key, value)
-                    results.append(None)
-                else:
-                    results.append(tx.delete(table, key))
-            # Committed here, not as the block ends, to keep its token.
-            commit = tx.commit()
-            return results
-
-        results = self.run(body, attempts=retries + 1)
-        return BatchResult(results, commit.token if commit else None, True, attempts)
+        results, token, durable, attempts = _native_call(self._conn.execute, batch._ops, False, retries)
+        return BatchResult(results, token, durable, attempts)
 
     def get(self, table: str, key: Bytes) -> Optional[bytes]:
         """Read ``key`` (a read-only transaction of its own)."""

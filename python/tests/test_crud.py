@@ -50,13 +50,15 @@ def test_transactions_commit_or_abort(db):
     assert db.get("t", b"a") == b"1"
 
 
-@pytest.mark.single_server("patches (a cluster's transactions write whole values)")
 def test_a_patch_changes_part_of_a_value(db):
     db.create_table("t")
     db.put("t", b"a", b"1")
     with db.transaction() as tx:
         tx.patch("t", b"a", 0, b"9")
     assert db.get("t", b"a") == b"9"
+    # In a batch, over the batch's own write.
+    db.execute(Batch().put("t", b"b", b"xyz").patch("t", b"b", 1, b"Q"))
+    assert db.get("t", b"b") == b"xQz"
 
 
 def test_scans(db):

@@ -44,7 +44,7 @@ use std::time::Instant;
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
-use milliscale_client::{Batch, Client, CommitAck, Isolation, TxnOptions};
+use milliscale_client::{Batch, BatchResult, Client, Cluster, CommitAck, Isolation, TxnOptions};
 use parking_lot::Mutex;
 use rand::Rng;
 
@@ -83,6 +83,56 @@ pub struct ServerRun {
     /// Send `Status` calls instead of transactions: what an RPC costs by
     /// itself, with no engine work (counted as read-only "transactions").
     pub ping: bool,
+    /// The address is a cluster's node: one-shot transactions through
+    /// the cluster client (`Cluster::execute`).
+    pub cluster: bool,
+}
+
+/// What the sessions send their transactions to.
+#[derive(Clone)]
+enum Target {
+    Server(Box<Client>),
+    Cluster(Cluster),
+}
+
+impl Target {
+    async fn execute(&self, b: Batch) -> milliscale_client::Result<BatchResult> {
+        match self {
+            Target::Server(c) => c.execute(b).await,
+            Target::Cluster(c) => c.execute(b).await,
+        }
+    }
+
+    async fn create_table(&self, name: &str) -> milliscale_client::Result<()> {
+        match self {
+            Target::Server(c) => c.create_table(name).await,
+            Target::Cluster(c) => c.create_table(name).await,
+        }
+    }
+
+    /// The server's CPU seconds so far (a cluster: every shard's).
+    async fn cpu_seconds(&self) -> Result<f64, String> {
+        match self {
+            Target::Server(c) => Ok(c.status().await.map_err(|e| e.to_string())?.cpu_seconds),
+            Target::Cluster(c) => {
+                let mut sum = 0.0;
+                for s in c.status().await {
+                    let server = s.server.ok_or_else(|| {
+                        format!("shard {} did not answer: {:?}", s.shard, s.error)
+                    })?;
+                    sum += server.cpu_seconds;
+                }
+                Ok(sum)
+            }
+        }
+    }
+
+    fn client(&self) -> Result<&Client, String> {
+        match self {
+            Target::Server(c) => Ok(c),
+            Target::Cluster(_) => Err("a cluster runs one-shot transactions only".into()),
+        }
+    }
 }
 
 /// Run YCSB against the server; loads the table first if it is missing.
@@ -101,15 +151,22 @@ pub fn run(cfg: &YcsbConfig, srv: &ServerRun) -> Result<Report, String> {
     rt.block_on(run_async(cfg, srv))
 }
 
-async fn connect(srv: &ServerRun) -> Result<Client, String> {
+async fn connect(srv: &ServerRun) -> Result<Target, String> {
+    if srv.cluster {
+        let mut b = Cluster::builder(srv.addr.clone());
+        if let Some(t) = &srv.token {
+            b = b.token(t.clone());
+        }
+        return b.connect().await.map(Target::Cluster).map_err(|e| e.to_string());
+    }
     let mut b = Client::builder(srv.addr.clone()).streamed_batches(!srv.unary);
     if let Some(t) = &srv.token {
         b = b.token(t.clone());
     }
-    b.connect().await.map_err(|e| e.to_string())
+    b.connect().await.map(|c| Target::Server(Box::new(c))).map_err(|e| e.to_string())
 }
 
-async fn load(client: &Client, cfg: &YcsbConfig) -> Result<bool, String> {
+async fn load(client: &Target, cfg: &YcsbConfig) -> Result<bool, String> {
     match client.create_table(TABLE).await {
         Ok(()) => {}
         Err(e) if e.code() == milliscale_client::Code::AlreadyExists => return Ok(false),
@@ -180,13 +237,13 @@ async fn run_async(cfg: &YcsbConfig, srv: &ServerRun) -> Result<Report, String> 
         }));
     }
     tokio::time::sleep(cfg.warmup).await;
-    let before = clients[0].status().await.map_err(|e| e.to_string())?;
+    let before = clients[0].cpu_seconds().await?;
     let cpu_before = process_cpu();
     phase.store(PHASE_MEASURE, Ordering::SeqCst);
     let started = Instant::now();
     tokio::time::sleep(cfg.duration).await;
     let measured = started.elapsed();
-    let after = clients[0].status().await.map_err(|e| e.to_string())?;
+    let after = clients[0].cpu_seconds().await?;
     let cpu_client = process_cpu() - cpu_before;
     phase.store(PHASE_STOP, Ordering::SeqCst);
     for t in tasks {
@@ -210,6 +267,8 @@ async fn run_async(cfg: &YcsbConfig, srv: &ServerRun) -> Result<Report, String> 
         "one-shot-unary"
     } else if srv.pipelined {
         "one-shot-pipelined"
+    } else if srv.cluster {
+        "one-shot-cluster"
     } else {
         "one-shot"
     };
@@ -228,7 +287,7 @@ async fn run_async(cfg: &YcsbConfig, srv: &ServerRun) -> Result<Report, String> 
     report.config.insert("client_threads".into(), srv.threads.to_string());
     report.config.insert("mode".into(), mode.into());
     let txns = report.committed.max(1) as f64;
-    let server_cpu = after.cpu_seconds - before.cpu_seconds;
+    let server_cpu = after - before;
     report.extra.insert("server_cpu_us_per_txn".into(), server_cpu * 1e6 / txns);
     report.extra.insert("client_cpu_us_per_txn".into(), cpu_client * 1e6 / txns);
     report.extra.insert("server_cpu_cores".into(), server_cpu / measured.as_secs_f64());
@@ -304,7 +363,7 @@ impl Measured {
 /// Session `s` of `sessions` (its share of an open loop's rate),
 /// recording into `stats` (shared by the sessions).
 async fn session(
-    client: &Client,
+    target: &Target,
     cfg: &YcsbConfig,
     chooser: &KeyChooser,
     phase: &AtomicU8,
@@ -354,9 +413,12 @@ async fn session(
         };
         let started = Instant::now();
         let (commit_started, aborts) = match how {
-            How::Interactive => interactive_txn(client, isolation, rmw, &keys, &patches).await?,
-            How::OneShot => one_shot_txn(client, isolation, rmw, &keys, &patches).await?,
+            How::Interactive => {
+                interactive_txn(target.client()?, isolation, rmw, &keys, &patches).await?
+            }
+            How::OneShot => one_shot_txn(target, isolation, rmw, &keys, &patches).await?,
             How::Pipelined => {
+                let client = target.client()?;
                 let b = one_shot_batch(isolation, rmw, &keys, &patches);
                 let sent = client.execute_pipelined(b);
                 let (r, ack) = while_acks(&mut acks, stats, sent).await?;
@@ -365,11 +427,11 @@ async fn session(
                 (started, r.attempts.saturating_sub(1))
             }
             How::Ping => {
-                client.status().await.map_err(|e| e.to_string())?;
+                target.client()?.status().await.map_err(|e| e.to_string())?;
                 (started, 0)
             }
             How::Empty => {
-                client.execute(Batch::new()).await.map_err(|e| e.to_string())?;
+                target.execute(Batch::new()).await.map_err(|e| e.to_string())?;
                 (started, 0)
             }
         };
@@ -450,7 +512,7 @@ fn one_shot_batch(
 /// One transaction as one `Execute`; when its last request started, and
 /// how many times it conflicted.
 async fn one_shot_txn(
-    client: &Client,
+    client: &Target,
     isolation: Isolation,
     rmw: bool,
     keys: &[u64],

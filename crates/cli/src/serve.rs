@@ -187,7 +187,14 @@ pub(crate) fn serve(a: ServeArgs, metrics_elsewhere: bool) -> Result<(), Failure
     // One engine transaction slot per open interactive transaction, and
     // room for the one-shot batches beside them.
     let slots = (options.max_open_txns + 1024).min(milliscale::limits::TRANSACTIONS_MAX);
-    let db_options = store_options(&a.store)?.max_transactions(slots);
+    let mut db_options = store_options(&a.store)?.max_transactions(slots);
+    // A shard's restart replays at most about its live data's worth of
+    // log, however many transactions it has committed (bounded
+    // state), unless the configuration says otherwise.
+    let configured = crate::args::CONFIG.get().and_then(|c| c.checkpoint_log_ratio);
+    if options.cluster.is_some() && configured.is_none() {
+        db_options = db_options.checkpoint_log_ratio(1.0);
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("milliscale-serve")
@@ -451,6 +458,11 @@ pub(crate) struct BenchServerArgs {
     /// measure what a call costs without engine work.
     #[arg(long, conflicts_with = "interactive")]
     pub(crate) ping: bool,
+    /// With --server: the address is a node of a cluster (`serve
+    /// --cluster`): one-shot transactions through the cluster client
+    /// (`Cluster::execute`; a transaction on one shard is one call to it).
+    #[arg(long, conflicts_with_all = ["interactive", "ping", "unary", "empty", "pipelined"])]
+    pub(crate) cluster: bool,
     /// With --server: the bearer token (or MILLISCALE_TOKEN).
     #[arg(long, env = "MILLISCALE_TOKEN", hide_env_values = true)]
     pub(crate) token: Option<String>,
@@ -480,6 +492,7 @@ pub(crate) fn bench_through_server(
         pipelined: a.pipelined,
         empty: a.empty,
         ping: a.ping,
+        cluster: a.cluster,
     };
     Ok(Some(milliscale_bench::ycsb_server::run(cfg, &srv)?))
 }

@@ -41,6 +41,7 @@ use milliscale_milana::types::{
 
 use crate::{Client, ClientBuilder, Error, KeyRange, Result, proto};
 
+mod execute;
 mod transaction;
 pub use transaction::ClusterTransaction;
 

@@ -57,6 +57,16 @@ impl Error {
         }
     }
 
+    /// A key with no value where one was needed (a patch on a cluster).
+    pub(crate) fn not_found(message: &str) -> Error {
+        Error {
+            code: tonic::Code::NotFound,
+            kind: "not_found".into(),
+            retryable: false,
+            message: message.into(),
+        }
+    }
+
     /// The same error, its message prefixed with what was being done.
     pub(crate) fn context(mut self, what: &str) -> Error {
         self.message = format!("{what}: {}", self.message);

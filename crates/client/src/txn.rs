@@ -356,13 +356,13 @@ impl KeyRange {
 /// round trip ([`Client::execute`]).
 #[derive(Debug, Clone, Default)]
 pub struct Batch {
-    ops: Vec<proto::Operation>,
+    pub(crate) ops: Vec<proto::Operation>,
     /// The first operation's table: sent once, in the request, and left
     /// out of every operation on it.
-    table: String,
-    opts: TxnOptions,
+    pub(crate) table: String,
+    pub(crate) opts: TxnOptions,
     durability: Durability,
-    retries: u32,
+    pub(crate) retries: u32,
 }
 
 impl Batch {
@@ -456,7 +456,7 @@ impl Batch {
 /// What a batch returned.
 #[derive(Debug, Clone)]
 pub struct BatchResult {
-    results: Vec<operation_result::Result>,
+    pub(crate) results: Vec<operation_result::Result>,
     /// The commit's token (`None` if the batch wrote nothing).
     pub token: Option<u64>,
     /// True if it was durable when the server answered.

@@ -89,6 +89,66 @@ impl ClientTxn {
         }
         by_shard
     }
+
+    /// How many rows to ask the shards for, for a scan of `[lo, hi)` of
+    /// at most `limit` rows (0: all): each of this transaction's writes in
+    /// the range may hide a row, so that many more; a reverse scan reads
+    /// the whole range (0).
+    pub fn scan_ask(&self, lo: &[u8], hi: &[u8], reverse: bool, limit: u64) -> u64 {
+        match (reverse, limit) {
+            (true, _) | (false, 0) => 0,
+            (false, n) => n + self.writes.range(lo.to_vec()..hi.to_vec()).count() as u64,
+        }
+    }
+
+    /// A scan of `[lo, hi)` as this transaction sees it: `read` (the
+    /// shards' rows, in key order, as many as [`Self::scan_ask`] said, or
+    /// every row of the range if fewer came back) with its own writes in
+    /// the range laid over them, in key order or reversed, cut to `limit`
+    /// (0: all). Exact: the rows read are every row up to the last one.
+    pub fn own_view(
+        &self,
+        lo: &[u8],
+        hi: &[u8],
+        read: Vec<(Key, Value)>,
+        reverse: bool,
+        limit: u64,
+    ) -> Vec<(Key, Value)> {
+        let mut rows = read;
+        let mut own = self.writes.range(lo.to_vec()..hi.to_vec()).peekable();
+        if own.peek().is_some() {
+            let mut merged: BTreeMap<Key, Value> = rows.into_iter().collect();
+            for (k, v) in own {
+                match v {
+                    Some(v) => merged.insert(k.clone(), v.clone()),
+                    None => merged.remove(k),
+                };
+            }
+            rows = merged.into_iter().collect();
+        }
+        if reverse {
+            rows.reverse();
+        }
+        if limit != 0 {
+            rows.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+        }
+        rows
+    }
+}
+
+/// `value` with `bytes` written over it at `offset` (a batch's patch);
+/// refused past the value's end, as the engine's `update_range` is.
+pub fn patch(value: &[u8], offset: usize, bytes: &[u8]) -> Result<Value, String> {
+    let end = offset.checked_add(bytes.len()).filter(|e| *e <= value.len()).ok_or_else(|| {
+        format!(
+            "update_range {offset}..{} is past the end of a {}-byte value",
+            offset.saturating_add(bytes.len()),
+            value.len()
+        )
+    })?;
+    let mut out = value.to_vec();
+    out[offset..end].copy_from_slice(bytes);
+    Ok(out)
 }
 
 /// The cooperative termination protocol's decision from what the

@@ -65,6 +65,42 @@ pub fn cluster_key(table: &str, key: &[u8]) -> Key {
     out
 }
 
+/// A range of `table`'s keys in the cluster's key space, `[lo, hi)`:
+/// from `start` (none: the table's first key) to `end` (none: past its
+/// last), narrowed to the keys starting with `prefix` if one is given.
+pub fn cluster_range(
+    table: &str,
+    start: Option<&[u8]>,
+    end: Option<&[u8]>,
+    prefix: Option<&[u8]>,
+) -> (Key, Key) {
+    // Past every key of the table: its name, then 0x01.
+    let table_end = {
+        let mut k = table.as_bytes().to_vec();
+        k.push(0x01);
+        k
+    };
+    let mut lo = cluster_key(table, start.unwrap_or_default());
+    let mut hi = end.map_or_else(|| table_end.clone(), |e| cluster_key(table, e));
+    if let Some(p) = prefix {
+        lo = lo.max(cluster_key(table, p));
+        // The first key past every key starting with `p`.
+        let mut next = p.to_vec();
+        while next.last() == Some(&0xFF) {
+            next.pop();
+        }
+        let past = match next.last_mut() {
+            Some(b) => {
+                *b += 1;
+                cluster_key(table, &next)
+            }
+            None => table_end,
+        };
+        hi = hi.min(past);
+    }
+    (lo, hi)
+}
+
 /// The table and key of a [`cluster_key`]; `None` for bytes it cannot
 /// have made.
 pub fn split_cluster_key(k: &[u8]) -> Option<(&str, &[u8])> {

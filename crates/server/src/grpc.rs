@@ -317,6 +317,28 @@ impl Milliscale for Service {
         done("ShardPrepare", r.await)
     }
 
+    async fn shard_execute(
+        &self,
+        req: Request<proto::ShardExecuteRequest>,
+    ) -> Result<Response<proto::ShardExecuteResponse>, Status> {
+        let r = async {
+            let caller = self.caller(&req)?;
+            let shard = self.shard("ShardExecute")?;
+            let writes = req.get_ref().operations.iter().any(|o| {
+                !matches!(
+                    o.op,
+                    Some(proto::operation::Op::Get(_) | proto::operation::Op::Scan(_)) | None
+                )
+            });
+            if caller.1 == Role::ReadOnly && writes {
+                return Err(refuse::read_only_token("the batch"));
+            }
+            self.new_work()?;
+            shard.execute(req.into_inner()).await
+        };
+        done("ShardExecute", r.await)
+    }
+
     async fn shard_decide(
         &self,
         req: Request<proto::ShardDecideRequest>,

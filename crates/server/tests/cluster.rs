@@ -542,3 +542,124 @@ async fn a_drop_waits_for_the_decisions_of_prepared_writes_to_the_table() {
         assert_eq!(c.get(TABLE, &account(i)).await.expect("read"), None, "account {i}");
     }
 }
+
+/// A batch on one shard runs there whole (`ShardExecute`): its operations
+/// in order, its own writes seen, the patch and delete rules of one
+/// server's batches. A batch across shards runs at the client, the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_runs_whole_on_its_shard_and_across_shards_at_the_client() {
+    let f = three_shards().await;
+    let c = Cluster::connect(f.addrs[0].to_string()).await.expect("connect");
+    c.create_table(TABLE).await.expect("create");
+    c.put(TABLE, &account(1), b"old-1").await.expect("put");
+    // Every key on shard 0 (a00..a03), then a00 and a05 (shards 0 and 1).
+    for spread in [false, true] {
+        let (k, other) = (account(0), if spread { account(5) } else { account(2) });
+        let mut b = milliscale_client::Batch::new();
+        b.put(TABLE, &k, b"v0")
+            .get(TABLE, &k)
+            .patch(TABLE, &k, 1, b"X")
+            .get(TABLE, &k)
+            .delete(TABLE, &account(1))
+            .delete(TABLE, &account(3))
+            .put(TABLE, &other, b"o")
+            .scan(TABLE, KeyRange::all().limit(3));
+        let r = c.execute(b.retries(8)).await.expect("a batch");
+        assert_eq!(r.value(1), Some(&b"v0"[..]), "its own put (spread: {spread})");
+        assert_eq!(r.value(3), Some(&b"vX"[..]), "its own patch");
+        assert!(r.existed(4) && !r.existed(5), "a01 had a value, a03 none");
+        let rows: Vec<Vec<u8>> = r.rows(7).into_iter().map(|(k, _)| k).collect();
+        // a01 deleted; a02 written by the first batch; at most 3 rows.
+        let want = if spread {
+            vec![account(0), account(2), other.clone()]
+        } else {
+            vec![account(0), other.clone()]
+        };
+        assert_eq!(rows, want, "spread: {spread}");
+        let token = r.token.expect("it wrote");
+        assert!(r.durable);
+        assert_eq!(c.get(TABLE, &k).await.expect("get"), Some(b"vX".to_vec()));
+        assert_eq!(c.get(TABLE, &account(1)).await.expect("get"), None);
+        // A later transaction of this client begins above the commit.
+        assert!(c.begin().begin_ts() > token);
+        c.put(TABLE, &account(1), b"old-1").await.expect("put back");
+    }
+    // The engine's refusals: a patch of no value, one past the end.
+    for (key, offset, kind) in [(account(3), 0, "not_found"), (account(0), 2, "invalid_input")] {
+        let mut b = milliscale_client::Batch::new();
+        b.put(TABLE, &account(2), b"not this").patch(TABLE, &key, offset, b"Z");
+        let e = c.execute(b).await.expect_err("refused");
+        assert_eq!(e.kind(), kind, "{e:?}");
+        assert!(e.message().contains("operation 1"), "{e:?}");
+    }
+    assert_eq!(c.get(TABLE, &account(2)).await.expect("get"), Some(b"o".to_vec()), "nothing of it");
+    // A scan without a limit, and SNAPSHOT, are refused at the client.
+    let mut b = milliscale_client::Batch::new();
+    b.scan(TABLE, KeyRange::all());
+    assert_eq!(c.execute(b).await.expect_err("no limit").kind(), "invalid_input");
+    let mut b = milliscale_client::Batch::new();
+    b.get(TABLE, &account(0));
+    let b =
+        b.options(milliscale_client::TxnOptions::isolation(milliscale_client::Isolation::Snapshot));
+    assert_eq!(c.execute(b).await.expect_err("not SNAPSHOT").kind(), "invalid_input");
+}
+
+/// A batch run on the shard follows MILANA's rules as a client's
+/// transaction does: its reads set the keys' read marks (a write below
+/// them is refused), a read waits for the decision of a prepared write
+/// below it and sees the committed value, and a key read before another
+/// commit makes its transaction conflict.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_on_a_shard_keeps_milanas_rules() {
+    let f = three_shards_collecting(Duration::from_secs(3600)).await;
+    let c = Cluster::connect(f.addrs[0].to_string()).await.expect("connect");
+    c.create_table(TABLE).await.expect("create");
+    let mut s0 = raw(f.addrs[0]).await;
+    let op = |op| proto::Operation { table: String::new(), op: Some(op) };
+    let execute = |seq: u64, at: u64, ops: Vec<proto::Operation>| proto::ShardExecuteRequest {
+        txn: txn(70, seq),
+        at,
+        version: Some(proto::CommitTs { ts: at + 1, client: 70 }),
+        operations: ops,
+        table: TABLE.into(),
+        client: 70,
+        low_water: 0,
+    };
+    // A read of a00 at a second from now: a write of a00 below it is
+    // refused, and the refusal names a floor above the read.
+    let later = now_us() + 1_000_000;
+    let get = |k: u32| op(proto::operation::Op::Get(account(k).into()));
+    let r = s0.shard_execute(execute(1, later, vec![get(0)])).await.expect("read").into_inner();
+    assert!(r.yes && r.results.len() == 1);
+    let v = s0.shard_prepare(prepare(71, 1, account(0), vec![0])).await.expect("vote").into_inner();
+    assert!(!v.yes && v.floor >= later, "a write below a read served by a batch at {later}: {v:?}");
+    // A multi-shard write of a01 prepared below a batch's read: the read
+    // waits for the decision and sees the committed value.
+    let v = s0.shard_prepare(prepare(72, 1, account(1), vec![0, 1])).await.expect("vote");
+    assert!(v.into_inner().yes);
+    let reading = tokio::spawn({
+        let mut s0 = s0.clone();
+        let req = execute(2, now_us() + 1_000, vec![get(1)]);
+        async move { s0.shard_execute(req).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!reading.is_finished(), "the read waits for the decision");
+    let decide = proto::ShardDecideRequest { txn: txn(72, 1), commit: true, ts: 0 };
+    s0.shard_decide(decide).await.expect("decide");
+    let r = reading.await.expect("task").expect("the read").into_inner();
+    let Some(proto::operation_result::Result::Get(g)) = &r.results[0].result else {
+        panic!("a get's result: {r:?}")
+    };
+    assert_eq!(g.value.as_deref(), Some(&b"7"[..]), "the committed write");
+    // A client's transaction reads a02; a batch writes a02 and commits;
+    // the transaction's commit (a write of a03) must conflict.
+    let mut t = c.begin();
+    t.get(TABLE, &account(2)).await.expect("read");
+    let mut b = milliscale_client::Batch::new();
+    b.put(TABLE, &account(2), b"by a batch");
+    c.execute(b).await.expect("the batch");
+    t.put(TABLE, &account(3), b"from a stale read").expect("write");
+    let e = t.commit().await.expect_err("its read of a02 is stale");
+    assert!(e.is_retryable() && e.kind() == "conflict", "{e:?}");
+    assert_eq!(c.get(TABLE, &account(3)).await.expect("get"), None);
+}

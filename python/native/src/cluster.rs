@@ -181,6 +181,26 @@ impl ClusterConnection {
         self.run(py, &o, o.cluster.list_tables())
     }
 
+    /// Run a batch (`ops` as `milliscale.Batch` builds them) as one
+    /// transaction: one call if its keys are all on one shard. Returns
+    /// `(results, token, durable, attempts)`.
+    #[pyo3(signature = (ops, read_only, retries))]
+    fn execute<'py>(
+        &self,
+        py: Python<'py>,
+        ops: Vec<crate::OpTuple>,
+        read_only: bool,
+        retries: u32,
+    ) -> PyResult<Bound<'py, pyo3::types::PyTuple>> {
+        let ops: Vec<crate::Op> = ops.into_iter().map(crate::Op::of).collect();
+        let opts = client::TxnOptions { read_only, ..client::TxnOptions::default() };
+        let batch = crate::batch_of(&ops)?.options(opts).retries(retries);
+        let o = self.open()?;
+        let r = self.run(py, &o, o.cluster.execute(batch))?;
+        let results = crate::results_of(py, &ops, &r)?;
+        (results, r.token, r.durable, r.attempts).into_pyobject(py)
+    }
+
     /// Begin a transaction (at the client: no call).
     fn begin(&self) -> PyResult<NativeClusterTransaction> {
         let tx = self.open()?.cluster.begin();
@@ -229,6 +249,22 @@ impl ClusterConnection {
         let mut t = tx.tx.lock().unwrap_or_else(PoisonError::into_inner);
         let t = t.as_mut().ok_or_else(ended)?;
         t.put(table, &key, &value).map_err(|e| call_error(&e))
+    }
+
+    fn tx_patch(
+        &self,
+        py: Python<'_>,
+        tx: &NativeClusterTransaction,
+        table: &str,
+        key: Vec<u8>,
+        offset: u32,
+        bytes: Vec<u8>,
+    ) -> PyResult<()> {
+        let table = table.to_owned();
+        self.with_tx(py, tx, move |mut t| async move {
+            let r = t.patch(&table, &key, offset, &bytes).await;
+            (t, r)
+        })
     }
 
     fn tx_delete(

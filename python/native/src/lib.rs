@@ -255,17 +255,7 @@ impl Connection {
         wait: f64,
     ) -> PyResult<Bound<'py, PyTuple>> {
         let ops: Vec<Op> = ops.into_iter().map(Op::of).collect();
-        let mut batch = client::Batch::new();
-        for op in &ops {
-            match op.kind.as_str() {
-                "get" => batch.get(&op.table, &op.key),
-                "put" => batch.put(&op.table, &op.key, &op.value),
-                "delete" => batch.delete(&op.table, &op.key),
-                "patch" => batch.patch(&op.table, &op.key, op.limit as u32, &op.value),
-                "scan" => batch.scan(&op.table, op.range()),
-                other => return Err(PyValueError::new_err(format!("no operation {other:?}"))),
-            };
-        }
+        let batch = batch_of(&ops)?;
         let wait = seconds(Some(wait))?.unwrap_or_default();
         let opts = client::TxnOptions {
             isolation: self::isolation(isolation)?,
@@ -280,21 +270,7 @@ impl Connection {
         let timeout = self.timeout.map(|t| t + wait);
         let o = self.open()?;
         let r = self.run(py, &o, timeout, o.client.execute(batch))?;
-        let results = PyList::empty(py);
-        for (i, op) in ops.iter().enumerate() {
-            match op.kind.as_str() {
-                "get" => results.append(r.value(i).map(|v| PyBytes::new(py, v)))?,
-                "delete" => results.append(r.existed(i))?,
-                "scan" => {
-                    let rows = PyList::empty(py);
-                    for (k, v) in r.rows(i) {
-                        rows.append((PyBytes::new(py, &k), PyBytes::new(py, &v)))?;
-                    }
-                    results.append(rows)?;
-                }
-                _ => results.append(py.None())?,
-            }
-        }
+        let results = results_of(py, &ops, &r)?;
         (results, r.token, r.durable, r.attempts).into_pyobject(py)
     }
 
@@ -413,7 +389,48 @@ impl Connection {
 
 /// One operation of a batch as `milliscale.Batch` passes it: `(kind,
 /// table, key, value, limit, start, end, prefix, reverse)`.
-type OpTuple = (
+/// The batch of `ops`, as `milliscale.Batch` built them.
+pub(crate) fn batch_of(ops: &[Op]) -> PyResult<client::Batch> {
+    let mut batch = client::Batch::new();
+    for op in ops {
+        match op.kind.as_str() {
+            "get" => batch.get(&op.table, &op.key),
+            "put" => batch.put(&op.table, &op.key, &op.value),
+            "delete" => batch.delete(&op.table, &op.key),
+            "patch" => batch.patch(&op.table, &op.key, op.limit as u32, &op.value),
+            "scan" => batch.scan(&op.table, op.range()),
+            other => return Err(PyValueError::new_err(format!("no operation {other:?}"))),
+        };
+    }
+    Ok(batch)
+}
+
+/// What each of `ops` returned in `r`, for Python: a get's value, a
+/// delete's `existed`, a scan's rows, `None` for the rest.
+pub(crate) fn results_of<'py>(
+    py: Python<'py>,
+    ops: &[Op],
+    r: &client::BatchResult,
+) -> PyResult<Bound<'py, PyList>> {
+    let results = PyList::empty(py);
+    for (i, op) in ops.iter().enumerate() {
+        match op.kind.as_str() {
+            "get" => results.append(r.value(i).map(|v| PyBytes::new(py, v)))?,
+            "delete" => results.append(r.existed(i))?,
+            "scan" => {
+                let rows = PyList::empty(py);
+                for (k, v) in r.rows(i) {
+                    rows.append((PyBytes::new(py, &k), PyBytes::new(py, &v)))?;
+                }
+                results.append(rows)?;
+            }
+            _ => results.append(py.None())?,
+        }
+    }
+    Ok(results)
+}
+
+pub(crate) type OpTuple = (
     String,
     String,
     Vec<u8>,
@@ -426,7 +443,7 @@ type OpTuple = (
 );
 
 /// One operation of a batch.
-struct Op {
+pub(crate) struct Op {
     kind: String,
     table: String,
     key: Vec<u8>,
@@ -440,7 +457,7 @@ struct Op {
 }
 
 impl Op {
-    fn of((kind, table, key, value, limit, start, end, prefix, reverse): OpTuple) -> Op {
+    pub(crate) fn of((kind, table, key, value, limit, start, end, prefix, reverse): OpTuple) -> Op {
         Op { kind, table, key, value, limit, start, end, prefix, reverse }
     }
 

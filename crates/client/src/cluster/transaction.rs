@@ -4,7 +4,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use milliscale_milana::coordinator::ClientTxn;
-use milliscale_milana::types::{CommitTs, Key, ShardId, cluster_key, split_cluster_key};
+use milliscale_milana::types::{
+    CommitTs, Key, ShardId, cluster_key, cluster_range, split_cluster_key,
+};
 
 use super::{Cluster, lock, physical_now, table_key, ts_to};
 use crate::{Error, KeyRange, Result, proto};
@@ -32,31 +34,8 @@ impl Drop for ClusterTransaction {
 }
 
 /// `range` of `table` in the cluster's key space: `[lo, hi)`.
-fn bounds(table: &str, range: &KeyRange) -> (Vec<u8>, Vec<u8>) {
-    let table_end = {
-        let mut k = table.as_bytes().to_vec();
-        k.push(0x01);
-        k
-    };
-    let mut lo = cluster_key(table, range.start.as_deref().unwrap_or_default());
-    let mut hi = range.end.as_deref().map_or_else(|| table_end.clone(), |e| cluster_key(table, e));
-    if let Some(p) = &range.prefix {
-        lo = lo.max(cluster_key(table, p));
-        // The first key past every key starting with `p`.
-        let mut next = p.clone();
-        while next.last() == Some(&0xFF) {
-            next.pop();
-        }
-        let past = match next.last_mut() {
-            Some(b) => {
-                *b += 1;
-                cluster_key(table, &next)
-            }
-            None => table_end,
-        };
-        hi = hi.min(past);
-    }
-    (lo, hi)
+pub(super) fn bounds(table: &str, range: &KeyRange) -> (Vec<u8>, Vec<u8>) {
+    cluster_range(table, range.start.as_deref(), range.end.as_deref(), range.prefix.as_deref())
 }
 
 fn check_table(table: &str) -> Result<()> {
@@ -192,18 +171,7 @@ impl ClusterTransaction {
         range: &KeyRange,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         let map = self.cluster.map();
-        // This transaction's writes in the range: each may hide one row
-        // the shards hold, so a limited scan reads that many more.
-        let own: Vec<(Vec<u8>, Option<Vec<u8>>)> = self
-            .txn
-            .writes
-            .range(lo.to_vec()..hi.to_vec())
-            .map(|(k, v)| (split_cluster_key(k).map_or(Vec::new(), |(_, k)| k.to_vec()), v.clone()))
-            .collect();
-        let limit = match (range.reverse, range.limit) {
-            (true, _) | (false, 0) => 0,
-            (false, n) => n + own.len() as u64,
-        };
+        let limit = self.txn.scan_ask(lo, hi, range.reverse, range.limit);
         let mut rows: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
         for (i, (first, shard)) in map.ranges.iter().enumerate() {
             let next = map.ranges.get(i + 1).map(|(k, _)| k.as_slice());
@@ -224,35 +192,20 @@ impl ClusterTransaction {
                 if let Some(v) = &r.version {
                     lock(&self.cluster.inner.clock).observe(v.ts);
                 }
-                let (_, key) = split_cluster_key(&r.key).ok_or_else(|| {
-                    Error::local("a shard answered a scan with a foreign key".into())
-                })?;
-                rows.push((key.to_vec(), r.value.to_vec()));
+                if split_cluster_key(&r.key).is_none() {
+                    return Err(Error::local("a shard answered a scan with a foreign key".into()));
+                }
+                rows.push((r.key.to_vec(), r.value.to_vec()));
             }
             if limit != 0 && rows.len() as u64 >= limit {
                 break;
             }
         }
-        if !own.is_empty() {
-            // The shards' rows are every row up to the last one read (all
-            // of them if fewer than asked came back): the own writes laid
-            // over them, then cut to the limit below, are exact.
-            let mut merged: BTreeMap<Vec<u8>, Vec<u8>> = rows.into_iter().collect();
-            for (k, v) in own {
-                match v {
-                    Some(v) => merged.insert(k, v),
-                    None => merged.remove(&k),
-                };
-            }
-            rows = merged.into_iter().collect();
-        }
-        if range.reverse {
-            rows.reverse();
-        }
-        if range.limit != 0 {
-            rows.truncate(usize::try_from(range.limit).unwrap_or(usize::MAX));
-        }
-        Ok(rows)
+        let rows = self.txn.own_view(lo, hi, rows, range.reverse, range.limit);
+        Ok(rows
+            .into_iter()
+            .map(|(k, v)| (split_cluster_key(&k).map_or(Vec::new(), |(_, k)| k.to_vec()), v))
+            .collect())
     }
 
     /// Delete `key` of `table` (at commit); whether it held a value (a
@@ -263,6 +216,25 @@ impl ClusterTransaction {
         let existed = self.get(table, key).await?.is_some();
         self.txn.writes.insert(cluster_key(table, key), None);
         Ok(existed)
+    }
+
+    /// Overwrite `bytes.len()` bytes of `key`'s value at `offset` (at
+    /// commit): a read of the value, validated at commit, and a write of
+    /// the whole new value. Fails with kind `not_found` if the key has no
+    /// value, and `invalid_input` if the range passes its end.
+    pub async fn patch(
+        &mut self,
+        table: &str,
+        key: &[u8],
+        offset: u32,
+        bytes: &[u8],
+    ) -> Result<()> {
+        let Some(old) = self.get(table, key).await? else {
+            return Err(Error::not_found("update_range of a key with no value"));
+        };
+        let new = milliscale_milana::coordinator::patch(&old, offset as usize, bytes)
+            .map_err(Error::invalid)?;
+        self.put(table, key, &new)
     }
 
     /// The shards it has touched so far (its participants if it commits

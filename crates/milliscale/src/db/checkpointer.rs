@@ -259,7 +259,9 @@ impl Engine {
         let mut last = Instant::now();
         let mut published = Instant::now();
         let o = &self.options;
-        let checkpoints = o.checkpoint_log_bytes > 0 || o.checkpoint_interval.is_some();
+        let checkpoints = o.checkpoint_log_bytes > 0
+            || o.checkpoint_log_ratio > 0.0
+            || o.checkpoint_interval.is_some();
         loop {
             {
                 let mut stop = stop.lock();
@@ -278,9 +280,13 @@ impl Engine {
             if !checkpoints {
                 continue;
             }
-            let since = log.bytes_written() - self.checkpoint_stats.lock().log_bytes_at_last;
+            let (since, last_bytes) = {
+                let s = self.checkpoint_stats.lock();
+                (log.bytes_written() - s.log_bytes_at_last, s.last_bytes)
+            };
             let soon = self.checkpoint_soon.swap(false, Ordering::SeqCst);
             let due = (o.checkpoint_log_bytes > 0 && since >= o.checkpoint_log_bytes)
+                || past_ratio(since, last_bytes, o.checkpoint_log_ratio)
                 || o.checkpoint_interval.is_some_and(|d| last.elapsed() >= d && since > 0)
                 || soon;
             if !due {
@@ -317,5 +323,32 @@ impl Engine {
                 }
             }
         }
+    }
+}
+
+/// `Options::checkpoint_log_ratio`: has the log since the last checkpoint
+/// (`since` bytes) grown past `ratio` times that checkpoint's size
+/// (`last_bytes`, the live data as it measured it), and past the floor?
+fn past_ratio(since: u64, last_bytes: u64, ratio: f64) -> bool {
+    ratio > 0.0
+        && since as f64
+            >= (ratio * last_bytes as f64)
+                .max(crate::options::CHECKPOINT_LOG_RATIO_FLOOR_BYTES as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::past_ratio;
+
+    #[test]
+    fn the_ratio_checkpoints_once_the_log_outgrows_the_live_data() {
+        const MIB: u64 = 1 << 20;
+        assert!(!past_ratio(10_000 * MIB, 100 * MIB, 0.0), "off");
+        assert!(!past_ratio(99 * MIB, 100 * MIB, 1.0));
+        assert!(past_ratio(100 * MIB, 100 * MIB, 1.0));
+        assert!(past_ratio(100 * MIB, 200 * MIB, 0.5) && !past_ratio(99 * MIB, 200 * MIB, 0.5));
+        // A small database waits for the floor, not for a few writes.
+        assert!(!past_ratio(MIB, 0, 1.0) && !past_ratio(63 * MIB, MIB, 1.0));
+        assert!(past_ratio(64 * MIB, MIB, 1.0));
     }
 }

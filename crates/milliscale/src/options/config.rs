@@ -96,6 +96,9 @@ pub struct Config {
     pub checkpoint_chunk_bytes: Option<usize>,
     /// Log bytes between background checkpoints (0: never on volume).
     pub checkpoint_log_bytes: Option<u64>,
+    /// Also checkpoint once the log since the last checkpoint reaches this
+    /// many times its size (0: off).
+    pub checkpoint_log_ratio: Option<f64>,
     /// Time between background checkpoints, in seconds.
     pub checkpoint_interval_s: Option<u64>,
     /// Adopt checkpoints replicas offer instead of writing them.
@@ -267,6 +270,9 @@ impl Config {
         if let Some(v) = self.checkpoint_log_bytes {
             o = o.checkpoint_log_bytes(v);
         }
+        if let Some(v) = self.checkpoint_log_ratio {
+            o = o.checkpoint_log_ratio(v);
+        }
         if let Some(v) = self.checkpoint_interval_s {
             o = o.checkpoint_interval(Some(Duration::from_secs(v)));
         }
@@ -415,6 +421,7 @@ mod tests {
         "recovery_threads",
         "checkpoint_chunk_bytes",
         "checkpoint_log_bytes",
+        "checkpoint_log_ratio",
         "checkpoint_interval_s",
         "checkpoint_offload",
         "metrics_interval_ms",

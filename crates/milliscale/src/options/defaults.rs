@@ -27,6 +27,10 @@ pub const CHECKPOINT_CHUNK_BYTES_DEFAULT: usize = 8 << 20;
 /// Default [`Options::checkpoint_log_bytes`](crate::Options::checkpoint_log_bytes).
 pub const CHECKPOINT_LOG_BYTES_DEFAULT: u64 = 1 << 30;
 
+/// The least log [`Options::checkpoint_log_ratio`](crate::Options::checkpoint_log_ratio)
+/// waits for: a small database is not checkpointed after every few writes.
+pub const CHECKPOINT_LOG_RATIO_FLOOR_BYTES: u64 = 64 << 20;
+
 /// Default [`Options::flush_timeout`](crate::Options::flush_timeout).
 pub const FLUSH_TIMEOUT_DEFAULT: Duration = Duration::from_millis(10);
 

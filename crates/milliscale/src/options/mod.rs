@@ -14,10 +14,10 @@ pub use choices::{
 };
 pub use config::{Config, ENV_PREFIX};
 pub use defaults::{
-    CHECKPOINT_CHUNK_BYTES_DEFAULT, CHECKPOINT_LOG_BYTES_DEFAULT, FLUSH_MAX_WAIT_DEFAULT,
-    FLUSH_MIN_INTERVAL_DEFAULT, FLUSH_PACE_DEFAULT, FLUSH_PACE_MAX, FLUSH_TIMEOUT_DEFAULT,
-    FLUSH_UNIT_DEFAULT, LOG_BUFFER_BYTES_DEFAULT, LOG_GROUP_SIZE_DEFAULT, LOG_LANES_DEFAULT,
-    LOG_LANES_MAX, LOG_STREAMS_DEFAULT, LOG_STREAMS_PER_GROUP, MAX_IDLE_DEFAULT,
+    CHECKPOINT_CHUNK_BYTES_DEFAULT, CHECKPOINT_LOG_BYTES_DEFAULT, CHECKPOINT_LOG_RATIO_FLOOR_BYTES,
+    FLUSH_MAX_WAIT_DEFAULT, FLUSH_MIN_INTERVAL_DEFAULT, FLUSH_PACE_DEFAULT, FLUSH_PACE_MAX,
+    FLUSH_TIMEOUT_DEFAULT, FLUSH_UNIT_DEFAULT, LOG_BUFFER_BYTES_DEFAULT, LOG_GROUP_SIZE_DEFAULT,
+    LOG_LANES_DEFAULT, LOG_LANES_MAX, LOG_STREAMS_DEFAULT, LOG_STREAMS_PER_GROUP, MAX_IDLE_DEFAULT,
     MILLISECOND_PRICE_DEFAULT, OBJECT_FLUSH_UNIT_DEFAULT, STEAL_GROUP_DEFAULT,
 };
 
@@ -73,6 +73,7 @@ pub struct Options {
     pub(crate) recovery_threads: usize,
     pub(crate) checkpoint_chunk_bytes: usize,
     pub(crate) checkpoint_log_bytes: u64,
+    pub(crate) checkpoint_log_ratio: f64,
     pub(crate) checkpoint_interval: Option<Duration>,
     pub(crate) checkpoint_offload: bool,
     pub(crate) metrics_interval: Option<Duration>,
@@ -115,6 +116,7 @@ impl Default for Options {
             recovery_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             checkpoint_chunk_bytes: CHECKPOINT_CHUNK_BYTES_DEFAULT,
             checkpoint_log_bytes: CHECKPOINT_LOG_BYTES_DEFAULT,
+            checkpoint_log_ratio: 0.0,
             checkpoint_interval: None,
             checkpoint_offload: false,
             metrics_interval: Some(Duration::from_secs(1)),
@@ -492,6 +494,18 @@ impl Options {
         self
     }
 
+    /// Also take a checkpoint once the log since the last one reaches
+    /// `ratio` times that checkpoint's size (and at least 64 MiB,
+    /// `CHECKPOINT_LOG_RATIO_FLOOR_BYTES`): recovery then replays at most
+    /// about `ratio` times the live data, however long the database has
+    /// run, where `checkpoint_log_bytes` alone lets a small database
+    /// replay far more log than it holds. 0 (the default): off. `serve
+    /// --cluster` sets 1 for its shard unless the configuration says.
+    pub fn checkpoint_log_ratio(mut self, ratio: f64) -> Options {
+        self.checkpoint_log_ratio = ratio;
+        self
+    }
+
     /// How often the database's background thread publishes its metrics
     /// through the `metrics` facade (see `Database::publish_metrics`);
     /// `None`: only when the program calls it. Default 1 s.
@@ -639,17 +653,8 @@ impl Options {
                 self.recovery_threads
             ));
         }
-        if !(4096..=(1 << 30)).contains(&self.checkpoint_chunk_bytes) {
-            return bad(format!(
-                "checkpoint_chunk_bytes must be in 4 KiB..=1 GiB, got {}",
-                self.checkpoint_chunk_bytes
-            ));
-        }
         if self.metrics_interval.is_some_and(|d| d.is_zero()) {
             return bad("metrics_interval must be above zero".into());
-        }
-        if self.checkpoint_interval.is_some_and(|d| d.is_zero()) {
-            return bad("checkpoint_interval must be above zero".into());
         }
         for s in &self.stores {
             if let StoreSpec::Url(u) = s
@@ -657,6 +662,26 @@ impl Options {
             {
                 return bad("\"none\" cannot be combined with other stores".into());
             }
+        }
+        self.validate_checkpoints()
+    }
+
+    fn validate_checkpoints(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::InvalidArgument(m));
+        if !(4096..=(1 << 30)).contains(&self.checkpoint_chunk_bytes) {
+            return bad(format!(
+                "checkpoint_chunk_bytes must be in 4 KiB..=1 GiB, got {}",
+                self.checkpoint_chunk_bytes
+            ));
+        }
+        if self.checkpoint_interval.is_some_and(|d| d.is_zero()) {
+            return bad("checkpoint_interval must be above zero".into());
+        }
+        if !(self.checkpoint_log_ratio >= 0.0 && self.checkpoint_log_ratio.is_finite()) {
+            return bad(format!(
+                "checkpoint_log_ratio must be 0 or more, got {}",
+                self.checkpoint_log_ratio
+            ));
         }
         Ok(())
     }

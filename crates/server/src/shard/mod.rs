@@ -25,6 +25,7 @@
 //!   for its decision (up to the termination timeout) and reads again.
 
 mod catalog;
+mod execute;
 mod peers;
 pub mod standby;
 pub mod tables;

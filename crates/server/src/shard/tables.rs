@@ -123,8 +123,18 @@ impl Tables {
         records: &[Record],
     ) -> milliscale::Result<(CommitAck, usize)> {
         let mut tx = self.db.begin()?;
-        for r in records {
+        for (i, r) in records.iter().enumerate() {
+            // A prepare committed in the same engine transaction (a
+            // single-shard commit) leaves only its outcome: its row would
+            // be overwritten here, and no piece of it exists yet.
+            let committed_here = |t: TxnId| {
+                records[..i].iter().any(|r| matches!(r, Record::Prepare(p) if p.txn == t))
+            };
             match r {
+                Record::Prepare(prep)
+                    if records[i + 1..]
+                        .iter()
+                        .any(|r| matches!(r, Record::Commit(t) if *t == prep.txn)) => {}
                 Record::Prepare(prep) => {
                     let row = encode_row(&TxnRow::Prepared(prep.clone()));
                     for (i, piece) in row.chunks(CHUNK_BYTES).enumerate() {
@@ -134,7 +144,9 @@ impl Tables {
                 Record::Commit(t) => {
                     let ts = p.decided_ts(*t).unwrap_or(0);
                     tx.put(&self.txns, &txn_key(*t), &encode_row(&TxnRow::Committed(ts)))?;
-                    self.delete_pieces(&mut tx, *t)?;
+                    if !committed_here(*t) {
+                        self.delete_pieces(&mut tx, *t)?;
+                    }
                 }
                 Record::Abort(t, ts) => {
                     tx.put(&self.txns, &txn_key(*t), &encode_row(&TxnRow::Aborted(*ts)))?;

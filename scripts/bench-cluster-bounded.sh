@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Does a cluster's shard keep its state bounded as it commits? One
+# `serve --cluster` shard with its database in a directory (file://),
+# ROWS YCSB records (1 KiB each) loaded through the cluster client, then
+# single-key read-modify-write transactions (YCSB workload U, one key
+# each, Zipfian) through `Cluster::execute`:
+# - run A: SMALL transactions, then kill -9 and restart: how long until
+#   the shard listens again;
+# - run B: MID transactions (resident memory), on to LARGE (resident
+#   memory again), then kill -9 and restart, timed the same way.
+# Before each restart: what the log holds (`milliscale inspect`: what
+# recovery would replay after the checkpoint) and the bytes of the
+# store's objects. Transactions are counted from the benchmark's reports
+# (no warm-up: every committed one counts). Uses the release build.
+# Usage: scripts/bench-cluster-bounded.sh [ROWS] [SMALL] [MID] [LARGE]
+set -euo pipefail
+rows=${1:-1000000}
+small=${2:-20000}
+mid=${3:-200000}
+large=${4:-2000000}
+bin="${CARGO_TARGET_DIR:-$(cd "$(dirname "$0")/.." && pwd)/target}/release/milliscale"
+out=$(mktemp -d)
+echo "machine: $(nproc) cores; commit $(git rev-parse --short=12 HEAD); rows=$rows small=$small mid=$mid large=$large; in $out"
+pid=
+start() { # dir: start the shard (sets pid); the seconds until it listens go to dir/started
+    local dir=$1 t0
+    : > "$dir/shard.out"
+    t0=$(date +%s.%N)
+    "$bin" serve --cluster "file://$dir/map" --shard 0 --store "file://$dir/s0" --listen "127.0.0.1:$port" \
+        >> "$dir/shard.out" 2>> "$dir/shard.err" &
+    pid=$!
+    for _ in $(seq 1 2400); do grep -q '^listening' "$dir/shard.out" && break; sleep 0.05; done
+    grep -q '^listening' "$dir/shard.out" || { echo "the shard did not start"; tail "$dir/shard.err"; exit 1; }
+    python3 -c "print(f'{$(date +%s.%N) - $t0:.2f}')" > "$dir/started"
+}
+rss_mib() { echo $(( $(awk '/VmRSS/ {print $2}' "/proc/$pid/status") / 1024 )); }
+txns() { # dir n: run until n transactions committed (counted over the runs)
+    local dir=$1 n=$2 done=0 secs=5 i=0
+    while [ "$done" -lt "$n" ]; do
+        i=$((i + 1))
+        "$bin" bench ycsb --workload u --ops-per-txn 1 --records "$rows" --isolation serializable \
+            --duration-s "$secs" --warmup-s 0 --json --threads 2 --client-threads 1 --sessions 128 \
+            --seed "$i" --server "127.0.0.1:$port" --cluster > "$dir/run-$i.json"
+        read -r c r < <(python3 -c "import json; r = json.load(open('$dir/run-$i.json')); print(r['committed'], int(r['txn_per_s']))")
+        done=$((done + c))
+        # The next run, sized to finish near n.
+        secs=$(python3 -c "print(max(1, min(60, round(($n - $done) / max($r, 1)))))")
+    done
+    echo "$done"
+}
+log_state() { # dir: what the log holds after the checkpoint
+    "$bin" inspect --store "file://$1/s0" --json > "$1/inspect.json" 2> /dev/null || true
+    python3 - "$1" <<'PY'
+import json, os, sys
+d = sys.argv[1]
+total = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(f'{d}/s0') for f in fs)
+try:
+    j = json.load(open(f'{d}/inspect.json'))
+    s = j['stores'][0] if 'stores' in j else j
+    ck = s['manifest'].get('checkpoint') or {}
+    r = s['replay']
+    print(f"store objects {total / 2**20:,.0f} MiB: checkpoint {ck.get('bytes', 0) / 2**20:,.0f} MiB "
+          f"(below CSN {r['from_csn']}), log {s['log_bytes'] / 2**20:,.1f} MiB in {s['log_objects']} objects, "
+          f"all of it after the checkpoint: recovery would replay {r['transactions']} transactions "
+          f"(CSN {r['from_csn']} to {r['max_csn']})")
+except Exception as e:
+    print(f"store objects {total / 2**20:,.0f} MiB; inspect unreadable: {e}")
+PY
+}
+fresh() { # dir: a map with one shard, the shard started, the records loaded
+    local dir=$1
+    mkdir -p "$dir"
+    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    "$bin" cluster init --map "file://$dir/map" --shard "127.0.0.1:$port=file://$dir/s0" > /dev/null
+    start "$dir"
+    local t0
+    t0=$(date +%s)
+    "$bin" bench ycsb --workload c --records "$rows" --duration-s 1 --warmup-s 0 --json --threads 2 \
+        --client-threads 1 --sessions 8 --isolation serializable --server "127.0.0.1:$port" --cluster > "$dir/load.json"
+    echo "loaded $rows rows in $(( $(date +%s) - t0 )) s; resident $(rss_mib) MiB"
+}
+restart() { # dir: kill -9, restart (the seconds it took in dir/started)
+    kill -9 "$pid"; wait "$pid" 2>/dev/null || true
+    start "$1"
+}
+
+A=$out/a; fresh "$A"
+n=$(txns "$A" "$small")
+echo "A: $n transactions; resident $(rss_mib) MiB"
+echo "A: before the restart: $(log_state "$A")"
+restart "$A"; ra=$(cat "$A/started")
+echo "A: restart $ra s; resident after $(rss_mib) MiB"
+kill "$pid"; wait "$pid" 2>/dev/null || true
+
+B=$out/b; fresh "$B"
+n1=$(txns "$B" "$mid")
+m1=$(rss_mib)
+echo "B: $n1 transactions; resident $m1 MiB"
+n2=$(txns "$B" $((large - n1)))
+m2=$(rss_mib)
+echo "B: $((n1 + n2)) transactions; resident $m2 MiB"
+echo "B: before the restart: $(log_state "$B")"
+restart "$B"; rb=$(cat "$B/started")
+echo "B: restart $rb s; resident after $(rss_mib) MiB"
+kill "$pid"; wait "$pid" 2>/dev/null || true
+python3 -c "print(f'restart B / A: {$rb / $ra:.2f}x (goal at most 1.5x); resident after LARGE / after MID: {$m2 / $m1:.2f}x (goal at most 1.2x)')"
