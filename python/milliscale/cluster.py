@@ -13,7 +13,13 @@ from typing import Callable, Iterator, Optional, Sequence, TypeVar
 
 from milliscale import _native
 from milliscale.client import Batch, BatchResult, Bytes, Commit, Isolation, _b, _native_call, _opt, _retrying
-from milliscale.errors import InvalidArgumentError, MilliscaleError, StatusCode, UnavailableError
+from milliscale.errors import (
+    InvalidArgumentError,
+    MilliscaleError,
+    StatusCode,
+    UnavailableError,
+    from_call_error,
+)
 
 T = TypeVar("T")
 
@@ -45,6 +51,10 @@ class ShardStatus:
     versions: Optional[int]
     #: Its server process's CPU time so far, in seconds.
     cpu_seconds: Optional[float]
+    #: Its log's write requests to its stores a second, since it opened.
+    log_requests_per_s: Optional[float] = None
+    #: The same in dollars an hour at its stores' prices (``None`` without one).
+    log_usd_per_hour: Optional[float] = None
 
 
 class ClusterTransaction:
@@ -186,6 +196,10 @@ class Cluster:
                 )
                 break
             except _native.CallError as e:
+                # Only a shard not answering yet is waited for; a refusal
+                # (a token, a bad address) is raised at once.
+                if e.args[0] != StatusCode.UNAVAILABLE:
+                    raise from_call_error(*e.args) from None
                 if time.monotonic() + pause > deadline:
                     raise UnavailableError(
                         f"cannot open the cluster through {address} within {connect_timeout} s: {e.args[1]}",

@@ -85,7 +85,7 @@ class Process:
 
 #: Buckets the emulator creates at start (the engine does not create
 #: buckets); each test takes fresh ones.
-BUCKETS = 64
+BUCKETS = 96
 
 
 class Emulator(Process):

@@ -7,6 +7,7 @@ isolation level refused by name, and the errors a user meets."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -16,11 +17,14 @@ import pytest
 
 from conftest import ENV, Shards
 from milliscale import (
+    Batch,
     Cluster,
     ConflictError,
     InvalidArgumentError,
     Isolation,
+    MilliscaleError,
     NotFoundError,
+    PermissionDeniedError,
 )
 
 ACCOUNTS = 12
@@ -84,7 +88,10 @@ def test_tables_reads_and_writes_span_the_shards(cluster):
         __import__("milliscale").Batch().put("bank", b"x", b"1").get("bank", b"x").delete("bank", b"x")
     )
     assert r.results == [None, b"1", True]
-    assert [s.shard for s in cluster.shards()] == [0, 1, 2]
+    shards = cluster.shards()
+    assert [s.shard for s in shards] == [0, 1, 2]
+    # Every shard has written its log (the tables' creation at least).
+    assert all(s.log_requests_per_s is not None and s.log_requests_per_s > 0 for s in shards), shards
 
 
 def test_write_skew_across_two_shards_is_refused(cluster):
@@ -167,3 +174,61 @@ def test_a_scan_spans_the_shards_and_refuses_a_phantom(cluster):
         t.commit()
     r = cluster.execute(__import__("milliscale").Batch().scan("bank", limit=100))
     assert len(r.results[0]) == ACCOUNTS // 2 + 1
+
+
+RW = "rw-0123456789abcdef"
+RO = "ro-0123456789abcdef"
+
+
+def test_a_cluster_behind_tokens_and_tls(emulator, tmp_path):
+    """Shards that take only tokens over TLS, and call each other so: a
+    cross-shard transaction and a one-shard batch with a read-write token;
+    reads but no writes with a read-only one; no token, a wrong one, or
+    plaintext refused."""
+    if shutil.which("openssl") is None:
+        pytest.skip("needs openssl to make a certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+         "-nodes", "-days", "1", "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+         "-addext", "basicConstraints=critical,CA:FALSE",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"read-write:{RW}\nread-only:{RO}\n")
+    shards = Shards(
+        emulator, ["--even-table", "bank"],
+        "--tokens", str(tokens), "--peer-token", RW,
+        "--tls-cert", str(cert), "--tls-key", str(key), "--peer-tls-ca", str(cert),
+    )
+    ca = cert.read_bytes()
+    try:
+        with Cluster(shards.addrs[0], RW, tls_ca=ca) as c:
+            c.create_table("bank")
+            a, b = account(0), account(1)
+
+            def move(tx):
+                tx.put("bank", a, b"1")
+                for i in range(1, ACCOUNTS):
+                    tx.put("bank", account(i), b"2")
+                return tx.shards()
+
+            assert len(c.run(move)) > 1, "the accounts span the shards"
+
+            assert c.execute(Batch().get("bank", a).put("bank", a, b"3")).results[0] == b"1"
+            assert [s.shard for s in c.shards()] == [0, 1, 2]
+        for token, tls in ((None, ca), ("wrong-0123456789abcdef", ca), (RW, None)):
+            with pytest.raises(MilliscaleError):
+                Cluster(shards.addrs[0], token, tls_ca=tls, connect_timeout=2).list_tables()
+        with Cluster(shards.addrs[0], RO, tls_ca=ca) as c:
+            assert (c.get("bank", a), c.get("bank", b)) == (b"3", b"2")
+            with pytest.raises(PermissionDeniedError):
+                c.put("bank", a, b"9")
+            with pytest.raises(PermissionDeniedError):
+                c.execute(Batch().put("bank", a, b"9"))
+        with Cluster(shards.addrs[0], RW, tls_ca=ca) as c:
+            assert c.get("bank", a) == b"3"
+    finally:
+        shards.stop()

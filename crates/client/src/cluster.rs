@@ -629,14 +629,16 @@ impl std::fmt::Display for ShardStatus {
             (Some(i), Some(s), _) => write!(
                 f,
                 "{}, map version {}, {} prepared, {} decisions remembered, oldest undecided {}, \
-                 {:.1} s CPU, durable below token {}",
+                 {:.1} s CPU, durable below token {}, {} store writes/s, {}",
                 s.role,
                 i.map_version,
                 i.prepared,
                 i.remembered,
                 i.oldest_undecided.map_or("none".into(), |t| t.to_string()),
                 s.cpu_seconds,
-                s.durable_token
+                s.durable_token,
+                s.log_requests_per_s.map_or("no".into(), |r| format!("{r:.1}")),
+                s.log_usd_per_hour.map_or("no price".into(), |u| format!("${u:.4}/h"))
             ),
             (_, _, Some(e)) => write!(f, "unreachable: {e}"),
             _ => write!(f, "no answer"),

@@ -200,6 +200,12 @@ pub struct ServerStatus {
     pub version: String,
     /// The server process's CPU time so far, in seconds.
     pub cpu_seconds: f64,
+    /// A writer's log since it opened: write requests to its stores a
+    /// second (`None` on a replica).
+    pub log_requests_per_s: Option<f64>,
+    /// The same at the stores' prices, in dollars an hour (`None` without
+    /// a price, or on a replica).
+    pub log_usd_per_hour: Option<f64>,
 }
 
 impl Client {
@@ -363,6 +369,8 @@ impl Client {
             open_transactions: s.open_transactions,
             version: s.version,
             cpu_seconds: s.cpu_seconds,
+            log_requests_per_s: s.log_requests_per_s,
+            log_usd_per_hour: s.log_usd_per_hour,
         })
     }
 }

@@ -269,12 +269,17 @@ impl Milliscale for Service {
         &self,
         req: Request<proto::StatusRequest>,
     ) -> Result<Response<proto::StatusResponse>, Status> {
-        let r = self.caller(&req).map(|_| proto::StatusResponse {
-            role: if self.backend.is_replica() { "replica" } else { "writer" }.into(),
-            durable_token: self.backend.progress(),
-            open_transactions: self.sessions.open_count() as u32,
-            version: env!("CARGO_PKG_VERSION").into(),
-            cpu_seconds: process_cpu_seconds(),
+        let r = self.caller(&req).map(|_| {
+            let (log_requests_per_s, log_usd_per_hour) = self.backend.log_rates();
+            proto::StatusResponse {
+                role: if self.backend.is_replica() { "replica" } else { "writer" }.into(),
+                durable_token: self.backend.progress(),
+                open_transactions: self.sessions.open_count() as u32,
+                version: env!("CARGO_PKG_VERSION").into(),
+                cpu_seconds: process_cpu_seconds(),
+                log_requests_per_s,
+                log_usd_per_hour,
+            }
         });
         done("Status", r)
     }

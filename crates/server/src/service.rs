@@ -43,6 +43,16 @@ impl Backend {
         matches!(self, Backend::Replica(_))
     }
 
+    /// A writer's log since it opened: write requests a second, and
+    /// dollars an hour if its stores have a price.
+    pub(crate) fn log_rates(&self) -> (Option<f64>, Option<f64>) {
+        let Backend::Writer(db) = self else { return (None, None) };
+        let Some(m) = db.blocking().log_metrics() else { return (None, None) };
+        let secs = m.cost.elapsed.as_secs_f64();
+        let per_s = (secs > 0.0).then(|| m.cost.requests as f64 / secs);
+        (per_s, m.cost.usd_per_hour())
+    }
+
     /// Durable (writer) or applied (replica): every CSN below it.
     pub fn progress(&self) -> u64 {
         match self {

@@ -593,6 +593,12 @@ async fn a_batch_runs_whole_on_its_shard_and_across_shards_at_the_client() {
         assert!(e.message().contains("operation 1"), "{e:?}");
     }
     assert_eq!(c.get(TABLE, &account(2)).await.expect("get"), Some(b"o".to_vec()), "nothing of it");
+    // Each shard tells its log's write rate; a directory has no price.
+    for s in c.status().await {
+        let server = s.server.clone().expect("a shard's status");
+        assert!(server.log_requests_per_s.is_some_and(|r| r > 0.0), "{s}");
+        assert_eq!(server.log_usd_per_hour, None, "{s}");
+    }
     // A scan without a limit, and SNAPSHOT, are refused at the client.
     let mut b = milliscale_client::Batch::new();
     b.scan(TABLE, KeyRange::all());

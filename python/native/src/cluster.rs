@@ -324,14 +324,24 @@ impl ClusterConnection {
     }
 
     /// Every shard's state: `(shard, address, error, prepared, remembered,
-    /// versions, cpu_seconds)`, the numbers `None` for a shard that did
-    /// not answer.
+    /// versions, cpu_seconds, log_requests_per_s, log_usd_per_hour)`, the
+    /// numbers `None` for a shard that did not answer.
     #[allow(clippy::type_complexity)]
     fn status(
         &self,
         py: Python<'_>,
     ) -> PyResult<
-        Vec<(u32, String, Option<String>, Option<u64>, Option<u64>, Option<u64>, Option<f64>)>,
+        Vec<(
+            u32,
+            String,
+            Option<String>,
+            Option<u64>,
+            Option<u64>,
+            Option<u64>,
+            Option<f64>,
+            Option<f64>,
+            Option<f64>,
+        )>,
     > {
         let o = self.open()?;
         let shards = self.run(py, &o, async { Ok(o.cluster.status().await) })?;
@@ -346,6 +356,8 @@ impl ClusterConnection {
                     s.info.as_ref().map(|i| i.remembered),
                     s.info.as_ref().map(|i| i.versions),
                     s.server.as_ref().map(|x| x.cpu_seconds),
+                    s.server.as_ref().and_then(|x| x.log_requests_per_s),
+                    s.server.as_ref().and_then(|x| x.log_usd_per_hour),
                 )
             })
             .collect())
