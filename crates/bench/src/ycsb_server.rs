@@ -13,7 +13,10 @@
 //!   workers do, and hears of each commit's durability later on the
 //!   stream;
 //! - **interactive**: `Begin`, then a `Get` (and a `Patch`) per key, then
-//!   `Commit`: 2 + ops (or 2 + 2 ops) round trips.
+//!   `Commit`: 2 + ops (or 2 + 2 ops) round trips;
+//! - **cluster** one-shot: the same batch through the cluster client
+//!   (`Cluster::execute`) to a `serve --cluster` node: one `ShardExecute`
+//!   when its keys are on one shard.
 //!
 //! Closed loop by default: a session sends its next transaction when the
 //! last is answered. With a rate (`--rate`, open loop), transactions
