@@ -57,6 +57,12 @@ pub(crate) struct BankArgs {
     /// Where to journal the acknowledged transfers.
     #[arg(long)]
     journal: std::path::PathBuf,
+    /// After each transfer, also write a marker row `b<client>-<seq>` as a
+    /// one-shot batch (`Cluster::execute`: one call to the shard holding
+    /// it), and journal each acknowledged one here as `<client> <seq>
+    /// <amount>`.
+    #[arg(long, value_name = "PATH")]
+    batch_journal: Option<std::path::PathBuf>,
 }
 
 /// Where the shard map lives.
@@ -331,13 +337,31 @@ fn bank(a: BankArgs) -> Result<(), Failure> {
         .append(true)
         .open(&a.journal)
         .map_err(|e| Failure::Usage(format!("--journal {}: {e}", a.journal.display())))?;
+    let mut batch_journal = match &a.batch_journal {
+        None => None,
+        Some(p) => Some(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .map_err(|e| Failure::Usage(format!("--batch-journal {}: {e}", p.display())))?,
+        ),
+    };
     let rt = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     rt.block_on(async move {
-        let c = Cluster::builder(a.server.clone())
-            .client_id(a.client_id)
-            .connect()
-            .await
-            .map_err(|e| e.to_string())?;
+        // The shard named may be down (killed, its standby promoting):
+        // try for up to 10 s before giving up.
+        let since = std::time::Instant::now();
+        let c = loop {
+            match Cluster::builder(a.server.clone()).client_id(a.client_id).connect().await {
+                Ok(c) => break c,
+                Err(e) if since.elapsed() < Duration::from_secs(10) => {
+                    eprintln!("connecting: {e}; trying again");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => return Err(Failure::Run(format!("connecting to {}: {e}", a.server))),
+            }
+        };
         match c.create_table(BANK).await {
             Err(e) if e.code() != Code::AlreadyExists => {
                 return Err(Failure::Run(format!("creating table {BANK}: {e}")));
@@ -374,6 +398,9 @@ fn bank(a: BankArgs) -> Result<(), Failure> {
                             .write_all(line.as_bytes())
                             .and_then(|()| journal.sync_data())
                             .map_err(|e| format!("the journal: {e}"))?;
+                        if let Some(j) = batch_journal.as_mut() {
+                            batch_marker(&c, j, a.client_id, seq, amount).await?;
+                        }
                         break;
                     }
                     Err(e) if e.kind() == "unknown" => {
@@ -390,6 +417,37 @@ fn bank(a: BankArgs) -> Result<(), Failure> {
         }
         Ok(())
     })
+}
+
+/// Write the batch marker of transfer `seq` with `Cluster::execute` and
+/// journal it once acknowledged. A failure is not journaled (an unknown
+/// outcome is reported); only a journal that cannot be written stops
+/// the client.
+async fn batch_marker(
+    c: &Cluster,
+    journal: &mut std::fs::File,
+    client: u32,
+    seq: u64,
+    amount: i64,
+) -> Result<(), Failure> {
+    use std::io::Write;
+    let mut b = milliscale_client::Batch::new();
+    b.put(BANK, &batch_marker_key(client, seq), amount.to_string().as_bytes());
+    match c.execute(b.retries(8)).await {
+        Ok(_) => journal
+            .write_all(format!("{client} {seq} {amount}\n").as_bytes())
+            .and_then(|()| journal.sync_data())
+            .map_err(|e| Failure::Run(format!("the batch journal: {e}"))),
+        Err(e) => {
+            eprintln!("batch marker {seq}: not acknowledged ({e})");
+            Ok(())
+        }
+    }
+}
+
+/// The marker a transfer's one-shot batch writes: `b<client>-<seq>`.
+pub(crate) fn batch_marker_key(client: u32, seq: u64) -> Vec<u8> {
+    format!("b{client:04}-{seq:08}").into_bytes()
 }
 
 /// The key of bank account `i` (spread over the shards as `bench retwis`'s

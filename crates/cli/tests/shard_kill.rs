@@ -10,8 +10,11 @@
 //!   the next shard map, recovers the prepares from the shard's tables and
 //!   asks the other participants about the undecided ones.
 //!
+//! After each transfer the coordinator also writes a marker of its own as
+//! a one-shot batch (`Cluster::execute`, run whole by its shard).
+//!
 //! After each trial the oracle checks: every journaled transfer's marker
-//! is there, the bank's total holds (a read-only transaction across the
+//! and every journaled batch's marker is there, the bank's total holds (a read-only transaction across the
 //! shards), and no shard keeps a transaction prepared past the
 //! termination timeout (plus the time a failover takes).
 
@@ -109,13 +112,13 @@ fn standby(dir: &Path, shard: u32) -> Proc {
     Proc(c)
 }
 
-fn coordinator(dir: &Path, client: u32, transfers: u64) -> Proc {
-    let server = any_shard(dir);
+fn coordinator(dir: &Path, client: u32, transfers: u64, server: &str) -> Proc {
     let c = Command::new(BIN)
-        .args(["cluster", "bank", "--server", &server, "--client-id", &client.to_string()])
+        .args(["cluster", "bank", "--server", server, "--client-id", &client.to_string()])
         .args(["--accounts", &ACCOUNTS.to_string(), "--initial", &INITIAL.to_string()])
         .args(["--transfers", &transfers.to_string()])
         .args(["--journal", &dir.join(format!("journal-{client}")).display().to_string()])
+        .args(["--batch-journal", &dir.join(format!("batches-{client}")).display().to_string()])
         .stdout(Stdio::null())
         .stderr(log_file(dir, &format!("coordinator{client}")))
         .spawn()
@@ -126,9 +129,17 @@ fn coordinator(dir: &Path, client: u32, transfers: u64) -> Proc {
 /// A shard's address from the newest map, shard 0 first (the one a
 /// trial kills may still be in it: the client asks the others then).
 fn any_shard(dir: &Path) -> String {
+    shard_but(dir, None)
+}
+
+/// The address of the first shard in the newest map other than `not`:
+/// a client started just before a trial kills shard `not` may not have
+/// opened the cluster through it yet.
+fn shard_but(dir: &Path, not: Option<u32>) -> String {
     let store = milliscale::store::open(&url(dir, "map")).expect("the map's store");
     let map = MapStore::new(store, "").latest().expect("map").expect("a map");
-    map.shards.values().map(|i| i.addr.clone()).next().expect("a shard")
+    let mut others = map.shards.iter().filter(|(s, _)| Some(**s) != not);
+    others.next().map(|(_, i)| i.addr.clone()).expect("a shard")
 }
 
 fn cluster(dir: &Path) -> Vec<Proc> {
@@ -146,6 +157,8 @@ struct Oracle {
     maps: Arc<MapStore>,
     client: Cluster,
     dir: std::path::PathBuf,
+    /// Acknowledged one-shot batches checked so far.
+    batches: std::sync::atomic::AtomicUsize,
 }
 
 impl Oracle {
@@ -156,7 +169,7 @@ impl Oracle {
             Cluster::builder(any_shard(dir)).client_id(9_999).connect().await.expect("client");
         // The coordinators create the table; the oracle may read first.
         let _ = client.create_table("bank").await;
-        Oracle { maps, client, dir: dir.to_path_buf() }
+        Oracle { maps, client, dir: dir.to_path_buf(), batches: Default::default() }
     }
 
     /// Wait until no shard has a transaction prepared; how long it took.
@@ -216,6 +229,22 @@ impl Oracle {
                 "acknowledged transfer {line} lost"
             );
         }
+        // Every acknowledged one-shot batch's marker is there too.
+        let batches =
+            std::fs::read_to_string(dir.join(format!("batches-{client}"))).unwrap_or_default();
+        let batches: Vec<&str> = batches
+            .split_inclusive('\n')
+            .filter(|l| l.ends_with('\n'))
+            .map(str::trim_end)
+            .collect();
+        for line in &batches {
+            let f: Vec<&str> = line.split(' ').collect();
+            let seq: u64 = f[1].parse().expect("seq");
+            let key = format!("b{client:04}-{seq:08}").into_bytes();
+            let found = self.read_only(|tx_vals| tx_vals[0].clone(), vec![key]).await;
+            assert_eq!(found.as_deref(), Some(f[2].as_bytes()), "acknowledged batch {line} lost");
+        }
+        self.batches.fetch_add(batches.len(), std::sync::atomic::Ordering::Relaxed);
         let keys: Vec<Vec<u8>> = (0..ACCOUNTS).map(milliscale_bench::retwis::key_of).collect();
         let total = self
             .read_only(
@@ -289,16 +318,18 @@ async fn killed_coordinators_and_primaries_lose_no_acknowledged_transfer() {
     // The coordinator, killed mid-run.
     for t in 0..trials {
         let client = 100 + t;
-        let c = coordinator(dir, client, 0);
+        let c = coordinator(dir, client, 0, &any_shard(dir));
         tokio::time::sleep(delay(t, 150, 700)).await;
         drop(c); // kill -9
         slowest = slowest.max(oracle.settled().await);
         acked += oracle.check(dir, client).await;
     }
+    let batches = oracle.batches.swap(0, std::sync::atomic::Ordering::Relaxed);
     eprintln!(
-        "coordinator kills: {acked} acknowledged transfers checked; settled within {slowest:?}"
+        "coordinator kills: {acked} acknowledged transfers and {batches} one-shot batches \
+         checked; settled within {slowest:?}"
     );
-    assert!(acked > 0, "no transfer was acknowledged before the kills");
+    assert!(acked > 0 && batches > 0, "nothing was acknowledged before the kills");
     assert!(
         slowest < Duration::from_millis(TERMINATION_MS) + Duration::from_secs(3),
         "a shard stayed blocked {slowest:?}"
@@ -310,13 +341,13 @@ async fn killed_coordinators_and_primaries_lose_no_acknowledged_transfer() {
     tokio::time::sleep(Duration::from_millis(500)).await; // the standbys follow
     for t in 0..trials {
         let (client, s) = (200 + t, (t % 3) as usize);
-        let mut c = coordinator(dir, client, 40);
+        let mut c = coordinator(dir, client, 40, &shard_but(dir, Some(s as u32)));
         tokio::time::sleep(delay(t, 50, 300)).await;
         drop(std::mem::replace(&mut primaries[s], standbys[s].take().expect("a standby")));
         let t0 = Instant::now();
         loop {
             if let Some(status) = c.0.try_wait().expect("wait") {
-                assert!(status.success(), "the coordinator failed: {status}");
+                assert!(status.success(), "the coordinator failed: {status}\n{}", logs(dir));
                 break;
             }
             assert!(t0.elapsed() < Duration::from_secs(60), "the coordinator hung");
@@ -328,7 +359,11 @@ async fn killed_coordinators_and_primaries_lose_no_acknowledged_transfer() {
         standbys[s] = Some(standby(dir, s as u32));
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
-    eprintln!("primary kills: {acked} acknowledged transfers checked; settled within {slowest:?}");
-    assert!(acked > 0);
+    let batches = oracle.batches.swap(0, std::sync::atomic::Ordering::Relaxed);
+    eprintln!(
+        "primary kills: {acked} acknowledged transfers and {batches} one-shot batches checked; \
+         settled within {slowest:?}"
+    );
+    assert!(acked > 0 && batches > 0);
     assert!(slowest < Duration::from_secs(5), "a shard stayed blocked {slowest:?}");
 }
