@@ -208,43 +208,15 @@ impl Oracle {
         }
     }
 
-    /// Check the journal of `client` and the total.
+    /// Check the journals of `client` and the total; how many transfers
+    /// the journal holds.
     async fn check(&self, dir: &Path, client: u32) -> usize {
-        let journal =
-            std::fs::read_to_string(dir.join(format!("journal-{client}"))).unwrap_or_default();
-        // A kill can cut the last line short: only whole lines count.
-        let lines: Vec<&str> = journal
-            .split_inclusive('\n')
-            .filter(|l| l.ends_with('\n'))
-            .map(str::trim_end)
-            .collect();
-        for line in &lines {
-            let f: Vec<&str> = line.split(' ').collect();
-            let seq: u64 = f[1].parse().expect("seq");
-            let key = format!("t{client:04}-{seq:08}").into_bytes();
-            let found = self.read_only(|tx_vals| tx_vals[0].clone(), vec![key]).await;
-            assert_eq!(
-                found.as_deref(),
-                Some(f[4].as_bytes()),
-                "acknowledged transfer {line} lost"
-            );
-        }
-        // Every acknowledged one-shot batch's marker is there too.
-        let batches =
-            std::fs::read_to_string(dir.join(format!("batches-{client}"))).unwrap_or_default();
-        let batches: Vec<&str> = batches
-            .split_inclusive('\n')
-            .filter(|l| l.ends_with('\n'))
-            .map(str::trim_end)
-            .collect();
-        for line in &batches {
-            let f: Vec<&str> = line.split(' ').collect();
-            let seq: u64 = f[1].parse().expect("seq");
-            let key = format!("b{client:04}-{seq:08}").into_bytes();
-            let found = self.read_only(|tx_vals| tx_vals[0].clone(), vec![key]).await;
-            assert_eq!(found.as_deref(), Some(f[2].as_bytes()), "acknowledged batch {line} lost");
-        }
-        self.batches.fetch_add(batches.len(), std::sync::atomic::Ordering::Relaxed);
+        // A transfer's line: client, seq, from, to, amount.
+        let transfers = self.markers('t', client, &journal(dir, "journal", client), 4).await;
+        // Every acknowledged one-shot batch's marker is there too (a
+        // line: client, seq, amount).
+        let batches = self.markers('b', client, &journal(dir, "batches", client), 2).await;
+        self.batches.fetch_add(batches, std::sync::atomic::Ordering::Relaxed);
         let keys: Vec<Vec<u8>> = (0..ACCOUNTS).map(milliscale_bench::retwis::key_of).collect();
         let total = self
             .read_only(
@@ -265,6 +237,28 @@ impl Oracle {
         let total: i64 =
             String::from_utf8(total.expect("a sum")).expect("utf8").parse().expect("n");
         assert_eq!(total, INITIAL * ACCOUNTS as i64, "the total holds");
+        transfers
+    }
+
+    /// Check that the marker `<prefix><client>-<seq>` of every journal
+    /// line holds the line's field `value`; how many lines.
+    async fn markers(
+        &self,
+        prefix: char,
+        client: u32,
+        lines: &[Vec<String>],
+        value: usize,
+    ) -> usize {
+        for f in lines {
+            let seq: u64 = f[1].parse().expect("seq");
+            let key = format!("{prefix}{client:04}-{seq:08}").into_bytes();
+            let found = self.read_only(|tx_vals| tx_vals[0].clone(), vec![key]).await;
+            assert_eq!(
+                found.as_deref(),
+                Some(f[value].as_bytes()),
+                "acknowledged write {f:?} ({prefix}) lost"
+            );
+        }
         lines.len()
     }
 
@@ -296,6 +290,16 @@ impl Oracle {
         }
         panic!("no read-only transaction committed in 400 tries");
     }
+}
+
+/// The whole lines of journal `<name>-<client>` (a kill can cut the last
+/// one short), each split into its fields.
+fn journal(dir: &Path, name: &str, client: u32) -> Vec<Vec<String>> {
+    let text = std::fs::read_to_string(dir.join(format!("{name}-{client}"))).unwrap_or_default();
+    text.split_inclusive('\n')
+        .filter(|l| l.ends_with('\n'))
+        .map(|l| l.trim_end().split(' ').map(str::to_owned).collect())
+        .collect()
 }
 
 /// A pseudo-random delay for trial `t` (deterministic).
