@@ -14,6 +14,9 @@ use milliscale_server::{Backend, Server, ServerOptions, TlsIdentity, Tokens};
 
 use crate::args::{Failure, Usage, parse_size, seconds, store_options};
 
+/// A shard's `checkpoint_log_ratio` unless the configuration sets one.
+pub const SHARD_CHECKPOINT_LOG_RATIO: f64 = 0.25;
+
 #[derive(Args)]
 pub(crate) struct ServeArgs {
     /// A store holding the database (repeat for replicas); or the
@@ -188,12 +191,14 @@ pub(crate) fn serve(a: ServeArgs, metrics_elsewhere: bool) -> Result<(), Failure
     // room for the one-shot batches beside them.
     let slots = (options.max_open_txns + 1024).min(milliscale::limits::TRANSACTIONS_MAX);
     let mut db_options = store_options(&a.store)?.max_transactions(slots);
-    // A shard's restart replays at most about its live data's worth of
-    // log, however many transactions it has committed (bounded
-    // state), unless the configuration says otherwise.
+    // A shard's restart replays at most about a quarter of its live
+    // data's worth of log, however many transactions it has committed
+    // (bounded state: restart time within about 1.3x of a fresh shard's,
+    // BENCHMARKS.md), unless the configuration says otherwise. The price:
+    // a checkpoint of the live data for each quarter of it in log.
     let configured = crate::args::CONFIG.get().and_then(|c| c.checkpoint_log_ratio);
     if options.cluster.is_some() && configured.is_none() {
-        db_options = db_options.checkpoint_log_ratio(1.0);
+        db_options = db_options.checkpoint_log_ratio(SHARD_CHECKPOINT_LOG_RATIO);
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -22,6 +22,7 @@ use crate::log::Log;
 use crate::manifest::{Manifest, ManifestStore};
 use crate::mvcc::Csn;
 use crate::mvcc::oid_array::OidArray;
+use crate::mvcc::reclaim::Reclaimer;
 use crate::mvcc::txn_table::TxnTable;
 use crate::options::Options;
 use crate::recovery::{self, PromotionReport, RecoveryReport};
@@ -49,6 +50,8 @@ pub(crate) struct Engine {
     /// A lower bound on every running and future snapshot (see `mvcc::gc`).
     pub(crate) gc_horizon: CachePadded<AtomicU64>,
     pub(crate) versions_retired: CachePadded<AtomicU64>,
+    /// Deleted keys waiting for the horizon (`mvcc::reclaim`).
+    pub(crate) reclaim: Reclaimer,
     pub(crate) txns: TxnTable,
     pub(crate) tables: RwLock<Catalog>,
     /// With a log: the manifest chain and the current version. Held while
@@ -118,6 +121,7 @@ impl Engine {
             log,
             gc_horizon: CachePadded::new(AtomicU64::new(0)),
             versions_retired: CachePadded::new(AtomicU64::new(0)),
+            reclaim: Reclaimer::default(),
             txns,
             tables: RwLock::new(Catalog::default()),
             manifest,

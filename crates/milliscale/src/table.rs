@@ -44,7 +44,8 @@ impl Table {
         self.inner.id
     }
 
-    /// Keys ever inserted (deleted keys included: they keep a tombstone).
+    /// Keys in the index: the live ones, and deleted ones that some
+    /// snapshot may still see or that are waiting to be reclaimed.
     pub fn approximate_len(&self) -> usize {
         self.inner.index.len()
     }

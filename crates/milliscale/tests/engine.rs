@@ -22,6 +22,7 @@ mod log_segments_s3;
 mod mvcc_gc_keeps_chains_short;
 mod mvcc_matches_btreemap_model;
 mod mvcc_readers_skip_replaced_versions;
+mod mvcc_reclaims_deleted_keys;
 mod quorum_recovery;
 mod recovery_corruption;
 mod recovery_log;

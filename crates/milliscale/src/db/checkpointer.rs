@@ -348,7 +348,7 @@ mod tests {
         assert!(past_ratio(100 * MIB, 100 * MIB, 1.0));
         assert!(past_ratio(100 * MIB, 200 * MIB, 0.5) && !past_ratio(99 * MIB, 200 * MIB, 0.5));
         // A small database waits for the floor, not for a few writes.
-        assert!(!past_ratio(MIB, 0, 1.0) && !past_ratio(63 * MIB, MIB, 1.0));
-        assert!(past_ratio(64 * MIB, MIB, 1.0));
+        assert!(!past_ratio(MIB, 0, 1.0) && !past_ratio(15 * MIB, MIB, 1.0));
+        assert!(past_ratio(16 * MIB, MIB, 1.0));
     }
 }

@@ -44,6 +44,11 @@ pub struct DbStats {
     pub gc_horizon: Csn,
     /// Versions unlinked by garbage collection so far.
     pub versions_retired: u64,
+    /// Deleted keys whose index entry and record id were reclaimed so far
+    /// (once every snapshot saw them deleted).
+    pub keys_reclaimed: u64,
+    /// Deleted keys waiting for every snapshot to see them deleted.
+    pub keys_awaiting_reclaim: usize,
     /// Tables in the database.
     pub tables: usize,
 }
@@ -238,6 +243,8 @@ impl Database {
             next_csn: self.inner.commit.next_csn.load(Ordering::Acquire),
             gc_horizon: self.inner.gc_horizon.load(Ordering::Acquire),
             versions_retired: self.inner.versions_retired.load(Ordering::Relaxed),
+            keys_reclaimed: self.inner.reclaim.reclaimed.load(Ordering::Relaxed),
+            keys_awaiting_reclaim: self.inner.reclaim.queued(),
             tables: self.inner.tables.read().by_name.len(),
         }
     }

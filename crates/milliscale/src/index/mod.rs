@@ -5,8 +5,9 @@
 //! "Index choice"). Keys up to 16 bytes are stored inline in the tree nodes
 //! ([`IndexKey`]), so comparisons during a descent do not chase pointers.
 //!
-//! Entries are only ever added: a deleted record keeps its entry and RID, and
-//! its chain ends in a tombstone version.
+//! A deleted key keeps its entry, its chain headed by a tombstone, until
+//! every snapshot sees the tombstone; then `mvcc::reclaim` removes the
+//! entry and frees the RID.
 
 use std::ops::Bound;
 
@@ -107,6 +108,11 @@ impl OrderedIndex {
                 Err(self.get(k.as_bytes()).expect("insert failed because the key exists"))
             }
         }
+    }
+
+    /// Remove `key` if it maps to `rid`; whether it did.
+    pub(crate) fn remove_if(&self, key: &[u8], rid: Rid) -> bool {
+        self.tree.remove_if_sync(&KeyQuery(key), |r| *r == rid)
     }
 
     /// Visit entries in `(lower, upper)` in `dir` order until `f` returns false.

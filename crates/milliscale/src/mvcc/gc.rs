@@ -57,7 +57,7 @@ pub(crate) fn trim_chain(head: &Atomic<Version>, horizon: Csn, full: bool, guard
 /// Detach and retire everything below `v`. Every node is reached through
 /// exactly one `next` pointer, and each pointer is taken with `swap`, so two
 /// concurrent trimmers of one chain never retire the same node twice.
-fn retire_below(v: &Version, guard: &Guard) -> usize {
+pub(crate) fn retire_below(v: &Version, guard: &Guard) -> usize {
     let mut tail = v.next.swap(Shared::null(), Ordering::AcqRel, guard);
     let mut retired = 0;
     // SAFETY: pinned by `guard`; we own the detached tail.

@@ -29,7 +29,7 @@ pub const CHECKPOINT_LOG_BYTES_DEFAULT: u64 = 1 << 30;
 
 /// The least log [`Options::checkpoint_log_ratio`](crate::Options::checkpoint_log_ratio)
 /// waits for: a small database is not checkpointed after every few writes.
-pub const CHECKPOINT_LOG_RATIO_FLOOR_BYTES: u64 = 64 << 20;
+pub const CHECKPOINT_LOG_RATIO_FLOOR_BYTES: u64 = 16 << 20;
 
 /// Default [`Options::flush_timeout`](crate::Options::flush_timeout).
 pub const FLUSH_TIMEOUT_DEFAULT: Duration = Duration::from_millis(10);

@@ -495,12 +495,12 @@ impl Options {
     }
 
     /// Also take a checkpoint once the log since the last one reaches
-    /// `ratio` times that checkpoint's size (and at least 64 MiB,
+    /// `ratio` times that checkpoint's size (and at least 16 MiB,
     /// `CHECKPOINT_LOG_RATIO_FLOOR_BYTES`): recovery then replays at most
     /// about `ratio` times the live data, however long the database has
     /// run, where `checkpoint_log_bytes` alone lets a small database
     /// replay far more log than it holds. 0 (the default): off. `serve
-    /// --cluster` sets 1 for its shard unless the configuration says.
+    /// --cluster` sets 0.25 for its shard unless the configuration says.
     pub fn checkpoint_log_ratio(mut self, ratio: f64) -> Options {
         self.checkpoint_log_ratio = ratio;
         self

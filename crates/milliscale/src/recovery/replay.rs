@@ -253,8 +253,10 @@ fn current(table: &TableInner, key: &[u8]) -> Option<Vec<u8>> {
     unsafe { head.as_ref() }.and_then(|v| v.value().map(<[u8]>::to_vec))
 }
 
-/// Make a committed version at `csn` the only version of `key`. Called
-/// before the database is shared, once per key per phase.
+/// Make a committed version at `csn` the only version of `key`; for a
+/// deletion, remove the key (its entry and its record id, as
+/// `mvcc::reclaim` would once every snapshot saw the deletion: none runs
+/// yet). Called before the database is shared, once per key per phase.
 pub(crate) fn install(
     table: &TableInner,
     key: &[u8],
@@ -263,10 +265,26 @@ pub(crate) fn install(
 ) -> Result<()> {
     let guard = crossbeam_epoch::pin();
     let rid = match table.index.get(key) {
+        Some(rid) if value.is_none() => {
+            let old = table.records.slot(rid).swap(
+                crossbeam_epoch::Shared::null(),
+                std::sync::atomic::Ordering::AcqRel,
+                &guard,
+            );
+            if !old.is_null() {
+                // SAFETY: unlinked by the swap; see below.
+                unsafe { guard.defer_destroy(old) };
+            }
+            table.index.remove_if(key, rid);
+            // No transaction runs yet: the RID may be handed out at once.
+            table.records.free(rid, 0);
+            return Ok(());
+        }
         Some(rid) => rid,
         None if value.is_none() => return Ok(()),
         None => {
-            let rid = table.records.allocate()?;
+            // Every RID recovery freed may be handed out again.
+            let rid = table.records.allocate(u64::MAX)?;
             table
                 .index
                 .insert(key, rid)

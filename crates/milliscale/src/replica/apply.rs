@@ -32,6 +32,7 @@ use crossbeam_epoch::{Guard, Owned};
 
 use crate::error::{Error, Result};
 use crate::log::record::{Entry, OpRef};
+use crate::mvcc::reclaim::{Doomed, Reclaimer};
 use crate::mvcc::version::{Stamp, Version};
 use crate::mvcc::{Csn, gc};
 use crate::table::TableInner;
@@ -189,6 +190,29 @@ pub(crate) fn apply_entry(
     Ok(n)
 }
 
+/// Queue for reclamation (`mvcc::reclaim`) the keys `entries` deleted,
+/// once they are applied. The reclaimer drains the queue on the thread
+/// that applies (`Follower::advance`), between runs, so that it never
+/// races an apply thread, which writes its chains without a CAS.
+pub(crate) fn queue_deletes(tables: &[Arc<TableInner>], entries: &[Entry], reclaim: &Reclaimer) {
+    let mut doomed = Vec::new();
+    for e in entries {
+        let Entry::Commit { csn, records, .. } = e else { continue };
+        for r in records.refs() {
+            let Some(table) = tables.get(r.table as usize) else { continue };
+            if matches!(r.op, OpRef::Delete)
+                && !table.is_dropped()
+                && let Some(rid) = table.index.get(r.key)
+            {
+                doomed.push(Doomed { table: Arc::clone(table), key: r.key.into(), rid, csn: *csn });
+            }
+        }
+    }
+    if !doomed.is_empty() {
+        reclaim.push(doomed);
+    }
+}
+
 /// The latest value of `key` (`None` if absent or deleted).
 fn latest<'g>(table: &TableInner, key: &[u8], guard: &'g Guard) -> Option<&'g [u8]> {
     let rid = table.index.get(key)?;
@@ -211,7 +235,8 @@ fn push(
         Some(rid) => rid,
         None if version.is_tombstone() => return Ok(()),
         None => {
-            let rid = table.records.allocate()?;
+            // A RID freed below the readers' horizon is no reader's.
+            let rid = table.records.allocate(horizon)?;
             table
                 .index
                 .insert(key, rid)

@@ -72,6 +72,9 @@ use crate::manifest::{LogRef, Manifest, SealedLog};
 use crate::mvcc::Csn;
 use crate::table::TableInner;
 
+/// Deleted keys a replica reclaims at most between two runs it applies.
+const RECLAIM_PER_ADVANCE: usize = 4096;
+
 /// While the database is idle, the manifest is checked every this many
 /// `poll_max` (at least `manifest_every`).
 pub const IDLE_MANIFEST_POLLS: u32 = 16;
@@ -287,6 +290,14 @@ impl Follower {
     /// each run.
     pub(super) fn advance(&mut self) -> Result<()> {
         let horizon = self.db.refresh_gc_horizon();
+        // Deleted keys the readers all see gone; no apply thread runs now.
+        let retired = self.db.reclaim.drain(
+            horizon,
+            self.db.gc_counter(),
+            RECLAIM_PER_ADVANCE,
+            &crossbeam_epoch::pin(),
+        );
+        self.db.versions_retired.fetch_add(retired as u64, Ordering::Relaxed);
         // The run: entries from `applied` up to `next` (seal-skipped CSNs
         // have no entry), with the earliest time each can have landed.
         let mut run = Run::default();
@@ -363,6 +374,7 @@ impl Follower {
             self.opts.apply_threads,
             self.opts.apply_parallel_min,
         )?;
+        apply::queue_deletes(&self.tables, &run.entries, &self.db.reclaim);
         self.applied = next;
         // Counted before the readers are told, so that anyone woken by
         // the new applied CSN sees the counts that go with it.

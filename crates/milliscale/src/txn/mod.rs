@@ -31,11 +31,11 @@ use crate::index::Direction;
 use crate::limits::{KEY_BYTES_MAX, VALUE_BYTES_MAX};
 use crate::log::group::Reservation;
 use crate::log::record::ENTRY_HEADER_BYTES;
-use crate::mvcc::oid_array::Rid;
+use crate::mvcc::oid_array::{Rid, SEALED};
 use crate::mvcc::txn_table::{SlotLease, TxnState};
 use crate::mvcc::version::Version;
 use crate::mvcc::visibility::{self, Creator, View, WriteCheck};
-use crate::mvcc::{Csn, gc};
+use crate::mvcc::{Csn, gc, reclaim};
 use crate::options::Isolation;
 use crate::table::{Table, TableInner};
 pub use scan_iter::{SCAN_BATCH_ROWS, ScanIter};
@@ -61,10 +61,14 @@ pub struct Transaction<'db> {
     writes: Vec<WriteEntry<'db>>,
     reads: Vec<ReadEntry<'db>>,
     scans: Vec<ScanEntry<'db>>,
-    /// The last key looked up and its RID. Index entries are never removed,
-    /// so a key's RID never changes: a read-modify-write of one key descends
-    /// the index once, not twice.
+    /// The last key looked up and its RID, so that a read-modify-write of
+    /// one key descends the index once, not twice. Used only while the
+    /// RID's head is not sealed (`mvcc::reclaim`): a sealed one may have
+    /// lost its key since.
     last_lookup: Option<(u32, smallvec::SmallVec<[u8; 16]>, Rid)>,
+    /// The keys this transaction deleted, for `mvcc::reclaim` once it
+    /// commits.
+    deleted: Vec<(Arc<TableInner>, Box<[u8]>, Rid)>,
     /// With a log: the transaction's records, encoded as it writes them
     /// (the body of its log entry), and how many there are.
     logged: bool,
@@ -99,6 +103,7 @@ impl<'db> Transaction<'db> {
             reads: Vec::new(),
             scans: Vec::new(),
             last_lookup: None,
+            deleted: Vec::new(),
             logged: db.log.is_some(),
             redo: Vec::new(),
             redo_records: 0,
@@ -168,14 +173,20 @@ impl<'db> Transaction<'db> {
             )));
         }
         match self.write(table, key, Mutation::Patch { offset, bytes })? {
-            Written::Yes => Ok(()),
+            Written::Yes(_) => Ok(()),
             Written::NoRecord => Err(Error::NotFound),
         }
     }
 
     /// Delete `key`. Returns whether it had a visible value.
     pub fn delete(&mut self, table: &Table, key: &[u8]) -> Result<bool> {
-        Ok(self.write(table, key, Mutation::Delete)? == Written::Yes)
+        match self.write(table, key, Mutation::Delete)? {
+            Written::Yes(rid) => {
+                self.deleted.push((Arc::clone(&table.inner), key.into(), rid));
+                Ok(true)
+            }
+            Written::NoRecord => Ok(false),
+        }
     }
 
     /// Up to `limit` visible key/value pairs with keys in `(lower, upper)`, in
@@ -286,6 +297,15 @@ impl<'db> Transaction<'db> {
             unsafe { Version::from_addr(w.version) }.set_committed(csn);
         }
         self.collect_garbage(csn, &guard);
+        if !self.deleted.is_empty() {
+            let deleted = self.deleted.drain(..);
+            self.db.reclaim.push(deleted.map(|(table, key, rid)| reclaim::Doomed {
+                table,
+                key,
+                rid,
+                csn,
+            }));
+        }
         span.record("csn", csn).record("dsn", self.dsn);
         let info = CommitInfo { csn: Some(csn), dsn: self.dsn };
         self.lease = Some(lease);
@@ -389,6 +409,7 @@ impl<'db> Transaction<'db> {
         if let Some((id, k, rid)) = &self.last_lookup
             && *id == t.id
             && k[..] == *key
+            && !t.records.is_sealed(*rid)
         {
             return Some(*rid);
         }
@@ -433,28 +454,31 @@ impl<'db> Transaction<'db> {
         if self.read_only {
             return Err(Error::InvalidArgument("write in a read-only transaction".into()));
         }
-        let rid = match (self.lookup(t, key), m) {
-            (Some(rid), _) => rid,
-            (None, Mutation::Put(_)) => {
-                let rid = t.records.allocate()?;
-                // A concurrent insert of the same key may win; use its RID
-                // (ours stays empty forever, see ARCHITECTURE.md).
-                let rid = t.index.insert(key, rid).err().unwrap_or(rid);
-                self.last_lookup = Some((t.id, key.into(), rid));
-                rid
-            }
-            (None, _) => return self.nothing_to_write(t, key, m),
+        let Some(mut rid) = self.resolve(t, key, m)? else {
+            return self.nothing_to_write(t, key, m);
         };
         let me = self.lease.as_ref().expect("running").tid;
         let ww_snapshot = match self.isolation {
             Isolation::ReadCommitted => None,
             _ => Some(self.snapshot),
         };
-        let slot = t.records.slot(rid);
         let backoff = Backoff::new();
         loop {
             let guard = crossbeam_epoch::pin();
+            let slot = t.records.slot(rid);
             let head = slot.load(Ordering::Acquire, &guard);
+            if head.tag() == SEALED {
+                // Reclaimed, or being reclaimed: look the key up again
+                // (until the reclaimer has removed the entry, it finds
+                // this RID again).
+                self.last_lookup = None;
+                backoff.snooze();
+                match self.resolve(t, key, m)? {
+                    Some(r) => rid = r,
+                    None => return self.nothing_to_write(t, key, m),
+                }
+                continue;
+            }
             let check = match visibility::check_write(head, me, ww_snapshot, &self.db.txns) {
                 Ok(c) => c,
                 Err(kind) => {
@@ -495,11 +519,32 @@ impl<'db> Transaction<'db> {
                         self.redo_records += 1;
                     }
                     self.record_write(t, rid, installed.into_usize(), check, head, &guard);
-                    return Ok(Written::Yes);
+                    return Ok(Written::Yes(rid));
                 }
                 Err(_) => continue, // the head moved; look again
             }
         }
+    }
+
+    /// The RID of `key` for a write of `m`: its entry's, or, for a put of
+    /// a key without one, a RID inserted for it; `None` for a delete or a
+    /// patch of a key without one.
+    fn resolve(&mut self, t: &'db TableInner, key: &[u8], m: Mutation<'_>) -> Result<Option<Rid>> {
+        if let Some(rid) = self.lookup(t, key) {
+            return Ok(Some(rid));
+        }
+        let Mutation::Put(_) = m else { return Ok(None) };
+        let mine = t.records.allocate(self.db.gc_horizon.load(Ordering::Acquire))?;
+        // A concurrent insert of the same key may win; use its RID.
+        let rid = match t.index.insert(key, mine) {
+            Ok(()) => mine,
+            Err(theirs) => {
+                t.records.give_back_unused(mine);
+                theirs
+            }
+        };
+        self.last_lookup = Some((t.id, key.into(), rid));
+        Ok(Some(rid))
     }
 
     /// A delete or patch found no value: a read of "absent" (tracked under
@@ -572,6 +617,8 @@ impl<'db> Transaction<'db> {
             let full = csn.is_multiple_of(gc::FULL_WALK_EVERY);
             retired += gc::trim_chain(w.table.records.slot(w.rid), horizon, full, guard);
         }
+        retired +=
+            self.db.reclaim.drain(horizon, self.db.gc_counter(), reclaim::DRAIN_PER_COMMIT, guard);
         if retired > 0 {
             self.db.versions_retired.fetch_add(retired as u64, Ordering::Relaxed);
         }
@@ -605,6 +652,7 @@ impl<'db> Transaction<'db> {
             self.db.txns.end(lease);
         }
         self.writes.clear();
+        self.deleted.clear();
         self.reads.clear();
         self.scans.clear();
         self.redo.clear();
@@ -631,7 +679,8 @@ impl std::fmt::Debug for Transaction<'_> {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Written {
-    Yes,
+    /// A version was installed, at this RID.
+    Yes(Rid),
     NoRecord,
 }
 
