@@ -24,4 +24,13 @@ pub mod v1 {
     /// server offers through gRPC reflection.
     pub const FILE_DESCRIPTOR_SET: &[u8] =
         include_bytes!(concat!(env!("OUT_DIR"), "/milliscale_v1_descriptors.bin"));
+
+    impl Operation {
+        /// Whether the operation writes: a put, a delete or a patch. A
+        /// get, a scan and an empty operation do not. A read-only token
+        /// may send only batches of operations that do not write.
+        pub fn writes(&self) -> bool {
+            !matches!(self.op, Some(operation::Op::Get(_) | operation::Op::Scan(_)) | None)
+        }
+    }
 }

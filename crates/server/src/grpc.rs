@@ -329,12 +329,7 @@ impl Milliscale for Service {
         let r = async {
             let caller = self.caller(&req)?;
             let shard = self.shard("ShardExecute")?;
-            let writes = req.get_ref().operations.iter().any(|o| {
-                !matches!(
-                    o.op,
-                    Some(proto::operation::Op::Get(_) | proto::operation::Op::Scan(_)) | None
-                )
-            });
+            let writes = req.get_ref().operations.iter().any(proto::Operation::writes);
             if caller.1 == Role::ReadOnly && writes {
                 return Err(refuse::read_only_token("the batch"));
             }

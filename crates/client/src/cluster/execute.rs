@@ -226,10 +226,7 @@ fn check(batch: &Batch) -> Result<()> {
 
 /// Whether the batch writes.
 fn writes(batch: &Batch) -> bool {
-    batch
-        .ops
-        .iter()
-        .any(|o| !matches!(o.op, Some(operation::Op::Get(_) | operation::Op::Scan(_)) | None))
+    batch.ops.iter().any(proto::Operation::writes)
 }
 
 /// The shard holding every key and scanned range of the batch under
