@@ -21,7 +21,7 @@ from milliscale.client import (
     Status,
     Transaction,
 )
-from milliscale.cluster import Cluster, ClusterTransaction, ShardStatus
+from milliscale.cluster import Cluster, ClusterTransaction, ShardStatus, StandbyHealth
 from milliscale.errors import (
     AlreadyExistsError,
     BusyError,
@@ -59,6 +59,7 @@ __all__ = [
     "PermissionDeniedError",
     "StaleError",
     "ShardStatus",
+    "StandbyHealth",
     "Status",
     "StatusCode",
     "Transaction",

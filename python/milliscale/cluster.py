@@ -36,6 +36,19 @@ def _serializable(isolation: Isolation) -> None:
 
 
 @dataclass(frozen=True)
+class StandbyHealth:
+    """A shard's hot standby as the shard last heard from it."""
+
+    address: str
+    #: Every token below this was applied at its last check.
+    applied_token: int
+    #: The shard's durable token less that: how far it trails.
+    behind: int
+    #: Milliseconds since its last check (it checks every 100 ms).
+    last_seen_ms: int
+
+
+@dataclass(frozen=True)
 class ShardStatus:
     """One shard's state (:meth:`Cluster.shards`); the numbers are ``None``
     when the shard did not answer, and ``error`` says why."""
@@ -55,6 +68,8 @@ class ShardStatus:
     log_requests_per_s: Optional[float] = None
     #: The same in dollars an hour at its stores' prices (``None`` without one).
     log_usd_per_hour: Optional[float] = None
+    #: Its standbys that checked on it in the last ten minutes.
+    standbys: tuple[StandbyHealth, ...] = ()
 
 
 class ClusterTransaction:
@@ -319,7 +334,10 @@ class Cluster:
 
     def shards(self) -> list[ShardStatus]:
         """Every shard's state, asked now."""
-        return [ShardStatus(*s) for s in _native_call(self._conn.status)]
+        return [
+            ShardStatus(*s[:-1], standbys=tuple(StandbyHealth(*h) for h in s[-1]))
+            for s in _native_call(self._conn.status)
+        ]
 
 
-__all__: Sequence[str] = ["Cluster", "ClusterTransaction", "ShardStatus"]
+__all__: Sequence[str] = ["Cluster", "ClusterTransaction", "ShardStatus", "StandbyHealth"]

@@ -11,11 +11,12 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from conftest import ENV, Shards
+from conftest import ENV, Shards, binary, free_port
 from milliscale import (
     Batch,
     Cluster,
@@ -232,3 +233,29 @@ def test_a_cluster_behind_tokens_and_tls(emulator, tmp_path):
             assert c.get("bank", a) == b"3"
     finally:
         shards.stop()
+
+
+def test_a_standby_shows_in_the_shards_status(shards, cluster):
+    # A hot standby for shard 0 checks on it every 100 ms; `shards()` shows
+    # it with how far it trails. (Its stdout stays silent until it takes
+    # over, so it is not a `Process`.)
+    port = free_port()
+    standby = subprocess.Popen(
+        [binary(), "serve", "--cluster", shards.map_store, "--shard", "0", "--store", shards.stores[0],
+         "--standby", "--listen", f"127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV,
+    )
+    try:
+        assert cluster.shards()[1].standbys == ()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            seen = cluster.shards()[0].standbys
+            if seen:
+                break
+            time.sleep(0.1)
+        assert len(seen) == 1, seen
+        assert seen[0].address == f"127.0.0.1:{port}"
+        assert seen[0].last_seen_ms < 5000 and seen[0].applied_token > 0, seen
+    finally:
+        standby.kill()
+        standby.wait()

@@ -351,7 +351,7 @@ impl Cluster {
                 .collect();
             let asked = async {
                 let c = self.shard(*s)?;
-                let i = c.stub().shard_info(c.req(proto::ShardInfoRequest {})).await?;
+                let i = c.stub().shard_info(c.req(proto::ShardInfoRequest::default())).await?;
                 Ok::<_, Error>((i.into_inner(), c.status().await?))
             };
             let (info_r, server, error) =
@@ -640,8 +640,20 @@ impl std::fmt::Display for ShardStatus {
                 s.log_requests_per_s.map_or("no".into(), |r| format!("{r:.1}")),
                 s.log_usd_per_hour.map_or("no price".into(), |u| format!("${u:.4}/h"))
             ),
-            (_, _, Some(e)) => write!(f, "unreachable: {e}"),
-            _ => write!(f, "no answer"),
+            (_, _, Some(e)) => return write!(f, "unreachable: {e}"),
+            _ => return write!(f, "no answer"),
+        }?;
+        let standbys = self.info.as_ref().map_or(&[][..], |i| &i.standbys[..]);
+        if standbys.is_empty() {
+            return write!(f, "; no standby has checked in");
         }
+        for s in standbys {
+            write!(
+                f,
+                "; standby at {}: {} behind, last check {} ms ago",
+                s.addr, s.behind, s.last_seen_ms
+            )?;
+        }
+        Ok(())
     }
 }

@@ -22,9 +22,9 @@ use crate::log::Log;
 use crate::manifest::{Manifest, ManifestStore};
 use crate::mvcc::Csn;
 use crate::mvcc::oid_array::OidArray;
-use crate::mvcc::reclaim::Reclaimer;
 use crate::mvcc::txn_table::TxnTable;
 use crate::options::Options;
+use crate::reclaim::Reclaimer;
 use crate::recovery::{self, PromotionReport, RecoveryReport};
 use crate::table::TableInner;
 
@@ -50,7 +50,7 @@ pub(crate) struct Engine {
     /// A lower bound on every running and future snapshot (see `mvcc::gc`).
     pub(crate) gc_horizon: CachePadded<AtomicU64>,
     pub(crate) versions_retired: CachePadded<AtomicU64>,
-    /// Deleted keys waiting for the horizon (`mvcc::reclaim`).
+    /// Deleted keys waiting for the horizon (`reclaim`).
     pub(crate) reclaim: Reclaimer,
     pub(crate) txns: TxnTable,
     pub(crate) tables: RwLock<Catalog>,

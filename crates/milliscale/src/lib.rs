@@ -18,6 +18,7 @@
 //! ```
 //!
 //! The tree follows the Milliscale paper: `mvcc/` (versions, visibility, GC),
+//! `reclaim` (deleted keys out of the index once every snapshot sees them),
 //! `txn/` (transactions, isolation), `index/` (the ordered index), `log/`
 //! (records, log groups and their flushers, segments, replication),
 //! `commit/` (pre-commit, DSN vs gCSN, the committer). See ARCHITECTURE.md.
@@ -45,6 +46,7 @@ mod mvcc;
 pub mod options;
 mod parallel;
 mod rate;
+mod reclaim;
 mod recovery;
 mod replica;
 mod retry;

@@ -1,4 +1,4 @@
-//! Deleted keys are reclaimed (`mvcc::reclaim`): a key whose deletion
+//! Deleted keys are reclaimed (`reclaim`): a key whose deletion
 //! every snapshot sees loses its index entry, and the answers do not
 //! change. A snapshot that still sees the key holds its reclamation back;
 //! writers that race the reclaimer lose nothing; recovery does not bring

@@ -371,7 +371,14 @@ impl Milliscale for Service {
         &self,
         req: Request<proto::ShardInfoRequest>,
     ) -> Result<Response<proto::ShardInfoResponse>, Status> {
-        let r = self.caller(&req).and_then(|_| Ok(self.shard("ShardInfo")?.info()));
+        let r = self.caller(&req).and_then(|_| {
+            let mut info = self.shard("ShardInfo")?.info();
+            if let Some(s) = &req.get_ref().standby {
+                self.standbys.checked(s);
+            }
+            info.standbys = self.standbys.health(self.backend.progress());
+            Ok(info)
+        });
         done("ShardInfo", r)
     }
 

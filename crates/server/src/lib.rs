@@ -244,6 +244,7 @@ impl Server {
         let shard = start_shard(&backend, options.cluster.as_ref()).await?;
         let service = Service {
             shard: shard.clone(),
+            standbys: Arc::default(),
             backend: backend.clone(),
             sessions: Arc::clone(&sessions),
             tokens: options.tokens.clone(),

@@ -193,6 +193,8 @@ pub struct Service {
     pub(crate) stop: tokio::sync::watch::Receiver<bool>,
     /// The cluster shard this server is, if it is one.
     pub(crate) shard: Option<Arc<crate::shard::Shard>>,
+    /// The shard's standbys, as they last checked on it.
+    pub(crate) standbys: Arc<crate::shard::standby::Standbys>,
 }
 
 pub(crate) type Caller = (Principal, Role);

@@ -16,25 +16,25 @@ use milliscale_milana::types::cluster_key;
 use milliscale_server::shard::ShardOptions;
 use milliscale_server::{Backend, Server, ServerOptions};
 
-const TABLE: &str = "bank";
+pub(crate) const TABLE: &str = "bank";
 const ACCOUNTS: u32 = 12;
 const INITIAL: u64 = 100;
 
-fn account(i: u32) -> Vec<u8> {
+pub(crate) fn account(i: u32) -> Vec<u8> {
     format!("a{i:02}").into_bytes()
 }
 
 /// A free loopback port (bound, then let go: the shard takes it next).
-fn free_addr() -> SocketAddr {
+pub(crate) fn free_addr() -> SocketAddr {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     l.local_addr().expect("addr")
 }
 
-struct Fixture {
+pub(crate) struct Fixture {
     _dir: tempfile::TempDir,
-    map_url: String,
-    data: Vec<String>,
-    addrs: Vec<SocketAddr>,
+    pub(crate) map_url: String,
+    pub(crate) data: Vec<String>,
+    pub(crate) addrs: Vec<SocketAddr>,
     servers: Vec<Option<(Server, AsyncDatabase)>>,
     /// How often the shards collect and forget.
     every: Duration,
@@ -42,7 +42,7 @@ struct Fixture {
 
 /// Three shards; the accounts split 4/4/4 among them. They collect and
 /// forget every 200 ms.
-async fn three_shards() -> Fixture {
+pub(crate) async fn three_shards() -> Fixture {
     three_shards_collecting(Duration::from_millis(200)).await
 }
 
@@ -273,7 +273,7 @@ async fn status(c: &mut Raw, client: u32, seq: u64) -> i32 {
 }
 
 async fn info(c: &mut Raw) -> proto::ShardInfoResponse {
-    c.shard_info(proto::ShardInfoRequest {}).await.expect("info").into_inner()
+    c.shard_info(proto::ShardInfoRequest::default()).await.expect("info").into_inner()
 }
 
 /// Wait until a new transaction can write `key` (the prepared one holding
@@ -334,7 +334,9 @@ async fn a_coordinator_dead_mid_commit_blocks_nothing_past_the_timeout() {
     let big = vec![b'9'; 200 << 10];
     for (key, s) in [(account(2), &mut s0), (account(8), &mut s2)] {
         let mut p = prepare(52, 1, key, vec![0, 2]);
-        if s.shard_info(proto::ShardInfoRequest {}).await.expect("info").into_inner().shard == 2 {
+        if s.shard_info(proto::ShardInfoRequest::default()).await.expect("info").into_inner().shard
+            == 2
+        {
             p.writes = (8..12)
                 .map(|i| proto::ShardWrite {
                     key: Some(proto::TableKey { table: TABLE.into(), key: account(i).into() }),

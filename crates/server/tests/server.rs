@@ -5,6 +5,7 @@
 //!   read-your-writes on a replica;
 //! - `cluster.rs`: three shards (`--cluster`) reached by the cluster
 //!   client: a bank across them, write skew, a shard's restart;
+//! - `cluster_standby.rs`: a shard's standby as `Cluster::status` shows it;
 //! - `connections.rs`: connections, TLS, the standard services, shutdown;
 //! - `fuzz.rs`: bad input, seeded.
 //!
@@ -13,6 +14,7 @@
 
 mod calls;
 mod cluster;
+mod cluster_standby;
 mod common;
 mod connections;
 mod fuzz;

@@ -324,8 +324,9 @@ impl ClusterConnection {
     }
 
     /// Every shard's state: `(shard, address, error, prepared, remembered,
-    /// versions, cpu_seconds, log_requests_per_s, log_usd_per_hour)`, the
-    /// numbers `None` for a shard that did not answer.
+    /// versions, cpu_seconds, log_requests_per_s, log_usd_per_hour,
+    /// standbys)`, the numbers `None` for a shard that did not answer;
+    /// each standby `(address, applied_token, behind, last_seen_ms)`.
     #[allow(clippy::type_complexity)]
     fn status(
         &self,
@@ -341,6 +342,7 @@ impl ClusterConnection {
             Option<f64>,
             Option<f64>,
             Option<f64>,
+            Vec<(String, u64, u64, u64)>,
         )>,
     > {
         let o = self.open()?;
@@ -358,6 +360,12 @@ impl ClusterConnection {
                     s.server.as_ref().map(|x| x.cpu_seconds),
                     s.server.as_ref().and_then(|x| x.log_requests_per_s),
                     s.server.as_ref().and_then(|x| x.log_usd_per_hour),
+                    s.info.as_ref().map_or_else(Vec::new, |i| {
+                        i.standbys
+                            .iter()
+                            .map(|h| (h.addr.clone(), h.applied_token, h.behind, h.last_seen_ms))
+                            .collect()
+                    }),
                 )
             })
             .collect())

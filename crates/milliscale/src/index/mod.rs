@@ -6,7 +6,7 @@
 //! ([`IndexKey`]), so comparisons during a descent do not chase pointers.
 //!
 //! A deleted key keeps its entry, its chain headed by a tombstone, until
-//! every snapshot sees the tombstone; then `mvcc::reclaim` removes the
+//! every snapshot sees the tombstone; then `reclaim` removes the
 //! entry and frees the RID.
 
 use std::ops::Bound;

@@ -5,13 +5,11 @@
 //! - [`oid_array`]: record id -> head of the version chain.
 //! - [`visibility`]: which version a snapshot sees, and the DSN it contributes.
 //! - [`gc`]: trimming chains below the oldest active snapshot.
-//! - [`reclaim`]: removing deleted keys once every snapshot sees them gone.
 //! - [`txn_table`]: one slot per running transaction, which a reader asks
 //!   for the state of a version's creator.
 
 pub(crate) mod gc;
 pub(crate) mod oid_array;
-pub(crate) mod reclaim;
 pub(crate) mod txn_table;
 pub(crate) mod version;
 pub(crate) mod visibility;

@@ -3,7 +3,7 @@
 //! A fixed directory of lazily allocated chunks, so the array grows without
 //! ever moving a slot: a slot's address is stable for the table's lifetime,
 //! which lets writers CAS the head in place. RIDs are handed out densely by
-//! an atomic counter; a RID freed by [`super::reclaim`] is handed out again
+//! an atomic counter; a RID freed by `reclaim` (the crate's module) is handed out again
 //! once no running transaction can still hold it (see [`OidArray::free`]).
 //!
 //! A head tagged [`SEALED`] (and null) belongs to a key whose index entry

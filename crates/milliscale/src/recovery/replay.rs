@@ -255,7 +255,7 @@ fn current(table: &TableInner, key: &[u8]) -> Option<Vec<u8>> {
 
 /// Make a committed version at `csn` the only version of `key`; for a
 /// deletion, remove the key (its entry and its record id, as
-/// `mvcc::reclaim` would once every snapshot saw the deletion: none runs
+/// `reclaim` would once every snapshot saw the deletion: none runs
 /// yet). Called before the database is shared, once per key per phase.
 pub(crate) fn install(
     table: &TableInner,

@@ -32,9 +32,9 @@ use crossbeam_epoch::{Guard, Owned};
 
 use crate::error::{Error, Result};
 use crate::log::record::{Entry, OpRef};
-use crate::mvcc::reclaim::{Doomed, Reclaimer};
 use crate::mvcc::version::{Stamp, Version};
 use crate::mvcc::{Csn, gc};
+use crate::reclaim::{Doomed, Reclaimer};
 use crate::table::TableInner;
 
 /// One write in this many (by CSN) trims its chain with a full walk, as on
@@ -190,7 +190,7 @@ pub(crate) fn apply_entry(
     Ok(n)
 }
 
-/// Queue for reclamation (`mvcc::reclaim`) the keys `entries` deleted,
+/// Queue for reclamation (`reclaim`) the keys `entries` deleted,
 /// once they are applied. The reclaimer drains the queue on the thread
 /// that applies (`Follower::advance`), between runs, so that it never
 /// races an apply thread, which writes its chains without a CAS.

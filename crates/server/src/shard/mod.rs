@@ -72,8 +72,7 @@ pub struct ShardOptions {
     pub peer_timeout: Duration,
     /// How often to collect old versions and forget old decisions.
     pub collect_every: Duration,
-    /// A client not heard from for this long no longer holds the
-    /// watermark back.
+    /// A client silent for this long no longer holds the watermark back.
     pub client_silence: Duration,
     /// The bearer token for calls to the other shards.
     pub peer_token: Option<String>,
@@ -627,6 +626,7 @@ impl Shard {
             oldest_undecided: st.p.oldest_undecided(),
             remembered: st.p.remembered() as u64,
             versions: st.versions,
+            standbys: Vec::new(), // the service's to fill
         }
     }
 

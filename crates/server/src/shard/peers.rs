@@ -117,7 +117,7 @@ impl Shard {
             self.map.read().shards.keys().copied().filter(|s| *s != self.opts.shard).collect();
         for s in others {
             let Some(mut c) = self.peer(s) else { return };
-            let info = c.shard_info(self.request(proto::ShardInfoRequest {}));
+            let info = c.shard_info(self.request(proto::ShardInfoRequest::default()));
             match tokio::time::timeout(self.opts.peer_timeout, info).await {
                 Ok(Ok(r)) => {
                     if let Some(t) = r.into_inner().oldest_undecided {

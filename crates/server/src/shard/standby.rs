@@ -12,9 +12,10 @@
 //! map is published with a conditional write; a publisher that loses the
 //! race reads the newest map and tries again.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use milliscale::{AsyncDatabase, Options, Replica};
 use milliscale_milana::shard_map::{MapError, MapStore};
@@ -73,7 +74,11 @@ pub async fn stand_by(
     let mut missed = 0;
     while missed < watch.misses {
         tokio::time::sleep(watch.every).await;
-        let mut req = tonic::Request::new(proto::ShardInfoRequest {});
+        let report = proto::StandbyReport {
+            addr: listen.to_string(),
+            applied_token: replica.metrics().applied_csn,
+        };
+        let mut req = tonic::Request::new(proto::ShardInfoRequest { standby: Some(report) });
         if let Some(t) = &opts.peer_token
             && let Ok(v) = format!("Bearer {t}").parse()
         {
@@ -92,6 +97,38 @@ pub async fn stand_by(
         .map_err(|e| format!("promoting: {e}"))?;
     publish_address(&maps, opts.shard, listen).await?;
     Ok(AsyncDatabase::from(Arc::new(db)))
+}
+
+/// A standby not heard from for this long is no longer listed.
+const FORGET_AFTER: Duration = Duration::from_secs(600);
+
+/// A shard's standbys as they last checked on it (each check carries a
+/// [`proto::StandbyReport`]), for `cluster status`.
+#[derive(Debug, Default)]
+pub struct Standbys(Mutex<BTreeMap<String, (u64, Instant)>>);
+
+impl Standbys {
+    /// A standby checked on the shard now.
+    pub fn checked(&self, r: &proto::StandbyReport) {
+        let mut m = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        m.insert(r.addr.clone(), (r.applied_token, Instant::now()));
+        m.retain(|_, (_, seen)| seen.elapsed() < FORGET_AFTER);
+    }
+
+    /// Each standby heard from in the last ten minutes, against the
+    /// shard's `durable` token.
+    pub fn health(&self, durable: u64) -> Vec<proto::StandbyHealth> {
+        let m = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        m.iter()
+            .filter(|(_, (_, seen))| seen.elapsed() < FORGET_AFTER)
+            .map(|(addr, (applied, seen))| proto::StandbyHealth {
+                addr: addr.clone(),
+                applied_token: *applied,
+                behind: durable.saturating_sub(*applied),
+                last_seen_ms: seen.elapsed().as_millis() as u64,
+            })
+            .collect()
+    }
 }
 
 /// Open the replica, trying again for a few seconds: a standby started

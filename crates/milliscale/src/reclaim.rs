@@ -3,7 +3,7 @@
 //!
 //! **Invariant: reclaiming a key changes no answer.** A committed tombstone
 //! with CSN `c < h` (the GC horizon) at the head of a chain is visible to
-//! every running and future snapshot (see [`super::gc`]): each of them
+//! every running and future snapshot (see `mvcc::gc`): each of them
 //! reads the key as absent, which is what a missing entry says too.
 //!
 //! The protocol for key `k` at RID `r`, one reclaimer at a time:
@@ -18,7 +18,7 @@
 //!    collector: readers that loaded it before the seal are pinned.
 //! 5. Free `r`, marked with the GC counter read after step 3: it is handed
 //!    out again only when no transaction that looked `k` up before step 3
-//!    can still run ([`OidArray::free`](super::oid_array::OidArray::free)).
+//!    can still run (`OidArray::free`).
 //!
 //! Serializable validation needs nothing more: it looks its keys up again
 //! by key and compares the visible versions, so a key reclaimed and then
@@ -37,10 +37,10 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use crossbeam_epoch::{Guard, Shared};
 use parking_lot::Mutex;
 
-use super::Csn;
-use super::gc;
-use super::oid_array::{Rid, SEALED};
-use super::version::{Stamp, Version};
+use crate::mvcc::Csn;
+use crate::mvcc::gc;
+use crate::mvcc::oid_array::{Rid, SEALED};
+use crate::mvcc::version::{Stamp, Version};
 use crate::table::TableInner;
 
 /// Keys a commit reclaims at most, so that a burst of deletes is paid for
