@@ -251,8 +251,20 @@ fn hedging_cuts_the_simulated_tail() {
         }
         worst
     };
-    let (plain, hedged) = (slowest(false), slowest(true));
-    assert!(hedged < plain, "hedged worst {hedged:?} vs plain {plain:?}");
+    // Wall-clock times: on a loaded machine one late wake-up can pass the
+    // tail the hedge cuts (seen in CI: hedged 30.9 ms, plain 29.1 ms), so
+    // up to three tries. A hedge that does not cut the tail loses all three
+    // (the plain reads draw the same seeded tail each time).
+    let mut tries = Vec::new();
+    let cut = (0..3).any(|_| {
+        let (plain, hedged) = (slowest(false), slowest(true));
+        tries.push((hedged, plain));
+        eprintln!("hedged worst {hedged:?}, plain worst {plain:?}");
+        // A quarter off the tail at least: without the hedge the two
+        // loops draw the same latencies, and only noise tells them apart.
+        hedged * 4 < plain * 3
+    });
+    assert!(cut, "hedged worst vs plain worst, per try: {tries:?}");
 }
 
 /// The simulator's hedged reads: a zero delay always races two requests
@@ -313,8 +325,20 @@ fn hedged_reads_race_two_requests_and_answer_what_a_read_would() {
         }
         worst
     };
-    let (plain, hedged) = (slowest(false), slowest(true));
-    assert!(hedged < plain, "hedged worst {hedged:?} vs plain {plain:?}");
+    // Wall-clock times: on a loaded machine one late wake-up can pass the
+    // tail the hedge cuts (seen in CI: hedged 30.9 ms, plain 29.1 ms), so
+    // up to three tries. A hedge that does not cut the tail loses all three
+    // (the plain reads draw the same seeded tail each time).
+    let mut tries = Vec::new();
+    let cut = (0..3).any(|_| {
+        let (plain, hedged) = (slowest(false), slowest(true));
+        tries.push((hedged, plain));
+        eprintln!("hedged worst {hedged:?}, plain worst {plain:?}");
+        // A quarter off the tail at least: without the hedge the two
+        // loops draw the same latencies, and only noise tells them apart.
+        hedged * 4 < plain * 3
+    });
+    assert!(cut, "hedged worst vs plain worst, per try: {tries:?}");
 }
 
 /// Appends sent without waiting (`start_append`): the request is billed
