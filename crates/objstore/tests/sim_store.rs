@@ -251,20 +251,7 @@ fn hedging_cuts_the_simulated_tail() {
         }
         worst
     };
-    // Wall-clock times: on a loaded machine one late wake-up can pass the
-    // tail the hedge cuts (seen in CI: hedged 30.9 ms, plain 29.1 ms), so
-    // up to three tries. A hedge that does not cut the tail loses all three
-    // (the plain reads draw the same seeded tail each time).
-    let mut tries = Vec::new();
-    let cut = (0..3).any(|_| {
-        let (plain, hedged) = (slowest(false), slowest(true));
-        tries.push((hedged, plain));
-        eprintln!("hedged worst {hedged:?}, plain worst {plain:?}");
-        // A quarter off the tail at least: without the hedge the two
-        // loops draw the same latencies, and only noise tells them apart.
-        hedged * 4 < plain * 3
-    });
-    assert!(cut, "hedged worst vs plain worst, per try: {tries:?}");
+    assert_hedge_cuts_the_tail(slowest);
 }
 
 /// The simulator's hedged reads: a zero delay always races two requests
@@ -325,20 +312,7 @@ fn hedged_reads_race_two_requests_and_answer_what_a_read_would() {
         }
         worst
     };
-    // Wall-clock times: on a loaded machine one late wake-up can pass the
-    // tail the hedge cuts (seen in CI: hedged 30.9 ms, plain 29.1 ms), so
-    // up to three tries. A hedge that does not cut the tail loses all three
-    // (the plain reads draw the same seeded tail each time).
-    let mut tries = Vec::new();
-    let cut = (0..3).any(|_| {
-        let (plain, hedged) = (slowest(false), slowest(true));
-        tries.push((hedged, plain));
-        eprintln!("hedged worst {hedged:?}, plain worst {plain:?}");
-        // A quarter off the tail at least: without the hedge the two
-        // loops draw the same latencies, and only noise tells them apart.
-        hedged * 4 < plain * 3
-    });
-    assert!(cut, "hedged worst vs plain worst, per try: {tries:?}");
+    assert_hedge_cuts_the_tail(slowest);
 }
 
 /// Appends sent without waiting (`start_append`): the request is billed
@@ -381,4 +355,21 @@ fn started_appends_land_when_due_and_answer_as_the_call_would() {
     assert!(hedged > 10, "4 ms is below the s3x median: hedges went out ({hedged})");
     let r = s.accounting().expect("accounting");
     assert_eq!(r.requests["append"], calls + hedged, "a hedge is a second request, billed");
+}
+
+/// Assert that hedged reads cut at least a quarter off the slowest read,
+/// `slowest(hedge)` giving the slowest of a loop of reads. Wall-clock
+/// times: on a loaded machine one late wake-up can pass the tail the hedge
+/// cuts (seen in CI: hedged 30.9 ms, plain 29.1 ms), so up to three tries.
+/// A hedge that does not cut the tail loses all three: without it the two
+/// loops draw the same seeded latencies, and only noise tells them apart.
+fn assert_hedge_cuts_the_tail(slowest: impl Fn(bool) -> Duration) {
+    let mut tries = Vec::new();
+    let cut = (0..3).any(|_| {
+        let (plain, hedged) = (slowest(false), slowest(true));
+        tries.push((hedged, plain));
+        eprintln!("hedged worst {hedged:?}, plain worst {plain:?}");
+        hedged * 4 < plain * 3
+    });
+    assert!(cut, "hedged worst vs plain worst, per try: {tries:?}");
 }
