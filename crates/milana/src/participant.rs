@@ -251,7 +251,12 @@ impl<V: Versions> Participant<V> {
     /// has made the lease cover `at` first ([`Participant::lease_needed`]).
     pub fn read(&mut self, key: &[u8], at: Timestamp) -> ReadReply {
         debug_assert!(at < self.lease, "a read outside the lease");
-        let k = self.keys.entry(key.to_vec()).or_default();
+        // Looked up before an entry is made: most keys read have one, and
+        // `entry` would copy the key each time.
+        let k = match self.keys.get_mut(key) {
+            Some(k) => k,
+            None => self.keys.entry(key.to_vec()).or_default(),
+        };
         k.latest_read = k.latest_read.max(at);
         let (version, value) = self.versions.read_at(key, at);
         let prepared_below = matches!(k.prepared, Some((_, Some(v))) if v.ts <= at);

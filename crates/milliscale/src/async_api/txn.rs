@@ -114,6 +114,20 @@ impl AsyncTransaction {
         self.tx.scan(table, lower, upper, direction, limit)
     }
 
+    /// Visit the visible pairs with keys in `(lower, upper)` without
+    /// copying them, until `visit` returns false; see
+    /// [`crate::Transaction::scan_with`].
+    pub fn scan_with(
+        &mut self,
+        table: &Table,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        direction: Direction,
+        visit: impl FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        self.tx.scan_with(table, lower, upper, direction, visit)
+    }
+
     /// The visible rows with keys in `(lower, upper)` as an iterator in
     /// bounded memory; see [`crate::Transaction::range`].
     pub fn range(

@@ -39,18 +39,22 @@ impl IndexKey {
     }
 }
 
-/// Lexicographic byte order, with the first 8 bytes compared as one
-/// big-endian integer when both keys have them: for the common short key
-/// this is two loads and a compare instead of a `memcmp` call. The integer
-/// order of big-endian words is the byte order, so the result equals
-/// `a.cmp(b)` (a unit test checks it).
+/// Lexicographic byte order, compared 8 bytes at a time as big-endian
+/// integers while both keys have 8 more: for a short key this is two loads
+/// and a compare instead of a `memcmp` call, and keys that share a long
+/// prefix (a table's name, a shard's versioned keys) cost a few word
+/// compares. The integer order of big-endian words is the byte order, so
+/// the result equals `a.cmp(b)` (a unit test checks it).
 pub fn key_cmp(a: &[u8], b: &[u8]) -> Ordering {
-    if let (Some(x), Some(y)) = (a.first_chunk::<8>(), b.first_chunk::<8>()) {
+    let (mut a, mut b) = (a, b);
+    while let (Some((x, rest_a)), Some((y, rest_b))) =
+        (a.split_first_chunk::<8>(), b.split_first_chunk::<8>())
+    {
         let (x, y) = (u64::from_be_bytes(*x), u64::from_be_bytes(*y));
         if x != y {
             return x.cmp(&y);
         }
-        return a[8..].cmp(&b[8..]);
+        (a, b) = (rest_a, rest_b);
     }
     a.cmp(b)
 }
@@ -227,6 +231,18 @@ mod tests {
             prop_assert_eq!(IndexKey::from_slice(&a).cmp(&IndexKey::from_slice(&b)), a.cmp(&b));
             prop_assert_eq!(KeyQuery(&a).compare(&IndexKey::from_slice(&b)), a.cmp(&b));
             prop_assert_eq!(KeyQuery(&a).equivalent(&IndexKey::from_slice(&b)), a == b);
+        }
+
+        /// Keys sharing a prefix of up to 40 bytes, so that the compare
+        /// runs through several equal words before the bytes differ.
+        #[test]
+        fn long_shared_prefixes_order_like_bytes(
+            prefix in proptest::collection::vec(any::<u8>(), 0..40),
+            a in proptest::collection::vec(prop_oneof![Just(0u8), Just(255u8), any::<u8>()], 0..20),
+            b in proptest::collection::vec(prop_oneof![Just(0u8), Just(255u8), any::<u8>()], 0..20),
+        ) {
+            let (a, b) = ([&prefix[..], &a].concat(), [&prefix[..], &b].concat());
+            prop_assert_eq!(key_cmp(&a, &b), a.cmp(&b));
         }
     }
 

@@ -200,6 +200,29 @@ impl<'db> Transaction<'db> {
         direction: Direction,
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut out = Vec::new();
+        if limit > 0 {
+            self.scan_with(table, lower, upper, direction, |key, value| {
+                out.push((key.to_vec(), value.to_vec()));
+                out.len() < limit
+            })?;
+        }
+        Ok(out)
+    }
+
+    /// Pass each visible key/value pair with its key in `(lower, upper)`, in
+    /// `direction` order, to `visit` without copying it, until `visit`
+    /// returns false. What was read is what was visited: under
+    /// serializable isolation the range tracked ends at the row `visit`
+    /// stopped at.
+    pub fn scan_with(
+        &mut self,
+        table: &Table,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        direction: Direction,
+        mut visit: impl FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
         let t = self.check_op(table, &[])?;
         for b in [lower, upper] {
             if let Bound::Included(k) | Bound::Excluded(k) = b {
@@ -208,33 +231,28 @@ impl<'db> Transaction<'db> {
         }
         let view = self.read_view();
         let guard = crossbeam_epoch::pin();
-        let mut out = Vec::new();
         let mut deps = Vec::new();
         let mut stopped_at = None;
-        if limit > 0 {
-            t.index.scan(lower, upper, direction, |key, rid| {
-                let found =
-                    visibility::find_visible(t.records.slot(rid), view, &self.db.txns, &guard);
-                if let Some((v, creator)) = found {
-                    deps.push(creator);
-                    if let Some(value) = v.value() {
-                        out.push((key.to_vec(), value.to_vec()));
-                    }
-                }
-                if out.len() >= limit {
+        t.index.scan(lower, upper, direction, |key, rid| {
+            let found = visibility::find_visible(t.records.slot(rid), view, &self.db.txns, &guard);
+            if let Some((v, creator)) = found {
+                deps.push(creator);
+                if let Some(value) = v.value()
+                    && !visit(key, value)
+                {
                     stopped_at = Some(key.to_vec());
                     return false;
                 }
-                true
-            });
-        }
+            }
+            true
+        });
         for c in deps {
             self.note_dependency(c);
         }
         if self.isolation == Isolation::Serializable {
             self.track_scan(t, lower, upper, direction, stopped_at.as_deref(), &guard);
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Pre-commit: take a CSN, make the writes visible, free this thread.

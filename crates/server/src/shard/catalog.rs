@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use milliscale_milana::types::table_name_ok;
+use milliscale_milana::types::{cluster_key, table_name_ok};
 use tonic::Status;
 
 use super::Shard;
@@ -88,6 +88,7 @@ impl Shard {
             tx.delete(&rows, k).map_err(|e| engine(&e))?;
         }
         let ack = tx.precommit().map_err(|e| engine(&e))?;
+        st.p.versions_mut().forget_prefix(&cluster_key(name, b""));
         st.names.remove(name);
         st.versions = st.versions.saturating_sub(doomed.len() as u64);
         Ok(Some(ack))
