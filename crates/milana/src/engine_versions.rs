@@ -42,10 +42,10 @@ fn value_of(row: &[u8]) -> Option<Value> {
 /// version of every key its transaction read a moment before, reads no
 /// row again, and a read at or above a key's known newest version is a
 /// point read of that row (a range read that must find the row costs
-/// several times more: it descends, then walks the leaf). Every row this table gains comes through `install`, which
-/// updates the memo; a collection keeps each key's newest version; a
-/// caller that deletes rows by itself (a dropped table) calls
-/// [`EngineVersions::forget_latest`].
+/// several times more: it descends, then walks the leaf). Every row this
+/// table gains comes through `install`, which updates the memo; a
+/// collection keeps each key's newest version; a caller that deletes rows
+/// by itself (a dropped table) calls [`EngineVersions::forget_prefix`].
 ///
 /// A collection visits only the keys written since it last found them
 /// settled (one version, at or below the watermark). It knows each such
