@@ -201,12 +201,12 @@ impl<'db> Transaction<'db> {
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         let mut out = Vec::new();
-        if limit > 0 {
-            self.scan_with(table, lower, upper, direction, |key, value| {
-                out.push((key.to_vec(), value.to_vec()));
-                out.len() < limit
-            })?;
-        }
+        // A limit of 0 reads no row but checks its arguments and, under
+        // serializable isolation, still tracks the whole range.
+        self.scan_rows(table, lower, upper, direction, limit > 0, |key, value| {
+            out.push((key.to_vec(), value.to_vec()));
+            out.len() < limit
+        })?;
         Ok(out)
     }
 
@@ -221,6 +221,19 @@ impl<'db> Transaction<'db> {
         lower: Bound<&[u8]>,
         upper: Bound<&[u8]>,
         direction: Direction,
+        visit: impl FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        self.scan_rows(table, lower, upper, direction, true, visit)
+    }
+
+    /// [`Transaction::scan_with`], reading no row unless `read`.
+    fn scan_rows(
+        &mut self,
+        table: &Table,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        direction: Direction,
+        read: bool,
         mut visit: impl FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<()> {
         let t = self.check_op(table, &[])?;
@@ -233,19 +246,22 @@ impl<'db> Transaction<'db> {
         let guard = crossbeam_epoch::pin();
         let mut deps = Vec::new();
         let mut stopped_at = None;
-        t.index.scan(lower, upper, direction, |key, rid| {
-            let found = visibility::find_visible(t.records.slot(rid), view, &self.db.txns, &guard);
-            if let Some((v, creator)) = found {
-                deps.push(creator);
-                if let Some(value) = v.value()
-                    && !visit(key, value)
-                {
-                    stopped_at = Some(key.to_vec());
-                    return false;
+        if read {
+            t.index.scan(lower, upper, direction, |key, rid| {
+                let found =
+                    visibility::find_visible(t.records.slot(rid), view, &self.db.txns, &guard);
+                if let Some((v, creator)) = found {
+                    deps.push(creator);
+                    if let Some(value) = v.value()
+                        && !visit(key, value)
+                    {
+                        stopped_at = Some(key.to_vec());
+                        return false;
+                    }
                 }
-            }
-            true
-        });
+                true
+            });
+        }
         for c in deps {
             self.note_dependency(c);
         }
