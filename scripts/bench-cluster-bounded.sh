@@ -11,13 +11,18 @@
 # Before each restart: what the log holds (`milliscale inspect`: what
 # recovery would replay after the checkpoint) and the bytes of the
 # store's objects. Transactions are counted from the benchmark's reports
-# (no warm-up: every committed one counts). Uses the release build.
+# (no warm-up: every committed one counts). Each restart is repeated
+# RESTARTS times (default 3) from the state the kill left, and the median
+# counts: the load of the checkpoint and the new checkpoint recovery writes
+# vary by half from one restart to the next on this machine. Uses the
+# release build.
 # Usage: scripts/bench-cluster-bounded.sh [ROWS] [SMALL] [MID] [LARGE]
 set -euo pipefail
 rows=${1:-1000000}
 small=${2:-20000}
 mid=${3:-200000}
 large=${4:-2000000}
+restarts=${RESTARTS:-3}
 bin="${CARGO_TARGET_DIR:-$(cd "$(dirname "$0")/.." && pwd)/target}/release/milliscale"
 out=$(mktemp -d)
 echo "machine: $(nproc) cores; commit $(git rev-parse --short=12 HEAD); rows=$rows small=$small mid=$mid large=$large; in $out"
@@ -34,6 +39,12 @@ start() { # dir: start the shard (sets pid); the seconds until it listens go to 
     python3 -c "print(f'{$(date +%s.%N) - $t0:.2f}')" > "$dir/started"
 }
 rss_mib() { echo $(( $(awk '/VmRSS/ {print $2}' "/proc/$pid/status") / 1024 )); }
+rss_settled() { # the median of 10 samples over 5 s once the load stops (a checkpoint in flight
+    # holds its buffers for a moment); prints "MEDIAN (MIN-MAX)"
+    local samples=() i
+    for i in $(seq 1 10); do samples+=("$(rss_mib)"); sleep 0.5; done
+    python3 -c "import statistics, sys; v = sorted(map(int, sys.argv[1:])); print(f'{statistics.median(v):.0f} ({v[0]}-{v[-1]})')" "${samples[@]}"
+}
 txns() { # dir n: run until n transactions committed (counted over the runs)
     local dir=$1 n=$2 done=0 secs=5 i=0
     while [ "$done" -lt "$n" ]; do
@@ -79,9 +90,27 @@ fresh() { # dir: a map with one shard, the shard started, the records loaded
         --client-threads 1 --sessions 8 --isolation serializable --server "127.0.0.1:$port" --cluster > "$dir/load.json"
     echo "loaded $rows rows in $(( $(date +%s) - t0 )) s; resident $(rss_mib) MiB"
 }
-restart() { # dir: kill -9, restart (the seconds it took in dir/started)
+restart() { # dir: kill -9, then restart RESTARTS times from the state the kill left
+    # (the store and the map copied back before each), each timed until it
+    # listens; dir/started gets the median, dir/restarts each time and the
+    # shard's own account of its recovery. The last restart keeps running.
+    local dir=$1 i
     kill -9 "$pid"; wait "$pid" 2>/dev/null || true
-    start "$1"
+    cp -a "$dir/s0" "$dir/s0.killed"; cp -a "$dir/map" "$dir/map.killed"
+    : > "$dir/restarts"
+    for i in $(seq 1 "$restarts"); do
+        if [ "$i" -gt 1 ]; then
+            kill "$pid"; wait "$pid" 2>/dev/null || true
+            rm -rf "$dir/s0" "$dir/map"
+            cp -a "$dir/s0.killed" "$dir/s0"; cp -a "$dir/map.killed" "$dir/map"
+        fi
+        : > "$dir/shard.err"
+        start "$dir"
+        echo "$(cat "$dir/started") s; $(grep -h 'recovery:' "$dir/shard.err" | sed 's/^milliscale serve: //')" >> "$dir/restarts"
+    done
+    rm -rf "$dir/s0.killed" "$dir/map.killed"
+    python3 -c "import statistics, sys; print(f'{statistics.median(float(l.split()[0]) for l in open(sys.argv[1])):.2f}')" \
+        "$dir/restarts" > "$dir/started"
 }
 
 A=$out/a; fresh "$A"
@@ -89,18 +118,20 @@ n=$(txns "$A" "$small")
 echo "A: $n transactions; resident $(rss_mib) MiB"
 echo "A: before the restart: $(log_state "$A")"
 restart "$A"; ra=$(cat "$A/started")
-echo "A: restart $ra s; resident after $(rss_mib) MiB"
+sed 's/^/A: restart /' "$A/restarts"
+echo "A: restart $ra s (median); resident after $(rss_mib) MiB"
 kill "$pid"; wait "$pid" 2>/dev/null || true
 
 B=$out/b; fresh "$B"
 n1=$(txns "$B" "$mid")
-m1=$(rss_mib)
-echo "B: $n1 transactions; resident $m1 MiB"
+r1=$(rss_settled); m1=${r1%% *}
+echo "B: $n1 transactions; resident $r1 MiB (median of 10 samples over 5 s, and their range)"
 n2=$(txns "$B" $((large - n1)))
-m2=$(rss_mib)
-echo "B: $((n1 + n2)) transactions; resident $m2 MiB"
+r2=$(rss_settled); m2=${r2%% *}
+echo "B: $((n1 + n2)) transactions; resident $r2 MiB (the same)"
 echo "B: before the restart: $(log_state "$B")"
 restart "$B"; rb=$(cat "$B/started")
-echo "B: restart $rb s; resident after $(rss_mib) MiB"
+sed 's/^/B: restart /' "$B/restarts"
+echo "B: restart $rb s (median); resident after $(rss_mib) MiB"
 kill "$pid"; wait "$pid" 2>/dev/null || true
 python3 -c "print(f'restart B / A: {$rb / $ra:.2f}x (goal at most 1.5x); resident after LARGE / after MID: {$m2 / $m1:.2f}x (goal at most 1.2x)')"

@@ -16,7 +16,8 @@
 //!   `Commit`: 2 + ops (or 2 + 2 ops) round trips;
 //! - **cluster** one-shot: the same batch through the cluster client
 //!   (`Cluster::execute`) to a `serve --cluster` node: one `ShardExecute`
-//!   when its keys are on one shard.
+//!   when its keys are on one shard, a message on the connection's
+//!   `ShardStream` (the client's default), or with `unary` a call.
 //!
 //! Closed loop by default: a session sends its next transaction when the
 //! last is answered. With a rate (`--rate`, open loop), transactions
@@ -156,7 +157,7 @@ pub fn run(cfg: &YcsbConfig, srv: &ServerRun) -> Result<Report, String> {
 
 async fn connect(srv: &ServerRun) -> Result<Target, String> {
     if srv.cluster {
-        let mut b = Cluster::builder(srv.addr.clone());
+        let mut b = Cluster::builder(srv.addr.clone()).streamed_calls(!srv.unary);
         if let Some(t) = &srv.token {
             b = b.token(t.clone());
         }
@@ -266,6 +267,8 @@ async fn run_async(cfg: &YcsbConfig, srv: &ServerRun) -> Result<Report, String> 
         "empty"
     } else if srv.interactive {
         "interactive"
+    } else if srv.cluster && srv.unary {
+        "one-shot-cluster-unary"
     } else if srv.unary {
         "one-shot-unary"
     } else if srv.pipelined {

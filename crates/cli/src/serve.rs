@@ -227,6 +227,27 @@ pub(crate) fn serve(a: ServeArgs, metrics_elsewhere: bool) -> Result<(), Failure
             )
         };
         let opened = started.elapsed();
+        // Where a restart's time went (BENCHMARKS.md, "Does a shard's state
+        // stay bounded").
+        if let Backend::Writer(db) = &backend
+            && let Some(r) = db.blocking().recovery_report()
+        {
+            let t = &r.timings;
+            eprintln!(
+                "milliscale serve: recovery: fence {:.2?}, log scan {:.2?} ({} objects, {} bytes), \
+                 checkpoint load {:.2?} ({} rows), replay {:.2?} ({} transactions), new \
+                 checkpoint and manifest {:.2?}",
+                t.fence,
+                t.scan,
+                r.log_objects,
+                r.log_bytes,
+                t.load_checkpoint,
+                r.checkpoint_rows_loaded,
+                t.replay,
+                r.replayed,
+                t.checkpoint_and_publish
+            );
+        }
         let server = Server::start(backend.clone(), options, metrics)
             .await
             .map_err(|e| Failure::Run(e.to_string()))?;
@@ -445,7 +466,9 @@ pub(crate) struct BenchServerArgs {
     #[arg(long)]
     pub(crate) interactive: bool,
     /// With --server: one-shot transactions as one `Execute` call each
-    /// instead of messages on one `ExecuteStream` per connection.
+    /// instead of messages on one `ExecuteStream` per connection (with
+    /// --cluster: each shard call a call, not a message on the shard's
+    /// `ShardStream`).
     #[arg(long, conflicts_with_all = ["interactive", "ping"])]
     pub(crate) unary: bool,
     /// With --server: one-shot transactions pipelined, as the embedded
@@ -466,7 +489,7 @@ pub(crate) struct BenchServerArgs {
     /// With --server: the address is a node of a cluster (`serve
     /// --cluster`): one-shot transactions through the cluster client
     /// (`Cluster::execute`; a transaction on one shard is one call to it).
-    #[arg(long, conflicts_with_all = ["interactive", "ping", "unary", "empty", "pipelined"])]
+    #[arg(long, conflicts_with_all = ["interactive", "ping", "empty", "pipelined"])]
     pub(crate) cluster: bool,
     /// With --server: the bearer token (or MILLISCALE_TOKEN).
     #[arg(long, env = "MILLISCALE_TOKEN", hide_env_values = true)]

@@ -41,6 +41,7 @@ use milliscale_milana::types::{
 
 use crate::{Client, ClientBuilder, Error, KeyRange, Result, proto};
 
+pub(crate) mod calls;
 mod execute;
 mod transaction;
 pub use transaction::ClusterTransaction;
@@ -103,6 +104,14 @@ impl ClusterBuilder {
     /// measuring what local validation saves.
     pub fn local_validation(mut self, on: bool) -> ClusterBuilder {
         self.local_validation = on;
+        self
+    }
+
+    /// Send each shard's calls as messages on one stream per shard (the
+    /// default), or off, each as a unary call: for measuring what the
+    /// stream saves.
+    pub fn streamed_calls(mut self, on: bool) -> ClusterBuilder {
+        self.client = self.client.streamed_shard_calls(on);
         self
     }
 
@@ -443,8 +452,7 @@ impl Cluster {
             client: self.inner.id,
             low_water: self.low_water(),
         };
-        let mut stub = c.stub();
-        let call = stub.shard_read(c.req(req));
+        let call = c.shard_read(req);
         let r = match tokio::time::timeout(self.inner.builder.rpc_timeout, call).await {
             Ok(r) => r,
             Err(_) => {
@@ -453,8 +461,7 @@ impl Cluster {
             }
         };
         let r = r.map_err(|st| self.read_error(s, st))?;
-        Ok(r.into_inner()
-            .results
+        Ok(r.results
             .into_iter()
             .map(|r| ReadReply {
                 version: r
@@ -484,10 +491,9 @@ impl Cluster {
             client: self.inner.id,
             low_water: self.low_water(),
         };
-        let mut stub = c.stub();
-        let call = stub.shard_scan(c.req(req));
+        let call = c.shard_scan(req);
         match tokio::time::timeout(self.inner.builder.rpc_timeout, call).await {
-            Ok(Ok(r)) => Ok(r.into_inner()),
+            Ok(Ok(r)) => Ok(r),
             Ok(Err(st)) => Err(self.read_error(s, st)),
             Err(_) => {
                 lock(&self.inner.conns).remove(&s);
@@ -537,11 +543,9 @@ impl Cluster {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             let Ok(c) = self.shard(s) else { return None };
-            let mut stub = c.stub();
-            let call = stub.shard_prepare(c.req(p.clone()));
+            let call = c.shard_prepare(p.clone());
             match tokio::time::timeout(self.inner.builder.rpc_timeout, call).await {
                 Ok(Ok(v)) => {
-                    let v = v.into_inner();
                     if !v.yes && v.floor > 0 {
                         lock(&self.inner.clock).observe(v.floor);
                     }
@@ -588,9 +592,7 @@ impl Cluster {
             };
             let wait = self.inner.builder.rpc_timeout;
             tokio::spawn(async move {
-                let mut stub = c.stub();
-                let call = stub.shard_decide(c.req(d));
-                let _ = tokio::time::timeout(wait, call).await;
+                let _ = tokio::time::timeout(wait, c.shard_decide(d)).await;
             });
         }
     }

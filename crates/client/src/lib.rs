@@ -69,6 +69,8 @@ pub struct ClientBuilder {
     connect_timeout: Duration,
     max_message_bytes: usize,
     streamed_batches: bool,
+    /// A cluster's calls to this shard on one stream (`cluster::calls`).
+    streamed_shard_calls: bool,
 }
 
 impl ClientBuilder {
@@ -125,6 +127,12 @@ impl ClientBuilder {
         self.client(channel)
     }
 
+    /// A cluster's calls to this shard on one stream, or as calls.
+    pub(crate) fn streamed_shard_calls(mut self, on: bool) -> ClientBuilder {
+        self.streamed_shard_calls = on;
+        self
+    }
+
     /// The same settings for another address.
     pub(crate) fn with_addr(mut self, addr: String) -> ClientBuilder {
         self.addr = addr;
@@ -171,7 +179,8 @@ impl ClientBuilder {
         // so, OUT_OF_RANGE); the client bounds only what it accepts.
         let stub = Stub::new(channel).max_decoding_message_size(self.max_message_bytes);
         let streams = self.streamed_batches.then(Arc::default);
-        Ok(Client { stub, token, streams, max_message_bytes: self.max_message_bytes })
+        let shard_calls = self.streamed_shard_calls.then(Arc::default);
+        Ok(Client { stub, token, streams, shard_calls, max_message_bytes: self.max_message_bytes })
     }
 }
 
@@ -183,6 +192,9 @@ pub struct Client {
     token: Option<MetadataValue<Ascii>>,
     /// The stream one-shot batches go over, unless they go as calls.
     streams: Option<Arc<stream::Multiplexer>>,
+    /// The stream a cluster's calls to this shard go over, unless they go
+    /// as calls (`cluster::calls`).
+    shard_calls: Option<Arc<cluster::calls::ShardCalls>>,
     /// The largest request this client sends ([`ClientBuilder::max_message_bytes`]).
     max_message_bytes: usize,
 }
@@ -220,6 +232,7 @@ impl Client {
             connect_timeout: Duration::from_secs(5),
             max_message_bytes: 16 << 20,
             streamed_batches: true,
+            streamed_shard_calls: true,
         }
     }
 

@@ -78,6 +78,8 @@ pub fn failure(s: &Status) -> milliscale_proto::v1::Failure {
         message: s.message().to_owned(),
         kind: meta(KIND_KEY).unwrap_or_default(),
         retryable: meta(RETRYABLE_KEY).as_deref() == Some("true"),
+        floor: meta(refuse::FLOOR_KEY).and_then(|v| v.parse().ok()).unwrap_or(0),
+        map_version: meta(refuse::MAP_VERSION_KEY).and_then(|v| v.parse().ok()).unwrap_or(0),
     }
 }
 

@@ -17,6 +17,20 @@ use crate::service::{Backend, Service, count, done, iso_of};
 
 type ScanStream = Pin<Box<dyn Stream<Item = Result<proto::ScanResponse, Status>> + Send>>;
 
+/// A unary shard call: the caller checked, then run as on the stream
+/// ([`Service::shard_call`], which counts it).
+macro_rules! shard_unary {
+    ($service:ident, $req:ident, $variant:ident) => {{
+        use proto::{shard_stream_request::Call, shard_stream_response::Outcome};
+        let rpc = concat!("Shard", stringify!($variant));
+        let caller = $service.caller(&$req).inspect_err(|s| count(rpc, s.code()))?;
+        match $service.shard_call(caller, Call::$variant($req.into_inner())).await? {
+            Outcome::$variant(r) => Ok(Response::new(r)),
+            _ => Err(Status::internal("a shard call answered with another call's answer")),
+        }
+    }};
+}
+
 #[tonic::async_trait]
 impl Milliscale for Service {
     async fn create_table(
@@ -288,69 +302,50 @@ impl Milliscale for Service {
         &self,
         req: Request<proto::ShardReadRequest>,
     ) -> Result<Response<proto::ShardReadResponse>, Status> {
-        let r = async {
-            self.caller(&req)?;
-            self.shard("ShardRead")?.read(req.into_inner()).await
-        };
-        done("ShardRead", r.await)
+        shard_unary!(self, req, Read)
     }
 
     async fn shard_scan(
         &self,
         req: Request<proto::ShardScanRequest>,
     ) -> Result<Response<proto::ShardScanResponse>, Status> {
-        let r = async {
-            self.caller(&req)?;
-            self.shard("ShardScan")?.scan(req.into_inner()).await
-        };
-        done("ShardScan", r.await)
+        shard_unary!(self, req, Scan)
     }
 
     async fn shard_prepare(
         &self,
         req: Request<proto::ShardPrepareRequest>,
     ) -> Result<Response<proto::ShardPrepareResponse>, Status> {
-        let r = async {
-            let caller = self.caller(&req)?;
-            let shard = self.shard("ShardPrepare")?;
-            if caller.1 == Role::ReadOnly && !req.get_ref().writes.is_empty() {
-                return Err(refuse::read_only_token("the prepare"));
-            }
-            self.new_work()?;
-            shard.prepare(req.into_inner()).await
-        };
-        done("ShardPrepare", r.await)
+        shard_unary!(self, req, Prepare)
     }
 
     async fn shard_execute(
         &self,
         req: Request<proto::ShardExecuteRequest>,
     ) -> Result<Response<proto::ShardExecuteResponse>, Status> {
-        let r = async {
-            let caller = self.caller(&req)?;
-            let shard = self.shard("ShardExecute")?;
-            let writes = req.get_ref().operations.iter().any(proto::Operation::writes);
-            if caller.1 == Role::ReadOnly && writes {
-                return Err(refuse::read_only_token("the batch"));
-            }
-            self.new_work()?;
-            shard.execute(req.into_inner()).await
-        };
-        done("ShardExecute", r.await)
+        shard_unary!(self, req, Execute)
     }
 
     async fn shard_decide(
         &self,
         req: Request<proto::ShardDecideRequest>,
     ) -> Result<Response<proto::ShardDecideResponse>, Status> {
-        let r = async {
-            self.caller(&req)?;
-            let shard = self.shard("ShardDecide")?;
-            let d = req.into_inner();
-            shard.decide(crate::shard::txn_from(d.txn)?, d.commit, d.ts).await?;
-            Ok(proto::ShardDecideResponse {})
-        };
-        done("ShardDecide", r.await)
+        shard_unary!(self, req, Decide)
+    }
+
+    type ShardStreamStream = crate::shard::stream::Answers;
+
+    async fn shard_stream(
+        &self,
+        req: Request<tonic::Streaming<proto::ShardStreamRequest>>,
+    ) -> Result<Response<Self::ShardStreamStream>, Status> {
+        let caller = self
+            .caller(&req)
+            .and_then(|c| self.shard("ShardStream").map(|_| c))
+            .inspect_err(|s| count("ShardStream", s.code()))?;
+        self.shard_streams.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let service = Arc::new(self.clone());
+        Ok(Response::new(crate::shard::stream::serve(service, caller, req.into_inner())))
     }
 
     async fn shard_query(
@@ -377,6 +372,7 @@ impl Milliscale for Service {
                 self.standbys.checked(s);
             }
             info.standbys = self.standbys.health(self.backend.progress());
+            info.streams_opened = self.shard_streams.load(std::sync::atomic::Ordering::Relaxed);
             Ok(info)
         });
         done("ShardInfo", r)

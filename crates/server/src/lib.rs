@@ -245,6 +245,7 @@ impl Server {
         let service = Service {
             shard: shard.clone(),
             standbys: Arc::default(),
+            shard_streams: Arc::default(),
             backend: backend.clone(),
             sessions: Arc::clone(&sessions),
             tokens: options.tokens.clone(),

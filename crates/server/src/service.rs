@@ -195,6 +195,8 @@ pub struct Service {
     pub(crate) shard: Option<Arc<crate::shard::Shard>>,
     /// The shard's standbys, as they last checked on it.
     pub(crate) standbys: Arc<crate::shard::standby::Standbys>,
+    /// `ShardStream`s opened here since the server started.
+    pub(crate) shard_streams: Arc<std::sync::atomic::AtomicU64>,
 }
 
 pub(crate) type Caller = (Principal, Role);

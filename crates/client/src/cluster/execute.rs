@@ -91,10 +91,9 @@ impl Cluster {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             let c = self.shard(s)?;
-            let mut stub = c.stub();
-            let call = stub.shard_execute(c.req(req.clone()));
+            let call = c.shard_execute(req.clone());
             let answer = match tokio::time::timeout(self.inner.builder.rpc_timeout, call).await {
-                Ok(Ok(a)) => a.into_inner(),
+                Ok(Ok(a)) => a,
                 // Refused before it ran (not its key, an unknown table,
                 // bad input, below the collected versions): nothing of it
                 // committed.

@@ -28,6 +28,7 @@ mod catalog;
 mod execute;
 mod peers;
 pub mod standby;
+pub mod stream;
 pub mod tables;
 
 use std::collections::{BTreeSet, HashMap};
@@ -626,7 +627,7 @@ impl Shard {
             oldest_undecided: st.p.oldest_undecided(),
             remembered: st.p.remembered() as u64,
             versions: st.versions,
-            standbys: Vec::new(), // the service's to fill
+            ..Default::default() // standbys and streams_opened: the service's to fill
         }
     }
 

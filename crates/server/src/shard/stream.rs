@@ -1,0 +1,147 @@
+//! `ShardStream`: a cluster client's calls to this shard over one gRPC
+//! stream (the client's side: `milliscale-client`'s `cluster::calls`).
+//!
+//! A unary call costs a new HTTP/2 stream, a header block each way and a
+//! task on each side; a shard spent more on that than `milliscale serve`
+//! spends on a whole one-shot transaction (BENCHMARKS.md). On the stream a
+//! call is one message each way, and answers ready together leave in one
+//! write.
+//!
+//! Invariants:
+//! - each call runs exactly as its unary call would ([`Service::shard_call`]
+//!   serves both), under the token the stream was opened with;
+//! - every request read gets exactly one answer with its id, unless the
+//!   client went away first; a call's error is its answer (`Failure`, with
+//!   the metadata a status would carry), never the end of the stream;
+//! - at most [`IN_FLIGHT`] calls of a stream run at once: past that the
+//!   shard stops reading, and HTTP/2 flow control holds the client back;
+//! - the stream ends with an error status only for a message that could
+//!   not be read (the calls before it still run and answer);
+//! - at shutdown the shard stops reading, answers the calls it read, then
+//!   ends the stream (the client fails the calls it sent after, as a
+//!   broken connection's, and sends them again elsewhere).
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use milliscale_proto::v1::{
+    self as proto, shard_stream_request::Call, shard_stream_response::Outcome,
+};
+use tokio::sync::{Semaphore, mpsc};
+use tokio_stream::Stream;
+use tonic::{Status, Streaming};
+
+use crate::auth::Role;
+use crate::errors::{failure, refuse};
+use crate::service::{Caller, Service, count};
+
+/// Calls of one stream that may run at once.
+pub const IN_FLIGHT: usize = 1024;
+
+/// The answers' side of a stream.
+pub type Answers = Pin<Box<dyn Stream<Item = Result<proto::ShardStreamResponse, Status>> + Send>>;
+
+/// Serve one stream opened by `caller`: read calls until the client closes
+/// its side, a message is malformed, or the server stops.
+pub fn serve(
+    service: Arc<Service>,
+    caller: Caller,
+    requests: Streaming<proto::ShardStreamRequest>,
+) -> Answers {
+    let (answer, answers) = mpsc::channel(IN_FLIGHT);
+    tokio::spawn(async move {
+        if let Err(status) = read(service, caller, requests, &answer).await {
+            count("ShardStream", status.code());
+            let _ = answer.send(Err(status)).await;
+        }
+        // The calls in flight hold the other senders: the answers' stream
+        // ends once they have answered.
+    });
+    Box::pin(tokio_stream::wrappers::ReceiverStream::new(answers))
+}
+
+/// Read the stream's calls and start each in a task of its own (a call
+/// may wait: for a decision, for durability).
+async fn read(
+    service: Arc<Service>,
+    caller: Caller,
+    mut requests: Streaming<proto::ShardStreamRequest>,
+    answer: &mpsc::Sender<Result<proto::ShardStreamResponse, Status>>,
+) -> Result<(), Status> {
+    let permits = Arc::new(Semaphore::new(IN_FLIGHT));
+    let mut stop = service.stop.clone();
+    loop {
+        let permit = tokio::select! {
+            p = Arc::clone(&permits).acquire_owned() => p.expect("the semaphore is never closed"),
+            _ = stop.wait_for(|s| *s) => return Ok(()),
+        };
+        let request = tokio::select! {
+            m = requests.message() => m?,
+            _ = stop.wait_for(|s| *s) => return Ok(()),
+        };
+        let Some(request) = request else { return Ok(()) };
+        let (service, answer) = (Arc::clone(&service), answer.clone());
+        tokio::spawn(async move {
+            let id = request.id;
+            let outcome = match request.call {
+                None => Err(refuse::invalid("a stream request without its call")),
+                Some(call) => service.shard_call(caller, call).await,
+            };
+            let outcome = outcome.unwrap_or_else(|s| Outcome::Failure(failure(&s)));
+            // A client that went away gets no answer; the call ran (or
+            // not) all the same, as a cancelled call's would.
+            let _ =
+                answer.send(Ok(proto::ShardStreamResponse { id, outcome: Some(outcome) })).await;
+            drop(permit);
+        });
+    }
+}
+
+/// The name a call is counted under, as its unary call is.
+fn name(call: &Call) -> &'static str {
+    match call {
+        Call::Read(_) => "ShardRead",
+        Call::Scan(_) => "ShardScan",
+        Call::Prepare(_) => "ShardPrepare",
+        Call::Execute(_) => "ShardExecute",
+        Call::Decide(_) => "ShardDecide",
+    }
+}
+
+impl Service {
+    /// Run one of a cluster client's calls to this shard for `caller`:
+    /// the unary calls and the stream both come here. Counted under the
+    /// call's name.
+    pub(crate) async fn shard_call(&self, caller: Caller, call: Call) -> Result<Outcome, Status> {
+        let rpc = name(&call);
+        let r = async {
+            let shard = self.shard(rpc)?;
+            match call {
+                Call::Read(r) => shard.read(r).await.map(Outcome::Read),
+                Call::Scan(r) => shard.scan(r).await.map(Outcome::Scan),
+                Call::Prepare(r) => {
+                    if caller.1 == Role::ReadOnly && !r.writes.is_empty() {
+                        return Err(refuse::read_only_token("the prepare"));
+                    }
+                    self.new_work()?;
+                    shard.prepare(r).await.map(Outcome::Prepare)
+                }
+                Call::Execute(r) => {
+                    let writes = r.operations.iter().any(proto::Operation::writes);
+                    if caller.1 == Role::ReadOnly && writes {
+                        return Err(refuse::read_only_token("the batch"));
+                    }
+                    self.new_work()?;
+                    shard.execute(r).await.map(Outcome::Execute)
+                }
+                Call::Decide(d) => {
+                    shard.decide(super::txn_from(d.txn)?, d.commit, d.ts).await?;
+                    Ok(Outcome::Decide(proto::ShardDecideResponse {}))
+                }
+            }
+        };
+        let r = r.await;
+        count(rpc, r.as_ref().map_or_else(|s| s.code(), |_| tonic::Code::Ok));
+        r
+    }
+}

@@ -1,0 +1,143 @@
+//! A cluster client's calls to a shard on one stream (`ShardStream`): each
+//! answered under its own id, as its unary call is answered, a failure
+//! with what the call's status would carry; and the cluster client gives
+//! the same answers with its calls streamed or not.
+
+use futures_util::StreamExt;
+use milliscale_client::Cluster;
+use milliscale_proto::v1 as proto;
+use proto::{shard_stream_request::Call, shard_stream_response::Outcome};
+
+use crate::cluster::{TABLE, account, three_shards};
+
+type Raw = proto::milliscale_client::MilliscaleClient<tonic::transport::Channel>;
+
+fn read(i: u32, at: u64) -> proto::ShardReadRequest {
+    proto::ShardReadRequest {
+        keys: vec![proto::TableKey { table: TABLE.into(), key: account(i).into() }],
+        at,
+        ..Default::default()
+    }
+}
+
+/// Calls sent together on shard 0's stream: a read of its own key, a read
+/// of shard 1's key, a read of an unknown table, a request naming no call,
+/// and a decision of a transaction it never saw. Each answer comes back
+/// under its request's id, equal to the unary call's answer (or its
+/// status, as a `Failure` with the map's version for a wrong shard), and
+/// the stream ends cleanly once the client closes its side.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_on_a_shard_stream_are_answered_by_id_as_the_calls_are() {
+    let f = three_shards().await;
+    let c = Cluster::connect(f.addrs[0].to_string()).await.expect("connect");
+    c.create_table(TABLE).await.expect("create");
+    let ts = c.put(TABLE, &account(0), b"55").await.expect("a write");
+    let mut s0 = Raw::connect(format!("http://{}", f.addrs[0])).await.expect("connect");
+    let at = ts + 1;
+
+    let mut unknown = read(0, at);
+    unknown.keys[0].table = "no_such_table".into();
+    let decide = proto::ShardDecideRequest {
+        txn: Some(proto::ClusterTxnId { client: 7, seq: 1 }),
+        commit: false,
+        ts: at,
+    };
+    let requests = vec![
+        proto::ShardStreamRequest { id: 10, call: Some(Call::Read(read(0, at))) },
+        proto::ShardStreamRequest { id: 11, call: Some(Call::Read(read(5, at))) },
+        proto::ShardStreamRequest { id: 12, call: Some(Call::Read(unknown.clone())) },
+        proto::ShardStreamRequest { id: 13, call: None },
+        proto::ShardStreamRequest { id: 14, call: Some(Call::Decide(decide)) },
+    ];
+    let answers =
+        s0.shard_stream(tokio_stream::iter(requests)).await.expect("open the stream").into_inner();
+    let answers: Vec<proto::ShardStreamResponse> =
+        answers.map(|a| a.expect("an answer, not the stream's end")).collect().await;
+    let mut by_id: std::collections::HashMap<u64, Outcome> =
+        answers.into_iter().map(|a| (a.id, a.outcome.expect("an outcome"))).collect();
+    assert_eq!(by_id.len(), 5, "one answer per request: {by_id:?}");
+
+    let unary = s0.shard_read(read(0, at)).await.expect("the call").into_inner();
+    match by_id.remove(&10) {
+        Some(Outcome::Read(r)) => {
+            assert_eq!(r, unary);
+            assert_eq!(r.results[0].value.as_deref(), Some(&b"55"[..]));
+        }
+        other => panic!("a read's answer: {other:?}"),
+    }
+    let failure = |o: Option<Outcome>| match o {
+        Some(Outcome::Failure(f)) => f,
+        other => panic!("a failure: {other:?}"),
+    };
+    let wrong = failure(by_id.remove(&11));
+    let unary = s0.shard_read(read(5, at)).await.expect_err("not shard 0's key");
+    assert_eq!(wrong.code, unary.code() as i32);
+    assert_eq!(wrong.kind, "wrong_shard");
+    assert_eq!(wrong.message, unary.message());
+    assert_eq!(wrong.map_version, 1, "the map's version, as the status's metadata says");
+    assert_eq!(
+        unary.metadata().get("milliscale-map-version").and_then(|v| v.to_str().ok()),
+        Some("1")
+    );
+    let missing = failure(by_id.remove(&12));
+    let unary = s0.shard_read(unknown).await.expect_err("an unknown table");
+    assert_eq!((missing.code, missing.message.as_str()), (unary.code() as i32, unary.message()));
+    let empty = failure(by_id.remove(&13));
+    assert_eq!(empty.code, tonic::Code::InvalidArgument as i32, "{empty:?}");
+    assert!(matches!(by_id.remove(&14), Some(Outcome::Decide(_))));
+    // The same decision again as a call: answered the same.
+    s0.shard_decide(decide).await.expect("a decision again");
+}
+
+/// How many `ShardStream`s each shard has seen opened.
+async fn streams_opened(f: &crate::cluster::Fixture) -> Vec<u64> {
+    let mut opened = Vec::new();
+    for a in &f.addrs {
+        let mut s = Raw::connect(format!("http://{a}")).await.expect("connect");
+        let i = s.shard_info(proto::ShardInfoRequest::default()).await.expect("info");
+        opened.push(i.into_inner().streams_opened);
+    }
+    opened
+}
+
+/// The cluster client with its calls streamed (the default: one stream per
+/// shard) and as unary calls (no stream): the same values, scans and
+/// conflicts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_client_answers_the_same_with_calls_streamed_or_not() {
+    let f = three_shards().await;
+    let unary = Cluster::builder(f.addrs[1].to_string())
+        .streamed_calls(false)
+        .connect()
+        .await
+        .expect("connect");
+    unary.create_table(TABLE).await.expect("create");
+    unary.put(TABLE, &account(0), b"first").await.expect("a write");
+    unary.put(TABLE, &account(11), b"first").await.expect("a write");
+    assert_eq!(streams_opened(&f).await, [0, 0, 0], "calls only");
+    let streamed = Cluster::connect(f.addrs[0].to_string()).await.expect("connect");
+    assert_eq!(streamed.get(TABLE, &account(0)).await.expect("read"), Some(b"first".to_vec()));
+    assert_eq!(streamed.get(TABLE, &account(11)).await.expect("read"), Some(b"first".to_vec()));
+    assert_eq!(streams_opened(&f).await, [1, 0, 1], "one stream to each shard it called");
+    for i in 0..12u32 {
+        let (writer, reader) = if i % 2 == 0 { (&streamed, &unary) } else { (&unary, &streamed) };
+        writer.put(TABLE, &account(i), i.to_string().as_bytes()).await.expect("a write");
+        let got = reader.get(TABLE, &account(i)).await.expect("a read");
+        assert_eq!(got, Some(i.to_string().into_bytes()));
+    }
+    let all = milliscale_client::KeyRange::all();
+    let a = streamed.scan(TABLE, all.clone()).await.expect("scan");
+    let b = unary.scan(TABLE, all).await.expect("scan");
+    assert_eq!(a, b);
+    assert_eq!(a.len(), 12);
+    // A transaction across shards whose read the other client overwrites
+    // before it commits is refused, streamed or not.
+    for (first, second) in [(&streamed, &unary), (&unary, &streamed)] {
+        let mut tx = first.begin();
+        tx.get(TABLE, &account(0)).await.expect("a read");
+        tx.put(TABLE, &account(9), b"x").expect("a write");
+        second.put(TABLE, &account(0), b"moved").await.expect("the other client's write");
+        let e = tx.commit().await.expect_err("its read was overwritten");
+        assert!(e.is_retryable(), "{e}");
+    }
+}
