@@ -73,6 +73,32 @@ pub struct EngineVersions {
     latest_cap: usize,
 }
 
+/// Reads one version's value from the rows of an [`EngineVersions`]
+/// ([`EngineVersions::rows`]); shared across threads.
+#[derive(Clone)]
+pub struct VersionRows {
+    db: AsyncDatabase,
+    table: Table,
+}
+
+impl VersionRows {
+    /// The value of `key` at `version` (`Some(None)`: a deletion), or
+    /// `None` if there is no such row (collected, or its table dropped).
+    pub fn value(&self, key: &[u8], version: CommitTs) -> Option<Option<Value>> {
+        if version == CommitTs::INITIAL {
+            return Some(None);
+        }
+        let mut tx = self.db.begin().expect("begin a read");
+        tx.get_with(&self.table, &versioned_key(key, version), value_of).expect("read a version")
+    }
+}
+
+impl std::fmt::Debug for VersionRows {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VersionRows").field("table", &self.table.name()).finish()
+    }
+}
+
 /// Keys that may hold versions to collect (see [`EngineVersions`]).
 type Unsettled = BTreeMap<Key, Option<Vec<CommitTs>>>;
 
@@ -114,6 +140,14 @@ impl EngineVersions {
     /// The table the rows are in.
     pub fn table(&self) -> &Table {
         &self.table
+    }
+
+    /// A reader of single versions' values that needs no `&self`: for a
+    /// caller that learned a version under its lock
+    /// ([`crate::participant::Participant::read_version`]) and reads the
+    /// value after releasing it.
+    pub fn rows(&self) -> VersionRows {
+        VersionRows { db: self.db.clone(), table: self.table.clone() }
     }
 
     /// The rows staged by installs since the last call: `(engine key,
@@ -238,6 +272,13 @@ impl Versions for EngineVersions {
             return *v;
         }
         self.walk(key, None).0
+    }
+
+    fn version_at(&self, key: &[u8], at: Timestamp) -> Option<CommitTs> {
+        // The newest version known and at or below `at`; a key known to
+        // have none reads as INITIAL at any `at`.
+        let known = self.latest.borrow().get(key).copied()?;
+        (known == CommitTs::INITIAL || known.ts <= at).then_some(known)
     }
 
     fn read_at(&self, key: &[u8], at: Timestamp) -> (CommitTs, Option<Value>) {

@@ -250,17 +250,30 @@ impl<V: Versions> Participant<V> {
     /// Read `key` at `at` (a transaction's begin timestamp). The caller
     /// has made the lease cover `at` first ([`Participant::lease_needed`]).
     pub fn read(&mut self, key: &[u8], at: Timestamp) -> ReadReply {
+        let prepared_below = self.mark(key, at);
+        let (version, value) = self.versions.read_at(key, at);
+        ReadReply { version, value, prepared_below }
+    }
+
+    /// [`Participant::read`] without the value: its version if known without
+    /// a row ([`Versions::version_at`]), and if a prepared write is at or
+    /// below `at`. The value may be read later, outside what orders this with
+    /// prepares: once marked, no version at or below `at` can be installed.
+    pub fn read_version(&mut self, key: &[u8], at: Timestamp) -> (Option<CommitTs>, bool) {
+        let prepared_below = self.mark(key, at);
+        (self.versions.version_at(key, at), prepared_below)
+    }
+
+    /// Raise `key`'s read mark to `at`: is a prepared write at or below it?
+    fn mark(&mut self, key: &[u8], at: Timestamp) -> bool {
         debug_assert!(at < self.lease, "a read outside the lease");
-        // Looked up before an entry is made: most keys read have one, and
-        // `entry` would copy the key each time.
+        // `get_mut` first: most keys read have one, and `entry` copies keys.
         let k = match self.keys.get_mut(key) {
             Some(k) => k,
             None => self.keys.entry(key.to_vec()).or_default(),
         };
         k.latest_read = k.latest_read.max(at);
-        let (version, value) = self.versions.read_at(key, at);
-        let prepared_below = matches!(k.prepared, Some((_, Some(v))) if v.ts <= at);
-        ReadReply { version, value, prepared_below }
+        matches!(k.prepared, Some((_, Some(v))) if v.ts <= at)
     }
 
     /// Scan `[start, end)` (an empty `end`: no end) at `at`, at most

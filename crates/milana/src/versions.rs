@@ -29,6 +29,11 @@ pub trait Versions {
     /// The newest version of `key` at or below `at`, and its value
     /// (`None`: deleted, or never written).
     fn read_at(&self, key: &[u8], at: Timestamp) -> (CommitTs, Option<Value>);
+    /// The version [`Versions::read_at`] would return, if known without
+    /// reading a row (`None`: not known so; read it).
+    fn version_at(&self, _key: &[u8], _at: Timestamp) -> Option<CommitTs> {
+        None
+    }
     /// Install one transaction's writes at `version`, all or none. Each
     /// key's newest version is below `version`.
     fn install(&mut self, version: CommitTs, writes: &[(Key, Option<Value>)]);

@@ -5,6 +5,7 @@
 //!   read-your-writes on a replica;
 //! - `cluster.rs`: three shards (`--cluster`) reached by the cluster
 //!   client: a bank across them, write skew, a shard's restart;
+//! - `cluster_batches.rs`: one-shot batches racing on one shard's keys;
 //! - `cluster_standby.rs`: a shard's standby as `Cluster::status` shows it;
 //! - `cluster_stream.rs`: a cluster client's calls to a shard on one stream;
 //! - `connections.rs`: connections, TLS, the standard services, shutdown;
@@ -15,6 +16,7 @@
 
 mod calls;
 mod cluster;
+mod cluster_batches;
 mod cluster_standby;
 mod cluster_stream;
 mod common;

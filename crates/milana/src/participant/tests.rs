@@ -233,3 +233,40 @@ fn a_scanned_range_refuses_phantoms_below_it_and_changes_after_it() {
     assert!(p.scan(b"a", b"b", 170, 0).prepared_below);
     assert!(!p.scan(b"a", b"b", 155, 0).prepared_below);
 }
+
+/// A read's version without its value: known from the engine's memo of
+/// newest versions, else `None` (the caller reads the row); the mark is
+/// made either way, and the value is read later from the rows.
+#[cfg(feature = "engine")]
+#[test]
+fn a_read_version_marks_the_key_and_names_the_version_only_when_known() {
+    let mut p = engine_participant();
+    let rows = p.versions_mut().rows();
+    if let Some(Record::ReadLease(until)) = p.lease_needed(600) {
+        p.lease_durable(until);
+    }
+    // Not known yet: no version, but marked (a write below 100 is refused).
+    assert_eq!(p.read_version(b"k", 100), (None, false));
+    assert!(matches!(p.prepare(prep(T1, v(90, 1), &[], &["k"])).0, Vote::No(_)));
+    // A full read learns the key has no version: known at any time now.
+    assert_eq!(serve(&mut p, "k", 100).version, CommitTs::INITIAL);
+    assert_eq!(p.read_version(b"k", 50), (Some(CommitTs::INITIAL), false));
+    assert_eq!(rows.value(b"k", CommitTs::INITIAL), Some(None));
+    // Committed at 200 (installed through the participant, as the shard's).
+    assert_eq!(p.prepare(prep(T2, v(200, 2), &[], &["k"])).0, Vote::Yes);
+    let below = p.read_version(b"k", 300);
+    assert_eq!(below, (Some(CommitTs::INITIAL), true), "a prepared write below 300: wait");
+    p.decide(T2, true, 200);
+    assert_eq!(p.read_version(b"k", 300), (Some(v(200, 2)), false));
+    assert_eq!(rows.value(b"k", v(200, 2)), Some(Some(b"x".to_vec())));
+    // Below the newest version: not known without reading rows.
+    assert_eq!(p.read_version(b"k", 150), (None, false));
+    assert_eq!(rows.value(b"k", v(150, 9)), None, "no such row");
+    // The map's versions never know one; the mark is made all the same.
+    let mut m = Participant::new(0, 1_000, Mutations::default());
+    if let Some(Record::ReadLease(until)) = m.lease_needed(600) {
+        m.lease_durable(until);
+    }
+    assert_eq!(m.read_version(b"k", 100), (None, false));
+    assert!(matches!(m.prepare(prep(T1, v(90, 1), &[], &["k"])).0, Vote::No(_)));
+}

@@ -7,21 +7,36 @@
 //! write is buffered in a [`ClientTxn`], and the commit is the lone
 //! participant's prepare at `version`, validated by Algorithm 1 and
 //! committed in the same engine transaction as a `ShardPrepare` with one
-//! participant is. All of it happens under the participant's lock, so no
-//! other call comes between the reads and the prepare; the validation
-//! still runs, and still refuses a version below a read another
-//! transaction served.
+//! participant is. In two steps, as a client's `ShardRead` and then its
+//! `ShardPrepare` would:
+//! 1. the reads: under the participant's lock, each key the batch reads
+//!    from the shard's rows (a get, delete or patch of a key it has not
+//!    written before) gets its read mark at `at`, and, when the shard
+//!    knows the key's newest version at or below `at` without reading a
+//!    row (nearly always), that version; the rows' values are then read
+//!    outside the lock (no version at or below `at` can be installed once
+//!    the mark is made, and the collector keeps the newest at or below
+//!    the watermark, which is at most `at`);
+//! 2. the run: under the lock again, the operations in order (a read not
+//!    served in step 1 is served here), then the lone prepare. Validation
+//!    refuses the batch if a version newer than one it read was installed
+//!    between the steps, as it refuses a client's prepare.
+//!
+//! The lock is held for the marks and the run, not for the rows' reads:
+//! at one shard every batch takes it, so its length bounds the shard's
+//! throughput.
 //!
 //! A read that meets a prepared write at or below `at` waits for its
 //! decision, as a `ShardRead` does; if it is still undecided after the
 //! termination timeout the batch is refused (run it again). A refusal or
 //! a no vote leaves nothing behind but the read marks.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use milliscale_milana::coordinator::{ClientTxn, patch};
 use milliscale_milana::log::Record;
-use milliscale_milana::participant::Vote;
+use milliscale_milana::participant::{ReadReply, Vote};
 use milliscale_milana::types::{CommitTs, Key, Value, cluster_range, split_cluster_key};
 use milliscale_milana::versions::write_ok;
 use milliscale_proto::v1 as proto;
@@ -73,20 +88,21 @@ impl Shard {
         if writes && version.ts <= at {
             return Err(refuse::invalid("a batch's version must be above its read timestamp"));
         }
-        let run = |st: &mut State| self.run(st, &ops, txn, at, version);
-        let pending = |r: &Result<Run, Status>| matches!(r, Ok(Run::Pending));
         let no = |why: &str, floor| proto::ShardExecuteResponse {
             yes: false,
             why: why.into(),
             floor,
             results: Vec::new(),
         };
+        const PENDING: &str = "a key read had a prepared write below the read time, still \
+                               undecided; run it again";
+        let Some(pre) = self.pre_read(&ops, at, r.client, r.low_water).await? else {
+            return Ok(no(PENDING, 0));
+        };
+        let run = |st: &mut State| self.run(st, &ops, &pre, txn, at, version);
+        let pending = |r: &Result<Run, Status>| matches!(r, Ok(Run::Pending));
         match self.settled(at, r.client, r.low_water, run, pending).await?? {
-            Run::Pending => Ok(no(
-                "a key read had a prepared write below the read time, still undecided; run it \
-                 again",
-                0,
-            )),
+            Run::Pending => Ok(no(PENDING, 0)),
             Run::No(why, floor, wait) => {
                 if let Some(w) = wait {
                     self.wait(w).await?;
@@ -148,12 +164,46 @@ impl Shard {
         })
     }
 
-    /// Run the batch once under the lock: its reads at `at`, then, if it
-    /// wrote and no read is pending, the lone prepare and its commit.
+    /// Step 1 of a batch (see the module's comment): the read marks of
+    /// the keys it reads from the shard's rows, under the lock, then the
+    /// values of those whose version was known, outside it. `None`: a
+    /// prepared write at or below `at` stayed undecided past the
+    /// termination timeout.
+    async fn pre_read(
+        self: &Arc<Self>,
+        ops: &[Op],
+        at: u64,
+        client: u32,
+        low_water: u64,
+    ) -> Result<Option<PreRead>, Status> {
+        let keys = store_reads(ops);
+        if keys.is_empty() {
+            return Ok(Some(PreRead::new()));
+        }
+        let mark = |st: &mut State| keys.iter().map(|k| st.p.read_version(k, at)).collect();
+        let pending = |m: &Vec<(Option<CommitTs>, bool)>| m.iter().any(|(_, p)| *p);
+        let marks = self.settled(at, client, low_water, mark, pending).await?;
+        if pending(&marks) {
+            return Ok(None);
+        }
+        let rows = &self.tables.rows;
+        let read = keys.into_iter().zip(marks).filter_map(|(k, (version, _))| {
+            // A row gone (its table dropped meanwhile) is read in step 2.
+            let value = rows.value(k, version?)?;
+            let reply = ReadReply { version: version?, value, prepared_below: false };
+            Some((k.clone(), reply))
+        });
+        Ok(Some(read.collect()))
+    }
+
+    /// Run the batch once under the lock (step 2): its reads at `at` (those
+    /// of step 1 from `pre`), then, if it wrote and no read is pending,
+    /// the lone prepare and its commit.
     fn run(
         &self,
         st: &mut State,
         ops: &[Op],
+        pre: &PreRead,
         txn: milliscale_milana::types::TxnId,
         at: u64,
         version: CommitTs,
@@ -163,7 +213,7 @@ impl Shard {
         for (i, op) in ops.iter().enumerate() {
             let result = match op {
                 Op::Get(k) => {
-                    let value = current(st, &mut t, k);
+                    let value = current(st, &mut t, pre, k);
                     operation_result::Result::Get(proto::GetResponse {
                         value: value.map(Into::into),
                     })
@@ -173,12 +223,12 @@ impl Shard {
                     operation_result::Result::Put(proto::PutResponse {})
                 }
                 Op::Delete(k) => {
-                    let existed = current(st, &mut t, k).is_some();
+                    let existed = current(st, &mut t, pre, k).is_some();
                     t.writes.insert(k.clone(), None);
                     operation_result::Result::Delete(proto::DeleteResponse { existed })
                 }
                 Op::Patch { key, offset, bytes } => {
-                    let Some(old) = current(st, &mut t, key) else {
+                    let Some(old) = current(st, &mut t, pre, key) else {
                         return Err(numbered(i, engine(&milliscale::Error::NotFound)));
                     };
                     let new = patch(&old, *offset, bytes)
@@ -243,16 +293,47 @@ impl Shard {
     }
 }
 
+/// What step 1 read, by key.
+type PreRead = HashMap<Key, ReadReply>;
+
+/// The keys a batch reads from the shard's rows, each once, in order: those
+/// of its gets, deletes and patches that it has not written before.
+fn store_reads(ops: &[Op]) -> Vec<&Key> {
+    let (mut written, mut seen, mut keys) = (HashSet::new(), HashSet::new(), Vec::new());
+    for op in ops {
+        let (read, write) = match op {
+            Op::Get(k) => (Some(k), None),
+            Op::Put(k, _) => (None, Some(k)),
+            Op::Delete(k) | Op::Patch { key: k, .. } => (Some(k), Some(k)),
+            Op::Scan { .. } => (None, None),
+        };
+        if let Some(k) = read
+            && !written.contains(k)
+            && seen.insert(k)
+        {
+            keys.push(k);
+        }
+        if let Some(k) = write {
+            written.insert(k);
+        }
+    }
+    keys
+}
+
 /// The value of `k` as the batch sees it: its own write, or MILANA's read
-/// at the batch's timestamp (kept as a read, validated at the prepare).
-fn current(st: &mut State, t: &mut ClientTxn, k: &Key) -> Option<Value> {
+/// at the batch's timestamp (from step 1 if it was read there; kept as a
+/// read, validated at the prepare).
+fn current(st: &mut State, t: &mut ClientTxn, pre: &PreRead, k: &Key) -> Option<Value> {
     if let Some(w) = t.writes.get(k) {
         return w.clone();
     }
     if let Some(r) = t.reads.get(k) {
         return r.value.clone();
     }
-    let r = st.p.read(k, t.begin);
+    let r = match pre.get(k) {
+        Some(r) => r.clone(),
+        None => st.p.read(k, t.begin),
+    };
     let value = r.value.clone();
     t.reads.insert(k.clone(), r);
     value

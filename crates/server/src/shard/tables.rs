@@ -23,7 +23,7 @@ use std::ops::Bound;
 
 use milliscale::{AsyncDatabase, CommitAck, Direction, Table};
 use milliscale_milana::codec::{decode_row, encode_row};
-use milliscale_milana::engine_versions::EngineVersions;
+use milliscale_milana::engine_versions::{EngineVersions, VersionRows};
 use milliscale_milana::log::Record;
 use milliscale_milana::participant::Participant;
 use milliscale_milana::tables::{ShardTables, TxnRow, txn_key};
@@ -51,6 +51,8 @@ pub struct Tables {
     pub(crate) txns: Table,
     pub(crate) meta: Table,
     pub(crate) names: Table,
+    /// The version rows' values, read without the shard's lock.
+    pub(crate) rows: VersionRows,
 }
 
 async fn open_or_create(db: &AsyncDatabase, name: &str) -> milliscale::Result<Table> {
@@ -76,13 +78,14 @@ impl Tables {
     ) -> milliscale::Result<(Tables, ShardTables<EngineVersions>)> {
         // Created with a durable wait each, before anything is written.
         open_or_create(&db, ROWS).await?;
+        let versions = EngineVersions::staged(db.clone(), ROWS)?;
         let tables = Tables {
             txns: open_or_create(&db, TXNS).await?,
             meta: open_or_create(&db, META).await?,
             names: open_or_create(&db, NAMES).await?,
+            rows: versions.rows(),
             db,
         };
-        let versions = EngineVersions::staged(tables.db.clone(), ROWS)?;
         let mut tx = tables.db.begin()?;
         // Rows in key order: a transaction's key, then its row's other
         // pieces (its key and a piece number), if it has any.
