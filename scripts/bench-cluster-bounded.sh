@@ -46,7 +46,7 @@ rss_settled() { # the median of 10 samples over 5 s once the load stops (a check
     python3 -c "import statistics, sys; v = sorted(map(int, sys.argv[1:])); print(f'{statistics.median(v):.0f} ({v[0]}-{v[-1]})')" "${samples[@]}"
 }
 txns() { # dir n: run until n transactions committed (counted over the runs)
-    local dir=$1 n=$2 done=0 secs=5 i=0
+    local dir=$1 n=$2 done=0 secs=2 i=0
     while [ "$done" -lt "$n" ]; do
         i=$((i + 1))
         "$bin" bench ycsb --workload u --ops-per-txn 1 --records "$rows" --isolation serializable \
