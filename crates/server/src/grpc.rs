@@ -333,7 +333,7 @@ impl Milliscale for Service {
         shard_unary!(self, req, Decide)
     }
 
-    type ShardStreamStream = crate::shard::stream::Answers;
+    type ShardStreamStream = crate::shard_stream::Answers;
 
     async fn shard_stream(
         &self,
@@ -345,7 +345,7 @@ impl Milliscale for Service {
             .inspect_err(|s| count("ShardStream", s.code()))?;
         self.shard_streams.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let service = Arc::new(self.clone());
-        Ok(Response::new(crate::shard::stream::serve(service, caller, req.into_inner())))
+        Ok(Response::new(crate::shard_stream::serve(service, caller, req.into_inner())))
     }
 
     async fn shard_query(

@@ -26,6 +26,7 @@ mod ops;
 mod service;
 mod sessions;
 pub mod shard;
+mod shard_stream;
 mod stream;
 
 use std::net::SocketAddr;

@@ -1,5 +1,5 @@
 //! A cluster client's calls to one shard over one `ShardStream`: the
-//! client's side of the server's `shard::stream` module.
+//! client's side of the server's `shard_stream` module.
 //!
 //! A unary call costs a new HTTP/2 stream and a header block each way, and
 //! at a busy shard that cost was more than `milliscale serve` spends on a

@@ -28,7 +28,6 @@ mod catalog;
 mod execute;
 mod peers;
 pub mod standby;
-pub mod stream;
 pub mod tables;
 
 use std::collections::{BTreeSet, HashMap};

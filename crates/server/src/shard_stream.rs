@@ -135,7 +135,7 @@ impl Service {
                     shard.execute(r).await.map(Outcome::Execute)
                 }
                 Call::Decide(d) => {
-                    shard.decide(super::txn_from(d.txn)?, d.commit, d.ts).await?;
+                    shard.decide(crate::shard::txn_from(d.txn)?, d.commit, d.ts).await?;
                     Ok(Outcome::Decide(proto::ShardDecideResponse {}))
                 }
             }
