@@ -61,11 +61,53 @@ struct Open {
     waiting: SharedWaiting,
 }
 
+/// A connection's one open stream of some kind (`Open` here, the shard
+/// calls' in `cluster::calls`): opened at its first use, kept while it
+/// lives, opened again, by one caller at a time, once it has ended.
+pub(crate) struct Kept<T> {
+    open: Mutex<Option<Arc<T>>>,
+    opening: tokio::sync::Mutex<()>,
+}
+
+impl<T> Default for Kept<T> {
+    fn default() -> Self {
+        Kept { open: Mutex::new(None), opening: tokio::sync::Mutex::new(()) }
+    }
+}
+
+impl<T> Kept<T> {
+    /// The open stream if `live` says it still is, else one `open` makes.
+    pub(crate) async fn get<E, Fut>(
+        &self,
+        live: impl Fn(&T) -> bool,
+        open: impl FnOnce() -> Fut,
+    ) -> std::result::Result<Arc<T>, E>
+    where
+        Fut: std::future::Future<Output = std::result::Result<T, E>>,
+    {
+        if let Some(kept) = self.current(&live) {
+            return Ok(kept);
+        }
+        let _one_at_a_time = self.opening.lock().await;
+        if let Some(kept) = self.current(&live) {
+            return Ok(kept);
+        }
+        let opened = Arc::new(open().await?);
+        *self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
+            Some(Arc::clone(&opened));
+        Ok(opened)
+    }
+
+    fn current(&self, live: &impl Fn(&T) -> bool) -> Option<Arc<T>> {
+        let kept = self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()?;
+        live(&kept).then_some(kept)
+    }
+}
+
 /// The stream a client's batches go over (see the module's comment).
 #[derive(Default)]
 pub(crate) struct Multiplexer {
-    open: Mutex<Option<Arc<Open>>>,
-    opening: tokio::sync::Mutex<()>,
+    open: Kept<Open>,
 }
 
 impl std::fmt::Debug for Multiplexer {
@@ -120,28 +162,18 @@ impl Multiplexer {
 
     /// The open stream, opening one if there is none (or it ended).
     async fn stream(&self, client: &Client) -> Result<Arc<Open>> {
-        if let Some(open) = self.current() {
-            return Ok(open);
-        }
-        let _one_at_a_time = self.opening.lock().await;
-        if let Some(open) = self.current() {
-            return Ok(open);
-        }
-        let (requests, outgoing) = mpsc::channel(IN_FLIGHT);
-        let outgoing = tokio_stream::wrappers::ReceiverStream::new(outgoing);
-        let answers = client.stub().execute_stream(client.req(outgoing)).await?.into_inner();
-        let waiting = SharedWaiting::default();
-        tokio::spawn(read(Arc::clone(&waiting), answers));
-        let open = Arc::new(Open { requests, waiting });
-        *self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
-            Some(Arc::clone(&open));
-        Ok(open)
-    }
-
-    fn current(&self) -> Option<Arc<Open>> {
-        let open = self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()?;
-        let live = lock(&open.waiting).ended.is_none();
-        live.then_some(open)
+        let live = |open: &Open| lock(&open.waiting).ended.is_none();
+        self.open
+            .get(live, || async {
+                let (requests, outgoing) = mpsc::channel(IN_FLIGHT);
+                let outgoing = tokio_stream::wrappers::ReceiverStream::new(outgoing);
+                let answers =
+                    client.stub().execute_stream(client.req(outgoing)).await?.into_inner();
+                let waiting = SharedWaiting::default();
+                tokio::spawn(read(Arc::clone(&waiting), answers));
+                Ok(Open { requests, waiting })
+            })
+            .await
     }
 }
 

@@ -31,6 +31,7 @@ use tonic::{Status, Streaming};
 
 use crate::Client;
 use crate::proto::{self, shard_stream_request::Call, shard_stream_response::Outcome};
+use crate::stream::Kept;
 
 /// Calls a connection may have sent on its stream before sending waits.
 const IN_FLIGHT: usize = 1024;
@@ -67,8 +68,7 @@ struct Open {
 /// comment).
 #[derive(Default)]
 pub(crate) struct ShardCalls {
-    open: Mutex<Option<Arc<Open>>>,
-    opening: tokio::sync::Mutex<()>,
+    open: Kept<Open>,
 }
 
 impl std::fmt::Debug for ShardCalls {
@@ -116,28 +116,17 @@ impl ShardCalls {
 
     /// The open stream, opening one if there is none (or it ended).
     async fn stream(&self, client: &Client) -> Result<Arc<Open>, Status> {
-        if let Some(open) = self.current() {
-            return Ok(open);
-        }
-        let _one_at_a_time = self.opening.lock().await;
-        if let Some(open) = self.current() {
-            return Ok(open);
-        }
-        let (requests, outgoing) = mpsc::channel(IN_FLIGHT);
-        let outgoing = tokio_stream::wrappers::ReceiverStream::new(outgoing);
-        let answers = client.stub().shard_stream(client.req(outgoing)).await?.into_inner();
-        let waiting = SharedWaiting::default();
-        tokio::spawn(read(Arc::clone(&waiting), answers));
-        let open = Arc::new(Open { requests, waiting });
-        *self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
-            Some(Arc::clone(&open));
-        Ok(open)
-    }
-
-    fn current(&self) -> Option<Arc<Open>> {
-        let open = self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()?;
-        let live = lock(&open.waiting).ended.is_none();
-        live.then_some(open)
+        let live = |open: &Open| lock(&open.waiting).ended.is_none();
+        self.open
+            .get(live, || async {
+                let (requests, outgoing) = mpsc::channel(IN_FLIGHT);
+                let outgoing = tokio_stream::wrappers::ReceiverStream::new(outgoing);
+                let answers = client.stub().shard_stream(client.req(outgoing)).await?.into_inner();
+                let waiting = SharedWaiting::default();
+                tokio::spawn(read(Arc::clone(&waiting), answers));
+                Ok(Open { requests, waiting })
+            })
+            .await
     }
 }
 
