@@ -34,6 +34,16 @@ use std::process::ExitCode;
 /// whichever thread advances the epoch, a cross-thread free pattern that
 /// costs glibc malloc ~10% of an update-heavy run (BENCHMARKS.md). The
 /// library itself does not choose an allocator.
+///
+/// It is built without transparent huge pages (`no_thp`: it does not
+/// `madvise` its memory for them). Measured (BENCHMARKS.md, "Does a
+/// shard's state stay bounded"): with them, the kernel zeroed a fresh
+/// 2 MiB page at each first touch, a third of a restart's CPU, and
+/// half-used huge pages made the main job's peak resident memory 1.5x
+/// what it is without (its throughput without: 0.97x, within the noise).
+/// On a kernel that gives huge pages to every mapping
+/// (`/sys/kernel/mm/transparent_hugepage/enabled` at `always`),
+/// `MIMALLOC_ALLOW_THP=0` refuses them for the process.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

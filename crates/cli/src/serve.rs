@@ -15,7 +15,7 @@ use milliscale_server::{Backend, Server, ServerOptions, TlsIdentity, Tokens};
 use crate::args::{Failure, Usage, parse_size, seconds, store_options};
 
 /// A shard's `checkpoint_log_ratio` unless the configuration sets one.
-pub const SHARD_CHECKPOINT_LOG_RATIO: f64 = 0.25;
+pub const SHARD_CHECKPOINT_LOG_RATIO: f64 = 0.125;
 
 #[derive(Args)]
 pub(crate) struct ServeArgs {
@@ -191,11 +191,15 @@ pub(crate) fn serve(a: ServeArgs, metrics_elsewhere: bool) -> Result<(), Failure
     // room for the one-shot batches beside them.
     let slots = (options.max_open_txns + 1024).min(milliscale::limits::TRANSACTIONS_MAX);
     let mut db_options = store_options(&a.store)?.max_transactions(slots);
-    // A shard's restart replays at most about a quarter of its live
-    // data's worth of log, however many transactions it has committed
-    // (bounded state: restart time within about 1.3x of a fresh shard's,
-    // BENCHMARKS.md), unless the configuration says otherwise. The price:
-    // a checkpoint of the live data for each quarter of it in log.
+    // A shard's restart replays at most about an eighth of its live
+    // data's worth of log (at least 16 MiB), however many transactions it
+    // has committed, unless the configuration says otherwise. A shard's
+    // log records are small (a version row, an outcome row, the
+    // collector's deletes), so a MiB of its log costs 4-6x a MiB of
+    // checkpoint to replay: at a quarter, a restart's replay could take
+    // longer than its checkpoint load (BENCHMARKS.md, "Does a shard's
+    // state stay bounded"). The price: a checkpoint of the live data for
+    // each eighth of it in log.
     let configured = crate::args::CONFIG.get().and_then(|c| c.checkpoint_log_ratio);
     if options.cluster.is_some() && configured.is_none() {
         db_options = db_options.checkpoint_log_ratio(SHARD_CHECKPOINT_LOG_RATIO);

@@ -500,7 +500,7 @@ impl Options {
     /// about `ratio` times the live data, however long the database has
     /// run, where `checkpoint_log_bytes` alone lets a small database
     /// replay far more log than it holds. 0 (the default): off. `serve
-    /// --cluster` sets 0.25 for its shard unless the configuration says.
+    /// --cluster` sets 0.125 for its shard unless the configuration says.
     pub fn checkpoint_log_ratio(mut self, ratio: f64) -> Options {
         self.checkpoint_log_ratio = ratio;
         self

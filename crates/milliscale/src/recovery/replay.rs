@@ -257,6 +257,13 @@ fn current(table: &TableInner, key: &[u8]) -> Option<Vec<u8>> {
 /// deletion, remove the key (its entry and its record id, as
 /// `reclaim` would once every snapshot saw the deletion: none runs
 /// yet). Called before the database is shared, once per key per phase.
+///
+/// A put inserts the key first and looks it up only if it is there: most
+/// keys recovery installs are new (every key of a checkpoint, and a
+/// shard's version and outcome rows in the log), and a lookup that misses
+/// costs a descent of the index as an insert does. Measured: the lookups
+/// were half of a shard's replay (BENCHMARKS.md, "Does a shard's state
+/// stay bounded").
 pub(crate) fn install(
     table: &TableInner,
     key: &[u8],
@@ -264,8 +271,8 @@ pub(crate) fn install(
     value: Option<&[u8]>,
 ) -> Result<()> {
     let guard = crossbeam_epoch::pin();
-    let rid = match table.index.get(key) {
-        Some(rid) if value.is_none() => {
+    let Some(value) = value else {
+        if let Some(rid) = table.index.get(key) {
             let old = table.records.slot(rid).swap(
                 crossbeam_epoch::Shared::null(),
                 std::sync::atomic::Ordering::AcqRel,
@@ -278,22 +285,21 @@ pub(crate) fn install(
             table.index.remove_if(key, rid);
             // No transaction runs yet: the RID may be handed out at once.
             table.records.free(rid, 0);
-            return Ok(());
         }
-        Some(rid) => rid,
-        None if value.is_none() => return Ok(()),
-        None => {
-            // Every RID recovery freed may be handed out again.
-            let rid = table.records.allocate(u64::MAX)?;
-            table
-                .index
-                .insert(key, rid)
-                .map_err(|_| Error::Corrupt("a key was installed twice by recovery".into()))?;
-            rid
+        return Ok(());
+    };
+    // Every RID recovery freed may be handed out again.
+    let fresh = table.records.allocate(u64::MAX)?;
+    let rid = match table.index.insert(key, fresh) {
+        Ok(()) => fresh,
+        Err(existing) => {
+            // Its slot was never set: hand it back as the deletions do.
+            table.records.free(fresh, 0);
+            existing
         }
     };
     let old = table.records.slot(rid).swap(
-        Version::committed(csn, value),
+        Version::committed(csn, Some(value)),
         std::sync::atomic::Ordering::AcqRel,
         &guard,
     );
