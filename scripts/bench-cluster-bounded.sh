@@ -4,7 +4,7 @@
 # ROWS YCSB records (1 KiB each) loaded through the cluster client, then
 # single-key read-modify-write transactions (YCSB workload U, one key
 # each, Zipfian) through `Cluster::execute`:
-# - run A: SMALL transactions (an open loop at SMALL/2 a second for 2 s,
+# - run A: SMALL transactions (an open loop at 0.52 SMALL a second for 2 s,
 #   so that A stays near SMALL however fast the shard is), then kill -9
 #   and restart: how long until the shard listens again;
 # - run B: MID transactions (resident memory), on to LARGE (resident
@@ -124,7 +124,7 @@ restart() { # dir: kill -9, then restart RESTARTS times from the state the kill 
 }
 
 A=$out/a; fresh "$A"
-n=$(txns "$A" "$small" $((small / 2)))
+n=$(txns "$A" "$small" $((small * 52 / 100)))
 echo "A: $n transactions; resident $(rss_mib) MiB"
 echo "A: before the restart: $(log_state "$A")"
 restart "$A"; ra=$(cat "$A/started")

@@ -411,3 +411,52 @@ fn a_part_lost_behind_a_later_lane_is_a_hole_recovery_respects() {
     gate.open_all();
     assert!(acked_within(&t1, 5_000) && acked_within(&t3, 5_000), "all land once let through");
 }
+
+/// `checkpoint_log_ratio` measures the log since the last checkpoint
+/// against that checkpoint's size. A reopened database knows the size of
+/// the checkpoint it stands on (it used to start from 0, so its first
+/// checkpoint came at the ratio's 16 MiB floor whatever its live data).
+#[test]
+fn a_reopened_database_measures_its_log_against_the_checkpoint_it_stands_on() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let open = || {
+        Database::open(
+            Options::new()
+                .add_store_handle(Arc::clone(&store))
+                .workers(1)
+                .checkpoint_log_ratio(1.0)
+                .flush_timeout(Duration::from_millis(1)),
+        )
+        .expect("open")
+    };
+    let db = open();
+    let t = db.create_table("t").expect("table");
+    for i in 0..1000u32 {
+        let mut tx = db.begin().expect("begin");
+        tx.put(&t, &i.to_be_bytes(), &[7u8; 100]).expect("put");
+        tx.commit_and_wait().expect("commit");
+    }
+    db.checkpoint().expect("checkpoint");
+    let written = db.checkpoint_stats();
+    assert!(written.last_bytes > 100_000, "1,000 rows of 100 bytes: {written:?}");
+    let mut tx = db.begin().expect("begin");
+    tx.put(&t, b"after", b"the checkpoint").expect("put");
+    tx.commit_and_wait().expect("commit");
+    db.close().expect("close");
+
+    // The recovery replays the row after the checkpoint and writes a new
+    // checkpoint: the stats start from it.
+    let db = open();
+    let s = db.checkpoint_stats();
+    assert!(
+        s.last_bytes >= written.last_bytes && s.last_rows == written.last_rows + 1,
+        "after recovery: {s:?}, before: {written:?}"
+    );
+    db.close().expect("close");
+
+    // Nothing to replay: no new checkpoint, the stats start from the old.
+    let db = open();
+    let again = db.checkpoint_stats();
+    assert_eq!((again.last_bytes, again.last_rows), (s.last_bytes, s.last_rows));
+    db.close().expect("close");
+}

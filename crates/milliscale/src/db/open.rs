@@ -337,6 +337,16 @@ impl Database {
             // The checkpointer marks the log soon: replicas then offer.
             inner.checkpoint_soon.store(true, Ordering::SeqCst);
         }
+        // `checkpoint_log_ratio` measures the log against the last
+        // checkpoint's size: start from the checkpoint this database now
+        // stands on, or the first checkpoint after a restart would come at
+        // the ratio's floor whatever the live data's size.
+        if let Some(c) = &checkpoint {
+            let mut stats = inner.checkpoint_stats.lock();
+            stats.last_csn = c.csn;
+            stats.last_rows = c.rows;
+            stats.last_bytes = c.bytes;
+        }
         let mut inner = inner;
         inner.recovery = Some(report);
         Ok(Database::start_checkpointer(inner))
