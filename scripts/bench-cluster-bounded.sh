@@ -3,7 +3,7 @@
 # `serve --cluster` shard with its database in a directory (file://),
 # ROWS YCSB records (1 KiB each) loaded through the cluster client, then
 # single-key read-modify-write transactions (YCSB workload U, one key
-# each, Zipfian) through `Cluster::execute`:
+# each, keys chosen uniformly: the benchmark's default) through `Cluster::execute`:
 # - run A: SMALL transactions (an open loop at 0.52 SMALL a second for 2 s,
 #   so that A stays near SMALL however fast the shard is), then kill -9
 #   and restart: how long until the shard listens again;
