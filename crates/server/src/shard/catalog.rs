@@ -90,7 +90,7 @@ impl Shard {
         let ack = tx.precommit().map_err(|e| engine(&e))?;
         st.p.versions_mut().forget_prefix(&cluster_key(name, b""));
         st.names.remove(name);
-        st.versions = st.versions.saturating_sub(doomed.len() as u64);
+        st.versions -= doomed.len() as i64;
         Ok(Some(ack))
     }
 

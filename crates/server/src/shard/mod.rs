@@ -124,8 +124,8 @@ struct State {
     last_csn: u64,
     /// The cluster tables this shard knows.
     names: BTreeSet<String>,
-    /// The version rows held (counted once at start, then kept).
-    versions: u64,
+    /// The version rows held ([`Tables::count_versions`]; below 0 only then).
+    versions: i64,
 }
 
 /// A running shard (see the module's comment).
@@ -210,7 +210,6 @@ impl Shard {
         }
         let names = tables.names().map_err(|e| e.to_string())?.into_iter().collect();
         let lease = p.lease();
-        let versions = p.versions() as u64;
         let state = State {
             p,
             prepared_at: HashMap::new(),
@@ -218,7 +217,7 @@ impl Shard {
             clients: HashMap::new(),
             last_csn: 0,
             names,
-            versions,
+            versions: 0,
         };
         let (stop, _) = watch::channel(false);
         let shard = Arc::new(Shard {
@@ -234,6 +233,7 @@ impl Shard {
             peers: Mutex::new(HashMap::new()),
             stop,
         });
+        Tables::count_versions(&shard); // before anything can write
         tokio::spawn(peers::background(Arc::clone(&shard), shard.stop.subscribe()));
         Ok(shard)
     }
@@ -260,7 +260,7 @@ impl Shard {
     /// Write `records` under the lock held in `st`; the ack to await.
     fn write(&self, st: &mut State, records: &[Record]) -> Result<milliscale::CommitAck, Status> {
         let (ack, rows) = self.tables.write(&mut st.p, records).map_err(|e| unavailable(&e))?;
-        st.versions += rows as u64;
+        st.versions += rows as i64;
         if let Some(csn) = ack.csn() {
             st.last_csn = st.last_csn.max(csn);
         }
@@ -625,7 +625,7 @@ impl Shard {
             prepared: st.p.prepared().len() as u64,
             oldest_undecided: st.p.oldest_undecided(),
             remembered: st.p.remembered() as u64,
-            versions: st.versions,
+            versions: st.versions.max(0) as u64,
             ..Default::default() // standbys and streams_opened: the service's to fill
         }
     }

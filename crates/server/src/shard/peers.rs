@@ -109,7 +109,7 @@ impl Shard {
             st.clients.retain(|_, (_, heard)| heard.elapsed() < silence);
             let Some(w) = st.clients.values().map(|(low, _)| *low).min() else { return };
             let dropped = st.p.collect(w);
-            st.versions = st.versions.saturating_sub(dropped as u64);
+            st.versions -= dropped as i64;
             w
         };
         let mut bound = watermark;
