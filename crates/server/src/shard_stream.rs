@@ -34,6 +34,7 @@ use tonic::{Status, Streaming};
 use crate::auth::Role;
 use crate::errors::{failure, refuse};
 use crate::service::{Caller, Service, count};
+use crate::stream::next_request;
 
 /// Calls of one stream that may run at once.
 pub const IN_FLIGHT: usize = 1024;
@@ -71,15 +72,10 @@ async fn read(
     let permits = Arc::new(Semaphore::new(IN_FLIGHT));
     let mut stop = service.stop.clone();
     loop {
-        let permit = tokio::select! {
-            p = Arc::clone(&permits).acquire_owned() => p.expect("the semaphore is never closed"),
-            _ = stop.wait_for(|s| *s) => return Ok(()),
+        let Some((request, permit)) = next_request(&permits, &mut stop, &mut requests).await?
+        else {
+            return Ok(());
         };
-        let request = tokio::select! {
-            m = requests.message() => m?,
-            _ = stop.wait_for(|s| *s) => return Ok(()),
-        };
-        let Some(request) = request else { return Ok(()) };
         let (service, answer) = (Arc::clone(&service), answer.clone());
         tokio::spawn(async move {
             let id = request.id;

@@ -95,16 +95,10 @@ async fn read(
     let permits = Arc::new(Semaphore::new(IN_FLIGHT));
     let mut stop = service.stop.clone();
     loop {
-        let permit = tokio::select! {
-            p = Arc::clone(&permits).acquire_owned() => p.expect("the semaphore is never closed"),
-            _ = stop.wait_for(|s| *s) => return Ok(()),
+        let Some(first) = next_request(&permits, &mut stop, &mut requests).await? else {
+            return Ok(());
         };
-        let first = tokio::select! {
-            m = requests.message() => m?,
-            _ = stop.wait_for(|s| *s) => return Ok(()),
-        };
-        let Some(first) = first else { return Ok(()) };
-        let mut chunk = vec![(first, permit)];
+        let mut chunk = vec![first];
         let mut end = None;
         while chunk.len() < CHUNK {
             let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else { break };
@@ -125,6 +119,27 @@ async fn read(
             return end;
         }
     }
+}
+
+/// The next request of a stream with its permit (a place among the
+/// requests in flight, waited for first): `None` once the client has
+/// closed its side or the server stops, `Err` for a request that could not
+/// be read. Both streams' readers (`ExecuteStream`'s and `ShardStream`'s)
+/// wait here.
+pub(crate) async fn next_request<T>(
+    permits: &Arc<Semaphore>,
+    stop: &mut tokio::sync::watch::Receiver<bool>,
+    requests: &mut Streaming<T>,
+) -> Result<Option<(T, OwnedSemaphorePermit)>, Status> {
+    let permit = tokio::select! {
+        p = Arc::clone(permits).acquire_owned() => p.expect("the semaphore is never closed"),
+        _ = stop.wait_for(|s| *s) => return Ok(None),
+    };
+    let request = tokio::select! {
+        m = requests.message() => m?,
+        _ = stop.wait_for(|s| *s) => return Ok(None),
+    };
+    Ok(request.map(|r| (r, permit)))
 }
 
 /// Run the requests of a chunk in one task, each answered as it is done:
