@@ -19,12 +19,13 @@
 //! - after a recovery, no key's latest read is assumed lower than the
 //!   highest read lease logged.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+
+use foldhash::HashMap;
 
 use crate::log::{Prepare, Record};
-use crate::tables::{ShardTables, TxnRow};
 use crate::types::{CommitTs, Key, ShardId, Timestamp, TxnId, TxnStatus, Value};
-use crate::versions::{MapVersions, Versions, in_range};
+use crate::versions::{Gone, MapVersions, Versions, in_range};
 
 /// Deliberate protocol bugs, for showing that the simulation catches them.
 /// All off in real use.
@@ -136,8 +137,11 @@ pub struct Recovered<V: Versions = MapVersions> {
 #[derive(Debug, Clone)]
 pub struct Participant<V: Versions = MapVersions> {
     id: ShardId,
-    /// `latestRead` and `prepared`, per key that has either.
-    keys: BTreeMap<Key, KeyState>,
+    /// `latestRead` and `prepared`, per key that has either (hashed: every
+    /// read marks one).
+    keys: HashMap<Key, KeyState>,
+    /// The keys whose `prepared` is set, in order, for the ranges scanned.
+    prepared_keys: BTreeSet<Key>,
     /// The ranges scanned, with their latest reads (collected as the keys'
     /// marks are).
     ranges: Vec<RangeMark>,
@@ -195,7 +199,8 @@ impl<V: Versions> Participant<V> {
     ) -> Participant<V> {
         Participant {
             id,
-            keys: BTreeMap::new(),
+            keys: HashMap::default(),
+            prepared_keys: BTreeSet::new(),
             ranges: Vec::new(),
             versions,
             txns: BTreeMap::new(),
@@ -249,10 +254,12 @@ impl<V: Versions> Participant<V> {
 
     /// Read `key` at `at` (a transaction's begin timestamp). The caller
     /// has made the lease cover `at` first ([`Participant::lease_needed`]).
-    pub fn read(&mut self, key: &[u8], at: Timestamp) -> ReadReply {
+    /// [`Gone`]: the version at `at` is no longer held (the read mark stays,
+    /// which only makes validation more conservative).
+    pub fn read(&mut self, key: &[u8], at: Timestamp) -> Result<ReadReply, Gone> {
         let prepared_below = self.mark(key, at);
-        let (version, value) = self.versions.read_at(key, at);
-        ReadReply { version, value, prepared_below }
+        let (version, value) = self.versions.read_at(key, at)?;
+        Ok(ReadReply { version, value, prepared_below })
     }
 
     /// [`Participant::read`] without the value: its version if known without
@@ -280,7 +287,13 @@ impl<V: Versions> Participant<V> {
     /// `limit` rows (0: all). The range's read mark rises to `at`, so no
     /// write into it (a key scanned, or a new one: a phantom) can commit
     /// at or below `at`. The caller has made the lease cover `at`.
-    pub fn scan(&mut self, start: &[u8], end: &[u8], at: Timestamp, limit: usize) -> ScanReply {
+    pub fn scan(
+        &mut self,
+        start: &[u8],
+        end: &[u8],
+        at: Timestamp,
+        limit: usize,
+    ) -> Result<ScanReply, Gone> {
         debug_assert!(at < self.lease, "a scan outside the lease");
         match self.ranges.iter_mut().find(|r| r.start == start && r.end == end) {
             Some(r) => r.latest_read = r.latest_read.max(at),
@@ -291,11 +304,11 @@ impl<V: Versions> Participant<V> {
             }),
         }
         let prepared_below = self
-            .keys
+            .prepared_keys
             .range(start.to_vec()..)
-            .take_while(|(k, _)| in_range(k, start, end))
-            .any(|(_, k)| matches!(k.prepared, Some((_, Some(v))) if v.ts <= at));
-        ScanReply { rows: self.versions.scan_at(start, end, at, limit), prepared_below }
+            .take_while(|k| in_range(k, start, end))
+            .any(|k| matches!(self.keys[k].prepared, Some((_, Some(v))) if v.ts <= at));
+        Ok(ScanReply { rows: self.versions.scan_at(start, end, at, limit)?, prepared_below })
     }
 
     /// The highest read mark of a range holding `key`.
@@ -356,9 +369,8 @@ impl<V: Versions> Participant<V> {
         }
         if !self.mutations.skip_range_check {
             for (start, end, at) in &p.ranges {
-                let mut keys =
-                    self.keys.range(start.clone()..).take_while(|(k, _)| in_range(k, start, end));
-                if keys.any(|(_, s)| s.prepared.is_some()) {
+                let mut keys = self.prepared_keys.range(start.clone()..);
+                if keys.next().is_some_and(|k| in_range(k, start, end)) {
                     return Err("a range scanned holds a key prepared by another transaction");
                 }
                 if self.versions.changed_after(start, end, *at) {
@@ -423,6 +435,7 @@ impl<V: Versions> Participant<V> {
                 && matches!(k.prepared, Some((t, _)) if t == p.txn)
             {
                 k.prepared = None;
+                self.prepared_keys.remove(key);
             }
         }
         if commit {
@@ -607,66 +620,6 @@ impl<V: Versions> Participant<V> {
         self.keys.len() + self.ranges.len()
     }
 
-    /// Rebuild a primary from its durable log: the tables the log leaves
-    /// ([`ShardTables::from_log`]), then [`Participant::restart`].
-    pub fn recover_with(
-        id: ShardId,
-        lease_span: Timestamp,
-        mutations: Mutations,
-        log: &[Record],
-        versions: V,
-    ) -> Recovered<V> {
-        let tables = ShardTables::from_log(versions, log);
-        Participant::restart(id, lease_span, mutations, tables)
-    }
-
-    /// Rebuild a primary from its durable tables (MILANA's Algorithm 2,
-    /// the merge, over one shard's state): the versions are the tables';
-    /// a decided transaction is remembered as decided; a prepared one is
-    /// marked on its keys again, without validating again. Then a
-    /// prepared transaction with no other participant is committed (its
-    /// coordinator decided on this one vote), and the prepared
-    /// multi-shard ones are returned, to be decided by asking the other
-    /// participants ([`Participant::decide`] each answer). Every key's
-    /// latest read starts at the lease, and prepares below the forget
-    /// bound stay refused.
-    pub fn restart(
-        id: ShardId,
-        lease_span: Timestamp,
-        mutations: Mutations,
-        tables: ShardTables<V>,
-    ) -> Recovered<V> {
-        let ShardTables { versions, txns, lease, forgotten } = tables;
-        let mut p = Participant::with_versions(id, lease_span, mutations, versions);
-        for (txn, row) in txns {
-            match row {
-                TxnRow::Prepared(prep) => p.mark_prepared(&prep),
-                _ if mutations.restart_forgets_decided => {}
-                TxnRow::Committed(ts) => {
-                    p.txns.insert(txn, Entry::Committed(ts));
-                }
-                TxnRow::Aborted(ts) => {
-                    p.txns.insert(txn, Entry::Aborted(ts));
-                }
-            }
-        }
-        p.forgotten = forgotten;
-        if !mutations.forget_read_floor {
-            p.read_floor = lease;
-            p.lease = lease;
-        }
-        let mut logged = Vec::new();
-        let mut ask = Vec::new();
-        for (txn, participants) in p.prepared() {
-            if participants.len() <= 1 || mutations.commit_prepared_without_asking {
-                logged.extend(p.decide(txn, true, 0));
-            } else {
-                ask.push((txn, participants));
-            }
-        }
-        Recovered { participant: p, logged, ask }
-    }
-
     /// Mark `prep`'s keys prepared and file it as prepared.
     fn mark_prepared(&mut self, prep: &Prepare) {
         for (key, _) in &prep.reads {
@@ -675,10 +628,12 @@ impl<V: Versions> Participant<V> {
             // commit below it on a key this transaction read.
             k.prepared = Some((prep.txn, None));
             k.latest_read = k.latest_read.max(prep.version.ts);
+            self.prepared_keys.insert(key.clone());
         }
         for (key, _) in &prep.writes {
             self.keys.entry(key.clone()).or_default().prepared =
                 Some((prep.txn, Some(prep.version)));
+            self.prepared_keys.insert(key.clone());
         }
         // A scan takes effect at the commit timestamp too: no write into
         // its range may commit below it.
@@ -696,5 +651,6 @@ impl<V: Versions> Participant<V> {
     }
 }
 
+mod restart;
 #[cfg(test)]
 mod tests;

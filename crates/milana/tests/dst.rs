@@ -19,7 +19,7 @@ fn seeds() -> std::ops::Range<u64> {
 #[test]
 fn every_seed_is_serializable_keeps_the_bank_and_terminates() {
     let (mut committed, mut aborted, mut unknown, mut audits, mut crashes) = (0, 0, 0, 0, 0);
-    let (mut collected, mut forgotten) = (0, 0);
+    let (mut collected, mut forgotten, mut gone) = (0, 0, 0);
     for seed in seeds() {
         let r = run(&DstConfig::new(seed));
         assert!(r.violations.is_empty(), "seed {seed}: {:#?}", r.violations);
@@ -30,11 +30,12 @@ fn every_seed_is_serializable_keeps_the_bank_and_terminates() {
         crashes += r.crashes;
         collected += r.collected;
         forgotten += r.forgotten;
+        gone += r.gone;
     }
     eprintln!(
         "seeds {:?}: {committed} committed ({audits} audits), {aborted} aborted, {unknown} \
          unknown; {crashes} primary crashes; {collected} versions collected; {forgotten} \
-         decided transactions forgotten",
+         decided transactions forgotten; {gone} reads of versions gone at a restart",
         seeds()
     );
     // The runs did something worth checking.

@@ -197,8 +197,9 @@ pub mod refuse {
             "stale",
             true,
             format!(
-                "snapshot too old: read at {at}, versions below {floor} are collected; begin \
-                 again (the client's clock moves past the floor)"
+                "snapshot too old: read at {at}, versions below {floor} are no longer held \
+                 (collected, or from before the shard's restart); begin again (the client's \
+                 clock moves past the floor)"
             ),
         );
         s.metadata_mut().insert(FLOOR_KEY, floor.into());

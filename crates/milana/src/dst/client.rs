@@ -10,6 +10,7 @@ use crate::coordinator::ClientTxn;
 use crate::log::Prepare;
 use crate::participant::ReadReply;
 use crate::types::{ClientId, CommitTs, Key, ShardId, TxnId};
+use crate::versions::Gone;
 
 use super::world::{
     ACCOUNTS_RANGE, Active, Event, Msg, Node, Outcome, Plan, Reported, Stage, World, account_key,
@@ -124,6 +125,10 @@ impl World {
                 if !waiting.remove(&key) {
                     return;
                 }
+                let reply = match reply {
+                    Ok(r) => r,
+                    Err(gone) => return self.gone(c, gone),
+                };
                 client.clock.observe(reply.version.ts);
                 a.txn.reads.insert(key, reply);
                 if waiting.is_empty() && scans.is_empty() {
@@ -135,6 +140,10 @@ impl World {
                 if !scans.remove(&shard) {
                     return;
                 }
+                let reply = match reply {
+                    Ok(r) => r,
+                    Err(gone) => return self.gone(c, gone),
+                };
                 let (start, end) = ACCOUNTS_RANGE;
                 a.txn.ranges.entry(shard).or_default().push((start.to_vec(), end.to_vec()));
                 a.txn.scanned_prepared |= reply.prepared_below;
@@ -181,6 +190,16 @@ impl World {
             }
             _ => {}
         }
+    }
+
+    /// A read needed a version the shard no longer holds (it restarted
+    /// since the begin timestamp): abort, nothing prepared yet, and begin
+    /// the next one past the versions it holds, as the server's client
+    /// does with the floor of its refusal.
+    fn gone(&mut self, c: ClientId, gone: Gone) {
+        self.gone += 1;
+        self.clients[c as usize].clock.observe(gone.oldest);
+        self.finish(c, Reported::Aborted);
     }
 
     pub(super) fn reads_done(&mut self, c: ClientId) {

@@ -69,6 +69,7 @@ pub fn run(cfg: &DstConfig) -> DstReport {
         crashes: w.crashes,
         collected: w.collected,
         forgotten: w.forgotten,
+        gone: w.gone,
         violations,
     }
 }

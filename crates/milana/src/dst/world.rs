@@ -13,6 +13,7 @@ use crate::coordinator::ClientTxn;
 use crate::log::{Prepare, Record};
 use crate::participant::{Mutations, Participant, ReadReply, ScanReply};
 use crate::types::{ClientId, CommitTs, Key, ShardId, Timestamp, TxnId, TxnStatus, Value};
+use crate::versions::Gone;
 
 /// What one simulation runs: sizes, the workload, and the faults. Times
 /// are in microseconds of simulated time.
@@ -156,6 +157,9 @@ pub struct DstReport {
     pub collected: u64,
     /// Decided transactions forgotten (their outcome rows deleted).
     pub forgotten: u64,
+    /// Reads told their version is gone (it was replaced before the
+    /// shard's last restart).
+    pub gone: u64,
     /// What the oracle found wrong (empty: nothing).
     pub violations: Vec<String>,
 }
@@ -169,9 +173,9 @@ pub(super) enum Node {
 #[derive(Debug, Clone, Hash)]
 pub(super) enum Msg {
     Read { txn: TxnId, key: Key, at: Timestamp },
-    ReadReply { txn: TxnId, key: Key, reply: ReadReply },
+    ReadReply { txn: TxnId, key: Key, reply: Result<ReadReply, Gone> },
     Scan { txn: TxnId, start: Key, end: Key, at: Timestamp },
-    ScanReply { txn: TxnId, shard: ShardId, reply: ScanReply },
+    ScanReply { txn: TxnId, shard: ShardId, reply: Result<ScanReply, Gone> },
     Prepare(Prepare),
     Vote { txn: TxnId, shard: ShardId, yes: bool },
     Decide { txn: TxnId, commit: bool, ts: Timestamp },
@@ -285,6 +289,7 @@ pub(super) struct World {
     pub(super) crashes: u32,
     pub(super) collected: u64,
     pub(super) forgotten: u64,
+    pub(super) gone: u64,
     pub(super) zipf: Option<rand_distr::Zipf<f64>>,
 }
 
@@ -355,6 +360,7 @@ impl World {
             crashes: 0,
             collected: 0,
             forgotten: 0,
+            gone: 0,
             zipf: cfg_zipf,
         }
     }

@@ -3,6 +3,7 @@
 use super::*;
 #[cfg(feature = "engine")]
 use crate::engine_versions::EngineVersions;
+use crate::tables::{ShardTables, TxnRow};
 
 const T1: TxnId = TxnId { client: 1, seq: 1 };
 const T2: TxnId = TxnId { client: 2, seq: 1 };
@@ -26,7 +27,7 @@ fn serve<V: Versions>(p: &mut Participant<V>, key: &str, at: Timestamp) -> ReadR
     if let Some(Record::ReadLease(until)) = p.lease_needed(at) {
         p.lease_durable(until);
     }
-    p.read(key.as_bytes(), at)
+    p.read(key.as_bytes(), at).expect("held")
 }
 
 /// The same rules over the engine's rows as over the map.
@@ -205,7 +206,7 @@ fn a_scanned_range_refuses_phantoms_below_it_and_changes_after_it() {
     if let Some(Record::ReadLease(until)) = p.lease_needed(100) {
         p.lease_durable(until);
     }
-    let r = p.scan(b"a", b"b", 100, 0);
+    let r = p.scan(b"a", b"b", 100, 0).expect("held");
     assert_eq!(r.rows, vec![(b"a1".to_vec(), v(10, 1), b"x".to_vec())]);
     assert!(!r.prepared_below);
     // A new key in the range at or below the scan: a phantom, refused.
@@ -230,8 +231,8 @@ fn a_scanned_range_refuses_phantoms_below_it_and_changes_after_it() {
     if let Some(Record::ReadLease(until)) = p.lease_needed(170) {
         p.lease_durable(until);
     }
-    assert!(p.scan(b"a", b"b", 170, 0).prepared_below);
-    assert!(!p.scan(b"a", b"b", 155, 0).prepared_below);
+    assert!(p.scan(b"a", b"b", 170, 0).expect("held").prepared_below);
+    assert!(!p.scan(b"a", b"b", 155, 0).expect("held").prepared_below);
 }
 
 /// A read's version without its value: known from the engine's memo of
@@ -269,4 +270,46 @@ fn a_read_version_marks_the_key_and_names_the_version_only_when_known() {
     }
     assert_eq!(m.read_version(b"k", 100), (None, false));
     assert!(matches!(m.prepare(prep(T1, v(90, 1), &[], &["k"])).0, Vote::No(_)));
+}
+
+/// A version replaced before a restart is gone after it (design record
+/// 0008: the replaced versions are held in memory): a read that needs it
+/// is told so, with the oldest version held, and a read at or above that
+/// one is served. Before the restart the same read finds the version.
+#[test]
+fn a_read_of_a_version_replaced_before_a_restart_is_told_it_is_gone() {
+    let map = Participant::new(0, 1_000, Mutations::default());
+    gone_after_restart(map, |p| p.versions_mut().clone());
+    #[cfg(feature = "engine")]
+    {
+        let p = engine_participant();
+        gone_after_restart(p, |p| {
+            let table = p.versions_mut().table().name().to_owned();
+            EngineVersions::open(p.versions_mut().database(), &table).expect("reopen")
+        });
+    }
+}
+
+fn gone_after_restart<V: Versions>(
+    mut p: Participant<V>,
+    reopen: impl Fn(&mut Participant<V>) -> V,
+) {
+    for (i, ts) in [100, 200].into_iter().enumerate() {
+        let t = TxnId { client: 1, seq: i as u64 };
+        let mut w = prep(t, v(ts, 1), &[], &["k"]);
+        w.participants = vec![0];
+        assert_eq!(p.prepare(w).0, Vote::Yes);
+        p.decide(t, true, ts);
+    }
+    assert_eq!(serve(&mut p, "k", 150).version, v(100, 1));
+    assert_eq!(serve(&mut p, "k", 50).version, CommitTs::INITIAL, "before its first version");
+    let tables = crate::tables::ShardTables::new(reopen(&mut p));
+    let mut p = Participant::restart(0, 1_000, Mutations::default(), tables).participant;
+    if let Some(Record::ReadLease(until)) = p.lease_needed(300) {
+        p.lease_durable(until);
+    }
+    assert_eq!(p.read(b"k", 150).map(|r| r.version), Err(Gone { oldest: 200 }));
+    assert_eq!(p.read(b"k", 50).map(|r| r.version), Err(Gone { oldest: 200 }));
+    assert_eq!(p.read(b"k", 250).map(|r| r.version), Ok(v(200, 1)));
+    assert_eq!(p.read(b"new", 50).map(|r| r.version), Ok(CommitTs::INITIAL), "never written");
 }

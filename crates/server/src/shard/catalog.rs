@@ -68,10 +68,9 @@ impl Shard {
         let rows = st.p.versions_mut().table().clone();
         let mut tx = self.tables.db.begin().map_err(|e| engine(&e))?;
         tx.delete(&self.tables.names, name.as_bytes()).map_err(|e| engine(&e))?;
-        // Every version of every key of the table: the escaped cluster
-        // keys start with the name and an escaped 0x00 (0x00 0xFF).
-        let mut lower = name.as_bytes().to_vec();
-        lower.extend_from_slice(&[0x00, 0xFF]);
+        // Every row of the table: its cluster keys start with the name and
+        // 0x00.
+        let lower = cluster_key(name, b"");
         let mut upper = name.as_bytes().to_vec();
         upper.extend_from_slice(&[0x01]);
         let doomed: Vec<Vec<u8>> = tx
@@ -88,9 +87,9 @@ impl Shard {
             tx.delete(&rows, k).map_err(|e| engine(&e))?;
         }
         let ack = tx.precommit().map_err(|e| engine(&e))?;
-        st.p.versions_mut().forget_prefix(&cluster_key(name, b""));
+        let replaced = st.p.versions_mut().forget_prefix(&cluster_key(name, b""));
         st.names.remove(name);
-        st.versions -= doomed.len() as i64;
+        st.versions -= (doomed.len() + replaced) as i64;
         Ok(Some(ack))
     }
 

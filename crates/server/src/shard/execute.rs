@@ -15,8 +15,9 @@
 //!    knows the key's newest version at or below `at` without reading a
 //!    row (nearly always), that version; the rows' values are then read
 //!    outside the lock (no version at or below `at` can be installed once
-//!    the mark is made, and the collector keeps the newest at or below
-//!    the watermark, which is at most `at`);
+//!    the mark is made, and the version read is kept, in its row or, once
+//!    replaced, in the shard's memory, while the watermark is at most
+//!    `at`);
 //! 2. the run: under the lock again, the operations in order (a read not
 //!    served in step 1 is served here), then the lone prepare. Validation
 //!    refuses the batch if a version newer than one it read was installed
@@ -213,7 +214,7 @@ impl Shard {
         for (i, op) in ops.iter().enumerate() {
             let result = match op {
                 Op::Get(k) => {
-                    let value = current(st, &mut t, pre, k);
+                    let value = current(st, &mut t, pre, k, i)?;
                     operation_result::Result::Get(proto::GetResponse {
                         value: value.map(Into::into),
                     })
@@ -223,12 +224,12 @@ impl Shard {
                     operation_result::Result::Put(proto::PutResponse {})
                 }
                 Op::Delete(k) => {
-                    let existed = current(st, &mut t, pre, k).is_some();
+                    let existed = current(st, &mut t, pre, k, i)?.is_some();
                     t.writes.insert(k.clone(), None);
                     operation_result::Result::Delete(proto::DeleteResponse { existed })
                 }
                 Op::Patch { key, offset, bytes } => {
-                    let Some(old) = current(st, &mut t, pre, key) else {
+                    let Some(old) = current(st, &mut t, pre, key, i)? else {
                         return Err(numbered(i, engine(&milliscale::Error::NotFound)));
                     };
                     let new = patch(&old, *offset, bytes)
@@ -238,7 +239,9 @@ impl Shard {
                 }
                 Op::Scan { lo, hi, reverse, limit } => {
                     let ask = t.scan_ask(lo, hi, *reverse, *limit);
-                    let reply = st.p.scan(lo, hi, at, usize::try_from(ask).unwrap_or(usize::MAX));
+                    let reply =
+                        st.p.scan(lo, hi, at, usize::try_from(ask).unwrap_or(usize::MAX))
+                            .map_err(|g| numbered(i, refuse::stale_read(at, g.oldest)))?;
                     t.ranges.entry(self.opts.shard).or_default().push((lo.clone(), hi.clone()));
                     t.scanned_prepared |= reply.prepared_below;
                     let read = reply.rows.into_iter().map(|(k, _, v)| (k, v)).collect();
@@ -322,21 +325,30 @@ fn store_reads(ops: &[Op]) -> Vec<&Key> {
 
 /// The value of `k` as the batch sees it: its own write, or MILANA's read
 /// at the batch's timestamp (from step 1 if it was read there; kept as a
-/// read, validated at the prepare).
-fn current(st: &mut State, t: &mut ClientTxn, pre: &PreRead, k: &Key) -> Option<Value> {
+/// read, validated at the prepare); refused if that version is no longer
+/// held (operation `i`'s).
+fn current(
+    st: &mut State,
+    t: &mut ClientTxn,
+    pre: &PreRead,
+    k: &Key,
+    i: usize,
+) -> Result<Option<Value>, Status> {
     if let Some(w) = t.writes.get(k) {
-        return w.clone();
+        return Ok(w.clone());
     }
     if let Some(r) = t.reads.get(k) {
-        return r.value.clone();
+        return Ok(r.value.clone());
     }
     let r = match pre.get(k) {
         Some(r) => r.clone(),
-        None => st.p.read(k, t.begin),
+        None => {
+            st.p.read(k, t.begin).map_err(|g| numbered(i, refuse::stale_read(t.begin, g.oldest)))?
+        }
     };
     let value = r.value.clone();
     t.reads.insert(k.clone(), r);
-    value
+    Ok(value)
 }
 
 /// `s` with the number of the operation it is about.

@@ -27,6 +27,7 @@
 mod catalog;
 mod execute;
 mod peers;
+mod reads;
 pub mod standby;
 pub mod tables;
 
@@ -337,66 +338,6 @@ impl Shard {
         let key = cluster_key(&k.table, &k.key);
         self.own(&key)?;
         Ok(key)
-    }
-
-    /// Read keys at a timestamp (MILANA's read, with the read lease made
-    /// durable first).
-    pub async fn read(
-        self: &Arc<Self>,
-        r: proto::ShardReadRequest,
-    ) -> Result<proto::ShardReadResponse, Status> {
-        let keys = {
-            let st = self.lock();
-            r.keys.into_iter().map(|k| self.key_of(&st, Some(k))).collect::<Result<Vec<_>, _>>()?
-        };
-        let at = r.at;
-        let read = |st: &mut State| -> Vec<proto::ShardReadResult> {
-            keys.iter()
-                .map(|k| {
-                    let r = st.p.read(k, at);
-                    proto::ShardReadResult {
-                        version: Some(ts_to(r.version)),
-                        value: r.value.map(Into::into),
-                        prepared_below: r.prepared_below,
-                    }
-                })
-                .collect()
-        };
-        let pending = |r: &Vec<proto::ShardReadResult>| r.iter().any(|r| r.prepared_below);
-        let results = self.settled(at, r.client, r.low_water, read, pending).await?;
-        Ok(proto::ShardReadResponse { results })
-    }
-
-    /// Scan a range this shard owns at a timestamp (a range read: its
-    /// read mark fixes the range's history up to the timestamp).
-    pub async fn scan(
-        self: &Arc<Self>,
-        r: proto::ShardScanRequest,
-    ) -> Result<proto::ShardScanResponse, Status> {
-        let (start, end) = (r.start.to_vec(), r.end.to_vec());
-        let Some((table, _)) = milliscale_milana::types::split_cluster_key(&start) else {
-            return Err(refuse::invalid("a scan's start is no table's key"));
-        };
-        if !self.lock().names.contains(table) {
-            return Err(engine(&milliscale::Error::TableNotFound(table.to_owned())));
-        }
-        self.own_range(&start, &end)?;
-        let limit = usize::try_from(r.limit).unwrap_or(usize::MAX);
-        let at = r.at;
-        let scan = |st: &mut State| st.p.scan(&start, &end, at, limit);
-        let reply = self.settled(at, r.client, r.low_water, scan, |r| r.prepared_below).await?;
-        Ok(proto::ShardScanResponse {
-            rows: reply
-                .rows
-                .into_iter()
-                .map(|(key, version, value)| proto::ShardScanRow {
-                    key: key.into(),
-                    version: Some(ts_to(version)),
-                    value: value.into(),
-                })
-                .collect(),
-            prepared_below: reply.prepared_below,
-        })
     }
 
     /// Serve a read under the lease; while its answer has a prepared

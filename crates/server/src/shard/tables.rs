@@ -1,8 +1,10 @@
 //! A shard's tables in the engine (design record 0008): what
 //! `milana::tables` describes, as engine rows.
 //!
-//! - `_milana.rows`: every committed version of every cluster table, one
-//!   row per version under a versioned key (`milana::versions`);
+//! - `_milana.rows`: the newest committed version of every key of every
+//!   cluster table, under its cluster key, its version stamped before its
+//!   value (`milana::versions`; the versions it replaced are in memory,
+//!   `milana::engine_versions`);
 //! - `_milana.txns`: the transaction table, keyed by transaction
 //!   (`milana::tables::txn_key`), a prepare row then its outcome. A
 //!   prepare row longer than [`CHUNK_BYTES`] (a transaction writing much
@@ -29,7 +31,7 @@ use milliscale_milana::participant::Participant;
 use milliscale_milana::tables::{ShardTables, TxnRow, txn_key};
 use milliscale_milana::types::TxnId;
 
-/// Every committed version of every cluster table's keys.
+/// The newest committed version of every cluster table's keys.
 pub const ROWS: &str = "_milana.rows";
 /// The transaction table.
 pub const TXNS: &str = "_milana.txns";
@@ -43,6 +45,12 @@ pub const NAMES: &str = "_milana.tables";
 pub const CHUNK_BYTES: usize = 192 << 10;
 
 const LEASE_KEY: &[u8] = b"lease";
+/// The layout of `_milana.rows` this shard wrote: [`LAYOUT`].
+const LAYOUT_KEY: &[u8] = b"layout";
+/// The rows' layout: 2, each key's newest version under the key (record
+/// 0008). Layout 1 (before it had a number) kept one row per version
+/// under a versioned key; a shard refuses to open it.
+const LAYOUT: u64 = 2;
 const FORGOTTEN_KEY: &[u8] = b"forgotten";
 
 /// The engine tables of one shard.
@@ -111,7 +119,26 @@ impl Tables {
         }
         let lease = u64_of(tx.get(&tables.meta, LEASE_KEY)?, "lease")?;
         let forgotten = u64_of(tx.get(&tables.meta, FORGOTTEN_KEY)?, "forgotten")?;
+        let layout = u64_of(tx.get(&tables.meta, LAYOUT_KEY)?, "layout")?;
+        let has_rows =
+            tx.scan(versions.table(), Bound::Unbounded, Bound::Unbounded, Direction::Forward, 1)?;
         tx.abort();
+        match layout {
+            LAYOUT => {}
+            0 if has_rows.is_empty() => {
+                let mut tx = tables.db.begin()?;
+                tx.put(&tables.meta, LAYOUT_KEY, &LAYOUT.to_be_bytes())?;
+                tx.precommit()?.await?;
+            }
+            found => {
+                return Err(milliscale::Error::Corrupt(format!(
+                    "{ROWS} is in layout {} and this version reads layout {LAYOUT} only (one row \
+                     per key, its newest version; CHANGELOG.md): serve it with the version that \
+                     wrote it, or load its tables into a new cluster",
+                    found.max(1)
+                )));
+            }
+        }
         Ok((tables, ShardTables { versions, txns, lease, forgotten }))
     }
 
@@ -169,8 +196,8 @@ impl Tables {
         let rows = p.versions_mut().take_staged();
         let table = p.versions_mut().table().clone();
         let n = rows.len();
-        for (k, v) in rows {
-            tx.put(&table, &k, &v)?;
+        for w in &rows {
+            w.apply(&mut tx, &table)?;
         }
         Ok((tx.precommit()?, n))
     }
