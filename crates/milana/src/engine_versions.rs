@@ -3,8 +3,7 @@
 //! of [`crate::versions`].
 
 use std::cell::RefCell;
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -125,8 +124,12 @@ struct History {
     /// ([`CommitTs::INITIAL`]), so that a read below it finds "none".
     keys: HashMap<Key, VecDeque<Older>>,
     /// When each replaced version may go: the replacing version's
-    /// timestamp and the key, earliest first.
-    due: BinaryHeap<Reverse<(Timestamp, Key)>>,
+    /// timestamp and the key, in the order they were replaced. Commits
+    /// arrive in nearly timestamp order, so a collection pops from the
+    /// front while the front may go: one that came early with a late
+    /// timestamp holds the ones behind it a little longer, and none goes
+    /// early.
+    due: VecDeque<(Timestamp, Key)>,
     /// How many versions (not absences) are held.
     count: usize,
 }
@@ -143,7 +146,7 @@ impl History {
     fn push(&mut self, key: &[u8], version: CommitTs, value: Option<Value>, by: Timestamp) {
         self.count += usize::from(version != CommitTs::INITIAL);
         self.keys.entry(key.to_vec()).or_default().push_back(Older { version, value, by });
-        self.due.push(Reverse((by, key.to_vec())));
+        self.due.push_back((by, key.to_vec()));
     }
 
     /// The newest replaced version of `key` at or below `at`; [`Gone`] if
@@ -172,10 +175,10 @@ impl History {
     /// Drop the versions replaced at or below `watermark`; how many.
     fn collect(&mut self, watermark: Timestamp) -> usize {
         let mut dropped = 0;
-        while let Some(Reverse((by, _))) = self.due.peek()
+        while let Some((by, _)) = self.due.front()
             && *by <= watermark
         {
-            let Reverse((_, key)) = self.due.pop().expect("peeked");
+            let (_, key) = self.due.pop_front().expect("a front");
             let Some(older) = self.keys.get_mut(&key) else { continue };
             while older.front().is_some_and(|o| o.by <= watermark) {
                 let o = older.pop_front().expect("a front");
@@ -573,6 +576,25 @@ mod tests {
             prop_assert_eq!(map.count(), rows.count());
             prop_assert_eq!(map.all(), rows.all());
         }
+    }
+
+    /// A replaced version goes once the watermark reaches the version that
+    /// replaced it, never before; one replaced with a late timestamp holds
+    /// those replaced after it (the queue is in the order of commits).
+    #[test]
+    fn a_replaced_version_goes_once_the_watermark_passes_its_replacement() {
+        let v = |ts| CommitTs { ts, client: 1 };
+        let mut h = History::default();
+        h.push(b"a", v(90), Some(b"a90".to_vec()), 100);
+        h.push(b"b", CommitTs::INITIAL, None, 40);
+        h.push(b"b", v(40), None, 50);
+        assert_eq!(h.collect(99), 0, "a's replacement is at 100: a stays, and b waits behind it");
+        assert_eq!(h.at(b"a", 95, v(100)), Ok((v(90), Some(b"a90".to_vec()))));
+        assert_eq!(h.at(b"b", 45, v(50)), Ok((v(40), None)));
+        assert_eq!(h.collect(100), 2, "a's and b's at 40 (b's absence before it does not count)");
+        assert_eq!(h.at(b"a", 95, v(100)), Err(Gone { oldest: 100 }));
+        assert_eq!(h.count, 0);
+        assert!(h.keys.is_empty() && h.due.is_empty());
     }
 
     /// A patch in place logs the changed bytes and leaves the whole row.
