@@ -5,12 +5,12 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::Bound;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use foldhash::HashMap;
 use milliscale::{AsyncDatabase, AsyncTransaction, Direction, Table};
 
-use crate::types::{CommitTs, Key, Timestamp, Value};
+use crate::types::{CommitTs, Key, Timestamp, Value, cluster_key, split_cluster_key};
 use crate::versions::{Gone, STAMP_BYTES, Versions, row_value, split_row};
 
 /// The version and value of a row; panics on bytes [`row_value`] cannot
@@ -55,7 +55,7 @@ fn parse(row: &[u8]) -> (CommitTs, Option<&[u8]>) {
 /// the shard must stop, as it does when its log fails.
 pub struct EngineVersions {
     db: AsyncDatabase,
-    table: Table,
+    tables: Tables,
     staging: bool,
     staged: Vec<RowWrite>,
     history: Arc<Mutex<History>>,
@@ -71,6 +71,8 @@ pub const LATEST_MEMO_KEYS: usize = 1 << 18;
 /// One row's new version, for the caller's engine transaction.
 #[derive(Debug, Clone)]
 pub struct RowWrite {
+    table: Table,
+    /// The key in its table (the cluster key without the table's name).
     key: Key,
     /// The whole row.
     row: Vec<u8>,
@@ -82,7 +84,8 @@ pub struct RowWrite {
 
 impl RowWrite {
     /// Write it in `tx`.
-    pub fn apply(&self, tx: &mut AsyncTransaction, table: &Table) -> milliscale::Result<()> {
+    pub fn apply(&self, tx: &mut AsyncTransaction) -> milliscale::Result<()> {
+        let table = &self.table;
         match &self.changed {
             None => tx.put(table, &self.key, &self.row),
             Some(ranges) => ranges.iter().try_for_each(|&(from, to)| {
@@ -92,7 +95,13 @@ impl RowWrite {
     }
 
     /// The new row for `key` at `version`, given the row it replaces.
-    fn new(key: &[u8], version: CommitTs, value: Option<&[u8]>, old: Option<&[u8]>) -> RowWrite {
+    fn new(
+        table: Table,
+        key: &[u8],
+        version: CommitTs,
+        value: Option<&[u8]>,
+        old: Option<&[u8]>,
+    ) -> RowWrite {
         let row = row_value(version, value);
         let changed = old.filter(|o| o.len() == row.len()).and_then(|old| {
             // The stamp always changes; then the span of the value that did.
@@ -111,7 +120,7 @@ impl RowWrite {
             let bytes: usize = ranges.iter().map(|(a, b)| b - a).sum();
             (bytes * 2 <= row.len()).then_some(ranges)
         });
-        RowWrite { key: key.to_vec(), row, changed }
+        RowWrite { table, key: key.to_vec(), row, changed }
     }
 }
 
@@ -211,8 +220,23 @@ impl History {
 #[derive(Clone)]
 pub struct VersionRows {
     db: AsyncDatabase,
-    table: Table,
+    tables: Tables,
     history: Arc<Mutex<History>>,
+}
+
+/// The engine tables holding the rows, by cluster table name, shared by
+/// an [`EngineVersions`] and its [`VersionRows`]; in name order, which is
+/// the order of the cluster keys (a name holds no `0x00`).
+type Tables = Arc<RwLock<BTreeMap<String, Table>>>;
+
+/// `key`'s table's name and the key in it; panics on a key that is not a
+/// cluster key (`table ‖ 0x00 ‖ key`).
+fn split(key: &[u8]) -> (&str, &[u8]) {
+    split_cluster_key(key).unwrap_or_else(|| panic!("not a cluster key: {key:?}"))
+}
+
+fn table_named(tables: &Tables, name: &str) -> Option<Table> {
+    tables.read().unwrap_or_else(std::sync::PoisonError::into_inner).get(name).cloned()
 }
 
 impl VersionRows {
@@ -222,8 +246,10 @@ impl VersionRows {
         if version == CommitTs::INITIAL {
             return Some(None);
         }
+        let (name, k) = split(key);
+        let table = table_named(&self.tables, name)?;
         let mut tx = self.db.begin().expect("begin a read");
-        let row = tx.get_with(&self.table, key, |row| {
+        let row = tx.get_with(&table, k, |row| {
             let (v, value) = parse(row);
             (v == version).then(|| value.map(<[u8]>::to_vec))
         });
@@ -238,7 +264,7 @@ impl VersionRows {
 
 impl std::fmt::Debug for VersionRows {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("VersionRows").field("table", &self.table.name()).finish()
+        f.debug_struct("VersionRows").finish_non_exhaustive()
     }
 }
 
@@ -248,39 +274,84 @@ fn lock(h: &Mutex<History>) -> MutexGuard<'_, History> {
 
 impl std::fmt::Debug for EngineVersions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EngineVersions").field("table", &self.table.name()).finish()
+        f.debug_struct("EngineVersions").finish_non_exhaustive()
     }
 }
 
 impl EngineVersions {
-    /// The versions in `table` of `db` (created if missing), each write an
-    /// engine transaction of its own.
-    pub fn open(db: impl Into<AsyncDatabase>, table: &str) -> milliscale::Result<EngineVersions> {
+    /// The versions in `db`, each cluster table's rows in the engine table
+    /// of its name (every table of `db` but the shard's own, `_milana.*`;
+    /// a write to a table that has none creates it), each write an engine
+    /// transaction of its own.
+    pub fn open(db: impl Into<AsyncDatabase>) -> EngineVersions {
         let db = db.into();
-        let table = match db.open_table(table) {
-            Err(milliscale::Error::TableNotFound(_)) => db.blocking().create_table(table)?,
-            t => t?,
-        };
-        Ok(EngineVersions {
+        // Every table but the shard's own (`_milana.`, which no cluster
+        // table's name starts with) holds a cluster table's rows.
+        let tables = db
+            .table_names()
+            .into_iter()
+            .filter(|n| !n.starts_with("_milana."))
+            .filter_map(|n| Some((n.clone(), db.open_table(&n).ok()?)))
+            .collect();
+        EngineVersions {
             db,
-            table,
+            tables: Arc::new(RwLock::new(tables)),
             staging: false,
             staged: Vec::new(),
             history: Arc::default(),
             latest: RefCell::default(),
             latest_cap: LATEST_MEMO_KEYS,
-        })
+        }
     }
 
-    /// The versions in `table` of `db` (created if missing), installs
-    /// staged for the caller's transaction.
-    pub fn staged(db: impl Into<AsyncDatabase>, table: &str) -> milliscale::Result<EngineVersions> {
-        Ok(EngineVersions { staging: true, ..EngineVersions::open(db, table)? })
+    /// The versions in `db`, installs staged for the caller's transaction.
+    /// The caller registers each cluster table's engine table
+    /// ([`EngineVersions::register`]) before a write to it.
+    pub fn staged(db: impl Into<AsyncDatabase>) -> EngineVersions {
+        EngineVersions { staging: true, ..EngineVersions::open(db) }
     }
 
-    /// The table the rows are in.
-    pub fn table(&self) -> &Table {
-        &self.table
+    /// Hold cluster table `table`'s rows in the engine table `table`.
+    pub fn register(&mut self, table: Table) {
+        let mut tables = self.tables.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        tables.insert(table.name().to_owned(), table);
+    }
+
+    /// The engine tables holding rows, in name order.
+    pub fn tables(&self) -> Vec<Table> {
+        let tables = self.tables.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        tables.values().cloned().collect()
+    }
+
+    /// The engine table of cluster table `name`: registered, or (written
+    /// by itself, not staged) found in the engine, then registered. A
+    /// staged one's tables are only those its caller registered, so a
+    /// table the caller is dropping is not found again.
+    fn table(&self, name: &str) -> Option<Table> {
+        if let Some(t) = table_named(&self.tables, name) {
+            return Some(t);
+        }
+        if self.staging {
+            return None;
+        }
+        let t = match self.db.open_table(name) {
+            Err(milliscale::Error::TableNotFound(_)) => return None,
+            t => t.expect("open a table"),
+        };
+        let mut tables = self.tables.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        Some(tables.entry(name.to_owned()).or_insert(t).clone())
+    }
+
+    /// The engine table to write cluster table `name`'s rows in, created
+    /// if missing (the server's shard creates it with the cluster table,
+    /// so only a restart in the middle of a drop leaves one missing).
+    fn table_for_write(&self, name: &str) -> Table {
+        if let Some(t) = self.table(name) {
+            return t;
+        }
+        let t = self.db.blocking().create_table(name).expect("create a table");
+        let mut tables = self.tables.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        tables.entry(name.to_owned()).or_insert(t).clone()
     }
 
     /// The database the rows are in.
@@ -295,7 +366,7 @@ impl EngineVersions {
     pub fn rows(&self) -> VersionRows {
         VersionRows {
             db: self.db.clone(),
-            table: self.table.clone(),
+            tables: self.tables.clone(),
             history: self.history.clone(),
         }
     }
@@ -306,12 +377,14 @@ impl EngineVersions {
         std::mem::take(&mut self.staged)
     }
 
-    /// Forget what is known of the keys starting with `prefix`: their
-    /// rows were deleted without `install` (a table dropped). Returns how
-    /// many replaced versions of theirs it dropped.
-    pub fn forget_prefix(&mut self, prefix: &[u8]) -> usize {
-        self.latest.get_mut().retain(|k, _| !k.starts_with(prefix));
-        lock(&self.history).forget_prefix(prefix)
+    /// Forget cluster table `name`: its engine table is being dropped by
+    /// the caller. Returns how many replaced versions of its keys it
+    /// dropped from memory.
+    pub fn forget_table(&mut self, name: &str) -> usize {
+        let prefix = cluster_key(name, b"");
+        self.tables.write().unwrap_or_else(std::sync::PoisonError::into_inner).remove(name);
+        self.latest.get_mut().retain(|k, _| !k.starts_with(&prefix));
+        lock(&self.history).forget_prefix(&prefix)
     }
 
     /// How many replaced versions are held in memory.
@@ -327,28 +400,64 @@ impl EngineVersions {
         memo.insert(key.to_vec(), version);
     }
 
+    /// Read `key`'s row with `f` (`None`: no row, or no table).
+    fn get_row<R>(&self, key: &[u8], f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        let (name, k) = split(key);
+        let table = self.table(name)?;
+        let mut tx = self.db.begin().expect("begin a read");
+        tx.get_with(&table, k, f).expect("read a version")
+    }
+
     /// `key`'s row: its version and value (`None`: no row).
     fn row(&self, key: &[u8]) -> Option<(CommitTs, Option<Value>)> {
         debug_assert!(self.staged.is_empty(), "a read between an install and its transaction");
-        let mut tx = self.db.begin().expect("begin a read");
-        let row = tx.get_with(&self.table, key, |row| {
+        let row = self.get_row(key, |row| {
             let (v, value) = parse(row);
             (v, value.map(<[u8]>::to_vec))
         });
-        let row = row.expect("read a version");
         self.remember(key, row.as_ref().map_or(CommitTs::INITIAL, |r| r.0));
         row
     }
 
     /// The row `key` has before the write being staged: a staged one, or
     /// the engine's.
-    fn row_before(&self, key: &[u8]) -> Option<Vec<u8>> {
-        if let Some(w) = self.staged.iter().rev().find(|w| w.key == key) {
+    fn row_before(&self, table: &Table, key: &[u8]) -> Option<Vec<u8>> {
+        let found =
+            self.staged.iter().rev().find(|w| w.key == key && w.table.name() == table.name());
+        if let Some(w) = found {
             return Some(w.row.clone());
         }
         let mut tx = self.db.begin().expect("begin a read");
-        tx.get_with(&self.table, key, <[u8]>::to_vec).expect("read a version")
+        tx.get_with(table, key, <[u8]>::to_vec).expect("read a version")
     }
+
+    /// The part of `[start, end)` (cluster keys; an empty `end`: no end)
+    /// in each table, as bounds on the keys in it, in key order.
+    fn ranges(&self, start: &[u8], end: &[u8]) -> Vec<(Table, Bound<Key>, Bound<Key>)> {
+        let mut out = Vec::new();
+        for table in self.tables() {
+            let name = table.name();
+            // The table's keys are [name ‖ 0x00, name ‖ 0x01).
+            let (first, past) = (cluster_key(name, b""), [name.as_bytes(), &[1]].concat());
+            let lo = if start > first.as_slice() { start } else { &first };
+            let hi = if !end.is_empty() && end < past.as_slice() { end } else { &past };
+            if lo >= hi {
+                continue;
+            }
+            let lower = Bound::Included(lo[first.len()..].to_vec());
+            let upper = if hi == past.as_slice() {
+                Bound::Unbounded
+            } else {
+                Bound::Excluded(hi[first.len()..].to_vec())
+            };
+            out.push((table, lower, upper));
+        }
+        out
+    }
+}
+
+fn bound(b: &Bound<Key>) -> Bound<&[u8]> {
+    b.as_ref().map(Vec::as_slice)
 }
 
 impl Versions for EngineVersions {
@@ -357,9 +466,7 @@ impl Versions for EngineVersions {
             return *v;
         }
         debug_assert!(self.staged.is_empty(), "a read between an install and its transaction");
-        let mut tx = self.db.begin().expect("begin a read");
-        let v = tx.get_with(&self.table, key, |row| parse(row).0).expect("read a version");
-        let v = v.unwrap_or(CommitTs::INITIAL);
+        let v = self.get_row(key, |row| parse(row).0).unwrap_or(CommitTs::INITIAL);
         self.remember(key, v);
         v
     }
@@ -391,7 +498,9 @@ impl Versions for EngineVersions {
         {
             let mut history = lock(&self.history);
             for (key, value) in writes {
-                let old = self.row_before(key);
+                let (name, k) = split(key);
+                let table = self.table_for_write(name);
+                let old = self.row_before(&table, k);
                 let (old_version, old_value) =
                     old.as_deref().map_or((CommitTs::INITIAL, None), |r| {
                         let (v, value) = parse(r);
@@ -401,7 +510,7 @@ impl Versions for EngineVersions {
                 // Into the history before the row changes: a reader that
                 // finds the row replaced finds the version there.
                 history.push(key, old_version, old_value, version.ts);
-                rows.push(RowWrite::new(key, version, value.as_deref(), old.as_deref()));
+                rows.push(RowWrite::new(table, k, version, value.as_deref(), old.as_deref()));
                 self.remember(key, version);
             }
         }
@@ -411,7 +520,7 @@ impl Versions for EngineVersions {
         }
         let mut tx = self.db.begin().expect("begin an install");
         for w in &rows {
-            w.apply(&mut tx, &self.table).expect("write a version");
+            w.apply(&mut tx).expect("write a version");
         }
         // Not waited for: the caller makes its record durable before it
         // answers, and a recovery installs a logged commit again.
@@ -428,8 +537,11 @@ impl Versions for EngineVersions {
 
     fn count(&self) -> usize {
         let mut tx = self.db.begin().expect("begin a count");
-        let rows =
-            tx.range(&self.table, Bound::Unbounded, Bound::Unbounded, Direction::Forward).count();
+        let rows: usize = self
+            .tables()
+            .iter()
+            .map(|t| tx.range(t, Bound::Unbounded, Bound::Unbounded, Direction::Forward).count())
+            .sum();
         rows + self.history_len()
     }
 
@@ -441,29 +553,35 @@ impl Versions for EngineVersions {
         limit: usize,
     ) -> Result<Vec<(Key, CommitTs, Value)>, Gone> {
         debug_assert!(self.staged.is_empty(), "a scan between an install and its transaction");
-        let upper = if end.is_empty() { Bound::Unbounded } else { Bound::Excluded(end) };
         let history = lock(&self.history);
         let mut tx = self.db.begin().expect("begin a scan");
         let (mut out, mut gone) = (Vec::new(), None);
-        tx.scan_with(&self.table, Bound::Included(start), upper, Direction::Forward, |k, row| {
-            let (v, value) = parse(row);
-            let (v, value) = if v.ts <= at {
-                (v, value.map(<[u8]>::to_vec))
-            } else {
-                match history.at(k, at, v) {
-                    Ok(found) => found,
-                    Err(g) => {
-                        gone = Some(g);
-                        return false;
+        for (table, lower, upper) in self.ranges(start, end) {
+            let name = table.name();
+            tx.scan_with(&table, bound(&lower), bound(&upper), Direction::Forward, |k, row| {
+                let key = cluster_key(name, k);
+                let (v, value) = parse(row);
+                let (v, value) = if v.ts <= at {
+                    (v, value.map(<[u8]>::to_vec))
+                } else {
+                    match history.at(&key, at, v) {
+                        Ok(found) => found,
+                        Err(g) => {
+                            gone = Some(g);
+                            return false;
+                        }
                     }
+                };
+                if let Some(value) = value {
+                    out.push((key, v, value));
                 }
-            };
-            if let Some(value) = value {
-                out.push((k.to_vec(), v, value));
+                limit == 0 || out.len() < limit
+            })
+            .expect("scan versions");
+            if gone.is_some() || (limit > 0 && out.len() >= limit) {
+                break;
             }
-            limit == 0 || out.len() < limit
-        })
-        .expect("scan versions");
+        }
         match gone {
             Some(g) => Err(g),
             None => Ok(out),
@@ -471,14 +589,18 @@ impl Versions for EngineVersions {
     }
 
     fn changed_after(&self, start: &[u8], end: &[u8], at: Timestamp) -> bool {
-        let upper = if end.is_empty() { Bound::Unbounded } else { Bound::Excluded(end) };
         let mut tx = self.db.begin().expect("begin a scan");
         let mut changed = false;
-        tx.scan_with(&self.table, Bound::Included(start), upper, Direction::Forward, |_, row| {
-            changed = parse(row).0.ts > at;
-            !changed
-        })
-        .expect("scan versions");
+        for (table, lower, upper) in self.ranges(start, end) {
+            tx.scan_with(&table, bound(&lower), bound(&upper), Direction::Forward, |_, row| {
+                changed = parse(row).0.ts > at;
+                !changed
+            })
+            .expect("scan versions");
+            if changed {
+                break;
+            }
+        }
         changed
     }
 
@@ -486,130 +608,23 @@ impl Versions for EngineVersions {
         let history = lock(&self.history);
         let mut tx = self.db.begin().expect("begin a read");
         let mut out = BTreeMap::new();
-        for row in tx.range(&self.table, Bound::Unbounded, Bound::Unbounded, Direction::Forward) {
-            let (k, row) = row.expect("scan versions");
-            let (v, value) = parse(&row);
-            let older = history.keys.get(&k).into_iter().flatten();
-            let mut versions: Vec<_> = older
-                .filter(|o| o.version != CommitTs::INITIAL)
-                .map(|o| (o.version, o.value.clone()))
-                .collect();
-            versions.push((v, value.map(<[u8]>::to_vec)));
-            out.insert(k, versions);
+        for table in self.tables() {
+            for row in tx.range(&table, Bound::Unbounded, Bound::Unbounded, Direction::Forward) {
+                let (k, row) = row.expect("scan versions");
+                let key = cluster_key(table.name(), &k);
+                let (v, value) = parse(&row);
+                let older = history.keys.get(&key).into_iter().flatten();
+                let mut versions: Vec<_> = older
+                    .filter(|o| o.version != CommitTs::INITIAL)
+                    .map(|o| (o.version, o.value.clone()))
+                    .collect();
+                versions.push((v, value.map(<[u8]>::to_vec)));
+                out.insert(key, versions);
+            }
         }
         out
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::versions::MapVersions;
-    use milliscale::Options;
-    use proptest::prelude::*;
-
-    /// Rows in a fresh engine; with `small_memo` the memo of newest
-    /// versions holds 2 keys of the test's 3, so that it is cleared again
-    /// and again.
-    fn engine(db: &Arc<milliscale::Database>, small_memo: bool) -> EngineVersions {
-        let v = EngineVersions::open(Arc::clone(db), "versions").expect("table");
-        EngineVersions { latest_cap: if small_memo { 2 } else { LATEST_MEMO_KEYS }, ..v }
-    }
-
-    proptest! {
-        /// The engine's layout answers as the map does, through installs
-        /// (of values of one length, so that some are patches in place),
-        /// reads at any timestamp, collections and restarts.
-        #[test]
-        fn engine_rows_answer_as_the_map_does(
-            ops in prop::collection::vec((0u8..5, 0usize..3, 0u64..50, 0u8..4), 1..60),
-            small_memo in any::<bool>(),
-        ) {
-            let keys: [&[u8]; 3] = [b"a", b"a\x00", b"b"];
-            let db = Arc::new(milliscale::Database::open(Options::new().store("memory://")).expect("open"));
-            let (mut map, mut rows) = (MapVersions::default(), engine(&db, small_memo));
-            let mut ts = 0;
-            for (op, k, t, kind) in ops {
-                let key = keys[k];
-                match op {
-                    0 | 1 => {
-                        ts += 1 + t % 3;
-                        // A deletion, a short value, or one of 64 bytes that
-                        // differs from the last in a byte or not at all.
-                        let value = match kind {
-                            0 => None,
-                            1 => Some(ts.to_be_bytes().to_vec()),
-                            2 => Some(vec![7; 64]),
-                            _ => Some([vec![7; 40], ts.to_be_bytes().to_vec(), vec![7; 16]].concat()),
-                        };
-                        let writes = vec![(key.to_vec(), value)];
-                        let v = CommitTs { ts, client: k as u32 };
-                        map.install(v, &writes);
-                        rows.install(v, &writes);
-                    }
-                    2 => prop_assert_eq!(map.collect(t), rows.collect(t)),
-                    3 if t % 4 == 0 => {
-                        // A restart: the rows stay, the history goes.
-                        map.drop_history();
-                        rows = engine(&db, small_memo);
-                    }
-                    _ => {}
-                }
-                for (a, b) in [(&b""[..], &b""[..]), (b"a", b"a\x01"), (b"a\x00", b"b")] {
-                    for at in [0, t, ts] {
-                        prop_assert_eq!(map.scan_at(a, b, at, 0), rows.scan_at(a, b, at, 0));
-                        prop_assert_eq!(map.scan_at(a, b, at, 1), rows.scan_at(a, b, at, 1));
-                        prop_assert_eq!(map.changed_after(a, b, at), rows.changed_after(a, b, at));
-                    }
-                }
-                for key in keys {
-                    prop_assert_eq!(map.latest(key), rows.latest(key));
-                    for at in [0, t, ts, Timestamp::MAX] {
-                        let read = map.read_at(key, at);
-                        prop_assert_eq!(&read, &rows.read_at(key, at));
-                        if let Ok((v, value)) = read {
-                            prop_assert_eq!(rows.rows().value(key, v), Some(value));
-                        }
-                    }
-                }
-            }
-            prop_assert_eq!(map.count(), rows.count());
-            prop_assert_eq!(map.all(), rows.all());
-        }
-    }
-
-    /// A replaced version goes once the watermark reaches the version that
-    /// replaced it, never before; one replaced with a late timestamp holds
-    /// those replaced after it (the queue is in the order of commits).
-    #[test]
-    fn a_replaced_version_goes_once_the_watermark_passes_its_replacement() {
-        let v = |ts| CommitTs { ts, client: 1 };
-        let mut h = History::default();
-        h.push(b"a", v(90), Some(b"a90".to_vec()), 100);
-        h.push(b"b", CommitTs::INITIAL, None, 40);
-        h.push(b"b", v(40), None, 50);
-        assert_eq!(h.collect(99), 0, "a's replacement is at 100: a stays, and b waits behind it");
-        assert_eq!(h.at(b"a", 95, v(100)), Ok((v(90), Some(b"a90".to_vec()))));
-        assert_eq!(h.at(b"b", 45, v(50)), Ok((v(40), None)));
-        assert_eq!(h.collect(100), 2, "a's and b's at 40 (b's absence before it does not count)");
-        assert_eq!(h.at(b"a", 95, v(100)), Err(Gone { oldest: 100 }));
-        assert_eq!(h.count, 0);
-        assert!(h.keys.is_empty() && h.due.is_empty());
-    }
-
-    /// A patch in place logs the changed bytes and leaves the whole row.
-    #[test]
-    fn a_write_that_keeps_the_length_changes_only_its_bytes() {
-        let v = |ts| CommitTs { ts, client: 1 };
-        let old = row_value(v(1), Some(&[5; 100]));
-        let mut value = vec![5; 100];
-        value[50] = 9;
-        let w = RowWrite::new(b"k", v(2), Some(&value), Some(&old));
-        assert_eq!(w.changed, Some(vec![(0, STAMP_BYTES), (STAMP_BYTES + 50, STAMP_BYTES + 51)]));
-        assert_eq!(w.row, row_value(v(2), Some(&value)));
-        // A new length, or most of the row changed: the whole row.
-        assert_eq!(RowWrite::new(b"k", v(2), Some(&[5; 99]), Some(&old)).changed, None);
-        assert_eq!(RowWrite::new(b"k", v(2), Some(&[6; 100]), Some(&old)).changed, None);
-        assert_eq!(RowWrite::new(b"k", v(2), None, Some(&old)).changed, None);
-    }
-}
+mod tests;

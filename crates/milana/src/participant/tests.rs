@@ -16,18 +16,23 @@ fn prep(txn: TxnId, version: CommitTs, reads: &[(&str, CommitTs)], writes: &[&st
     Prepare {
         txn,
         version,
-        reads: reads.iter().map(|(k, v)| (k.as_bytes().to_vec(), *v)).collect(),
+        reads: reads.iter().map(|(k, v)| (key(k), *v)).collect(),
         ranges: Vec::new(),
-        writes: writes.iter().map(|k| (k.as_bytes().to_vec(), Some(b"x".to_vec()))).collect(),
+        writes: writes.iter().map(|k| (key(k), Some(b"x".to_vec()))).collect(),
         participants: vec![0, 1],
     }
 }
 
-fn serve<V: Versions>(p: &mut Participant<V>, key: &str, at: Timestamp) -> ReadReply {
+/// Key `k` of table `t`, as a cluster key (the engine's rows are by table).
+fn key(k: &str) -> Key {
+    crate::types::cluster_key("t", k.as_bytes())
+}
+
+fn serve<V: Versions>(p: &mut Participant<V>, k: &str, at: Timestamp) -> ReadReply {
     if let Some(Record::ReadLease(until)) = p.lease_needed(at) {
         p.lease_durable(until);
     }
-    p.read(key.as_bytes(), at).expect("held")
+    p.read(&key(k), at).expect("held")
 }
 
 /// The same rules over the engine's rows as over the map.
@@ -35,7 +40,7 @@ fn serve<V: Versions>(p: &mut Participant<V>, key: &str, at: Timestamp) -> ReadR
 fn engine_participant() -> Participant<EngineVersions> {
     let db =
         milliscale::Database::open(milliscale::Options::new().store("memory://")).expect("open");
-    let versions = EngineVersions::open(std::sync::Arc::new(db), "versions").expect("table");
+    let versions = EngineVersions::open(std::sync::Arc::new(db));
     Participant::with_versions(0, 1_000, Mutations::default(), versions)
 }
 
@@ -134,7 +139,7 @@ fn collection<V: Versions>(mut p: Participant<V>) {
     let t = TxnId { client: 9, seq: 1 };
     assert!(matches!(p.prepare(prep(t, v(22, 9), &[], &["r"])).0, Vote::No(_)));
     p.decide(t, false, 22);
-    let left: Vec<Timestamp> = p.committed()[&b"k".to_vec()].iter().map(|(v, _)| v.ts).collect();
+    let left: Vec<Timestamp> = p.committed()[&key("k")].iter().map(|(v, _)| v.ts).collect();
     assert_eq!(left, [20, 30, 40]);
     assert_eq!(serve(&mut p, "k", 25).version, v(20, 1), "a reader at the watermark still reads");
 }
@@ -184,7 +189,7 @@ fn a_restart_from_the_tables_remembers_decisions_the_forget_bound_and_the_lease(
     assert_eq!((logged, ask), (vec![Record::Commit(T1)], vec![]), "the lone prepare commits");
     assert_eq!(p.status(T2, 20), (TxnStatus::Committed, None), "a decision is remembered");
     assert_eq!(p.forgotten(), 6);
-    assert_eq!(p.committed()[&b"b".to_vec()], vec![(v(20, 2), Some(b"x".to_vec()))]);
+    assert_eq!(p.committed()[&key("b")], vec![(v(20, 2), Some(b"x".to_vec()))]);
     let t4 = TxnId { client: 4, seq: 1 };
     assert!(matches!(p.prepare(prep(t4, v(40, 4), &[], &["d"])).0, Vote::No(_)), "lease");
     // The deliberate bug: the decided rows are dropped at the restart.
@@ -206,8 +211,8 @@ fn a_scanned_range_refuses_phantoms_below_it_and_changes_after_it() {
     if let Some(Record::ReadLease(until)) = p.lease_needed(100) {
         p.lease_durable(until);
     }
-    let r = p.scan(b"a", b"b", 100, 0).expect("held");
-    assert_eq!(r.rows, vec![(b"a1".to_vec(), v(10, 1), b"x".to_vec())]);
+    let r = p.scan(&key("a"), &key("b"), 100, 0).expect("held");
+    assert_eq!(r.rows, vec![(key("a1"), v(10, 1), b"x".to_vec())]);
     assert!(!r.prepared_below);
     // A new key in the range at or below the scan: a phantom, refused.
     let phantom = prep(TxnId { client: 2, seq: 1 }, v(90, 2), &[], &["a5"]);
@@ -218,7 +223,7 @@ fn a_scanned_range_refuses_phantoms_below_it_and_changes_after_it() {
     // that scanned at 100 cannot commit at 200 (the range changed).
     commit(&mut p, TxnId { client: 4, seq: 1 }, 150, "a7");
     let mut stale = prep(TxnId { client: 5, seq: 1 }, v(200, 5), &[], &["c"]);
-    stale.ranges = vec![(b"a".to_vec(), b"b".to_vec(), 100)];
+    stale.ranges = vec![(key("a"), key("b"), 100)];
     assert!(matches!(p.prepare(stale.clone()).0, Vote::No(_)));
     // The bug: without the range check it commits.
     let mut q =
@@ -231,8 +236,8 @@ fn a_scanned_range_refuses_phantoms_below_it_and_changes_after_it() {
     if let Some(Record::ReadLease(until)) = p.lease_needed(170) {
         p.lease_durable(until);
     }
-    assert!(p.scan(b"a", b"b", 170, 0).expect("held").prepared_below);
-    assert!(!p.scan(b"a", b"b", 155, 0).expect("held").prepared_below);
+    assert!(p.scan(&key("a"), &key("b"), 170, 0).expect("held").prepared_below);
+    assert!(!p.scan(&key("a"), &key("b"), 155, 0).expect("held").prepared_below);
 }
 
 /// A read's version without its value: known from the engine's memo of
@@ -247,28 +252,28 @@ fn a_read_version_marks_the_key_and_names_the_version_only_when_known() {
         p.lease_durable(until);
     }
     // Not known yet: no version, but marked (a write below 100 is refused).
-    assert_eq!(p.read_version(b"k", 100), (None, false));
+    assert_eq!(p.read_version(&key("k"), 100), (None, false));
     assert!(matches!(p.prepare(prep(T1, v(90, 1), &[], &["k"])).0, Vote::No(_)));
     // A full read learns the key has no version: known at any time now.
     assert_eq!(serve(&mut p, "k", 100).version, CommitTs::INITIAL);
-    assert_eq!(p.read_version(b"k", 50), (Some(CommitTs::INITIAL), false));
-    assert_eq!(rows.value(b"k", CommitTs::INITIAL), Some(None));
+    assert_eq!(p.read_version(&key("k"), 50), (Some(CommitTs::INITIAL), false));
+    assert_eq!(rows.value(&key("k"), CommitTs::INITIAL), Some(None));
     // Committed at 200 (installed through the participant, as the shard's).
     assert_eq!(p.prepare(prep(T2, v(200, 2), &[], &["k"])).0, Vote::Yes);
-    let below = p.read_version(b"k", 300);
+    let below = p.read_version(&key("k"), 300);
     assert_eq!(below, (Some(CommitTs::INITIAL), true), "a prepared write below 300: wait");
     p.decide(T2, true, 200);
-    assert_eq!(p.read_version(b"k", 300), (Some(v(200, 2)), false));
-    assert_eq!(rows.value(b"k", v(200, 2)), Some(Some(b"x".to_vec())));
+    assert_eq!(p.read_version(&key("k"), 300), (Some(v(200, 2)), false));
+    assert_eq!(rows.value(&key("k"), v(200, 2)), Some(Some(b"x".to_vec())));
     // Below the newest version: not known without reading rows.
-    assert_eq!(p.read_version(b"k", 150), (None, false));
-    assert_eq!(rows.value(b"k", v(150, 9)), None, "no such row");
+    assert_eq!(p.read_version(&key("k"), 150), (None, false));
+    assert_eq!(rows.value(&key("k"), v(150, 9)), None, "no such row");
     // The map's versions never know one; the mark is made all the same.
     let mut m = Participant::new(0, 1_000, Mutations::default());
     if let Some(Record::ReadLease(until)) = m.lease_needed(600) {
         m.lease_durable(until);
     }
-    assert_eq!(m.read_version(b"k", 100), (None, false));
+    assert_eq!(m.read_version(&key("k"), 100), (None, false));
     assert!(matches!(m.prepare(prep(T1, v(90, 1), &[], &["k"])).0, Vote::No(_)));
 }
 
@@ -283,10 +288,7 @@ fn a_read_of_a_version_replaced_before_a_restart_is_told_it_is_gone() {
     #[cfg(feature = "engine")]
     {
         let p = engine_participant();
-        gone_after_restart(p, |p| {
-            let table = p.versions_mut().table().name().to_owned();
-            EngineVersions::open(p.versions_mut().database(), &table).expect("reopen")
-        });
+        gone_after_restart(p, |p| EngineVersions::open(p.versions_mut().database()));
     }
 }
 
@@ -308,8 +310,8 @@ fn gone_after_restart<V: Versions>(
     if let Some(Record::ReadLease(until)) = p.lease_needed(300) {
         p.lease_durable(until);
     }
-    assert_eq!(p.read(b"k", 150).map(|r| r.version), Err(Gone { oldest: 200 }));
-    assert_eq!(p.read(b"k", 50).map(|r| r.version), Err(Gone { oldest: 200 }));
-    assert_eq!(p.read(b"k", 250).map(|r| r.version), Ok(v(200, 1)));
-    assert_eq!(p.read(b"new", 50).map(|r| r.version), Ok(CommitTs::INITIAL), "never written");
+    assert_eq!(p.read(&key("k"), 150).map(|r| r.version), Err(Gone { oldest: 200 }));
+    assert_eq!(p.read(&key("k"), 50).map(|r| r.version), Err(Gone { oldest: 200 }));
+    assert_eq!(p.read(&key("k"), 250).map(|r| r.version), Ok(v(200, 1)));
+    assert_eq!(p.read(&key("new"), 50).map(|r| r.version), Ok(CommitTs::INITIAL), "never written");
 }

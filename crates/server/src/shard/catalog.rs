@@ -4,21 +4,28 @@
 
 use std::time::Instant;
 
-use milliscale_milana::types::{cluster_key, table_name_ok};
+use milliscale_milana::types::table_name_ok;
 use tonic::Status;
 
 use super::Shard;
+use super::tables::open_or_create;
 use crate::errors::{engine, refuse};
 
 impl Shard {
     /// Add a cluster table's name here (every shard gets the call).
     pub async fn create_table(&self, name: &str) -> Result<(), Status> {
         table_name_ok(name).map_err(refuse::invalid)?;
+        if self.lock().names.contains(name) {
+            return Err(engine(&milliscale::Error::TableExists(name.into())));
+        }
+        // Its rows' engine table first (durable), then its name.
+        let table = open_or_create(&self.tables.db, name).await.map_err(|e| engine(&e))?;
         let ack = {
             let mut st = self.lock();
             if st.names.contains(name) {
                 return Err(engine(&milliscale::Error::TableExists(name.into())));
             }
+            st.p.versions_mut().register(table);
             let mut tx = self.tables.db.begin().map_err(|e| engine(&e))?;
             tx.put(&self.tables.names, name.as_bytes(), b"").map_err(|e| engine(&e))?;
             let ack = tx.precommit().map_err(|e| engine(&e))?;
@@ -41,8 +48,17 @@ impl Shard {
             let decided = self.decided.notified();
             tokio::pin!(decided);
             decided.as_mut().enable();
-            if let Some(ack) = self.drop_now(name)? {
-                ack.await.map_err(|e| engine(&e))?;
+            if self.drop_now(name)? {
+                // Its rows' engine table first, then its name: a restart in
+                // between finds the name, an empty table, and the drop is
+                // asked again.
+                match self.tables.db.drop_table(name).await {
+                    Ok(()) | Err(milliscale::Error::TableNotFound(_)) => {}
+                    Err(e) => return Err(engine(&e)),
+                }
+                let mut tx = self.tables.db.begin().map_err(|e| engine(&e))?;
+                tx.delete(&self.tables.names, name.as_bytes()).map_err(|e| engine(&e))?;
+                tx.precommit().map_err(|e| engine(&e))?.await.map_err(|e| engine(&e))?;
                 return Ok(());
             }
             let left = deadline.saturating_duration_since(Instant::now());
@@ -55,42 +71,30 @@ impl Shard {
         }
     }
 
-    /// The drop's engine transaction, pre-committed; `None` while a
-    /// prepared transaction writes to the table.
-    fn drop_now(&self, name: &str) -> Result<Option<milliscale::CommitAck>, Status> {
+    /// Take the table out of service under the lock, once no prepared
+    /// transaction writes to it: its name, and its rows' table and
+    /// versions in memory; `false` while a prepared transaction writes to
+    /// it.
+    fn drop_now(&self, name: &str) -> Result<bool, Status> {
         let mut st = self.lock();
         if !st.names.contains(name) {
             return Err(engine(&milliscale::Error::TableNotFound(name.into())));
         }
         if st.p.prepared_writes_to(name) {
-            return Ok(None);
+            return Ok(false);
         }
-        let rows = st.p.versions_mut().table().clone();
-        let mut tx = self.tables.db.begin().map_err(|e| engine(&e))?;
-        tx.delete(&self.tables.names, name.as_bytes()).map_err(|e| engine(&e))?;
-        // Every row of the table: its cluster keys start with the name and
-        // 0x00.
-        let lower = cluster_key(name, b"");
-        let mut upper = name.as_bytes().to_vec();
-        upper.extend_from_slice(&[0x01]);
-        let doomed: Vec<Vec<u8>> = tx
-            .range(
-                &rows,
-                std::ops::Bound::Included(&lower[..]),
-                std::ops::Bound::Excluded(&upper[..]),
-                milliscale::Direction::Forward,
-            )
-            .map(|r| r.map(|(k, _)| k))
-            .collect::<Result<_, _>>()
-            .map_err(|e| engine(&e))?;
-        for k in &doomed {
-            tx.delete(&rows, k).map_err(|e| engine(&e))?;
-        }
-        let ack = tx.precommit().map_err(|e| engine(&e))?;
-        let replaced = st.p.versions_mut().forget_prefix(&cluster_key(name, b""));
+        let rows = match self.tables.db.open_table(name) {
+            Ok(t) => {
+                let mut tx = self.tables.db.begin().map_err(|e| engine(&e))?;
+                let all = (std::ops::Bound::Unbounded, std::ops::Bound::Unbounded);
+                tx.range(&t, all.0, all.1, milliscale::Direction::Forward).count()
+            }
+            Err(_) => 0,
+        };
+        let replaced = st.p.versions_mut().forget_table(name);
         st.names.remove(name);
-        st.versions -= (doomed.len() + replaced) as i64;
-        Ok(Some(ack))
+        st.versions -= (rows + replaced) as i64;
+        Ok(true)
     }
 
     /// The cluster tables this shard knows.

@@ -269,6 +269,12 @@ impl Shard {
             // its read marks keep later writes above it (MILANA §4.3).
             return Ok(Run::Done(results, None));
         }
+        // A table dropped since the batch's keys were checked: its rows
+        // are gone, and must not come back.
+        let dropped = t.writes.keys().filter_map(|k| split_cluster_key(k)).map(|(table, _)| table);
+        if let Some(table) = dropped.into_iter().find(|t| !st.names.contains(*t)) {
+            return Err(engine(&milliscale::Error::TableNotFound(table.to_owned())));
+        }
         let shard = self.opts.shard;
         let mut prepares = t.prepares(version, |_| shard);
         let p = prepares.remove(&shard).expect("a batch that writes has a prepare");

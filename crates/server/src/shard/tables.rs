@@ -1,10 +1,10 @@
 //! A shard's tables in the engine (design record 0008): what
 //! `milana::tables` describes, as engine rows.
 //!
-//! - `_milana.rows`: the newest committed version of every key of every
-//!   cluster table, under its cluster key, its version stamped before its
-//!   value (`milana::versions`; the versions it replaced are in memory,
-//!   `milana::engine_versions`);
+//! - one engine table per cluster table, of the same name: the newest
+//!   committed version of each of its keys, under the key, its version
+//!   stamped before its value (`milana::versions`; the versions it
+//!   replaced are in memory, `milana::engine_versions`);
 //! - `_milana.txns`: the transaction table, keyed by transaction
 //!   (`milana::tables::txn_key`), a prepare row then its outcome. A
 //!   prepare row longer than [`CHUNK_BYTES`] (a transaction writing much
@@ -31,7 +31,8 @@ use milliscale_milana::participant::Participant;
 use milliscale_milana::tables::{ShardTables, TxnRow, txn_key};
 use milliscale_milana::types::TxnId;
 
-/// The newest committed version of every cluster table's keys.
+/// Where layout 2 kept every cluster table's rows (layout 3 keeps each
+/// table's in an engine table of its name).
 pub const ROWS: &str = "_milana.rows";
 /// The transaction table.
 pub const TXNS: &str = "_milana.txns";
@@ -47,10 +48,12 @@ pub const CHUNK_BYTES: usize = 192 << 10;
 const LEASE_KEY: &[u8] = b"lease";
 /// The layout of `_milana.rows` this shard wrote: [`LAYOUT`].
 const LAYOUT_KEY: &[u8] = b"layout";
-/// The rows' layout: 2, each key's newest version under the key (record
-/// 0008). Layout 1 (before it had a number) kept one row per version
-/// under a versioned key; a shard refuses to open it.
-const LAYOUT: u64 = 2;
+/// The rows' layout: 3, each cluster table's rows in an engine table of
+/// its name, each key's newest version under the key (record 0008).
+/// Layout 1 (before it had a number) kept one row per version under a
+/// versioned key in `_milana.rows`, layout 2 each key's newest version
+/// there; a shard refuses to open either.
+const LAYOUT: u64 = 3;
 const FORGOTTEN_KEY: &[u8] = b"forgotten";
 
 /// The engine tables of one shard.
@@ -63,7 +66,7 @@ pub struct Tables {
     pub(crate) rows: VersionRows,
 }
 
-async fn open_or_create(db: &AsyncDatabase, name: &str) -> milliscale::Result<Table> {
+pub(crate) async fn open_or_create(db: &AsyncDatabase, name: &str) -> milliscale::Result<Table> {
     match db.open_table(name) {
         Err(milliscale::Error::TableNotFound(_)) => db.create_table(name).await,
         t => t,
@@ -85,8 +88,7 @@ impl Tables {
         db: AsyncDatabase,
     ) -> milliscale::Result<(Tables, ShardTables<EngineVersions>)> {
         // Created with a durable wait each, before anything is written.
-        open_or_create(&db, ROWS).await?;
-        let versions = EngineVersions::staged(db.clone(), ROWS)?;
+        let mut versions = EngineVersions::staged(db.clone());
         let tables = Tables {
             txns: open_or_create(&db, TXNS).await?,
             meta: open_or_create(&db, META).await?,
@@ -120,24 +122,34 @@ impl Tables {
         let lease = u64_of(tx.get(&tables.meta, LEASE_KEY)?, "lease")?;
         let forgotten = u64_of(tx.get(&tables.meta, FORGOTTEN_KEY)?, "forgotten")?;
         let layout = u64_of(tx.get(&tables.meta, LAYOUT_KEY)?, "layout")?;
-        let has_rows =
-            tx.scan(versions.table(), Bound::Unbounded, Bound::Unbounded, Direction::Forward, 1)?;
+        let old_rows = match tables.db.open_table(ROWS) {
+            Ok(t) => {
+                !tx.scan(&t, Bound::Unbounded, Bound::Unbounded, Direction::Forward, 1)?.is_empty()
+            }
+            Err(_) => false,
+        };
         tx.abort();
         match layout {
             LAYOUT => {}
-            0 if has_rows.is_empty() => {
+            0 if !old_rows => {
                 let mut tx = tables.db.begin()?;
                 tx.put(&tables.meta, LAYOUT_KEY, &LAYOUT.to_be_bytes())?;
                 tx.precommit()?.await?;
             }
             found => {
                 return Err(milliscale::Error::Corrupt(format!(
-                    "{ROWS} is in layout {} and this version reads layout {LAYOUT} only (one row \
-                     per key, its newest version; CHANGELOG.md): serve it with the version that \
-                     wrote it, or load its tables into a new cluster",
+                    "this shard's rows are in layout {} and this version reads layout {LAYOUT} \
+                     only (an engine table per cluster table, a row per key: CHANGELOG.md): \
+                     serve it with the version that wrote it, or load its tables into a new \
+                     cluster",
                     found.max(1)
                 )));
             }
+        }
+        // Each cluster table's engine table (one may be missing after a
+        // restart in the middle of its drop: the drop is asked again).
+        for name in tables.names()? {
+            versions.register(open_or_create(&tables.db, &name).await?);
         }
         Ok((tables, ShardTables { versions, txns, lease, forgotten }))
     }
@@ -194,10 +206,9 @@ impl Tables {
             }
         }
         let rows = p.versions_mut().take_staged();
-        let table = p.versions_mut().table().clone();
         let n = rows.len();
         for w in &rows {
-            w.apply(&mut tx, &table)?;
+            w.apply(&mut tx)?;
         }
         Ok((tx.precommit()?, n))
     }
@@ -246,15 +257,19 @@ impl Tables {
     /// what is written and deleted after it, so the sum is exact once the
     /// scan ends (until then `ShardInfo` shows only the change since).
     pub(crate) fn count_versions(shard: &std::sync::Arc<super::Shard>) {
-        let table = shard.lock().p.versions_mut().table().clone();
+        let tables = shard.lock().p.versions_mut().tables();
         let mut tx = match shard.tables.db.begin() {
             Ok(tx) => tx,
             Err(e) => return tracing::warn!("cannot count the shard's version rows: {e}"),
         };
         let shard = std::sync::Arc::downgrade(shard);
         tokio::task::spawn_blocking(move || {
-            let n =
-                tx.range(&table, Bound::Unbounded, Bound::Unbounded, Direction::Forward).count();
+            let n: usize = tables
+                .iter()
+                .map(|t| {
+                    tx.range(t, Bound::Unbounded, Bound::Unbounded, Direction::Forward).count()
+                })
+                .sum();
             tx.abort();
             if let Some(shard) = shard.upgrade() {
                 shard.lock().versions += n as i64;

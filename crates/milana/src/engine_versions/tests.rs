@@ -1,0 +1,122 @@
+//! The engine's layout against the map, and its parts.
+
+use super::*;
+use crate::versions::MapVersions;
+use milliscale::Options;
+use proptest::prelude::*;
+
+/// Rows in a fresh engine; with `small_memo` the memo of newest
+/// versions holds 2 keys of the test's 3, so that it is cleared again
+/// and again.
+fn engine(db: &Arc<milliscale::Database>, small_memo: bool) -> EngineVersions {
+    let v = EngineVersions::open(Arc::clone(db));
+    EngineVersions { latest_cap: if small_memo { 2 } else { LATEST_MEMO_KEYS }, ..v }
+}
+
+proptest! {
+    /// The engine's layout answers as the map does, through installs
+    /// (of values of one length, so that some are patches in place),
+    /// reads at any timestamp, collections and restarts.
+    #[test]
+    fn engine_rows_answer_as_the_map_does(
+        ops in prop::collection::vec((0u8..5, 0usize..3, 0u64..50, 0u8..4), 1..60),
+        small_memo in any::<bool>(),
+    ) {
+        // Cluster keys of two tables (a restart finds their engine
+        // tables again as it is asked for them).
+        let keys: [&[u8]; 3] = [b"t\x00a", b"t\x00a\x00", b"u\x00b"];
+        let db = Arc::new(milliscale::Database::open(Options::new().store("memory://")).expect("open"));
+        let (mut map, mut rows) = (MapVersions::default(), engine(&db, small_memo));
+        let mut ts = 0;
+        for (op, k, t, kind) in ops {
+            let key = keys[k];
+            match op {
+                0 | 1 => {
+                    ts += 1 + t % 3;
+                    // A deletion, a short value, or one of 64 bytes that
+                    // differs from the last in a byte or not at all.
+                    let value = match kind {
+                        0 => None,
+                        1 => Some(ts.to_be_bytes().to_vec()),
+                        2 => Some(vec![7; 64]),
+                        _ => Some([vec![7; 40], ts.to_be_bytes().to_vec(), vec![7; 16]].concat()),
+                    };
+                    let writes = vec![(key.to_vec(), value)];
+                    let v = CommitTs { ts, client: k as u32 };
+                    map.install(v, &writes);
+                    rows.install(v, &writes);
+                }
+                2 => prop_assert_eq!(map.collect(t), rows.collect(t)),
+                3 if t % 4 == 0 => {
+                    // A restart: the rows stay, the history goes.
+                    map.drop_history();
+                    rows = engine(&db, small_memo);
+                }
+                _ => {}
+            }
+            let ranges: [(&[u8], &[u8]); 5] = [
+                (b"", b""),
+                (b"t\x00a", b"t\x00a\x01"),
+                (b"t\x00a\x00", b"u\x01"),
+                (b"t\x01", b""),
+                (b"t", b"u\x00b"),
+            ];
+            for (a, b) in ranges {
+                for at in [0, t, ts] {
+                    prop_assert_eq!(map.scan_at(a, b, at, 0), rows.scan_at(a, b, at, 0));
+                    prop_assert_eq!(map.scan_at(a, b, at, 1), rows.scan_at(a, b, at, 1));
+                    prop_assert_eq!(map.changed_after(a, b, at), rows.changed_after(a, b, at));
+                }
+            }
+            for key in keys {
+                prop_assert_eq!(map.latest(key), rows.latest(key));
+                for at in [0, t, ts, Timestamp::MAX] {
+                    let read = map.read_at(key, at);
+                    prop_assert_eq!(&read, &rows.read_at(key, at));
+                    if let Ok((v, value)) = read {
+                        prop_assert_eq!(rows.rows().value(key, v), Some(value));
+                    }
+                }
+            }
+        }
+        prop_assert_eq!(map.count(), rows.count());
+        prop_assert_eq!(map.all(), rows.all());
+    }
+}
+
+/// A replaced version goes once the watermark reaches the version that
+/// replaced it, never before; one replaced with a late timestamp holds
+/// those replaced after it (the queue is in the order of commits).
+#[test]
+fn a_replaced_version_goes_once_the_watermark_passes_its_replacement() {
+    let v = |ts| CommitTs { ts, client: 1 };
+    let mut h = History::default();
+    h.push(b"a", v(90), Some(b"a90".to_vec()), 100);
+    h.push(b"b", CommitTs::INITIAL, None, 40);
+    h.push(b"b", v(40), None, 50);
+    assert_eq!(h.collect(99), 0, "a's replacement is at 100: a stays, and b waits behind it");
+    assert_eq!(h.at(b"a", 95, v(100)), Ok((v(90), Some(b"a90".to_vec()))));
+    assert_eq!(h.at(b"b", 45, v(50)), Ok((v(40), None)));
+    assert_eq!(h.collect(100), 2, "a's and b's at 40 (b's absence before it does not count)");
+    assert_eq!(h.at(b"a", 95, v(100)), Err(Gone { oldest: 100 }));
+    assert_eq!(h.count, 0);
+    assert!(h.keys.is_empty() && h.due.is_empty());
+}
+
+/// A patch in place logs the changed bytes and leaves the whole row.
+#[test]
+fn a_write_that_keeps_the_length_changes_only_its_bytes() {
+    let db = milliscale::Database::open(Options::new().store("memory://")).expect("open");
+    let t = db.create_table("t").expect("table");
+    let v = |ts| CommitTs { ts, client: 1 };
+    let old = row_value(v(1), Some(&[5; 100]));
+    let mut value = vec![5; 100];
+    value[50] = 9;
+    let w = RowWrite::new(t.clone(), b"k", v(2), Some(&value), Some(&old));
+    assert_eq!(w.changed, Some(vec![(0, STAMP_BYTES), (STAMP_BYTES + 50, STAMP_BYTES + 51)]));
+    assert_eq!(w.row, row_value(v(2), Some(&value)));
+    // A new length, or most of the row changed: the whole row.
+    assert_eq!(RowWrite::new(t.clone(), b"k", v(2), Some(&[5; 99]), Some(&old)).changed, None);
+    assert_eq!(RowWrite::new(t.clone(), b"k", v(2), Some(&[6; 100]), Some(&old)).changed, None);
+    assert_eq!(RowWrite::new(t.clone(), b"k", v(2), None, Some(&old)).changed, None);
+}
