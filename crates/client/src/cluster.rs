@@ -26,7 +26,7 @@
 //! (`ShardMap`) and is asked for again when a shard says a key is not its
 //! own.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -40,6 +40,16 @@ use milliscale_milana::types::{
 };
 
 use crate::{Client, ClientBuilder, Error, KeyRange, Result, proto};
+
+/// How long a call made to every shard (create, drop and list tables)
+/// asks again a shard it cannot reach: long enough for a standby to take
+/// over from its primary and publish the map that names it.
+pub const EVERY_SHARD_RETRY: Duration = Duration::from_secs(5);
+
+/// Whether a shard's answer says it could not be reached.
+fn unreachable<T>(r: &Result<T>) -> bool {
+    r.as_ref().is_err_and(|e| e.code() == tonic::Code::Unavailable)
+}
 
 pub(crate) mod calls;
 mod execute;
@@ -267,20 +277,34 @@ impl Cluster {
         Ok(c)
     }
 
+    /// A shard that cannot be reached (a primary failing over to its
+    /// standby, which publishes a new map) is asked again after the map
+    /// is read again, for up to [`EVERY_SHARD_RETRY`]; `f` must be safe to
+    /// repeat.
     async fn every_shard<T, F, Fut>(&self, f: F) -> Vec<(ShardId, Result<T>)>
     where
         F: Fn(Client) -> Fut,
         Fut: std::future::Future<Output = Result<T>>,
     {
-        let mut out = Vec::new();
-        for s in self.map().shards.keys().copied().collect::<Vec<_>>() {
-            let r = match self.shard(s) {
-                Ok(c) => f(c).await,
-                Err(e) => Err(e),
-            };
-            out.push((s, r));
+        let deadline = std::time::Instant::now() + EVERY_SHARD_RETRY;
+        let mut out: BTreeMap<ShardId, Result<T>> = BTreeMap::new();
+        loop {
+            for s in self.map().shards.keys().copied().collect::<Vec<_>>() {
+                if out.get(&s).is_some_and(|r| !unreachable(r)) {
+                    continue;
+                }
+                let r = match self.shard(s) {
+                    Ok(c) => f(c).await,
+                    Err(e) => Err(e),
+                };
+                out.insert(s, r);
+            }
+            if !out.values().any(unreachable) || std::time::Instant::now() >= deadline {
+                return out.into_iter().collect();
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let _ = self.refresh().await;
         }
-        out
     }
 
     /// Create a table on every shard (its keys may live on any). Fails

@@ -218,12 +218,11 @@ pub fn split_row(row: &[u8]) -> Option<(CommitTs, Option<&[u8]>)> {
     Some((CommitTs { ts, client }, value))
 }
 
-/// The longest key of `table` a cluster holds: its row key in
-/// `_milana.rows` (the table's name, `0x00`, the key) must fit the
-/// engine's key limit (1024 bytes), so it is 1023 bytes less the name's
-/// length.
-pub fn table_key_bytes_max(table: &str) -> usize {
-    ENGINE_KEY_BYTES_MAX.saturating_sub(table.len() + 1)
+/// The longest key of `table` a cluster holds: the engine's key limit
+/// (1024 bytes), as on one server, since a shard keeps each cluster
+/// table's rows in an engine table of its own, under the keys themselves.
+pub fn table_key_bytes_max(_table: &str) -> usize {
+    ENGINE_KEY_BYTES_MAX
 }
 
 /// The engine's key limit (`milliscale::limits::KEY_BYTES_MAX`).
@@ -273,6 +272,6 @@ mod tests {
         // A tag that is neither, and a deletion with bytes after it.
         assert_eq!(split_row(&[[0; 12].as_slice(), &[2]].concat()), None);
         assert_eq!(split_row(&[[0; 12].as_slice(), &[0, 7]].concat()), None);
-        assert_eq!(table_key_bytes_max("t"), 1022);
+        assert_eq!(table_key_bytes_max("t"), 1024);
     }
 }

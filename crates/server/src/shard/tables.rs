@@ -46,7 +46,7 @@ pub const NAMES: &str = "_milana.tables";
 pub const CHUNK_BYTES: usize = 192 << 10;
 
 const LEASE_KEY: &[u8] = b"lease";
-/// The layout of `_milana.rows` this shard wrote: [`LAYOUT`].
+/// The layout of the rows this shard wrote: [`LAYOUT`].
 const LAYOUT_KEY: &[u8] = b"layout";
 /// The rows' layout: 3, each cluster table's rows in an engine table of
 /// its name, each key's newest version under the key (record 0008).
@@ -294,4 +294,31 @@ fn txn_of(k: &[u8]) -> milliscale::Result<TxnId> {
     let client = u32::from_be_bytes(k[..4].try_into().map_err(|_| bad())?);
     let seq = u64::from_be_bytes(k[4..].try_into().map_err(|_| bad())?);
     Ok(TxnId { client, seq })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use milliscale::Options;
+
+    async fn memory() -> AsyncDatabase {
+        AsyncDatabase::open(Options::new().store("memory://")).await.expect("open")
+    }
+
+    /// A fresh shard writes its layout and opens again; one whose rows are
+    /// in an earlier layout (rows in `_milana.rows`) is refused, saying
+    /// so, and nothing of it is changed.
+    #[tokio::test]
+    async fn a_shard_in_an_earlier_layout_is_refused() {
+        let db = memory().await;
+        Tables::load(db.clone()).await.expect("a fresh shard");
+        Tables::load(db.clone()).await.expect("the same shard again");
+
+        let db = memory().await;
+        let rows = db.create_table(ROWS).await.expect("table");
+        db.put(&rows, b"t\x00k", b"old").await.expect("put");
+        let err = Tables::load(db.clone()).await.err().expect("refused");
+        assert!(err.to_string().contains("layout 1"), "{err}");
+        assert_eq!(db.get(&rows, b"t\x00k").expect("read"), Some(b"old".to_vec()));
+    }
 }
