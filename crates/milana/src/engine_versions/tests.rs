@@ -91,15 +91,25 @@ proptest! {
 fn a_replaced_version_goes_once_the_watermark_passes_its_replacement() {
     let v = |ts| CommitTs { ts, client: 1 };
     let mut h = History::default();
+    // c: 10 replaced at 20, and (last) 20 replaced at 200.
+    h.push(b"c", v(10), Some(b"c10".to_vec()), 20);
     h.push(b"a", v(90), Some(b"a90".to_vec()), 100);
     h.push(b"b", CommitTs::INITIAL, None, 40);
     h.push(b"b", v(40), None, 50);
-    assert_eq!(h.collect(99), 0, "a's replacement is at 100: a stays, and b waits behind it");
+    h.push(b"c", v(20), Some(b"c20".to_vec()), 200);
+    assert_eq!(
+        h.collect(99),
+        1,
+        "c's 10 goes; c's 20 stays (replaced at 200); a's replacement is at 100, so a stays, and \
+         b waits behind it"
+    );
+    assert_eq!(h.at(b"c", 150, v(200)), Ok((v(20), Some(b"c20".to_vec()))));
     assert_eq!(h.at(b"a", 95, v(100)), Ok((v(90), Some(b"a90".to_vec()))));
     assert_eq!(h.at(b"b", 45, v(50)), Ok((v(40), None)));
     assert_eq!(h.collect(100), 2, "a's and b's at 40 (b's absence before it does not count)");
     assert_eq!(h.at(b"a", 95, v(100)), Err(Gone { oldest: 100 }));
-    assert_eq!(h.count, 0);
+    assert_eq!(h.count, 1, "c's 20");
+    assert_eq!(h.collect(200), 1);
     assert!(h.keys.is_empty() && h.due.is_empty());
 }
 
