@@ -15,8 +15,14 @@ impl Shard {
     /// Add a cluster table's name here (every shard gets the call).
     pub async fn create_table(&self, name: &str) -> Result<(), Status> {
         table_name_ok(name).map_err(refuse::invalid)?;
-        if self.lock().names.contains(name) {
-            return Err(engine(&milliscale::Error::TableExists(name.into())));
+        {
+            let st = self.lock();
+            if st.names.contains(name) {
+                return Err(engine(&milliscale::Error::TableExists(name.into())));
+            }
+            if st.dropping.contains(name) {
+                return Err(being_dropped(name));
+            }
         }
         // Its rows' engine table first (durable), then its name.
         let table = open_or_create(&self.tables.db, name).await.map_err(|e| engine(&e))?;
@@ -24,6 +30,9 @@ impl Shard {
             let mut st = self.lock();
             if st.names.contains(name) {
                 return Err(engine(&milliscale::Error::TableExists(name.into())));
+            }
+            if st.dropping.contains(name) {
+                return Err(being_dropped(name));
             }
             st.p.versions_mut().register(table);
             let mut tx = self.tables.db.begin().map_err(|e| engine(&e))?;
@@ -49,17 +58,9 @@ impl Shard {
             tokio::pin!(decided);
             decided.as_mut().enable();
             if self.drop_now(name)? {
-                // Its rows' engine table first, then its name: a restart in
-                // between finds the name, an empty table, and the drop is
-                // asked again.
-                match self.tables.db.drop_table(name).await {
-                    Ok(()) | Err(milliscale::Error::TableNotFound(_)) => {}
-                    Err(e) => return Err(engine(&e)),
-                }
-                let mut tx = self.tables.db.begin().map_err(|e| engine(&e))?;
-                tx.delete(&self.tables.names, name.as_bytes()).map_err(|e| engine(&e))?;
-                tx.precommit().map_err(|e| engine(&e))?.await.map_err(|e| engine(&e))?;
-                return Ok(());
+                let dropped = self.drop_durably(name).await;
+                self.lock().dropping.remove(name);
+                return dropped;
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -69,6 +70,19 @@ impl Shard {
             }
             let _ = tokio::time::timeout(left, decided).await;
         }
+    }
+
+    /// Drop the rows' engine table, then the name: a restart in between
+    /// finds the name and an empty table, and the drop is asked again.
+    async fn drop_durably(&self, name: &str) -> Result<(), Status> {
+        match self.tables.db.drop_table(name).await {
+            Ok(()) | Err(milliscale::Error::TableNotFound(_)) => {}
+            Err(e) => return Err(engine(&e)),
+        }
+        let mut tx = self.tables.db.begin().map_err(|e| engine(&e))?;
+        tx.delete(&self.tables.names, name.as_bytes()).map_err(|e| engine(&e))?;
+        tx.precommit().map_err(|e| engine(&e))?.await.map_err(|e| engine(&e))?;
+        Ok(())
     }
 
     /// Take the table out of service under the lock, once no prepared
@@ -93,6 +107,7 @@ impl Shard {
         };
         let replaced = st.p.versions_mut().forget_table(name);
         st.names.remove(name);
+        st.dropping.insert(name.to_owned());
         st.versions -= (rows + replaced) as i64;
         Ok(true)
     }
@@ -101,4 +116,9 @@ impl Shard {
     pub fn table_names(&self) -> Vec<String> {
         self.lock().names.iter().cloned().collect()
     }
+}
+
+/// A create of a table whose drop has not finished here (retryable).
+fn being_dropped(name: &str) -> Status {
+    refuse::timeout(format!("table {name:?} is being dropped here; create it again"))
 }

@@ -125,6 +125,9 @@ struct State {
     last_csn: u64,
     /// The cluster tables this shard knows.
     names: BTreeSet<String>,
+    /// Tables being dropped: out of `names`, their engine tables not yet
+    /// dropped. A create of one waits (it is refused, retryably).
+    dropping: BTreeSet<String>,
     /// The version rows held ([`Tables::count_versions`]; below 0 only then).
     versions: i64,
 }
@@ -218,6 +221,7 @@ impl Shard {
             clients: HashMap::new(),
             last_csn: 0,
             names,
+            dropping: BTreeSet::new(),
             versions: 0,
         };
         let (stop, _) = watch::channel(false);
