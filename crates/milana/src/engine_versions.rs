@@ -5,7 +5,7 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::Bound;
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockWriteGuard};
 
 use foldhash::HashMap;
 use milliscale::{AsyncDatabase, AsyncTransaction, Direction, Table};
@@ -236,7 +236,13 @@ fn split(key: &[u8]) -> (&str, &[u8]) {
 }
 
 fn table_named(tables: &Tables, name: &str) -> Option<Table> {
-    tables.read().unwrap_or_else(std::sync::PoisonError::into_inner).get(name).cloned()
+    tables.read().unwrap_or_else(PoisonError::into_inner).get(name).cloned()
+}
+
+/// The tables, to change (a poisoned lock's map is still whole: each
+/// change is one map operation).
+fn tables_mut(tables: &Tables) -> RwLockWriteGuard<'_, BTreeMap<String, Table>> {
+    tables.write().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl VersionRows {
@@ -269,7 +275,7 @@ impl std::fmt::Debug for VersionRows {
 }
 
 fn lock(h: &Mutex<History>) -> MutexGuard<'_, History> {
-    h.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    h.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl std::fmt::Debug for EngineVersions {
@@ -313,14 +319,12 @@ impl EngineVersions {
 
     /// Hold cluster table `table`'s rows in the engine table `table`.
     pub fn register(&mut self, table: Table) {
-        let mut tables = self.tables.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-        tables.insert(table.name().to_owned(), table);
+        tables_mut(&self.tables).insert(table.name().to_owned(), table);
     }
 
     /// The engine tables holding rows, in name order.
     pub fn tables(&self) -> Vec<Table> {
-        let tables = self.tables.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-        tables.values().cloned().collect()
+        self.tables.read().unwrap_or_else(PoisonError::into_inner).values().cloned().collect()
     }
 
     /// The engine table of cluster table `name`: registered, or (written
@@ -338,8 +342,7 @@ impl EngineVersions {
             Err(milliscale::Error::TableNotFound(_)) => return None,
             t => t.expect("open a table"),
         };
-        let mut tables = self.tables.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-        Some(tables.entry(name.to_owned()).or_insert(t).clone())
+        Some(tables_mut(&self.tables).entry(name.to_owned()).or_insert(t).clone())
     }
 
     /// The engine table to write cluster table `name`'s rows in, created
@@ -350,8 +353,7 @@ impl EngineVersions {
             return t;
         }
         let t = self.db.blocking().create_table(name).expect("create a table");
-        let mut tables = self.tables.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-        tables.entry(name.to_owned()).or_insert(t).clone()
+        tables_mut(&self.tables).entry(name.to_owned()).or_insert(t).clone()
     }
 
     /// The database the rows are in.
@@ -382,7 +384,7 @@ impl EngineVersions {
     /// dropped from memory.
     pub fn forget_table(&mut self, name: &str) -> usize {
         let prefix = cluster_key(name, b"");
-        self.tables.write().unwrap_or_else(std::sync::PoisonError::into_inner).remove(name);
+        tables_mut(&self.tables).remove(name);
         self.latest.get_mut().retain(|k, _| !k.starts_with(&prefix));
         lock(&self.history).forget_prefix(&prefix)
     }

@@ -271,8 +271,8 @@ impl Shard {
         }
         // A table dropped since the batch's keys were checked: its rows
         // are gone, and must not come back.
-        let dropped = t.writes.keys().filter_map(|k| split_cluster_key(k)).map(|(table, _)| table);
-        if let Some(table) = dropped.into_iter().find(|t| !st.names.contains(*t)) {
+        let mut tables = t.writes.keys().filter_map(|k| split_cluster_key(k)).map(|(t, _)| t);
+        if let Some(table) = tables.find(|t| !st.names.contains(*t)) {
             return Err(engine(&milliscale::Error::TableNotFound(table.to_owned())));
         }
         let shard = self.opts.shard;
