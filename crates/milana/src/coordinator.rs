@@ -90,6 +90,23 @@ impl ClientTxn {
         by_shard
     }
 
+    /// The prepare of a transaction whose only participant is `shard`
+    /// (every key and range it touched is that shard's): what
+    /// [`ClientTxn::prepares`] would give it, its keys and values moved,
+    /// not copied.
+    pub fn into_prepare(self, version: CommitTs, shard: ShardId) -> Prepare {
+        let begin = self.begin;
+        let ranges = self.ranges.into_values().flatten().map(|(a, b)| (a, b, begin));
+        Prepare {
+            txn: self.id,
+            version,
+            reads: self.reads.into_iter().map(|(k, r)| (k, r.version)).collect(),
+            ranges: ranges.collect(),
+            writes: self.writes.into_iter().collect(),
+            participants: vec![shard],
+        }
+    }
+
     /// How many rows to ask the shards for, for a scan of `[lo, hi)` of
     /// at most `limit` rows (0: all): each of this transaction's writes in
     /// the range may hide a row, so that many more; a reverse scan reads
@@ -177,5 +194,23 @@ mod tests {
         assert_eq!(terminate(&[Some(Prepared), Some(Aborted), None]), Some(false));
         assert_eq!(terminate(&[Some(Prepared), Some(Prepared)]), Some(true));
         assert_eq!(terminate(&[Some(Prepared), None]), None);
+    }
+
+    #[test]
+    fn a_lone_participants_prepare_is_the_one_prepares_gives_it() {
+        let mut t = ClientTxn::new(TxnId { client: 1, seq: 7 }, 50);
+        let reply = |ts| ReadReply {
+            version: CommitTs { ts, client: 2 },
+            value: Some(b"v".to_vec()),
+            prepared_below: false,
+        };
+        t.reads.insert(b"a".to_vec(), reply(10));
+        t.reads.insert(b"c".to_vec(), reply(20));
+        t.writes.insert(b"b".to_vec(), Some(b"x".to_vec()));
+        t.writes.insert(b"c".to_vec(), None);
+        t.ranges.entry(3).or_default().push((b"a".to_vec(), b"z".to_vec()));
+        let version = CommitTs { ts: 60, client: 1 };
+        let expected = t.prepares(version, |_| 3).remove(&3).expect("shard 3's");
+        assert_eq!(t.into_prepare(version, 3), expected);
     }
 }

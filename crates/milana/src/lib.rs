@@ -28,8 +28,10 @@
 //! | forgetting decided transactions below the watermark and every shard's oldest undecided | [`participant::Participant::forget`] |
 //!
 //! The single-shard fast path: a transaction with one participant is
-//! validated, prepared and committed by that participant in one durable
-//! write, one round trip, no second phase.
+//! validated and committed by that participant at once
+//! ([`participant::Participant::commit_alone`]), its prepare and commit
+//! made durable in one write, one round trip, no second phase; a read of
+//! its versions is answered once that write is durable ([`fresh`]).
 //!
 //! Without its default feature `engine` the crate is the core alone (no
 //! engine, no store): what the cluster client builds.
@@ -40,6 +42,7 @@ pub mod coordinator;
 pub mod dst;
 #[cfg(feature = "engine")]
 pub mod engine_versions;
+pub mod fresh;
 pub mod log;
 pub mod participant;
 pub mod shard_map;

@@ -56,6 +56,10 @@ pub struct Mutations {
     /// business: the simulation computes the bound). A participant whose
     /// decision was lost then asks about a transaction no one remembers.
     pub forget_below_watermark_only: bool,
+    /// Answer a read of a version that the single-shard fast path
+    /// installed before its write is durable (the caller's business; see
+    /// [`crate::fresh`]). A crash then takes back a version a reader saw.
+    pub read_fresh_versions: bool,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -637,20 +641,26 @@ impl<V: Versions> Participant<V> {
         }
         // A scan takes effect at the commit timestamp too: no write into
         // its range may commit below it.
-        for (start, end, _) in &prep.ranges {
+        self.mark_ranges(&prep.ranges, prep.version.ts);
+        self.txns.insert(prep.txn, Entry::Prepared(prep.clone()));
+    }
+
+    /// Raise the read marks of `ranges` (a prepare's scans) to `ts`.
+    fn mark_ranges(&mut self, ranges: &[(Key, Key, Timestamp)], ts: Timestamp) {
+        for (start, end, _) in ranges {
             match self.ranges.iter_mut().find(|r| &r.start == start && &r.end == end) {
-                Some(r) => r.latest_read = r.latest_read.max(prep.version.ts),
+                Some(r) => r.latest_read = r.latest_read.max(ts),
                 None => self.ranges.push(RangeMark {
                     start: start.clone(),
                     end: end.clone(),
-                    latest_read: prep.version.ts,
+                    latest_read: ts,
                 }),
             }
         }
-        self.txns.insert(prep.txn, Entry::Prepared(prep.clone()));
     }
 }
 
+mod lone;
 mod restart;
 #[cfg(test)]
 mod tests;

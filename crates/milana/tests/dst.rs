@@ -110,3 +110,10 @@ fn validating_without_the_scanned_ranges_is_caught() {
     let (seed, why) = caught(m).expect("the bug is caught within the seeds");
     eprintln!("caught at seed {seed}: {why}");
 }
+
+#[test]
+fn answering_a_read_of_a_version_not_yet_durable_is_caught() {
+    let m = Mutations { read_fresh_versions: true, ..Mutations::default() };
+    let (seed, why) = caught(m).expect("the bug is caught within the seeds");
+    eprintln!("caught at seed {seed}: {why}");
+}

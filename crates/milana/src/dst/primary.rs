@@ -5,17 +5,25 @@
 use rand::Rng;
 
 use crate::coordinator::terminate;
+use crate::fresh::Fresh;
 use crate::log::{Prepare, Record};
 use crate::participant::{Participant, Vote};
-use crate::types::{ShardId, Timestamp, TxnId, TxnStatus};
+use crate::types::{ClientId, CommitTs, ShardId, Timestamp, TxnId, TxnStatus};
 
 use super::world::{Action, Event, Msg, Node, World};
 
 impl World {
     pub(super) fn append(&mut self, s: ShardId, rec: Record) -> usize {
+        self.append_all(s, vec![rec])
+    }
+
+    /// Append `recs` to shard `s`'s log as one write: they become durable
+    /// together (as a lone participant's prepare and commit do, in one
+    /// engine transaction). Returns the index of the last.
+    pub(super) fn append_all(&mut self, s: ShardId, recs: Vec<Record>) -> usize {
         let lat = self.between(self.cfg.log_latency);
         let shard = &mut self.shards[s as usize];
-        shard.log.push(rec);
+        shard.log.extend(recs);
         let idx = shard.log.len() - 1;
         let at = shard.last_durable_at.max(self.now + lat);
         shard.last_durable_at = at;
@@ -46,6 +54,7 @@ impl World {
         }
         shard.durable = shard.durable.max(upto);
         let durable = shard.durable;
+        shard.fresh.durable_below(durable as u64);
         let (ready, rest): (Vec<_>, Vec<_>) =
             std::mem::take(&mut shard.waiting).into_iter().partition(|(i, _)| *i < durable);
         shard.waiting = rest;
@@ -60,20 +69,36 @@ impl World {
             Action::Lease(until) => self.shards[s as usize].p.lease_durable(until),
             Action::Read { client, txn, key, at } => {
                 let reply = self.shards[s as usize].p.read(&key, at);
-                self.send(Node::Shard(s), Node::Client(client), Msg::ReadReply { txn, key, reply });
+                let read = reply.as_ref().ok().map(|r| r.version);
+                let msg = Msg::ReadReply { txn, key, reply };
+                self.answer_read(s, client, msg, read);
             }
             Action::Scan { client, txn, start, end, at } => {
                 let reply = self.shards[s as usize].p.scan(&start, &end, at, 0);
+                let read: Vec<_> =
+                    reply.iter().flat_map(|r| r.rows.iter().map(|(_, v, _)| *v)).collect();
                 let msg = Msg::ScanReply { txn, shard: s, reply };
-                self.send(Node::Shard(s), Node::Client(client), msg);
+                self.answer_read(s, client, msg, read);
             }
-            Action::FastCommit { client, txn } => {
-                if let Some(r) = self.shards[s as usize].p.decide(txn, true, 0) {
-                    self.append(s, r);
-                }
-                let msg = Msg::Vote { txn, shard: s, yes: true };
-                self.send(Node::Shard(s), Node::Client(client), msg);
+        }
+    }
+
+    /// Send a read's answer once the versions it read are durable (see
+    /// [`crate::fresh`]).
+    fn answer_read(
+        &mut self,
+        s: ShardId,
+        client: ClientId,
+        msg: Msg,
+        read: impl IntoIterator<Item = CommitTs>,
+    ) {
+        let answer = Action::Send(Node::Client(client), msg);
+        match self.shards[s as usize].fresh.wait_for_all(read) {
+            Some(idx) => {
+                let wait = !self.cfg.mutations.read_fresh_versions;
+                self.when_durable(s, idx as usize, answer, wait);
             }
+            None => self.act(s, answer),
         }
     }
 
@@ -130,44 +155,39 @@ impl World {
     }
 
     pub(super) fn on_prepare(&mut self, s: ShardId, from: Node, p: Prepare) {
-        let Node::Client(client) = from else { return };
+        if !matches!(from, Node::Client(_)) {
+            return;
+        }
         let (txn, single) = (p.txn, p.participants.len() <= 1);
         let wait = !self.cfg.mutations.vote_before_durable;
         let shard = &mut self.shards[s as usize];
-        let already = shard.p.known(txn);
-        let (vote, rec) = shard.p.prepare(p);
-        let yes_action = if single {
-            Action::FastCommit { client, txn }
+        let (vote, records) = if single {
+            shard.p.commit_alone(p)
         } else {
-            Action::Send(from, Msg::Vote { txn, shard: s, yes: true })
+            let (vote, rec) = shard.p.prepare(p);
+            (vote, rec.into_iter().collect())
         };
-        let no_action = Action::Send(from, Msg::Vote { txn, shard: s, yes: false });
-        match (vote, rec) {
-            (Vote::No(_), Some(r)) => {
-                let idx = self.append(s, r);
-                self.when_durable(s, idx, no_action, wait);
-            }
-            (Vote::Yes, Some(r)) => {
-                let now = self.now;
-                self.shards[s as usize].prepared_at.insert(txn, now);
-                let idx = self.append(s, r);
-                self.when_durable(s, idx, yes_action, wait);
-            }
-            (vote, None) => {
-                // Asked again: answer as the first time, once what is
-                // logged so far is durable (the first vote's record is
-                // among it).
-                let last = self.shards[s as usize].log.len().saturating_sub(1);
-                let action = match vote {
-                    Vote::No(_) => no_action,
-                    Vote::Yes if single && already == Some(TxnStatus::Committed) => {
-                        Action::Send(from, Msg::Vote { txn, shard: s, yes: true })
-                    }
-                    Vote::Yes => yes_action,
-                };
-                self.when_durable(s, last, action, wait);
-            }
+        let yes = matches!(vote, Vote::Yes);
+        let answer = Action::Send(from, Msg::Vote { txn, shard: s, yes });
+        if let [Record::Prepare(_)] = &records[..] {
+            let now = self.now;
+            self.shards[s as usize].prepared_at.insert(txn, now);
         }
+        let committed = match &records[..] {
+            [Record::Prepare(p), Record::Commit(_)] => Some(p.version),
+            _ => None,
+        };
+        let idx = if records.is_empty() {
+            // Asked again: answer as the first time, once what is logged
+            // so far is durable (the first vote's records are among it).
+            self.shards[s as usize].log.len().saturating_sub(1)
+        } else {
+            self.append_all(s, records)
+        };
+        if let Some(version) = committed {
+            self.shards[s as usize].fresh.written(version, idx as u64);
+        }
+        self.when_durable(s, idx, answer, wait);
     }
 
     pub(super) fn on_answer(&mut self, s: ShardId, txn: TxnId, other: ShardId, status: TxnStatus) {
@@ -261,6 +281,7 @@ impl World {
         // The tail that was not durable is gone.
         shard.log.truncate(shard.durable);
         shard.waiting.clear();
+        shard.fresh = Fresh::default();
         shard.answers.clear();
         shard.prepared_at.clear();
         let down = self.between(self.cfg.shard_down);

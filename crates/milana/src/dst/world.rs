@@ -10,6 +10,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::clock::{HybridClock, draw_skew};
 use crate::coordinator::ClientTxn;
+use crate::fresh::Fresh;
 use crate::log::{Prepare, Record};
 use crate::participant::{Mutations, Participant, ReadReply, ScanReply};
 use crate::types::{ClientId, CommitTs, Key, ShardId, Timestamp, TxnId, TxnStatus, Value};
@@ -201,24 +202,8 @@ pub(super) enum Event {
 pub(super) enum Action {
     Send(Node, Msg),
     Lease(Timestamp),
-    Read {
-        client: ClientId,
-        txn: TxnId,
-        key: Key,
-        at: Timestamp,
-    },
-    Scan {
-        client: ClientId,
-        txn: TxnId,
-        start: Key,
-        end: Key,
-        at: Timestamp,
-    },
-    /// A single-shard transaction's prepare is its commit.
-    FastCommit {
-        client: ClientId,
-        txn: TxnId,
-    },
+    Read { client: ClientId, txn: TxnId, key: Key, at: Timestamp },
+    Scan { client: ClientId, txn: TxnId, start: Key, end: Key, at: Timestamp },
 }
 
 pub(super) struct Shard {
@@ -229,6 +214,9 @@ pub(super) struct Shard {
     pub(super) durable: usize,
     pub(super) last_durable_at: Timestamp,
     pub(super) waiting: Vec<(usize, Action)>,
+    /// Versions the fast path installed, by the index of the record that
+    /// makes each durable.
+    pub(super) fresh: Fresh,
     pub(super) prepared_at: BTreeMap<TxnId, Timestamp>,
     pub(super) answers: BTreeMap<TxnId, BTreeMap<ShardId, TxnStatus>>,
 }
@@ -330,6 +318,7 @@ impl World {
                 durable: 0,
                 last_durable_at: 0,
                 waiting: Vec::new(),
+                fresh: Fresh::default(),
                 prepared_at: BTreeMap::new(),
                 answers: BTreeMap::new(),
             })

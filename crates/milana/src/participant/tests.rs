@@ -315,3 +315,38 @@ fn gone_after_restart<V: Versions>(
     assert_eq!(p.read(&key("k"), 250).map(|r| r.version), Ok(v(200, 1)));
     assert_eq!(p.read(&key("new"), 50).map(|r| r.version), Ok(CommitTs::INITIAL), "never written");
 }
+
+#[test]
+fn a_lone_participant_commits_at_once_and_its_reads_hold_at_its_commit() {
+    lone(Participant::new(0, 1_000, Mutations::default()));
+    #[cfg(feature = "engine")]
+    lone(engine_participant());
+}
+
+fn lone<V: Versions>(mut p: Participant<V>) {
+    let alone = |mut q: Prepare| {
+        q.participants = vec![0];
+        q
+    };
+    // T1 read "r" at 100 and writes "w" at 150: committed, never prepared.
+    assert_eq!(serve(&mut p, "r", 100).version, CommitTs::INITIAL);
+    let q = alone(prep(T1, v(150, 1), &[("r", CommitTs::INITIAL)], &["w"]));
+    let (vote, records) = p.commit_alone(q.clone());
+    assert_eq!(vote, Vote::Yes);
+    assert_eq!(records, vec![Record::Prepare(q.clone()), Record::Commit(T1)]);
+    assert_eq!(p.known(T1), Some(TxnStatus::Committed));
+    assert!(p.prepared().is_empty() && p.oldest_undecided().is_none());
+    assert_eq!(serve(&mut p, "w", 200).version, v(150, 1));
+    // Its read of "r" holds at its commit timestamp: no write below it.
+    let (vote, _) = p.commit_alone(alone(prep(T2, v(120, 2), &[], &["r"])));
+    assert!(matches!(vote, Vote::No(_)));
+    // Asked again: the first vote, nothing new to log.
+    assert_eq!(p.commit_alone(q), (Vote::Yes, Vec::new()));
+    // A refusal is logged and final.
+    let late =
+        alone(prep(TxnId { client: 3, seq: 1 }, v(300, 3), &[("w", CommitTs::INITIAL)], &[]));
+    let (vote, records) = p.commit_alone(late.clone());
+    assert!(matches!(vote, Vote::No(_)));
+    assert_eq!(records, vec![Record::Abort(late.txn, 300)]);
+    assert_eq!(p.commit_alone(late).1, Vec::new());
+}

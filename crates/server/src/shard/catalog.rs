@@ -17,7 +17,7 @@ impl Shard {
         table_name_ok(name).map_err(refuse::invalid)?;
         {
             let st = self.lock();
-            if st.names.contains(name) {
+            if self.names.read().contains(name) {
                 return Err(engine(&milliscale::Error::TableExists(name.into())));
             }
             if st.dropping.contains(name) {
@@ -28,7 +28,7 @@ impl Shard {
         let table = open_or_create(&self.tables.db, name).await.map_err(|e| engine(&e))?;
         let ack = {
             let mut st = self.lock();
-            if st.names.contains(name) {
+            if self.names.read().contains(name) {
                 return Err(engine(&milliscale::Error::TableExists(name.into())));
             }
             if st.dropping.contains(name) {
@@ -38,7 +38,7 @@ impl Shard {
             let mut tx = self.tables.db.begin().map_err(|e| engine(&e))?;
             tx.put(&self.tables.names, name.as_bytes(), b"").map_err(|e| engine(&e))?;
             let ack = tx.precommit().map_err(|e| engine(&e))?;
-            st.names.insert(name.to_owned());
+            self.names.write().insert(name.to_owned());
             ack
         };
         ack.await.map_err(|e| engine(&e))?;
@@ -91,7 +91,7 @@ impl Shard {
     /// it.
     fn drop_now(&self, name: &str) -> Result<bool, Status> {
         let mut st = self.lock();
-        if !st.names.contains(name) {
+        if !self.names.read().contains(name) {
             return Err(engine(&milliscale::Error::TableNotFound(name.into())));
         }
         if st.p.prepared_writes_to(name) {
@@ -106,7 +106,7 @@ impl Shard {
             Err(_) => 0,
         };
         let replaced = st.p.versions_mut().forget_table(name);
-        st.names.remove(name);
+        self.names.write().remove(name);
         st.dropping.insert(name.to_owned());
         st.versions -= (rows + replaced) as i64;
         Ok(true)
@@ -114,7 +114,7 @@ impl Shard {
 
     /// The cluster tables this shard knows.
     pub fn table_names(&self) -> Vec<String> {
-        self.lock().names.iter().cloned().collect()
+        self.names.read().iter().cloned().collect()
     }
 }
 

@@ -5,10 +5,10 @@
 //! the same records: each read is MILANA's read at the batch's begin
 //! timestamp `at` (its read mark set, under a durable read lease), each
 //! write is buffered in a [`ClientTxn`], and the commit is the lone
-//! participant's prepare at `version`, validated by Algorithm 1 and
-//! committed in the same engine transaction as a `ShardPrepare` with one
-//! participant is. In two steps, as a client's `ShardRead` and then its
-//! `ShardPrepare` would:
+//! participant's (`Participant::commit_alone`): validated by Algorithm 1
+//! at `version` and committed at once, its prepare and commit in one
+//! engine transaction, as a `ShardPrepare` with one participant is. In
+//! two steps, as a client's `ShardRead` and then its `ShardPrepare` would:
 //! 1. the reads: under the participant's lock, each key the batch reads
 //!    from the shard's rows (a get, delete or patch of a key it has not
 //!    written before) gets its read mark at `at`, and, when the shard
@@ -18,14 +18,20 @@
 //!    the mark is made, and the version read is kept, in its row or, once
 //!    replaced, in the shard's memory, while the watermark is at most
 //!    `at`);
-//! 2. the run: under the lock again, the operations in order (a read not
-//!    served in step 1 is served here), then the lone prepare. Validation
-//!    refuses the batch if a version newer than one it read was installed
-//!    between the steps, as it refuses a client's prepare.
+//! 2. the run: the operations in order, outside the lock when step 1
+//!    read every key they need and they scan nothing (the values at `at`
+//!    cannot change once marked), else under it (a read not served in
+//!    step 1 is served there); then, under the lock, the commit.
+//!    Validation refuses the batch if a version newer than one it read
+//!    was installed between the steps, as it refuses a client's prepare.
 //!
-//! The lock is held for the marks and the run, not for the rows' reads:
-//! at one shard every batch takes it, so its length bounds the shard's
-//! throughput.
+//! The lock is held for the marks and the commit, not for the rows' reads
+//! nor the run: at one shard every batch takes it, so its length bounds
+//! the shard's throughput.
+//!
+//! The answer waits for the batch's own write and for the writes of the
+//! versions it read that are not yet durable (`Fresh`): a lone commit is
+//! visible before it is durable.
 //!
 //! A read that meets a prepared write at or below `at` waits for its
 //! decision, as a `ShardRead` does; if it is still undecided after the
@@ -36,9 +42,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use milliscale_milana::coordinator::{ClientTxn, patch};
-use milliscale_milana::log::Record;
 use milliscale_milana::participant::{ReadReply, Vote};
-use milliscale_milana::types::{CommitTs, Key, Value, cluster_range, split_cluster_key};
+use milliscale_milana::types::{CommitTs, Key, TxnId, Value, cluster_range, split_cluster_key};
 use milliscale_milana::versions::write_ok;
 use milliscale_proto::v1 as proto;
 use proto::{OperationResult, operation, operation_result};
@@ -64,8 +69,9 @@ enum Run {
     /// Validation voted no: why, the clock floor for the client, and the
     /// vote's record to wait for (as `ShardPrepare` waits for it).
     No(String, u64, Option<Wait>),
-    /// Done: the results, and what the answer waits for.
-    Done(Vec<OperationResult>, Option<Wait>),
+    /// Done: the results, what the answer waits for, and the CSN that
+    /// makes the versions it read durable, if one is not yet (`Fresh`).
+    Done(Vec<OperationResult>, Option<Wait>, Option<u64>),
 }
 
 impl Shard {
@@ -77,14 +83,7 @@ impl Shard {
         let txn = txn_from(r.txn)?;
         let version = ts_from(r.version);
         let at = r.at;
-        let ops = {
-            let st = self.lock();
-            r.operations
-                .into_iter()
-                .enumerate()
-                .map(|(i, op)| self.op_of(&st, op, &r.table).map_err(|s| numbered(i, s)))
-                .collect::<Result<Vec<_>, _>>()?
-        };
+        let ops = self.ops_of(r.operations, &r.table)?;
         let writes = ops.iter().any(|o| !matches!(o, Op::Get(_) | Op::Scan { .. }));
         if writes && version.ts <= at {
             return Err(refuse::invalid("a batch's version must be above its read timestamp"));
@@ -97,12 +96,30 @@ impl Shard {
         };
         const PENDING: &str = "a key read had a prepared write below the read time, still \
                                undecided; run it again";
-        let Some(pre) = self.pre_read(&ops, at, r.client, r.low_water).await? else {
+        let Some((pre, marked)) = self.pre_read(&ops, at, r.client, r.low_water).await? else {
             return Ok(no(PENDING, 0));
         };
-        let run = |st: &mut State| self.run(st, &ops, &pre, txn, at, version);
-        let pending = |r: &Result<Run, Status>| matches!(r, Ok(Run::Pending));
-        match self.settled(at, r.client, r.low_water, run, pending).await?? {
+        // The run outside the lock when step 1 read all it needs (it
+        // marked the keys under the lease and noted the client), else
+        // under it.
+        let outside = match marked.then(|| self.operations(None, &ops, &pre, txn, at)) {
+            Some(Ok(batch)) => Some(batch),
+            Some(Err(Stop::Refused(s))) => return Err(s),
+            Some(Err(Stop::Locked)) | None => None,
+        };
+        let run = match outside {
+            Some(batch) => self.commit(&mut self.lock(), batch, version)?,
+            None => {
+                let run = |st: &mut State| match self.operations(Some(st), &ops, &pre, txn, at) {
+                    Ok(batch) => self.commit(st, batch, version),
+                    Err(Stop::Refused(s)) => Err(s),
+                    Err(Stop::Locked) => unreachable!("the lock is held"),
+                };
+                let pending = |r: &Result<Run, Status>| matches!(r, Ok(Run::Pending));
+                self.settled(at, r.client, r.low_water, run, pending).await??
+            }
+        };
+        match run {
             Run::Pending => Ok(no(PENDING, 0)),
             Run::No(why, floor, wait) => {
                 if let Some(w) = wait {
@@ -110,26 +127,47 @@ impl Shard {
                 }
                 Ok(no(&why, floor))
             }
-            Run::Done(results, wait) => {
+            Run::Done(results, wait, fresh) => {
                 if let Some(w) = wait {
                     self.wait(w).await?;
+                }
+                if let Some(csn) = fresh {
+                    self.barrier(csn).await?;
                 }
                 Ok(proto::ShardExecuteResponse { yes: true, why: String::new(), floor: 0, results })
             }
         }
     }
 
-    /// Check operation `op` (its table known, its keys this shard's, its
-    /// value within the limits) and put it in the cluster's key space.
-    fn op_of(&self, st: &State, op: proto::Operation, table: &str) -> Result<Op, Status> {
-        let table = if op.table.is_empty() { table.to_owned() } else { op.table };
-        let key = |key: &[u8]| {
-            self.key_of(
-                st,
-                Some(proto::TableKey { table: table.clone(), key: key.to_vec().into() }),
-            )
-        };
-        let value_ok = |k: &[u8], v: &[u8]| write_ok(&table, k, Some(v)).map_err(refuse::invalid);
+    /// The batch's operations, checked (their tables known, their keys
+    /// this shard's, their values within the limits) and in the cluster's
+    /// key space.
+    fn ops_of(&self, operations: Vec<proto::Operation>, table: &str) -> Result<Vec<Op>, Status> {
+        fn table_of<'a>(op: &'a proto::Operation, table: &'a str) -> &'a str {
+            if op.table.is_empty() { table } else { &op.table }
+        }
+        {
+            let names = self.names.read();
+            if let Some((i, op)) =
+                operations.iter().enumerate().find(|(_, op)| !names.contains(table_of(op, table)))
+            {
+                let missing = milliscale::Error::TableNotFound(table_of(op, table).to_owned());
+                return Err(numbered(i, engine(&missing)));
+            }
+        }
+        let ops = operations.into_iter().enumerate().map(|(i, op)| {
+            let table = table_of(&op, table).to_owned();
+            self.op_of(op, &table).map_err(|s| numbered(i, s))
+        });
+        ops.collect()
+    }
+
+    /// Check operation `op` of table `table`, known to exist (its keys
+    /// this shard's, its value within the limits) and put it in the
+    /// cluster's key space.
+    fn op_of(&self, op: proto::Operation, table: &str) -> Result<Op, Status> {
+        let key = |key: &[u8]| self.key_in(table, key);
+        let value_ok = |k: &[u8], v: &[u8]| write_ok(table, k, Some(v)).map_err(refuse::invalid);
         Ok(match op.op {
             None => return Err(refuse::invalid("names no operation")),
             Some(operation::Op::Get(k)) => Op::Get(key(&k)?),
@@ -150,15 +188,8 @@ impl Shard {
                         "a scan in a batch needs a limit of 1 to {EXECUTE_SCAN_ROWS_MAX} rows"
                     )));
                 }
-                if !st.names.contains(&table) {
-                    return Err(engine(&milliscale::Error::TableNotFound(table)));
-                }
-                let (lo, hi) = cluster_range(
-                    &table,
-                    r.start.as_deref(),
-                    r.end.as_deref(),
-                    r.prefix.as_deref(),
-                );
+                let (lo, hi) =
+                    cluster_range(table, r.start.as_deref(), r.end.as_deref(), r.prefix.as_deref());
                 self.own_range(&lo, &hi)?;
                 Op::Scan { lo, hi, reverse: r.reverse, limit: r.limit }
             }
@@ -167,19 +198,20 @@ impl Shard {
 
     /// Step 1 of a batch (see the module's comment): the read marks of
     /// the keys it reads from the shard's rows, under the lock, then the
-    /// values of those whose version was known, outside it. `None`: a
-    /// prepared write at or below `at` stayed undecided past the
-    /// termination timeout.
+    /// values of those whose version was known, outside it; and whether
+    /// it marked any (then the lease covered `at` and the client was
+    /// noted). `None`: a prepared write at or below `at` stayed undecided
+    /// past the termination timeout.
     async fn pre_read(
         self: &Arc<Self>,
         ops: &[Op],
         at: u64,
         client: u32,
         low_water: u64,
-    ) -> Result<Option<PreRead>, Status> {
+    ) -> Result<Option<(PreRead, bool)>, Status> {
         let keys = store_reads(ops);
         if keys.is_empty() {
-            return Ok(Some(PreRead::new()));
+            return Ok(Some((PreRead::new(), false)));
         }
         let mark = |st: &mut State| keys.iter().map(|k| st.p.read_version(k, at)).collect();
         let pending = |m: &Vec<(Option<CommitTs>, bool)>| m.iter().any(|(_, p)| *p);
@@ -194,27 +226,29 @@ impl Shard {
             let reply = ReadReply { version: version?, value, prepared_below: false };
             Some((k.clone(), reply))
         });
-        Ok(Some(read.collect()))
+        Ok(Some((read.collect(), true)))
     }
 
-    /// Run the batch once under the lock (step 2): its reads at `at` (those
-    /// of step 1 from `pre`), then, if it wrote and no read is pending,
-    /// the lone prepare and its commit.
-    fn run(
+    /// Step 2 of a batch: its operations in order, as its client would
+    /// run them, each read at `at` from `pre` (step 1) or, under the lock
+    /// (`st`), from the shard. Without the lock, a read or scan step 1
+    /// did not serve stops the run (`Stop::Locked`): run it again under
+    /// the lock.
+    fn operations(
         &self,
-        st: &mut State,
+        mut st: Option<&mut State>,
         ops: &[Op],
         pre: &PreRead,
-        txn: milliscale_milana::types::TxnId,
+        txn: TxnId,
         at: u64,
-        version: CommitTs,
-    ) -> Result<Run, Status> {
+    ) -> Result<Batch, Stop> {
         let mut t = ClientTxn::new(txn, at);
         let mut results = Vec::with_capacity(ops.len());
+        let mut scanned = Vec::new();
         for (i, op) in ops.iter().enumerate() {
             let result = match op {
                 Op::Get(k) => {
-                    let value = current(st, &mut t, pre, k, i)?;
+                    let value = current(st.as_deref_mut(), &mut t, pre, k, i)?;
                     operation_result::Result::Get(proto::GetResponse {
                         value: value.map(Into::into),
                     })
@@ -224,13 +258,13 @@ impl Shard {
                     operation_result::Result::Put(proto::PutResponse {})
                 }
                 Op::Delete(k) => {
-                    let existed = current(st, &mut t, pre, k, i)?.is_some();
+                    let existed = current(st.as_deref_mut(), &mut t, pre, k, i)?.is_some();
                     t.writes.insert(k.clone(), None);
                     operation_result::Result::Delete(proto::DeleteResponse { existed })
                 }
                 Op::Patch { key, offset, bytes } => {
-                    let Some(old) = current(st, &mut t, pre, key, i)? else {
-                        return Err(numbered(i, engine(&milliscale::Error::NotFound)));
+                    let Some(old) = current(st.as_deref_mut(), &mut t, pre, key, i)? else {
+                        return Err(numbered(i, engine(&milliscale::Error::NotFound)).into());
                     };
                     let new = patch(&old, *offset, bytes)
                         .map_err(|e| numbered(i, engine(&milliscale::Error::InvalidArgument(e))))?;
@@ -238,12 +272,14 @@ impl Shard {
                     operation_result::Result::Patch(proto::PatchResponse {})
                 }
                 Op::Scan { lo, hi, reverse, limit } => {
+                    let Some(st) = st.as_deref_mut() else { return Err(Stop::Locked) };
                     let ask = t.scan_ask(lo, hi, *reverse, *limit);
                     let reply =
                         st.p.scan(lo, hi, at, usize::try_from(ask).unwrap_or(usize::MAX))
                             .map_err(|g| numbered(i, refuse::stale_read(at, g.oldest)))?;
                     t.ranges.entry(self.opts.shard).or_default().push((lo.clone(), hi.clone()));
                     t.scanned_prepared |= reply.prepared_below;
+                    scanned.extend(reply.rows.iter().map(|(_, v, _)| *v));
                     let read = reply.rows.into_iter().map(|(k, _, v)| (k, v)).collect();
                     let rows = t
                         .own_view(lo, hi, read, *reverse, *limit)
@@ -260,45 +296,67 @@ impl Shard {
             };
             results.push(OperationResult { result: Some(result) });
         }
+        Ok(Batch { t, results, scanned })
+    }
+
+    /// The end of step 2, under the lock: if no read is pending and the
+    /// batch wrote, the lone participant's validation and commit
+    /// (`Participant::commit_alone`).
+    fn commit(&self, st: &mut State, batch: Batch, version: CommitTs) -> Result<Run, Status> {
+        let Batch { t, results, scanned } = batch;
         if !t.locally_valid() {
             return Ok(Run::Pending);
         }
+        let read = t.reads.values().map(|r| r.version).chain(scanned);
+        let fresh = st.fresh.wait_for_all(read);
         if t.read_only() {
             // Every read at `at` on this shard, none with a prepared write
             // below it: the batch is a consistent snapshot at `at`, and
             // its read marks keep later writes above it (MILANA §4.3).
-            return Ok(Run::Done(results, None));
+            return Ok(Run::Done(results, None, fresh));
         }
         // A table dropped since the batch's keys were checked: its rows
         // are gone, and must not come back.
         let mut tables = t.writes.keys().filter_map(|k| split_cluster_key(k)).map(|(t, _)| t);
-        if let Some(table) = tables.find(|t| !st.names.contains(*t)) {
+        if let Some(table) = tables.find(|t| !self.names.read().contains(*t)) {
             return Err(engine(&milliscale::Error::TableNotFound(table.to_owned())));
         }
-        let shard = self.opts.shard;
-        let mut prepares = t.prepares(version, |_| shard);
-        let p = prepares.remove(&shard).expect("a batch that writes has a prepare");
+        let p = t.into_prepare(version, self.opts.shard);
         let floor = st.p.clock_floor(&p);
-        let (vote, rec) = st.p.prepare(p);
-        if let Vote::No(why) = vote {
-            // The no vote's record, if any, as ShardPrepare writes it.
-            let wait = match rec {
-                Some(r) => Some(Wait::Ack(self.write(st, &[r])?, None)),
-                None => None,
-            };
-            return Ok(Run::No(why.into(), floor, wait));
-        }
-        let wait = match rec {
+        let (vote, records) = st.p.commit_alone(p);
+        let wait = if records.is_empty() {
             // The same transaction asked again: answer once what is
-            // written so far (its first commit) is durable.
-            None => Wait::Barrier(st.last_csn),
-            Some(r @ Record::Prepare(_)) => {
-                let commit = st.p.decide(txn, true, version.ts).expect("a prepare just made");
-                Wait::Ack(self.write(st, &[r, commit])?, Some(txn))
-            }
-            Some(r) => Wait::Ack(self.write(st, &[r])?, None),
+            // written so far (its first vote's records) is durable.
+            Wait::Barrier(st.last_csn)
+        } else {
+            Wait::Ack(self.write(st, &records)?, None)
         };
-        Ok(Run::Done(results, Some(wait)))
+        Ok(match vote {
+            Vote::No(why) => Run::No(why.into(), floor, Some(wait)),
+            Vote::Yes => Run::Done(results, Some(wait), fresh),
+        })
+    }
+}
+
+/// A batch's run (step 2) before its commit.
+struct Batch {
+    t: ClientTxn,
+    results: Vec<OperationResult>,
+    /// The versions its scans read.
+    scanned: Vec<CommitTs>,
+}
+
+/// Why a run stopped.
+enum Stop {
+    /// Refused.
+    Refused(Status),
+    /// A read needs the lock.
+    Locked,
+}
+
+impl From<Status> for Stop {
+    fn from(s: Status) -> Stop {
+        Stop::Refused(s)
     }
 }
 
@@ -334,23 +392,24 @@ fn store_reads(ops: &[Op]) -> Vec<&Key> {
 /// read, validated at the prepare); refused if that version is no longer
 /// held (operation `i`'s).
 fn current(
-    st: &mut State,
+    st: Option<&mut State>,
     t: &mut ClientTxn,
     pre: &PreRead,
     k: &Key,
     i: usize,
-) -> Result<Option<Value>, Status> {
+) -> Result<Option<Value>, Stop> {
     if let Some(w) = t.writes.get(k) {
         return Ok(w.clone());
     }
     if let Some(r) = t.reads.get(k) {
         return Ok(r.value.clone());
     }
-    let r = match pre.get(k) {
-        Some(r) => r.clone(),
-        None => {
+    let r = match (pre.get(k), st) {
+        (Some(r), _) => r.clone(),
+        (None, Some(st)) => {
             st.p.read(k, t.begin).map_err(|g| numbered(i, refuse::stale_read(t.begin, g.oldest)))?
         }
+        (None, None) => return Err(Stop::Locked),
     };
     let value = r.value.clone();
     t.reads.insert(k.clone(), r);

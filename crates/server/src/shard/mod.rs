@@ -37,6 +37,7 @@ use std::time::{Duration, Instant};
 
 use milliscale::AsyncDatabase;
 use milliscale_milana::engine_versions::EngineVersions;
+use milliscale_milana::fresh::Fresh;
 use milliscale_milana::log::{Prepare, Record};
 use milliscale_milana::participant::{Mutations, Participant, Recovered, Vote};
 use milliscale_milana::shard_map::{MapStore, ShardMap};
@@ -123,13 +124,15 @@ struct State {
     /// The CSN of the last record written: an answer that repeats an
     /// earlier one waits until it is durable.
     last_csn: u64,
-    /// The cluster tables this shard knows.
-    names: BTreeSet<String>,
     /// Tables being dropped: out of `names`, their engine tables not yet
     /// dropped. A create of one waits (it is refused, retryably).
     dropping: BTreeSet<String>,
     /// The version rows held ([`Tables::count_versions`]; below 0 only then).
     versions: i64,
+    /// Versions the single-shard fast path installed before the write
+    /// that commits them is durable, by its CSN: a read that returns one
+    /// answers once that write is durable.
+    fresh: Fresh,
 }
 
 /// A running shard (see the module's comment).
@@ -141,6 +144,9 @@ pub struct Shard {
     /// When the map was last read from the store.
     map_read: Mutex<Instant>,
     state: Mutex<State>,
+    /// The cluster tables this shard knows: read without the state's
+    /// lock, changed only under it (a create or a drop).
+    names: RwLock<BTreeSet<String>>,
     /// The durable read lease, for reads waiting on a renewal.
     lease: watch::Sender<Timestamp>,
     /// Woken by each decision, for reads waiting on a prepared write.
@@ -220,9 +226,9 @@ impl Shard {
             renewing: false,
             clients: HashMap::new(),
             last_csn: 0,
-            names,
             dropping: BTreeSet::new(),
             versions: 0,
+            fresh: Fresh::default(),
         };
         let (stop, _) = watch::channel(false);
         let shard = Arc::new(Shard {
@@ -233,6 +239,7 @@ impl Shard {
             map: RwLock::new(map),
             map_read: Mutex::new(Instant::now()),
             state: Mutex::new(state),
+            names: RwLock::new(names),
             lease: watch::Sender::new(lease),
             decided: tokio::sync::Notify::new(),
             peers: Mutex::new(HashMap::new()),
@@ -268,7 +275,11 @@ impl Shard {
         st.versions += rows as i64;
         if let Some(csn) = ack.csn() {
             st.last_csn = st.last_csn.max(csn);
+            if let [Record::Prepare(p), Record::Commit(_)] = records {
+                st.fresh.written(p.version, csn);
+            }
         }
+        st.fresh.durable_below(self.tables.db.durable_csn());
         Ok(ack)
     }
 
@@ -327,19 +338,24 @@ impl Shard {
         }
     }
 
-    fn key_of(&self, st: &State, k: Option<proto::TableKey>) -> Result<Key, Status> {
+    fn key_of(&self, k: Option<proto::TableKey>) -> Result<Key, Status> {
         let k = k.ok_or_else(|| refuse::invalid("a shard call without its key"))?;
-        if !st.names.contains(&k.table) {
+        if !self.names.read().contains(&k.table) {
             return Err(engine(&milliscale::Error::TableNotFound(k.table)));
         }
-        if k.key.len() > milliscale_milana::versions::table_key_bytes_max(&k.table) {
+        self.key_in(&k.table, &k.key)
+    }
+
+    /// [`Shard::key_of`] once the table is known to exist: the key within
+    /// the limit and this shard's, in the cluster's key space.
+    fn key_in(&self, table: &str, key: &[u8]) -> Result<Key, Status> {
+        if key.len() > milliscale_milana::versions::table_key_bytes_max(table) {
             return Err(refuse::invalid(format!(
-                "a key of {} bytes is over a cluster's limit for table {:?}",
-                k.key.len(),
-                k.table
+                "a key of {} bytes is over a cluster's limit for table {table:?}",
+                key.len(),
             )));
         }
-        let key = cluster_key(&k.table, &k.key);
+        let key = cluster_key(table, key);
         self.own(&key)?;
         Ok(key)
     }
@@ -435,24 +451,26 @@ impl Shard {
     ) -> Result<proto::ShardPrepareResponse, Status> {
         let (vote, wait, floor) = {
             let mut st = self.lock();
-            let p = self.prepare_from(&st, req)?;
+            // Its keys checked under the lock: a drop of their table (under it
+            // too) comes wholly before or after.
+            let p = self.prepare_from(req)?;
             let floor = st.p.clock_floor(&p);
-            let (txn, single, ts) = (p.txn, p.participants.len() == 1, p.version.ts);
-            let (vote, rec) = st.p.prepare(p);
-            let wait = match rec {
+            let txn = p.txn;
+            let (vote, records) = if p.participants.len() == 1 {
+                st.p.commit_alone(p)
+            } else {
+                let (vote, rec) = st.p.prepare(p);
+                (vote, rec.into_iter().collect())
+            };
+            if let [Record::Prepare(_)] = &records[..] {
+                st.prepared_at.insert(txn, Instant::now());
+            }
+            let wait = if records.is_empty() {
                 // Asked again: answer as the first time, once what is
-                // written so far (the first vote's record) is durable.
-                None => Wait::Barrier(st.last_csn),
-                Some(r @ Record::Prepare(_)) if single => {
-                    let commit = st.p.decide(txn, true, ts).expect("a prepare just made");
-                    Wait::Ack(self.write(&mut st, &[r, commit])?, Some(txn))
-                }
-                Some(r) => {
-                    if matches!(r, Record::Prepare(_)) {
-                        st.prepared_at.insert(txn, Instant::now());
-                    }
-                    Wait::Ack(self.write(&mut st, &[r])?, None)
-                }
+                // written so far (the first vote's records) is durable.
+                Wait::Barrier(st.last_csn)
+            } else {
+                Wait::Ack(self.write(&mut st, &records)?, None)
             };
             (vote, wait, floor)
         };
@@ -488,7 +506,7 @@ impl Shard {
         }
     }
 
-    fn prepare_from(&self, st: &State, p: proto::ShardPrepareRequest) -> Result<Prepare, Status> {
+    fn prepare_from(&self, p: proto::ShardPrepareRequest) -> Result<Prepare, Status> {
         let version = p.version.ok_or_else(|| refuse::invalid("a prepare without a version"))?;
         let mut participants = p.participants;
         participants.sort_unstable();
@@ -498,7 +516,7 @@ impl Shard {
         }
         let mut reads = Vec::with_capacity(p.reads.len());
         for r in p.reads {
-            reads.push((self.key_of(st, r.key)?, ts_from(r.version)));
+            reads.push((self.key_of(r.key)?, ts_from(r.version)));
         }
         let mut ranges = Vec::with_capacity(p.ranges.len());
         for r in p.ranges {
@@ -511,7 +529,7 @@ impl Shard {
             if w.value.as_ref().is_some_and(|v| v.len() > milliscale::limits::VALUE_BYTES_MAX - 1) {
                 return Err(refuse::invalid("a value over the cluster's limit"));
             }
-            writes.push((self.key_of(st, w.key)?, w.value.map(|v| v.to_vec())));
+            writes.push((self.key_of(w.key)?, w.value.map(|v| v.to_vec())));
         }
         Ok(Prepare {
             txn: txn_from(p.txn)?,

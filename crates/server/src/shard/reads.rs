@@ -1,6 +1,7 @@
 //! A shard's reads at a timestamp: MILANA's read of keys (`ShardRead`)
 //! and its range read (`ShardScan`), each under a durable read lease and
-//! waiting, up to the termination timeout, for a prepared write below it.
+//! waiting, up to the termination timeout, for a prepared write below it;
+//! answered once the versions read are durable (`Fresh`).
 
 use std::sync::Arc;
 
@@ -19,30 +20,32 @@ impl Shard {
         self: &Arc<Self>,
         r: proto::ShardReadRequest,
     ) -> Result<proto::ShardReadResponse, Status> {
-        let keys = {
-            let st = self.lock();
-            r.keys.into_iter().map(|k| self.key_of(&st, Some(k))).collect::<Result<Vec<_>, _>>()?
-        };
+        let keys =
+            r.keys.into_iter().map(|k| self.key_of(Some(k))).collect::<Result<Vec<_>, _>>()?;
         let at = r.at;
-        let read = |st: &mut State| -> Result<Vec<proto::ShardReadResult>, Gone> {
-            keys.iter()
-                .map(|k| {
-                    let r = st.p.read(k, at)?;
-                    Ok(proto::ShardReadResult {
-                        version: Some(ts_to(r.version)),
-                        value: r.value.map(Into::into),
-                        prepared_below: r.prepared_below,
-                    })
+        let read = |st: &mut State| -> Result<(Vec<proto::ShardReadResult>, Option<u64>), Gone> {
+            let replies = keys.iter().map(|k| st.p.read(k, at)).collect::<Result<Vec<_>, _>>()?;
+            let fresh = st.fresh.wait_for_all(replies.iter().map(|r| r.version));
+            let results = replies
+                .into_iter()
+                .map(|r| proto::ShardReadResult {
+                    version: Some(ts_to(r.version)),
+                    value: r.value.map(Into::into),
+                    prepared_below: r.prepared_below,
                 })
-                .collect()
+                .collect();
+            Ok((results, fresh))
         };
-        let pending = |r: &Result<Vec<proto::ShardReadResult>, Gone>| {
-            r.as_ref().is_ok_and(|r| r.iter().any(|r| r.prepared_below))
+        let pending = |r: &Result<(Vec<proto::ShardReadResult>, Option<u64>), Gone>| {
+            r.as_ref().is_ok_and(|(r, _)| r.iter().any(|r| r.prepared_below))
         };
-        let results = self
+        let (results, fresh) = self
             .settled(at, r.client, r.low_water, read, pending)
             .await?
             .map_err(|g| refuse::stale_read(at, g.oldest))?;
+        if let Some(csn) = fresh {
+            self.barrier(csn).await?;
+        }
         Ok(proto::ShardReadResponse { results })
     }
 
@@ -56,18 +59,27 @@ impl Shard {
         let Some((table, _)) = milliscale_milana::types::split_cluster_key(&start) else {
             return Err(refuse::invalid("a scan's start is no table's key"));
         };
-        if !self.lock().names.contains(table) {
+        if !self.names.read().contains(table) {
             return Err(engine(&milliscale::Error::TableNotFound(table.to_owned())));
         }
         self.own_range(&start, &end)?;
         let limit = usize::try_from(r.limit).unwrap_or(usize::MAX);
         let at = r.at;
-        let scan = |st: &mut State| st.p.scan(&start, &end, at, limit);
-        let pending = |r: &Result<ScanReply, Gone>| r.as_ref().is_ok_and(|r| r.prepared_below);
-        let reply = self
+        let scan = |st: &mut State| {
+            let reply = st.p.scan(&start, &end, at, limit)?;
+            let fresh = st.fresh.wait_for_all(reply.rows.iter().map(|(_, v, _)| *v));
+            Ok((reply, fresh))
+        };
+        let pending = |r: &Result<(ScanReply, Option<u64>), Gone>| {
+            r.as_ref().is_ok_and(|(r, _)| r.prepared_below)
+        };
+        let (reply, fresh) = self
             .settled(at, r.client, r.low_water, scan, pending)
             .await?
             .map_err(|g| refuse::stale_read(at, g.oldest))?;
+        if let Some(csn) = fresh {
+            self.barrier(csn).await?;
+        }
         Ok(proto::ShardScanResponse {
             rows: reply
                 .rows
