@@ -76,14 +76,18 @@ impl Cluster {
         let (client, seq) = tx.id();
         let version = CommitTs { ts: lock(&self.inner.clock).now(physical_now()), client };
         let writes = writes(batch);
-        let req = proto::ShardExecuteRequest {
+        let low_water = self.low_water();
+        // The same request each send (the same transaction: a shard that
+        // ran it answers as the first time), built from the batch each
+        // time rather than copied.
+        let req = || proto::ShardExecuteRequest {
             txn: Some(proto::ClusterTxnId { client, seq }),
             at,
             version: Some(ts_to(version)),
             operations: batch.ops.clone(),
             table: batch.table.clone(),
             client,
-            low_water: self.low_water(),
+            low_water,
         };
         let mut failed = None;
         for send in 0..SENDS {
@@ -91,7 +95,7 @@ impl Cluster {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             let c = self.shard(s)?;
-            let call = c.shard_execute(req.clone());
+            let call = c.shard_execute(req());
             let answer = match tokio::time::timeout(self.inner.builder.rpc_timeout, call).await {
                 Ok(Ok(a)) => a,
                 // Refused before it ran (not its key, an unknown table,

@@ -58,7 +58,7 @@ enum Op {
     Get(Key),
     Put(Key, Value),
     Delete(Key),
-    Patch { key: Key, offset: usize, bytes: Vec<u8> },
+    Patch { key: Key, offset: usize, bytes: bytes::Bytes },
     Scan { lo: Key, hi: Key, reverse: bool, limit: u64 },
 }
 
@@ -96,13 +96,13 @@ impl Shard {
         };
         const PENDING: &str = "a key read had a prepared write below the read time, still \
                                undecided; run it again";
-        let Some((pre, marked)) = self.pre_read(&ops, at, r.client, r.low_water).await? else {
+        let Some((mut pre, marked)) = self.pre_read(&ops, at, r.client, r.low_water).await? else {
             return Ok(no(PENDING, 0));
         };
         // The run outside the lock when step 1 read all it needs (it
         // marked the keys under the lease and noted the client), else
         // under it.
-        let outside = match marked.then(|| self.operations(None, &ops, &pre, txn, at)) {
+        let outside = match marked.then(|| self.operations(None, &ops, &mut pre, txn, at)) {
             Some(Ok(batch)) => Some(batch),
             Some(Err(Stop::Refused(s))) => return Err(s),
             Some(Err(Stop::Locked)) | None => None,
@@ -110,7 +110,13 @@ impl Shard {
         let run = match outside {
             Some(batch) => self.commit(&mut self.lock(), batch, version)?,
             None => {
-                let run = |st: &mut State| match self.operations(Some(st), &ops, &pre, txn, at) {
+                let run = |st: &mut State| match self.operations(
+                    Some(st),
+                    &ops,
+                    &mut pre.clone(),
+                    txn,
+                    at,
+                ) {
                     Ok(batch) => self.commit(st, batch, version),
                     Err(Stop::Refused(s)) => Err(s),
                     Err(Stop::Locked) => unreachable!("the lock is held"),
@@ -177,7 +183,7 @@ impl Shard {
             }
             Some(operation::Op::Delete(k)) => Op::Delete(key(&k)?),
             Some(operation::Op::Patch(p)) => {
-                Op::Patch { key: key(&p.key)?, offset: p.offset as usize, bytes: p.bytes.to_vec() }
+                Op::Patch { key: key(&p.key)?, offset: p.offset as usize, bytes: p.bytes }
             }
             Some(operation::Op::Scan(r)) => {
                 if r.prefix.is_some() && (r.start.is_some() || r.end.is_some()) {
@@ -202,13 +208,13 @@ impl Shard {
     /// it marked any (then the lease covered `at` and the client was
     /// noted). `None`: a prepared write at or below `at` stayed undecided
     /// past the termination timeout.
-    async fn pre_read(
+    async fn pre_read<'a>(
         self: &Arc<Self>,
-        ops: &[Op],
+        ops: &'a [Op],
         at: u64,
         client: u32,
         low_water: u64,
-    ) -> Result<Option<(PreRead, bool)>, Status> {
+    ) -> Result<Option<(PreRead<'a>, bool)>, Status> {
         let keys = store_reads(ops);
         if keys.is_empty() {
             return Ok(Some((PreRead::new(), false)));
@@ -224,7 +230,7 @@ impl Shard {
             // A row gone (its table dropped meanwhile) is read in step 2.
             let value = rows.value(k, version?)?;
             let reply = ReadReply { version: version?, value, prepared_below: false };
-            Some((k.clone(), reply))
+            Some((k.as_slice(), reply))
         });
         Ok(Some((read.collect(), true)))
     }
@@ -238,7 +244,7 @@ impl Shard {
         &self,
         mut st: Option<&mut State>,
         ops: &[Op],
-        pre: &PreRead,
+        pre: &mut PreRead<'_>,
         txn: TxnId,
         at: u64,
     ) -> Result<Batch, Stop> {
@@ -360,13 +366,15 @@ impl From<Status> for Stop {
     }
 }
 
-/// What step 1 read, by key.
-type PreRead = HashMap<Key, ReadReply>;
+/// What step 1 read, by key (the batch's own).
+type PreRead<'a> = HashMap<&'a [u8], ReadReply>;
 
 /// The keys a batch reads from the shard's rows, each once, in order: those
 /// of its gets, deletes and patches that it has not written before.
 fn store_reads(ops: &[Op]) -> Vec<&Key> {
-    let (mut written, mut seen, mut keys) = (HashSet::new(), HashSet::new(), Vec::new());
+    let n = ops.len();
+    let (mut written, mut seen) = (HashSet::with_capacity(n), HashSet::with_capacity(n));
+    let mut keys = Vec::with_capacity(n);
     for op in ops {
         let (read, write) = match op {
             Op::Get(k) => (Some(k), None),
@@ -388,13 +396,15 @@ fn store_reads(ops: &[Op]) -> Vec<&Key> {
 }
 
 /// The value of `k` as the batch sees it: its own write, or MILANA's read
-/// at the batch's timestamp (from step 1 if it was read there; kept as a
+/// at the batch's timestamp (from step 1 if it was read there, taken out of
+/// `pre`; a run that stops after taking some reads the rest under the lock;
+/// kept as a
 /// read, validated at the prepare); refused if that version is no longer
 /// held (operation `i`'s).
 fn current(
     st: Option<&mut State>,
     t: &mut ClientTxn,
-    pre: &PreRead,
+    pre: &mut PreRead<'_>,
     k: &Key,
     i: usize,
 ) -> Result<Option<Value>, Stop> {
@@ -404,8 +414,8 @@ fn current(
     if let Some(r) = t.reads.get(k) {
         return Ok(r.value.clone());
     }
-    let r = match (pre.get(k), st) {
-        (Some(r), _) => r.clone(),
+    let r = match (pre.remove(k.as_slice()), st) {
+        (Some(r), _) => r,
         (None, Some(st)) => {
             st.p.read(k, t.begin).map_err(|g| numbered(i, refuse::stale_read(t.begin, g.oldest)))?
         }

@@ -104,7 +104,7 @@ impl ShardOptions {
             lease_span: 500_000,
             termination_timeout: Duration::from_secs(1),
             peer_timeout: Duration::from_millis(500),
-            collect_every: Duration::from_secs(1),
+            collect_every: Duration::from_millis(100),
             client_silence: Duration::from_secs(10),
             peer_token: None,
             peer_tls_ca: None,
