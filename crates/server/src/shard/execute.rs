@@ -323,8 +323,11 @@ impl Shard {
         }
         // A table dropped since the batch's keys were checked: its rows
         // are gone, and must not come back.
+        let names = self.names.read();
         let mut tables = t.writes.keys().filter_map(|k| split_cluster_key(k)).map(|(t, _)| t);
-        if let Some(table) = tables.find(|t| !self.names.read().contains(*t)) {
+        let dropped = tables.find(|t| !names.contains(*t));
+        drop(names);
+        if let Some(table) = dropped {
             return Err(engine(&milliscale::Error::TableNotFound(table.to_owned())));
         }
         let p = t.into_prepare(version, self.opts.shard);
