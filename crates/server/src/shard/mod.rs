@@ -149,6 +149,9 @@ pub struct Shard {
     names: RwLock<BTreeSet<String>>,
     /// The durable read lease, for reads waiting on a renewal.
     lease: watch::Sender<Timestamp>,
+    /// The engine's durable CSN as last seen by a write's ack, for the
+    /// answers waiting on a write (`barrier`).
+    durable: watch::Sender<u64>,
     /// Woken by each decision, for reads waiting on a prepared write.
     decided: tokio::sync::Notify,
     peers: Mutex<HashMap<ShardId, MilliscaleClient<Channel>>>,
@@ -241,6 +244,7 @@ impl Shard {
             state: Mutex::new(state),
             names: RwLock::new(names),
             lease: watch::Sender::new(lease),
+            durable: watch::Sender::new(0),
             decided: tokio::sync::Notify::new(),
             peers: Mutex::new(HashMap::new()),
             stop,
@@ -283,9 +287,11 @@ impl Shard {
         Ok(ack)
     }
 
-    /// Wait until every record written so far (up to `csn`) is durable.
+    /// Wait until every record written so far (up to `csn`) is durable:
+    /// woken as writes' acks come in (`note_durable`), and every few ms in
+    /// any case (a write whose call went away is awaited by no one).
     async fn barrier(&self, csn: u64) -> Result<(), Status> {
-        let mut pause = Duration::from_micros(100);
+        let mut durable = self.durable.subscribe();
         loop {
             if self.tables.db.durable_csn() > csn {
                 return Ok(());
@@ -293,9 +299,21 @@ impl Shard {
             if let Some(e) = self.tables.db.blocking().poisoned() {
                 return Err(engine(&e));
             }
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_millis(2));
+            let woken = durable.wait_for(|d| *d > csn);
+            let _ = tokio::time::timeout(Duration::from_millis(5), woken).await;
         }
+    }
+
+    /// A write's ack came in: publish the durable CSN if it moved.
+    fn note_durable(&self) {
+        let d = self.tables.db.durable_csn();
+        self.durable.send_if_modified(|v| {
+            let moved = d > *v;
+            if moved {
+                *v = d;
+            }
+            moved
+        });
     }
 
     fn own(&self, key: &[u8]) -> Result<(), Status> {
@@ -418,6 +436,7 @@ impl Shard {
                     let me = Arc::clone(self);
                     tokio::spawn(async move {
                         let ok = ack.await.is_ok();
+                        me.note_durable();
                         let mut st = me.lock();
                         if ok {
                             st.p.lease_durable(until);
@@ -488,12 +507,17 @@ impl Shard {
     async fn wait(self: &Arc<Self>, w: Wait) -> Result<(), Status> {
         match w {
             Wait::Barrier(csn) => self.barrier(csn).await,
-            Wait::Ack(ack, None) => ack.await.map(|_| ()).map_err(|e| engine(&e)),
+            Wait::Ack(ack, None) => {
+                ack.await.map_err(|e| engine(&e))?;
+                self.note_durable();
+                Ok(())
+            }
             Wait::Ack(ack, Some(t)) => {
                 let me = Arc::clone(self);
                 let noted = tokio::spawn(async move {
                     let r = ack.await;
                     if r.is_ok() {
+                        me.note_durable();
                         me.lock().p.decision_durable(t);
                     }
                     r

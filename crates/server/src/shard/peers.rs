@@ -139,7 +139,9 @@ impl Shard {
                 None => return,
             }
         };
-        let _ = wait.await;
+        if wait.await.is_ok() {
+            self.note_durable();
+        }
     }
 
     pub(super) async fn refresh_map(&self) {
