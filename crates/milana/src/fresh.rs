@@ -21,6 +21,7 @@ use std::collections::VecDeque;
 
 use foldhash::HashMap;
 
+use crate::log::Record;
 use crate::types::CommitTs;
 
 /// The fresh versions, each with the place in the log that makes it
@@ -38,6 +39,15 @@ impl Fresh {
         debug_assert!(self.order.back().is_none_or(|(p, _)| *p <= at), "places rise");
         self.at.insert(version, at);
         self.order.push_back((at, version));
+    }
+
+    /// A write of `records` was placed at `at`: if it is a lone
+    /// participant's prepare and commit (installed before it is durable),
+    /// its version is fresh until then.
+    pub fn wrote(&mut self, records: &[Record], at: u64) {
+        if let [Record::Prepare(p), Record::Commit(_)] = records {
+            self.written(p.version, at);
+        }
     }
 
     /// Every place below `upto` is durable: forget the versions there.

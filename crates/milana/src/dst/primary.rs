@@ -173,20 +173,16 @@ impl World {
             let now = self.now;
             self.shards[s as usize].prepared_at.insert(txn, now);
         }
-        let committed = match &records[..] {
-            [Record::Prepare(p), Record::Commit(_)] => Some(p.version),
-            _ => None,
-        };
         let idx = if records.is_empty() {
             // Asked again: answer as the first time, once what is logged
             // so far is durable (the first vote's records are among it).
             self.shards[s as usize].log.len().saturating_sub(1)
         } else {
+            // The index its last record will have.
+            let last = self.shards[s as usize].log.len() + records.len() - 1;
+            self.shards[s as usize].fresh.wrote(&records, last as u64);
             self.append_all(s, records)
         };
-        if let Some(version) = committed {
-            self.shards[s as usize].fresh.written(version, idx as u64);
-        }
         self.when_durable(s, idx, answer, wait);
     }
 

@@ -279,9 +279,7 @@ impl Shard {
         st.versions += rows as i64;
         if let Some(csn) = ack.csn() {
             st.last_csn = st.last_csn.max(csn);
-            if let [Record::Prepare(p), Record::Commit(_)] = records {
-                st.fresh.written(p.version, csn);
-            }
+            st.fresh.wrote(records, csn);
         }
         st.fresh.durable_below(self.tables.db.durable_csn());
         Ok(ack)
