@@ -146,15 +146,31 @@ struct History {
 #[derive(Debug)]
 struct Older {
     version: CommitTs,
-    value: Option<Value>,
+    /// The row that held it (`None`: the key had none, at
+    /// [`CommitTs::INITIAL`]), shared with the install that replaced it.
+    row: Option<Arc<[u8]>>,
     /// The timestamp of the version that replaced it.
     by: Timestamp,
 }
 
+impl Older {
+    fn value(&self) -> Option<Value> {
+        self.row.as_deref().and_then(|r| parse(r).1.map(<[u8]>::to_vec))
+    }
+}
+
 impl History {
-    fn push(&mut self, key: &[u8], version: CommitTs, value: Option<Value>, by: Timestamp) {
+    fn push(&mut self, key: &[u8], version: CommitTs, row: Option<Arc<[u8]>>, by: Timestamp) {
         self.count += usize::from(version != CommitTs::INITIAL);
-        self.keys.entry(key.to_vec()).or_default().push_back(Older { version, value, by });
+        let older = Older { version, row, by };
+        // `get_mut` first: a hot key has replaced versions already, and
+        // `entry` copies the key.
+        match self.keys.get_mut(key) {
+            Some(q) => q.push_back(older),
+            None => {
+                self.keys.insert(key.to_vec(), VecDeque::from([older]));
+            }
+        }
         self.due.push_back((by, key.to_vec()));
     }
 
@@ -169,7 +185,7 @@ impl History {
     ) -> Result<(CommitTs, Option<Value>), Gone> {
         let older = self.keys.get(key);
         if let Some(o) = older.and_then(|o| o.iter().rev().find(|o| o.version.ts <= at)) {
-            return Ok((o.version, o.value.clone()));
+            return Ok((o.version, o.value()));
         }
         let oldest = older.and_then(|o| o.front()).map_or(row, |o| o.version);
         Err(Gone { oldest: oldest.ts })
@@ -178,15 +194,27 @@ impl History {
     /// The value of `key` at exactly `version`, if held.
     fn exact(&self, key: &[u8], version: CommitTs) -> Option<Option<Value>> {
         let o = self.keys.get(key)?.iter().find(|o| o.version == version)?;
-        Some(o.value.clone())
+        Some(o.value())
     }
 
     /// Drop the versions replaced at or below `watermark`; how many.
     fn collect(&mut self, watermark: Timestamp) -> usize {
+        self.collect_some(watermark, usize::MAX).0
+    }
+
+    /// [`History::collect`], looking at `budget` replacements at most:
+    /// how many versions it dropped, and if it stopped on the budget.
+    fn collect_some(&mut self, watermark: Timestamp, budget: usize) -> (usize, bool) {
         let mut dropped = 0;
+        let mut left = budget;
         while let Some((by, _)) = self.due.front()
             && *by <= watermark
         {
+            if left == 0 {
+                self.count -= dropped;
+                return (dropped, true);
+            }
+            left -= 1;
             let (_, key) = self.due.pop_front().expect("a front");
             let Some(older) = self.keys.get_mut(&key) else { continue };
             while older.front().is_some_and(|o| o.by <= watermark) {
@@ -198,7 +226,7 @@ impl History {
             }
         }
         self.count -= dropped;
-        dropped
+        (dropped, false)
     }
 
     fn forget_prefix(&mut self, prefix: &[u8]) -> usize {
@@ -249,22 +277,62 @@ impl VersionRows {
     /// The value of `key` at `version` (`Some(None)`: a deletion), or
     /// `None` if it is not held (collected, or its table dropped).
     pub fn value(&self, key: &[u8], version: CommitTs) -> Option<Option<Value>> {
-        if version == CommitTs::INITIAL {
-            return Some(None);
+        self.values([(key, version)]).pop().flatten()
+    }
+
+    /// [`VersionRows::value`] of each of `reads` (key and version), in
+    /// one engine transaction.
+    pub fn values<'k>(
+        &self,
+        reads: impl IntoIterator<Item = (&'k [u8], CommitTs)>,
+    ) -> Vec<Option<Option<Value>>> {
+        let mut tx = None;
+        let mut table: Option<Table> = None;
+        let mut out = Vec::new();
+        for (key, version) in reads {
+            if version == CommitTs::INITIAL {
+                out.push(Some(None));
+                continue;
+            }
+            let (name, k) = split(key);
+            if table.as_ref().is_none_or(|t| t.name() != name) {
+                table = table_named(&self.tables, name);
+            }
+            let Some(t) = &table else {
+                out.push(None);
+                continue;
+            };
+            let tx = tx.get_or_insert_with(|| self.db.begin().expect("begin a read"));
+            let row = tx.get_with(t, k, |row| {
+                let (v, value) = parse(row);
+                (v == version).then(|| value.map(<[u8]>::to_vec))
+            });
+            out.push(match row.expect("read a version") {
+                Some(Some(value)) => Some(value),
+                // Replaced since the caller learned it: in the history (a
+                // version is put there before its row changes).
+                _ => lock(&self.history).exact(key, version),
+            });
         }
-        let (name, k) = split(key);
-        let table = table_named(&self.tables, name)?;
-        let mut tx = self.db.begin().expect("begin a read");
-        let row = tx.get_with(&table, k, |row| {
-            let (v, value) = parse(row);
-            (v == version).then(|| value.map(<[u8]>::to_vec))
-        });
-        if let Some(Some(value)) = row.expect("read a version") {
-            return Some(value);
+        out
+    }
+
+    /// Drop the versions replaced at or below `watermark`, as
+    /// [`Versions::collect`] does, a thousand replacements at a time, so
+    /// that no install or read waits long for it: for a caller that
+    /// collects outside its own lock, once its participant refuses reads
+    /// below `watermark` ([`crate::participant::Participant::collect_marks`]).
+    /// How many versions it dropped.
+    pub fn collect(&self, watermark: Timestamp) -> usize {
+        const BUDGET: usize = 1024;
+        let mut dropped = 0;
+        loop {
+            let (n, more) = lock(&self.history).collect_some(watermark, BUDGET);
+            dropped += n;
+            if !more {
+                return dropped;
+            }
         }
-        // Replaced since the caller learned it: in the history (a version
-        // is put there before its row changes).
-        lock(&self.history).exact(key, version)
     }
 }
 
@@ -396,7 +464,12 @@ impl EngineVersions {
 
     fn remember(&self, key: &[u8], version: CommitTs) {
         let mut memo = self.latest.borrow_mut();
-        if memo.len() >= self.latest_cap && !memo.contains_key(key) {
+        // `get_mut` first: `insert` copies the key.
+        if let Some(v) = memo.get_mut(key) {
+            *v = version;
+            return;
+        }
+        if memo.len() >= self.latest_cap {
             memo.clear();
         }
         memo.insert(key.to_vec(), version);
@@ -423,14 +496,14 @@ impl EngineVersions {
 
     /// The row `key` has before the write being staged: a staged one, or
     /// the engine's.
-    fn row_before(&self, table: &Table, key: &[u8]) -> Option<Vec<u8>> {
+    fn row_before(&self, table: &Table, key: &[u8]) -> Option<Arc<[u8]>> {
         let found =
             self.staged.iter().rev().find(|w| w.key == key && w.table.name() == table.name());
         if let Some(w) = found {
-            return Some(w.row.clone());
+            return Some(Arc::from(&w.row[..]));
         }
         let mut tx = self.db.begin().expect("begin a read");
-        tx.get_with(table, key, <[u8]>::to_vec).expect("read a version")
+        tx.get_with(table, key, |r: &[u8]| Arc::<[u8]>::from(r)).expect("read a version")
     }
 
     /// The part of `[start, end)` (cluster keys; an empty `end`: no end)
@@ -503,16 +576,12 @@ impl Versions for EngineVersions {
                 let (name, k) = split(key);
                 let table = self.table_for_write(name);
                 let old = self.row_before(&table, k);
-                let (old_version, old_value) =
-                    old.as_deref().map_or((CommitTs::INITIAL, None), |r| {
-                        let (v, value) = parse(r);
-                        (v, value.map(<[u8]>::to_vec))
-                    });
+                let old_version = old.as_deref().map_or(CommitTs::INITIAL, |r| parse(r).0);
                 debug_assert!(old_version < version, "versions go up");
+                rows.push(RowWrite::new(table, k, version, value.as_deref(), old.as_deref()));
                 // Into the history before the row changes: a reader that
                 // finds the row replaced finds the version there.
-                history.push(key, old_version, old_value, version.ts);
-                rows.push(RowWrite::new(table, k, version, value.as_deref(), old.as_deref()));
+                history.push(key, old_version, old, version.ts);
                 self.remember(key, version);
             }
         }
@@ -618,7 +687,7 @@ impl Versions for EngineVersions {
                 let older = history.keys.get(&key).into_iter().flatten();
                 let mut versions: Vec<_> = older
                     .filter(|o| o.version != CommitTs::INITIAL)
-                    .map(|o| (o.version, o.value.clone()))
+                    .map(|o| (o.version, o.value()))
                     .collect();
                 versions.push((v, value.map(<[u8]>::to_vec)));
                 out.insert(key, versions);

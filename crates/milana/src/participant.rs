@@ -598,6 +598,15 @@ impl<V: Versions> Participant<V> {
     /// transaction commits: so the marks a shard keeps are bounded by the
     /// keys read above the watermark, not by every key ever read.
     pub fn collect(&mut self, watermark: Timestamp) -> usize {
+        self.collect_marks(watermark);
+        self.versions.collect(watermark)
+    }
+
+    /// [`Participant::collect`] but the versions: reads below `watermark`
+    /// are refused from now on, and the read marks at or below it go. The
+    /// caller then drops the versions (the server's shard does it outside
+    /// its lock, with `VersionRows::collect`).
+    pub fn collect_marks(&mut self, watermark: Timestamp) {
         self.collected = self.collected.max(watermark);
         let mut floor = self.read_floor;
         self.keys.retain(|_, k| {
@@ -615,7 +624,6 @@ impl<V: Versions> Participant<V> {
             keep
         });
         self.read_floor = floor;
-        self.versions.collect(watermark)
     }
 
     /// How many keys carry a read mark or a prepare, and ranges a read

@@ -92,11 +92,11 @@ fn a_replaced_version_goes_once_the_watermark_passes_its_replacement() {
     let v = |ts| CommitTs { ts, client: 1 };
     let mut h = History::default();
     // c: 10 replaced at 20, and (last) 20 replaced at 200.
-    h.push(b"c", v(10), Some(b"c10".to_vec()), 20);
-    h.push(b"a", v(90), Some(b"a90".to_vec()), 100);
+    h.push(b"c", v(10), Some(row_value(v(10), Some(b"c10")).into()), 20);
+    h.push(b"a", v(90), Some(row_value(v(90), Some(b"a90")).into()), 100);
     h.push(b"b", CommitTs::INITIAL, None, 40);
-    h.push(b"b", v(40), None, 50);
-    h.push(b"c", v(20), Some(b"c20".to_vec()), 200);
+    h.push(b"b", v(40), Some(row_value(v(40), None).into()), 50);
+    h.push(b"c", v(20), Some(row_value(v(20), Some(b"c20")).into()), 200);
     assert_eq!(
         h.collect(99),
         1,
@@ -129,4 +129,33 @@ fn a_write_that_keeps_the_length_changes_only_its_bytes() {
     assert_eq!(RowWrite::new(t.clone(), b"k", v(2), Some(&[5; 99]), Some(&old)).changed, None);
     assert_eq!(RowWrite::new(t.clone(), b"k", v(2), Some(&[6; 100]), Some(&old)).changed, None);
     assert_eq!(RowWrite::new(t.clone(), b"k", v(2), None, Some(&old)).changed, None);
+}
+
+/// A collection in parts (the server's, outside its lock) drops what one
+/// collection drops, and leaves the same history.
+#[test]
+fn a_collection_in_parts_drops_what_one_collection_does() {
+    let v = |ts| CommitTs { ts, client: 1 };
+    let (mut whole, mut parts) = (History::default(), History::default());
+    for i in 0..500u64 {
+        let key = [b'k', (i % 37) as u8];
+        for h in [&mut whole, &mut parts] {
+            h.push(&key, v(i + 1), Some(row_value(v(i + 1), Some(&i.to_be_bytes())).into()), i + 2);
+        }
+    }
+    let dropped = whole.collect(300);
+    let (mut sum, mut rounds) = (0, 0);
+    loop {
+        let (n, more) = parts.collect_some(300, 7);
+        sum += n;
+        rounds += 1;
+        if !more {
+            break;
+        }
+    }
+    assert!(dropped > 0 && rounds > 1, "{dropped} dropped in {rounds} rounds");
+    assert_eq!(sum, dropped);
+    assert_eq!((parts.count, parts.due.len()), (whole.count, whole.due.len()));
+    let key = [b'k', 3];
+    assert_eq!(parts.at(&key, 400, v(500)), whole.at(&key, 400, v(500)));
 }

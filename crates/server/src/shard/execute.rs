@@ -225,12 +225,16 @@ impl Shard {
         if pending(&marks) {
             return Ok(None);
         }
-        let rows = &self.tables.rows;
-        let read = keys.into_iter().zip(marks).filter_map(|(k, (version, _))| {
+        // The values of the versions known, in one engine transaction.
+        let known: Vec<(&[u8], CommitTs)> = keys
+            .iter()
+            .zip(&marks)
+            .filter_map(|(k, (version, _))| Some((k.as_slice(), (*version)?)))
+            .collect();
+        let values = self.tables.rows.values(known.iter().copied());
+        let read = known.into_iter().zip(values).filter_map(|((k, version), value)| {
             // A row gone (its table dropped meanwhile) is read in step 2.
-            let value = rows.value(k, version?)?;
-            let reply = ReadReply { version: version?, value, prepared_below: false };
-            Some((k.as_slice(), reply))
+            Some((k, ReadReply { version, value: value?, prepared_below: false }))
         });
         Ok(Some((read.collect(), true)))
     }

@@ -108,10 +108,13 @@ impl Shard {
             let silence = self.opts.client_silence;
             st.clients.retain(|_, (_, heard)| heard.elapsed() < silence);
             let Some(w) = st.clients.values().map(|(low, _)| *low).min() else { return };
-            let dropped = st.p.collect(w);
-            st.versions -= dropped as i64;
+            st.p.collect_marks(w);
             w
         };
+        // The versions outside the lock, a part at a time: there may be
+        // thousands (each commit replaces its keys' rows).
+        let dropped = self.tables.rows.collect(watermark);
+        self.lock().versions -= dropped as i64;
         let mut bound = watermark;
         let others: Vec<ShardId> =
             self.map.read().shards.keys().copied().filter(|s| *s != self.opts.shard).collect();
