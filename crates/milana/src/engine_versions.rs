@@ -208,15 +208,7 @@ impl VersionRows {
     /// below `watermark` ([`crate::participant::Participant::collect_marks`]).
     /// How many versions it dropped.
     pub fn collect(&self, watermark: Timestamp) -> usize {
-        const BUDGET: usize = 1024;
-        let mut dropped = 0;
-        loop {
-            let (n, more) = lock(&self.history).collect_some(watermark, BUDGET);
-            dropped += n;
-            if !more {
-                return dropped;
-            }
-        }
+        collect_in_parts(&self.history, watermark)
     }
 }
 
@@ -228,6 +220,21 @@ impl std::fmt::Debug for VersionRows {
 
 fn lock(h: &Mutex<History>) -> MutexGuard<'_, History> {
     h.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Drop the versions replaced at or below `watermark`, a thousand
+/// replacements at a time, letting the history go between parts; how
+/// many versions it dropped.
+fn collect_in_parts(history: &Mutex<History>, watermark: Timestamp) -> usize {
+    const BUDGET: usize = 1024;
+    let mut dropped = 0;
+    loop {
+        let (n, more) = lock(history).collect_some(watermark, BUDGET);
+        dropped += n;
+        if !more {
+            return dropped;
+        }
+    }
 }
 
 impl std::fmt::Debug for EngineVersions {
@@ -483,7 +490,7 @@ impl Versions for EngineVersions {
     }
 
     fn collect(&mut self, watermark: Timestamp) -> usize {
-        lock(&self.history).collect(watermark)
+        collect_in_parts(&self.history, watermark)
     }
 
     fn drop_history(&mut self) {

@@ -89,7 +89,9 @@ impl History {
         Some(o.value())
     }
 
-    /// Drop the versions replaced at or below `watermark`; how many.
+    /// Drop the versions replaced at or below `watermark` in one pass;
+    /// how many (the reference for [`History::collect_some`]'s parts).
+    #[cfg(test)]
     pub(super) fn collect(&mut self, watermark: Timestamp) -> usize {
         self.collect_some(watermark, usize::MAX).0
     }
