@@ -271,9 +271,9 @@ impl Shard {
 
     /// The participant's lock. A caller that finds it taken spins a few
     /// µs before it sleeps: the lock is held for a few µs at a time, and a
-    /// sleep and its wake-up cost more than that (measured: 6 µs of kernel
-    /// time per one-shot transaction at 256 sessions, half of it gone with
-    /// the spin; BENCHMARKS.md).
+    /// sleep and its wake-up cost more than that (measured at 256
+    /// sessions: the lock's sleeps and wake-ups took 6.2 µs per one-shot
+    /// transaction, 4.9 with the spin; BENCHMARKS.md).
     fn lock(&self) -> MutexGuard<'_, State> {
         const SPINS: usize = 300;
         for _ in 0..SPINS {
