@@ -63,6 +63,10 @@ pub struct EngineVersions {
     latest: RefCell<HashMap<Key, CommitTs>>,
     /// How many keys `latest` holds before it is cleared.
     latest_cap: usize,
+    /// Rows read a moment ago by the caller, by cluster key, offered to
+    /// the next install in place of reading them again
+    /// ([`EngineVersions::offer_rows`]).
+    offered: HashMap<Key, Arc<[u8]>>,
 }
 
 /// The most keys whose newest version [`EngineVersions`] remembers.
@@ -127,6 +131,10 @@ impl RowWrite {
 mod history;
 use history::History;
 
+/// One read of [`VersionRows::values`]: the value (`None`: not held;
+/// `Some(None)`: a deletion) and, if asked for, the key's row.
+pub type ValueRead = (Option<Option<Value>>, Option<Arc<[u8]>>);
+
 /// Reads one version's value (the row's, or one replaced and still held)
 /// without `&EngineVersions`; shared across threads.
 #[derive(Clone)]
@@ -161,21 +169,23 @@ impl VersionRows {
     /// The value of `key` at `version` (`Some(None)`: a deletion), or
     /// `None` if it is not held (collected, or its table dropped).
     pub fn value(&self, key: &[u8], version: CommitTs) -> Option<Option<Value>> {
-        self.values([(key, version)]).pop().flatten()
+        self.values([(key, version, false)]).pop().and_then(|(value, _)| value)
     }
 
-    /// [`VersionRows::value`] of each of `reads` (key and version), in
-    /// one engine transaction.
+    /// [`VersionRows::value`] of each of `reads` (key, version, and
+    /// whether to keep its row), in one engine transaction; with the row
+    /// read, when asked to keep it and it is the key's row (for
+    /// [`EngineVersions::offer_rows`]: a batch that writes a key it read).
     pub fn values<'k>(
         &self,
-        reads: impl IntoIterator<Item = (&'k [u8], CommitTs)>,
-    ) -> Vec<Option<Option<Value>>> {
+        reads: impl IntoIterator<Item = (&'k [u8], CommitTs, bool)>,
+    ) -> Vec<ValueRead> {
         let mut tx = None;
         let mut table: Option<Table> = None;
         let mut out = Vec::new();
-        for (key, version) in reads {
+        for (key, version, keep) in reads {
             if version == CommitTs::INITIAL {
-                out.push(Some(None));
+                out.push((Some(None), None));
                 continue;
             }
             let (name, k) = split(key);
@@ -183,19 +193,19 @@ impl VersionRows {
                 table = table_named(&self.tables, name);
             }
             let Some(t) = &table else {
-                out.push(None);
+                out.push((None, None));
                 continue;
             };
             let tx = tx.get_or_insert_with(|| self.db.begin().expect("begin a read"));
             let row = tx.get_with(t, k, |row| {
                 let (v, value) = parse(row);
-                (v == version).then(|| value.map(<[u8]>::to_vec))
+                (v == version).then(|| (value.map(<[u8]>::to_vec), keep.then(|| Arc::from(row))))
             });
             out.push(match row.expect("read a version") {
-                Some(Some(value)) => Some(value),
+                Some(Some((value, row))) => (Some(value), row),
                 // Replaced since the caller learned it: in the history (a
                 // version is put there before its row changes).
-                _ => lock(&self.history).exact(key, version),
+                _ => (lock(&self.history).exact(key, version), None),
             });
         }
         out
@@ -266,6 +276,7 @@ impl EngineVersions {
             history: Arc::default(),
             latest: RefCell::default(),
             latest_cap: LATEST_MEMO_KEYS,
+            offered: HashMap::default(),
         }
     }
 
@@ -332,6 +343,16 @@ impl EngineVersions {
         }
     }
 
+    /// Rows the caller read a moment ago (cluster key and whole row, as
+    /// [`VersionRows::values`] keeps them), for the next install to use
+    /// in place of reading them again: one that is still its key's newest
+    /// version (the memo knows it) is the key's row. Those of an earlier
+    /// offer are dropped; an install drops them all.
+    pub fn offer_rows(&mut self, rows: impl IntoIterator<Item = (Key, Arc<[u8]>)>) {
+        self.offered.clear();
+        self.offered.extend(rows);
+    }
+
     /// The writes staged by installs since the last call, to apply in the
     /// caller's transaction ([`RowWrite::apply`]).
     pub fn take_staged(&mut self) -> Vec<RowWrite> {
@@ -387,11 +408,18 @@ impl EngineVersions {
 
     /// The row `key` has before the write being staged: a staged one, or
     /// the engine's.
-    fn row_before(&self, table: &Table, key: &[u8]) -> Option<Arc<[u8]>> {
+    fn row_before(&self, table: &Table, cluster_key: &[u8], key: &[u8]) -> Option<Arc<[u8]>> {
         let found =
             self.staged.iter().rev().find(|w| w.key == key && w.table.name() == table.name());
         if let Some(w) = found {
             return Some(Arc::from(&w.row[..]));
+        }
+        if let Some(row) = self.offered.get(cluster_key)
+            && self.latest.borrow().get(cluster_key) == Some(&parse(row).0)
+        {
+            // The key's newest version, so its row: a version is
+            // written once.
+            return Some(row.clone());
         }
         let mut tx = self.db.begin().expect("begin a read");
         tx.get_with(table, key, |r: &[u8]| Arc::<[u8]>::from(r)).expect("read a version")
@@ -466,7 +494,7 @@ impl Versions for EngineVersions {
             for (key, value) in writes {
                 let (name, k) = split(key);
                 let table = self.table_for_write(name);
-                let old = self.row_before(&table, k);
+                let old = self.row_before(&table, key, k);
                 let old_version = old.as_deref().map_or(CommitTs::INITIAL, |r| parse(r).0);
                 debug_assert!(old_version < version, "versions go up");
                 rows.push(RowWrite::new(table, k, version, value.as_deref(), old.as_deref()));
@@ -476,6 +504,7 @@ impl Versions for EngineVersions {
                 self.remember(key, version);
             }
         }
+        self.offered.clear();
         if self.staging {
             self.staged.extend(rows);
             return;

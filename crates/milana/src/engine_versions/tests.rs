@@ -28,6 +28,9 @@ proptest! {
         let db = Arc::new(milliscale::Database::open(Options::new().store("memory://")).expect("open"));
         let (mut map, mut rows) = (MapVersions::default(), engine(&db, small_memo));
         let mut ts = 0;
+        // Rows read at earlier steps, offered to each install: the
+        // newest of their keys, or replaced since (then not to be used).
+        let mut held: Vec<(Key, Arc<[u8]>)> = Vec::new();
         for (op, k, t, kind) in ops {
             let key = keys[k];
             match op {
@@ -44,7 +47,15 @@ proptest! {
                     let writes = vec![(key.to_vec(), value)];
                     let v = CommitTs { ts, client: k as u32 };
                     map.install(v, &writes);
+                    rows.offer_rows(held.iter().cloned());
                     rows.install(v, &writes);
+                }
+                4 => {
+                    let kept = rows.rows().values([(key, rows.latest(key), true)]);
+                    held.extend(kept.into_iter().filter_map(|(_, row)| row).map(|r| (key.to_vec(), r)));
+                    if held.len() > 3 {
+                        held.remove(0);
+                    }
                 }
                 2 => prop_assert_eq!(map.collect(t), rows.collect(t)),
                 3 if t % 4 == 0 => {

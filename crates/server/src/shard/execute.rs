@@ -17,7 +17,10 @@
 //!    outside the lock (no version at or below `at` can be installed once
 //!    the mark is made, and the version read is kept, in its row or, once
 //!    replaced, in the shard's memory, while the watermark is at most
-//!    `at`);
+//!    `at`); the rows of the keys the batch also writes are kept, and
+//!    offered to its install (`EngineVersions::offer_rows`), which uses
+//!    one only if it is still its key's newest version, so that a read
+//!    and a write of a key read its row once;
 //! 2. the run: the operations in order, outside the lock when step 1
 //!    read every key they need and they scan nothing (the values at `at`
 //!    cannot change once marked), else under it (a read not served in
@@ -96,7 +99,8 @@ impl Shard {
         };
         const PENDING: &str = "a key read had a prepared write below the read time, still \
                                undecided; run it again";
-        let Some((mut pre, marked)) = self.pre_read(&ops, at, r.client, r.low_water).await? else {
+        let Some((mut pre, rows, marked)) = self.pre_read(&ops, at, r.client, r.low_water).await?
+        else {
             return Ok(no(PENDING, 0));
         };
         // The run outside the lock when step 1 read all it needs (it
@@ -108,7 +112,7 @@ impl Shard {
             Some(Err(Stop::Locked)) | None => None,
         };
         let run = match outside {
-            Some(batch) => self.commit(&mut self.lock(), batch, version)?,
+            Some(batch) => self.commit(&mut self.lock(), batch, version, &rows)?,
             None => {
                 let run = |st: &mut State| match self.operations(
                     Some(st),
@@ -117,7 +121,7 @@ impl Shard {
                     txn,
                     at,
                 ) {
-                    Ok(batch) => self.commit(st, batch, version),
+                    Ok(batch) => self.commit(st, batch, version, &rows),
                     Err(Stop::Refused(s)) => Err(s),
                     Err(Stop::Locked) => unreachable!("the lock is held"),
                 };
@@ -206,18 +210,19 @@ impl Shard {
     /// the keys it reads from the shard's rows, under the lock, then the
     /// values of those whose version was known, outside it; and whether
     /// it marked any (then the lease covered `at` and the client was
-    /// noted). `None`: a prepared write at or below `at` stayed undecided
-    /// past the termination timeout.
+    /// noted); with the rows read of the keys the batch also writes, for
+    /// its install. `None`: a prepared write at or below `at` stayed
+    /// undecided past the termination timeout.
     async fn pre_read<'a>(
         self: &Arc<Self>,
         ops: &'a [Op],
         at: u64,
         client: u32,
         low_water: u64,
-    ) -> Result<Option<(PreRead<'a>, bool)>, Status> {
+    ) -> Result<Option<(PreRead<'a>, Rows<'a>, bool)>, Status> {
         let keys = store_reads(ops);
         if keys.is_empty() {
-            return Ok(Some((PreRead::new(), false)));
+            return Ok(Some((PreRead::new(), Vec::new(), false)));
         }
         let mark = |st: &mut State| keys.iter().map(|k| st.p.read_version(k, at)).collect();
         let pending = |m: &Vec<(Option<CommitTs>, bool)>| m.iter().any(|(_, p)| *p);
@@ -225,18 +230,30 @@ impl Shard {
         if pending(&marks) {
             return Ok(None);
         }
-        // The values of the versions known, in one engine transaction.
-        let known: Vec<(&[u8], CommitTs)> = keys
+        // The values of the versions known, in one engine transaction;
+        // the rows of those the batch writes are kept for its install.
+        let written: HashSet<&[u8]> = ops
+            .iter()
+            .filter_map(|op| match op {
+                Op::Put(k, _) | Op::Delete(k) | Op::Patch { key: k, .. } => Some(k.as_slice()),
+                Op::Get(_) | Op::Scan { .. } => None,
+            })
+            .collect();
+        let known: Vec<(&[u8], CommitTs, bool)> = keys
             .iter()
             .zip(&marks)
             .filter_map(|(k, (version, _))| Some((k.as_slice(), (*version)?)))
+            .map(|(k, version)| (k, version, written.contains(k)))
             .collect();
         let values = self.tables.rows.values(known.iter().copied());
-        let read = known.into_iter().zip(values).filter_map(|((k, version), value)| {
+        let (mut read, mut rows) = (PreRead::with_capacity(known.len()), Vec::new());
+        for ((k, version, _), (value, row)) in known.into_iter().zip(values) {
             // A row gone (its table dropped meanwhile) is read in step 2.
-            Some((k, ReadReply { version, value: value?, prepared_below: false }))
-        });
-        Ok(Some((read.collect(), true)))
+            let Some(value) = value else { continue };
+            read.insert(k, ReadReply { version, value, prepared_below: false });
+            rows.extend(row.map(|row| (k, row)));
+        }
+        Ok(Some((read, rows, true)))
     }
 
     /// Step 2 of a batch: its operations in order, as its client would
@@ -260,7 +277,7 @@ impl Shard {
                 Op::Get(k) => {
                     let value = current(st.as_deref_mut(), &mut t, pre, k, i)?;
                     operation_result::Result::Get(proto::GetResponse {
-                        value: value.map(Into::into),
+                        value: value.map(|v| v.clone().into()),
                     })
                 }
                 Op::Put(k, v) => {
@@ -276,7 +293,7 @@ impl Shard {
                     let Some(old) = current(st.as_deref_mut(), &mut t, pre, key, i)? else {
                         return Err(numbered(i, engine(&milliscale::Error::NotFound)).into());
                     };
-                    let new = patch(&old, *offset, bytes)
+                    let new = patch(old, *offset, bytes)
                         .map_err(|e| numbered(i, engine(&milliscale::Error::InvalidArgument(e))))?;
                     t.writes.insert(key.clone(), Some(new));
                     operation_result::Result::Patch(proto::PatchResponse {})
@@ -312,7 +329,13 @@ impl Shard {
     /// The end of step 2, under the lock: if no read is pending and the
     /// batch wrote, the lone participant's validation and commit
     /// (`Participant::commit_alone`).
-    fn commit(&self, st: &mut State, batch: Batch, version: CommitTs) -> Result<Run, Status> {
+    fn commit(
+        &self,
+        st: &mut State,
+        batch: Batch,
+        version: CommitTs,
+        rows: &Rows<'_>,
+    ) -> Result<Run, Status> {
         let Batch { t, results, scanned } = batch;
         if !t.locally_valid() {
             return Ok(Run::Pending);
@@ -336,6 +359,8 @@ impl Shard {
         }
         let p = t.into_prepare(version, self.opts.shard);
         let floor = st.p.clock_floor(&p);
+        // The rows step 1 read, so that the install need not read them.
+        st.p.versions_mut().offer_rows(rows.iter().map(|(k, row)| (k.to_vec(), row.clone())));
         let (vote, records) = st.p.commit_alone(p);
         let wait = if records.is_empty() {
             // The same transaction asked again: answer once what is
@@ -376,6 +401,9 @@ impl From<Status> for Stop {
 /// What step 1 read, by key (the batch's own).
 type PreRead<'a> = HashMap<&'a [u8], ReadReply>;
 
+/// The rows step 1 read of keys the batch writes (key and whole row).
+type Rows<'a> = Vec<(&'a [u8], Arc<[u8]>)>;
+
 /// The keys a batch reads from the shard's rows, each once, in order: those
 /// of its gets, deletes and patches that it has not written before.
 fn store_reads(ops: &[Op]) -> Vec<&Key> {
@@ -402,24 +430,23 @@ fn store_reads(ops: &[Op]) -> Vec<&Key> {
     keys
 }
 
-/// The value of `k` as the batch sees it: its own write, or MILANA's read
-/// at the batch's timestamp (from step 1 if it was read there, taken out of
-/// `pre`; a run that stops after taking some reads the rest under the lock;
-/// kept as a
-/// read, validated at the prepare); refused if that version is no longer
-/// held (operation `i`'s).
-fn current(
+/// The value of `k` as the batch sees it, borrowed from `t`: its own
+/// write, or MILANA's read at the batch's timestamp (from step 1 if it was
+/// read there, taken out of `pre`; a run that stops after taking some
+/// reads the rest under the lock; kept as a read, validated at the
+/// prepare); refused if that version is no longer held (operation `i`'s).
+fn current<'t>(
     st: Option<&mut State>,
-    t: &mut ClientTxn,
+    t: &'t mut ClientTxn,
     pre: &mut PreRead<'_>,
     k: &Key,
     i: usize,
-) -> Result<Option<Value>, Stop> {
-    if let Some(w) = t.writes.get(k) {
-        return Ok(w.clone());
+) -> Result<Option<&'t Value>, Stop> {
+    if t.writes.contains_key(k) {
+        return Ok(t.writes[k].as_ref());
     }
-    if let Some(r) = t.reads.get(k) {
-        return Ok(r.value.clone());
+    if t.reads.contains_key(k) {
+        return Ok(t.reads[k].value.as_ref());
     }
     let r = match (pre.remove(k.as_slice()), st) {
         (Some(r), _) => r,
@@ -428,9 +455,7 @@ fn current(
         }
         (None, None) => return Err(Stop::Locked),
     };
-    let value = r.value.clone();
-    t.reads.insert(k.clone(), r);
-    Ok(value)
+    Ok(t.reads.entry(k.clone()).or_insert(r).value.as_ref())
 }
 
 /// `s` with the number of the operation it is about.
