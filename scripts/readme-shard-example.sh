@@ -3,8 +3,9 @@
 # markers) as it is written, with the release build's `milliscale` and the
 # given Python (with the package installed) first on the PATH, in a
 # scratch directory. Fails if the block fails, the Python transfer did not
-# span two shards, or the bank's 50 transfers were not all acknowledged;
-# stops whatever it left running.
+# span two shards, the bank's 50 transfers were not all acknowledged, or
+# the fourth shard was not added and shown with a range split; stops
+# whatever it left running.
 #   bash scripts/readme-shard-example.sh [PYTHON_BIN_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,4 +27,7 @@ grep -qx 'moved across shards \[0, 2\]' "$out" && grep -qx "b'90' b'10'" "$out" 
   { echo "README's shard example did not move money across two shards from Python" >&2; exit 1; }
 grep -qx '50' "$out" && grep -q '^retwis: ' "$out" ||
   { echo "README's shard example did not acknowledge 50 transfers and run Retwis" >&2; exit 1; }
+grep -q 'version 2: shard 3 added' "$out" && grep -q 'a range begins at accounts=m' "$out" &&
+  grep -Eq '^shard 3 .*127\.0\.0\.1:7704' "$out" ||
+  { echo "README's shard example did not add shard 3 and split a range" >&2; exit 1; }
 echo "README's shard example ran"

@@ -1,5 +1,7 @@
 //! `milliscale cluster`: a cluster of `milliscale serve --cluster` shards.
-//! `init` publishes the first shard map on its store; `show` prints the
+//! `init` publishes the first shard map on its store; `add-shard`, `split`
+//! and `remove-shard` publish the next with a change that moves no data
+//! (design record 0009); `show` prints the
 //! newest; `status` asks every shard how it is; `bank` runs bank transfers
 //! as one client (the crash tests' workload); and `bench retwis` drives
 //! the shards with Retwis.
@@ -9,7 +11,7 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use milliscale_client::{Cluster, Code};
-use milliscale_milana::shard_map::{MapStore, ShardInfo, ShardMap};
+use milliscale_milana::shard_map::{MapChange, MapError, MapStore, ShardInfo, ShardMap};
 use milliscale_milana::types::cluster_key;
 
 use crate::args::Failure;
@@ -32,6 +34,49 @@ pub(crate) enum ClusterCmd {
     /// row `t<client>-<seq>`. Balances start at `--initial` (an absent
     /// account holds it). The table `bank` is created if missing.
     Bank(BankArgs),
+    /// Add a shard to the map, owning no range yet; then start it with
+    /// `milliscale serve --cluster MAP --shard ID --store STORE_URL`. It
+    /// takes the cluster's tables from another shard as it starts.
+    AddShard(AddShardArgs),
+    /// Cut the range holding a key in two at that key, both halves with
+    /// the range's owner. No data moves; clients and shards with the
+    /// older map route every key as before.
+    Split(SplitArgs),
+    /// Take a shard that owns no range out of the map.
+    RemoveShard(RemoveShardArgs),
+}
+
+#[derive(Args)]
+pub(crate) struct AddShardArgs {
+    #[command(flatten)]
+    map: MapArgs,
+    /// The new shard's id (default: one more than the largest in the map).
+    #[arg(long)]
+    id: Option<u32>,
+    /// Its server's address (`host:port`), as clients and shards reach it.
+    #[arg(long)]
+    addr: String,
+    /// Its database's store URL.
+    #[arg(long)]
+    store: String,
+}
+
+#[derive(Args)]
+pub(crate) struct SplitArgs {
+    #[command(flatten)]
+    map: MapArgs,
+    /// Where the new range begins, as `TABLE=KEY`.
+    #[arg(long, value_name = "TABLE=KEY")]
+    at: String,
+}
+
+#[derive(Args)]
+pub(crate) struct RemoveShardArgs {
+    #[command(flatten)]
+    map: MapArgs,
+    /// The shard's id.
+    #[arg(long)]
+    id: u32,
 }
 
 /// The bank's table.
@@ -125,6 +170,43 @@ pub(crate) fn cluster(cmd: ClusterCmd) -> Result<(), Failure> {
         ClusterCmd::Init(a) => init(a),
         ClusterCmd::Status(a) => status(a),
         ClusterCmd::Bank(a) => bank(a),
+        ClusterCmd::AddShard(a) => {
+            let maps = a.map.open()?;
+            let id = match a.id {
+                Some(id) => id,
+                None => {
+                    let map = maps.latest().map_err(|e| e.to_string())?;
+                    let map = map.ok_or_else(|| Failure::Run("no shard map published".into()))?;
+                    map.shards.keys().max().map_or(0, |m| m + 1)
+                }
+            };
+            let info = ShardInfo { addr: a.addr, log: a.store };
+            let m = change(&maps, &MapChange::AddShard(id, info))?;
+            println!(
+                "published shard map version {}: shard {id} added, owning no range",
+                m.version
+            );
+            Ok(())
+        }
+        ClusterCmd::Split(a) => {
+            let (table, key) =
+                a.at.split_once('=')
+                    .ok_or_else(|| Failure::Usage(format!("--at {}: expected TABLE=KEY", a.at)))?;
+            let at = cluster_key(table, key.as_bytes());
+            let m = change(&a.map.open()?, &MapChange::Split(at.clone()))?;
+            println!(
+                "published shard map version {}: a range begins at {}, owned by shard {}",
+                m.version,
+                a.at,
+                m.shard_of(&at)
+            );
+            Ok(())
+        }
+        ClusterCmd::RemoveShard(a) => {
+            let m = change(&a.map.open()?, &MapChange::RemoveShard(a.id))?;
+            println!("published shard map version {}: shard {} removed", m.version, a.id);
+            Ok(())
+        }
         ClusterCmd::Show(a) => {
             let map = a.open()?.latest().map_err(|e| e.to_string())?;
             let map = map.ok_or_else(|| Failure::Run("no shard map published".into()))?;
@@ -132,6 +214,15 @@ pub(crate) fn cluster(cmd: ClusterCmd) -> Result<(), Failure> {
             Ok(())
         }
     }
+}
+
+/// Publish `c` on the newest map (redone on the winner's map if another
+/// change wins the version); a change the map refuses is a usage error.
+fn change(maps: &Arc<MapStore>, c: &MapChange) -> Result<ShardMap, Failure> {
+    maps.change(c).map_err(|e| match e {
+        MapError::Invalid(why) => Failure::Usage(why),
+        e => Failure::Run(e.to_string()),
+    })
 }
 
 fn init(a: InitArgs) -> Result<(), Failure> {

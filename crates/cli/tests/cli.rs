@@ -4,6 +4,7 @@
 mod bank_kill;
 mod bench_server;
 mod cli_usage;
+mod cluster_change;
 mod config_file;
 mod credentials;
 mod emulator_clients;

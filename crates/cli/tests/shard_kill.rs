@@ -27,13 +27,13 @@ use std::time::{Duration, Instant};
 use milliscale_client::Cluster;
 use milliscale_milana::shard_map::MapStore;
 
-const BIN: &str = env!("CARGO_BIN_EXE_milliscale");
+pub(super) const BIN: &str = env!("CARGO_BIN_EXE_milliscale");
 const ACCOUNTS: u64 = 12;
 const INITIAL: i64 = 100;
 const TERMINATION_MS: u64 = 300;
 
 /// A child process, killed (-9) when dropped.
-struct Proc(Child);
+pub(super) struct Proc(pub(super) Child);
 
 impl Drop for Proc {
     fn drop(&mut self) {
@@ -42,25 +42,25 @@ impl Drop for Proc {
     }
 }
 
-fn free_port() -> String {
+pub(super) fn free_port() -> String {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     l.local_addr().expect("addr").to_string()
 }
 
-fn url(dir: &Path, name: &str) -> String {
+pub(super) fn url(dir: &Path, name: &str) -> String {
     format!("file://{}/{name}", dir.display())
 }
 
 /// Where a process's stderr goes: a file in the trial's directory, shown
 /// when a check fails.
-fn log_file(dir: &Path, name: &str) -> Stdio {
+pub(super) fn log_file(dir: &Path, name: &str) -> Stdio {
     let n = std::fs::read_dir(dir).map_or(0, |d| d.count());
     let f = std::fs::File::create(dir.join(format!("{name}-{n}.err"))).expect("a log file");
     Stdio::from(f)
 }
 
 /// The processes' stderr so far, for a failed check.
-fn logs(dir: &Path) -> String {
+pub(super) fn logs(dir: &Path) -> String {
     let mut out = String::new();
     let mut files: Vec<_> =
         std::fs::read_dir(dir).expect("dir").flatten().map(|e| e.path()).collect();
@@ -86,7 +86,7 @@ fn shard_args(dir: &Path, shard: u32) -> Vec<String> {
 }
 
 /// Start a shard and wait until it listens.
-fn primary(dir: &Path, shard: u32) -> Proc {
+pub(super) fn primary(dir: &Path, shard: u32) -> Proc {
     let mut c = Command::new(BIN)
         .args(shard_args(dir, shard))
         .stdout(Stdio::piped())

@@ -53,7 +53,9 @@ fn unreachable<T>(r: &Result<T>) -> bool {
 
 pub(crate) mod calls;
 mod execute;
+mod status;
 mod transaction;
+pub use status::ShardStatus;
 pub use transaction::ClusterTransaction;
 
 /// How to reach a cluster; see [`Cluster::builder`].
@@ -280,7 +282,10 @@ impl Cluster {
     /// A shard that cannot be reached (a primary failing over to its
     /// standby, which publishes a new map) is asked again after the map
     /// is read again, for up to [`EVERY_SHARD_RETRY`]; `f` must be safe to
-    /// repeat.
+    /// repeat. A shard that owns no range (one that joined and awaits a
+    /// range, or is being removed) is asked once, and its answer is
+    /// dropped if it failed: it holds no rows, and a range moved to it
+    /// brings its tables (design record 0009).
     async fn every_shard<T, F, Fut>(&self, f: F) -> Vec<(ShardId, Result<T>)>
     where
         F: Fn(Client) -> Fut,
@@ -288,16 +293,22 @@ impl Cluster {
     {
         let deadline = std::time::Instant::now() + EVERY_SHARD_RETRY;
         let mut out: BTreeMap<ShardId, Result<T>> = BTreeMap::new();
+        let mut tried = BTreeSet::new();
         loop {
-            for s in self.map().shards.keys().copied().collect::<Vec<_>>() {
-                if out.get(&s).is_some_and(|r| !unreachable(r)) {
+            let map = self.map();
+            for s in map.shards.keys().copied() {
+                let owns = map.owns_any(s);
+                if out.get(&s).is_some_and(|r| !unreachable(r)) || (!owns && tried.contains(&s)) {
                     continue;
                 }
+                tried.insert(s);
                 let r = match self.shard(s) {
                     Ok(c) => f(c).await,
                     Err(e) => Err(e),
                 };
-                out.insert(s, r);
+                if owns || r.is_ok() {
+                    out.insert(s, r);
+                }
             }
             if !out.values().any(unreachable) || std::time::Instant::now() >= deadline {
                 return out.into_iter().collect();
@@ -357,10 +368,13 @@ impl Cluster {
         Ok(())
     }
 
-    /// The tables' names (those every shard knows), sorted.
+    /// The tables' names (those every shard that owns a range knows),
+    /// sorted.
     pub async fn list_tables(&self) -> Result<Vec<String>> {
         let mut common: Option<BTreeSet<String>> = None;
-        for (_, r) in self.every_shard(|c| async move { c.list_tables().await }).await {
+        let answers = self.every_shard(|c| async move { c.list_tables().await }).await;
+        let map = self.map();
+        for (_, r) in answers.into_iter().filter(|(s, _)| map.owns_any(*s)) {
             let names: BTreeSet<String> = r?.into_iter().collect();
             common = Some(match common {
                 None => names,
@@ -368,41 +382,6 @@ impl Cluster {
             });
         }
         Ok(common.unwrap_or_default().into_iter().collect())
-    }
-
-    /// Every shard's state, asked now (a shard that does not answer has
-    /// its error instead).
-    pub async fn status(&self) -> Vec<ShardStatus> {
-        let map = self.map();
-        let mut out = Vec::new();
-        for (s, info) in &map.shards {
-            let ranges = map
-                .ranges
-                .iter()
-                .filter(|(_, owner)| owner == s)
-                .map(|(start, _)| start.clone())
-                .collect();
-            let asked = async {
-                let c = self.shard(*s)?;
-                let i = c.stub().shard_info(c.req(proto::ShardInfoRequest::default())).await?;
-                Ok::<_, Error>((i.into_inner(), c.status().await?))
-            };
-            let (info_r, server, error) =
-                match tokio::time::timeout(self.inner.builder.rpc_timeout, asked).await {
-                    Ok(Ok((i, st))) => (Some(i), Some(st), None),
-                    Ok(Err(e)) => (None, None, Some(e.to_string())),
-                    Err(_) => (None, None, Some("no answer within the timeout".into())),
-                };
-            out.push(ShardStatus {
-                shard: *s,
-                addr: info.addr.clone(),
-                ranges,
-                info: info_r,
-                server,
-                error,
-            });
-        }
-        out
     }
 
     /// Begin a transaction now.
@@ -619,67 +598,5 @@ impl Cluster {
                 let _ = tokio::time::timeout(wait, c.shard_decide(d)).await;
             });
         }
-    }
-}
-
-/// One shard's state ([`Cluster::status`]).
-#[derive(Clone, Debug)]
-pub struct ShardStatus {
-    /// The shard.
-    pub shard: u32,
-    /// Its address in the map.
-    pub addr: String,
-    /// The first key of each range it owns (a cluster key: the table's
-    /// name, 0x00, the key).
-    pub ranges: Vec<Vec<u8>>,
-    /// What it says of its transactions, if it answered.
-    pub info: Option<proto::ShardInfoResponse>,
-    /// What its server says of itself, if it answered.
-    pub server: Option<crate::ServerStatus>,
-    /// Why it did not answer.
-    pub error: Option<String>,
-}
-
-impl std::fmt::Display for ShardStatus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let ranges: Vec<String> = self
-            .ranges
-            .iter()
-            .map(|r| match split_cluster_key(r) {
-                Some((t, k)) => format!("{t}/{}", String::from_utf8_lossy(k)),
-                None => format!("{:?}", String::from_utf8_lossy(r)),
-            })
-            .collect();
-        write!(f, "shard {} at {} (ranges from {}): ", self.shard, self.addr, ranges.join(", "))?;
-        match (&self.info, &self.server, &self.error) {
-            (Some(i), Some(s), _) => write!(
-                f,
-                "{}, map version {}, {} prepared, {} decisions remembered, oldest undecided {}, \
-                 {:.1} s CPU, durable below token {}, {} store writes/s, {}",
-                s.role,
-                i.map_version,
-                i.prepared,
-                i.remembered,
-                i.oldest_undecided.map_or("none".into(), |t| t.to_string()),
-                s.cpu_seconds,
-                s.durable_token,
-                s.log_requests_per_s.map_or("no".into(), |r| format!("{r:.1}")),
-                s.log_usd_per_hour.map_or("no price".into(), |u| format!("${u:.4}/h"))
-            ),
-            (_, _, Some(e)) => return write!(f, "unreachable: {e}"),
-            _ => return write!(f, "no answer"),
-        }?;
-        let standbys = self.info.as_ref().map_or(&[][..], |i| &i.standbys[..]);
-        if standbys.is_empty() {
-            return write!(f, "; no standby has checked in");
-        }
-        for s in standbys {
-            write!(
-                f,
-                "; standby at {}: {} behind, last check {} ms ago",
-                s.addr, s.behind, s.last_seen_ms
-            )?;
-        }
-        Ok(())
     }
 }

@@ -15,8 +15,10 @@
 //!   are sorted by start key without repeats, and every shard they name
 //!   has an address.
 //!
-//! Clients cache the map and read it again when a shard answers that a key
-//! is not its own (the servers, which use this, are not built yet).
+//! Clients and shards cache the map; a client reads it again when a shard
+//! answers that a key is not its own. Changes that move no data (a shard
+//! added or removed, a range split) are [`MapChange`]s, published with
+//! [`MapStore::change`]; how a range moves is design record 0009.
 
 use std::collections::BTreeMap;
 #[cfg(feature = "engine")]
@@ -45,8 +47,23 @@ pub struct ShardMap {
     /// `(first key, shard)`: the shard owns the keys from its first key up
     /// to the next range's. Sorted; the first starts at the empty key.
     pub ranges: Vec<(Key, ShardId)>,
-    /// Every shard the ranges name.
+    /// Every shard of the cluster: each the ranges name, and any that owns
+    /// no range (one that joined and awaits a range, or is about to be
+    /// removed).
     pub shards: BTreeMap<ShardId, ShardInfo>,
+}
+
+/// A change to the map that moves no data (design record 0009): each
+/// gives the next version, or says why it cannot be made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MapChange {
+    /// A new shard, owning no range yet.
+    AddShard(ShardId, ShardInfo),
+    /// The range holding this key (a cluster key) cut in two at it, both
+    /// halves with the range's owner.
+    Split(Key),
+    /// A shard that owns no range, gone from the map.
+    RemoveShard(ShardId),
 }
 
 impl ShardMap {
@@ -54,6 +71,56 @@ impl ShardMap {
     pub fn shard_of(&self, key: &[u8]) -> ShardId {
         let i = self.ranges.partition_point(|(start, _)| start.as_slice() <= key);
         self.ranges[i.saturating_sub(1)].1
+    }
+
+    /// Whether `shard` owns a range.
+    pub fn owns_any(&self, shard: ShardId) -> bool {
+        self.ranges.iter().any(|(_, s)| *s == shard)
+    }
+
+    /// The version after this one, with `change` made; refused
+    /// ([`MapError::Invalid`]) if it cannot be: a shard added that
+    /// exists, a split at a key where a range already begins, a shard
+    /// removed that does not exist or still owns a range.
+    pub fn changed(&self, change: &MapChange) -> Result<ShardMap, MapError> {
+        let bad = |why: String| Err(MapError::Invalid(why));
+        let mut next = self.clone();
+        next.version = self.version + 1;
+        match change {
+            MapChange::AddShard(id, info) => {
+                if let Some(old) = self.shards.get(id) {
+                    return bad(format!("shard {id} is in the map already, at {}", old.addr));
+                }
+                if info.addr.is_empty() {
+                    return bad(format!("shard {id} needs an address"));
+                }
+                next.shards.insert(*id, info.clone());
+            }
+            MapChange::Split(key) => {
+                let i = self.ranges.partition_point(|(start, _)| start <= key);
+                if key.is_empty() || self.ranges[i - 1].0 == *key {
+                    return bad(format!(
+                        "a range already begins at {:?}",
+                        String::from_utf8_lossy(key)
+                    ));
+                }
+                next.ranges.insert(i, (key.clone(), self.ranges[i - 1].1));
+            }
+            MapChange::RemoveShard(id) => {
+                if !self.shards.contains_key(id) {
+                    return bad(format!("shard {id} is not in the map"));
+                }
+                let owned = self.ranges.iter().filter(|(_, s)| s == id).count();
+                if owned > 0 {
+                    return bad(format!(
+                        "shard {id} still owns {owned} range(s); move them away first"
+                    ));
+                }
+                next.shards.remove(id);
+            }
+        }
+        next.check()?;
+        Ok(next)
     }
 
     /// Refuse a map that leaves a key without exactly one owner.
@@ -143,6 +210,24 @@ impl MapStore {
         Ok(Some(map))
     }
 
+    /// Make `change` on the newest version and publish the result, read
+    /// again and made again each time another change wins the version
+    /// (up to 16 times); the version published.
+    pub fn change(&self, change: &MapChange) -> Result<ShardMap, MapError> {
+        let mut lost = 0;
+        loop {
+            let newest = self
+                .latest()?
+                .ok_or_else(|| MapError::Invalid("no shard map is published".into()))?;
+            let next = newest.changed(change)?;
+            match self.publish(&next) {
+                Err(MapError::Lost(_)) if lost < 16 => lost += 1,
+                Err(e) => return Err(e),
+                Ok(()) => return Ok(next),
+            }
+        }
+    }
+
     /// Publish `next`, which must be the version after the newest (1 on
     /// an empty store) and valid.
     pub fn publish(&self, next: &ShardMap) -> Result<(), MapError> {
@@ -201,6 +286,77 @@ mod tests {
         let mut no_addr = map(1, &[("", 0), ("g", 1)]);
         no_addr.shards.remove(&1);
         assert!(no_addr.check().is_err());
+    }
+
+    #[test]
+    fn changes_give_the_next_version_or_say_why_not() {
+        let info = |port: u16| ShardInfo {
+            addr: format!("127.0.0.1:{port}"),
+            log: format!("memory://{port}"),
+        };
+        let m = map(4, &[("", 0), ("g", 1)]);
+        let added = m.changed(&MapChange::AddShard(2, info(9002))).expect("add");
+        assert_eq!(added.version, 5);
+        assert_eq!(added.ranges, m.ranges, "a new shard owns nothing");
+        assert_eq!(added.shards.get(&2), Some(&info(9002)));
+        assert!(matches!(m.changed(&MapChange::AddShard(1, info(1))), Err(MapError::Invalid(_))));
+        assert!(matches!(
+            m.changed(&MapChange::AddShard(3, ShardInfo { addr: String::new(), log: "x".into() })),
+            Err(MapError::Invalid(_))
+        ));
+
+        let split = added.changed(&MapChange::Split(b"c".to_vec())).expect("split");
+        assert_eq!(split.version, 6);
+        assert_eq!(split, map(6, &[("", 0), ("c", 0), ("g", 1)]).with(2, info(9002)));
+        // Every key keeps its owner.
+        for k in [&b""[..], b"b", b"c", b"f", b"g", b"zz"] {
+            assert_eq!(split.shard_of(k), added.shard_of(k));
+        }
+        let split = split.changed(&MapChange::Split(b"x".to_vec())).expect("split the last");
+        assert_eq!(split.ranges.last(), Some(&(b"x".to_vec(), 1)));
+        for at in [&b""[..], b"c", b"x"] {
+            assert!(
+                matches!(split.changed(&MapChange::Split(at.to_vec())), Err(MapError::Invalid(_))),
+                "a split where a range begins"
+            );
+        }
+
+        let removed = split.changed(&MapChange::RemoveShard(2)).expect("remove");
+        assert!(!removed.shards.contains_key(&2));
+        assert!(matches!(
+            removed.changed(&MapChange::RemoveShard(1)),
+            Err(MapError::Invalid(why)) if why.contains("owns")
+        ));
+        assert!(matches!(removed.changed(&MapChange::RemoveShard(7)), Err(MapError::Invalid(_))));
+    }
+
+    impl ShardMap {
+        fn with(mut self, id: ShardId, info: ShardInfo) -> ShardMap {
+            self.shards.insert(id, info);
+            self
+        }
+    }
+
+    #[test]
+    fn a_change_is_made_again_on_the_map_that_won() {
+        let store: Arc<dyn ObjectStore> = Arc::new(milliscale::store::MemoryStore::new());
+        let maps = MapStore::new(store, "");
+        assert!(matches!(maps.change(&MapChange::Split(b"m".to_vec())), Err(MapError::Invalid(_))));
+        maps.publish(&map(1, &[("", 0), ("m", 1)])).expect("v1");
+        // Eight splits at once, each at its own key: each is made once,
+        // on the map the others left, none lost.
+        std::thread::scope(|s| {
+            for k in ["b", "d", "f", "h", "p", "r", "t", "v"] {
+                let maps = &maps;
+                s.spawn(move || maps.change(&MapChange::Split(k.as_bytes().to_vec())).expect(k));
+            }
+        });
+        let m = maps.latest().expect("read").expect("a map");
+        assert_eq!(m.version, 9);
+        let starts: Vec<&[u8]> = m.ranges.iter().map(|(k, _)| k.as_slice()).collect();
+        assert_eq!(starts, [&b""[..], b"b", b"d", b"f", b"h", b"m", b"p", b"r", b"t", b"v"]);
+        assert_eq!(m.shard_of(b"c"), 0);
+        assert_eq!(m.shard_of(b"w"), 1);
     }
 
     #[test]

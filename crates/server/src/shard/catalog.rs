@@ -2,7 +2,10 @@
 //! their rows among the versions. Every shard gets each call (the cluster
 //! client sends it to all).
 
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use milliscale_milana::types::ShardId;
 
 use milliscale_milana::types::table_name_ok;
 use tonic::Status;
@@ -115,6 +118,50 @@ impl Shard {
     /// The cluster tables this shard knows.
     pub fn table_names(&self) -> Vec<String> {
         self.names.read().iter().cloned().collect()
+    }
+
+    /// [`Shard::join_catalog`] in a task of its own, for up to a minute.
+    pub(super) fn join_in_background(self: &Arc<Self>) {
+        let me = Arc::clone(self);
+        tokio::spawn(async move { me.join_catalog(Duration::from_secs(60)).await });
+    }
+
+    /// A shard that joined the cluster (it owns no range and knows no
+    /// table) learns the tables from another shard: it asks each in turn,
+    /// every second until one answers or `patience` has passed, and
+    /// creates here every table the answer names. A table created
+    /// meanwhile by a client whose map did not name this shard yet is
+    /// missed here; a range moved here brings its tables (design record
+    /// 0009). Returns how many it created.
+    pub(super) async fn join_catalog(&self, patience: Duration) -> usize {
+        let deadline = Instant::now() + patience;
+        loop {
+            let others: Vec<ShardId> = {
+                let map = self.map.read();
+                if map.owns_any(self.opts.shard) || !self.names.read().is_empty() {
+                    return 0;
+                }
+                map.shards.keys().copied().filter(|s| *s != self.opts.shard).collect()
+            };
+            for s in others {
+                let Some(names) = self.peer_tables(s).await else { continue };
+                let mut created = 0;
+                for name in names {
+                    match self.create_table(&name).await {
+                        Ok(()) => created += 1,
+                        Err(e) if e.code() == tonic::Code::AlreadyExists => {}
+                        Err(e) => tracing::warn!(table = %name, "joining: {}", e.message()),
+                    }
+                }
+                tracing::info!(from = s, created, "joined: the cluster's tables created here");
+                return created;
+            }
+            if Instant::now() >= deadline {
+                tracing::warn!("joining: no other shard told its tables");
+                return 0;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
     }
 }
 

@@ -251,6 +251,7 @@ impl Shard {
         });
         Tables::count_versions(&shard); // before anything can write
         tokio::spawn(peers::background(Arc::clone(&shard), shard.stop.subscribe()));
+        shard.join_in_background();
         Ok(shard)
     }
 

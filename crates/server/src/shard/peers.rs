@@ -49,6 +49,19 @@ impl Shard {
         req
     }
 
+    /// The tables shard `s` knows (`None`: it did not answer).
+    pub(super) async fn peer_tables(&self, s: ShardId) -> Option<Vec<String>> {
+        let mut c = self.peer(s)?;
+        let q = c.list_tables(self.request(proto::ListTablesRequest::default()));
+        match tokio::time::timeout(self.opts.peer_timeout, q).await {
+            Ok(Ok(r)) => Some(r.into_inner().names),
+            _ => {
+                self.peers.lock().remove(&s);
+                None
+            }
+        }
+    }
+
     async fn ask(&self, s: ShardId, txn: TxnId, ts: Timestamp) -> Option<TxnStatus> {
         let mut c = self.peer(s)?;
         let q =
