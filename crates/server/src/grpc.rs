@@ -388,6 +388,17 @@ impl Milliscale for Service {
         };
         done("ShardMap", r.await)
     }
+
+    async fn shard_freeze(
+        &self,
+        req: Request<proto::ShardFreezeRequest>,
+    ) -> Result<Response<proto::ShardFreezeResponse>, Status> {
+        let r = async {
+            self.writer(self.caller(&req)?, "freezing a range")?;
+            self.shard("ShardFreeze")?.freeze(req.into_inner()).await
+        };
+        done("ShardFreeze", r.await)
+    }
 }
 
 /// This process's CPU time so far (user and system), in seconds.

@@ -35,7 +35,7 @@ pub(crate) struct Fixture {
     pub(crate) map_url: String,
     pub(crate) data: Vec<String>,
     pub(crate) addrs: Vec<SocketAddr>,
-    servers: Vec<Option<(Server, AsyncDatabase)>>,
+    pub(crate) servers: Vec<Option<(Server, AsyncDatabase)>>,
     /// How often the shards collect and forget.
     every: Duration,
 }
@@ -82,7 +82,7 @@ async fn three_shards_collecting(every: Duration) -> Fixture {
     f
 }
 
-async fn start_shard(f: &Fixture, i: u32) -> (Server, AsyncDatabase) {
+pub(crate) async fn start_shard(f: &Fixture, i: u32) -> (Server, AsyncDatabase) {
     let db = AsyncDatabase::open(Options::new().store(&f.data[i as usize])).await.expect("open");
     let mut o = ServerOptions::new(f.addrs[i as usize]);
     let mut shard = ShardOptions::new(i, f.map_url.clone());
@@ -249,9 +249,10 @@ async fn write_skew_across_two_shards_is_refused_and_single_server_calls_are_too
     assert_eq!(e.code(), tonic::Code::NotFound);
 }
 
-type Raw = milliscale_proto::v1::milliscale_client::MilliscaleClient<tonic::transport::Channel>;
+pub(crate) type Raw =
+    milliscale_proto::v1::milliscale_client::MilliscaleClient<tonic::transport::Channel>;
 
-async fn raw(addr: SocketAddr) -> Raw {
+pub(crate) async fn raw(addr: SocketAddr) -> Raw {
     Raw::connect(format!("http://{addr}")).await.expect("connect")
 }
 
@@ -260,12 +261,17 @@ fn now_us() -> u64 {
         as u64
 }
 
-fn txn(client: u32, seq: u64) -> Option<proto::ClusterTxnId> {
+pub(crate) fn txn(client: u32, seq: u64) -> Option<proto::ClusterTxnId> {
     Some(proto::ClusterTxnId { client, seq })
 }
 
 /// A prepare of one write of `key` (of the bank), by client `client`.
-fn prepare(client: u32, seq: u64, key: Vec<u8>, parts: Vec<u32>) -> proto::ShardPrepareRequest {
+pub(crate) fn prepare(
+    client: u32,
+    seq: u64,
+    key: Vec<u8>,
+    parts: Vec<u32>,
+) -> proto::ShardPrepareRequest {
     proto::ShardPrepareRequest {
         txn: txn(client, seq),
         version: Some(proto::CommitTs { ts: now_us(), client }),

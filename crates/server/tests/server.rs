@@ -17,6 +17,7 @@
 mod calls;
 mod cluster;
 mod cluster_batches;
+mod cluster_freeze;
 mod cluster_standby;
 mod cluster_stream;
 mod common;

@@ -224,10 +224,15 @@ impl Shard {
         if keys.is_empty() {
             return Ok(Some((PreRead::new(), Vec::new(), false)));
         }
-        let mark = |st: &mut State| keys.iter().map(|k| st.p.read_version(k, at)).collect();
-        let pending = |m: &Vec<(Option<CommitTs>, bool)>| m.iter().any(|(_, p)| *p);
-        let marks = self.settled(at, client, low_water, mark, pending).await?;
-        if pending(&marks) {
+        let mark = |st: &mut State| -> Result<Vec<(Option<CommitTs>, bool)>, Status> {
+            st.refuse_frozen(keys.iter().map(|k| k.as_slice()), [])?;
+            Ok(keys.iter().map(|k| st.p.read_version(k, at)).collect())
+        };
+        let pending = |m: &Result<Vec<(Option<CommitTs>, bool)>, Status>| {
+            m.as_ref().is_ok_and(|m| m.iter().any(|(_, p)| *p))
+        };
+        let marks = self.settled(at, client, low_water, mark, pending).await??;
+        if marks.iter().any(|(_, p)| *p) {
             return Ok(None);
         }
         // The values of the versions known, in one engine transaction;
@@ -337,6 +342,10 @@ impl Shard {
         rows: &Rows<'_>,
     ) -> Result<Run, Status> {
         let Batch { t, results, scanned } = batch;
+        // Under the lock: a range frozen since step 1 is served no more.
+        let keys = t.reads.keys().chain(t.writes.keys()).map(Vec::as_slice);
+        let ranges = t.ranges.values().flatten().map(|(a, b)| (a.as_slice(), b.as_slice()));
+        st.refuse_frozen(keys, ranges)?;
         if !t.locally_valid() {
             return Ok(Run::Pending);
         }

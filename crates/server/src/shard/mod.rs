@@ -26,6 +26,7 @@
 
 mod catalog;
 mod execute;
+mod moves;
 mod peers;
 mod reads;
 pub mod standby;
@@ -133,6 +134,8 @@ struct State {
     /// that commits them is durable, by its CSN: a read that returns one
     /// answers once that write is durable.
     fresh: Fresh,
+    /// The ranges frozen here for a move ([`moves`]).
+    frozen: Vec<moves::Frozen>,
 }
 
 /// A running shard (see the module's comment).
@@ -222,6 +225,7 @@ impl Shard {
             }
         }
         let names = tables.names().map_err(|e| e.to_string())?.into_iter().collect();
+        let frozen = moves::load(&tables).map_err(|e| format!("the frozen ranges: {e}"))?;
         let lease = p.lease();
         let state = State {
             p,
@@ -232,6 +236,7 @@ impl Shard {
             dropping: BTreeSet::new(),
             versions: 0,
             fresh: Fresh::default(),
+            frozen,
         };
         let (stop, _) = watch::channel(false);
         let shard = Arc::new(Shard {
@@ -327,46 +332,6 @@ impl Shard {
             }
             moved
         });
-    }
-
-    fn own(&self, key: &[u8]) -> Result<(), Status> {
-        let map = self.map.read();
-        let owner = map.shard_of(key);
-        if owner == self.opts.shard {
-            return Ok(());
-        }
-        Err(refuse::wrong_shard(
-            format!(
-                "wrong shard: map version {} gives this key to shard {owner}, not {}",
-                map.version, self.opts.shard
-            ),
-            map.version,
-        ))
-    }
-
-    /// Refuse a range `[start, end)` (an empty `end`: no end) that is not
-    /// all this shard's under the current map.
-    fn own_range(&self, start: &[u8], end: &[u8]) -> Result<(), Status> {
-        self.own(start)?;
-        let map = self.map.read();
-        let other = map.ranges.iter().find(|(first, owner)| {
-            first.as_slice() > start
-                && (end.is_empty() || first.as_slice() < end)
-                && *owner != self.opts.shard
-        });
-        match other {
-            None => Ok(()),
-            Some((first, owner)) => Err(refuse::wrong_shard(
-                format!(
-                    "wrong shard: map version {} gives part of this range (from {:?}) to shard \
-                     {owner}, not {}",
-                    map.version,
-                    String::from_utf8_lossy(first),
-                    self.opts.shard
-                ),
-                map.version,
-            )),
-        }
     }
 
     fn key_of(&self, k: Option<proto::TableKey>) -> Result<Key, Status> {
@@ -486,6 +451,9 @@ impl Shard {
             // Its keys checked under the lock: a drop of their table (under it
             // too) comes wholly before or after.
             let p = self.prepare_from(req)?;
+            let keys = p.reads.iter().map(|(k, _)| k).chain(p.writes.iter().map(|(k, _)| k));
+            let ranges = p.ranges.iter().map(|(a, b, _)| (a.as_slice(), b.as_slice()));
+            st.refuse_frozen(keys.map(Vec::as_slice), ranges)?;
             let floor = st.p.clock_floor(&p);
             let txn = p.txn;
             let (vote, records) = if p.participants.len() == 1 {

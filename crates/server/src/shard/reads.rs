@@ -23,8 +23,13 @@ impl Shard {
         let keys =
             r.keys.into_iter().map(|k| self.key_of(Some(k))).collect::<Result<Vec<_>, _>>()?;
         let at = r.at;
-        let read = |st: &mut State| -> Result<(Vec<proto::ShardReadResult>, Option<u64>), Gone> {
-            let replies = keys.iter().map(|k| st.p.read(k, at)).collect::<Result<Vec<_>, _>>()?;
+        type Read = Result<(Vec<proto::ShardReadResult>, Option<u64>), Gone>;
+        let read = |st: &mut State| -> Result<Read, Status> {
+            st.refuse_frozen(keys.iter().map(Vec::as_slice), [])?;
+            let replies: Vec<_> = match keys.iter().map(|k| st.p.read(k, at)).collect() {
+                Ok(r) => r,
+                Err(g) => return Ok(Err(g)),
+            };
             let fresh = st.fresh.wait_for_all(replies.iter().map(|r| r.version));
             let results = replies
                 .into_iter()
@@ -34,14 +39,12 @@ impl Shard {
                     prepared_below: r.prepared_below,
                 })
                 .collect();
-            Ok((results, fresh))
+            Ok(Ok((results, fresh)))
         };
-        let pending = |r: &Result<(Vec<proto::ShardReadResult>, Option<u64>), Gone>| {
-            r.as_ref().is_ok_and(|(r, _)| r.iter().any(|r| r.prepared_below))
-        };
+        let pending = |r: &Result<Read, Status>| matches!(r, Ok(Ok((r, _))) if r.iter().any(|r| r.prepared_below));
         let (results, fresh) = self
             .settled(at, r.client, r.low_water, read, pending)
-            .await?
+            .await??
             .map_err(|g| refuse::stale_read(at, g.oldest))?;
         if let Some(csn) = fresh {
             self.barrier(csn).await?;
@@ -65,17 +68,20 @@ impl Shard {
         self.own_range(&start, &end)?;
         let limit = usize::try_from(r.limit).unwrap_or(usize::MAX);
         let at = r.at;
-        let scan = |st: &mut State| {
-            let reply = st.p.scan(&start, &end, at, limit)?;
+        type Scan = Result<(ScanReply, Option<u64>), Gone>;
+        let scan = |st: &mut State| -> Result<Scan, Status> {
+            st.refuse_frozen([], [(start.as_slice(), end.as_slice())])?;
+            let reply = match st.p.scan(&start, &end, at, limit) {
+                Ok(r) => r,
+                Err(g) => return Ok(Err(g)),
+            };
             let fresh = st.fresh.wait_for_all(reply.rows.iter().map(|(_, v, _)| *v));
-            Ok((reply, fresh))
+            Ok(Ok((reply, fresh)))
         };
-        let pending = |r: &Result<(ScanReply, Option<u64>), Gone>| {
-            r.as_ref().is_ok_and(|(r, _)| r.prepared_below)
-        };
+        let pending = |r: &Result<Scan, Status>| matches!(r, Ok(Ok((r, _))) if r.prepared_below);
         let (reply, fresh) = self
             .settled(at, r.client, r.low_water, scan, pending)
-            .await?
+            .await??
             .map_err(|g| refuse::stale_read(at, g.oldest))?;
         if let Some(csn) = fresh {
             self.barrier(csn).await?;
