@@ -4,7 +4,8 @@
 # given Python (with the package installed) first on the PATH, in a
 # scratch directory. Fails if the block fails, the Python transfer did not
 # span two shards, the bank's 50 transfers were not all acknowledged, or
-# the fourth shard was not added and shown with a range split; stops
+# the fourth shard was not added, a range split and one moved to it
+# under the bank's transfers; stops
 # whatever it left running.
 #   bash scripts/readme-shard-example.sh [PYTHON_BIN_DIR]
 set -euo pipefail
@@ -30,4 +31,7 @@ grep -qx '50' "$out" && grep -q '^retwis: ' "$out" ||
 grep -q 'version 2: shard 3 added' "$out" && grep -q 'a range begins at accounts=m' "$out" &&
   grep -Eq '^shard 3 .*127\.0\.0\.1:7704' "$out" ||
   { echo "README's shard example did not add shard 3 and split a range" >&2; exit 1; }
+grep -q 'moved range bank=raaaaaaaaaaaaaaaa .* to shard 3: map version 4' "$out" && grep -qx '100' "$out" &&
+  grep -Eq '^shard 3 .*ranges from bank/raaaaaaaaaaaaaaaa' "$out" ||
+  { echo "README's shard example did not move a range to shard 3 under the bank" >&2; exit 1; }
 echo "README's shard example ran"

@@ -4,6 +4,8 @@
 use clap::{Args, ValueEnum};
 use milliscale::{Quorum, Tracking};
 use milliscale_bench::variant::{LogSettings, Variant};
+use milliscale_milana::shard_map::MapStore;
+use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -565,5 +567,24 @@ pub(crate) fn threads(name: &str, n: Option<usize>) -> Result<usize, Usage> {
         None => Ok(milliscale::ReplicaOptions::default().apply_threads),
         Some(0) => Err(Usage(format!("--{name} must be at least 1"))),
         Some(n) => Ok(n),
+    }
+}
+
+/// Where the shard map lives.
+#[derive(Args, Clone)]
+pub(crate) struct MapArgs {
+    /// The store the map is on (`s3://bucket?endpoint=...`, `file:///dir`).
+    #[arg(long)]
+    pub(crate) map: String,
+    /// The prefix of the map's objects on that store.
+    #[arg(long, default_value = "")]
+    pub(crate) map_prefix: String,
+}
+
+impl MapArgs {
+    pub(crate) fn open(&self) -> Result<Arc<MapStore>, Failure> {
+        let store = milliscale::store::open(&self.map)
+            .map_err(|e| Failure::Usage(format!("--map {}: {e}", self.map)))?;
+        Ok(Arc::new(MapStore::new(store, &self.map_prefix)))
     }
 }

@@ -14,7 +14,7 @@ use milliscale_client::{Cluster, Code};
 use milliscale_milana::shard_map::{MapChange, MapError, MapStore, ShardInfo, ShardMap};
 use milliscale_milana::types::cluster_key;
 
-use crate::args::Failure;
+use crate::args::{Failure, MapArgs};
 
 #[derive(Subcommand)]
 pub(crate) enum ClusterCmd {
@@ -44,6 +44,10 @@ pub(crate) enum ClusterCmd {
     Split(SplitArgs),
     /// Take a shard that owns no range out of the map.
     RemoveShard(RemoveShardArgs),
+    /// Move a range to another shard while clients run (design record
+    /// 0009): frozen on its shard, copied, the map's next version
+    /// published, released. The range is refused, retryably, meanwhile.
+    Move(crate::cluster_move::MoveArgs),
 }
 
 #[derive(Args)]
@@ -108,25 +112,6 @@ pub(crate) struct BankArgs {
     /// <amount>`.
     #[arg(long, value_name = "PATH")]
     batch_journal: Option<std::path::PathBuf>,
-}
-
-/// Where the shard map lives.
-#[derive(Args, Clone)]
-pub(crate) struct MapArgs {
-    /// The store the map is on (`s3://bucket?endpoint=...`, `file:///dir`).
-    #[arg(long)]
-    pub(crate) map: String,
-    /// The prefix of the map's objects on that store.
-    #[arg(long, default_value = "")]
-    pub(crate) map_prefix: String,
-}
-
-impl MapArgs {
-    fn open(&self) -> Result<Arc<MapStore>, Failure> {
-        let store = milliscale::store::open(&self.map)
-            .map_err(|e| Failure::Usage(format!("--map {}: {e}", self.map)))?;
-        Ok(Arc::new(MapStore::new(store, &self.map_prefix)))
-    }
 }
 
 #[derive(Args)]
@@ -207,6 +192,7 @@ pub(crate) fn cluster(cmd: ClusterCmd) -> Result<(), Failure> {
             println!("published shard map version {}: shard {} removed", m.version, a.id);
             Ok(())
         }
+        ClusterCmd::Move(a) => crate::cluster_move::move_range(a),
         ClusterCmd::Show(a) => {
             let map = a.open()?.latest().map_err(|e| e.to_string())?;
             let map = map.ok_or_else(|| Failure::Run("no shard map published".into()))?;

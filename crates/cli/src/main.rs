@@ -12,6 +12,7 @@
 mod args;
 mod bench;
 mod cluster;
+mod cluster_move;
 mod emulator;
 mod inspect;
 mod replica;

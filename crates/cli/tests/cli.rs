@@ -5,6 +5,7 @@ mod bank_kill;
 mod bench_server;
 mod cli_usage;
 mod cluster_change;
+mod cluster_move;
 mod config_file;
 mod credentials;
 mod emulator_clients;

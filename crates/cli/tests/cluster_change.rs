@@ -16,25 +16,28 @@ use milliscale_milana::types::cluster_key;
 
 use super::shard_kill::{BIN, free_port, logs, primary, url};
 
-const TABLE: &str = "kv";
+pub(super) const TABLE: &str = "kv";
 const KEYS: u64 = 50;
 
 fn key(i: u64) -> Vec<u8> {
     format!("k{:02}", i % KEYS).into_bytes()
 }
 
-fn cli(args: &[&str]) -> Output {
+pub(super) fn cli(args: &[&str]) -> Output {
     Command::new(BIN).args(args).output().expect("run the CLI")
 }
 
-fn said(o: &Output) -> String {
+pub(super) fn said(o: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
 
 /// Write one key a batch, in turn, each its sequence number, until
 /// stopped: what the client was told committed (by key), the errors it
 /// saw, and how many it sent.
-async fn write(c: Cluster, stop: Arc<AtomicBool>) -> (BTreeMap<Vec<u8>, u64>, Vec<String>, u64) {
+pub(super) async fn write(
+    c: Cluster,
+    stop: Arc<AtomicBool>,
+) -> (BTreeMap<Vec<u8>, u64>, Vec<String>, u64) {
     let mut acked = BTreeMap::new();
     let mut errors = Vec::new();
     let mut i = 0u64;
@@ -55,7 +58,7 @@ async fn write(c: Cluster, stop: Arc<AtomicBool>) -> (BTreeMap<Vec<u8>, u64>, Ve
 
 /// Wait until `c`'s map is at `version` or later (the shards reload the
 /// map every few seconds, or when asked for it and theirs is old).
-async fn map_at_least(c: &Cluster, version: u64) {
+pub(super) async fn map_at_least(c: &Cluster, version: u64) {
     let t = Instant::now();
     while c.map().version < version {
         assert!(t.elapsed() < Duration::from_secs(20), "the client's map stayed old");

@@ -130,7 +130,7 @@ impl ClusterBuilder {
     /// Ask the shard at the builder's address for the map, and connect.
     pub async fn connect(self) -> Result<Cluster> {
         let first = self.client.clone().streamed_batches(false).connect().await?;
-        let map = fetch_map(&first).await?;
+        let map = fetch_map(&first, 0).await?;
         let id = self.id.unwrap_or_else(|| rand::random_range(1..=u32::MAX));
         let inner = Inner {
             clock: Mutex::new(HybridClock::new(self.skew)),
@@ -150,8 +150,10 @@ impl ClusterBuilder {
     }
 }
 
-async fn fetch_map(c: &Client) -> Result<ShardMap> {
-    let m = c.stub().shard_map(c.req(proto::ShardMapRequest {})).await?.into_inner();
+/// The map shard `c` serves under; it reads the map's store first if its
+/// copy is older than version `at_least`.
+async fn fetch_map(c: &Client, at_least: u64) -> Result<ShardMap> {
+    let m = c.stub().shard_map(c.req(proto::ShardMapRequest { at_least })).await?.into_inner();
     let map = ShardMap {
         version: m.version,
         ranges: m.ranges.into_iter().map(|r| (r.start.to_vec(), r.shard)).collect(),
@@ -248,19 +250,31 @@ impl Cluster {
                 candidates.push(c);
             }
         }
+        // Each in turn until one has a newer map: a shard reads the map
+        // again only now and then, and one that has not yet may answer
+        // with the map the client has.
+        let current = self.map().version;
+        let mut answered = false;
         for c in candidates {
-            match fetch_map(&c).await {
+            match fetch_map(&c, current + 1).await {
                 Ok(m) => {
+                    answered = true;
+                    let newer = m.version > current;
                     let mut map =
                         self.inner.map.write().unwrap_or_else(std::sync::PoisonError::into_inner);
                     if m.version > map.version {
                         *map = Arc::new(m);
                         lock(&self.inner.conns).clear();
                     }
-                    return Ok(());
+                    if newer {
+                        return Ok(());
+                    }
                 }
                 Err(e) => last = Some(e),
             }
+        }
+        if answered {
+            return Ok(());
         }
         Err(last.unwrap_or_else(|| Error::local("no shard to ask for the map".into())))
     }

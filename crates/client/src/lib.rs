@@ -32,6 +32,7 @@
 
 mod cluster;
 mod error;
+mod handover;
 mod stream;
 mod txn;
 

@@ -11,7 +11,7 @@ use foldhash::HashMap;
 use milliscale::{AsyncDatabase, AsyncTransaction, Direction, Table};
 
 use crate::types::{CommitTs, Key, Timestamp, Value, cluster_key, split_cluster_key};
-use crate::versions::{Gone, STAMP_BYTES, Versions, row_value, split_row};
+use crate::versions::{Gone, STAMP_BYTES, Versions, in_range, row_value, split_row};
 
 /// The version and value of a row; panics on bytes [`row_value`] cannot
 /// have made (a corrupt table).
@@ -367,6 +367,27 @@ impl EngineVersions {
         tables_mut(&self.tables).remove(name);
         self.latest.get_mut().retain(|k, _| !k.starts_with(&prefix));
         lock(&self.history).forget_prefix(&prefix)
+    }
+
+    /// Forget what is remembered of the keys in `[start, end)` (an empty
+    /// `end`: no end; cluster keys): their newest versions and the
+    /// versions they replaced, for a caller that replaces or deletes the
+    /// range's rows by itself (a range moved in or out, design record
+    /// 0009). How many replaced versions it dropped.
+    pub fn forget_range(&mut self, start: &[u8], end: &[u8]) -> usize {
+        self.latest.get_mut().retain(|k, _| !in_range(k, start, end));
+        lock(&self.history).forget_range(start, end)
+    }
+
+    /// The part of `[start, end)` (cluster keys) in each table, as bounds
+    /// on the keys in it, in key order.
+    pub fn table_ranges(&self, start: &[u8], end: &[u8]) -> Vec<(Table, Bound<Key>, Bound<Key>)> {
+        self.ranges(start, end)
+    }
+
+    /// The engine table of cluster table `name`, created if it has none.
+    pub fn table_for(&self, name: &str) -> Table {
+        self.table_for_write(name)
     }
 
     /// How many replaced versions are held in memory.

@@ -251,12 +251,6 @@ impl<V: Versions> Participant<V> {
         self.lease
     }
 
-    /// Whether an undecided transaction prepared here writes a key in
-    /// `[start, end)` (an empty `end`: no end).
-    pub fn prepared_in(&self, start: &[u8], end: &[u8]) -> bool {
-        self.prepared_keys.range(start.to_vec()..).next().is_some_and(|k| in_range(k, start, end))
-    }
-
     /// A lease record became durable.
     pub fn lease_durable(&mut self, until: Timestamp) {
         self.lease = self.lease.max(until);
@@ -675,6 +669,7 @@ impl<V: Versions> Participant<V> {
 }
 
 mod lone;
+mod moves;
 mod restart;
 #[cfg(test)]
 mod tests;

@@ -384,7 +384,7 @@ impl Milliscale for Service {
     ) -> Result<Response<proto::ShardMapResponse>, Status> {
         let r = async {
             self.caller(&req)?;
-            Ok(self.shard("ShardMap")?.map().await)
+            Ok(self.shard("ShardMap")?.map(req.get_ref().at_least).await)
         };
         done("ShardMap", r.await)
     }
@@ -398,6 +398,39 @@ impl Milliscale for Service {
             self.shard("ShardFreeze")?.freeze(req.into_inner()).await
         };
         done("ShardFreeze", r.await)
+    }
+
+    async fn shard_export(
+        &self,
+        req: Request<proto::ShardExportRequest>,
+    ) -> Result<Response<proto::ShardExportResponse>, Status> {
+        let r = async {
+            self.writer(self.caller(&req)?, "exporting a range")?;
+            self.shard("ShardExport")?.export(req.into_inner()).await
+        };
+        done("ShardExport", r.await)
+    }
+
+    async fn shard_import(
+        &self,
+        req: Request<proto::ShardImportRequest>,
+    ) -> Result<Response<proto::ShardImportResponse>, Status> {
+        let r = async {
+            self.writer(self.caller(&req)?, "importing a range")?;
+            self.shard("ShardImport")?.import(req.into_inner()).await
+        };
+        done("ShardImport", r.await)
+    }
+
+    async fn shard_release(
+        &self,
+        req: Request<proto::ShardReleaseRequest>,
+    ) -> Result<Response<proto::ShardReleaseResponse>, Status> {
+        let r = async {
+            self.writer(self.caller(&req)?, "releasing a range")?;
+            self.shard("ShardRelease")?.release(req.into_inner()).await
+        };
+        done("ShardRelease", r.await)
     }
 }
 

@@ -256,7 +256,7 @@ pub(crate) async fn raw(addr: SocketAddr) -> Raw {
     Raw::connect(format!("http://{addr}")).await.expect("connect")
 }
 
-fn now_us() -> u64 {
+pub(crate) fn now_us() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("time").as_micros()
         as u64
 }

@@ -2,15 +2,17 @@
 //! freeze on, no read, scan, prepare or one-shot batch that touches it is
 //! served there, across a restart too; the freeze answers only once the
 //! transaction prepared there before it is decided; lifted, the range is
-//! served again, with what that transaction wrote.
+//! served again, with what that transaction wrote. And the new owner of
+//! a moved range refuses writes below the reads its old owner served.
 
 use std::time::Duration;
 
 use milliscale_client::{Batch, Cluster, KeyRange};
+use milliscale_milana::shard_map::MapStore;
 use milliscale_milana::types::cluster_key;
 use milliscale_proto::v1 as proto;
 
-use crate::cluster::{TABLE, account, prepare, raw, start_shard, three_shards, txn};
+use crate::cluster::{TABLE, account, now_us, prepare, raw, start_shard, three_shards, txn};
 
 fn freeze(start: u32, end: u32, unfreeze: bool) -> proto::ShardFreezeRequest {
     proto::ShardFreezeRequest {
@@ -40,9 +42,15 @@ async fn a_frozen_range_is_served_no_more_until_unfrozen_even_across_a_restart()
     }
     c.execute(b).await.expect("write a00..a03 (shard 0's)");
 
+    // A read of a02 served at a timestamp a little ahead: the freeze's
+    // floor is no lower.
+    let mut r0 = raw(f.addrs[0]).await;
+    let read_at = now_us() + 50_000;
+    let key = proto::TableKey { table: TABLE.into(), key: account(2).into() };
+    let read = proto::ShardReadRequest { keys: vec![key], at: read_at, client: 78, low_water: 0 };
+    r0.shard_read(read).await.expect("a read at shard 0");
     // A transaction across shards 0 and 1, prepared on shard 0 (writing
     // a03) before the freeze of [a02, a04): the freeze waits for it.
-    let mut r0 = raw(f.addrs[0]).await;
     let p = prepare(77, 1, account(3), vec![0, 1]);
     let ts = p.version.as_ref().expect("a version").ts;
     assert!(r0.shard_prepare(p).await.expect("prepare").into_inner().yes);
@@ -58,14 +66,14 @@ async fn a_frozen_range_is_served_no_more_until_unfrozen_even_across_a_restart()
     assert_eq!(get_kind(&c, 0).await, None);
     let decide = proto::ShardDecideRequest { txn: txn(77, 1), commit: true, ts };
     r0.shard_decide(decide).await.expect("decide");
-    let lease = tokio::time::timeout(Duration::from_secs(5), freezing)
+    let floor = tokio::time::timeout(Duration::from_secs(5), freezing)
         .await
         .expect("the freeze answers once the prepared write is decided")
         .expect("task")
         .expect("freeze")
         .into_inner()
-        .lease;
-    assert!(lease > ts, "the read lease {lease} covers the reads served");
+        .floor;
+    assert!(floor >= read_at, "the floor {floor} covers the read served at {read_at}");
 
     // Nothing touching the range is served: a read in a transaction, a
     // scan over it, a prepare writing in it.
@@ -100,4 +108,98 @@ async fn a_frozen_range_is_served_no_more_until_unfrozen_even_across_a_restart()
     let r = c.execute(b).await.expect("read a02 and a03");
     assert_eq!(r.value(0), Some(&b"1"[..]));
     assert_eq!(r.value(1), Some(&b"7"[..]));
+}
+
+/// A prepare on shard 1 of one write of `key` at timestamp `ts`: its vote.
+async fn vote_at(r: &mut crate::cluster::Raw, seq: u64, key: u32, ts: u64) -> bool {
+    let mut p = prepare(79, seq, account(key), vec![1]);
+    p.version = Some(proto::CommitTs { ts, client: 79 });
+    r.shard_prepare(p).await.expect("prepare").into_inner().yes
+}
+
+/// MILANA §4.5's pitfall, met by a move: the old owner served a read at
+/// `read_at`; the range's new owner must refuse a write at or below it,
+/// before and after a restart of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moved_range_keeps_the_reads_its_old_owner_served_below_new_writes() {
+    let mut f = three_shards().await;
+    let c = Cluster::builder(f.addrs[0].to_string()).client_id(5).connect().await.expect("client");
+    c.create_table(TABLE).await.expect("create");
+    let mut b = Batch::new();
+    b.put(TABLE, &account(2), b"1");
+    c.execute(b).await.expect("write a02");
+    let mut r0 = raw(f.addrs[0]).await;
+    let read_at = now_us() + 2_000_000;
+    let key = proto::TableKey { table: TABLE.into(), key: account(2).into() };
+    let read = proto::ShardReadRequest { keys: vec![key], at: read_at, client: 78, low_water: 0 };
+    r0.shard_read(read).await.expect("a read at shard 0, ahead of the clocks");
+
+    // [a02, a04) moves from shard 0 to shard 1, as `cluster move` does.
+    let (start, end) = (cluster_key(TABLE, &account(2)), cluster_key(TABLE, &account(4)));
+    let freeze = proto::ShardFreezeRequest {
+        start: start.clone().into(),
+        end: end.clone().into(),
+        to: 1,
+        map_version: 2,
+        unfreeze: false,
+    };
+    let floor = r0.shard_freeze(freeze).await.expect("freeze").into_inner().floor;
+    assert!(floor >= read_at, "the floor {floor} is below the read at {read_at}");
+    let export = proto::ShardExportRequest {
+        start: start.clone().into(),
+        end: end.clone().into(),
+        after: Default::default(),
+        limit: 0,
+    };
+    let page = r0.shard_export(export).await.expect("export").into_inner();
+    assert_eq!(page.rows.len(), 1);
+    let mut r1 = raw(f.addrs[1]).await;
+    let import = proto::ShardImportRequest {
+        start: start.clone().into(),
+        end: end.clone().into(),
+        rows: page.rows,
+        first: true,
+        floor,
+        tables: page.tables,
+    };
+    r1.shard_import(import).await.expect("import");
+    let maps = MapStore::new(milliscale::store::open(&f.map_url).expect("the map's store"), "");
+    let mut next = maps.latest().expect("map").expect("a map");
+    next.version = 2;
+    next.ranges.insert(1, (start.clone(), 1));
+    maps.publish(&next).expect("publish version 2");
+    // Shard 1 reads the map again when asked for version 2 (at most
+    // every 50 ms).
+    let mut tries = 0;
+    while r1
+        .shard_map(proto::ShardMapRequest { at_least: 2 })
+        .await
+        .expect("map")
+        .into_inner()
+        .version
+        < 2
+    {
+        tries += 1;
+        assert!(tries < 40, "shard 1 did not read map version 2");
+        tokio::time::sleep(Duration::from_millis(60)).await;
+    }
+
+    // Below the read: refused; above it: accepted.
+    assert!(!vote_at(&mut r1, 1, 2, read_at - 1_000).await, "a write below a read served");
+    assert!(!vote_at(&mut r1, 2, 3, read_at).await, "a write at a read served");
+    // Again after shard 1 restarts (its own lease may be lower).
+    let (server, db) = f.servers[1].take().expect("shard 1");
+    server.shutdown().await;
+    db.close().await.expect("close");
+    f.servers[1] = Some(start_shard(&f, 1).await);
+    let mut r1 = raw(f.addrs[1]).await;
+    assert!(!vote_at(&mut r1, 3, 2, read_at - 500).await, "below the read, after a restart");
+    assert!(vote_at(&mut r1, 4, 2, read_at + 1).await, "a write above the read");
+    let mut b = Batch::new();
+    b.get(TABLE, &account(2));
+    let c = Cluster::builder(f.addrs[1].to_string()).client_id(6).connect().await.expect("client");
+    let r = c.execute(b.retries(8)).await.expect("read a02 at its new owner");
+    // Read now, below the write committed two seconds ahead: the copied
+    // version.
+    assert_eq!(r.value(0), Some(&b"1"[..]), "the version copied from shard 0");
 }

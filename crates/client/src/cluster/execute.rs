@@ -57,8 +57,10 @@ impl Cluster {
                     attempts -= 1;
                     self.refresh().await?;
                 }
+                // A range frozen for a move, or the map still moving:
+                // read it again after the backoff, counted as a run.
                 Err(e) if e.is_retryable() && attempts < runs => {
-                    if e.kind() == "unavailable" {
+                    if matches!(e.kind(), "unavailable" | "wrong_shard") {
                         let _ = self.refresh().await;
                     }
                     tokio::time::sleep(cap.mul_f64(rand::random::<f64>())).await;

@@ -123,10 +123,18 @@ impl History {
         (dropped, false)
     }
 
+    pub(super) fn forget_range(&mut self, start: &[u8], end: &[u8]) -> usize {
+        self.forget_where(|k| crate::versions::in_range(k, start, end))
+    }
+
     pub(super) fn forget_prefix(&mut self, prefix: &[u8]) -> usize {
+        self.forget_where(|k| k.starts_with(prefix))
+    }
+
+    fn forget_where(&mut self, gone: impl Fn(&[u8]) -> bool) -> usize {
         let mut dropped = 0;
         self.keys.retain(|k, older| {
-            let keep = !k.starts_with(prefix);
+            let keep = !gone(k);
             if !keep {
                 dropped += older.iter().filter(|o| o.version != CommitTs::INITIAL).count();
             }

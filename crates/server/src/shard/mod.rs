@@ -26,6 +26,7 @@
 
 mod catalog;
 mod execute;
+mod handover;
 mod moves;
 mod peers;
 mod reads;
@@ -226,6 +227,10 @@ impl Shard {
         }
         let names = tables.names().map_err(|e| e.to_string())?.into_iter().collect();
         let frozen = moves::load(&tables).map_err(|e| format!("the frozen ranges: {e}"))?;
+        let adopted = handover::load_adopted(&tables).map_err(|e| format!("adopted: {e}"))?;
+        for (start, end, floor) in adopted {
+            p.raise_read_floor(&start, &end, floor);
+        }
         let lease = p.lease();
         let state = State {
             p,
@@ -600,9 +605,13 @@ impl Shard {
 
     /// The shard map it serves under, reloaded from the store first if
     /// it was last read over half a second ago (a client asks after a
-    /// shard stopped answering: a standby may have published its address).
-    pub async fn map(&self) -> proto::ShardMapResponse {
-        if self.map_read.lock().elapsed() > Duration::from_millis(500) {
+    /// shard stopped answering: a standby may have published its address),
+    /// or over 50 ms ago and is older than version `at_least` (a client
+    /// was told the map moved).
+    pub async fn map(&self, at_least: u64) -> proto::ShardMapResponse {
+        let read = self.map_read.lock().elapsed();
+        let behind = at_least > self.map.read().version && read > Duration::from_millis(50);
+        if behind || read > Duration::from_millis(500) {
             self.refresh_map().await;
         }
         let map = self.map.read();

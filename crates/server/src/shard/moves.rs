@@ -4,7 +4,7 @@
 //! A freeze (`ShardFreeze`) is the old owner's side of a move's handover.
 //! It takes effect under the shard's lock, so every read, scan, prepare
 //! and batch that touches the range either ran wholly before it (its
-//! reads were below the read lease the freeze answers with, and its
+//! reads are at or below the floor the freeze answers with, and its
 //! writes are in the rows the new owner copies) or is refused after it,
 //! retryably, as a wrong shard naming the map version the move
 //! publishes. The check is made under the lock at each of those points
@@ -13,7 +13,9 @@
 //! to `_milana.meta` (`frozen/START`) and read again at a restart, so a
 //! shard that crashes frozen stays frozen until the freeze is lifted.
 //! Decisions of transactions prepared before the freeze still commit:
-//! the freeze answers once none is left that writes in the range.
+//! the freeze answers once none is left that writes in the range, and
+//! what the shard wrote before is durable. Its rows then move
+//! ([`super::handover`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -42,7 +44,7 @@ pub struct Frozen {
 /// The prefix of a frozen range's row in `_milana.meta`.
 const FROZEN_PREFIX: &[u8] = b"frozen/";
 
-fn row_key(start: &[u8]) -> Vec<u8> {
+pub(super) fn row_key(start: &[u8]) -> Vec<u8> {
     [FROZEN_PREFIX, start].concat()
 }
 
@@ -166,11 +168,16 @@ impl Shard {
             let decided = self.decided.notified();
             tokio::pin!(decided);
             decided.as_mut().enable();
-            {
+            let done = {
                 let st = self.lock();
-                if !st.p.prepared_in(&f.start, &f.end) {
-                    return Ok(proto::ShardFreezeResponse { lease: st.p.lease() });
-                }
+                let reads = st.p.latest_read_in(&f.start, &f.end);
+                (!st.p.prepared_in(&f.start, &f.end)).then_some((reads, st.last_csn))
+            };
+            if let Some((floor, csn)) = done {
+                // And what was written before it durable: a commit the
+                // range's next owner copies is one no crash takes back.
+                self.barrier(csn).await?;
+                return Ok(proto::ShardFreezeResponse { floor });
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -190,7 +197,9 @@ impl Shard {
             let mut st = self.lock();
             let Some(i) = st.frozen.iter().position(|o| o.start == f.start && o.end == f.end)
             else {
-                return Ok(proto::ShardFreezeResponse { lease: st.p.lease() });
+                return Ok(proto::ShardFreezeResponse {
+                    floor: st.p.latest_read_in(&f.start, &f.end),
+                });
             };
             let mut tx = self.tables.db.begin().map_err(|e| engine(&e))?;
             tx.delete(&self.tables.meta, &row_key(&f.start)).map_err(|e| engine(&e))?;
@@ -199,7 +208,7 @@ impl Shard {
             ack
         };
         ack.await.map_err(|e| engine(&e))?;
-        Ok(proto::ShardFreezeResponse { lease: self.lock().p.lease() })
+        Ok(proto::ShardFreezeResponse { floor: self.lock().p.latest_read_in(&f.start, &f.end) })
     }
 
     /// Refuse a key the current map does not give this shard.

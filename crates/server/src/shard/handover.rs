@@ -1,0 +1,208 @@
+//! A range's rows on the move (design record 0009): exported by the old
+//! owner once the range is frozen there (so they no longer change, and
+//! the freeze waited until they were durable), imported by the new owner
+//! before the map gives it the range, with the latest read the old owner
+//! served there as the range's read floor, and deleted at the old owner once the
+//! map has given the range away.
+//!
+//! The new owner's floor is written with the last rows, in the same
+//! engine transaction, and kept in `_milana.meta` (`adopted/START`): a
+//! restart raises the range's read mark to it again. So whenever the map
+//! gives the range to the new owner, no write commits there at or below
+//! a read the old owner served (MILANA §4.5's pitfall, met again).
+
+use std::ops::Bound;
+
+use milliscale::Direction;
+use milliscale_milana::types::{Key, cluster_key, split_cluster_key};
+use milliscale_milana::versions::in_range;
+use milliscale_proto::v1 as proto;
+use tonic::Status;
+
+use super::Shard;
+use super::tables::Tables;
+use crate::errors::{engine, refuse};
+
+/// The prefix of an adopted range's row in `_milana.meta`.
+const ADOPTED_PREFIX: &[u8] = b"adopted/";
+
+/// The most rows one export answers.
+const EXPORT_ROWS_MAX: usize = 10_000;
+
+/// The ranges adopted here, with their read floors: `(start, end, floor)`.
+pub(super) fn load_adopted(tables: &Tables) -> milliscale::Result<Vec<(Key, Key, u64)>> {
+    let mut tx = tables.db.begin()?;
+    let mut out = Vec::new();
+    let (lo, hi) = (Bound::Included(ADOPTED_PREFIX), Bound::Unbounded);
+    for row in tx.range(&tables.meta, lo, hi, Direction::Forward) {
+        let (k, v) = row?;
+        let Some(start) = k.strip_prefix(ADOPTED_PREFIX) else { break };
+        if v.len() < 8 {
+            return Err(milliscale::Error::Corrupt(format!("an adopted range's row of {v:?}")));
+        }
+        let floor = u64::from_be_bytes(v[..8].try_into().expect("8 bytes"));
+        out.push((start.to_vec(), v[8..].to_vec(), floor));
+    }
+    Ok(out)
+}
+
+impl Shard {
+    /// `ShardExport`: up to `limit` rows of a range frozen here, after
+    /// `after`, in key order.
+    pub async fn export(
+        &self,
+        r: proto::ShardExportRequest,
+    ) -> Result<proto::ShardExportResponse, Status> {
+        let (start, end, after) = (r.start.to_vec(), r.end.to_vec(), r.after.to_vec());
+        let limit = match r.limit as usize {
+            0 => 1_000,
+            n => n.min(EXPORT_ROWS_MAX),
+        };
+        let ranges = {
+            let mut st = self.lock();
+            if !st.frozen.iter().any(|f| f.start == start && f.end == end) {
+                return Err(refuse::invalid("a range is exported only once frozen here"));
+            }
+            st.p.versions_mut().table_ranges(&start, &end)
+        };
+        // Frozen: its rows no longer change, and are durable.
+        let tables = self.table_names();
+        let after = split_cluster_key(&after);
+        let mut tx = self.tables.db.begin().map_err(|e| engine(&e))?;
+        let mut rows = Vec::new();
+        for (table, lo, hi) in ranges {
+            let lo = match after {
+                Some((t, _)) if t > table.name() => continue,
+                Some((t, k)) if t == table.name() => match &lo {
+                    Bound::Included(l) | Bound::Excluded(l) if l.as_slice() > k => lo,
+                    _ => Bound::Excluded(k.to_vec()),
+                },
+                _ => lo,
+            };
+            let lo = lo.as_ref().map(Vec::as_slice);
+            let hi = hi.as_ref().map(Vec::as_slice);
+            for row in tx.range(&table, lo, hi, Direction::Forward) {
+                let (k, v) = row.map_err(|e| engine(&e))?;
+                if rows.len() == limit {
+                    return Ok(proto::ShardExportResponse { rows, more: true, tables });
+                }
+                let key = cluster_key(table.name(), &k);
+                rows.push(proto::ShardRow { key: key.into(), row: v.into() });
+            }
+        }
+        Ok(proto::ShardExportResponse { rows, more: false, tables })
+    }
+
+    /// `ShardImport`: rows of a range moving here, written in one engine
+    /// transaction and durable when it answers. Refused for a range this
+    /// shard's map gives it already (it would overwrite what it serves).
+    pub async fn import(
+        &self,
+        r: proto::ShardImportRequest,
+    ) -> Result<proto::ShardImportResponse, Status> {
+        let (start, end) = (r.start.to_vec(), r.end.to_vec());
+        if r.rows.iter().any(|row| !in_range(&row.key, &start, &end)) {
+            return Err(refuse::invalid("an imported row outside its range"));
+        }
+        if self.own_range(&start, &end).is_ok() {
+            return Err(refuse::invalid("the map gives this shard the range already"));
+        }
+        // The tables first: a client that created one with a map that did
+        // not name this shard yet created it elsewhere only.
+        for name in &r.tables {
+            match self.create_table(name).await {
+                Ok(()) => tracing::info!(table = %name, "created for a range moving here"),
+                Err(e) if e.code() == tonic::Code::AlreadyExists => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let ack = {
+            let mut st = self.lock();
+            let mut tx = self.tables.db.begin().map_err(|e| engine(&e))?;
+            let versions = st.p.versions_mut();
+            let mut cleared = 0i64;
+            if r.first {
+                for (table, lo, hi) in versions.table_ranges(&start, &end) {
+                    let (lo, hi) = (lo.as_ref().map(Vec::as_slice), hi.as_ref().map(Vec::as_slice));
+                    let keys: Vec<Vec<u8>> = tx
+                        .range(&table, lo, hi, Direction::Forward)
+                        .map(|row| row.map(|(k, _)| k))
+                        .collect::<milliscale::Result<_>>()
+                        .map_err(|e| engine(&e))?;
+                    for k in &keys {
+                        tx.delete(&table, k).map_err(|e| engine(&e))?;
+                    }
+                    cleared += keys.len() as i64;
+                }
+                cleared += versions.forget_range(&start, &end) as i64;
+            }
+            for row in &r.rows {
+                let Some((name, k)) = split_cluster_key(&row.key) else {
+                    return Err(refuse::invalid("an imported row's key is no table's"));
+                };
+                let table = versions.table_for(name);
+                tx.put(&table, k, &row.row).map_err(|e| engine(&e))?;
+            }
+            if r.floor > 0 {
+                let key = [ADOPTED_PREFIX, &start].concat();
+                let value = [&r.floor.to_be_bytes()[..], &end].concat();
+                tx.put(&self.tables.meta, &key, &value).map_err(|e| engine(&e))?;
+                st.p.raise_read_floor(&start, &end, r.floor);
+            }
+            st.versions += r.rows.len() as i64 - cleared;
+            tx.precommit().map_err(|e| engine(&e))?
+        };
+        ack.await.map_err(|e| engine(&e))?;
+        Ok(proto::ShardImportResponse {})
+    }
+
+    /// `ShardRelease`: once the map (read again now) gives a range frozen
+    /// here to another shard, delete its rows and lift the freeze, in one
+    /// engine transaction.
+    pub async fn release(
+        &self,
+        r: proto::ShardReleaseRequest,
+    ) -> Result<proto::ShardReleaseResponse, Status> {
+        let (start, end) = (r.start.to_vec(), r.end.to_vec());
+        self.refresh_map().await;
+        let ack = {
+            let mut st = self.lock();
+            let Some(i) = st.frozen.iter().position(|f| f.start == start && f.end == end) else {
+                return Err(refuse::invalid("no such range is frozen here"));
+            };
+            let f = st.frozen[i].clone();
+            {
+                let map = self.map.read();
+                if map.version < f.map_version || map.shard_of(&start) != f.to {
+                    return Err(Status::failed_precondition(format!(
+                        "the map (version {}) does not give the range to shard {} yet",
+                        map.version, f.to
+                    )));
+                }
+            }
+            let mut tx = self.tables.db.begin().map_err(|e| engine(&e))?;
+            let versions = st.p.versions_mut();
+            let mut deleted = 0u64;
+            for (table, lo, hi) in versions.table_ranges(&start, &end) {
+                let (lo, hi) = (lo.as_ref().map(Vec::as_slice), hi.as_ref().map(Vec::as_slice));
+                let keys: Vec<Vec<u8>> = tx
+                    .range(&table, lo, hi, Direction::Forward)
+                    .map(|row| row.map(|(k, _)| k))
+                    .collect::<milliscale::Result<_>>()
+                    .map_err(|e| engine(&e))?;
+                for k in &keys {
+                    tx.delete(&table, k).map_err(|e| engine(&e))?;
+                }
+                deleted += keys.len() as u64;
+            }
+            let replaced = versions.forget_range(&start, &end) as i64;
+            tx.delete(&self.tables.meta, &super::moves::row_key(&start)).map_err(|e| engine(&e))?;
+            let ack = tx.precommit().map_err(|e| engine(&e))?;
+            st.frozen.remove(i);
+            st.versions -= deleted as i64 + replaced;
+            (ack, deleted)
+        };
+        ack.0.await.map_err(|e| engine(&e))?;
+        Ok(proto::ShardReleaseResponse { deleted: ack.1 })
+    }
+}
