@@ -5,6 +5,7 @@
 //! no error, and every write it was told committed reads back.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,7 +15,7 @@ use milliscale_client::{Batch, Client, Cluster};
 use milliscale_milana::shard_map::MapStore;
 use milliscale_milana::types::cluster_key;
 
-use super::shard_kill::{BIN, free_port, logs, primary, url};
+use super::shard_kill::{BIN, Proc, free_port, logs, primary, url};
 
 pub(super) const TABLE: &str = "kv";
 const KEYS: u64 = 50;
@@ -67,29 +68,46 @@ pub(super) async fn map_at_least(c: &Cluster, version: u64) {
     }
 }
 
-#[test]
-fn a_shard_joins_a_range_splits_and_an_empty_shard_leaves_while_a_client_writes() {
-    let dir = tempfile::tempdir().expect("dir");
-    let d = dir.path();
+/// What a cluster test's writer returns ([`write`]).
+pub(super) type Written = (BTreeMap<Vec<u8>, u64>, Vec<String>, u64);
+
+/// A cluster of one shard, shard 0 (`kv` from `k00`, and all else),
+/// started in `d`: its process, the map's store and its URL.
+pub(super) fn one_shard(d: &Path) -> (Proc, MapStore, String) {
     let map = url(d, "map");
     let shard0 = format!("{}={}", free_port(), url(d, "shard0"));
     let init = cli(&["cluster", "init", "--map", &map, "--shard", &shard0, "--split", "kv=k00"]);
     assert!(init.status.success(), "{}", said(&init));
-    let _p0 = primary(d, 0);
+    let p0 = primary(d, 0);
     let maps = MapStore::new(milliscale::store::open(&map).expect("the map's store"), "");
-    let addr0 = maps.latest().expect("map").expect("a map").shards[&0].addr.clone();
+    (p0, maps, map)
+}
 
-    let rt = tokio::runtime::Runtime::new().expect("runtime");
+/// A client of the cluster through `addr` that created the table (with
+/// the map that shard has now), and its writer ([`write`]) started.
+pub(super) fn writing(
+    rt: &tokio::runtime::Runtime,
+    addr: &str,
+) -> (Cluster, Arc<AtomicBool>, tokio::task::JoinHandle<Written>) {
     let client = rt.block_on(async {
-        let c = Cluster::builder(addr0.clone()).client_id(7).connect().await.expect("client");
+        let c = Cluster::builder(addr.to_owned()).client_id(7).connect().await.expect("client");
         c.create_table(TABLE).await.expect("create");
         c
     });
-    // The writer: one key a batch, in turn, each its sequence number;
-    // what it was told committed, by key.
     let stop = Arc::new(AtomicBool::new(false));
     let writer = rt.spawn(write(client.clone(), Arc::clone(&stop)));
     std::thread::sleep(Duration::from_millis(300));
+    (client, stop, writer)
+}
+
+#[test]
+fn a_shard_joins_a_range_splits_and_an_empty_shard_leaves_while_a_client_writes() {
+    let dir = tempfile::tempdir().expect("dir");
+    let d = dir.path();
+    let (_p0, maps, map) = one_shard(d);
+    let addr0 = maps.latest().expect("map").expect("a map").shards[&0].addr.clone();
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let (client, stop, writer) = writing(&rt, &addr0);
 
     // A shard joins: in the map first, owning nothing; then started, it
     // takes the table from shard 0.

@@ -5,26 +5,20 @@
 //! from a client that opens the cluster afresh, and each shard ends up
 //! holding only the rows of the ranges the map gives it.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use milliscale_client::{Batch, Client, Cluster, proto};
-use milliscale_milana::shard_map::MapStore;
 use milliscale_milana::types::cluster_key;
 
-use super::cluster_change::{TABLE, cli, map_at_least, said, write};
+use super::cluster_change::{TABLE, cli, map_at_least, one_shard, said, writing};
 use super::shard_kill::{free_port, logs, primary, url};
 
 #[test]
 fn a_range_moves_there_and_back_while_a_client_writes() {
     let dir = tempfile::tempdir().expect("dir");
     let d = dir.path();
-    let map = url(d, "map");
-    let shard0 = format!("{}={}", free_port(), url(d, "shard0"));
-    let init = cli(&["cluster", "init", "--map", &map, "--shard", &shard0, "--split", "kv=k00"]);
-    assert!(init.status.success(), "{}", said(&init));
-    let _p0 = primary(d, 0);
+    let (_p0, maps, map) = one_shard(d);
     let add = cli(&[
         "cluster",
         "add-shard",
@@ -39,21 +33,12 @@ fn a_range_moves_there_and_back_while_a_client_writes() {
     let _p1 = primary(d, 1);
     let split = cli(&["cluster", "split", "--map", &map, "--at", "kv=k25"]);
     assert!(split.status.success(), "{}", said(&split));
-    let maps = MapStore::new(milliscale::store::open(&map).expect("the map's store"), "");
     let m = maps.latest().expect("map").expect("a map");
     let (addr0, addr1) = (m.shards[&0].addr.clone(), m.shards[&1].addr.clone());
-
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let client = rt.block_on(async {
-        let c = Cluster::builder(addr0.clone()).client_id(7).connect().await.expect("client");
-        // Created with whatever map shard 0 has now: shard 1 may miss
-        // it, and a range moved there brings it.
-        c.create_table(TABLE).await.expect("create");
-        c
-    });
-    let stop = Arc::new(AtomicBool::new(false));
-    let writer = rt.spawn(write(client.clone(), Arc::clone(&stop)));
-    std::thread::sleep(Duration::from_millis(400));
+    // The table is created with whatever map shard 0 has now: shard 1 may
+    // miss it, and a range moved there brings it.
+    let (_client, stop, writer) = writing(&rt, &addr0);
 
     // There, back, there: versions 4, 5, 6.
     for (to, version) in [("1", 4), ("0", 5), ("1", 6)] {

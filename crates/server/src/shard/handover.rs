@@ -14,6 +14,7 @@
 use std::ops::Bound;
 
 use milliscale::Direction;
+use milliscale_milana::engine_versions::EngineVersions;
 use milliscale_milana::types::{Key, cluster_key, split_cluster_key};
 use milliscale_milana::versions::in_range;
 use milliscale_proto::v1 as proto;
@@ -44,6 +45,29 @@ pub(super) fn load_adopted(tables: &Tables) -> milliscale::Result<Vec<(Key, Key,
         out.push((start.to_vec(), v[8..].to_vec(), floor));
     }
     Ok(out)
+}
+
+/// Delete in `tx` every row in `[start, end)` (cluster keys); how many.
+fn delete_rows(
+    tx: &mut milliscale::AsyncTransaction,
+    versions: &EngineVersions,
+    start: &[u8],
+    end: &[u8],
+) -> Result<u64, Status> {
+    let mut deleted = 0;
+    for (table, lo, hi) in versions.table_ranges(start, end) {
+        let (lo, hi) = (lo.as_ref().map(Vec::as_slice), hi.as_ref().map(Vec::as_slice));
+        let keys: Vec<Vec<u8>> = tx
+            .range(&table, lo, hi, Direction::Forward)
+            .map(|row| row.map(|(k, _)| k))
+            .collect::<milliscale::Result<_>>()
+            .map_err(|e| engine(&e))?;
+        for k in &keys {
+            tx.delete(&table, k).map_err(|e| engine(&e))?;
+        }
+        deleted += keys.len() as u64;
+    }
+    Ok(deleted)
 }
 
 impl Shard {
@@ -122,18 +146,7 @@ impl Shard {
             let versions = st.p.versions_mut();
             let mut cleared = 0i64;
             if r.first {
-                for (table, lo, hi) in versions.table_ranges(&start, &end) {
-                    let (lo, hi) = (lo.as_ref().map(Vec::as_slice), hi.as_ref().map(Vec::as_slice));
-                    let keys: Vec<Vec<u8>> = tx
-                        .range(&table, lo, hi, Direction::Forward)
-                        .map(|row| row.map(|(k, _)| k))
-                        .collect::<milliscale::Result<_>>()
-                        .map_err(|e| engine(&e))?;
-                    for k in &keys {
-                        tx.delete(&table, k).map_err(|e| engine(&e))?;
-                    }
-                    cleared += keys.len() as i64;
-                }
+                cleared += delete_rows(&mut tx, versions, &start, &end)? as i64;
                 cleared += versions.forget_range(&start, &end) as i64;
             }
             for row in &r.rows {
@@ -182,19 +195,7 @@ impl Shard {
             }
             let mut tx = self.tables.db.begin().map_err(|e| engine(&e))?;
             let versions = st.p.versions_mut();
-            let mut deleted = 0u64;
-            for (table, lo, hi) in versions.table_ranges(&start, &end) {
-                let (lo, hi) = (lo.as_ref().map(Vec::as_slice), hi.as_ref().map(Vec::as_slice));
-                let keys: Vec<Vec<u8>> = tx
-                    .range(&table, lo, hi, Direction::Forward)
-                    .map(|row| row.map(|(k, _)| k))
-                    .collect::<milliscale::Result<_>>()
-                    .map_err(|e| engine(&e))?;
-                for k in &keys {
-                    tx.delete(&table, k).map_err(|e| engine(&e))?;
-                }
-                deleted += keys.len() as u64;
-            }
+            let deleted = delete_rows(&mut tx, versions, &start, &end)?;
             let replaced = versions.forget_range(&start, &end) as i64;
             tx.delete(&self.tables.meta, &super::moves::row_key(&start)).map_err(|e| engine(&e))?;
             let ack = tx.precommit().map_err(|e| engine(&e))?;
