@@ -107,7 +107,14 @@ async fn moving(maps: &MapStore, p: &Plan, a: &MoveArgs) -> Result<(), Failure> 
         unfreeze,
     };
     let started = Instant::now();
-    let floor = src.shard_freeze(freeze(false)).await.map_err(run("freezing the range"))?;
+    let floor = match src.shard_freeze(freeze(false)).await {
+        Ok(floor) => floor,
+        Err(e) => {
+            // Frozen perhaps, not published: the range may be served again.
+            let _ = src.shard_freeze(freeze(true)).await;
+            return Err(run("freezing the range")(e));
+        }
+    };
     eprintln!("frozen on shard {} for map version {version} (latest read {floor})", p.from);
     let copied = match copy(&src, &dst, p, a.page_rows, floor).await {
         Ok(n) => n,

@@ -148,11 +148,18 @@ impl Shard {
                     )));
                 }
                 None => {
-                    st.frozen.push(f.clone());
+                    // Frozen here once its record is on its way: a freeze
+                    // answered again must be one a restart keeps.
                     let mut tx = self.tables.db.begin().map_err(|e| engine(&e))?;
                     tx.put(&self.tables.meta, &row_key(&f.start), &row_value(&f))
                         .map_err(|e| engine(&e))?;
-                    Some(tx.precommit().map_err(|e| engine(&e))?)
+                    let ack = tx.precommit().map_err(|e| engine(&e))?;
+                    if let Some(csn) = ack.csn() {
+                        // The answer's barrier covers the record too.
+                        st.last_csn = st.last_csn.max(csn);
+                    }
+                    st.frozen.push(f.clone());
+                    Some(ack)
                 }
             }
         };
