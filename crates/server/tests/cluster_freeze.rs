@@ -184,6 +184,31 @@ async fn a_moved_range_keeps_the_reads_its_old_owner_served_below_new_writes() {
         tokio::time::sleep(Duration::from_millis(60)).await;
     }
 
+    // Shard 0, not yet released, refuses rows moving back into the range
+    // (its freeze would refuse the range once back, and its release would
+    // delete them).
+    while r0
+        .shard_map(proto::ShardMapRequest { at_least: 2 })
+        .await
+        .expect("map")
+        .into_inner()
+        .version
+        < 2
+    {
+        tokio::time::sleep(Duration::from_millis(60)).await;
+    }
+    let back = proto::ShardImportRequest {
+        start: cluster_key(TABLE, &account(3)).into(),
+        end: end.clone().into(),
+        first: true,
+        ..Default::default()
+    };
+    let st = r0.shard_import(back).await.expect_err("an import into a range not released");
+    assert_eq!(st.code(), tonic::Code::FailedPrecondition, "{st:?}");
+    let release =
+        proto::ShardReleaseRequest { start: start.clone().into(), end: end.clone().into() };
+    assert_eq!(r0.shard_release(release).await.expect("release").into_inner().deleted, 1);
+
     // Below the read: refused; above it: accepted.
     assert!(!vote_at(&mut r1, 1, 2, read_at - 1_000).await, "a write below a read served");
     assert!(!vote_at(&mut r1, 2, 3, read_at).await, "a write at a read served");

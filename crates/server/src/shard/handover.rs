@@ -142,6 +142,20 @@ impl Shard {
         }
         let ack = {
             let mut st = self.lock();
+            // A range that moved away from here and was not released yet
+            // (its mover stopped after publishing) must be released first:
+            // its freeze would refuse the range once it is back, and its
+            // release would delete the rows imported now.
+            let stale = st
+                .frozen
+                .iter()
+                .find(|f| (f.end.is_empty() || start < f.end) && (end.is_empty() || f.start < end));
+            if let Some(f) = stale {
+                return Err(Status::failed_precondition(format!(
+                    "a range frozen here for its move to shard {} (map version {}) overlaps this                      one: release it first",
+                    f.to, f.map_version
+                )));
+            }
             let mut tx = self.tables.db.begin().map_err(|e| engine(&e))?;
             let versions = st.p.versions_mut();
             let mut cleared = 0i64;
