@@ -48,6 +48,9 @@ pub(crate) enum ClusterCmd {
     /// 0009): frozen on its shard, copied, the map's next version
     /// published, released. The range is refused, retryably, meanwhile.
     Move(crate::cluster_move::MoveArgs),
+    /// Finish a move whose mover stopped after publishing the map: the
+    /// old owner deletes the range's rows and lifts its freeze.
+    Release(crate::cluster_move::ReleaseArgs),
 }
 
 #[derive(Args)]
@@ -193,6 +196,7 @@ pub(crate) fn cluster(cmd: ClusterCmd) -> Result<(), Failure> {
             Ok(())
         }
         ClusterCmd::Move(a) => crate::cluster_move::move_range(a),
+        ClusterCmd::Release(a) => crate::cluster_move::release(a),
         ClusterCmd::Show(a) => {
             let map = a.open()?.latest().map_err(|e| e.to_string())?;
             let map = map.ok_or_else(|| Failure::Run("no shard map published".into()))?;

@@ -220,3 +220,47 @@ async fn copy(
         }
     }
 }
+
+#[derive(Args)]
+pub(crate) struct ReleaseArgs {
+    #[command(flatten)]
+    map: MapArgs,
+    /// The range, by the key it begins at, as `TABLE=KEY`.
+    #[arg(long, value_name = "TABLE=KEY")]
+    range: String,
+    /// The shard it moved away from, which still holds it frozen.
+    #[arg(long)]
+    from: u32,
+    /// The bearer token (a writer's) for the shard.
+    #[arg(long, env = "MILLISCALE_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+}
+
+/// `cluster release`: the last step of a move whose mover stopped after
+/// publishing: the old owner deletes the range's rows and lifts its
+/// freeze, once the map gives the range to the shard it moved to.
+pub(crate) fn release(a: ReleaseArgs) -> Result<(), Failure> {
+    let maps = a.map.open()?;
+    let map = maps.latest().map_err(|e| e.to_string())?;
+    let map = map.ok_or_else(|| Failure::Run("no shard map published".into()))?;
+    let (table, key) = a
+        .range
+        .split_once('=')
+        .ok_or_else(|| Failure::Usage(format!("--range {}: expected TABLE=KEY", a.range)))?;
+    let start = cluster_key(table, key.as_bytes());
+    let i = map.ranges.iter().position(|(k, _)| *k == start).ok_or_else(|| {
+        Failure::Usage(format!("no range of map version {} begins at {}", map.version, a.range))
+    })?;
+    if !map.shards.contains_key(&a.from) {
+        return Err(Failure::Usage(format!("map version {} has no shard {}", map.version, a.from)));
+    }
+    let end = map.ranges.get(i + 1).map(|(k, _)| k.clone()).unwrap_or_default();
+    let rt = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
+    rt.block_on(async {
+        let c = connect(&map, a.from, a.token.as_ref()).await?;
+        let r = proto::ShardReleaseRequest { start: start.into(), end: end.into() };
+        let deleted = c.shard_release(r).await.map_err(run("releasing the range"))?;
+        println!("released range {} on shard {}: {deleted} rows deleted", a.range, a.from);
+        Ok(())
+    })
+}

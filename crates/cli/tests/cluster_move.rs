@@ -85,6 +85,18 @@ fn a_range_moves_there_and_back_while_a_client_writes() {
     let back = cli(&["cluster", "move", "--map", &map, "--range", "kv=k25", "--to", "1"]);
     assert!(back.status.success(), "{}", said(&back));
 
+    // Nothing to release: shard 0 holds the range frozen no more (each
+    // mover released it), and says so; a range that does not begin at
+    // the key is refused.
+    let none = cli(&["cluster", "release", "--map", &map, "--range", "kv=k25", "--from", "0"]);
+    assert!(
+        !none.status.success() && said(&none).contains("no such range is frozen"),
+        "{}",
+        said(&none)
+    );
+    let bad = cli(&["cluster", "release", "--map", &map, "--range", "kv=k26", "--from", "0"]);
+    assert!(!bad.status.success() && said(&bad).contains("no range"), "{}", said(&bad));
+
     stop.store(true, Ordering::Relaxed);
     let (acked, errors, sent) = rt.block_on(writer).expect("writer");
     assert!(errors.is_empty(), "the client saw errors: {errors:?}\n{}", logs(d));

@@ -152,7 +152,8 @@ impl Shard {
                 .find(|f| (f.end.is_empty() || start < f.end) && (end.is_empty() || f.start < end));
             if let Some(f) = stale {
                 return Err(Status::failed_precondition(format!(
-                    "a range frozen here for its move to shard {} (map version {}) overlaps this                      one: release it first",
+                    "a range frozen here for its move to shard {} (map version {}) overlaps this one: \
+                     release it first (`milliscale cluster release`)",
                     f.to, f.map_version
                 )));
             }
