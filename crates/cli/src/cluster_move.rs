@@ -48,18 +48,26 @@ struct Plan {
     from: u32,
 }
 
-fn plan(map: ShardMap, a: &MoveArgs) -> Result<Plan, Failure> {
-    let (table, key) = a
-        .range
+/// The range of `map` that begins at `range` (`TABLE=KEY`): its index in
+/// the map's ranges, and its bounds as cluster keys (`end` empty: no end).
+fn range_at(map: &ShardMap, range: &str) -> Result<(usize, Vec<u8>, Vec<u8>), Failure> {
+    let (table, key) = range
         .split_once('=')
-        .ok_or_else(|| Failure::Usage(format!("--range {}: expected TABLE=KEY", a.range)))?;
+        .ok_or_else(|| Failure::Usage(format!("--range {range}: expected TABLE=KEY")))?;
     let start = cluster_key(table, key.as_bytes());
     let i = map.ranges.iter().position(|(k, _)| *k == start).ok_or_else(|| {
         Failure::Usage(format!(
-            "no range of map version {} begins at {}; `milliscale cluster split --at {}` first",
-            map.version, a.range, a.range
+            "no range of map version {} begins at {range}; `milliscale cluster split --at \
+             {range}` first",
+            map.version
         ))
     })?;
+    let end = map.ranges.get(i + 1).map(|(k, _)| k.clone()).unwrap_or_default();
+    Ok((i, start, end))
+}
+
+fn plan(map: ShardMap, a: &MoveArgs) -> Result<Plan, Failure> {
+    let (i, start, end) = range_at(&map, &a.range)?;
     let from = map.ranges[i].1;
     if from == a.to {
         return Err(Failure::Usage(format!("the range is on shard {from} already")));
@@ -67,7 +75,6 @@ fn plan(map: ShardMap, a: &MoveArgs) -> Result<Plan, Failure> {
     if !map.shards.contains_key(&a.to) {
         return Err(Failure::Usage(format!("map version {} has no shard {}", map.version, a.to)));
     }
-    let end = map.ranges.get(i + 1).map(|(k, _)| k.clone()).unwrap_or_default();
     Ok(Plan { map, i, start, end, from })
 }
 
@@ -243,18 +250,10 @@ pub(crate) fn release(a: ReleaseArgs) -> Result<(), Failure> {
     let maps = a.map.open()?;
     let map = maps.latest().map_err(|e| e.to_string())?;
     let map = map.ok_or_else(|| Failure::Run("no shard map published".into()))?;
-    let (table, key) = a
-        .range
-        .split_once('=')
-        .ok_or_else(|| Failure::Usage(format!("--range {}: expected TABLE=KEY", a.range)))?;
-    let start = cluster_key(table, key.as_bytes());
-    let i = map.ranges.iter().position(|(k, _)| *k == start).ok_or_else(|| {
-        Failure::Usage(format!("no range of map version {} begins at {}", map.version, a.range))
-    })?;
+    let (_, start, end) = range_at(&map, &a.range)?;
     if !map.shards.contains_key(&a.from) {
         return Err(Failure::Usage(format!("map version {} has no shard {}", map.version, a.from)));
     }
-    let end = map.ranges.get(i + 1).map(|(k, _)| k.clone()).unwrap_or_default();
     let rt = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     rt.block_on(async {
         let c = connect(&map, a.from, a.token.as_ref()).await?;

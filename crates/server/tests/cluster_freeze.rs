@@ -24,6 +24,16 @@ fn freeze(start: u32, end: u32, unfreeze: bool) -> proto::ShardFreezeRequest {
     }
 }
 
+/// A read of account `key` served by `r` at `ahead` µs past now (ahead
+/// of the clocks); its timestamp.
+async fn read_ahead(r: &mut crate::cluster::Raw, key: u32, ahead: u64) -> u64 {
+    let at = now_us() + ahead;
+    let key = proto::TableKey { table: TABLE.into(), key: account(key).into() };
+    let read = proto::ShardReadRequest { keys: vec![key], at, client: 78, low_water: 0 };
+    r.shard_read(read).await.expect("a read, ahead of the clocks");
+    at
+}
+
 /// A one-shot batch reading `key`, run once: its error's kind, if any.
 async fn get_kind(c: &Cluster, key: u32) -> Option<String> {
     let mut b = Batch::new();
@@ -45,10 +55,7 @@ async fn a_frozen_range_is_served_no_more_until_unfrozen_even_across_a_restart()
     // A read of a02 served at a timestamp a little ahead: the freeze's
     // floor is no lower.
     let mut r0 = raw(f.addrs[0]).await;
-    let read_at = now_us() + 50_000;
-    let key = proto::TableKey { table: TABLE.into(), key: account(2).into() };
-    let read = proto::ShardReadRequest { keys: vec![key], at: read_at, client: 78, low_water: 0 };
-    r0.shard_read(read).await.expect("a read at shard 0");
+    let read_at = read_ahead(&mut r0, 2, 50_000).await;
     // A transaction across shards 0 and 1, prepared on shard 0 (writing
     // a03) before the freeze of [a02, a04): the freeze waits for it.
     let p = prepare(77, 1, account(3), vec![0, 1]);
@@ -129,10 +136,7 @@ async fn a_moved_range_keeps_the_reads_its_old_owner_served_below_new_writes() {
     b.put(TABLE, &account(2), b"1");
     c.execute(b).await.expect("write a02");
     let mut r0 = raw(f.addrs[0]).await;
-    let read_at = now_us() + 2_000_000;
-    let key = proto::TableKey { table: TABLE.into(), key: account(2).into() };
-    let read = proto::ShardReadRequest { keys: vec![key], at: read_at, client: 78, low_water: 0 };
-    r0.shard_read(read).await.expect("a read at shard 0, ahead of the clocks");
+    let read_at = read_ahead(&mut r0, 2, 2_000_000).await;
 
     // [a02, a04) moves from shard 0 to shard 1, as `cluster move` does.
     let (start, end) = (cluster_key(TABLE, &account(2)), cluster_key(TABLE, &account(4)));
