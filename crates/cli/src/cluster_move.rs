@@ -6,7 +6,9 @@
 //! point), then release it on the old owner. The range is refused,
 //! retryably, from the freeze until the clients have the new map. Run
 //! again with the same arguments while the map has not moved, it finishes
-//! a move whose mover stopped before publishing.
+//! a move whose mover stopped before publishing; left alone, the old
+//! owner gives such a move up after its move timeout, and releases a
+//! range whose move was published (`shard/moves.rs` in the server).
 
 use std::time::{Duration, Instant};
 
@@ -137,7 +139,10 @@ async fn moving(maps: &MapStore, p: &Plan, a: &MoveArgs) -> Result<(), Failure> 
     match maps.publish(&next) {
         Ok(()) => {}
         Err(MapError::Lost(_)) => {
-            src.shard_freeze(freeze(true)).await.map_err(run("lifting the freeze"))?;
+            // Given up: the old owner lifts its freeze once the version
+            // on the store does not give the range away (or releases the
+            // range if it does: a publish taken for lost that landed).
+            src.shard_freeze(freeze(true)).await.map_err(run("giving the move up"))?;
             return Err(Failure::Run(format!(
                 "another change published map version {version} first: the range stays on \
                  shard {}; move it again",
@@ -146,8 +151,9 @@ async fn moving(maps: &MapStore, p: &Plan, a: &MoveArgs) -> Result<(), Failure> 
         }
         Err(e) => {
             return Err(Failure::Run(format!(
-                "publishing map version {version}: {e}; the range stays frozen on shard {}: \
-                 run the move again",
+                "publishing map version {version}: {e}; the range stays frozen on shard {} \
+                 until the move is run again, or until the shard gives it up after its move \
+                 timeout",
                 p.from
             )));
         }
@@ -166,7 +172,9 @@ async fn moving(maps: &MapStore, p: &Plan, a: &MoveArgs) -> Result<(), Failure> 
     let mut tries = 0;
     let deleted = loop {
         match src.shard_release(release.clone()).await {
-            Ok(n) => break n,
+            Ok(n) => break n.to_string(),
+            // Released by the old owner itself, once it read the map.
+            Err(e) if e.code() == milliscale_client::Code::NotFound => break "its".into(),
             Err(e) if tries < 50 => {
                 tries += 1;
                 if tries == 50 {

@@ -65,6 +65,7 @@ pub struct ClusterBuilder {
     id: Option<ClientId>,
     skew: i64,
     rpc_timeout: Duration,
+    move_wait: Duration,
     local_validation: bool,
 }
 
@@ -108,6 +109,16 @@ impl ClusterBuilder {
     /// How long to wait for one answer from a shard (default 2 s).
     pub fn rpc_timeout(mut self, d: Duration) -> ClusterBuilder {
         self.rpc_timeout = d;
+        self
+    }
+
+    /// How long a call refused because its range is moving waits for the
+    /// map version that the move publishes, reading the map again with a
+    /// doubling pause (default 15 s, past a shard's 10 s timeout for a
+    /// move whose mover stopped). The wait is not counted as a retry;
+    /// past it, the refusal is returned (retryable).
+    pub fn move_wait(mut self, d: Duration) -> ClusterBuilder {
+        self.move_wait = d;
         self
     }
 
@@ -219,6 +230,7 @@ impl Cluster {
             id: None,
             skew: 0,
             rpc_timeout: Duration::from_secs(2),
+            move_wait: Duration::from_secs(15),
             local_validation: true,
         }
     }
@@ -277,6 +289,31 @@ impl Cluster {
             return Ok(());
         }
         Err(last.unwrap_or_else(|| Error::local("no shard to ask for the map".into())))
+    }
+
+    /// After a wrong-shard answer naming a map version newer than the
+    /// client's (a range frozen for a move names the version the move
+    /// publishes): read the map again, with a doubling pause (2 ms to
+    /// 100 ms), until it is that version or later or the move wait is
+    /// over. Whether the client's map is that new now.
+    pub(crate) async fn await_map(&self, e: &Error) -> bool {
+        let want = e.map_version();
+        if e.kind() != "wrong_shard" || want <= self.map().version {
+            return false;
+        }
+        let deadline = std::time::Instant::now() + self.inner.builder.move_wait;
+        let mut pause = Duration::from_millis(2);
+        loop {
+            let _ = self.refresh().await;
+            if self.map().version >= want {
+                return true;
+            }
+            if std::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(100));
+        }
     }
 
     fn shard(&self, s: ShardId) -> Result<Client> {
@@ -520,10 +557,14 @@ impl Cluster {
     }
 
     /// What a read or scan does after `e`: `Ok` to try again (the shard
-    /// said the key is not its own: the map is reloaded, up to 3 times
-    /// per read), or the error to return (a shard that did not answer:
+    /// said the key is not its own, or its range is moving: the map is
+    /// reloaded, waiting for the version the shard named, or up to 3
+    /// times per read), or the error to return (a shard that did not answer:
     /// the map is reloaded for the transaction's next run).
     pub(crate) async fn after_read_error(&self, e: Error, tries: &mut u32) -> Result<()> {
+        if self.await_map(&e).await {
+            return Ok(());
+        }
         if e.kind() == "wrong_shard" && *tries < 3 {
             *tries += 1;
             return self.refresh().await;

@@ -16,55 +16,47 @@ pub struct Error {
     kind: String,
     retryable: bool,
     message: String,
+    /// For a cluster's `wrong_shard`: the map version the shard named
+    /// (the one it serves under, or the one a move in flight publishes).
+    map_version: u64,
 }
 
 impl Error {
+    fn new(code: tonic::Code, kind: &str, retryable: bool, message: String) -> Error {
+        Error { code, kind: kind.into(), retryable, message, map_version: 0 }
+    }
+
     /// An error raised in the client itself (bad address, no connection).
     pub(crate) fn local(message: String) -> Error {
-        Error { code: tonic::Code::Unavailable, kind: "client".into(), retryable: false, message }
+        Error::new(tonic::Code::Unavailable, "client", false, message)
     }
 
     /// A cluster transaction that failed validation: nothing of it
     /// committed; run it again.
     pub(crate) fn conflict(message: String) -> Error {
-        Error { code: tonic::Code::Aborted, kind: "conflict".into(), retryable: true, message }
+        Error::new(tonic::Code::Aborted, "conflict", true, message)
     }
 
     /// A shard that did not answer before anything was prepared: nothing
     /// of the transaction committed.
     pub(crate) fn unavailable(message: String) -> Error {
-        Error {
-            code: tonic::Code::Unavailable,
-            kind: "unavailable".into(),
-            retryable: true,
-            message,
-        }
+        Error::new(tonic::Code::Unavailable, "unavailable", true, message)
     }
 
     /// A cluster commit whose votes did not all come back: it may commit
     /// or abort (the shards settle it).
     pub(crate) fn unknown(message: String) -> Error {
-        Error { code: tonic::Code::Unavailable, kind: "unknown".into(), retryable: false, message }
+        Error::new(tonic::Code::Unavailable, "unknown", false, message)
     }
 
     /// Bad input, refused by the client.
     pub(crate) fn invalid(message: String) -> Error {
-        Error {
-            code: tonic::Code::InvalidArgument,
-            kind: "invalid_input".into(),
-            retryable: false,
-            message,
-        }
+        Error::new(tonic::Code::InvalidArgument, "invalid_input", false, message)
     }
 
     /// A key with no value where one was needed (a patch on a cluster).
     pub(crate) fn not_found(message: &str) -> Error {
-        Error {
-            code: tonic::Code::NotFound,
-            kind: "not_found".into(),
-            retryable: false,
-            message: message.into(),
-        }
+        Error::new(tonic::Code::NotFound, "not_found", false, message.into())
     }
 
     /// The same error, its message prefixed with what was being done.
@@ -75,17 +67,13 @@ impl Error {
 
     /// A request over the message limit, refused before it was sent.
     pub(crate) fn too_large(len: usize, max: usize) -> Error {
-        Error {
-            code: tonic::Code::OutOfRange,
-            kind: "limit".into(),
-            retryable: false,
-            message: format!(
-                "the request is {len} bytes, over the message limit of {max} bytes ({:.1} MiB): \
-                 send less per call, or raise the limit on both sides (`milliscale serve \
-                 --max-message-bytes`, `ClientBuilder::max_message_bytes`)",
-                max as f64 / f64::from(1u32 << 20)
-            ),
-        }
+        let message = format!(
+            "the request is {len} bytes, over the message limit of {max} bytes ({:.1} MiB): \
+             send less per call, or raise the limit on both sides (`milliscale serve \
+             --max-message-bytes`, `ClientBuilder::max_message_bytes`)",
+            max as f64 / f64::from(1u32 << 20)
+        );
+        Error::new(tonic::Code::OutOfRange, "limit", false, message)
     }
 
     /// One failed answer of a stream of batches: what a call's status and
@@ -96,36 +84,29 @@ impl Error {
             kind: if f.kind.is_empty() { "transport".into() } else { f.kind },
             retryable: f.retryable,
             message: f.message,
+            map_version: f.map_version,
         }
     }
 
     /// A batch sent on a stream that ended before its answer came: it may
     /// or may not have committed, so it is not marked retryable.
     pub(crate) fn unanswered(why: &Error) -> Error {
-        Error {
-            code: tonic::Code::Unavailable,
-            kind: "transport".into(),
-            retryable: false,
-            message: format!(
-                "the stream ended before this batch's answer ({}); it may or may not have committed",
-                why.message
-            ),
-        }
+        let message = format!(
+            "the stream ended before this batch's answer ({}); it may or may not have committed",
+            why.message
+        );
+        Error::new(tonic::Code::Unavailable, "transport", false, message)
     }
 
     /// A pipelined batch whose stream ended after its pre-commit answer
     /// but before the server said it was durable.
     pub(crate) fn durability_unknown(why: &Error) -> Error {
-        Error {
-            code: tonic::Code::Unavailable,
-            kind: "transport".into(),
-            retryable: false,
-            message: format!(
-                "the stream ended before the server said this pre-committed batch was durable \
-                 ({}); it may or may not survive",
-                why.message
-            ),
-        }
+        let message = format!(
+            "the stream ended before the server said this pre-committed batch was durable \
+             ({}); it may or may not survive",
+            why.message
+        );
+        Error::new(tonic::Code::Unavailable, "transport", false, message)
     }
 
     /// The gRPC status code.
@@ -153,6 +134,13 @@ impl Error {
     pub fn message(&self) -> &str {
         &self.message
     }
+
+    /// For a cluster's `wrong_shard`, the shard map version the shard
+    /// named: the one it serves under, or the one that a move of the
+    /// range, frozen there meanwhile, publishes (0: none named).
+    pub fn map_version(&self) -> u64 {
+        self.map_version
+    }
 }
 
 impl From<tonic::Status> for Error {
@@ -163,6 +151,7 @@ impl From<tonic::Status> for Error {
             kind: meta("milliscale-error").unwrap_or_else(|| "transport".into()),
             retryable: meta("milliscale-retryable").as_deref() == Some("true"),
             message: s.message().to_owned(),
+            map_version: meta("milliscale-map-version").and_then(|v| v.parse().ok()).unwrap_or(0),
         }
     }
 }

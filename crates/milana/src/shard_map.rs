@@ -73,6 +73,16 @@ impl ShardMap {
         self.ranges[i.saturating_sub(1)].1
     }
 
+    /// The shard that owns every key of `[start, end)` (an empty `end`:
+    /// no end), if one does.
+    pub fn sole_owner(&self, start: &[u8], end: &[u8]) -> Option<ShardId> {
+        let owner = self.shard_of(start);
+        let split = self.ranges.iter().any(|(first, s)| {
+            first.as_slice() > start && (end.is_empty() || first.as_slice() < end) && *s != owner
+        });
+        (!split).then_some(owner)
+    }
+
     /// Whether `shard` owns a range.
     pub fn owns_any(&self, shard: ShardId) -> bool {
         self.ranges.iter().any(|(_, s)| *s == shard)
@@ -205,6 +215,23 @@ impl MapStore {
             .map_err(|e| MapError::Invalid(format!("{newest}: {e}")))?;
         if self.key(map.version) != newest {
             return Err(MapError::Invalid(format!("{newest} holds version {}", map.version)));
+        }
+        map.check()?;
+        Ok(Some(map))
+    }
+
+    /// Version `version`, if it was published.
+    pub fn get(&self, version: u64) -> Result<Option<ShardMap>, MapError> {
+        let key = self.key(version);
+        let bytes = match self.store.get(&key) {
+            Ok(b) => b,
+            Err(StoreError::NotFound(_)) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let map: ShardMap =
+            serde_json::from_slice(&bytes).map_err(|e| MapError::Invalid(format!("{key}: {e}")))?;
+        if map.version != version {
+            return Err(MapError::Invalid(format!("{key} holds version {}", map.version)));
         }
         map.check()?;
         Ok(Some(map))
@@ -360,6 +387,17 @@ mod tests {
     }
 
     #[test]
+    fn a_range_has_a_sole_owner_only_if_no_other_shard_owns_part_of_it() {
+        let m = map(1, &[("", 0), ("g", 1), ("p", 1), ("t", 2)]);
+        assert_eq!(m.sole_owner(b"g", b"p"), Some(1));
+        assert_eq!(m.sole_owner(b"g", b"t"), Some(1), "two ranges of one shard");
+        assert_eq!(m.sole_owner(b"h", b"i"), Some(1), "inside a range");
+        assert_eq!(m.sole_owner(b"a", b"h"), None, "across shards 0 and 1");
+        assert_eq!(m.sole_owner(b"p", b""), None, "to the end, across shards 1 and 2");
+        assert_eq!(m.sole_owner(b"t", b""), Some(2));
+    }
+
+    #[test]
     fn versions_are_published_once_in_order_and_a_racing_publisher_loses() {
         let store: Arc<dyn ObjectStore> = Arc::new(milliscale::store::MemoryStore::new());
         let maps = MapStore::new(Arc::clone(&store), "cluster/");
@@ -394,6 +432,10 @@ mod tests {
         assert_eq!(v3.version, 3);
         let winner = winners.iter().position(|w| *w).expect("one") as u32;
         assert_eq!(v3.shard_of(b"zebra"), 2 + winner, "the map is the winner's");
+        // Each version stays readable by its number.
+        assert_eq!(maps.get(2).expect("read"), Some(map(2, &[("", 0), ("m", 1)])));
+        assert_eq!(maps.get(3).expect("read"), Some(v3.clone()));
+        assert_eq!(maps.get(9).expect("read"), None);
         // A damaged object is refused, not taken for a map.
         store.put("cluster/shard-map/00000000000000000004", Bytes::from_static(b"{")).expect("put");
         assert!(matches!(maps.latest(), Err(MapError::Invalid(_))));

@@ -38,6 +38,8 @@ pub(crate) struct Fixture {
     pub(crate) servers: Vec<Option<(Server, AsyncDatabase)>>,
     /// How often the shards collect and forget.
     every: Duration,
+    /// How long a frozen range waits for its silent mover.
+    pub(crate) move_timeout: Duration,
 }
 
 /// Three shards; the accounts split 4/4/4 among them. They collect and
@@ -47,6 +49,12 @@ pub(crate) async fn three_shards() -> Fixture {
 }
 
 async fn three_shards_collecting(every: Duration) -> Fixture {
+    three_shards_with(every, Duration::from_secs(30)).await
+}
+
+/// Three shards that collect every `every` and abort a move whose mover
+/// is silent for `move_timeout`.
+pub(crate) async fn three_shards_with(every: Duration, move_timeout: Duration) -> Fixture {
     let dir = tempfile::tempdir().expect("tempdir");
     let map_url = format!("file://{}/map", dir.path().display());
     let addrs: Vec<SocketAddr> = (0..3).map(|_| free_addr()).collect();
@@ -74,7 +82,8 @@ async fn three_shards_collecting(every: Duration) -> Fixture {
             .collect(),
     };
     maps.publish(&map).expect("publish");
-    let mut f = Fixture { _dir: dir, map_url, data, addrs, servers: Vec::new(), every };
+    let mut f =
+        Fixture { _dir: dir, map_url, data, addrs, servers: Vec::new(), every, move_timeout };
     for i in 0..3 {
         let s = start_shard(&f, i).await;
         f.servers.push(Some(s));
@@ -88,6 +97,7 @@ pub(crate) async fn start_shard(f: &Fixture, i: u32) -> (Server, AsyncDatabase) 
     let mut shard = ShardOptions::new(i, f.map_url.clone());
     shard.termination_timeout = Duration::from_millis(300);
     shard.collect_every = f.every;
+    shard.move_timeout = f.move_timeout;
     o.cluster = Some(shard);
     let server = Server::start(Backend::Writer(db.clone()), o, None).await.expect("start a shard");
     (server, db)

@@ -12,7 +12,9 @@ use milliscale_milana::shard_map::MapStore;
 use milliscale_milana::types::cluster_key;
 use milliscale_proto::v1 as proto;
 
-use crate::cluster::{TABLE, account, now_us, prepare, raw, start_shard, three_shards, txn};
+use crate::cluster::{
+    TABLE, account, now_us, prepare, raw, start_shard, three_shards, three_shards_with, txn,
+};
 
 fn freeze(start: u32, end: u32, unfreeze: bool) -> proto::ShardFreezeRequest {
     proto::ShardFreezeRequest {
@@ -38,13 +40,20 @@ async fn read_ahead(r: &mut crate::cluster::Raw, key: u32, ahead: u64) -> u64 {
 async fn get_kind(c: &Cluster, key: u32) -> Option<String> {
     let mut b = Batch::new();
     b.get(TABLE, &account(key));
-    c.execute(b).await.err().map(|e| e.kind().to_owned())
+    c.execute(b.retries(0)).await.err().map(|e| e.kind().to_owned())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_range_is_served_no_more_until_unfrozen_even_across_a_restart() {
     let mut f = three_shards().await;
-    let c = Cluster::builder(f.addrs[0].to_string()).client_id(5).connect().await.expect("client");
+    // A client that waits for the move's map version only briefly: the
+    // refusals are what is looked at here.
+    let c = Cluster::builder(f.addrs[0].to_string())
+        .client_id(5)
+        .move_wait(Duration::from_millis(20))
+        .connect()
+        .await
+        .expect("client");
     c.create_table(TABLE).await.expect("create");
     let mut b = Batch::new();
     for i in 0..4 {
@@ -99,7 +108,8 @@ async fn a_frozen_range_is_served_no_more_until_unfrozen_even_across_a_restart()
     r0.shard_freeze(freeze(2, 4, false)).await.expect("the same freeze again");
     assert!(r0.shard_freeze(freeze(1, 3, false)).await.is_err(), "an overlapping freeze");
 
-    // Still frozen after a restart.
+    // Still frozen after a restart (its mover, silent, is given the move
+    // timeout again from the restart).
     let (server, db) = f.servers[0].take().expect("shard 0");
     server.shutdown().await;
     db.close().await.expect("close");
@@ -107,9 +117,13 @@ async fn a_frozen_range_is_served_no_more_until_unfrozen_even_across_a_restart()
     assert_eq!(get_kind(&c, 2).await.as_deref(), Some("wrong_shard"));
     assert_eq!(get_kind(&c, 1).await, None);
 
-    // Lifted: served again, with the prepared transaction's write.
+    // Given up: the shard publishes map version 2 unchanged, then serves
+    // the range again, with the prepared transaction's write.
     let mut r0 = raw(f.addrs[0]).await;
     r0.shard_freeze(freeze(2, 4, true)).await.expect("unfreeze");
+    let maps = MapStore::new(milliscale::store::open(&f.map_url).expect("the map's store"), "");
+    let v2 = maps.get(2).expect("map").expect("version 2, published by shard 0");
+    assert_eq!(v2.ranges, maps.get(1).expect("map").expect("version 1").ranges);
     let mut b = Batch::new();
     b.get(TABLE, &account(2)).get(TABLE, &account(3));
     let r = c.execute(b).await.expect("read a02 and a03");
@@ -188,30 +202,13 @@ async fn a_moved_range_keeps_the_reads_its_old_owner_served_below_new_writes() {
         tokio::time::sleep(Duration::from_millis(60)).await;
     }
 
-    // Shard 0, not yet released, refuses rows moving back into the range
-    // (its freeze would refuse the range once back, and its release would
-    // delete them).
-    while r0
-        .shard_map(proto::ShardMapRequest { at_least: 2 })
-        .await
-        .expect("map")
-        .into_inner()
-        .version
-        < 2
-    {
-        tokio::time::sleep(Duration::from_millis(60)).await;
-    }
-    let back = proto::ShardImportRequest {
-        start: cluster_key(TABLE, &account(3)).into(),
-        end: end.clone().into(),
-        first: true,
-        ..Default::default()
-    };
-    let st = r0.shard_import(back).await.expect_err("an import into a range not released");
-    assert_eq!(st.code(), tonic::Code::FailedPrecondition, "{st:?}");
+    // Shard 0 lets the range go by itself, once it reads the map: its
+    // rows deleted, the freeze gone, the range refused by its map.
+    released(&mut r0).await;
     let release =
         proto::ShardReleaseRequest { start: start.clone().into(), end: end.clone().into() };
-    assert_eq!(r0.shard_release(release).await.expect("release").into_inner().deleted, 1);
+    let st = r0.shard_release(release).await.expect_err("released already");
+    assert!(st.message().contains("no such range is frozen"), "{st:?}");
 
     // Below the read: refused; above it: accepted.
     assert!(!vote_at(&mut r1, 1, 2, read_at - 1_000).await, "a write below a read served");
@@ -231,4 +228,120 @@ async fn a_moved_range_keeps_the_reads_its_old_owner_served_below_new_writes() {
     // Read now, below the write committed two seconds ahead: the copied
     // version.
     assert_eq!(r.value(0), Some(&b"1"[..]), "the version copied from shard 0");
+}
+
+/// Wait until shard `r` holds no range frozen and no row of [a00, a04)
+/// (up to 5 s).
+async fn released(r: &mut crate::cluster::Raw) {
+    for _ in 0..100 {
+        let info =
+            r.shard_info(proto::ShardInfoRequest::default()).await.expect("info").into_inner();
+        if info.moving.is_empty() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the shard did not let the range go");
+}
+
+/// Copy `[start, end)` from `from` to `to` as a mover does, with `floor`.
+async fn copy(
+    from: &mut crate::cluster::Raw,
+    to: &mut crate::cluster::Raw,
+    start: &[u8],
+    end: &[u8],
+    floor: u64,
+) -> usize {
+    let export = proto::ShardExportRequest {
+        start: start.to_vec().into(),
+        end: end.to_vec().into(),
+        after: Default::default(),
+        limit: 0,
+    };
+    let page = from.shard_export(export).await.expect("export").into_inner();
+    let n = page.rows.len();
+    let import = proto::ShardImportRequest {
+        start: start.to_vec().into(),
+        end: end.to_vec().into(),
+        rows: page.rows,
+        first: true,
+        floor,
+        tables: page.tables,
+    };
+    to.shard_import(import).await.expect("import");
+    n
+}
+
+/// A freeze ends by the map alone (design record 0009). Its mover silent
+/// past the move timeout (1 s here), the shard publishes the map version
+/// unchanged and serves the range again, and a late mover's publish
+/// loses; a client asking meanwhile waits for that version and is
+/// served, with no error. A move published by a mover that then stopped
+/// (here, one that gives up, taking its publish for lost) is released by
+/// the old owner, which never serves the range again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_freeze_ends_by_the_map_whatever_its_mover_does() {
+    let f = three_shards_with(Duration::from_millis(200), Duration::from_secs(1)).await;
+    let c = Cluster::builder(f.addrs[0].to_string()).client_id(5).connect().await.expect("client");
+    c.create_table(TABLE).await.expect("create");
+    let mut b = Batch::new();
+    b.put(TABLE, &account(2), b"1").put(TABLE, &account(3), b"2");
+    c.execute(b).await.expect("write a02, a03");
+    let maps = MapStore::new(milliscale::store::open(&f.map_url).expect("the map's store"), "");
+    let (start, end) = (cluster_key(TABLE, &account(2)), cluster_key(TABLE, &account(4)));
+    let mut r0 = raw(f.addrs[0]).await;
+    let mut r1 = raw(f.addrs[1]).await;
+
+    // A mover freezes, copies, and goes silent before publishing.
+    let floor = r0.shard_freeze(freeze(2, 4, false)).await.expect("freeze").into_inner().floor;
+    assert_eq!(copy(&mut r0, &mut r1, &start, &end, floor).await, 2);
+    let t = std::time::Instant::now();
+    let mut b = Batch::new();
+    b.get(TABLE, &account(2));
+    let r = c.execute(b).await.expect("served once the move is aborted");
+    assert_eq!(r.value(0), Some(&b"1"[..]));
+    let waited = t.elapsed();
+    assert!(waited >= Duration::from_millis(700), "answered after {waited:?}, still frozen?");
+    let v2 = maps.get(2).expect("map").expect("version 2, published by shard 0");
+    assert_eq!(v2.sole_owner(&start, &end), Some(0), "the move did not happen");
+    let mut late = v2.clone();
+    late.ranges.insert(1, (start.clone(), 1));
+    assert!(
+        matches!(maps.publish(&late), Err(milliscale_milana::shard_map::MapError::Lost(2))),
+        "a late mover's publish loses"
+    );
+    let mut b = Batch::new();
+    b.put(TABLE, &account(3), b"3");
+    c.execute(b).await.expect("written on shard 0 again");
+
+    // Moved for real, by map version 3: the mover publishes, then takes
+    // its publish for lost and asks to give the move up. The shard
+    // refuses (or has released the range already), and lets it go.
+    let freeze3 = |unfreeze| proto::ShardFreezeRequest { map_version: 3, ..freeze(2, 4, unfreeze) };
+    let floor = r0.shard_freeze(freeze3(false)).await.expect("freeze").into_inner().floor;
+    assert_eq!(copy(&mut r0, &mut r1, &start, &end, floor).await, 2);
+    let mut v3 = v2.clone();
+    v3.version = 3;
+    v3.ranges.insert(1, (start.clone(), 1));
+    maps.publish(&v3).expect("publish version 3");
+    match r0.shard_freeze(freeze3(true)).await {
+        Ok(_) => {} // released by the background first
+        Err(st) => {
+            assert_eq!(st.code(), tonic::Code::FailedPrecondition, "{st:?}");
+            assert!(st.message().contains("the move happened"), "{st:?}");
+        }
+    }
+    released(&mut r0).await;
+    let read = proto::ShardReadRequest {
+        keys: vec![proto::TableKey { table: TABLE.into(), key: account(3).into() }],
+        at: now_us(),
+        client: 78,
+        low_water: 0,
+    };
+    let st = r0.shard_read(read).await.expect_err("shard 0 serves the range no more");
+    assert_eq!(st.code(), tonic::Code::FailedPrecondition, "{st:?}");
+    let mut b = Batch::new();
+    b.get(TABLE, &account(2)).get(TABLE, &account(3));
+    let r = c.execute(b).await.expect("read at shard 1");
+    assert_eq!((r.value(0), r.value(1)), (Some(&b"1"[..]), Some(&b"3"[..])));
 }

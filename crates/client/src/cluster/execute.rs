@@ -50,6 +50,9 @@ impl Cluster {
                     r.attempts = attempts;
                     return Ok(r);
                 }
+                // A range moving: wait for the map version its move
+                // publishes, not counted as a run.
+                Err(e) if self.await_map(&e).await => attempts -= 1,
                 // A map that moved: reload it, up to 3 times, not counted
                 // as a run.
                 Err(e) if e.kind() == "wrong_shard" && moved < 3 => {

@@ -59,16 +59,17 @@ pub struct ShardStatus {
     pub error: Option<String>,
 }
 
+/// A cluster key as `table/key` (the map's first range: its empty key).
+fn key_text(r: &[u8]) -> String {
+    match split_cluster_key(r) {
+        Some((t, k)) => format!("{t}/{}", String::from_utf8_lossy(k)),
+        None => format!("{:?}", String::from_utf8_lossy(r)),
+    }
+}
+
 impl std::fmt::Display for ShardStatus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let ranges: Vec<String> = self
-            .ranges
-            .iter()
-            .map(|r| match split_cluster_key(r) {
-                Some((t, k)) => format!("{t}/{}", String::from_utf8_lossy(k)),
-                None => format!("{:?}", String::from_utf8_lossy(r)),
-            })
-            .collect();
+        let ranges: Vec<String> = self.ranges.iter().map(|r| key_text(r)).collect();
         let owns = if ranges.is_empty() {
             "no range".to_owned()
         } else {
@@ -93,6 +94,17 @@ impl std::fmt::Display for ShardStatus {
             (_, _, Some(e)) => return write!(f, "unreachable: {e}"),
             _ => return write!(f, "no answer"),
         }?;
+        let moving = self.info.as_ref().map_or(&[][..], |i| &i.moving[..]);
+        for m in moving {
+            write!(
+                f,
+                "; moving the range from {} to shard {} (map version {}, mover heard {} ms ago)",
+                key_text(&m.start),
+                m.to,
+                m.map_version,
+                m.silent_ms
+            )?;
+        }
         let standbys = self.info.as_ref().map_or(&[][..], |i| &i.standbys[..]);
         if standbys.is_empty() {
             return write!(f, "; no standby has checked in");

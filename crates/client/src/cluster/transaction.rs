@@ -322,7 +322,7 @@ impl ClusterTransaction {
         }
         if let Some(e) = no {
             cluster.decide(txn.id, version.ts, &shards, false);
-            if e.kind() == "wrong_shard" {
+            if e.kind() == "wrong_shard" && !cluster.await_map(&e).await {
                 let _ = cluster.refresh().await;
             }
             return Err(e);

@@ -84,9 +84,10 @@ impl Shard {
         };
         let ranges = {
             let mut st = self.lock();
-            if !st.frozen.iter().any(|f| f.start == start && f.end == end) {
+            let Some(f) = st.frozen.iter_mut().find(|f| f.start == start && f.end == end) else {
                 return Err(refuse::invalid("a range is exported only once frozen here"));
-            }
+            };
+            f.heard = std::time::Instant::now();
             st.p.versions_mut().table_ranges(&start, &end)
         };
         // Frozen: its rows no longer change, and are durable.
@@ -193,13 +194,8 @@ impl Shard {
     ) -> Result<proto::ShardReleaseResponse, Status> {
         let (start, end) = (r.start.to_vec(), r.end.to_vec());
         self.refresh_map().await;
-        let ack = {
-            let mut st = self.lock();
-            let Some(i) = st.frozen.iter().position(|f| f.start == start && f.end == end) else {
-                return Err(refuse::invalid("no such range is frozen here"));
-            };
-            let f = st.frozen[i].clone();
-            {
+        let deleted = self
+            .let_go(&start, &end, |f| {
                 let map = self.map.read();
                 if map.version < f.map_version || map.shard_of(&start) != f.to {
                     return Err(Status::failed_precondition(format!(
@@ -207,18 +203,40 @@ impl Shard {
                         map.version, f.to
                     )));
                 }
-            }
+                Ok(())
+            })
+            .await?;
+        Ok(proto::ShardReleaseResponse { deleted })
+    }
+
+    /// Delete the rows of the range `[start, end)` frozen here and its
+    /// freeze, in one engine transaction, if `moved` (asked under the
+    /// lock) says its move is published; how many rows. The caller has
+    /// read the map that gives the range away, so the shard refuses the
+    /// range by its map once the freeze no longer does.
+    pub(super) async fn let_go(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        moved: impl FnOnce(&super::moves::Frozen) -> Result<(), Status>,
+    ) -> Result<u64, Status> {
+        let (ack, deleted) = {
+            let mut st = self.lock();
+            let Some(i) = st.frozen.iter().position(|f| f.start == start && f.end == end) else {
+                return Err(Status::not_found("no such range is frozen here"));
+            };
+            moved(&st.frozen[i])?;
             let mut tx = self.tables.db.begin().map_err(|e| engine(&e))?;
             let versions = st.p.versions_mut();
-            let deleted = delete_rows(&mut tx, versions, &start, &end)?;
-            let replaced = versions.forget_range(&start, &end) as i64;
-            tx.delete(&self.tables.meta, &super::moves::row_key(&start)).map_err(|e| engine(&e))?;
+            let deleted = delete_rows(&mut tx, versions, start, end)?;
+            let replaced = versions.forget_range(start, end) as i64;
+            tx.delete(&self.tables.meta, &super::moves::row_key(start)).map_err(|e| engine(&e))?;
             let ack = tx.precommit().map_err(|e| engine(&e))?;
             st.frozen.remove(i);
             st.versions -= deleted as i64 + replaced;
             (ack, deleted)
         };
-        ack.0.await.map_err(|e| engine(&e))?;
-        Ok(proto::ShardReleaseResponse { deleted: ack.1 })
+        ack.await.map_err(|e| engine(&e))?;
+        Ok(deleted)
     }
 }

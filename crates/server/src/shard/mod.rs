@@ -78,6 +78,9 @@ pub struct ShardOptions {
     pub collect_every: Duration,
     /// A client silent for this long no longer holds the watermark back.
     pub client_silence: Duration,
+    /// A range frozen here for a move whose mover has been silent this
+    /// long is moved no more: the move is aborted ([`moves`]).
+    pub move_timeout: Duration,
     /// The bearer token for calls to the other shards.
     pub peer_token: Option<String>,
     /// The certificate authority the other shards' TLS certificates are
@@ -97,7 +100,7 @@ impl std::fmt::Debug for ShardOptions {
 
 impl ShardOptions {
     /// Shard `shard` of the map at `map`: a 500 ms lease span, a 1 s
-    /// termination timeout.
+    /// termination timeout, a 10 s move timeout.
     pub fn new(shard: ShardId, map: impl Into<String>) -> ShardOptions {
         ShardOptions {
             shard,
@@ -108,6 +111,7 @@ impl ShardOptions {
             peer_timeout: Duration::from_millis(500),
             collect_every: Duration::from_millis(100),
             client_silence: Duration::from_secs(10),
+            move_timeout: Duration::from_secs(10),
             peer_token: None,
             peer_tls_ca: None,
         }
@@ -599,6 +603,7 @@ impl Shard {
             oldest_undecided: st.p.oldest_undecided(),
             remembered: st.p.remembered() as u64,
             versions: st.versions.max(0) as u64,
+            moving: st.frozen.iter().map(moves::Frozen::in_flight).collect(),
             ..Default::default() // standbys and streams_opened: the service's to fill
         }
     }

@@ -16,11 +16,23 @@
 //! the freeze answers once none is left that writes in the range, and
 //! what the shard wrote before is durable. Its rows then move
 //! ([`super::handover`]).
+//!
+//! A freeze ends by the map alone ([`Shard::settle`]): the move happened
+//! if and only if the map version the freeze names is on the store and
+//! gives the range to the shard it moves to. Then the range's rows here
+//! are deleted with the freeze; if that version gives it elsewhere, the
+//! freeze is lifted. A mover that gives up, or that is silent past the
+//! move timeout (it is heard from at each page of the copy), has this
+//! shard publish that version itself, unchanged, so that a late mover's
+//! publish loses. The background settles every freeze each round, so a
+//! restart, a mover killed after publishing, or one killed before, all
+//! end the same way.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use milliscale::Direction;
+use milliscale_milana::shard_map::MapError;
 use milliscale_milana::types::{Key, ShardId};
 use milliscale_milana::versions::in_range;
 use milliscale_proto::v1 as proto;
@@ -31,7 +43,7 @@ use super::{Shard, State};
 use crate::errors::{engine, refuse};
 
 /// A range frozen here for its move to shard `to`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Frozen {
     /// `[start, end)` in the cluster's key space; an empty `end`: no end.
     pub start: Key,
@@ -39,6 +51,41 @@ pub struct Frozen {
     pub to: ShardId,
     /// The map version that gives it to `to` once published.
     pub map_version: u64,
+    /// When its mover was last heard from (a freeze or an export of it;
+    /// a restart counts as one): silent past the move timeout, the move
+    /// is aborted here ([`Shard::settle_frozen`]).
+    pub heard: Instant,
+}
+
+/// What [`Shard::settle`] did with a freeze.
+enum Settled {
+    /// Its move is not published (nor aborted): it stays.
+    Pending,
+    /// Its move happened: the range's rows here, and the freeze, are gone.
+    Released(u64),
+    /// Its move did not happen: the range is served here again.
+    Lifted,
+    /// It is not frozen here (any longer, or for another move).
+    NotFrozen,
+}
+
+impl Frozen {
+    /// As `ShardInfo` shows it.
+    pub(super) fn in_flight(&self) -> proto::MoveInFlight {
+        proto::MoveInFlight {
+            start: self.start.clone().into(),
+            end: self.end.clone().into(),
+            to: self.to,
+            map_version: self.map_version,
+            silent_ms: self.heard.elapsed().as_millis() as u64,
+        }
+    }
+
+    /// The same freeze: the same range, for the same move.
+    fn same(&self, o: &Frozen) -> bool {
+        (&self.start, &self.end, self.to, self.map_version)
+            == (&o.start, &o.end, o.to, o.map_version)
+    }
 }
 
 /// The prefix of a frozen range's row in `_milana.meta`.
@@ -68,6 +115,7 @@ pub(super) fn load(tables: &Tables) -> milliscale::Result<Vec<Frozen>> {
             end: v[12..].to_vec(),
             to: u32::from_be_bytes(v[..4].try_into().expect("4 bytes")),
             map_version: u64::from_be_bytes(v[4..12].try_into().expect("8 bytes")),
+            heard: Instant::now(),
         });
     }
     Ok(out)
@@ -125,6 +173,7 @@ impl Shard {
             end: r.end.to_vec(),
             to: r.to,
             map_version: r.map_version,
+            heard: Instant::now(),
         };
         if !f.end.is_empty() && f.end <= f.start {
             return Err(refuse::invalid("a frozen range's end must be past its start"));
@@ -138,9 +187,12 @@ impl Shard {
         self.own_range(&f.start, &f.end)?;
         let ack = {
             let mut st = self.lock();
-            let other = st.frozen.iter().find(|o| overlap(&o.start, &o.end, &f.start, &f.end));
+            let other = st.frozen.iter_mut().find(|o| overlap(&o.start, &o.end, &f.start, &f.end));
             match other {
-                Some(o) if *o == f => None,
+                Some(o) if o.same(&f) => {
+                    o.heard = f.heard;
+                    None
+                }
                 Some(o) => {
                     return Err(refuse::invalid(format!(
                         "the range overlaps one frozen for shard {} (map version {})",
@@ -197,16 +249,113 @@ impl Shard {
         }
     }
 
-    /// Lift the freeze of `f` (the same range): its record deleted, then
-    /// the range served again.
+    /// The mover's "lift the freeze": the move is aborted ([`settle`]).
+    /// Refused when the move happened after all (the mover's publish
+    /// was taken for lost but landed): the range is released here.
     async fn unfreeze(&self, f: &Frozen) -> Result<proto::ShardFreezeResponse, Status> {
+        let floor = |me: &Self| proto::ShardFreezeResponse {
+            floor: me.lock().p.latest_read_in(&f.start, &f.end),
+        };
+        match self.settle(f, true).await? {
+            Settled::Lifted | Settled::NotFrozen => Ok(floor(self)),
+            Settled::Released(rows) => Err(Status::failed_precondition(format!(
+                "map version {} gives the range to shard {}: the move happened, and its {rows} \
+                 rows here are deleted",
+                f.map_version, f.to
+            ))),
+            Settled::Pending => Err(Status::unavailable("the shard map could not be read")),
+        }
+    }
+
+    /// Settle each freeze whose move is decided, and abort each whose
+    /// mover has been silent past the move timeout (run in the
+    /// background while a range is frozen here).
+    pub(super) async fn settle_frozen(&self) {
+        let frozen = self.lock().frozen.clone();
+        for f in frozen {
+            let abort = f.heard.elapsed() >= self.opts.move_timeout;
+            match self.settle(&f, abort).await {
+                Ok(Settled::Released(rows)) => tracing::info!(
+                    to = f.to,
+                    map_version = f.map_version,
+                    rows,
+                    "a range moved away: its rows here deleted and its freeze lifted"
+                ),
+                Ok(Settled::Lifted) => tracing::warn!(
+                    to = f.to,
+                    map_version = f.map_version,
+                    aborted = abort,
+                    "a move did not happen: the range is served here again"
+                ),
+                Ok(Settled::Pending | Settled::NotFrozen) => {}
+                Err(e) => tracing::warn!(error = %e, "settling a frozen range"),
+            }
+        }
+    }
+
+    /// Decide the freeze `f` by the shard map (design record 0009): its
+    /// move happened if and only if map version `f.map_version` on the
+    /// store gives the range to `f.to`. Published so, the range's rows
+    /// here are deleted with the freeze; published otherwise (another
+    /// change won the version, or the move was aborted), the freeze is
+    /// lifted. Not published yet, it stays, unless `abort`: then this
+    /// shard publishes that version itself, as a copy of the one before,
+    /// and a late mover's publish loses to it.
+    async fn settle(&self, f: &Frozen, abort: bool) -> Result<Settled, Status> {
+        self.refresh_map().await;
+        let newest = self.map.read().clone();
+        if newest.version < f.map_version {
+            if !abort {
+                return Ok(Settled::Pending);
+            }
+            if !self.lock().frozen.iter().any(|o| o.same(f)) {
+                return Ok(Settled::NotFrozen);
+            }
+            // A mover freezes for the version after the newest it read,
+            // and versions only grow: the newest is the one before.
+            let mut copy = newest.clone();
+            copy.version = f.map_version;
+            let maps = Arc::clone(&self.maps);
+            let published = tokio::task::spawn_blocking(move || maps.publish(&copy)).await;
+            match published {
+                Ok(Ok(())) => tracing::warn!(
+                    map_version = f.map_version,
+                    "a move's mover went silent: published the map unchanged to abort it"
+                ),
+                Ok(Err(MapError::Lost(_))) => {}
+                Ok(Err(e)) => return Err(Status::unavailable(format!("aborting a move: {e}"))),
+                Err(e) => return Err(Status::internal(e.to_string())),
+            }
+            self.refresh_map().await;
+        }
+        let at = if self.map.read().version == f.map_version {
+            Some(self.map.read().clone())
+        } else {
+            let (maps, v) = (Arc::clone(&self.maps), f.map_version);
+            match tokio::task::spawn_blocking(move || maps.get(v)).await {
+                Ok(Ok(m)) => m,
+                Ok(Err(e)) => return Err(Status::unavailable(format!("the shard map: {e}"))),
+                Err(e) => return Err(Status::internal(e.to_string())),
+            }
+        };
+        let Some(at) = at else { return Ok(Settled::Pending) };
+        if self.map.read().version < f.map_version {
+            return Ok(Settled::Pending);
+        }
+        let same = |o: &Frozen| {
+            if o.same(f) { Ok(()) } else { Err(Status::not_found("frozen again since")) }
+        };
+        if at.sole_owner(&f.start, &f.end) == Some(f.to) {
+            return match self.let_go(&f.start, &f.end, same).await {
+                Ok(rows) => Ok(Settled::Released(rows)),
+                Err(e) if e.code() == tonic::Code::NotFound => Ok(Settled::NotFrozen),
+                Err(e) => Err(e),
+            };
+        }
         let ack = {
             let mut st = self.lock();
-            let Some(i) = st.frozen.iter().position(|o| o.start == f.start && o.end == f.end)
-            else {
-                return Ok(proto::ShardFreezeResponse {
-                    floor: st.p.latest_read_in(&f.start, &f.end),
-                });
+            let Some(i) = st.frozen.iter().position(|o| o.same(f)) else {
+                return Ok(Settled::NotFrozen);
             };
             let mut tx = self.tables.db.begin().map_err(|e| engine(&e))?;
             tx.delete(&self.tables.meta, &row_key(&f.start)).map_err(|e| engine(&e))?;
@@ -215,7 +364,7 @@ impl Shard {
             ack
         };
         ack.await.map_err(|e| engine(&e))?;
-        Ok(proto::ShardFreezeResponse { floor: self.lock().p.latest_read_in(&f.start, &f.end) })
+        Ok(Settled::Lifted)
     }
 
     /// Refuse a key the current map does not give this shard.

@@ -174,7 +174,9 @@ impl Shard {
 
 /// Cooperative termination every quarter timeout, collection and
 /// forgetting every `collect_every`, until stopped; the shard map is
-/// reloaded when a peer could not be reached, and every few seconds.
+/// reloaded when a peer could not be reached, and every few seconds;
+/// while a range is frozen here, its move is settled by the map each
+/// round ([`super::moves`]).
 pub(super) async fn background(shard: Arc<Shard>, mut stop: watch::Receiver<bool>) {
     let tick = (shard.opts.termination_timeout / 4).max(Duration::from_millis(5));
     let (mut collected, mut refreshed) = (Instant::now(), Instant::now());
@@ -186,6 +188,9 @@ pub(super) async fn background(shard: Arc<Shard>, mut stop: watch::Receiver<bool
         if !shard.terminate_stale().await || refreshed.elapsed() >= Duration::from_secs(5) {
             shard.refresh_map().await;
             refreshed = Instant::now();
+        }
+        if !shard.lock().frozen.is_empty() {
+            shard.settle_frozen().await;
         }
         if collected.elapsed() >= shard.opts.collect_every {
             shard.collect_and_forget().await;
