@@ -45,11 +45,7 @@ pub(crate) struct Fixture {
 /// Three shards; the accounts split 4/4/4 among them. They collect and
 /// forget every 200 ms.
 pub(crate) async fn three_shards() -> Fixture {
-    three_shards_collecting(Duration::from_millis(200)).await
-}
-
-async fn three_shards_collecting(every: Duration) -> Fixture {
-    three_shards_with(every, Duration::from_secs(30)).await
+    three_shards_with(Duration::from_millis(200), Duration::from_secs(30)).await
 }
 
 /// Three shards that collect every `every` and abort a move whose mover
@@ -329,7 +325,7 @@ async fn a_coordinator_dead_mid_commit_blocks_nothing_past_the_timeout() {
     // Nothing forgotten during the test: it asks the shards afterwards
     // what they decided (a shard answers "aborted" about a transaction it
     // forgot, which no participant asks about; design record 0008).
-    let mut f = three_shards_collecting(Duration::from_secs(3600)).await;
+    let mut f = three_shards_with(Duration::from_secs(3600), Duration::from_secs(30)).await;
     let c = Cluster::connect(f.addrs[0].to_string()).await.expect("connect");
     c.create_table(TABLE).await.expect("create");
     let (mut s0, mut s1) = (raw(f.addrs[0]).await, raw(f.addrs[1]).await);
@@ -548,7 +544,7 @@ async fn a_scan_spans_the_shards_and_a_phantom_in_it_refuses_the_commit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drop_waits_for_the_decisions_of_prepared_writes_to_the_table() {
-    let f = three_shards_collecting(Duration::from_secs(3600)).await;
+    let f = three_shards_with(Duration::from_secs(3600), Duration::from_secs(30)).await;
     let c = Cluster::connect(f.addrs[0].to_string()).await.expect("connect");
     c.create_table(TABLE).await.expect("create");
     let (mut s0, mut s1) = (raw(f.addrs[0]).await, raw(f.addrs[1]).await);
@@ -650,7 +646,7 @@ async fn a_batch_runs_whole_on_its_shard_and_across_shards_at_the_client() {
 /// commit makes its transaction conflict.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_on_a_shard_keeps_milanas_rules() {
-    let f = three_shards_collecting(Duration::from_secs(3600)).await;
+    let f = three_shards_with(Duration::from_secs(3600), Duration::from_secs(30)).await;
     let c = Cluster::connect(f.addrs[0].to_string()).await.expect("connect");
     c.create_table(TABLE).await.expect("create");
     let mut s0 = raw(f.addrs[0]).await;
