@@ -12,5 +12,6 @@ mod emulator_clients;
 mod fencing;
 mod inspect;
 mod metrics_endpoint;
+mod move_kill;
 mod shard_kill;
 mod standby_kill;

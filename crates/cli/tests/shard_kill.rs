@@ -35,10 +35,17 @@ const TERMINATION_MS: u64 = 300;
 /// A child process, killed (-9) when dropped.
 pub(super) struct Proc(pub(super) Child);
 
-impl Drop for Proc {
-    fn drop(&mut self) {
+impl Proc {
+    /// kill -9, and wait for it.
+    pub(super) fn kill_9(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill_9();
     }
 }
 
@@ -87,8 +94,14 @@ fn shard_args(dir: &Path, shard: u32) -> Vec<String> {
 
 /// Start a shard and wait until it listens.
 pub(super) fn primary(dir: &Path, shard: u32) -> Proc {
+    primary_with(dir, shard, &[])
+}
+
+/// Start a shard with `extra` arguments and wait until it listens.
+pub(super) fn primary_with(dir: &Path, shard: u32, extra: &[&str]) -> Proc {
     let mut c = Command::new(BIN)
         .args(shard_args(dir, shard))
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(log_file(dir, &format!("primary{shard}")))
         .spawn()
@@ -112,7 +125,7 @@ fn standby(dir: &Path, shard: u32) -> Proc {
     Proc(c)
 }
 
-fn coordinator(dir: &Path, client: u32, transfers: u64, server: &str) -> Proc {
+pub(super) fn coordinator(dir: &Path, client: u32, transfers: u64, server: &str) -> Proc {
     let c = Command::new(BIN)
         .args(["cluster", "bank", "--server", server, "--client-id", &client.to_string()])
         .args(["--accounts", &ACCOUNTS.to_string(), "--initial", &INITIAL.to_string()])
@@ -135,7 +148,7 @@ fn any_shard(dir: &Path) -> String {
 /// The address of the first shard in the newest map other than `not`:
 /// a client started just before a trial kills shard `not` may not have
 /// opened the cluster through it yet.
-fn shard_but(dir: &Path, not: Option<u32>) -> String {
+pub(super) fn shard_but(dir: &Path, not: Option<u32>) -> String {
     let store = milliscale::store::open(&url(dir, "map")).expect("the map's store");
     let map = MapStore::new(store, "").latest().expect("map").expect("a map");
     let mut others = map.shards.iter().filter(|(s, _)| Some(**s) != not);
@@ -143,26 +156,31 @@ fn shard_but(dir: &Path, not: Option<u32>) -> String {
 }
 
 fn cluster(dir: &Path) -> Vec<Proc> {
+    cluster_with(dir, &[])
+}
+
+/// Three shards, `bank` split evenly, each started with `extra`.
+pub(super) fn cluster_with(dir: &Path, extra: &[&str]) -> Vec<Proc> {
     let mut init = Command::new(BIN);
     init.args(["cluster", "init", "--map", &url(dir, "map"), "--even-table", "bank"]);
     for s in 0..3 {
         init.args(["--shard", &format!("{}={}", free_port(), url(dir, &format!("shard{s}")))]);
     }
     assert!(init.status().expect("init").success());
-    (0..3).map(|s| primary(dir, s)).collect()
+    (0..3).map(|s| primary_with(dir, s, extra)).collect()
 }
 
 /// The oracle, in this process.
-struct Oracle {
+pub(super) struct Oracle {
     maps: Arc<MapStore>,
     client: Cluster,
     dir: std::path::PathBuf,
     /// Acknowledged one-shot batches checked so far.
-    batches: std::sync::atomic::AtomicUsize,
+    pub(super) batches: std::sync::atomic::AtomicUsize,
 }
 
 impl Oracle {
-    async fn new(dir: &Path) -> Oracle {
+    pub(super) async fn new(dir: &Path) -> Oracle {
         let store = milliscale::store::open(&url(dir, "map")).expect("the map's store");
         let maps = Arc::new(MapStore::new(store, ""));
         let client =
@@ -173,7 +191,7 @@ impl Oracle {
     }
 
     /// Wait until no shard has a transaction prepared; how long it took.
-    async fn settled(&self) -> Duration {
+    pub(super) async fn settled(&self) -> Duration {
         let t = Instant::now();
         loop {
             let m = Arc::clone(&self.maps);
@@ -210,7 +228,7 @@ impl Oracle {
 
     /// Check the journals of `client` and the total; how many transfers
     /// the journal holds.
-    async fn check(&self, dir: &Path, client: u32) -> usize {
+    pub(super) async fn check(&self, dir: &Path, client: u32) -> usize {
         // A transfer's line: client, seq, from, to, amount.
         let transfers = self.markers('t', client, &journal(dir, "journal", client), 4).await;
         // Every acknowledged one-shot batch's marker is there too (a
@@ -303,7 +321,7 @@ fn journal(dir: &Path, name: &str, client: u32) -> Vec<Vec<String>> {
 }
 
 /// A pseudo-random delay for trial `t` (deterministic).
-fn delay(t: u32, lo: u64, hi: u64) -> Duration {
+pub(super) fn delay(t: u32, lo: u64, hi: u64) -> Duration {
     let x = u64::from(t).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
     Duration::from_millis(lo + x % (hi - lo))
 }

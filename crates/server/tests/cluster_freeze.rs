@@ -217,17 +217,17 @@ async fn a_moved_range_keeps_the_reads_its_old_owner_served_below_new_writes() {
     let (server, db) = f.servers[1].take().expect("shard 1");
     server.shutdown().await;
     db.close().await.expect("close");
+    // It serves once its clock has passed the floor (two seconds ahead).
     f.servers[1] = Some(start_shard(&f, 1).await);
+    assert!(now_us() > read_at, "shard 1 served before its clock passed the floor");
     let mut r1 = raw(f.addrs[1]).await;
     assert!(!vote_at(&mut r1, 3, 2, read_at - 500).await, "below the read, after a restart");
-    assert!(vote_at(&mut r1, 4, 2, read_at + 1).await, "a write above the read");
     let mut b = Batch::new();
     b.get(TABLE, &account(2));
     let c = Cluster::builder(f.addrs[1].to_string()).client_id(6).connect().await.expect("client");
     let r = c.execute(b.retries(8)).await.expect("read a02 at its new owner");
-    // Read now, below the write committed two seconds ahead: the copied
-    // version.
     assert_eq!(r.value(0), Some(&b"1"[..]), "the version copied from shard 0");
+    assert!(vote_at(&mut r1, 4, 2, now_us()).await, "a write above the read");
 }
 
 /// Wait until shard `r` holds no range frozen and no row of [a00, a04)
@@ -344,4 +344,38 @@ async fn a_freeze_ends_by_the_map_whatever_its_mover_does() {
     b.get(TABLE, &account(2)).get(TABLE, &account(3));
     let r = c.execute(b).await.expect("read at shard 1");
     assert_eq!((r.value(0), r.value(1)), (Some(&b"1"[..]), Some(&b"3"[..])));
+}
+
+/// MILANA §4.5: a restarted shard serves once its clock has passed its
+/// last read lease. Serving at once and refusing the writes below the
+/// lease would have the client move its clock up to it, stamping the
+/// commit up to a lease span (500 ms here) ahead of real time, where a
+/// transaction another client begins after the commit reads below it
+/// and misses it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_shard_serves_past_its_lease_so_no_commit_is_stamped_ahead() {
+    let mut f = three_shards().await;
+    let a = Cluster::builder(f.addrs[0].to_string()).client_id(5).connect().await.expect("client");
+    a.create_table(TABLE).await.expect("create");
+    let mut b = Batch::new();
+    b.put(TABLE, &account(0), b"1");
+    a.execute(b).await.expect("write a00");
+    // A read: its lease reaches 500 ms past it, durably.
+    let mut r0 = raw(f.addrs[0]).await;
+    read_ahead(&mut r0, 1, 0).await;
+    let (server, db) = f.servers[0].take().expect("shard 0");
+    server.shutdown().await;
+    db.close().await.expect("close");
+    f.servers[0] = Some(start_shard(&f, 0).await);
+
+    let mut b = Batch::new();
+    b.put(TABLE, &account(0), b"2");
+    let token = a.execute(b.retries(8)).await.expect("write a00 again").token.expect("a write");
+    let ahead = token.saturating_sub(now_us());
+    assert!(ahead < 50_000, "the commit is stamped {ahead} µs ahead of the clock");
+    let other = Cluster::builder(f.addrs[1].to_string()).client_id(6).connect().await.expect("b");
+    let mut b = Batch::new();
+    b.get(TABLE, &account(0));
+    let r = other.execute(b).await.expect("read a00");
+    assert_eq!(r.value(0), Some(&b"2"[..]), "a transaction begun after the commit sees it");
 }

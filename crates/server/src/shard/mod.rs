@@ -31,17 +31,17 @@ mod moves;
 mod peers;
 mod reads;
 pub mod standby;
+mod start;
 pub mod tables;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use milliscale::AsyncDatabase;
 use milliscale_milana::engine_versions::EngineVersions;
 use milliscale_milana::fresh::Fresh;
 use milliscale_milana::log::{Prepare, Record};
-use milliscale_milana::participant::{Mutations, Participant, Recovered, Vote};
+use milliscale_milana::participant::{Participant, Vote};
 use milliscale_milana::shard_map::{MapStore, ShardMap};
 use milliscale_milana::types::{
     ClientId, CommitTs, Key, ShardId, Timestamp, TxnId, TxnStatus, cluster_key,
@@ -201,74 +201,6 @@ fn unavailable(e: &milliscale::Error) -> Status {
 }
 
 impl Shard {
-    /// Become shard `opts.shard` over `db`: read the map, rebuild the
-    /// participant from the tables, commit the lone prepares it finds, and
-    /// start asking about the others and collecting in the background.
-    pub async fn start(db: AsyncDatabase, opts: ShardOptions) -> Result<Arc<Shard>, String> {
-        let store = milliscale::store::open(&opts.map)
-            .map_err(|e| format!("the shard map's store {}: {e}", opts.map))?;
-        let maps = Arc::new(MapStore::new(store, &opts.map_prefix));
-        let map = latest_map(&maps).await.map_err(|e| format!("the shard map: {e}"))?;
-        if !map.shards.contains_key(&opts.shard) {
-            return Err(format!(
-                "the shard map (version {}) does not name shard {}",
-                map.version, opts.shard
-            ));
-        }
-        let (tables, durable) =
-            Tables::load(db).await.map_err(|e| format!("the shard's tables: {e}"))?;
-        let remembered = durable.txns.len();
-        let Recovered { participant: mut p, logged, ask } =
-            Participant::restart(opts.shard, opts.lease_span, Mutations::default(), durable);
-        if !logged.is_empty() {
-            let (ack, _) = tables.write(&mut p, &logged).map_err(|e| e.to_string())?;
-            ack.await.map_err(|e| format!("committing the lone prepares: {e}"))?;
-            for r in &logged {
-                if let Record::Commit(t) = r {
-                    p.decision_durable(*t);
-                }
-            }
-        }
-        let names = tables.names().map_err(|e| e.to_string())?.into_iter().collect();
-        let frozen = moves::load(&tables).map_err(|e| format!("the frozen ranges: {e}"))?;
-        let adopted = handover::load_adopted(&tables).map_err(|e| format!("adopted: {e}"))?;
-        for (start, end, floor) in adopted {
-            p.raise_read_floor(&start, &end, floor);
-        }
-        let lease = p.lease();
-        let state = State {
-            p,
-            prepared_at: HashMap::new(),
-            renewing: false,
-            clients: HashMap::new(),
-            last_csn: 0,
-            dropping: BTreeSet::new(),
-            versions: 0,
-            fresh: Fresh::default(),
-            frozen,
-        };
-        let (stop, _) = watch::channel(false);
-        let shard = Arc::new(Shard {
-            started: Recovery { remembered, committed: logged.len(), asked: ask.len() },
-            opts,
-            tables,
-            maps,
-            map: RwLock::new(map),
-            map_read: Mutex::new(Instant::now()),
-            state: Mutex::new(state),
-            names: RwLock::new(names),
-            lease: watch::Sender::new(lease),
-            durable: watch::Sender::new(0),
-            decided: tokio::sync::Notify::new(),
-            peers: Mutex::new(HashMap::new()),
-            stop,
-        });
-        Tables::count_versions(&shard); // before anything can write
-        tokio::spawn(peers::background(Arc::clone(&shard), shard.stop.subscribe()));
-        shard.join_in_background();
-        Ok(shard)
-    }
-
     /// Stop the background work (the server stops serving the calls).
     pub fn stop(&self) {
         let _ = self.stop.send(true);
