@@ -10,11 +10,10 @@
 //! owner gives such a move up after its move timeout, and releases a
 //! range whose move was published (`shard/moves.rs` in the server).
 
-use std::time::{Duration, Instant};
-
 use clap::Args;
+use milliscale_client::handover::{self, MovePlan};
 use milliscale_client::{Client, proto};
-use milliscale_milana::shard_map::{MapError, MapStore, ShardMap};
+use milliscale_milana::shard_map::{MapStore, ShardMap};
 use milliscale_milana::types::cluster_key;
 
 use crate::args::Failure;
@@ -40,16 +39,6 @@ pub(crate) struct MoveArgs {
     page_rows: u32,
 }
 
-/// The range to move and its shards, from the map.
-struct Plan {
-    map: ShardMap,
-    /// Its index in the map's ranges.
-    i: usize,
-    start: Vec<u8>,
-    end: Vec<u8>,
-    from: u32,
-}
-
 /// The range of `map` that begins at `range` (`TABLE=KEY`): its index in
 /// the map's ranges, and its bounds as cluster keys (`end` empty: no end).
 fn range_at(map: &ShardMap, range: &str) -> Result<(usize, Vec<u8>, Vec<u8>), Failure> {
@@ -68,16 +57,11 @@ fn range_at(map: &ShardMap, range: &str) -> Result<(usize, Vec<u8>, Vec<u8>), Fa
     Ok((i, start, end))
 }
 
-fn plan(map: ShardMap, a: &MoveArgs) -> Result<Plan, Failure> {
-    let (i, start, end) = range_at(&map, &a.range)?;
-    let from = map.ranges[i].1;
-    if from == a.to {
-        return Err(Failure::Usage(format!("the range is on shard {from} already")));
-    }
-    if !map.shards.contains_key(&a.to) {
-        return Err(Failure::Usage(format!("map version {} has no shard {}", map.version, a.to)));
-    }
-    Ok(Plan { map, i, start, end, from })
+fn plan(map: ShardMap, a: &MoveArgs) -> Result<MovePlan, Failure> {
+    let (i, _, _) = range_at(&map, &a.range)?;
+    let mut p = MovePlan::new(map, i, a.to).map_err(Failure::Usage)?;
+    p.page_rows = a.page_rows;
+    Ok(p)
 }
 
 async fn connect(map: &ShardMap, s: u32, token: Option<&String>) -> Result<Client, Failure> {
@@ -102,138 +86,24 @@ pub(crate) fn move_range(a: MoveArgs) -> Result<(), Failure> {
     rt.block_on(moving(&maps, &p, &a))
 }
 
-async fn moving(maps: &MapStore, p: &Plan, a: &MoveArgs) -> Result<(), Failure> {
-    let version = p.map.version + 1;
-    let (src, dst) = (
-        connect(&p.map, p.from, a.token.as_ref()).await?,
-        connect(&p.map, a.to, a.token.as_ref()).await?,
-    );
-    let freeze = |unfreeze| proto::ShardFreezeRequest {
-        start: p.start.clone().into(),
-        end: p.end.clone().into(),
-        to: a.to,
-        map_version: version,
-        unfreeze,
-    };
-    let started = Instant::now();
-    let floor = match src.shard_freeze(freeze(false)).await {
-        Ok(floor) => floor,
-        Err(e) => {
-            // Frozen perhaps, not published: the range may be served again.
-            let _ = src.shard_freeze(freeze(true)).await;
-            return Err(run("freezing the range")(e));
-        }
-    };
-    eprintln!("frozen on shard {} for map version {version} (latest read {floor})", p.from);
-    let copied = match copy(&src, &dst, p, a.page_rows, floor).await {
-        Ok(n) => n,
-        Err(e) => {
-            // Nothing published: the range may be served again.
-            let _ = src.shard_freeze(freeze(true)).await;
-            return Err(e);
-        }
-    };
-    let mut next = p.map.clone();
-    next.version = version;
-    next.ranges[p.i].1 = a.to;
-    match maps.publish(&next) {
-        Ok(()) => {}
-        Err(MapError::Lost(_)) => {
-            // Given up: the old owner lifts its freeze once the version
-            // on the store does not give the range away (or releases the
-            // range if it does: a publish taken for lost that landed).
-            src.shard_freeze(freeze(true)).await.map_err(run("giving the move up"))?;
-            return Err(Failure::Run(format!(
-                "another change published map version {version} first: the range stays on \
-                 shard {}; move it again",
-                p.from
-            )));
-        }
-        Err(e) => {
-            return Err(Failure::Run(format!(
-                "publishing map version {version}: {e}; the range stays frozen on shard {} \
-                 until the move is run again, or until the shard gives it up after its move \
-                 timeout",
-                p.from
-            )));
-        }
-    }
-    let frozen_for = started.elapsed();
-    // The new owner and the old read the map again; then the old lets go.
-    let t = Instant::now();
-    while dst.shard_map_version(version).await.unwrap_or(0) < version {
-        if t.elapsed() > Duration::from_secs(10) {
-            return Err(Failure::Run(format!("shard {} did not read map version {version}", a.to)));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let release =
-        proto::ShardReleaseRequest { start: p.start.clone().into(), end: p.end.clone().into() };
-    let mut tries = 0;
-    let deleted = loop {
-        match src.shard_release(release.clone()).await {
-            Ok(n) => break n.to_string(),
-            // Released by the old owner itself, once it read the map.
-            Err(e) if e.code() == milliscale_client::Code::NotFound => break "its".into(),
-            Err(e) if tries < 50 => {
-                tries += 1;
-                if tries == 50 {
-                    eprintln!("releasing on shard {}: {e}", p.from);
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(e) => return Err(Failure::Run(format!("releasing on shard {}: {e}", p.from))),
-        }
-    };
+async fn moving(maps: &MapStore, p: &MovePlan, a: &MoveArgs) -> Result<(), Failure> {
+    let src = connect(&p.map, p.from, a.token.as_ref()).await?;
+    let dst = connect(&p.map, p.to, a.token.as_ref()).await?;
+    let publish = async |next: ShardMap| maps.publish(&next);
+    let moved = handover::move_range(p, &src, &dst, publish, |s| eprintln!("{s}")).await?;
+    let deleted = moved.deleted.map_or("its".to_owned(), |n| n.to_string());
     println!(
-        "moved range {} ({copied} rows) from shard {} to shard {}: map version {version}, \
-         frozen {:.0} ms, {deleted} rows deleted on shard {}",
+        "moved range {} ({} rows) from shard {} to shard {}: map version {}, frozen {:.0} ms, \
+         {deleted} rows deleted on shard {}",
         a.range,
+        moved.rows,
         p.from,
-        a.to,
-        frozen_for.as_secs_f64() * 1e3,
+        p.to,
+        moved.map_version,
+        moved.frozen.as_secs_f64() * 1e3,
         p.from
     );
     Ok(())
-}
-
-/// Copy the frozen range's rows from `src` to `dst`, a page at a time;
-/// the last page carries the read floor. How many rows.
-async fn copy(
-    src: &Client,
-    dst: &Client,
-    p: &Plan,
-    page_rows: u32,
-    floor: u64,
-) -> Result<u64, Failure> {
-    let (mut after, mut first, mut copied) = (Vec::new(), true, 0u64);
-    loop {
-        let page = src
-            .shard_export(proto::ShardExportRequest {
-                start: p.start.clone().into(),
-                end: p.end.clone().into(),
-                after: after.clone().into(),
-                limit: page_rows,
-            })
-            .await
-            .map_err(run("copying the range's rows"))?;
-        let last = page.rows.last().map(|r| r.key.to_vec());
-        copied += page.rows.len() as u64;
-        let import = proto::ShardImportRequest {
-            start: p.start.clone().into(),
-            end: p.end.clone().into(),
-            rows: page.rows,
-            tables: page.tables,
-            first,
-            floor: if page.more { 0 } else { floor },
-        };
-        dst.shard_import(import).await.map_err(run("writing the range's rows"))?;
-        first = false;
-        match (page.more, last) {
-            (true, Some(k)) => after = k,
-            _ => return Ok(copied),
-        }
-    }
 }
 
 #[derive(Args)]

@@ -10,6 +10,7 @@ mod config_file;
 mod credentials;
 mod emulator_clients;
 mod fencing;
+mod history_moves;
 mod inspect;
 mod metrics_endpoint;
 mod move_kill;

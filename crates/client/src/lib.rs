@@ -32,7 +32,7 @@
 
 mod cluster;
 mod error;
-mod handover;
+pub mod handover;
 mod stream;
 mod txn;
 
