@@ -51,6 +51,24 @@ pub(crate) enum ClusterCmd {
     /// Finish a move whose mover stopped after publishing the map: the
     /// old owner deletes the range's rows and lifts its freeze.
     Release(crate::cluster_move::ReleaseArgs),
+    /// Switch the rebalancer on or off. On, the shard holding the map's
+    /// lease splits a range past `--split-rows` rows at its middle key,
+    /// and moves ranges from the fullest shard to the emptiest until they
+    /// differ by at most a tenth of the mean, one move at a time; each
+    /// decision is logged with its reason (`milliscale::rebalance`).
+    Rebalance(RebalanceArgs),
+}
+
+#[derive(Args)]
+pub(crate) struct RebalanceArgs {
+    #[command(flatten)]
+    map: MapArgs,
+    /// `on` or `off`.
+    #[arg(value_parser = ["on", "off"])]
+    switch: String,
+    /// On: split a range past this many rows.
+    #[arg(long, default_value_t = 100_000)]
+    split_rows: u64,
 }
 
 #[derive(Args)]
@@ -190,6 +208,21 @@ pub(crate) fn cluster(cmd: ClusterCmd) -> Result<(), Failure> {
             );
             Ok(())
         }
+        ClusterCmd::Rebalance(a) => {
+            let on = a.switch == "on";
+            let m = change(&a.map.open()?, &MapChange::Rebalance(on.then_some(a.split_rows)))?;
+            match m.rebalance {
+                Some(rows) => println!(
+                    "published shard map version {}: the rebalancer is on, splitting ranges past \
+                     {rows} rows",
+                    m.version
+                ),
+                None => {
+                    println!("published shard map version {}: the rebalancer is off", m.version)
+                }
+            }
+            Ok(())
+        }
         ClusterCmd::RemoveShard(a) => {
             let m = change(&a.map.open()?, &MapChange::RemoveShard(a.id))?;
             println!("published shard map version {}: shard {} removed", m.version, a.id);
@@ -267,7 +300,7 @@ fn init(a: InitArgs) -> Result<(), Failure> {
             m.version
         )));
     }
-    let map = ShardMap { version: 1, ranges, shards };
+    let map = ShardMap { version: 1, ranges, shards, rebalance: None };
     maps.publish(&map).map_err(|e| Failure::Usage(e.to_string()))?;
     println!("published shard map version 1: {n} shards, {} ranges", map.ranges.len());
     Ok(())

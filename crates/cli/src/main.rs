@@ -142,9 +142,11 @@ fn main() -> ExitCode {
     };
     let filter = match std::env::var("RUST_LOG") {
         Ok(v) if !v.is_empty() => EnvFilter::builder().parse_lossy(v),
+        // The rebalancer's decisions, with their reasons, are always told.
         _ => EnvFilter::default()
             .add_directive(level.into())
-            .add_directive("s3s=off".parse().expect("a valid directive")),
+            .add_directive("s3s=off".parse().expect("a valid directive"))
+            .add_directive("milliscale::rebalance=info".parse().expect("a valid directive")),
     };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)

@@ -14,5 +14,6 @@ mod history_moves;
 mod inspect;
 mod metrics_endpoint;
 mod move_kill;
+mod rebalance;
 mod shard_kill;
 mod standby_kill;

@@ -173,6 +173,7 @@ async fn fetch_map(c: &Client, at_least: u64) -> Result<ShardMap> {
             .into_iter()
             .map(|s| (s.shard, ShardInfo { addr: s.addr, log: String::new() }))
             .collect(),
+        rebalance: None,
     };
     map.check().map_err(|e| Error::local(format!("the cluster's map: {e}")))?;
     Ok(map)

@@ -37,6 +37,12 @@ impl Client {
         Ok(self.stub().shard_release(self.req(r)).await?.into_inner().deleted)
     }
 
+    /// `ShardInfo`: how the shard is, and with `loads`, the rows of each
+    /// range it owns (for the rebalancer).
+    pub async fn shard_info(&self, r: proto::ShardInfoRequest) -> Result<proto::ShardInfoResponse> {
+        Ok(self.stub().shard_info(self.req(r)).await?.into_inner())
+    }
+
     /// The version of the shard map this shard serves under; it reads
     /// the map's store first if its copy is older than `at_least` (and
     /// was read over 50 ms ago) or over half a second old.

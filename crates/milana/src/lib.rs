@@ -44,6 +44,8 @@ pub mod dst;
 pub mod engine_versions;
 pub mod fresh;
 pub mod log;
+#[cfg(feature = "engine")]
+pub mod map_lease;
 pub mod participant;
 pub mod shard_map;
 pub mod tables;

@@ -51,6 +51,10 @@ pub struct ShardMap {
     /// no range (one that joined and awaits a range, or is about to be
     /// removed).
     pub shards: BTreeMap<ShardId, ShardInfo>,
+    /// The rebalancer's switch (design record 0009): on, with the row
+    /// count past which it splits a range; absent, off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rebalance: Option<u64>,
 }
 
 /// A change to the map that moves no data (design record 0009): each
@@ -64,6 +68,9 @@ pub enum MapChange {
     Split(Key),
     /// A shard that owns no range, gone from the map.
     RemoveShard(ShardId),
+    /// The rebalancer switched on (splitting ranges past this many rows)
+    /// or off.
+    Rebalance(Option<u64>),
 }
 
 impl ShardMap {
@@ -127,6 +134,12 @@ impl ShardMap {
                     ));
                 }
                 next.shards.remove(id);
+            }
+            MapChange::Rebalance(split_rows) => {
+                if *split_rows == Some(0) {
+                    return bad("the rebalancer's split threshold must be at least one row".into());
+                }
+                next.rebalance = *split_rows;
             }
         }
         next.check()?;
@@ -203,6 +216,11 @@ impl MapStore {
 
     fn key(&self, version: u64) -> String {
         format!("{}{version:020}", self.dir)
+    }
+
+    /// The store the map is on.
+    pub fn store(&self) -> Arc<dyn ObjectStore> {
+        Arc::clone(&self.store)
     }
 
     /// The newest version, if any was published.
@@ -294,7 +312,7 @@ mod tests {
                 )
             })
             .collect();
-        ShardMap { version, ranges, shards }
+        ShardMap { version, ranges, shards, rebalance: None }
     }
 
     #[test]

@@ -367,12 +367,16 @@ impl Milliscale for Service {
         req: Request<proto::ShardInfoRequest>,
     ) -> Result<Response<proto::ShardInfoResponse>, Status> {
         let r = self.caller(&req).and_then(|_| {
-            let mut info = self.shard("ShardInfo")?.info();
+            let shard = self.shard("ShardInfo")?;
+            let mut info = shard.info();
             if let Some(s) = &req.get_ref().standby {
                 self.standbys.checked(s);
             }
             info.standbys = self.standbys.health(self.backend.progress());
             info.streams_opened = self.shard_streams.load(std::sync::atomic::Ordering::Relaxed);
+            if req.get_ref().loads {
+                info.loads = shard.loads()?;
+            }
             Ok(info)
         });
         done("ShardInfo", r)

@@ -48,6 +48,11 @@ pub(crate) async fn three_shards() -> Fixture {
     three_shards_with(Duration::from_millis(200), Duration::from_secs(30)).await
 }
 
+/// Shard `i`'s place in the map.
+fn place((i, (addr, log)): (u32, (&SocketAddr, &String))) -> (u32, ShardInfo) {
+    (i, ShardInfo { addr: addr.to_string(), log: log.clone() })
+}
+
 /// Three shards that collect every `every` and abort a move whose mover
 /// is silent for `move_timeout`.
 pub(crate) async fn three_shards_with(every: Duration, move_timeout: Duration) -> Fixture {
@@ -65,17 +70,8 @@ pub(crate) async fn three_shards_with(every: Duration, move_timeout: Duration) -
             (cluster_key(TABLE, &account(4)), 1),
             (cluster_key(TABLE, &account(8)), 2),
         ],
-        shards: (0..3)
-            .map(|i| {
-                (
-                    i,
-                    ShardInfo {
-                        addr: addrs[i as usize].to_string(),
-                        log: data[i as usize].clone(),
-                    },
-                )
-            })
-            .collect(),
+        shards: (0..3u32).zip(addrs.iter().zip(&data)).map(place).collect(),
+        rebalance: None,
     };
     maps.publish(&map).expect("publish");
     let mut f =

@@ -104,7 +104,12 @@ async fn a_read_of_a_version_not_yet_durable_waits_until_it_is() {
     let addr = free_addr();
     let maps = MapStore::new(milliscale::store::open(&map_url).expect("map store"), "");
     let info = ShardInfo { addr: addr.to_string(), log: "memory://".into() };
-    let map = ShardMap { version: 1, ranges: vec![(Vec::new(), 0)], shards: [(0, info)].into() };
+    let map = ShardMap {
+        version: 1,
+        ranges: vec![(Vec::new(), 0)],
+        shards: [(0, info)].into(),
+        rebalance: None,
+    };
     maps.publish(&map).expect("publish");
     let sim = Arc::new(
         SimStore::new(Arc::new(MemoryStore::new()), "io2", Faults::default()).expect("sim"),

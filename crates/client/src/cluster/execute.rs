@@ -313,6 +313,7 @@ mod tests {
             version: 1,
             ranges: vec![(Vec::new(), 0), (cluster_key("t", b"m"), 1)],
             shards: Default::default(),
+            rebalance: None,
         }
     }
 

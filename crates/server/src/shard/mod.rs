@@ -30,6 +30,7 @@ mod handover;
 mod moves;
 mod peers;
 mod reads;
+pub mod rebalance;
 pub mod standby;
 mod start;
 pub mod tables;

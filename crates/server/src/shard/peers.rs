@@ -38,6 +38,27 @@ impl Shard {
         Some(c)
     }
 
+    /// A client of the shard at `addr`, with the peer token and TLS (for
+    /// the rebalancer's calls as a mover).
+    pub(super) async fn peer_client(
+        &self,
+        addr: &str,
+    ) -> Result<milliscale_client::Client, String> {
+        let mut b = milliscale_client::Client::builder(addr.to_owned());
+        if let Some(t) = &self.opts.peer_token {
+            b = b.token(t.clone());
+        }
+        if let Some(ca) = &self.opts.peer_tls_ca {
+            b = b.tls(ca.clone());
+        }
+        b.connect().await.map_err(|e| format!("the shard at {addr}: {e}"))
+    }
+
+    /// This shard's address, as the map has it.
+    pub(super) fn addr(&self) -> String {
+        self.map.read().shards.get(&self.opts.shard).map(|i| i.addr.clone()).unwrap_or_default()
+    }
+
     fn request<T>(&self, msg: T) -> tonic::Request<T> {
         let mut req = tonic::Request::new(msg);
         req.set_timeout(self.opts.peer_timeout);

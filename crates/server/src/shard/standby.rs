@@ -78,7 +78,8 @@ pub async fn stand_by(
             addr: listen.to_string(),
             applied_token: replica.metrics().applied_csn,
         };
-        let mut req = tonic::Request::new(proto::ShardInfoRequest { standby: Some(report) });
+        let mut req =
+            tonic::Request::new(proto::ShardInfoRequest { standby: Some(report), loads: false });
         if let Some(t) = &opts.peer_token
             && let Ok(v) = format!("Bearer {t}").parse()
         {

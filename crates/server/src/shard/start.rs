@@ -17,7 +17,7 @@ use parking_lot::{Mutex, RwLock};
 use tokio::sync::watch;
 
 use super::tables::Tables;
-use super::{Recovery, Shard, ShardOptions, State, handover, latest_map, moves, peers};
+use super::{Recovery, Shard, ShardOptions, State, handover, latest_map, moves, peers, rebalance};
 
 impl Shard {
     /// Become shard `opts.shard` over `db`: read the map, rebuild the
@@ -87,6 +87,7 @@ impl Shard {
         });
         Tables::count_versions(&shard); // before anything can write
         tokio::spawn(peers::background(Arc::clone(&shard), shard.stop.subscribe()));
+        tokio::spawn(rebalance::background(Arc::clone(&shard), shard.stop.subscribe()));
         shard.join_in_background();
         Ok(shard)
     }
