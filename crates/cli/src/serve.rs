@@ -98,6 +98,10 @@ pub(crate) struct ClusterServeArgs {
     /// (ms; the mover is heard from at each page of the copy).
     #[arg(long, default_value_t = 10_000, requires = "cluster")]
     move_timeout_ms: u64,
+    /// How often the rebalancer looks, when `cluster rebalance on` and
+    /// this shard holds the map's lease (ms).
+    #[arg(long, default_value_t = 1000, requires = "cluster")]
+    rebalance_every_ms: u64,
     /// The bearer token this shard calls the other shards with (they
     /// check it as they check any caller's); or MILLISCALE_PEER_TOKEN.
     #[arg(long, env = "MILLISCALE_PEER_TOKEN", hide_env_values = true, requires = "cluster")]
@@ -141,6 +145,7 @@ fn server_options(a: &ServeArgs, listen: SocketAddr) -> Result<ServerOptions, Fa
         s.map_prefix.clone_from(&a.cluster.map_prefix);
         s.termination_timeout = Duration::from_millis(a.cluster.termination_timeout_ms.max(1));
         s.move_timeout = Duration::from_millis(a.cluster.move_timeout_ms.max(1));
+        s.rebalance_every = Duration::from_millis(a.cluster.rebalance_every_ms.max(1));
         s.peer_token.clone_from(&a.cluster.peer_token);
         if let Some(ca) = &a.cluster.peer_tls_ca {
             s.peer_tls_ca = Some(read(ca, "--peer-tls-ca")?);

@@ -152,3 +152,127 @@ async fn a_move_killed_midway_finishes_or_rolls_back_and_loses_nothing() {
     assert!(acked > 0 && batches > 0, "nothing was acknowledged");
     assert!(blocked < Duration::from_secs(3), "a key stayed blocked {blocked:?}");
 }
+
+/// The shard whose rebalancer holds the map's lease (its holder is named
+/// `shard N at ADDR`).
+fn lease_holder(dir: &std::path::Path) -> Option<u32> {
+    let store = milliscale::store::open(&url(dir, "map")).expect("store");
+    let lease = milliscale_milana::map_lease::MapLease::new(store, "");
+    let holder = lease.newest().ok()??.holder;
+    holder.strip_prefix("shard ")?.split(' ').next()?.parse().ok()
+}
+
+/// Shard `s`'s newest log.
+fn newest_log(dir: &std::path::Path, s: u32) -> String {
+    let mut logs: Vec<_> = std::fs::read_dir(dir)
+        .expect("dir")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(&format!("primary{s}-")))
+        })
+        .collect();
+    logs.sort_by_key(|p| {
+        let n = p.file_stem().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        n.rsplit('-').next().and_then(|k| k.parse::<u64>().ok()).unwrap_or(0)
+    });
+    logs.last().map(|p| std::fs::read_to_string(p).unwrap_or_default()).unwrap_or_default()
+}
+
+/// The last step the rebalancer told in shard `s`'s newest log.
+fn last_decision(dir: &std::path::Path, s: u32) -> String {
+    let text = newest_log(dir, s);
+    let step = |l: &&str| ["moving", "frozen on", "moved", "split"].iter().any(|w| l.contains(w));
+    text.lines().rev().find(step).unwrap_or("").to_owned()
+}
+
+/// kill -9 of the shard running the rebalancer (design record 0009), 10
+/// trials (`MILLISCALE_MOVE_KILL_TRIALS`): shard 0 starts with every
+/// account and marker of a bank that a coordinator runs, and the
+/// rebalancer, every 100 ms, splits the bank's ranges past 40 rows and
+/// moves them to shards 1 and 2. Each trial kills the lease holder at a
+/// pseudo-random moment and starts it again; its moves finish or roll
+/// back, and `shard_kill`'s oracle checks every acknowledged transfer
+/// and batch, and the total.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_rebalancer_loses_nothing_and_its_moves_settle() {
+    let dir = tempfile::tempdir().expect("dir");
+    let dir = dir.path();
+    let map = url(dir, "map");
+    let mut init = Command::new(BIN);
+    init.args(["cluster", "init", "--map", &map, "--split", "zz=1", "--split", "zz=2"]);
+    for s in 0..3 {
+        init.args([
+            "--shard",
+            &format!("{}={}", super::shard_kill::free_port(), url(dir, &format!("shard{s}"))),
+        ]);
+    }
+    assert!(init.status().expect("init").success());
+    const EXTRA: &[&str] = &["--move-timeout-ms", "1000", "--rebalance-every-ms", "100"];
+    let mut shards: Vec<Proc> = (0..3).map(|s| primary_with(dir, s, EXTRA)).collect();
+    let oracle = Oracle::new(dir).await;
+    let on = Command::new(BIN)
+        .args(["cluster", "rebalance", "on", "--map", &map, "--split-rows", "40"])
+        .output()
+        .expect("rebalance on");
+    assert!(on.status.success());
+    let trials: u32 = std::env::var("MILLISCALE_MOVE_KILL_TRIALS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
+    let (mut acked, mut mid_move, mut slowest) = (0, 0, Duration::ZERO);
+    let maps = MapStore::new(milliscale::store::open(&map).expect("store"), "");
+    // The shards see the switch when they next read the map (every 5 s).
+    let t0 = Instant::now();
+    while lease_holder(dir).is_none() {
+        assert!(t0.elapsed() < Duration::from_secs(15), "no rebalancer took the lease");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for t in 0..trials {
+        let client = 500 + t;
+        let mut c = coordinator(dir, client, 30, &shard_but(dir, None));
+        tokio::time::sleep(delay(t, 100, 400)).await;
+        let Some(holder) = lease_holder(dir) else {
+            panic!("no rebalancer holds the lease\n{}", logs(dir));
+        };
+        // Aim at a move: wait (up to 3 s) for the holder to start one,
+        // then kill it 0-15 ms later.
+        let begun = newest_log(dir, holder).matches("moving").count();
+        let t0 = Instant::now();
+        while newest_log(dir, holder).matches("moving").count() == begun
+            && t0.elapsed() < Duration::from_secs(3)
+        {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        tokio::time::sleep(delay(t.wrapping_mul(5), 0, 15)).await;
+        shards[holder as usize].kill_9();
+        let last = last_decision(dir, holder);
+        if last.contains("moving") || last.contains("frozen on") {
+            mid_move += 1;
+        }
+        shards[holder as usize] = primary_with(dir, holder, EXTRA);
+        let t0 = Instant::now();
+        loop {
+            if let Some(status) = c.0.try_wait().expect("wait") {
+                assert!(status.success(), "the coordinator failed: {status}\n{}", logs(dir));
+                break;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(90), "the coordinator hung\n{}", logs(dir));
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        slowest = slowest.max(unfrozen(dir, Duration::from_secs(10)).await);
+        oracle.settled().await;
+        acked += oracle.check(dir, client).await;
+    }
+    let m = maps.latest().expect("map").expect("a map");
+    let owners: std::collections::BTreeSet<u32> = m.ranges.iter().map(|(_, s)| *s).collect();
+    eprintln!(
+        "rebalancer killed {trials} times ({mid_move} while its last decision was a move): \
+         {acked} acknowledged transfers checked; map version {}, {} ranges on shards \
+         {owners:?}; every freeze settled within {slowest:?}",
+        m.version,
+        m.ranges.len()
+    );
+    assert!(acked > 0);
+    assert!(owners.len() == 3, "the rebalancer moved nothing: {:?}", m.ranges);
+}

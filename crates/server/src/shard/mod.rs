@@ -82,6 +82,9 @@ pub struct ShardOptions {
     /// A range frozen here for a move whose mover has been silent this
     /// long is moved no more: the move is aborted ([`moves`]).
     pub move_timeout: Duration,
+    /// How often the rebalancer looks (when the map switches it on and
+    /// this shard holds the map's lease).
+    pub rebalance_every: Duration,
     /// The bearer token for calls to the other shards.
     pub peer_token: Option<String>,
     /// The certificate authority the other shards' TLS certificates are
@@ -113,6 +116,7 @@ impl ShardOptions {
             collect_every: Duration::from_millis(100),
             client_silence: Duration::from_secs(10),
             move_timeout: Duration::from_secs(10),
+            rebalance_every: Duration::from_secs(1),
             peer_token: None,
             peer_tls_ca: None,
         }

@@ -1,7 +1,7 @@
 //! The rebalancer (design record 0009): in whichever shard holds the
 //! map's lease, while the map says so (`milliscale cluster rebalance on`),
 //! it asks every shard for the rows of its ranges, and makes one change
-//! a round: a range past the map's split threshold is split at its middle
+//! a round (a second by default): a range past the map's split threshold is split at its middle
 //! key; otherwise, when the fullest and the emptiest shard differ by over
 //! a tenth of the mean, the range of the fullest whose move narrows that
 //! gap most moves to the emptiest (split first if every range of the
@@ -28,8 +28,7 @@ use tonic::Status;
 use super::Shard;
 use crate::errors::engine;
 
-/// How often the rebalancer looks, and the lease's length.
-const ROUND: Duration = Duration::from_secs(1);
+/// The lease's length.
 const LEASE: Duration = Duration::from_secs(10);
 
 /// One change the rebalancer makes.
@@ -171,7 +170,7 @@ pub(super) async fn background(shard: Arc<Shard>, mut stop: watch::Receiver<bool
     let lease = Arc::new(MapLease::new(shard.maps.store(), &shard.opts.map_prefix));
     loop {
         tokio::select! {
-            _ = tokio::time::sleep(ROUND) => {}
+            _ = tokio::time::sleep(shard.opts.rebalance_every) => {}
             _ = stop.wait_for(|s| *s) => return,
         }
         let Some(split_rows) = shard.map.read().rebalance else { continue };
