@@ -270,5 +270,6 @@ pub fn run(cfg: &FailoverConfig) -> Result<Report, String> {
         memory: None,
         log: None,
         notes,
+        timeline: Vec::new(),
     })
 }

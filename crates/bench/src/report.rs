@@ -243,6 +243,11 @@ pub struct Report {
     pub log: Option<LogReport>,
     /// Free-form remarks the run wants a reader to see (e.g. "no log").
     pub notes: Vec<String>,
+    /// Committed transactions per second, each second of the measured
+    /// time, where the benchmark samples them (YCSB through a server or a
+    /// cluster): a dip shows here.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub timeline: Vec<f64>,
 }
 
 impl Report {

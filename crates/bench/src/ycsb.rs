@@ -267,5 +267,6 @@ pub(crate) fn build_report(
         memory,
         log: None,
         notes,
+        timeline: Vec::new(),
     }
 }

@@ -44,7 +44,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
@@ -245,7 +245,22 @@ async fn run_async(cfg: &YcsbConfig, srv: &ServerRun) -> Result<Report, String> 
     let cpu_before = process_cpu();
     phase.store(PHASE_MEASURE, Ordering::SeqCst);
     let started = Instant::now();
-    tokio::time::sleep(cfg.duration).await;
+    let started_unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    eprintln!("measuring for {:?} (loaded and warmed up)", cfg.duration);
+    // The commits of each second, for a dip to show.
+    let mut timeline = Vec::new();
+    let mut last = 0u64;
+    let mut tick =
+        tokio::time::interval_at((started + Duration::from_secs(1)).into(), Duration::from_secs(1));
+    while started.elapsed() + Duration::from_millis(500) < cfg.duration {
+        tick.tick().await;
+        let now = stats.lock().run.committed.iter().sum::<u64>();
+        timeline.push((now - last) as f64);
+        last = now;
+    }
+    tokio::time::sleep(cfg.duration.saturating_sub(started.elapsed())).await;
     let measured = started.elapsed();
     let after = clients[0].cpu_seconds().await?;
     let cpu_client = process_cpu() - cpu_before;
@@ -281,6 +296,8 @@ async fn run_async(cfg: &YcsbConfig, srv: &ServerRun) -> Result<Report, String> 
     let notes = notes(cfg, srv, mode, loaded.then_some(load_took));
     let mut report = build_report(cfg, stats, (measured, None), notes);
     report.engine = format!("milliscale-server ({mode})");
+    report.timeline = timeline;
+    report.extra.insert("measure_started_unix_s".into(), started_unix);
     report.config.retain(|k, _| {
         matches!(
             k.as_str(),

@@ -394,6 +394,7 @@ pub fn run(cfg: &BankConfig) -> Result<Report, String> {
         memory: None,
         log: None,
         notes,
+        timeline: Vec::new(),
     })
 }
 

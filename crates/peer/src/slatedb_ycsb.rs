@@ -199,6 +199,7 @@ async fn run_async(
         memory: None,
         log,
         notes,
+        timeline: Vec::new(),
     })
 }
 

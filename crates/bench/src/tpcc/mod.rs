@@ -273,6 +273,7 @@ impl WorkerStats {
             memory: Default::default(),
             log: None,
             notes,
+            timeline: Vec::new(),
         }
     }
 }

@@ -170,6 +170,8 @@ pub struct Shard {
     peers: Mutex<HashMap<ShardId, MilliscaleClient<Channel>>>,
     stop: watch::Sender<bool>,
     started: Recovery,
+    /// The rebalancer's last round found nothing to do.
+    rebalanced: std::sync::atomic::AtomicBool,
 }
 
 /// What a shard's start found in its tables.

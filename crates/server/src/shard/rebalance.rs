@@ -6,7 +6,8 @@
 //! a tenth of the mean, the range of the fullest whose move narrows that
 //! gap most moves to the emptiest (split first if every range of the
 //! fullest is too big to narrow it). One move is in flight at a time.
-//! Every decision is logged with its reason.
+//! Every decision is logged with its reason, and the first round that
+//! finds nothing to do after a change logs `balanced`, with the rows.
 //!
 //! The lease only keeps two rebalancers from working against each other;
 //! what makes each change safe is the map's conditional write, as for a
@@ -214,8 +215,17 @@ async fn round(shard: &Arc<Shard>, split_rows: u64) -> Result<(), String> {
         return Ok(()); // a shard did not answer: wait for it
     }
     match decide(&map, &loads, split_rows) {
-        None => Ok(()),
+        None => {
+            let rows: BTreeMap<ShardId, u64> =
+                loads.iter().map(|(s, r)| (*s, r.iter().map(|(_, n, _)| n).sum())).collect();
+            if shard.rebalanced.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                return Ok(());
+            }
+            tracing::info!(target: "milliscale::rebalance", ?rows, "balanced");
+            Ok(())
+        }
         Some(Decision::Split { at, why }) => {
+            shard.rebalanced.store(false, std::sync::atomic::Ordering::Relaxed);
             tracing::info!(target: "milliscale::rebalance", %why, "splitting");
             let maps = Arc::clone(&shard.maps);
             let change = MapChange::Split(at);
@@ -230,6 +240,7 @@ async fn round(shard: &Arc<Shard>, split_rows: u64) -> Result<(), String> {
             }
         }
         Some(Decision::Move { index, to, why }) => {
+            shard.rebalanced.store(false, std::sync::atomic::Ordering::Relaxed);
             tracing::info!(target: "milliscale::rebalance", %why, to, "moving");
             let plan = MovePlan::new(map.clone(), index, to)?;
             let src = shard.peer_client(&map.shards[&plan.from].addr).await?;

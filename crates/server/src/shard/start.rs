@@ -84,6 +84,7 @@ impl Shard {
             decided: tokio::sync::Notify::new(),
             peers: Mutex::new(HashMap::new()),
             stop,
+            rebalanced: std::sync::atomic::AtomicBool::new(false),
         });
         Tables::count_versions(&shard); // before anything can write
         tokio::spawn(peers::background(Arc::clone(&shard), shard.stop.subscribe()));
