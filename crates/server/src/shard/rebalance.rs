@@ -21,7 +21,7 @@ use milliscale::Direction;
 use milliscale_client::handover::{self, MovePlan};
 use milliscale_milana::map_lease::MapLease;
 use milliscale_milana::shard_map::{MapChange, ShardMap};
-use milliscale_milana::types::{Key, ShardId, cluster_key};
+use milliscale_milana::types::{Key, ShardId, cluster_key, split_cluster_key};
 use milliscale_proto::v1 as proto;
 use tokio::sync::watch;
 use tonic::Status;
@@ -59,14 +59,18 @@ pub type Loads = BTreeMap<ShardId, Vec<(usize, u64, Key)>>;
 /// The change to make, if any (see the module's comment). `loads` has
 /// every shard of the map that answered; one that did not is left out.
 pub fn decide(map: &ShardMap, loads: &Loads, split_rows: u64) -> Option<Decision> {
-    let show = |i: usize| String::from_utf8_lossy(&map.ranges[i].0).replace('\0', "/");
+    // A range's first key as `table/key`, the key's other bytes escaped.
+    let show = |i: usize| match split_cluster_key(&map.ranges[i].0) {
+        Some((t, k)) => format!("{t}/{}", k.escape_ascii()),
+        None => "the first key".to_owned(),
+    };
     let big = loads
         .values()
         .flatten()
         .filter(|(_, rows, middle)| *rows > split_rows && !middle.is_empty())
         .max_by_key(|(_, rows, _)| *rows);
     if let Some((i, rows, middle)) = big {
-        let why = format!("the range from {:?} holds {rows} rows, over {split_rows}", show(*i));
+        let why = format!("the range from {} holds {rows} rows, over {split_rows}", show(*i));
         return Some(Decision::Split { at: middle.clone(), why });
     }
     let totals: BTreeMap<ShardId, u64> =
@@ -90,7 +94,7 @@ pub fn decide(map: &ShardMap, loads: &Loads, split_rows: u64) -> Option<Decision
             to: empty,
             why: format!(
                 "shard {full} holds {most} rows and shard {empty} {least} (mean {mean}): the \
-                 range from {:?} ({rows} rows) moves",
+                 range from {} ({rows} rows) moves",
                 show(*i)
             ),
         }),
@@ -103,7 +107,7 @@ pub fn decide(map: &ShardMap, loads: &Loads, split_rows: u64) -> Option<Decision
                 at: middle.clone(),
                 why: format!(
                     "shard {full} holds {most} rows and shard {empty} {least} (mean {mean}), \
-                     and no range of shard {full} is under the gap: the range from {:?} ({rows} \
+                     and no range of shard {full} is under the gap: the range from {} ({rows} \
                      rows) is split, to move half",
                     show(*i)
                 ),
