@@ -292,6 +292,11 @@ async fn a_freeze_ends_by_the_map_whatever_its_mover_does() {
     let mut r0 = raw(f.addrs[0]).await;
     let mut r1 = raw(f.addrs[1]).await;
 
+    // A freeze must name the next map version (2): no other could be
+    // settled by the map.
+    let ahead = proto::ShardFreezeRequest { map_version: 5, ..freeze(2, 4, false) };
+    let st = r0.shard_freeze(ahead).await.expect_err("a freeze for version 5");
+    assert!(st.message().contains("the next is 2"), "{st:?}");
     // A mover freezes, copies, and goes silent before publishing.
     let floor = r0.shard_freeze(freeze(2, 4, false)).await.expect("freeze").into_inner().floor;
     assert_eq!(copy(&mut r0, &mut r1, &start, &end, floor).await, 2);

@@ -185,6 +185,20 @@ impl Shard {
             return Err(refuse::invalid("a range moves to another shard"));
         }
         self.own_range(&f.start, &f.end)?;
+        // A move publishes the version after the newest: a freeze naming
+        // another could never be settled (nor given up) by the map.
+        let known = self.lock().frozen.iter().any(|o| o.same(&f));
+        if !known {
+            self.refresh_map().await;
+            let newest = self.map.read().version;
+            if f.map_version != newest + 1 {
+                return Err(refuse::invalid(format!(
+                    "the freeze names map version {}, but the next is {}: read the map again",
+                    f.map_version,
+                    newest + 1
+                )));
+            }
+        }
         let ack = {
             let mut st = self.lock();
             let other = st.frozen.iter_mut().find(|o| overlap(&o.start, &o.end, &f.start, &f.end));
