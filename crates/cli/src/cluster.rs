@@ -49,7 +49,8 @@ pub(crate) enum ClusterCmd {
     /// published, released. The range is refused, retryably, meanwhile.
     Move(crate::cluster_move::MoveArgs),
     /// Finish a move whose mover stopped after publishing the map: the
-    /// old owner deletes the range's rows and lifts its freeze.
+    /// old owner deletes the range's rows and lifts its freeze (it does so
+    /// by itself once it reads the map; this makes it happen now).
     Release(crate::cluster_move::ReleaseArgs),
     /// Switch the rebalancer on or off. On, the shard holding the map's
     /// lease splits a range past `--split-rows` rows at its middle key,

@@ -135,23 +135,25 @@ impl Shard {
                 st.p.versions_mut().table_ranges(start, &end)
             };
             let mut tx = self.tables.db.begin().map_err(|e| engine(&e))?;
-            let mut rows = 0u64;
+            // Each table's rows in the range, then the middle one: a pass
+            // over the rows and half a pass more.
+            let mut counts = Vec::with_capacity(parts.len());
             for (table, lo, hi) in &parts {
                 let (lo, hi) = (lo.as_ref().map(Vec::as_slice), hi.as_ref().map(Vec::as_slice));
-                rows += tx.range(table, lo, hi, Direction::Forward).count() as u64;
+                counts.push(tx.range(table, lo, hi, Direction::Forward).count() as u64);
             }
+            let rows: u64 = counts.iter().sum();
             let mut middle = Vec::new();
             let mut left = rows / 2;
-            for (table, lo, hi) in &parts {
+            for ((table, lo, hi), n) in parts.iter().zip(counts) {
                 if rows < 2 {
                     break;
                 }
-                let (lo, hi) = (lo.as_ref().map(Vec::as_slice), hi.as_ref().map(Vec::as_slice));
-                let n = tx.range(table, lo, hi, Direction::Forward).count() as u64;
                 if left >= n {
                     left -= n;
                     continue;
                 }
+                let (lo, hi) = (lo.as_ref().map(Vec::as_slice), hi.as_ref().map(Vec::as_slice));
                 let row = tx.range(table, lo, hi, Direction::Forward).nth(left as usize);
                 if let Some(Ok((k, _))) = row {
                     middle = cluster_key(table.name(), &k);
