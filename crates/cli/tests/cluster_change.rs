@@ -57,6 +57,14 @@ pub(super) async fn write(
     (acked, errors, i)
 }
 
+/// Add a shard at a free port with its database at `store` to the map
+/// at `map` (`cluster add-shard`).
+pub(super) fn add_shard(map: &str, store: &str) {
+    let add =
+        cli(&["cluster", "add-shard", "--map", map, "--addr", &free_port(), "--store", store]);
+    assert!(add.status.success(), "{}", said(&add));
+}
+
 /// Wait until `c`'s map is at `version` or later (the shards reload the
 /// map every few seconds, or when asked for it and theirs is old).
 pub(super) async fn map_at_least(c: &Cluster, version: u64) {

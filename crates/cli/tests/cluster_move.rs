@@ -11,25 +11,15 @@ use std::time::Duration;
 use milliscale_client::{Batch, Client, Cluster, proto};
 use milliscale_milana::types::cluster_key;
 
-use super::cluster_change::{TABLE, cli, map_at_least, one_shard, said, writing};
-use super::shard_kill::{free_port, logs, primary, url};
+use super::cluster_change::{TABLE, add_shard, cli, map_at_least, one_shard, said, writing};
+use super::shard_kill::{logs, primary, url};
 
 #[test]
 fn a_range_moves_there_and_back_while_a_client_writes() {
     let dir = tempfile::tempdir().expect("dir");
     let d = dir.path();
     let (_p0, maps, map) = one_shard(d);
-    let add = cli(&[
-        "cluster",
-        "add-shard",
-        "--map",
-        &map,
-        "--addr",
-        &free_port(),
-        "--store",
-        &url(d, "shard1"),
-    ]);
-    assert!(add.status.success(), "{}", said(&add));
+    add_shard(&map, &url(d, "shard1"));
     let _p1 = primary(d, 1);
     let split = cli(&["cluster", "split", "--map", &map, "--at", "kv=k25"]);
     assert!(split.status.success(), "{}", said(&split));

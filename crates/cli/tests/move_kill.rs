@@ -62,6 +62,20 @@ async fn unfrozen(dir: &std::path::Path, within: Duration) -> Duration {
     }
 }
 
+/// Wait for the coordinator `c` to end (up to 90 s): it must have run all
+/// its transfers, the application seeing no error.
+async fn ran_through(c: &mut Proc, dir: &std::path::Path) {
+    let t0 = Instant::now();
+    loop {
+        if let Some(status) = c.0.try_wait().expect("wait") {
+            assert!(status.success(), "the coordinator failed: {status}\n{}", logs(dir));
+            return;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(90), "the coordinator hung\n{}", logs(dir));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_move_killed_midway_finishes_or_rolls_back_and_loses_nothing() {
     let dir = tempfile::tempdir().expect("dir");
@@ -120,15 +134,7 @@ async fn a_move_killed_midway_finishes_or_rolls_back_and_loses_nothing() {
                 }
             }
         }
-        let t0 = Instant::now();
-        loop {
-            if let Some(status) = c.0.try_wait().expect("wait") {
-                assert!(status.success(), "the coordinator failed: {status}\n{}", logs(dir));
-                break;
-            }
-            assert!(t0.elapsed() < Duration::from_secs(90), "the coordinator hung\n{}", logs(dir));
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        ran_through(&mut c, dir).await;
         slowest = slowest.max(unfrozen(dir, Duration::from_secs(10)).await);
         blocked = blocked.max(oracle.settled().await);
         acked += oracle.check(dir, client).await;
@@ -251,15 +257,7 @@ async fn a_killed_rebalancer_loses_nothing_and_its_moves_settle() {
             mid_move += 1;
         }
         shards[holder as usize] = primary_with(dir, holder, EXTRA);
-        let t0 = Instant::now();
-        loop {
-            if let Some(status) = c.0.try_wait().expect("wait") {
-                assert!(status.success(), "the coordinator failed: {status}\n{}", logs(dir));
-                break;
-            }
-            assert!(t0.elapsed() < Duration::from_secs(90), "the coordinator hung\n{}", logs(dir));
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        ran_through(&mut c, dir).await;
         slowest = slowest.max(unfrozen(dir, Duration::from_secs(10)).await);
         oracle.settled().await;
         acked += oracle.check(dir, client).await;

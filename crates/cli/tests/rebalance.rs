@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use milliscale_client::{Batch, Client, Cluster, proto};
 use milliscale_milana::shard_map::MapStore;
 
-use super::cluster_change::{cli, said};
+use super::cluster_change::{add_shard, cli, said};
 use super::shard_kill::{Proc, free_port, logs, primary, url};
 
 const ROWS: u64 = 2_000;
@@ -94,18 +94,7 @@ fn the_rebalancer_spreads_the_rows_over_added_shards_while_a_client_writes() {
     };
 
     for s in 2..4 {
-        let store = url(d, &format!("shard{s}"));
-        let add = cli(&[
-            "cluster",
-            "add-shard",
-            "--map",
-            &map,
-            "--addr",
-            &free_port(),
-            "--store",
-            &store,
-        ]);
-        assert!(add.status.success(), "{}", said(&add));
+        add_shard(&map, &url(d, &format!("shard{s}")));
         shards.push(primary(d, s));
     }
     let on = cli(&["cluster", "rebalance", "on", "--map", &map, "--split-rows", "400"]);

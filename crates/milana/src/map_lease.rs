@@ -41,10 +41,7 @@ fn now_ms() -> u64 {
 impl MapLease {
     /// The lease beside the map under `prefix` of `store`.
     pub fn new(store: Arc<dyn ObjectStore>, prefix: &str) -> MapLease {
-        let prefix = prefix.trim_end_matches('/');
-        let dir =
-            if prefix.is_empty() { "map-lease/".into() } else { format!("{prefix}/map-lease/") };
-        MapLease { store, dir }
+        MapLease { store, dir: crate::shard_map::dir_under(prefix, "map-lease") }
     }
 
     fn key(&self, version: u64) -> String {

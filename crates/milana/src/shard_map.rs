@@ -190,6 +190,14 @@ pub enum MapError {
     },
 }
 
+/// The folder `leaf/` under `prefix` (`""`: the store's root), as keys
+/// begin.
+#[cfg(feature = "engine")]
+pub(crate) fn dir_under(prefix: &str, leaf: &str) -> String {
+    let prefix = prefix.trim_end_matches('/');
+    if prefix.is_empty() { format!("{leaf}/") } else { format!("{prefix}/{leaf}/") }
+}
+
 /// The map's versions on a store.
 #[cfg(feature = "engine")]
 pub struct MapStore {
@@ -208,10 +216,7 @@ impl std::fmt::Debug for MapStore {
 impl MapStore {
     /// The map under `prefix` (`""` for the store's root) of `store`.
     pub fn new(store: Arc<dyn ObjectStore>, prefix: &str) -> MapStore {
-        let prefix = prefix.trim_end_matches('/');
-        let dir =
-            if prefix.is_empty() { "shard-map/".into() } else { format!("{prefix}/shard-map/") };
-        MapStore { store, dir }
+        MapStore { store, dir: dir_under(prefix, "shard-map") }
     }
 
     fn key(&self, version: u64) -> String {
