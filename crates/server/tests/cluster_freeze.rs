@@ -36,6 +36,19 @@ async fn read_ahead(r: &mut crate::cluster::Raw, key: u32, ahead: u64) -> u64 {
     at
 }
 
+/// A cluster client (id 5) through shard 0 that created the table and
+/// wrote `rows` (account, value) in one batch.
+async fn client_with(f: &crate::cluster::Fixture, rows: &[(u32, &[u8])]) -> Cluster {
+    let c = Cluster::builder(f.addrs[0].to_string()).client_id(5).connect().await.expect("client");
+    c.create_table(TABLE).await.expect("create");
+    let mut b = Batch::new();
+    for (a, v) in rows {
+        b.put(TABLE, &account(*a), v);
+    }
+    c.execute(b).await.expect("write the rows");
+    c
+}
+
 /// A one-shot batch reading `key`, run once: its error's kind, if any.
 async fn get_kind(c: &Cluster, key: u32) -> Option<String> {
     let mut b = Batch::new();
@@ -144,11 +157,7 @@ async fn vote_at(r: &mut crate::cluster::Raw, seq: u64, key: u32, ts: u64) -> bo
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_moved_range_keeps_the_reads_its_old_owner_served_below_new_writes() {
     let mut f = three_shards().await;
-    let c = Cluster::builder(f.addrs[0].to_string()).client_id(5).connect().await.expect("client");
-    c.create_table(TABLE).await.expect("create");
-    let mut b = Batch::new();
-    b.put(TABLE, &account(2), b"1");
-    c.execute(b).await.expect("write a02");
+    client_with(&f, &[(2, b"1")]).await;
     let mut r0 = raw(f.addrs[0]).await;
     let read_at = read_ahead(&mut r0, 2, 2_000_000).await;
 
@@ -282,11 +291,7 @@ async fn copy(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_freeze_ends_by_the_map_whatever_its_mover_does() {
     let f = three_shards_with(Duration::from_millis(200), Duration::from_secs(1)).await;
-    let c = Cluster::builder(f.addrs[0].to_string()).client_id(5).connect().await.expect("client");
-    c.create_table(TABLE).await.expect("create");
-    let mut b = Batch::new();
-    b.put(TABLE, &account(2), b"1").put(TABLE, &account(3), b"2");
-    c.execute(b).await.expect("write a02, a03");
+    let c = client_with(&f, &[(2, b"1"), (3, b"2")]).await;
     let maps = MapStore::new(milliscale::store::open(&f.map_url).expect("the map's store"), "");
     let (start, end) = (cluster_key(TABLE, &account(2)), cluster_key(TABLE, &account(4)));
     let mut r0 = raw(f.addrs[0]).await;
@@ -360,11 +365,7 @@ async fn a_freeze_ends_by_the_map_whatever_its_mover_does() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_shard_serves_past_its_lease_so_no_commit_is_stamped_ahead() {
     let mut f = three_shards().await;
-    let a = Cluster::builder(f.addrs[0].to_string()).client_id(5).connect().await.expect("client");
-    a.create_table(TABLE).await.expect("create");
-    let mut b = Batch::new();
-    b.put(TABLE, &account(0), b"1");
-    a.execute(b).await.expect("write a00");
+    let a = client_with(&f, &[(0, b"1")]).await;
     // A read: its lease reaches 500 ms past it, durably.
     let mut r0 = raw(f.addrs[0]).await;
     read_ahead(&mut r0, 1, 0).await;
