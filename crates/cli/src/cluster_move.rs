@@ -92,9 +92,10 @@ async fn moving(maps: &MapStore, p: &MovePlan, a: &MoveArgs) -> Result<(), Failu
     let publish = async |next: ShardMap| maps.publish(&next);
     let moved = handover::move_range(p, &src, &dst, publish, |s| eprintln!("{s}")).await?;
     let deleted = moved.deleted.map_or("its".to_owned(), |n| n.to_string());
+    let again = moved.changed.map_or("every row".to_owned(), |n| format!("{n} keys"));
     println!(
-        "moved range {} ({} rows) from shard {} to shard {}: map version {}, frozen {:.0} ms, \
-         {deleted} rows deleted on shard {}",
+        "moved range {} ({} rows) from shard {} to shard {}: map version {}, frozen {:.0} ms \
+         ({again} copied again), {deleted} rows deleted on shard {}",
         a.range,
         moved.rows,
         p.from,

@@ -12,12 +12,17 @@ use crate::{Client, Error, Result, proto};
 
 impl Client {
     /// `ShardFreeze`: freeze (or, with `unfreeze`, lift the freeze of) a
-    /// range on this shard; the latest read it served there.
-    pub async fn shard_freeze(&self, r: proto::ShardFreezeRequest) -> Result<u64> {
-        Ok(self.stub().shard_freeze(self.req(r)).await?.into_inner().floor)
+    /// range on this shard; the latest read it served there, and the
+    /// keys written since a copy before the freeze began.
+    pub async fn shard_freeze(
+        &self,
+        r: proto::ShardFreezeRequest,
+    ) -> Result<proto::ShardFreezeResponse> {
+        Ok(self.stub().shard_freeze(self.req(r)).await?.into_inner())
     }
 
-    /// `ShardExport`: a page of a frozen range's rows.
+    /// `ShardExport`: a page of a range's rows (frozen, or the copy
+    /// before its freeze), or the rows of some of its keys.
     pub async fn shard_export(
         &self,
         r: proto::ShardExportRequest,
@@ -93,8 +98,12 @@ impl MovePlan {
 pub struct Moved {
     /// The map version that gave the range to its new owner.
     pub map_version: u64,
-    /// Rows copied.
+    /// Rows copied while the range was served.
     pub rows: u64,
+    /// Keys copied again once it was frozen: those written since the
+    /// copy began (`None`: the old owner no longer knew them, after a
+    /// restart, so every row was copied again).
+    pub changed: Option<u64>,
     /// From the freeze until the map was published.
     pub frozen: Duration,
     /// Rows the old owner deleted (`None`: it released the range itself,
@@ -102,16 +111,18 @@ pub struct Moved {
     pub deleted: Option<u64>,
 }
 
-/// Move a range as design record 0009's mover: freeze it on its owner
-/// (`src`), copy its rows to the new owner (`dst`; the last page with the
-/// latest read the old owner served there, the range's read floor),
-/// `publish` the next map version giving it there (the move's commit
+/// Move a range as design record 0009's mover: copy its rows from its
+/// owner (`src`) to the new owner (`dst`) while `src` still serves it
+/// (`src` records the keys written there from the first page on), freeze
+/// it on `src`, copy again the keys written since (the last page with
+/// the latest read `src` served there, the range's read floor at `dst`),
+/// `publish` the next map version giving it to `dst` (the move's commit
 /// point: it happened if and only if that version is the one published),
-/// then have the old owner release it. `said` is told each step. On a
-/// failure before publishing, the move is given up (the old owner lifts
-/// its freeze once the version on the store does not give the range
-/// away); a failure to publish leaves it frozen, to be run again or given
-/// up by the old owner after its move timeout.
+/// then have `src` release it. `said` is told each step. On a failure
+/// before publishing, the move is given up (`src` lifts its freeze once
+/// the version on the store does not give the range away); a failure to
+/// publish leaves it frozen, to be run again or given up by `src` after
+/// its move timeout.
 pub async fn move_range(
     plan: &MovePlan,
     src: &Client,
@@ -127,23 +138,41 @@ pub async fn move_range(
         map_version: version,
         unfreeze,
     };
+    let copying = Instant::now();
+    let rows = copy(plan, src, dst, None).await?;
+    said(format!(
+        "copied {rows} rows to shard {} in {:.0} ms while shard {} served them",
+        plan.to,
+        copying.elapsed().as_secs_f64() * 1e3,
+        plan.from
+    ));
     let started = Instant::now();
-    let floor = match src.shard_freeze(freeze(false)).await {
-        Ok(floor) => floor,
+    let answer = match src.shard_freeze(freeze(false)).await {
+        Ok(answer) => answer,
         Err(e) => {
             // Frozen perhaps, not published: give it up.
             let _ = src.shard_freeze(freeze(true)).await;
             return Err(format!("freezing the range: {e}"));
         }
     };
-    said(format!("frozen on shard {} for map version {version} (latest read {floor})", plan.from));
-    let rows = match copy(plan, src, dst, floor).await {
-        Ok(n) => n,
-        Err(e) => {
-            let _ = src.shard_freeze(freeze(true)).await;
-            return Err(e);
+    let floor = answer.floor;
+    let changed = answer.tracked.then_some(answer.changed.len() as u64);
+    said(format!(
+        "frozen on shard {} for map version {version} (latest read {floor}); {}",
+        plan.from,
+        match changed {
+            Some(n) => format!("{n} keys written since the copy began"),
+            None => "the keys written since the copy are not known: copying every row again".into(),
         }
+    ));
+    let again = match answer.tracked {
+        true => copy_keys(plan, src, dst, answer.changed, floor).await,
+        false => copy(plan, src, dst, Some(floor)).await,
     };
+    if let Err(e) = again {
+        let _ = src.shard_freeze(freeze(true)).await;
+        return Err(e);
+    }
     let mut next = plan.map.clone();
     next.version = version;
     next.ranges[plan.index].1 = plan.to;
@@ -198,16 +227,19 @@ pub async fn move_range(
             Err(e) => return Err(format!("releasing on shard {}: {e}", plan.from)),
         }
     };
-    Ok(Moved { map_version: version, rows, frozen, deleted })
+    Ok(Moved { map_version: version, rows, changed, frozen, deleted })
 }
 
-/// Copy the frozen range's rows from `src` to `dst`, a page at a time;
-/// the last page carries the read floor. How many rows.
+/// Copy the range's rows from `src` to `dst`, a page at a time, the
+/// first clearing the range at `dst`: while `src` serves them (`floor`
+/// `None`: `src` records the keys written from the first page on), or
+/// once frozen there (then the last page carries the read floor). How
+/// many rows.
 async fn copy(
     plan: &MovePlan,
     src: &Client,
     dst: &Client,
-    floor: u64,
+    floor: Option<u64>,
 ) -> std::result::Result<u64, String> {
     let (mut after, mut first, mut copied) = (Vec::new(), true, 0u64);
     loop {
@@ -217,6 +249,7 @@ async fn copy(
                 end: plan.end.clone().into(),
                 after: after.clone().into(),
                 limit: plan.page_rows,
+                keys: Vec::new(),
             })
             .await
             .map_err(|e: Error| format!("copying the range's rows: {e}"))?;
@@ -228,7 +261,8 @@ async fn copy(
             rows: page.rows,
             tables: page.tables,
             first,
-            floor: if page.more { 0 } else { floor },
+            floor: if page.more { 0 } else { floor.unwrap_or(0) },
+            deleted: Vec::new(),
         };
         dst.shard_import(import).await.map_err(|e| format!("writing the range's rows: {e}"))?;
         first = false;
@@ -237,4 +271,48 @@ async fn copy(
             _ => return Ok(copied),
         }
     }
+}
+
+/// Copy the rows of the frozen range's `changed` keys again from `src` to
+/// `dst` (deleting there those `src` no longer has), a page of keys at a
+/// time; the last page carries the read floor.
+async fn copy_keys(
+    plan: &MovePlan,
+    src: &Client,
+    dst: &Client,
+    changed: Vec<bytes::Bytes>,
+    floor: u64,
+) -> std::result::Result<u64, String> {
+    let pages: Vec<&[bytes::Bytes]> = match changed.is_empty() {
+        true => vec![&[]],
+        false => changed.chunks(plan.page_rows.max(1) as usize).collect(),
+    };
+    let last = pages.len() - 1;
+    for (i, keys) in pages.into_iter().enumerate() {
+        let page = match keys.is_empty() {
+            true => proto::ShardExportResponse::default(),
+            false => src
+                .shard_export(proto::ShardExportRequest {
+                    start: plan.start.clone().into(),
+                    end: plan.end.clone().into(),
+                    keys: keys.to_vec(),
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e: Error| format!("copying the range's changed rows: {e}"))?,
+        };
+        let import = proto::ShardImportRequest {
+            start: plan.start.clone().into(),
+            end: plan.end.clone().into(),
+            rows: page.rows,
+            tables: page.tables,
+            first: false,
+            floor: if i == last { floor } else { 0 },
+            deleted: page.absent,
+        };
+        dst.shard_import(import)
+            .await
+            .map_err(|e| format!("writing the range's changed rows: {e}"))?;
+    }
+    Ok(changed.len() as u64)
 }

@@ -67,6 +67,9 @@ pub struct EngineVersions {
     /// the next install in place of reading them again
     /// ([`EngineVersions::offer_rows`]).
     offered: HashMap<Key, Arc<[u8]>>,
+    /// Ranges being copied to another shard, and the keys installed in
+    /// them since ([`EngineVersions::tracked`]).
+    tracked: Tracked,
 }
 
 /// The most keys whose newest version [`EngineVersions`] remembers.
@@ -130,6 +133,8 @@ impl RowWrite {
 
 mod history;
 use history::History;
+mod tracked;
+pub use tracked::Tracked;
 
 /// One read of [`VersionRows::values`]: the value (`None`: not held;
 /// `Some(None)`: a deletion) and, if asked for, the key's row.
@@ -277,6 +282,7 @@ impl EngineVersions {
             latest: RefCell::default(),
             latest_cap: LATEST_MEMO_KEYS,
             offered: HashMap::default(),
+            tracked: Tracked::default(),
         }
     }
 
@@ -365,6 +371,7 @@ impl EngineVersions {
     pub fn forget_table(&mut self, name: &str) -> usize {
         let prefix = cluster_key(name, b"");
         tables_mut(&self.tables).remove(name);
+        self.tracked.clear();
         self.latest.get_mut().retain(|k, _| !k.starts_with(&prefix));
         lock(&self.history).forget_prefix(&prefix)
     }
@@ -383,6 +390,12 @@ impl EngineVersions {
     /// on the keys in it, in key order.
     pub fn table_ranges(&self, start: &[u8], end: &[u8]) -> Vec<(Table, Bound<Key>, Bound<Key>)> {
         self.ranges(start, end)
+    }
+
+    /// The ranges whose installed keys are recorded, for a range copied
+    /// while it is served (design record 0009).
+    pub fn tracked(&mut self) -> &mut Tracked {
+        &mut self.tracked
     }
 
     /// The engine table of cluster table `name`, created if it has none.
@@ -523,6 +536,9 @@ impl Versions for EngineVersions {
                 // finds the row replaced finds the version there.
                 history.push(key, old_version, old, version.ts);
                 self.remember(key, version);
+                if !self.tracked.is_empty() {
+                    self.tracked.written(key);
+                }
             }
         }
         self.offered.clear();

@@ -47,6 +47,11 @@ fn status(code: Code, kind: &'static str, retryable: bool, message: String) -> S
     s
 }
 
+/// The kind a status names (`milliscale-error`), if any.
+pub fn kind_of(s: &Status) -> Option<&str> {
+    s.metadata().get(KIND_KEY).and_then(|v| v.to_str().ok())
+}
+
 /// The status for an engine error.
 pub fn engine(e: &Error) -> Status {
     let msg = e.to_string();

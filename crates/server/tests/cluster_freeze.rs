@@ -93,6 +93,11 @@ async fn a_frozen_range_is_served_no_more_until_unfrozen_even_across_a_restart()
     // is retryable); a00 outside the range is served.
     assert_eq!(get_kind(&c, 2).await.as_deref(), Some("wrong_shard"));
     assert_eq!(get_kind(&c, 0).await, None);
+    // Its prepare asked again (its first answer lost) is answered as the
+    // first time: refused, its coordinator would abort a transaction
+    // prepared here.
+    let again = prepare(77, 1, account(3), vec![0, 1]);
+    assert!(r0.shard_prepare(again).await.expect("asked again, frozen").into_inner().yes);
     let decide = proto::ShardDecideRequest { txn: txn(77, 1), commit: true, ts };
     r0.shard_decide(decide).await.expect("decide");
     let floor = tokio::time::timeout(Duration::from_secs(5), freezing)
@@ -142,6 +147,10 @@ async fn a_frozen_range_is_served_no_more_until_unfrozen_even_across_a_restart()
     let r = c.execute(b).await.expect("read a02 and a03");
     assert_eq!(r.value(0), Some(&b"1"[..]));
     assert_eq!(r.value(1), Some(&b"7"[..]));
+    // The prepare refused while frozen was refused for good (its
+    // coordinator aborted on it): a late copy of it is a no.
+    let late = r0.shard_prepare(prepare(77, 2, account(2), vec![0])).await.expect("late copy");
+    assert!(!late.into_inner().yes, "a prepare refused by a freeze, accepted after it");
 }
 
 /// A prepare on shard 1 of one write of `key` at timestamp `ts`: its vote.
@@ -170,13 +179,14 @@ async fn a_moved_range_keeps_the_reads_its_old_owner_served_below_new_writes() {
         map_version: 2,
         unfreeze: false,
     };
-    let floor = r0.shard_freeze(freeze).await.expect("freeze").into_inner().floor;
+    let answer = r0.shard_freeze(freeze).await.expect("freeze").into_inner();
+    assert!(!answer.tracked, "no copy began before the freeze: no keys are known");
+    let floor = answer.floor;
     assert!(floor >= read_at, "the floor {floor} is below the read at {read_at}");
     let export = proto::ShardExportRequest {
         start: start.clone().into(),
         end: end.clone().into(),
-        after: Default::default(),
-        limit: 0,
+        ..Default::default()
     };
     let page = r0.shard_export(export).await.expect("export").into_inner();
     assert_eq!(page.rows.len(), 1);
@@ -188,6 +198,7 @@ async fn a_moved_range_keeps_the_reads_its_old_owner_served_below_new_writes() {
         first: true,
         floor,
         tables: page.tables,
+        deleted: Vec::new(),
     };
     r1.shard_import(import).await.expect("import");
     let maps = MapStore::new(milliscale::store::open(&f.map_url).expect("the map's store"), "");
@@ -264,8 +275,7 @@ async fn copy(
     let export = proto::ShardExportRequest {
         start: start.to_vec().into(),
         end: end.to_vec().into(),
-        after: Default::default(),
-        limit: 0,
+        ..Default::default()
     };
     let page = from.shard_export(export).await.expect("export").into_inner();
     let n = page.rows.len();
@@ -276,6 +286,7 @@ async fn copy(
         first: true,
         floor,
         tables: page.tables,
+        deleted: Vec::new(),
     };
     to.shard_import(import).await.expect("import");
     n
@@ -384,4 +395,92 @@ async fn a_restarted_shard_serves_past_its_lease_so_no_commit_is_stamped_ahead()
     b.get(TABLE, &account(0));
     let r = other.execute(b).await.expect("read a00");
     assert_eq!(r.value(0), Some(&b"2"[..]), "a transaction begun after the commit sees it");
+}
+
+/// Wait until shard `r` serves under map version `v` or later (up to 2.4 s).
+async fn map_read(r: &mut crate::cluster::Raw, v: u64) {
+    for _ in 0..40 {
+        let map = r.shard_map(proto::ShardMapRequest { at_least: v }).await.expect("map");
+        if map.into_inner().version >= v {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(60)).await;
+    }
+    panic!("the shard did not read map version {v}");
+}
+
+/// The copy before the freeze (design record 0009): the old owner records
+/// the keys written in the range from the copy's first page on, and its
+/// freeze names them; copied again (rows, or their absence), they bring
+/// the new owner to the old owner's rows at the freeze. A later page of a
+/// copy the shard does not record is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_before_the_freeze_is_completed_by_the_keys_written_since() {
+    let f = three_shards().await;
+    let c = client_with(&f, &[(1, b"1"), (2, b"1"), (3, b"1")]).await;
+    let (mut r0, mut r1) = (raw(f.addrs[0]).await, raw(f.addrs[1]).await);
+    let (start, end) = (cluster_key(TABLE, &account(2)), cluster_key(TABLE, &account(4)));
+    let export = |after: Vec<u8>, keys: Vec<Vec<u8>>| proto::ShardExportRequest {
+        start: start.clone().into(),
+        end: end.clone().into(),
+        after: after.into(),
+        keys: keys.into_iter().map(Into::into).collect(),
+        ..Default::default()
+    };
+    let import =
+        |page: proto::ShardExportResponse, first: bool, floor: u64| proto::ShardImportRequest {
+            start: start.clone().into(),
+            end: end.clone().into(),
+            rows: page.rows,
+            first,
+            floor,
+            tables: page.tables,
+            deleted: page.absent,
+        };
+    let st = r0.shard_export(export(start.clone(), vec![])).await.expect_err("never begun");
+    assert_eq!(st.code(), tonic::Code::FailedPrecondition, "{st:?}");
+
+    // The copy's one page, while shard 0 serves the range.
+    let page = r0.shard_export(export(vec![], vec![])).await.expect("a served range's page");
+    let page = page.into_inner();
+    assert_eq!(page.rows.len(), 2, "a02 and a03");
+    r1.shard_import(import(page, true, 0)).await.expect("import the page");
+    // Written meanwhile: a02 changed, a03 deleted, a025 new; a01 is not
+    // in the range.
+    let a025 = [account(2), b"5".to_vec()].concat();
+    let mut b = Batch::new();
+    b.put(TABLE, &account(2), b"2").delete(TABLE, &account(3)).put(TABLE, &a025, b"new");
+    b.put(TABLE, &account(1), b"2");
+    c.execute(b).await.expect("writes during the copy");
+
+    let answer = r0.shard_freeze(freeze(2, 4, false)).await.expect("freeze").into_inner();
+    assert!(answer.tracked, "the copy was recorded");
+    let changed: Vec<Vec<u8>> = answer.changed.iter().map(|k| k.to_vec()).collect();
+    let mut want = vec![cluster_key(TABLE, &account(2)), cluster_key(TABLE, &a025)];
+    want.push(cluster_key(TABLE, &account(3)));
+    assert_eq!(changed, want, "the keys written in the range since the copy began");
+    // With a key never written: it has no row, and is deleted at the new
+    // owner (as one whose deletion was collected would be).
+    let never = [account(2), b"6".to_vec()].concat();
+    let asked = [changed, vec![cluster_key(TABLE, &never)]].concat();
+    let again = r0.shard_export(export(vec![], asked)).await.expect("their rows").into_inner();
+    assert_eq!(again.rows.len(), 3, "a02, a025, and a03's deletion (a row with its stamp)");
+    assert_eq!(again.absent, vec![bytes::Bytes::from(cluster_key(TABLE, &never))]);
+    r1.shard_import(import(again, false, answer.floor)).await.expect("import the changes");
+    let asked_again = r0.shard_freeze(freeze(2, 4, false)).await.expect("again").into_inner();
+    assert!(!asked_again.tracked, "the keys are named once: asked again, copy every row");
+
+    let maps = MapStore::new(milliscale::store::open(&f.map_url).expect("the map's store"), "");
+    let mut next = maps.latest().expect("map").expect("a map");
+    next.version = 2;
+    next.ranges.insert(1, (start.clone(), 1));
+    maps.publish(&next).expect("publish version 2");
+    map_read(&mut r1, 2).await;
+    let c1 = Cluster::builder(f.addrs[1].to_string()).client_id(6).connect().await.expect("c1");
+    let mut b = Batch::new();
+    b.get(TABLE, &account(2)).get(TABLE, &a025).get(TABLE, &account(3));
+    let r = c1.execute(b.retries(8)).await.expect("read at the new owner");
+    assert_eq!(r.value(0), Some(&b"2"[..]), "a02 as changed during the copy");
+    assert_eq!(r.value(1), Some(&b"new"[..]), "a025, written during the copy");
+    assert_eq!(r.value(2), None, "a03, deleted during the copy");
 }

@@ -11,7 +11,8 @@
 //! gives the range to the new owner, no write commits there at or below
 //! a read the old owner served (MILANA §4.5's pitfall, met again).
 
-use std::ops::Bound;
+use std::ops::{Bound, RangeBounds};
+use std::time::Instant;
 
 use milliscale::Direction;
 use milliscale_milana::engine_versions::EngineVersions;
@@ -82,18 +83,39 @@ impl Shard {
             0 => 1_000,
             n => n.min(EXPORT_ROWS_MAX),
         };
+        let now = Instant::now();
         let ranges = {
             let mut st = self.lock();
-            let Some(f) = st.frozen.iter_mut().find(|f| f.start == start && f.end == end) else {
-                return Err(refuse::invalid("a range is exported only once frozen here"));
-            };
-            f.heard = std::time::Instant::now();
+            match st.frozen.iter_mut().find(|f| f.start == start && f.end == end) {
+                // Frozen: its rows no longer change, and are durable.
+                Some(f) => f.heard = now,
+                // Served: a copy before the freeze, the keys written from
+                // its first page on recorded under this lock (so a commit
+                // is in the pages' snapshots or recorded, or both).
+                None => {
+                    self.own_range(&start, &end)?;
+                    st.refuse_frozen([], [(&start[..], &end[..])])?;
+                    let tracked = st.p.versions_mut().tracked();
+                    if after.is_empty() && r.keys.is_empty() {
+                        tracked.start(&start, &end);
+                    } else if !tracked.is_recording(&start, &end) {
+                        return Err(Status::failed_precondition(
+                            "the copy of this range is no longer recorded here (the shard \
+                             restarted, or the copy was silent past the move timeout): begin \
+                             it again",
+                        ));
+                    }
+                    st.copies.insert((start.clone(), end.clone()), now);
+                }
+            }
             st.p.versions_mut().table_ranges(&start, &end)
         };
-        // Frozen: its rows no longer change, and are durable.
         let tables = self.table_names();
-        let after = split_cluster_key(&after);
         let mut tx = self.tables.db.begin().map_err(|e| engine(&e))?;
+        if !r.keys.is_empty() {
+            return self.export_keys(&mut tx, r.keys, ranges, tables);
+        }
+        let after = split_cluster_key(&after);
         let mut rows = Vec::new();
         for (table, lo, hi) in ranges {
             let lo = match after {
@@ -109,13 +131,51 @@ impl Shard {
             for row in tx.range(&table, lo, hi, Direction::Forward) {
                 let (k, v) = row.map_err(|e| engine(&e))?;
                 if rows.len() == limit {
-                    return Ok(proto::ShardExportResponse { rows, more: true, tables });
+                    let absent = Vec::new();
+                    return Ok(proto::ShardExportResponse { rows, more: true, tables, absent });
                 }
                 let key = cluster_key(table.name(), &k);
                 rows.push(proto::ShardRow { key: key.into(), row: v.into() });
             }
         }
-        Ok(proto::ShardExportResponse { rows, more: false, tables })
+        Ok(proto::ShardExportResponse { rows, more: false, tables, absent: Vec::new() })
+    }
+
+    /// The rows of `keys` (each in one of `ranges`, the range's parts by
+    /// table), and those of them that have none.
+    fn export_keys(
+        &self,
+        tx: &mut milliscale::AsyncTransaction,
+        keys: Vec<bytes::Bytes>,
+        ranges: Vec<(milliscale::Table, Bound<Key>, Bound<Key>)>,
+        tables: Vec<String>,
+    ) -> Result<proto::ShardExportResponse, Status> {
+        if keys.len() > EXPORT_ROWS_MAX {
+            return Err(refuse::invalid(format!("at most {EXPORT_ROWS_MAX} keys an export")));
+        }
+        let (mut rows, mut absent) = (Vec::new(), Vec::new());
+        for key in keys {
+            let Some((name, k)) = split_cluster_key(&key) else {
+                return Err(refuse::invalid("an exported key is no table's"));
+            };
+            let table = ranges.iter().find(|(t, lo, hi)| {
+                let bounds = (lo.as_ref().map(Vec::as_slice), hi.as_ref().map(Vec::as_slice));
+                t.name() == name && RangeBounds::<[u8]>::contains(&bounds, k)
+            });
+            let row = match table {
+                Some((t, _, _)) => tx.get(t, k).map_err(|e| engine(&e))?,
+                None if ranges.iter().any(|(t, _, _)| t.name() == name) => {
+                    return Err(refuse::invalid("an exported key outside the range"));
+                }
+                // Its table is gone: so is its row.
+                None => None,
+            };
+            match row {
+                Some(v) => rows.push(proto::ShardRow { key, row: v.into() }),
+                None => absent.push(key),
+            }
+        }
+        Ok(proto::ShardExportResponse { rows, more: false, tables, absent })
     }
 
     /// `ShardImport`: rows of a range moving here, written in one engine
@@ -126,7 +186,8 @@ impl Shard {
         r: proto::ShardImportRequest,
     ) -> Result<proto::ShardImportResponse, Status> {
         let (start, end) = (r.start.to_vec(), r.end.to_vec());
-        if r.rows.iter().any(|row| !in_range(&row.key, &start, &end)) {
+        let keys = r.rows.iter().map(|row| &row.key).chain(&r.deleted);
+        if keys.into_iter().any(|k| !in_range(k, &start, &end)) {
             return Err(refuse::invalid("an imported row outside its range"));
         }
         if self.own_range(&start, &end).is_ok() {
@@ -165,12 +226,27 @@ impl Shard {
                 cleared += delete_rows(&mut tx, versions, &start, &end)? as i64;
                 cleared += versions.forget_range(&start, &end) as i64;
             }
+            // Rows of a page, or changed since the copy began (then
+            // perhaps copied already: counted once).
+            let mut added = 0i64;
             for row in &r.rows {
                 let Some((name, k)) = split_cluster_key(&row.key) else {
                     return Err(refuse::invalid("an imported row's key is no table's"));
                 };
                 let table = versions.table_for(name);
+                if r.first || tx.get(&table, k).map_err(|e| engine(&e))?.is_none() {
+                    added += 1;
+                }
                 tx.put(&table, k, &row.row).map_err(|e| engine(&e))?;
+            }
+            for key in &r.deleted {
+                let Some((name, k)) = split_cluster_key(key) else {
+                    return Err(refuse::invalid("an imported deletion's key is no table's"));
+                };
+                let table = versions.table_for(name);
+                if tx.delete(&table, k).map_err(|e| engine(&e))? {
+                    cleared += 1;
+                }
             }
             if r.floor > 0 {
                 let key = [ADOPTED_PREFIX, &start].concat();
@@ -178,7 +254,7 @@ impl Shard {
                 tx.put(&self.tables.meta, &key, &value).map_err(|e| engine(&e))?;
                 st.p.raise_read_floor(&start, &end, r.floor);
             }
-            st.versions += r.rows.len() as i64 - cleared;
+            st.versions += added - cleared;
             tx.precommit().map_err(|e| engine(&e))?
         };
         ack.await.map_err(|e| engine(&e))?;

@@ -35,7 +35,7 @@ pub mod standby;
 mod start;
 pub mod tables;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -146,6 +146,9 @@ struct State {
     fresh: Fresh,
     /// The ranges frozen here for a move ([`moves`]).
     frozen: Vec<moves::Frozen>,
+    /// Ranges copied while served, before their freeze, by when their
+    /// mover last asked for a page ([`handover`]).
+    copies: BTreeMap<(Key, Key), Instant>,
 }
 
 /// A running shard (see the module's comment).
@@ -394,16 +397,51 @@ impl Shard {
         self: &Arc<Self>,
         req: proto::ShardPrepareRequest,
     ) -> Result<proto::ShardPrepareResponse, Status> {
-        let (vote, wait, floor) = {
+        let voted = 'voted: {
             let mut st = self.lock();
+            let txn = txn_from(req.txn)?;
+            let ts = req.version.as_ref().map_or(0, |v| v.ts);
+            // A prepare asked again is answered as the first time, by its
+            // name alone, even if its range has moved or is frozen since:
+            // refused, its coordinator would abort a transaction prepared
+            // (or committed by termination) here.
+            let known = st.p.known(txn).is_some();
             // Its keys checked under the lock: a drop of their table (under it
             // too) comes wholly before or after.
-            let p = self.prepare_from(req)?;
-            let keys = p.reads.iter().map(|(k, _)| k).chain(p.writes.iter().map(|(k, _)| k));
-            let ranges = p.ranges.iter().map(|(a, b, _)| (a.as_slice(), b.as_slice()));
-            st.refuse_frozen(keys.map(Vec::as_slice), ranges)?;
+            let p = match known {
+                true => Ok(Prepare {
+                    txn,
+                    version: CommitTs::INITIAL,
+                    reads: Vec::new(),
+                    ranges: Vec::new(),
+                    writes: Vec::new(),
+                    participants: req.participants,
+                }),
+                false => self.prepare_from(req),
+            };
+            let p = p.and_then(|p| {
+                let keys = p.reads.iter().map(|(k, _)| k).chain(p.writes.iter().map(|(k, _)| k));
+                let ranges = p.ranges.iter().map(|(a, b, _)| (a.as_slice(), b.as_slice()));
+                st.refuse_frozen(keys.map(Vec::as_slice), ranges)?;
+                Ok(p)
+            });
+            let p = match p {
+                Ok(p) => p,
+                Err(e) => {
+                    // Refused as a wrong shard (its range moved, or is
+                    // moving): a durable no, as a vote's, since its
+                    // coordinator aborts on it; a copy of this prepare
+                    // arriving late, once the range is served here again,
+                    // is refused as well.
+                    let no = (crate::errors::kind_of(&e) == Some("wrong_shard"))
+                        .then(|| st.p.decide(txn, false, ts))
+                        .flatten();
+                    let Some(r) = no else { return Err(e) };
+                    let no = Wait::Ack(self.write(&mut st, &[r])?, Some(txn));
+                    break 'voted Err((e, no));
+                }
+            };
             let floor = st.p.clock_floor(&p);
-            let txn = p.txn;
             let (vote, records) = if p.participants.len() == 1 {
                 st.p.commit_alone(p)
             } else {
@@ -420,7 +458,14 @@ impl Shard {
             } else {
                 Wait::Ack(self.write(&mut st, &records)?, None)
             };
-            (vote, wait, floor)
+            Ok((vote, wait, floor))
+        };
+        let (vote, wait, floor) = match voted {
+            Ok(v) => v,
+            Err((refusal, no)) => {
+                self.wait(no).await?;
+                return Err(refusal);
+            }
         };
         self.wait(wait).await?;
         Ok(match vote {

@@ -242,15 +242,25 @@ impl Shard {
             tokio::pin!(decided);
             decided.as_mut().enable();
             let done = {
-                let st = self.lock();
-                let reads = st.p.latest_read_in(&f.start, &f.end);
-                (!st.p.prepared_in(&f.start, &f.end)).then_some((reads, st.last_csn))
+                let mut st = self.lock();
+                if st.p.prepared_in(&f.start, &f.end) {
+                    None
+                } else {
+                    // The keys written since a copy before the freeze
+                    // began: all that changed in its pages, now that
+                    // nothing more is written here.
+                    st.copies.remove(&(f.start.clone(), f.end.clone()));
+                    let changed = st.p.versions_mut().tracked().stop(&f.start, &f.end);
+                    Some((st.p.latest_read_in(&f.start, &f.end), st.last_csn, changed))
+                }
             };
-            if let Some((floor, csn)) = done {
+            if let Some((floor, csn, changed)) = done {
                 // And what was written before it durable: a commit the
                 // range's next owner copies is one no crash takes back.
                 self.barrier(csn).await?;
-                return Ok(proto::ShardFreezeResponse { floor });
+                let tracked = changed.is_some();
+                let changed = changed.unwrap_or_default().into_iter().map(Into::into).collect();
+                return Ok(proto::ShardFreezeResponse { floor, tracked, changed });
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -263,12 +273,34 @@ impl Shard {
         }
     }
 
+    /// Stop recording the keys written in ranges whose copy before the
+    /// freeze has been silent past the move timeout (its mover is gone).
+    pub(super) fn forget_silent_copies(&self) {
+        let mut st = self.lock();
+        if st.copies.is_empty() {
+            return;
+        }
+        let timeout = self.opts.move_timeout;
+        let silent: Vec<(Key, Key)> = st
+            .copies
+            .iter()
+            .filter(|(_, t)| t.elapsed() >= timeout)
+            .map(|(r, _)| r.clone())
+            .collect();
+        for (start, end) in silent {
+            st.copies.remove(&(start.clone(), end.clone()));
+            st.p.versions_mut().tracked().stop(&start, &end);
+            tracing::info!(start = ?String::from_utf8_lossy(&start), "a range's copy went silent: its writes no longer recorded");
+        }
+    }
+
     /// The mover's "lift the freeze": the move is aborted ([`settle`]).
     /// Refused when the move happened after all (the mover's publish
     /// was taken for lost but landed): the range is released here.
     async fn unfreeze(&self, f: &Frozen) -> Result<proto::ShardFreezeResponse, Status> {
         let floor = |me: &Self| proto::ShardFreezeResponse {
             floor: me.lock().p.latest_read_in(&f.start, &f.end),
+            ..Default::default()
         };
         match self.settle(f, true).await? {
             Settled::Lifted | Settled::NotFrozen => Ok(floor(self)),

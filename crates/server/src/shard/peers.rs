@@ -213,6 +213,7 @@ pub(super) async fn background(shard: Arc<Shard>, mut stop: watch::Receiver<bool
         if !shard.lock().frozen.is_empty() {
             shard.settle_frozen().await;
         }
+        shard.forget_silent_copies();
         if collected.elapsed() >= shard.opts.collect_every {
             shard.collect_and_forget().await;
             collected = Instant::now();

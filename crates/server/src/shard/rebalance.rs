@@ -262,6 +262,7 @@ async fn round(shard: &Arc<Shard>, split_rows: u64) -> Result<(), String> {
             tracing::info!(
                 target: "milliscale::rebalance",
                 rows = moved.rows,
+                changed = ?moved.changed,
                 version = moved.map_version,
                 frozen_ms = moved.frozen.as_millis() as u64,
                 "moved"

@@ -68,6 +68,7 @@ impl Shard {
             versions: 0,
             fresh: Fresh::default(),
             frozen,
+            copies: Default::default(),
         };
         let (stop, _) = watch::channel(false);
         let shard = Arc::new(Shard {
