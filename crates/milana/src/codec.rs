@@ -25,6 +25,10 @@ const FORGET: u8 = 6;
 /// A prepare with scanned ranges (a `PREPARE` record, the first layout,
 /// has none).
 const PREPARE_RANGES: u8 = 9;
+/// A move's records (design record 0009).
+const FREEZE: u8 = 10;
+const ADOPT: u8 = 11;
+const RELEASE: u8 = 12;
 /// Outcome rows of the transaction table ([`encode_row`]).
 const COMMITTED_ROW: u8 = 7;
 const ABORTED_ROW: u8 = 8;
@@ -76,13 +80,7 @@ pub fn encode(r: &Record) -> Vec<u8> {
             len(&mut out, p.writes.len());
             for (k, v) in &p.writes {
                 bytes(&mut out, k);
-                match v {
-                    None => out.push(0),
-                    Some(v) => {
-                        out.push(1);
-                        bytes(&mut out, v);
-                    }
-                }
+                optional(&mut out, v.as_deref());
             }
             len(&mut out, p.participants.len());
             for s in &p.participants {
@@ -118,8 +116,46 @@ pub fn encode(r: &Record) -> Vec<u8> {
             out.push(LEASE);
             out.extend_from_slice(&until.to_le_bytes());
         }
+        Record::Freeze { start, end, to, version } => {
+            out.push(FREEZE);
+            bytes(&mut out, start);
+            bytes(&mut out, end);
+            out.extend_from_slice(&to.to_le_bytes());
+            out.extend_from_slice(&version.to_le_bytes());
+        }
+        Record::Adopt { start, end, version: v, clear, rows, floor } => {
+            out.push(ADOPT);
+            bytes(&mut out, start);
+            bytes(&mut out, end);
+            out.extend_from_slice(&v.to_le_bytes());
+            out.push(u8::from(*clear));
+            len(&mut out, rows.len());
+            for (k, at, value) in rows {
+                bytes(&mut out, k);
+                version(&mut out, *at);
+                optional(&mut out, value.as_deref());
+            }
+            out.push(u8::from(floor.is_some()));
+            out.extend_from_slice(&floor.unwrap_or(0).to_le_bytes());
+        }
+        Record::Release { start, end, drop } => {
+            out.push(RELEASE);
+            bytes(&mut out, start);
+            bytes(&mut out, end);
+            out.push(u8::from(*drop));
+        }
     }
     out
+}
+
+fn optional(out: &mut Vec<u8>, v: Option<&[u8]>) {
+    match v {
+        None => out.push(0),
+        Some(v) => {
+            out.push(1);
+            bytes(out, v);
+        }
+    }
 }
 
 fn len(out: &mut Vec<u8>, n: usize) {
@@ -178,6 +214,16 @@ impl Reader<'_> {
     fn version(&mut self) -> Result<CommitTs, DecodeError> {
         Ok(CommitTs { ts: self.u64("version ts")?, client: self.u32("version client")? })
     }
+    fn flag(&mut self, what: &str) -> Result<bool, DecodeError> {
+        match self.u8(what)? {
+            0 => Ok(false),
+            1 => Ok(true),
+            f => Err(DecodeError(format!("{what} {f}"))),
+        }
+    }
+    fn optional(&mut self) -> Result<Option<Value>, DecodeError> {
+        Ok(if self.flag("value flag")? { Some(self.bytes("value")?) } else { None })
+    }
     /// A count of items, each at least `min` bytes: refused when the bytes
     /// left cannot hold it (so a corrupt count cannot ask for gigabytes).
     fn count(&mut self, min: usize, what: &str) -> Result<usize, DecodeError> {
@@ -210,12 +256,7 @@ pub fn decode(b: &[u8]) -> Result<Record, DecodeError> {
             let mut writes = Vec::new();
             for _ in 0..r.count(5, "writes")? {
                 let key = r.bytes("write key")?;
-                let value: Option<Value> = match r.u8("value flag")? {
-                    0 => None,
-                    1 => Some(r.bytes("value")?),
-                    f => return Err(DecodeError(format!("value flag {f}"))),
-                };
-                writes.push((key, value));
+                writes.push((key, r.optional()?));
             }
             let mut participants = Vec::new();
             for _ in 0..r.count(4, "participants")? {
@@ -245,6 +286,27 @@ pub fn decode(b: &[u8]) -> Result<Record, DecodeError> {
             Record::Forget { below, txns }
         }
         LEASE => Record::ReadLease(r.u64("lease")?),
+        FREEZE => Record::Freeze {
+            start: r.bytes("range start")?,
+            end: r.bytes("range end")?,
+            to: r.u32("new owner")?,
+            version: r.u64("map version")?,
+        },
+        ADOPT => {
+            let (start, end) = (r.bytes("range start")?, r.bytes("range end")?);
+            let (version, clear) = (r.u64("map version")?, r.flag("clear")?);
+            let mut rows = Vec::new();
+            for _ in 0..r.count(17, "rows")? {
+                rows.push((r.bytes("row key")?, r.version()?, r.optional()?));
+            }
+            let (has_floor, floor) = (r.flag("floor flag")?, r.u64("floor")?);
+            Record::Adopt { start, end, version, clear, rows, floor: has_floor.then_some(floor) }
+        }
+        RELEASE => Record::Release {
+            start: r.bytes("range start")?,
+            end: r.bytes("range end")?,
+            drop: r.flag("drop")?,
+        },
         tag => return Err(DecodeError(format!("unknown tag {tag}"))),
     };
     if !r.b.is_empty() {
@@ -262,16 +324,14 @@ mod tests {
         let txn = (any::<u32>(), any::<u64>()).prop_map(|(client, seq)| TxnId { client, seq });
         let version = (any::<u64>(), any::<u32>()).prop_map(|(ts, client)| CommitTs { ts, client });
         let key = proptest::collection::vec(any::<u8>(), 0..20);
+        let value = proptest::option::of(proptest::collection::vec(any::<u8>(), 0..40));
         let prepare = (
             txn.clone(),
             version.clone(),
-            proptest::collection::vec((key.clone(), version), 0..4),
-            proptest::collection::vec(
-                (key.clone(), proptest::option::of(proptest::collection::vec(any::<u8>(), 0..40))),
-                0..4,
-            ),
+            proptest::collection::vec((key.clone(), version.clone()), 0..4),
+            proptest::collection::vec((key.clone(), value.clone()), 0..4),
             proptest::collection::vec(any::<u32>(), 0..4),
-            proptest::collection::vec((key.clone(), key, any::<u64>()), 0..3),
+            proptest::collection::vec((key.clone(), key.clone(), any::<u64>()), 0..3),
         )
             .prop_map(|(txn, version, reads, writes, participants, ranges)| {
                 Record::Prepare(Prepare { txn, version, reads, ranges, writes, participants })
@@ -283,6 +343,21 @@ mod tests {
             any::<u64>().prop_map(Record::ReadLease),
             (any::<u64>(), proptest::collection::vec(txn, 0..4))
                 .prop_map(|(below, txns)| Record::Forget { below, txns }),
+            (key.clone(), key.clone(), any::<u32>(), any::<u64>())
+                .prop_map(|(start, end, to, version)| Record::Freeze { start, end, to, version }),
+            (
+                (key.clone(), key.clone(), any::<u64>(), any::<bool>()),
+                proptest::collection::vec((key.clone(), version.clone(), value.clone()), 0..3),
+                proptest::option::of(any::<u64>()),
+            )
+                .prop_map(|((start, end, version, clear), rows, floor)| {
+                    Record::Adopt { start, end, version, clear, rows, floor }
+                }),
+            (key.clone(), key, any::<bool>()).prop_map(|(start, end, drop)| Record::Release {
+                start,
+                end,
+                drop
+            }),
         ]
     }
 

@@ -90,10 +90,11 @@ pub struct RowWrite {
 }
 
 impl RowWrite {
-    /// Write it in `tx`.
+    /// Write it in `tx` (an empty row: delete the key's).
     pub fn apply(&self, tx: &mut AsyncTransaction) -> milliscale::Result<()> {
         let table = &self.table;
         match &self.changed {
+            None if self.row.is_empty() => tx.delete(table, &self.key).map(drop),
             None => tx.put(table, &self.key, &self.row),
             Some(ranges) => ranges.iter().try_for_each(|&(from, to)| {
                 tx.update_range(table, &self.key, from, &self.row[from..to])
@@ -133,6 +134,7 @@ impl RowWrite {
 
 mod history;
 use history::History;
+mod moved;
 mod tracked;
 pub use tracked::Tracked;
 
@@ -446,7 +448,7 @@ impl EngineVersions {
         let found =
             self.staged.iter().rev().find(|w| w.key == key && w.table.name() == table.name());
         if let Some(w) = found {
-            return Some(Arc::from(&w.row[..]));
+            return (!w.row.is_empty()).then(|| Arc::from(&w.row[..]));
         }
         if let Some(row) = self.offered.get(cluster_key)
             && self.latest.borrow().get(cluster_key) == Some(&parse(row).0)
@@ -541,18 +543,18 @@ impl Versions for EngineVersions {
                 }
             }
         }
-        self.offered.clear();
-        if self.staging {
-            self.staged.extend(rows);
-            return;
-        }
-        let mut tx = self.db.begin().expect("begin an install");
-        for w in &rows {
-            w.apply(&mut tx).expect("write a version");
-        }
-        // Not waited for: the caller makes its record durable before it
-        // answers, and a recovery installs a logged commit again.
-        let _pre_committed = tx.precommit().expect("commit an install");
+        // Not waited for when written by itself: the caller makes its
+        // record durable before it answers, and a recovery installs a
+        // logged commit again.
+        self.write(rows);
+    }
+
+    fn adopt(&mut self, key: &[u8], version: CommitTs, value: Option<Value>) {
+        self.adopt_row(key, version, value);
+    }
+
+    fn drop_range(&mut self, start: &[u8], end: &[u8]) -> usize {
+        self.drop_rows(start, end)
     }
 
     fn collect(&mut self, watermark: Timestamp) -> usize {

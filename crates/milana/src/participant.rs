@@ -60,6 +60,14 @@ pub struct Mutations {
     /// installed before its write is durable (the caller's business; see
     /// [`crate::fresh`]). A crash then takes back a version a reader saw.
     pub read_fresh_versions: bool,
+    /// A range's old owner validates prepares in it while it is frozen
+    /// for a move and after it moved away (the caller's business: the
+    /// simulation's shards check what they own).
+    pub old_owner_prepares_moved: bool,
+    /// A range's new owner does not raise its read floor to the latest
+    /// read its old owner served there (MILANA §4.5's pitfall, met again
+    /// by a move).
+    pub new_owner_forgets_read_floor: bool,
 }
 
 #[derive(Debug, Clone, Default)]

@@ -19,7 +19,7 @@
 use std::collections::BTreeMap;
 
 use crate::log::{Prepare, Record};
-use crate::types::{Timestamp, TxnId};
+use crate::types::{Key, ShardId, Timestamp, TxnId};
 use crate::versions::Versions;
 
 /// A row of the transaction table.
@@ -44,12 +44,46 @@ pub struct ShardTables<V> {
     pub lease: Timestamp,
     /// Decided transactions below this may have been forgotten.
     pub forgotten: Timestamp,
+    /// Moves in flight (design record 0009): the ranges frozen here, by
+    /// `Freeze` records not yet released.
+    pub frozen: Vec<Frozen>,
+    /// Ranges copied here for a move not known to have happened yet
+    /// (`Adopt` records not yet released): `(start, end, map version)`.
+    pub incoming: Vec<(Key, Key, u64)>,
+    /// The read floors of ranges copied here: `(start, end, floor)`.
+    pub adopted: Vec<(Key, Key, Timestamp)>,
+}
+
+/// A range frozen here for its move.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Frozen {
+    /// The range's first key.
+    pub start: Key,
+    /// The next range's first key (empty: no end).
+    pub end: Key,
+    /// Its new owner.
+    pub to: ShardId,
+    /// The map version that gives it there.
+    pub version: u64,
+}
+
+/// Whether `[a, b)` and `[c, d)` share a key (empty ends: no end).
+pub fn overlap(a: &[u8], b: &[u8], c: &[u8], d: &[u8]) -> bool {
+    (b.is_empty() || c < b) && (d.is_empty() || a < d)
 }
 
 impl<V: Versions> ShardTables<V> {
     /// Empty tables over `versions`.
     pub fn new(versions: V) -> ShardTables<V> {
-        ShardTables { versions, txns: BTreeMap::new(), lease: 0, forgotten: 0 }
+        ShardTables {
+            versions,
+            txns: BTreeMap::new(),
+            lease: 0,
+            forgotten: 0,
+            frozen: Vec::new(),
+            incoming: Vec::new(),
+            adopted: Vec::new(),
+        }
     }
 
     /// The tables a log's records leave, applied in order.
@@ -78,6 +112,32 @@ impl<V: Versions> ShardTables<V> {
                 self.txns.insert(*t, TxnRow::Aborted(*ts));
             }
             Record::ReadLease(until) => self.lease = self.lease.max(*until),
+            Record::Freeze { start, end, to, version } => {
+                self.frozen.retain(|f| !overlap(&f.start, &f.end, start, end));
+                let (start, end) = (start.clone(), end.clone());
+                self.frozen.push(Frozen { start, end, to: *to, version: *version });
+            }
+            Record::Adopt { start, end, version, clear, rows, floor } => {
+                if *clear {
+                    self.versions.drop_range(start, end);
+                }
+                for (key, v, value) in rows {
+                    self.versions.adopt(key, *v, value.clone());
+                }
+                self.incoming.retain(|(a, b, _)| !overlap(a, b, start, end));
+                self.incoming.push((start.clone(), end.clone(), *version));
+                if let Some(floor) = floor {
+                    self.adopted.push((start.clone(), end.clone(), *floor));
+                }
+            }
+            Record::Release { start, end, drop } => {
+                self.frozen.retain(|f| !overlap(&f.start, &f.end, start, end));
+                self.incoming.retain(|(a, b, _)| !overlap(a, b, start, end));
+                if *drop {
+                    self.versions.drop_range(start, end);
+                    self.adopted.retain(|(a, b, _)| !overlap(a, b, start, end));
+                }
+            }
             Record::Forget { below, txns } => {
                 for t in txns {
                     if !matches!(self.txns.get(t), Some(TxnRow::Prepared(_))) {

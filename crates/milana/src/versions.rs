@@ -52,6 +52,14 @@ pub trait Versions {
     /// Install one transaction's writes at `version`, all or none. Each
     /// key's newest version is below `version`.
     fn install(&mut self, version: CommitTs, writes: &[(Key, Option<Value>)]);
+    /// Hold `version` as `key`'s newest and only version, unless it holds
+    /// a newer one: a row copied from its range's old owner (design
+    /// record 0009). A read below it is [`Gone`], as after a restart.
+    fn adopt(&mut self, key: &[u8], version: CommitTs, value: Option<Value>);
+    /// Drop every version of the keys in `[start, end)` (an empty `end`:
+    /// no end): a range moved away, or rows copied for a move that did
+    /// not happen. How many versions.
+    fn drop_range(&mut self, start: &[u8], end: &[u8]) -> usize;
     /// Keep, per key, the newest version at or below `watermark` and all
     /// above it; how many versions were dropped.
     fn collect(&mut self, watermark: Timestamp) -> usize;
@@ -124,6 +132,24 @@ impl Versions for MapVersions {
             debug_assert!(k.last().is_none_or(|v| v.0 < version), "versions go up");
             k.push((version, value.clone()));
         }
+    }
+
+    fn adopt(&mut self, key: &[u8], version: CommitTs, value: Option<Value>) {
+        let k = self.keys.entry(key.to_vec()).or_default();
+        if k.held.last().is_none_or(|v| v.0 < version) {
+            k.held = vec![(version, value)];
+            k.dropped = true;
+        }
+    }
+
+    fn drop_range(&mut self, start: &[u8], end: &[u8]) -> usize {
+        let keys: Vec<Key> = self
+            .keys
+            .range(start.to_vec()..)
+            .take_while(|(k, _)| in_range(k, start, end))
+            .map(|(k, _)| k.clone())
+            .collect();
+        keys.iter().filter_map(|k| self.keys.remove(k)).map(|v| v.held.len()).sum()
     }
 
     fn collect(&mut self, watermark: Timestamp) -> usize {

@@ -9,12 +9,12 @@ use rand::Rng;
 use crate::coordinator::ClientTxn;
 use crate::log::Prepare;
 use crate::participant::ReadReply;
-use crate::types::{ClientId, CommitTs, Key, ShardId, TxnId};
+use crate::types::{ClientId, CommitTs, Key, ShardId, Timestamp, TxnId};
 use crate::versions::Gone;
 
 use super::world::{
     ACCOUNTS_RANGE, Active, Event, Msg, Node, Outcome, Plan, Reported, Stage, World, account_key,
-    balance, shard_of,
+    balance,
 };
 
 impl World {
@@ -32,11 +32,16 @@ impl World {
             Some(z) => self.retwis_plan(z),
             None => {
                 let n = self.cfg.accounts;
-                if self.rng.random_bool(self.cfg.audit_fraction) {
+                let auditor = c >= self.cfg.clients.saturating_sub(self.cfg.auditors);
+                if auditor || self.rng.random_bool(self.cfg.audit_fraction) {
                     (Plan::ReadOnly, (0..n).collect())
                 } else {
                     let from = self.rng.random_range(0..n);
-                    let to = (from + self.rng.random_range(1..n)) % n;
+                    let step = match self.rng.random_bool(self.cfg.local_transfers) {
+                        true => 1,
+                        false => self.rng.random_range(1..n),
+                    };
+                    let to = (from + step) % n;
                     (Plan::Transfer(from, to), vec![from, to])
                 }
             }
@@ -45,24 +50,29 @@ impl World {
         // Without Retwis, a third of the bank's transactions read the
         // accounts with a scan of every shard instead of key by key: the
         // range reads and their validation (no phantom) under test.
-        let scan = self.zipf.is_none() && self.rng.random_bool(1.0 / 3.0);
-        let cfg = &self.cfg;
-        let shards = cfg.shards;
-        let (keys, scans): (BTreeSet<Key>, BTreeSet<ShardId>) = if scan {
-            (BTreeSet::new(), (0..shards).collect())
-        } else {
-            (reads.into_iter().map(account_key).collect(), BTreeSet::new())
-        };
-        for key in &keys {
-            let shard = shard_of(key, shards);
-            let msg = Msg::Read { txn: id, key: key.clone(), at: begin };
-            self.send(Node::Client(c), Node::Shard(shard), msg);
-        }
-        for &shard in &scans {
+        let scan =
+            self.zipf.is_none() && self.rng.random_bool(self.cfg.scan_fraction.clamp(0.0, 1.0));
+        // Routed by the map this client last read, which may be stale: a
+        // shard that does not serve a key refuses it.
+        let map = &self.maps[self.clients[c as usize].map - 1];
+        let (keys, scans): (BTreeSet<Key>, Vec<(Key, Key, ShardId)>) = if scan {
             let (start, end) = ACCOUNTS_RANGE;
-            let msg = Msg::Scan { txn: id, start: start.to_vec(), end: end.to_vec(), at: begin };
+            (BTreeSet::new(), map.pieces(start, end))
+        } else {
+            (reads.into_iter().map(account_key).collect(), Vec::new())
+        };
+        let sends: Vec<(ShardId, Msg)> = keys
+            .iter()
+            .map(|key| (map.owner(key), Msg::Read { txn: id, key: key.clone(), at: begin }))
+            .chain(scans.iter().map(|(start, end, owner)| {
+                let (start, end) = (start.clone(), end.clone());
+                (*owner, Msg::Scan { txn: id, start, end, at: begin })
+            }))
+            .collect();
+        for (shard, msg) in sends {
             self.send(Node::Client(c), Node::Shard(shard), msg);
         }
+        let scans = scans.into_iter().map(|(start, _, _)| start).collect();
         self.clients[c as usize].active = Some(Active {
             txn: ClientTxn::new(id, begin),
             audit,
@@ -135,17 +145,16 @@ impl World {
                     self.reads_done(c);
                 }
             }
-            Msg::ScanReply { txn, shard, reply } if txn == a.txn.id => {
+            Msg::ScanReply { txn, shard, start, end, reply } if txn == a.txn.id => {
                 let Stage::Reading(waiting, scans) = &mut a.stage else { return };
-                if !scans.remove(&shard) {
+                if !scans.remove(&start) {
                     return;
                 }
                 let reply = match reply {
                     Ok(r) => r,
                     Err(gone) => return self.gone(c, gone),
                 };
-                let (start, end) = ACCOUNTS_RANGE;
-                a.txn.ranges.entry(shard).or_default().push((start.to_vec(), end.to_vec()));
+                a.txn.ranges.entry(shard).or_default().push((start, end));
                 a.txn.scanned_prepared |= reply.prepared_below;
                 for (key, version, value) in reply.rows {
                     client.clock.observe(version.ts);
@@ -168,11 +177,19 @@ impl World {
                     self.reads_done(c);
                 }
             }
+            // Not served where this client's map sent it: read the map
+            // again, and begin again (nothing was prepared).
+            Msg::Refused { txn } if txn == a.txn.id && matches!(a.stage, Stage::Reading(..)) => {
+                client.map = self.maps.len();
+                self.finish(c, Reported::Aborted);
+            }
             Msg::Vote { txn, shard, yes } if txn == a.txn.id => {
                 let Stage::Voting(votes, _) = &mut a.stage else { return };
                 if !yes {
                     // A no is durable at its voter: the transaction can
-                    // only abort.
+                    // only abort. (It may have been refused for its
+                    // range: the map is read again.)
+                    client.map = self.maps.len();
                     self.decide_all(c, false);
                     self.finish(c, Reported::Aborted);
                     return;
@@ -240,8 +257,8 @@ impl World {
             }
         }
         let version = CommitTs { ts: client.clock.now(now), client: c };
-        let shards = cfg.shards;
-        let prepares = a.txn.prepares(version, |k| shard_of(k, shards));
+        let map = &self.maps[client.map - 1];
+        let prepares = a.txn.prepares(version, |k| map.owner(k));
         a.version = Some(version);
         a.prepares = prepares.clone();
         a.stage = Stage::Voting(BTreeMap::new(), 0);
@@ -299,24 +316,44 @@ impl World {
 
     pub(super) fn finish(&mut self, c: ClientId, reported: Reported) {
         let Some(a) = self.clients[c as usize].active.take() else { return };
-        self.history.push(outcome(&a, reported));
-        self.clients[c as usize].done += 1;
-        let think = self.rng.random_range(0..1_000);
+        self.history.push(outcome(&a, reported, self.now));
+        let client = &mut self.clients[c as usize];
+        client.done += 1;
+        if client.done == self.cfg.txns_per_client {
+            self.one_finished();
+        }
+        let think = self.rng.random_range(0..self.cfg.think.max(1));
         self.after(think, Event::ClientNext { client: c });
     }
 
     pub(super) fn client_crash(&mut self, c: ClientId) {
         let client = &mut self.clients[c as usize];
+        if !client.up {
+            return;
+        }
         client.up = false;
+        let done = client.done >= self.cfg.txns_per_client;
         if let Some(a) = client.active.take()
             && a.version.is_some()
         {
-            self.history.push(outcome(&a, Reported::Unknown));
+            self.history.push(outcome(&a, Reported::Unknown, self.now));
+        }
+        if !done {
+            self.one_finished();
+        }
+    }
+
+    /// A client is done or dead: once all are, the faults stop.
+    fn one_finished(&mut self) {
+        self.finished += 1;
+        if self.finished >= self.cfg.clients {
+            self.calm = true;
+            self.partitions.clear();
         }
     }
 }
 
-fn outcome(a: &Active, reported: Reported) -> Outcome {
+fn outcome(a: &Active, reported: Reported, ended: Timestamp) -> Outcome {
     Outcome {
         txn: a.txn.id,
         audit: a.audit,
@@ -332,5 +369,6 @@ fn outcome(a: &Active, reported: Reported) -> Outcome {
             .collect(),
         writes: a.txn.writes.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         reported,
+        ended,
     }
 }

@@ -14,6 +14,9 @@
 //! is up and nothing is dropped.
 
 mod client;
+mod map;
+mod mover;
+mod moves;
 pub mod oracle;
 mod primary;
 mod world;
@@ -24,7 +27,7 @@ use std::hash::{Hash, Hasher};
 use crate::log::Record;
 use crate::participant::Participant;
 use world::World;
-pub use world::{DstConfig, DstReport, Outcome, Reported};
+pub use world::{DstConfig, DstReport, MoveStat, Outcome, Reported};
 
 /// Run one simulation.
 pub fn run(cfg: &DstConfig) -> DstReport {
@@ -42,16 +45,19 @@ pub fn run(cfg: &DstConfig) -> DstReport {
         at.hash(&mut w.hasher);
         w.processed += 1;
         w.handle(event);
-        if !w.calm && w.clients.iter().all(|c| !c.up || c.done >= w.cfg.txns_per_client) {
-            w.calm = true;
-            w.partitions.clear();
-        }
     }
     let participants: Vec<&Participant> = w.shards.iter().map(|s| &s.p).collect();
     let logs: Vec<&[Record]> = w.shards.iter().map(|s| &s.log[..]).collect();
-    let mut violations = oracle::check(&w.cfg, &participants, &logs, &w.history);
+    let last = w.maps.last().expect("a map");
+    let mut violations =
+        oracle::check(&w.cfg, &participants, &logs, &w.history, &|k| last.owner(k));
     if w.shards.iter().any(|s| !s.up) {
         violations.push("a primary was still down at the end".into());
+    }
+    for (i, s) in w.shards.iter().enumerate() {
+        for (f, _) in &s.frozen {
+            violations.push(format!("shard {i}: a range frozen at the end ({f:?})"));
+        }
     }
     let count = |r: Reported| w.history.iter().filter(|o| o.reported == r).count() as u32;
     let audits = |r: Reported| w.history.iter().filter(|o| o.audit && o.reported == r).count();
@@ -70,6 +76,9 @@ pub fn run(cfg: &DstConfig) -> DstReport {
         collected: w.collected,
         forgotten: w.forgotten,
         gone: w.gone,
+        moves: w.moves.clone(),
+        timeline: w.history.iter().map(|o| (o.ended, o.reported)).collect(),
+        balanced_at: w.balanced_at,
         violations,
     }
 }

@@ -16,8 +16,9 @@
 //! - **The bank**: every committed audit sums to the total, and so do the
 //!   final balances.
 //! - **Termination**: nothing is left prepared once the faults stop.
-//! - **Collection** drops only old versions: each key's newest version in
-//!   a primary's memory is the newest its log committed.
+//! - **Collection and moves** lose no newest version: each key's newest
+//!   committed version (from every shard's log) is the newest its owner
+//!   under the last map holds, whichever shards the key passed through.
 //!
 //! The committed versions and each transaction's status come from the
 //! shards' logs, not their memory, which collection thins out and which
@@ -28,7 +29,7 @@ use std::collections::BTreeMap;
 use super::world::{DstConfig, Outcome, Reported, account_key, balance};
 use crate::log::{Prepare, Record};
 use crate::participant::Participant;
-use crate::types::{CommitTs, Key, TxnId, TxnStatus, Value};
+use crate::types::{CommitTs, Key, ShardId, TxnId, TxnStatus, Value};
 
 type Versions = BTreeMap<Key, Vec<(CommitTs, Option<Value>)>>;
 
@@ -60,15 +61,20 @@ fn committed_versions(logs: &[&[Record]]) -> Versions {
     truth
 }
 
-/// What `log` last says of `txn`: a shard forgets decided transactions,
-/// its log keeps every decision it made.
-fn logged_status(log: &[Record], txn: TxnId) -> Option<TxnStatus> {
-    log.iter().rev().find_map(|r| match r {
-        Record::Prepare(p) if p.txn == txn => Some(TxnStatus::Prepared),
-        Record::Commit(t) if *t == txn => Some(TxnStatus::Committed),
-        Record::Abort(t, _) if *t == txn => Some(TxnStatus::Aborted),
-        _ => None,
-    })
+/// What `log` last says of each transaction: a shard forgets decided
+/// transactions, its log keeps every decision it made.
+fn logged_statuses(log: &[Record]) -> BTreeMap<TxnId, TxnStatus> {
+    let mut out = BTreeMap::new();
+    for r in log {
+        let (t, status) = match r {
+            Record::Prepare(p) => (p.txn, TxnStatus::Prepared),
+            Record::Commit(t) => (*t, TxnStatus::Committed),
+            Record::Abort(t, _) => (*t, TxnStatus::Aborted),
+            _ => continue,
+        };
+        out.insert(t, status);
+    }
+    out
 }
 
 /// Check the end state of a run; what is wrong, one line each.
@@ -77,15 +83,24 @@ pub fn check(
     shards: &[&Participant],
     logs: &[&[Record]],
     history: &[Outcome],
+    owner: &dyn Fn(&[u8]) -> ShardId,
 ) -> Vec<String> {
     let mut bad = Vec::new();
     let truth = committed_versions(logs);
-    // Collection drops old versions and never the newest.
-    for s in shards {
-        for (key, versions) in s.committed() {
-            if versions.last() != truth.get(&key).and_then(|t| t.last()) {
-                bad.push(format!("shard {}: {key:?}'s newest version is not the log's", s.id()));
-            }
+    let statuses: Vec<BTreeMap<TxnId, TxnStatus>> =
+        logs.iter().map(|l| logged_statuses(l)).collect();
+    // Collection drops old versions and never the newest, and a move
+    // carries the newest to the key's new owner.
+    let held: Vec<Versions> = shards.iter().map(|s| s.committed()).collect();
+    for (key, versions) in &truth {
+        let s = owner(key);
+        let there = held[s as usize].get(key).and_then(|v| v.last());
+        if there != versions.last() {
+            bad.push(format!(
+                "{key:?}'s newest version at its owner, shard {s}, is {there:?}, not the newest \
+                 committed ({:?})",
+                versions.last()
+            ));
         }
     }
     // The newest committed version of `key` that `visible` accepts.
@@ -121,7 +136,7 @@ pub fn check(
         }
         let Some(version) = o.version else { continue };
         let status: Vec<Option<TxnStatus>> =
-            o.participants.iter().map(|s| logged_status(logs[*s as usize], t)).collect();
+            o.participants.iter().map(|s| statuses[*s as usize].get(&t).copied()).collect();
         let committed_here = status.iter().filter(|s| **s == Some(TxnStatus::Committed)).count();
         let all = committed_here == status.len();
         if committed_here > 0 && !all {

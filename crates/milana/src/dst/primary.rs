@@ -8,7 +8,9 @@ use crate::coordinator::terminate;
 use crate::fresh::Fresh;
 use crate::log::{Prepare, Record};
 use crate::participant::{Participant, Vote};
+use crate::tables::ShardTables;
 use crate::types::{ClientId, CommitTs, ShardId, Timestamp, TxnId, TxnStatus};
+use crate::versions::MapVersions;
 
 use super::world::{Action, Event, Msg, Node, World};
 
@@ -67,6 +69,14 @@ impl World {
         match action {
             Action::Send(to, msg) => self.send(Node::Shard(s), to, msg),
             Action::Lease(until) => self.shards[s as usize].p.lease_durable(until),
+            // A read that waited for its lease is checked again: its range
+            // may have been frozen meanwhile, and its floor taken (the
+            // server checks under its lock at each point, as here).
+            Action::Read { client, txn, .. } | Action::Scan { client, txn, .. }
+                if !self.serves_action(s, &action) =>
+            {
+                self.send(Node::Shard(s), Node::Client(client), Msg::Refused { txn });
+            }
             Action::Read { client, txn, key, at } => {
                 let reply = self.shards[s as usize].p.read(&key, at);
                 let read = reply.as_ref().ok().map(|r| r.version);
@@ -77,9 +87,18 @@ impl World {
                 let reply = self.shards[s as usize].p.scan(&start, &end, at, 0);
                 let read: Vec<_> =
                     reply.iter().flat_map(|r| r.rows.iter().map(|(_, v, _)| *v)).collect();
-                let msg = Msg::ScanReply { txn, shard: s, reply };
+                let msg = Msg::ScanReply { txn, shard: s, start, end, reply };
                 self.answer_read(s, client, msg, read);
             }
+        }
+    }
+
+    /// Whether shard `s` still serves what a read or scan asks.
+    fn serves_action(&mut self, s: ShardId, action: &Action) -> bool {
+        match action {
+            Action::Read { key, .. } => self.serves(s, &[key], &[]),
+            Action::Scan { start, end, .. } => self.serves(s, &[], &[(start, end)]),
+            _ => true,
         }
     }
 
@@ -106,6 +125,9 @@ impl World {
         match msg {
             Msg::Read { txn, key, at } => {
                 let Node::Client(client) = from else { return };
+                if !self.serves(s, &[&key], &[]) {
+                    return self.send(Node::Shard(s), from, Msg::Refused { txn });
+                }
                 let read = Action::Read { client, txn, key, at };
                 match self.shards[s as usize].p.lease_needed(at) {
                     Some(Record::ReadLease(until)) => {
@@ -118,6 +140,9 @@ impl World {
             }
             Msg::Scan { txn, start, end, at } => {
                 let Node::Client(client) = from else { return };
+                if !self.serves(s, &[], &[(&start, &end)]) {
+                    return self.send(Node::Shard(s), from, Msg::Refused { txn });
+                }
                 let scan = Action::Scan { client, txn, start, end, at };
                 match self.shards[s as usize].p.lease_needed(at) {
                     Some(Record::ReadLease(until)) => {
@@ -136,6 +161,7 @@ impl World {
                 if let Some(r) = shard.p.decide(txn, commit, ts) {
                     self.append(s, r);
                 }
+                self.answer_freezes(s);
             }
             Msg::Query { txn, from: asker, ts } => {
                 let (status, rec) = self.shards[s as usize].p.status(txn, ts);
@@ -150,7 +176,7 @@ impl World {
                 self.when_durable(s, last, answer, true);
             }
             Msg::Answer { txn, from: other, status } => self.on_answer(s, txn, other, status),
-            Msg::ReadReply { .. } | Msg::ScanReply { .. } | Msg::Vote { .. } => {}
+            msg => self.on_shard_move(s, msg),
         }
     }
 
@@ -160,6 +186,29 @@ impl World {
         }
         let (txn, single) = (p.txn, p.participants.len() <= 1);
         let wait = !self.cfg.mutations.vote_before_durable;
+        // A prepare asked again is answered as the first time, by its
+        // name, even if its range moved since. A new one that touches a
+        // key or range not served here is refused with a durable no: its
+        // coordinator aborts on it, so a late copy must be refused too.
+        let known = self.shards[s as usize].p.known(txn).is_some();
+        let keys: Vec<&[u8]> = p
+            .reads
+            .iter()
+            .map(|(k, _)| &k[..])
+            .chain(p.writes.iter().map(|(k, _)| &k[..]))
+            .collect();
+        let ranges: Vec<(&[u8], &[u8])> =
+            p.ranges.iter().map(|(a, b, _)| (&a[..], &b[..])).collect();
+        let bug = self.cfg.mutations.old_owner_prepares_moved;
+        if !known && !bug && !self.serves(s, &keys, &ranges) {
+            let no = self.shards[s as usize].p.decide(txn, false, p.version.ts);
+            let idx = match no {
+                Some(r) => self.append(s, r),
+                None => self.shards[s as usize].log.len().saturating_sub(1),
+            };
+            let answer = Action::Send(from, Msg::Vote { txn, shard: s, yes: false });
+            return self.when_durable(s, idx, answer, wait);
+        }
         let shard = &mut self.shards[s as usize];
         let (vote, records) = if single {
             shard.p.commit_alone(p)
@@ -205,6 +254,7 @@ impl World {
             if let Some(r) = shard.p.decide(txn, commit, 0) {
                 self.append(s, r);
             }
+            self.answer_freezes(s);
         }
     }
 
@@ -244,7 +294,13 @@ impl World {
                 self.append(s, r);
             }
         }
-        let busy = !self.shards[s as usize].p.prepared().is_empty();
+        if self.shards[s as usize].up {
+            self.settle_moves(s);
+        }
+        let shard = &self.shards[s as usize];
+        let busy = !shard.p.prepared().is_empty()
+            || !shard.frozen.is_empty()
+            || !shard.incoming.is_empty();
         if !self.calm || busy || !self.shards[s as usize].up {
             self.after(tick, Event::Tick { shard: s });
         }
@@ -254,16 +310,26 @@ impl World {
     /// (design record 0008): the client watermark and every shard's
     /// oldest undecided prepare, as the shards publish them. A shard that
     /// is down publishes nothing, so nothing is forgotten meanwhile (as a
-    /// server cannot reach it).
-    fn forget_bound(&self, watermark: Timestamp) -> Option<Timestamp> {
+    /// server cannot reach it). Computed once per simulated instant (the
+    /// shards tick together): a prepare arriving later in the same
+    /// instant carries a version above the watermark, so above the bound.
+    fn forget_bound(&mut self, watermark: Timestamp) -> Option<Timestamp> {
         if self.cfg.mutations.forget_below_watermark_only {
             return Some(watermark);
         }
-        if self.shards.iter().any(|s| !s.up) {
-            return None;
+        if let Some((at, bound)) = self.forget_at
+            && at == self.now
+        {
+            return bound;
         }
-        let prepared = self.shards.iter().filter_map(|s| s.p.oldest_undecided()).min();
-        Some(prepared.map_or(watermark, |p| p.min(watermark)))
+        let bound = if self.shards.iter().any(|s| !s.up) {
+            None
+        } else {
+            let prepared = self.shards.iter().filter_map(|s| s.p.oldest_undecided()).min();
+            Some(prepared.map_or(watermark, |p| p.min(watermark)))
+        };
+        self.forget_at = Some((self.now, bound));
+        bound
     }
 
     pub(super) fn crash(&mut self, s: ShardId) {
@@ -280,6 +346,8 @@ impl World {
         shard.fresh = Fresh::default();
         shard.answers.clear();
         shard.prepared_at.clear();
+        shard.copies.clear();
+        shard.freezing.clear();
         let down = self.between(self.cfg.shard_down);
         self.after(down, Event::Restart { shard: s });
     }
@@ -287,8 +355,15 @@ impl World {
     pub(super) fn restart(&mut self, s: ShardId) {
         let cfg = &self.cfg;
         let shard = &mut self.shards[s as usize];
+        let tables = ShardTables::from_log(MapVersions::default(), &shard.log[..shard.durable]);
+        // A move's state is in the log too: the ranges frozen here, and
+        // those copied here for a move not known to have happened.
+        let now = self.now;
+        shard.frozen = tables.frozen.iter().map(|f| (f.clone(), now)).collect();
+        shard.incoming.clone_from(&tables.incoming);
+        shard.map = self.maps.len();
         let crate::participant::Recovered { participant, logged, ask } =
-            Participant::recover(s, cfg.lease_span, cfg.mutations, &shard.log[..shard.durable]);
+            Participant::restart(s, cfg.lease_span, cfg.mutations, tables);
         shard.p = participant;
         shard.up = true;
         shard.last_durable_at = self.now;
@@ -310,7 +385,9 @@ impl World {
             return;
         }
         let a = Node::Shard(self.rng.random_range(0..self.cfg.shards));
-        let b = if self.rng.random_bool(0.5) {
+        let b = if self.rng.random_bool(0.1) {
+            Node::Mover
+        } else if self.rng.random_bool(0.5) {
             Node::Client(self.rng.random_range(0..self.cfg.clients))
         } else {
             Node::Shard(self.rng.random_range(0..self.cfg.shards))

@@ -11,9 +11,13 @@ use rand::{Rng, SeedableRng};
 use crate::clock::{HybridClock, draw_skew};
 use crate::coordinator::ClientTxn;
 use crate::fresh::Fresh;
-use crate::log::{Prepare, Record};
+use crate::log::{MovedRow, Prepare, Record};
 use crate::participant::{Mutations, Participant, ReadReply, ScanReply};
+use crate::tables::Frozen;
 use crate::types::{ClientId, CommitTs, Key, ShardId, Timestamp, TxnId, TxnStatus, Value};
+
+use super::map::Map;
+use super::mover::Mover;
 use crate::versions::Gone;
 
 /// What one simulation runs: sizes, the workload, and the faults. Times
@@ -24,10 +28,13 @@ pub struct DstConfig {
     pub seed: u64,
     /// Shard primaries.
     pub shards: u32,
+    /// The shards the first map gives ranges to (the first ones); the
+    /// others join empty, for the mover to fill (at most `shards`).
+    pub initial_shards: u32,
     /// Clients (coordinators), one transaction at a time each.
     pub clients: u32,
-    /// Bank accounts, spread over the shards (account `i` on shard
-    /// `i % shards`).
+    /// Bank accounts, spread over the shards in ranges of as many keys
+    /// each (map version 1).
     pub accounts: u32,
     /// Each account's starting balance.
     pub initial_balance: u64,
@@ -35,6 +42,14 @@ pub struct DstConfig {
     pub txns_per_client: u32,
     /// The share of read-only audits (they read every account).
     pub audit_fraction: f64,
+    /// The share of transfers between neighbouring accounts (the next
+    /// key), which usually share a range: one shard commits them alone.
+    pub local_transfers: f64,
+    /// Clients (the last ones) that run only audits, with clocks as far
+    /// ahead as ε allows: readers no writer observes, so their reads stay
+    /// ahead of the writers (the reads a range's new owner must not let
+    /// a write slip under).
+    pub auditors: u32,
     /// The clock uncertainty ε: each client's skew is in [-ε/2, ε/2].
     pub epsilon: Timestamp,
     /// One-way message delay, uniform in this range.
@@ -63,6 +78,27 @@ pub struct DstConfig {
     pub lease_span: Timestamp,
     /// Deliberate protocol bugs (all off normally).
     pub mutations: Mutations,
+    /// Mean time between the mover's changes of the map (0: none): a
+    /// split, or a range's move (design record 0009), one at a time.
+    pub move_every: Timestamp,
+    /// When the mover starts.
+    pub moves_from: Timestamp,
+    /// How the mover picks: at random (a split or a move of a random
+    /// range to a random shard), or, with `balance`, as the rebalancer
+    /// does (from the fullest shard to the emptiest, until within a tenth
+    /// of the mean).
+    pub balance: bool,
+    /// Chance that the mover dies in the middle of a move (it comes back
+    /// later, and its move is settled by the map).
+    pub mover_crash_chance: f64,
+    /// A range frozen for a move whose mover is silent this long is
+    /// given up by its old owner (it publishes the map unchanged).
+    pub move_timeout: Timestamp,
+    /// The most a client waits between transactions.
+    pub think: Timestamp,
+    /// The share of the bank's transactions that read by scans (of every
+    /// range) instead of key by key.
+    pub scan_fraction: f64,
     /// Instead of the bank: Retwis's mix (MILANA's Table 2: add user,
     /// follow, post, timeline) over the accounts as keys, chosen
     /// zipfian with this α (contention). The bank's checks are skipped;
@@ -72,16 +108,20 @@ pub struct DstConfig {
 
 impl DstConfig {
     /// The defaults for `seed`: 3 shards, 4 clients, 12 accounts, 25
-    /// transactions each, ε = 1.5 ms, every fault on.
+    /// transactions each, ε = 1.5 ms, every fault on, and the map changed
+    /// (a split or a move) every 40 ms on average.
     pub fn new(seed: u64) -> DstConfig {
         DstConfig {
             seed,
             shards: 3,
+            initial_shards: 3,
             clients: 4,
             accounts: 12,
             initial_balance: 100,
             txns_per_client: 25,
             audit_fraction: 0.25,
+            auditors: 0,
+            local_transfers: 0.25,
             epsilon: 1_500,
             net_delay: (50, 500),
             drop_rate: 0.01,
@@ -96,6 +136,13 @@ impl DstConfig {
             lease_span: 5_000,
             mutations: Mutations::default(),
             retwis: None,
+            move_every: 40_000,
+            moves_from: 0,
+            balance: false,
+            mover_crash_chance: 0.2,
+            move_timeout: 30_000,
+            think: 1_000,
+            scan_fraction: 1.0 / 3.0,
         }
     }
 }
@@ -130,6 +177,8 @@ pub struct Outcome {
     pub writes: Vec<(Key, Option<Value>)>,
     /// What the client said.
     pub reported: Reported,
+    /// When, in simulated time.
+    pub ended: Timestamp,
 }
 
 /// What a simulation did and found.
@@ -161,27 +210,128 @@ pub struct DstReport {
     /// Reads told their version is gone (it was replaced before the
     /// shard's last restart).
     pub gone: u64,
+    /// The mover's work: each move and split.
+    pub moves: Vec<MoveStat>,
+    /// Each transaction's end and what its client reported, in order.
+    pub timeline: Vec<(Timestamp, Reported)>,
+    /// With `balance`: when the shards' keys were first within a tenth of
+    /// the mean after the mover started.
+    pub balanced_at: Option<Timestamp>,
     /// What the oracle found wrong (empty: nothing).
     pub violations: Vec<String>,
+}
+
+/// One change the mover made or tried.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MoveStat {
+    /// A split (a map change that moves nothing) or a move.
+    pub split: bool,
+    /// When it began (a move: its copy).
+    pub began: Timestamp,
+    /// A move: from its freeze until the map was published.
+    pub frozen: Option<Timestamp>,
+    /// When it ended (published, given up, or its mover died).
+    pub ended: Timestamp,
+    /// Whether the map gives the range to its new owner (a split: whether
+    /// it was published).
+    pub done: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(super) enum Node {
     Shard(ShardId),
     Client(ClientId),
+    Mover,
 }
 
 #[derive(Debug, Clone, Hash)]
 pub(super) enum Msg {
-    Read { txn: TxnId, key: Key, at: Timestamp },
-    ReadReply { txn: TxnId, key: Key, reply: Result<ReadReply, Gone> },
-    Scan { txn: TxnId, start: Key, end: Key, at: Timestamp },
-    ScanReply { txn: TxnId, shard: ShardId, reply: Result<ScanReply, Gone> },
+    Read {
+        txn: TxnId,
+        key: Key,
+        at: Timestamp,
+    },
+    ReadReply {
+        txn: TxnId,
+        key: Key,
+        reply: Result<ReadReply, Gone>,
+    },
+    Scan {
+        txn: TxnId,
+        start: Key,
+        end: Key,
+        at: Timestamp,
+    },
+    ScanReply {
+        txn: TxnId,
+        shard: ShardId,
+        start: Key,
+        end: Key,
+        reply: Result<ScanReply, Gone>,
+    },
+    /// Not served here: not this shard's under its map, or frozen.
+    Refused {
+        txn: TxnId,
+    },
+    /// A move's calls (design record 0009): `job` names the move.
+    Export {
+        job: u64,
+        start: Key,
+        end: Key,
+    },
+    Exported {
+        job: u64,
+        rows: Option<Vec<MovedRow>>,
+    },
+    Import {
+        job: u64,
+        adopt: Record,
+    },
+    Imported {
+        job: u64,
+        ok: bool,
+    },
+    Freeze {
+        job: u64,
+        f: Frozen,
+    },
+    /// The freeze's answer: the read floor and the rows to copy again
+    /// (every row of the range if `whole`); `None`: refused.
+    FrozenAt {
+        job: u64,
+        answer: Option<(Timestamp, Vec<MovedRow>, bool)>,
+    },
+    GiveUp {
+        f: Frozen,
+    },
+    Release {
+        job: u64,
+        f: Frozen,
+    },
+    Released {
+        job: u64,
+    },
     Prepare(Prepare),
-    Vote { txn: TxnId, shard: ShardId, yes: bool },
-    Decide { txn: TxnId, commit: bool, ts: Timestamp },
-    Query { txn: TxnId, from: ShardId, ts: Timestamp },
-    Answer { txn: TxnId, from: ShardId, status: TxnStatus },
+    Vote {
+        txn: TxnId,
+        shard: ShardId,
+        yes: bool,
+    },
+    Decide {
+        txn: TxnId,
+        commit: bool,
+        ts: Timestamp,
+    },
+    Query {
+        txn: TxnId,
+        from: ShardId,
+        ts: Timestamp,
+    },
+    Answer {
+        txn: TxnId,
+        from: ShardId,
+        status: TxnStatus,
+    },
 }
 
 #[derive(Debug, Clone, Hash)]
@@ -195,6 +345,9 @@ pub(super) enum Event {
     Restart { shard: ShardId },
     ClientCrash { client: ClientId },
     Partition,
+    MoverNext,
+    MoverTimeout { job: u64, step: u8 },
+    MoverCrash { job: u64 },
 }
 
 /// What a primary does once a log record is durable.
@@ -219,11 +372,25 @@ pub(super) struct Shard {
     pub(super) fresh: Fresh,
     pub(super) prepared_at: BTreeMap<TxnId, Timestamp>,
     pub(super) answers: BTreeMap<TxnId, BTreeMap<ShardId, TxnStatus>>,
+    /// The map version this shard serves under.
+    pub(super) map: usize,
+    /// Ranges frozen here for a move, with when their mover was last
+    /// heard from.
+    pub(super) frozen: Vec<(Frozen, Timestamp)>,
+    /// Ranges copied here for moves not known to have happened:
+    /// `(start, end, map version)`.
+    pub(super) incoming: Vec<(Key, Key, u64)>,
+    /// Ranges being copied away while served: each key's version in the
+    /// copy, and when it began (in memory only).
+    pub(super) copies: BTreeMap<(Key, Key), (BTreeMap<Key, CommitTs>, Timestamp)>,
+    /// Freezes to answer once nothing prepared here writes in their range.
+    pub(super) freezing: Vec<(u64, Frozen)>,
 }
 
 pub(super) enum Stage {
-    /// The keys whose reads are awaited, and the shards whose scans are.
-    Reading(BTreeSet<Key>, BTreeSet<ShardId>),
+    /// The keys whose reads are awaited, and the scans (by their first
+    /// key).
+    Reading(BTreeSet<Key>, BTreeSet<Key>),
     /// Prepares sent; the yes votes so far, and how many times the
     /// missing ones were asked again.
     Voting(BTreeMap<ShardId, bool>, u32),
@@ -252,6 +419,8 @@ pub(super) enum Plan {
 }
 
 pub(super) struct Client {
+    /// The map version it routes by.
+    pub(super) map: usize,
     pub(super) clock: HybridClock,
     pub(super) seq: u64,
     pub(super) up: bool,
@@ -279,6 +448,19 @@ pub(super) struct World {
     pub(super) forgotten: u64,
     pub(super) gone: u64,
     pub(super) zipf: Option<rand_distr::Zipf<f64>>,
+    /// The map's versions on the store (version `i + 1` at `i`).
+    pub(super) maps: Vec<Map>,
+    /// The accounts' keys, sorted.
+    pub(super) keys: Vec<Key>,
+    pub(super) mover: Mover,
+    pub(super) moves: Vec<MoveStat>,
+    pub(super) balanced_at: Option<Timestamp>,
+    /// Clients done or dead (the faults stop when all are).
+    pub(super) finished: u32,
+    /// The watermark, computed once per simulated instant.
+    pub(super) watermark_at: Option<(Timestamp, Timestamp)>,
+    /// The forget bound, likewise.
+    pub(super) forget_at: Option<(Timestamp, Option<Timestamp>)>,
 }
 
 /// The range every account's key is in (`a` and four digits).
@@ -287,12 +469,6 @@ pub(crate) const ACCOUNTS_RANGE: (&[u8], &[u8]) = (b"a", b"b");
 /// Account `i`'s key.
 pub(crate) fn account_key(i: u32) -> Key {
     format!("a{i:04}").into_bytes()
-}
-
-/// The shard of a key (accounts: `i % shards`).
-pub(crate) fn shard_of(key: &[u8], shards: u32) -> ShardId {
-    let i: u32 = std::str::from_utf8(&key[1..]).ok().and_then(|s| s.parse().ok()).unwrap_or(0);
-    i % shards
 }
 
 /// A balance as stored (`None`: the starting balance).
@@ -321,18 +497,40 @@ impl World {
                 fresh: Fresh::default(),
                 prepared_at: BTreeMap::new(),
                 answers: BTreeMap::new(),
+                map: 1,
+                frozen: Vec::new(),
+                incoming: Vec::new(),
+                copies: BTreeMap::new(),
+                freezing: Vec::new(),
             })
             .collect();
+        let auditors = cfg.clients.saturating_sub(cfg.auditors);
         let clients = (0..cfg.clients)
-            .map(|_| Client {
-                clock: HybridClock::new(draw_skew(cfg.epsilon, &mut rng)),
+            .map(|c| Client {
+                map: 1,
+                clock: HybridClock::new(match c >= auditors {
+                    // An auditor's clock is as far ahead as ε allows.
+                    true => (cfg.epsilon / 2) as i64,
+                    false => draw_skew(cfg.epsilon, &mut rng),
+                }),
                 seq: 0,
                 up: true,
                 done: 0,
                 active: None,
             })
             .collect();
+        let mut keys: Vec<Key> = (0..cfg.accounts).map(account_key).collect();
+        keys.sort();
+        let first = Map::even(&keys, cfg.initial_shards.clamp(1, cfg.shards));
         World {
+            maps: vec![first],
+            keys,
+            mover: Mover::new(),
+            moves: Vec::new(),
+            balanced_at: None,
+            finished: 0,
+            watermark_at: None,
+            forget_at: None,
             cfg,
             now: 0,
             seq: 0,
@@ -378,12 +576,20 @@ impl World {
     /// read at, its running transaction's begin or, idle, its clock (its
     /// next begin is above it). The simulation takes it from every
     /// client at once, the most a real broadcast could ever tell.
-    pub(super) fn watermark(&self) -> Timestamp {
-        self.clients
+    pub(super) fn watermark(&mut self) -> Timestamp {
+        if let Some((at, w)) = self.watermark_at
+            && at == self.now
+        {
+            return w;
+        }
+        let w = self
+            .clients
             .iter()
             .map(|c| c.active.as_ref().map_or(c.clock.last(), |a| a.txn.begin))
             .min()
-            .unwrap_or(0)
+            .unwrap_or(0);
+        self.watermark_at = Some((self.now, w));
+        w
     }
 
     pub(super) fn start(&mut self) {
@@ -402,6 +608,10 @@ impl World {
         if self.cfg.partition_every > 0 {
             let d = self.exponential(self.cfg.partition_every);
             self.after(d, Event::Partition);
+        }
+        if self.cfg.move_every > 0 {
+            let d = self.cfg.moves_from + self.exponential(self.cfg.move_every);
+            self.after(d, Event::MoverNext);
         }
         if self.rng.random_bool(self.cfg.client_crash_chance.clamp(0.0, 1.0)) {
             let client = self.rng.random_range(0..self.cfg.clients);
@@ -426,6 +636,7 @@ impl World {
             Event::Deliver { from, to, msg } => match to {
                 Node::Shard(s) if self.shards[s as usize].up => self.on_shard(s, from, msg),
                 Node::Client(c) if self.clients[c as usize].up => self.on_client(c, msg),
+                Node::Mover if self.mover.up => self.on_mover(msg),
                 _ => {}
             },
             Event::Durable { shard, epoch, upto } => self.on_durable(shard, epoch, upto),
@@ -436,6 +647,9 @@ impl World {
             Event::Restart { shard } => self.restart(shard),
             Event::ClientCrash { client } => self.client_crash(client),
             Event::Partition => self.partition(),
+            Event::MoverNext => self.mover_next(),
+            Event::MoverTimeout { job, step } => self.mover_timeout(job, step),
+            Event::MoverCrash { job } => self.mover_crash(job),
         }
     }
 }

@@ -63,6 +63,20 @@ proptest! {
                     map.drop_history();
                     rows = engine(&db, small_memo);
                 }
+                // A range moved away (its rows dropped), or a row copied
+                // in from a range's old owner (held alone; older reads
+                // gone), newer than the key's or not.
+                3 if t % 4 == 1 => {
+                    let (a, b): (&[u8], &[u8]) = [(&b"t"[..], &b"u"[..]), (b"t\x00a\x00", b"")][kind as usize % 2];
+                    prop_assert_eq!(map.drop_range(a, b), rows.drop_range(a, b));
+                }
+                3 => {
+                    let v = CommitTs { ts: ts.saturating_sub(t % 3) + t % 5, client: 9 };
+                    ts = ts.max(v.ts);
+                    let value = (kind % 2 == 0).then(|| vec![kind; 9]);
+                    map.adopt(key, v, value.clone());
+                    rows.adopt(key, v, value);
+                }
                 _ => {}
             }
             let ranges: [(&[u8], &[u8]); 5] = [

@@ -38,7 +38,7 @@ impl<V: Versions> Participant<V> {
         mutations: Mutations,
         tables: ShardTables<V>,
     ) -> Recovered<V> {
-        let ShardTables { mut versions, txns, lease, forgotten } = tables;
+        let ShardTables { mut versions, txns, lease, forgotten, adopted, .. } = tables;
         // The replaced versions are held in memory only: a restart keeps
         // each key's newest (design record 0008).
         versions.drop_history();
@@ -59,6 +59,12 @@ impl<V: Versions> Participant<V> {
         if !mutations.forget_read_floor {
             p.read_floor = lease;
             p.lease = lease;
+        }
+        // The read floors of ranges copied here (design record 0009).
+        if !mutations.new_owner_forgets_read_floor {
+            for (start, end, floor) in &adopted {
+                p.raise_read_floor(start, end, *floor);
+            }
         }
         let mut logged = Vec::new();
         let mut ask = Vec::new();

@@ -151,7 +151,11 @@ impl Tables {
         for name in tables.names()? {
             versions.register(open_or_create(&tables.db, &name).await?);
         }
-        Ok((tables, ShardTables { versions, txns, lease, forgotten }))
+        // A move's records are rows of the meta table here, read by the
+        // shard itself (`moves.rs`, `handover.rs`).
+        let (frozen, incoming, adopted) = (Vec::new(), Vec::new(), Vec::new());
+        let shard = ShardTables { versions, txns, lease, forgotten, frozen, incoming, adopted };
+        Ok((tables, shard))
     }
 
     /// Write `records` (the participant has just made them) as one engine
@@ -196,6 +200,12 @@ impl Tables {
                 }
                 Record::ReadLease(until) => {
                     tx.put(&self.meta, LEASE_KEY, &until.to_be_bytes())?;
+                }
+                Record::Freeze { .. } | Record::Adopt { .. } | Record::Release { .. } => {
+                    return Err(milliscale::Error::InvalidArgument(
+                        "a move's records are the shard's handover rows here, not log records"
+                            .into(),
+                    ));
                 }
                 Record::Forget { below, txns } => {
                     for t in txns {
