@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use milliscale_client::{Cluster, Code};
-use milliscale_milana::shard_map::{MapChange, MapError, MapStore, ShardInfo, ShardMap};
+use milliscale_milana::shard_map::{
+    MapChange, MapError, MapStore, ShardInfo, ShardMap, Thresholds,
+};
 use milliscale_milana::types::cluster_key;
 
 use crate::args::{Failure, MapArgs};
@@ -70,6 +72,11 @@ pub(crate) struct RebalanceArgs {
     /// On: split a range past this many rows.
     #[arg(long, default_value_t = 100_000)]
     split_rows: u64,
+    /// On: also split a range past this many requests a second (keys read
+    /// or written, scans begun), and move ranges from the busiest shard
+    /// to the least busy while the rows are balanced. Default: rows only.
+    #[arg(long)]
+    split_load: Option<u64>,
 }
 
 #[derive(Args)]
@@ -211,12 +218,14 @@ pub(crate) fn cluster(cmd: ClusterCmd) -> Result<(), Failure> {
         }
         ClusterCmd::Rebalance(a) => {
             let on = a.switch == "on";
-            let m = change(&a.map.open()?, &MapChange::Rebalance(on.then_some(a.split_rows)))?;
+            let t = Thresholds { split_rows: a.split_rows, split_load: a.split_load };
+            let m = change(&a.map.open()?, &MapChange::Rebalance(on.then_some(t)))?;
             match m.rebalance {
                 Some(rows) => println!(
                     "published shard map version {}: the rebalancer is on, splitting ranges past \
-                     {rows} rows",
-                    m.version
+                     {rows} rows{}",
+                    m.version,
+                    m.split_load.map_or(String::new(), |l| format!(" or {l} requests a second"))
                 ),
                 None => {
                     println!("published shard map version {}: the rebalancer is off", m.version)
@@ -301,7 +310,7 @@ fn init(a: InitArgs) -> Result<(), Failure> {
             m.version
         )));
     }
-    let map = ShardMap { version: 1, ranges, shards, rebalance: None };
+    let map = ShardMap { version: 1, ranges, shards, rebalance: None, split_load: None };
     maps.publish(&map).map_err(|e| Failure::Usage(e.to_string()))?;
     println!("published shard map version 1: {n} shards, {} ranges", map.ranges.len());
     Ok(())

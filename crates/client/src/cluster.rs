@@ -69,6 +69,10 @@ pub struct ClusterBuilder {
     local_validation: bool,
 }
 
+/// A little over the least time between two reads of the map by a shard
+/// asked for a newer one (`Shard::map`'s 50 ms).
+const SHARD_MAP_REREAD: Duration = Duration::from_millis(60);
+
 impl ClusterBuilder {
     /// The bearer token for every shard.
     pub fn token(mut self, token: impl Into<String>) -> ClusterBuilder {
@@ -174,6 +178,7 @@ async fn fetch_map(c: &Client, at_least: u64) -> Result<ShardMap> {
             .map(|s| (s.shard, ShardInfo { addr: s.addr, log: String::new() }))
             .collect(),
         rebalance: None,
+        split_load: None,
     };
     map.check().map_err(|e| Error::local(format!("the cluster's map: {e}")))?;
     Ok(map)
@@ -290,6 +295,18 @@ impl Cluster {
             return Ok(());
         }
         Err(last.unwrap_or_else(|| Error::local("no shard to ask for the map".into())))
+    }
+
+    /// Read the map again after the wrong-shard answer `e`. A shard that
+    /// named a version older than the client's is behind: the reload asks
+    /// every shard for a newer map, which has one behind read the map
+    /// again, but a shard reads it at most every 50 ms, so the reload
+    /// waits past that first.
+    pub(crate) async fn reload_after(&self, e: &Error) -> Result<()> {
+        if e.map_version() > 0 && e.map_version() < self.map().version {
+            tokio::time::sleep(SHARD_MAP_REREAD).await;
+        }
+        self.refresh().await
     }
 
     /// After a wrong-shard answer naming a map version newer than the
@@ -568,7 +585,7 @@ impl Cluster {
         }
         if e.kind() == "wrong_shard" && *tries < 3 {
             *tries += 1;
-            return self.refresh().await;
+            return self.reload_after(&e).await;
         }
         if e.kind() == "unavailable" {
             let _ = self.refresh().await;

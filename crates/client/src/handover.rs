@@ -263,6 +263,7 @@ async fn copy(
             first,
             floor: if page.more { 0 } else { floor.unwrap_or(0) },
             deleted: Vec::new(),
+            map_version: plan.map.version + 1,
         };
         dst.shard_import(import).await.map_err(|e| format!("writing the range's rows: {e}"))?;
         first = false;
@@ -309,6 +310,7 @@ async fn copy_keys(
             first: false,
             floor: if i == last { floor } else { 0 },
             deleted: page.absent,
+            map_version: plan.map.version + 1,
         };
         dst.shard_import(import)
             .await

@@ -55,6 +55,20 @@ pub struct ShardMap {
     /// count past which it splits a range; absent, off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rebalance: Option<u64>,
+    /// With the rebalancer on: the requests a second past which it splits
+    /// a range, and moves ranges from the busiest shard while the rows
+    /// are balanced; absent, it looks at rows only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split_load: Option<u64>,
+}
+
+/// The rebalancer's thresholds (design record 0009).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Thresholds {
+    /// Split a range past this many rows.
+    pub split_rows: u64,
+    /// Split a range past this many requests a second (none: by rows only).
+    pub split_load: Option<u64>,
 }
 
 /// A change to the map that moves no data (design record 0009): each
@@ -68,9 +82,8 @@ pub enum MapChange {
     Split(Key),
     /// A shard that owns no range, gone from the map.
     RemoveShard(ShardId),
-    /// The rebalancer switched on (splitting ranges past this many rows)
-    /// or off.
-    Rebalance(Option<u64>),
+    /// The rebalancer switched on, with its thresholds, or off.
+    Rebalance(Option<Thresholds>),
 }
 
 impl ShardMap {
@@ -135,11 +148,18 @@ impl ShardMap {
                 }
                 next.shards.remove(id);
             }
-            MapChange::Rebalance(split_rows) => {
-                if *split_rows == Some(0) {
+            MapChange::Rebalance(t) => {
+                if t.is_some_and(|t| t.split_rows == 0) {
                     return bad("the rebalancer's split threshold must be at least one row".into());
                 }
-                next.rebalance = *split_rows;
+                if t.is_some_and(|t| t.split_load == Some(0)) {
+                    return bad(
+                        "the rebalancer's load threshold must be at least one request a second"
+                            .into(),
+                    );
+                }
+                next.rebalance = t.map(|t| t.split_rows);
+                next.split_load = t.and_then(|t| t.split_load);
             }
         }
         next.check()?;
@@ -317,7 +337,7 @@ mod tests {
                 )
             })
             .collect();
-        ShardMap { version, ranges, shards, rebalance: None }
+        ShardMap { version, ranges, shards, rebalance: None, split_load: None }
     }
 
     #[test]

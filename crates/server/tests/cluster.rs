@@ -72,6 +72,7 @@ pub(crate) async fn three_shards_with(every: Duration, move_timeout: Duration) -
         ],
         shards: (0..3u32).zip(addrs.iter().zip(&data)).map(place).collect(),
         rebalance: None,
+        split_load: None,
     };
     maps.publish(&map).expect("publish");
     let mut f =

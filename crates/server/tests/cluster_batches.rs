@@ -109,6 +109,7 @@ async fn a_read_of_a_version_not_yet_durable_waits_until_it_is() {
         ranges: vec![(Vec::new(), 0)],
         shards: [(0, info)].into(),
         rebalance: None,
+        split_load: None,
     };
     maps.publish(&map).expect("publish");
     let sim = Arc::new(

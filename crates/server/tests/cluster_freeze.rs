@@ -199,6 +199,7 @@ async fn a_moved_range_keeps_the_reads_its_old_owner_served_below_new_writes() {
         floor,
         tables: page.tables,
         deleted: Vec::new(),
+        map_version: 2,
     };
     r1.shard_import(import).await.expect("import");
     let maps = MapStore::new(milliscale::store::open(&f.map_url).expect("the map's store"), "");
@@ -264,13 +265,14 @@ async fn released(r: &mut crate::cluster::Raw) {
     panic!("the shard did not let the range go");
 }
 
-/// Copy `[start, end)` from `from` to `to` as a mover does, with `floor`.
+/// Copy `[start, end)` from `from` to `to` as a mover does, with `floor`,
+/// for the move that publishes map version `version`.
 async fn copy(
     from: &mut crate::cluster::Raw,
     to: &mut crate::cluster::Raw,
-    start: &[u8],
-    end: &[u8],
+    (start, end): (&[u8], &[u8]),
     floor: u64,
+    version: u64,
 ) -> usize {
     let export = proto::ShardExportRequest {
         start: start.to_vec().into(),
@@ -287,6 +289,7 @@ async fn copy(
         floor,
         tables: page.tables,
         deleted: Vec::new(),
+        map_version: version,
     };
     to.shard_import(import).await.expect("import");
     n
@@ -315,7 +318,7 @@ async fn a_freeze_ends_by_the_map_whatever_its_mover_does() {
     assert!(st.message().contains("the next is 2"), "{st:?}");
     // A mover freezes, copies, and goes silent before publishing.
     let floor = r0.shard_freeze(freeze(2, 4, false)).await.expect("freeze").into_inner().floor;
-    assert_eq!(copy(&mut r0, &mut r1, &start, &end, floor).await, 2);
+    assert_eq!(copy(&mut r0, &mut r1, (&start, &end), floor, 2).await, 2);
     let t = std::time::Instant::now();
     let mut b = Batch::new();
     b.get(TABLE, &account(2));
@@ -331,6 +334,18 @@ async fn a_freeze_ends_by_the_map_whatever_its_mover_does() {
         matches!(maps.publish(&late), Err(milliscale_milana::shard_map::MapError::Lost(2))),
         "a late mover's publish loses"
     );
+    // The rows copied to shard 1 for it are deleted there (its incoming
+    // row names version 2, which does not give it the range).
+    let mut held = u64::MAX;
+    for _ in 0..60 {
+        let info = r1.shard_info(proto::ShardInfoRequest::default()).await.expect("info");
+        held = info.into_inner().versions;
+        if held == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(held, 0, "shard 1 kept the rows of a move that did not happen");
     let mut b = Batch::new();
     b.put(TABLE, &account(3), b"3");
     c.execute(b).await.expect("written on shard 0 again");
@@ -340,7 +355,7 @@ async fn a_freeze_ends_by_the_map_whatever_its_mover_does() {
     // refuses (or has released the range already), and lets it go.
     let freeze3 = |unfreeze| proto::ShardFreezeRequest { map_version: 3, ..freeze(2, 4, unfreeze) };
     let floor = r0.shard_freeze(freeze3(false)).await.expect("freeze").into_inner().floor;
-    assert_eq!(copy(&mut r0, &mut r1, &start, &end, floor).await, 2);
+    assert_eq!(copy(&mut r0, &mut r1, (&start, &end), floor, 3).await, 2);
     let mut v3 = v2.clone();
     v3.version = 3;
     v3.ranges.insert(1, (start.clone(), 1));
@@ -436,6 +451,7 @@ async fn a_copy_before_the_freeze_is_completed_by_the_keys_written_since() {
             floor,
             tables: page.tables,
             deleted: page.absent,
+            map_version: 2,
         };
     let st = r0.shard_export(export(start.clone(), vec![])).await.expect_err("never begun");
     assert_eq!(st.code(), tonic::Code::FailedPrecondition, "{st:?}");

@@ -6,6 +6,9 @@
 //! - `cluster.rs`: three shards (`--cluster`) reached by the cluster
 //!   client: a bank across them, write skew, a shard's restart;
 //! - `cluster_batches.rs`: one-shot batches racing on one shard's keys;
+//! - `cluster_freeze.rs`: a range frozen, copied and moved, and its freeze
+//!   settled by the map;
+//! - `cluster_loads.rs`: each range's rows and requests, for the rebalancer;
 //! - `cluster_standby.rs`: a shard's standby as `Cluster::status` shows it;
 //! - `cluster_stream.rs`: a cluster client's calls to a shard on one stream;
 //! - `connections.rs`: connections, TLS, the standard services, shutdown;
@@ -18,6 +21,7 @@ mod calls;
 mod cluster;
 mod cluster_batches;
 mod cluster_freeze;
+mod cluster_loads;
 mod cluster_standby;
 mod cluster_stream;
 mod common;

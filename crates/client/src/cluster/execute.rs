@@ -58,7 +58,7 @@ impl Cluster {
                 Err(e) if e.kind() == "wrong_shard" && moved < 3 => {
                     moved += 1;
                     attempts -= 1;
-                    self.refresh().await?;
+                    self.reload_after(&e).await?;
                 }
                 // A range frozen for a move, or the map still moving:
                 // read it again after the backoff, counted as a run.
@@ -314,6 +314,7 @@ mod tests {
             ranges: vec![(Vec::new(), 0), (cluster_key("t", b"m"), 1)],
             shards: Default::default(),
             rebalance: None,
+            split_load: None,
         }
     }
 

@@ -345,7 +345,8 @@ impl Shard {
         // Under the lock: a range frozen since step 1 is served no more.
         let keys = t.reads.keys().chain(t.writes.keys()).map(Vec::as_slice);
         let ranges = t.ranges.values().flatten().map(|(a, b)| (a.as_slice(), b.as_slice()));
-        st.refuse_frozen(keys, ranges)?;
+        st.refuse_frozen(keys.clone(), ranges)?;
+        st.count(&self.map.read(), keys);
         if !t.locally_valid() {
             return Ok(Run::Pending);
         }

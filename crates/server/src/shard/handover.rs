@@ -15,14 +15,13 @@ use std::ops::{Bound, RangeBounds};
 use std::time::Instant;
 
 use milliscale::Direction;
-use milliscale_milana::engine_versions::EngineVersions;
 use milliscale_milana::types::{Key, cluster_key, split_cluster_key};
 use milliscale_milana::versions::in_range;
 use milliscale_proto::v1 as proto;
 use tonic::Status;
 
 use super::Shard;
-use super::tables::Tables;
+use super::tables::{Tables, delete_rows};
 use crate::errors::{engine, refuse};
 
 /// The prefix of an adopted range's row in `_milana.meta`.
@@ -46,29 +45,6 @@ pub(super) fn load_adopted(tables: &Tables) -> milliscale::Result<Vec<(Key, Key,
         out.push((start.to_vec(), v[8..].to_vec(), floor));
     }
     Ok(out)
-}
-
-/// Delete in `tx` every row in `[start, end)` (cluster keys); how many.
-fn delete_rows(
-    tx: &mut milliscale::AsyncTransaction,
-    versions: &EngineVersions,
-    start: &[u8],
-    end: &[u8],
-) -> Result<u64, Status> {
-    let mut deleted = 0;
-    for (table, lo, hi) in versions.table_ranges(start, end) {
-        let (lo, hi) = (lo.as_ref().map(Vec::as_slice), hi.as_ref().map(Vec::as_slice));
-        let keys: Vec<Vec<u8>> = tx
-            .range(&table, lo, hi, Direction::Forward)
-            .map(|row| row.map(|(k, _)| k))
-            .collect::<milliscale::Result<_>>()
-            .map_err(|e| engine(&e))?;
-        for k in &keys {
-            tx.delete(&table, k).map_err(|e| engine(&e))?;
-        }
-        deleted += keys.len() as u64;
-    }
-    Ok(deleted)
 }
 
 impl Shard {
@@ -220,6 +196,20 @@ impl Shard {
                 )));
             }
             let mut tx = self.tables.db.begin().map_err(|e| engine(&e))?;
+            // The first page marks the range incoming, for the move's map
+            // version: dropped here if that version does not give it here.
+            let incoming = match r.first && r.map_version > 0 {
+                true => {
+                    let i = super::incoming::Incoming {
+                        start: start.clone(),
+                        end: end.clone(),
+                        map_version: r.map_version,
+                    };
+                    let list = super::incoming::replace(&mut tx, &self.tables, &st.incoming, i);
+                    Some(list.map_err(|e| engine(&e))?)
+                }
+                false => None,
+            };
             let versions = st.p.versions_mut();
             let mut cleared = 0i64;
             if r.first {
@@ -255,7 +245,11 @@ impl Shard {
                 st.p.raise_read_floor(&start, &end, r.floor);
             }
             st.versions += added - cleared;
-            tx.precommit().map_err(|e| engine(&e))?
+            let ack = tx.precommit().map_err(|e| engine(&e))?;
+            if let Some(list) = incoming {
+                st.incoming = list;
+            }
+            ack
         };
         ack.await.map_err(|e| engine(&e))?;
         Ok(proto::ShardImportResponse {})

@@ -27,6 +27,7 @@
 mod catalog;
 mod execute;
 mod handover;
+mod incoming;
 mod moves;
 mod peers;
 mod reads;
@@ -149,6 +150,29 @@ struct State {
     /// Ranges copied while served, before their freeze, by when their
     /// mover last asked for a page ([`handover`]).
     copies: BTreeMap<(Key, Key), Instant>,
+    /// Ranges copied here for moves not known to have happened
+    /// ([`incoming`]).
+    incoming: Vec<incoming::Incoming>,
+    /// The requests served on each range's keys since the start, by the
+    /// range's first key (for the rebalancer's load; [`State::count`]).
+    requests: BTreeMap<Key, u64>,
+}
+
+impl State {
+    /// Count a request on each of `keys` (a key read or written, or a
+    /// scan's first key) against the range of `map` holding it.
+    fn count<'k>(&mut self, map: &ShardMap, keys: impl IntoIterator<Item = &'k [u8]>) {
+        for k in keys {
+            let i = map.ranges.partition_point(|(start, _)| start.as_slice() <= k);
+            let start = &map.ranges[i.saturating_sub(1)].0;
+            match self.requests.get_mut(start) {
+                Some(n) => *n += 1,
+                None => {
+                    self.requests.insert(start.clone(), 1);
+                }
+            }
+        }
+    }
 }
 
 /// A running shard (see the module's comment).
@@ -422,7 +446,8 @@ impl Shard {
             let p = p.and_then(|p| {
                 let keys = p.reads.iter().map(|(k, _)| k).chain(p.writes.iter().map(|(k, _)| k));
                 let ranges = p.ranges.iter().map(|(a, b, _)| (a.as_slice(), b.as_slice()));
-                st.refuse_frozen(keys.map(Vec::as_slice), ranges)?;
+                st.refuse_frozen(keys.clone().map(Vec::as_slice), ranges)?;
+                st.count(&self.map.read(), keys.map(Vec::as_slice));
                 Ok(p)
             });
             let p = match p {

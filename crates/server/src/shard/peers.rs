@@ -214,6 +214,9 @@ pub(super) async fn background(shard: Arc<Shard>, mut stop: watch::Receiver<bool
             shard.settle_frozen().await;
         }
         shard.forget_silent_copies();
+        if !shard.lock().incoming.is_empty() {
+            shard.settle_incoming().await;
+        }
         if collected.elapsed() >= shard.opts.collect_every {
             shard.collect_and_forget().await;
             collected = Instant::now();

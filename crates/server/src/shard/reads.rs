@@ -26,6 +26,7 @@ impl Shard {
         type Read = Result<(Vec<proto::ShardReadResult>, Option<u64>), Gone>;
         let read = |st: &mut State| -> Result<Read, Status> {
             st.refuse_frozen(keys.iter().map(Vec::as_slice), [])?;
+            st.count(&self.map.read(), keys.iter().map(Vec::as_slice));
             let replies: Vec<_> = match keys.iter().map(|k| st.p.read(k, at)).collect() {
                 Ok(r) => r,
                 Err(g) => return Ok(Err(g)),
@@ -71,6 +72,7 @@ impl Shard {
         type Scan = Result<(ScanReply, Option<u64>), Gone>;
         let scan = |st: &mut State| -> Result<Scan, Status> {
             st.refuse_frozen([], [(start.as_slice(), end.as_slice())])?;
+            st.count(&self.map.read(), [start.as_slice()]);
             let reply = match st.p.scan(&start, &end, at, limit) {
                 Ok(r) => r,
                 Err(g) => return Ok(Err(g)),

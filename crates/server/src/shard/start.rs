@@ -51,6 +51,7 @@ impl Shard {
         let names = tables.names().map_err(|e| e.to_string())?.into_iter().collect();
         let frozen = moves::load(&tables).map_err(|e| format!("the frozen ranges: {e}"))?;
         let adopted = handover::load_adopted(&tables).map_err(|e| format!("adopted: {e}"))?;
+        let incoming = super::incoming::load(&tables).map_err(|e| format!("incoming: {e}"))?;
         let mut floor = p.lease();
         for (start, end, adopted) in adopted {
             p.raise_read_floor(&start, &end, adopted);
@@ -69,6 +70,8 @@ impl Shard {
             fresh: Fresh::default(),
             frozen,
             copies: Default::default(),
+            incoming,
+            requests: Default::default(),
         };
         let (stop, _) = watch::channel(false);
         let shard = Arc::new(Shard {

@@ -30,6 +30,9 @@ use milliscale_milana::log::Record;
 use milliscale_milana::participant::Participant;
 use milliscale_milana::tables::{ShardTables, TxnRow, txn_key};
 use milliscale_milana::types::TxnId;
+use tonic::Status;
+
+use crate::errors::engine;
 
 /// Where layout 2 kept every cluster table's rows (layout 3 keeps each
 /// table's in an engine table of its name).
@@ -304,6 +307,29 @@ fn txn_of(k: &[u8]) -> milliscale::Result<TxnId> {
     let client = u32::from_be_bytes(k[..4].try_into().map_err(|_| bad())?);
     let seq = u64::from_be_bytes(k[4..].try_into().map_err(|_| bad())?);
     Ok(TxnId { client, seq })
+}
+
+/// Delete in `tx` every row in `[start, end)` (cluster keys); how many.
+pub(super) fn delete_rows(
+    tx: &mut milliscale::AsyncTransaction,
+    versions: &EngineVersions,
+    start: &[u8],
+    end: &[u8],
+) -> Result<u64, Status> {
+    let mut deleted = 0;
+    for (table, lo, hi) in versions.table_ranges(start, end) {
+        let (lo, hi) = (lo.as_ref().map(Vec::as_slice), hi.as_ref().map(Vec::as_slice));
+        let keys: Vec<Vec<u8>> = tx
+            .range(&table, lo, hi, Direction::Forward)
+            .map(|row| row.map(|(k, _)| k))
+            .collect::<milliscale::Result<_>>()
+            .map_err(|e| engine(&e))?;
+        for k in &keys {
+            tx.delete(&table, k).map_err(|e| engine(&e))?;
+        }
+        deleted += keys.len() as u64;
+    }
+    Ok(deleted)
 }
 
 #[cfg(test)]

@@ -1,0 +1,51 @@
+//! What a shard tells the rebalancer about each range it owns (design
+//! record 0009): its rows, a key near its middle, and the requests served
+//! on its keys, counted as keys are read and written.
+
+use milliscale_client::Batch;
+use milliscale_milana::types::cluster_key;
+use milliscale_proto::v1 as proto;
+
+use crate::cluster::{TABLE, account, raw, three_shards};
+
+/// Shard `r`'s ranges: (first key, rows, requests).
+async fn loads(r: &mut crate::cluster::Raw) -> Vec<(Vec<u8>, u64, u64)> {
+    let req = proto::ShardInfoRequest { loads: true, ..Default::default() };
+    let info = r.shard_info(req).await.expect("info").into_inner();
+    info.loads.into_iter().map(|l| (l.start.to_vec(), l.rows, l.requests)).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_counts_the_rows_and_requests_of_each_range_it_owns() {
+    let f = three_shards().await;
+    let c = milliscale_client::Cluster::builder(f.addrs[0].to_string())
+        .client_id(5)
+        .connect()
+        .await
+        .expect("client");
+    c.create_table(TABLE).await.expect("create");
+    let mut b = Batch::new();
+    for i in 0..4 {
+        b.put(TABLE, &account(i), b"1");
+    }
+    c.execute(b).await.expect("write a00..a03, shard 0's");
+    let mut r0 = raw(f.addrs[0]).await;
+    let before = loads(&mut r0).await;
+    assert_eq!(before.len(), 1, "shard 0 owns one range: {before:?}");
+    assert_eq!(before[0].1, 4, "its rows");
+    let (start, _, counted) = before[0].clone();
+    assert!(counted >= 4, "the four writes are counted: {counted}");
+    // Ten reads of a02: ten more requests on the range, none elsewhere.
+    for _ in 0..10 {
+        let mut b = Batch::new();
+        b.get(TABLE, &account(2));
+        c.execute(b).await.expect("read a02");
+    }
+    let after = loads(&mut r0).await;
+    assert_eq!(after[0].0, start);
+    assert_eq!(after[0].2, counted + 10, "each read counted once");
+    let mut r1 = raw(f.addrs[1]).await;
+    let other = loads(&mut r1).await;
+    assert!(other.iter().all(|(_, rows, n)| *rows == 0 && *n == 0), "shard 1: {other:?}");
+    assert!(cluster_key(TABLE, &account(2)) > start, "a02 is in the range");
+}
