@@ -4,7 +4,8 @@
 //! each transfer and one-shot batch it saw commit, and a `cluster move`
 //! of the range holding the journal's markers and some accounts, each
 //! trial to the next shard, ten rows a page. Each trial kills one of them at a
-//! pseudo-random moment of the move, in turn:
+//! pseudo-random moment of the move, or (every other round) just after
+//! its freeze, in turn:
 //!
 //! - the mover: the old owner settles the move by the map alone
 //!   (released if the mover published, given up after the move timeout
@@ -112,11 +113,25 @@ async fn a_move_killed_midway_finishes_or_rolls_back_and_loses_nothing() {
                 .spawn()
                 .expect("spawn a mover"),
         );
-        // The CLI starts in a few ms, and the move copies its range ten
-        // rows a page (the markers of every trial so far: 60 rows more
-        // each), a few ms a page: the kill lands before, during or after
-        // it.
-        tokio::time::sleep(delay(t.wrapping_mul(7).wrapping_add(3), 5, 150)).await;
+        // Every other round of three, the kill is aimed at the freeze:
+        // up to 15 ms after the mover logs it, while the keys written
+        // since the copy began are copied again and the map is written.
+        // Otherwise at a pseudo-random moment: the CLI starts in a few ms,
+        // and the move copies its range ten rows a page (the markers of
+        // every trial so far: 60 rows more each), a few ms a page, so the
+        // kill lands before, during or after the copy.
+        if (t / 3) % 2 == 1 {
+            let t0 = Instant::now();
+            while !logged(dir, &format!("mover{t}-"), "frozen on shard")
+                && t0.elapsed() < Duration::from_secs(10)
+                && mover.0.try_wait().expect("wait").is_none()
+            {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            tokio::time::sleep(delay(t, 0, 15)).await;
+        } else {
+            tokio::time::sleep(delay(t.wrapping_mul(7).wrapping_add(3), 5, 150)).await;
+        }
         match killed {
             None => drop(mover), // kill -9
             Some(s) => {
@@ -273,4 +288,14 @@ async fn a_killed_rebalancer_loses_nothing_and_its_moves_settle() {
     );
     assert!(acked > 0);
     assert!(owners.len() == 3, "the rebalancer moved nothing: {:?}", m.ranges);
+}
+
+/// Whether a log file of `dir` whose name begins with `prefix` holds
+/// `line`.
+fn logged(dir: &std::path::Path, prefix: &str, line: &str) -> bool {
+    let Ok(entries) = std::fs::read_dir(dir) else { return false };
+    entries.flatten().any(|e| {
+        e.file_name().to_string_lossy().starts_with(prefix)
+            && std::fs::read_to_string(e.path()).is_ok_and(|s| s.contains(line))
+    })
 }

@@ -1,8 +1,10 @@
 //! What a shard tells the rebalancer about each range it owns (design
 //! record 0009): its rows, a key near its middle, and the requests served
-//! on its keys, counted as keys are read and written.
+//! on its keys, counted as keys are read and written while the map has
+//! the rebalancer look at load.
 
 use milliscale_client::Batch;
+use milliscale_milana::shard_map::{MapChange, MapStore, Thresholds};
 use milliscale_milana::types::cluster_key;
 use milliscale_proto::v1 as proto;
 
@@ -33,8 +35,24 @@ async fn a_shard_counts_the_rows_and_requests_of_each_range_it_owns() {
     let before = loads(&mut r0).await;
     assert_eq!(before.len(), 1, "shard 0 owns one range: {before:?}");
     assert_eq!(before[0].1, 4, "its rows");
-    let (start, _, counted) = before[0].clone();
-    assert!(counted >= 4, "the four writes are counted: {counted}");
+    assert_eq!(before[0].2, 0, "no load counted while the rebalancer looks at rows only");
+    // The rebalancer on, looking at load (thresholds far from this test's).
+    let maps = MapStore::new(milliscale::store::open(&f.map_url).expect("the map's store"), "");
+    let t = Thresholds { split_rows: 1 << 40, split_load: Some(1 << 40) };
+    let m = maps.change(&MapChange::Rebalance(Some(t))).expect("the rebalancer on");
+    for tries in 0.. {
+        let req = proto::ShardMapRequest { at_least: m.version };
+        if r0.shard_map(req).await.expect("map").into_inner().version >= m.version {
+            break;
+        }
+        assert!(tries < 40, "shard 0 did not read map version {}", m.version);
+        tokio::time::sleep(std::time::Duration::from_millis(60)).await;
+    }
+    let mut b = Batch::new();
+    b.put(TABLE, &account(1), b"2").put(TABLE, &account(3), b"2");
+    c.execute(b).await.expect("write a01 and a03");
+    let (start, _, counted) = loads(&mut r0).await[0].clone();
+    assert_eq!(counted, 2, "the two writes are counted");
     // Ten reads of a02: ten more requests on the range, none elsewhere.
     for _ in 0..10 {
         let mut b = Batch::new();

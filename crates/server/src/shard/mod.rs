@@ -160,8 +160,12 @@ struct State {
 
 impl State {
     /// Count a request on each of `keys` (a key read or written, or a
-    /// scan's first key) against the range of `map` holding it.
+    /// scan's first key) against the range of `map` holding it, while
+    /// the map has the rebalancer look at load (else nothing is counted).
     fn count<'k>(&mut self, map: &ShardMap, keys: impl IntoIterator<Item = &'k [u8]>) {
+        if map.split_load.is_none() {
+            return;
+        }
         for k in keys {
             let i = map.ranges.partition_point(|(start, _)| start.as_slice() <= k);
             let start = &map.ranges[i.saturating_sub(1)].0;
