@@ -243,7 +243,10 @@ impl World {
             return;
         }
         self.mover.up = true;
-        if self.mover.work.is_none() {
+        // As the rebalancer: no change while a shard does not answer or
+        // reports a move in flight (a freeze not settled yet).
+        let waiting = self.cfg.balance && self.shards.iter().any(|s| !s.up || !s.frozen.is_empty());
+        if self.mover.work.is_none() && !waiting {
             let map = self.maps.last().expect("a map").clone();
             let change = if self.cfg.balance { self.balance(&map) } else { self.random(&map) };
             match change {
