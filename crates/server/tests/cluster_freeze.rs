@@ -38,7 +38,7 @@ async fn read_ahead(r: &mut crate::cluster::Raw, key: u32, ahead: u64) -> u64 {
 
 /// A cluster client (id 5) through shard 0 that created the table and
 /// wrote `rows` (account, value) in one batch.
-async fn client_with(f: &crate::cluster::Fixture, rows: &[(u32, &[u8])]) -> Cluster {
+pub(super) async fn client_with(f: &crate::cluster::Fixture, rows: &[(u32, &[u8])]) -> Cluster {
     let c = Cluster::builder(f.addrs[0].to_string()).client_id(5).connect().await.expect("client");
     c.create_table(TABLE).await.expect("create");
     let mut b = Batch::new();

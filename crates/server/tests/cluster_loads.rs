@@ -9,6 +9,7 @@ use milliscale_milana::types::cluster_key;
 use milliscale_proto::v1 as proto;
 
 use crate::cluster::{TABLE, account, raw, three_shards};
+use crate::cluster_freeze::client_with;
 
 /// Shard `r`'s ranges: (first key, rows, requests).
 async fn loads(r: &mut crate::cluster::Raw) -> Vec<(Vec<u8>, u64, u64)> {
@@ -20,17 +21,8 @@ async fn loads(r: &mut crate::cluster::Raw) -> Vec<(Vec<u8>, u64, u64)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shard_counts_the_rows_and_requests_of_each_range_it_owns() {
     let f = three_shards().await;
-    let c = milliscale_client::Cluster::builder(f.addrs[0].to_string())
-        .client_id(5)
-        .connect()
-        .await
-        .expect("client");
-    c.create_table(TABLE).await.expect("create");
-    let mut b = Batch::new();
-    for i in 0..4 {
-        b.put(TABLE, &account(i), b"1");
-    }
-    c.execute(b).await.expect("write a00..a03, shard 0's");
+    // a00..a03: shard 0's.
+    let c = client_with(&f, &[(0, b"1"), (1, b"1"), (2, b"1"), (3, b"1")]).await;
     let mut r0 = raw(f.addrs[0]).await;
     let before = loads(&mut r0).await;
     assert_eq!(before.len(), 1, "shard 0 owns one range: {before:?}");

@@ -21,7 +21,7 @@ use milliscale_proto::v1 as proto;
 use tonic::Status;
 
 use super::Shard;
-use super::tables::{Tables, delete_rows};
+use super::tables::{Tables, delete_rows, meta_range};
 use crate::errors::{engine, refuse};
 
 /// The prefix of an adopted range's row in `_milana.meta`.
@@ -32,19 +32,7 @@ const EXPORT_ROWS_MAX: usize = 10_000;
 
 /// The ranges adopted here, with their read floors: `(start, end, floor)`.
 pub(super) fn load_adopted(tables: &Tables) -> milliscale::Result<Vec<(Key, Key, u64)>> {
-    let mut tx = tables.db.begin()?;
-    let mut out = Vec::new();
-    let (lo, hi) = (Bound::Included(ADOPTED_PREFIX), Bound::Unbounded);
-    for row in tx.range(&tables.meta, lo, hi, Direction::Forward) {
-        let (k, v) = row?;
-        let Some(start) = k.strip_prefix(ADOPTED_PREFIX) else { break };
-        if v.len() < 8 {
-            return Err(milliscale::Error::Corrupt(format!("an adopted range's row of {v:?}")));
-        }
-        let floor = u64::from_be_bytes(v[..8].try_into().expect("8 bytes"));
-        out.push((start.to_vec(), v[8..].to_vec(), floor));
-    }
-    Ok(out)
+    tables.meta_ranges(ADOPTED_PREFIX, "an adopted range")
 }
 
 impl Shard {
@@ -240,7 +228,7 @@ impl Shard {
             }
             if r.floor > 0 {
                 let key = [ADOPTED_PREFIX, &start].concat();
-                let value = [&r.floor.to_be_bytes()[..], &end].concat();
+                let value = meta_range(r.floor, &end);
                 tx.put(&self.tables.meta, &key, &value).map_err(|e| engine(&e))?;
                 st.p.raise_read_floor(&start, &end, r.floor);
             }

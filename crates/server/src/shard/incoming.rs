@@ -8,10 +8,8 @@
 //! leaves nothing behind. A later move's first page here replaces an
 //! overlapping incoming row (and clears the range).
 
-use std::ops::Bound;
 use std::sync::Arc;
 
-use milliscale::Direction;
 use milliscale_milana::tables::overlap;
 use milliscale_milana::types::Key;
 use tonic::Status;
@@ -38,19 +36,11 @@ fn row_key(start: &[u8]) -> Vec<u8> {
 
 /// The incoming ranges, from `_milana.meta` (at a restart).
 pub(super) fn load(tables: &Tables) -> milliscale::Result<Vec<Incoming>> {
-    let mut tx = tables.db.begin()?;
-    let mut out = Vec::new();
-    let (lo, hi) = (Bound::Included(INCOMING_PREFIX), Bound::Unbounded);
-    for row in tx.range(&tables.meta, lo, hi, Direction::Forward) {
-        let (k, v) = row?;
-        let Some(start) = k.strip_prefix(INCOMING_PREFIX) else { break };
-        if v.len() < 8 {
-            return Err(milliscale::Error::Corrupt(format!("an incoming range's row of {v:?}")));
-        }
-        let map_version = u64::from_be_bytes(v[..8].try_into().expect("8 bytes"));
-        out.push(Incoming { start: start.to_vec(), end: v[8..].to_vec(), map_version });
-    }
-    Ok(out)
+    let rows = tables.meta_ranges(INCOMING_PREFIX, "an incoming range")?;
+    Ok(rows
+        .into_iter()
+        .map(|(start, end, map_version)| Incoming { start, end, map_version })
+        .collect())
 }
 
 /// In `tx`: `i` replaces the incoming rows of `list` it overlaps. The
@@ -66,7 +56,7 @@ pub(super) fn replace(
     for old in gone {
         tx.delete(&tables.meta, &row_key(&old.start))?;
     }
-    let value = [&i.map_version.to_be_bytes()[..], &i.end].concat();
+    let value = super::tables::meta_range(i.map_version, &i.end);
     tx.put(&tables.meta, &row_key(&i.start), &value)?;
     kept.push(i);
     Ok(kept)

@@ -31,7 +31,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use milliscale::Direction;
 use milliscale_milana::shard_map::MapError;
 use milliscale_milana::types::{Key, ShardId};
 use milliscale_milana::versions::in_range;
@@ -101,17 +100,13 @@ fn row_value(f: &Frozen) -> Vec<u8> {
 
 /// The ranges frozen here, from `_milana.meta` (at a restart).
 pub(super) fn load(tables: &Tables) -> milliscale::Result<Vec<Frozen>> {
-    let mut tx = tables.db.begin()?;
     let mut out = Vec::new();
-    let (lo, hi) = (std::ops::Bound::Included(FROZEN_PREFIX), std::ops::Bound::Unbounded);
-    for row in tx.range(&tables.meta, lo, hi, Direction::Forward) {
-        let (k, v) = row?;
-        let Some(start) = k.strip_prefix(FROZEN_PREFIX) else { break };
+    for (start, v) in tables.meta_rows(FROZEN_PREFIX)? {
         if v.len() < 12 {
             return Err(milliscale::Error::Corrupt(format!("a frozen range's row of {v:?}")));
         }
         out.push(Frozen {
-            start: start.to_vec(),
+            start,
             end: v[12..].to_vec(),
             to: u32::from_be_bytes(v[..4].try_into().expect("4 bytes")),
             map_version: u64::from_be_bytes(v[4..12].try_into().expect("8 bytes")),

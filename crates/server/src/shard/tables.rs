@@ -29,7 +29,7 @@ use milliscale_milana::engine_versions::{EngineVersions, VersionRows};
 use milliscale_milana::log::Record;
 use milliscale_milana::participant::Participant;
 use milliscale_milana::tables::{ShardTables, TxnRow, txn_key};
-use milliscale_milana::types::TxnId;
+use milliscale_milana::types::{Key, TxnId};
 use tonic::Status;
 
 use crate::errors::engine;
@@ -259,6 +259,48 @@ impl Tables {
         tx.abort();
         names
     }
+}
+
+impl Tables {
+    /// The rows of the meta table under `prefix`: each key past the
+    /// prefix, and its value.
+    pub(super) fn meta_rows(&self, prefix: &[u8]) -> milliscale::Result<Vec<(Key, Vec<u8>)>> {
+        let mut tx = self.db.begin()?;
+        let mut out = Vec::new();
+        for row in
+            tx.range(&self.meta, Bound::Included(prefix), Bound::Unbounded, Direction::Forward)
+        {
+            let (k, v) = row?;
+            let Some(rest) = k.strip_prefix(prefix) else { break };
+            out.push((rest.to_vec(), v));
+        }
+        Ok(out)
+    }
+
+    /// The meta rows under `prefix` that each name a range and a number
+    /// ([`meta_range`]): `(start, end, number)`; `what` names them in an
+    /// error.
+    pub(super) fn meta_ranges(
+        &self,
+        prefix: &[u8],
+        what: &str,
+    ) -> milliscale::Result<Vec<(Key, Key, u64)>> {
+        let mut out = Vec::new();
+        for (start, v) in self.meta_rows(prefix)? {
+            let Some((n, end)) = v.split_first_chunk::<8>() else {
+                return Err(milliscale::Error::Corrupt(format!("{what}'s row of {v:?}")));
+            };
+            out.push((start, end.to_vec(), u64::from_be_bytes(*n)));
+        }
+        Ok(out)
+    }
+}
+
+/// The value of a meta row naming a range that ends at `end` and a
+/// number (a read floor, a map version): the number, big-endian, then
+/// `end`.
+pub(super) fn meta_range(n: u64, end: &[u8]) -> Vec<u8> {
+    [&n.to_be_bytes()[..], end].concat()
 }
 
 impl Tables {
