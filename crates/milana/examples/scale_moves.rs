@@ -18,14 +18,15 @@
 //! and after; the oracle checks the whole history.
 //!
 //! Usage: `cargo run --release -p milliscale-milana --example scale_moves [SEEDS] [TXNS] [GROW_MS] [FAULTS]`
-//! (defaults 3 seeds, 30 transactions per client, growth from 100 ms, no faults).
+//! (defaults 1 seed, 20 transactions per client, growth from 100 ms, no
+//! faults: a short run, which CI makes; BENCHMARKS.md's is `3 60 200`).
 
 use milliscale_milana::dst::{DstConfig, Reported, run};
 
 fn main() {
     let mut args = std::env::args().skip(1).map(|a| a.parse::<u64>());
-    let seeds = args.next().and_then(Result::ok).unwrap_or(3);
-    let txns = args.next().and_then(Result::ok).unwrap_or(30) as u32;
+    let seeds = args.next().and_then(Result::ok).unwrap_or(1);
+    let txns = args.next().and_then(Result::ok).unwrap_or(20) as u32;
     let grow = args.next().and_then(Result::ok).unwrap_or(100) * 1_000;
     let faults = args.next().and_then(Result::ok).unwrap_or(0) == 1;
     println!(
