@@ -181,6 +181,20 @@ pub mod refuse {
         )
     }
 
+    /// A one-shot batch asked again after its range moved away, which had
+    /// committed here the first time: its outcome, not a refusal to run it
+    /// again.
+    pub fn committed_unreadable() -> Status {
+        status(
+            Code::Unavailable,
+            "unknown",
+            false,
+            "the batch committed here before its range moved away, and its answer was lost; \
+             its results cannot be read again (do not run it again)"
+                .into(),
+        )
+    }
+
     pub fn timeout(message: String) -> Status {
         status(Code::DeadlineExceeded, "timeout", true, message)
     }

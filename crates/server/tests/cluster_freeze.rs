@@ -500,3 +500,50 @@ async fn a_copy_before_the_freeze_is_completed_by_the_keys_written_since() {
     assert_eq!(r.value(1), Some(&b"new"[..]), "a025, written during the copy");
     assert_eq!(r.value(2), None, "a03, deleted during the copy");
 }
+
+/// A one-shot batch refused because its range froze is run again by its
+/// client as another transaction: so the shard logs an abort for the one
+/// it refused (a late copy of it is refused once the range is served
+/// again), and a batch that had committed here, asked again after its
+/// answer was lost, is told so (kind `unknown`, not retryable) instead of
+/// being refused, which would have it run twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_refused_by_a_freeze_is_never_run_twice() {
+    let f = three_shards().await;
+    let _c = client_with(&f, &[(2, b"1")]).await;
+    let mut r0 = raw(f.addrs[0]).await;
+    let put = |value: &[u8]| proto::Operation {
+        table: String::new(),
+        op: Some(proto::operation::Op::Put(proto::Row {
+            key: account(2).into(),
+            value: value.to_vec().into(),
+        })),
+    };
+    let execute = |seq: u64, value: &[u8]| {
+        let at = now_us();
+        proto::ShardExecuteRequest {
+            txn: txn(81, seq),
+            at,
+            version: Some(proto::CommitTs { ts: at + 1_000, client: 81 }),
+            operations: vec![put(value)],
+            table: TABLE.into(),
+            client: 81,
+            low_water: 0,
+        }
+    };
+    let first = execute(1, b"2");
+    assert!(r0.shard_execute(first.clone()).await.expect("committed").into_inner().yes);
+    let refused = execute(2, b"3");
+    r0.shard_freeze(freeze(2, 4, false)).await.expect("freeze");
+    // Asked again, frozen: it committed here, and says so.
+    let st = r0.shard_execute(first).await.expect_err("asked again while frozen");
+    let kind = st.metadata().get("milliscale-error").and_then(|v| v.to_str().ok());
+    assert_eq!(kind, Some("unknown"), "{st:?}");
+    assert!(st.metadata().get("milliscale-retryable").is_none(), "{st:?}");
+    // A new one, frozen: refused as a wrong shard, for good.
+    let st = r0.shard_execute(refused.clone()).await.expect_err("refused while frozen");
+    assert_eq!(st.code(), tonic::Code::FailedPrecondition, "{st:?}");
+    r0.shard_freeze(freeze(2, 4, true)).await.expect("unfreeze");
+    let late = r0.shard_execute(refused).await.expect("a late copy, served again");
+    assert!(!late.into_inner().yes, "a batch refused by a freeze ran after it");
+}

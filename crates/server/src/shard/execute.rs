@@ -46,14 +46,16 @@ use std::sync::Arc;
 
 use milliscale_milana::coordinator::{ClientTxn, patch};
 use milliscale_milana::participant::{ReadReply, Vote};
-use milliscale_milana::types::{CommitTs, Key, TxnId, Value, cluster_range, split_cluster_key};
+use milliscale_milana::types::{
+    CommitTs, Key, TxnId, TxnStatus, Value, cluster_range, split_cluster_key,
+};
 use milliscale_milana::versions::write_ok;
 use milliscale_proto::v1 as proto;
 use proto::{OperationResult, operation, operation_result};
 use tonic::Status;
 
 use super::{Shard, State, Wait, ts_from, txn_from};
-use crate::errors::{engine, refuse};
+use crate::errors::{engine, kind_of, refuse};
 use crate::ops::EXECUTE_SCAN_ROWS_MAX;
 
 /// One operation, its keys checked and in the cluster's key space.
@@ -78,8 +80,54 @@ enum Run {
 }
 
 impl Shard {
-    /// Run a one-shot batch here (see the module's comment).
+    /// Run a one-shot batch here (see the module's comment). A batch
+    /// refused as a wrong shard (its range moved, or is moving) is run
+    /// again by its client as another transaction, so a late copy of this
+    /// one must not commit, nor may this one have committed here before
+    /// (its first answer lost): see [`Shard::refused_batch`].
     pub async fn execute(
+        self: &Arc<Self>,
+        r: proto::ShardExecuteRequest,
+    ) -> Result<proto::ShardExecuteResponse, Status> {
+        let txn = txn_from(r.txn)?;
+        let ts = r.version.as_ref().map_or(0, |v| v.ts);
+        match self.execute_once(r).await {
+            Err(e) if kind_of(&e) == Some("wrong_shard") => {
+                Err(self.refused_batch(txn, ts, e).await)
+            }
+            answer => answer,
+        }
+    }
+
+    /// The error for batch `txn` (version `ts`) refused as a wrong shard
+    /// (`e`): unknown here, an abort is logged first (a durable no, as a
+    /// vote's), so that a late copy of it is refused once the range is
+    /// served here again; committed here already (asked again after its
+    /// first answer was lost, and its range moved since), not `e`, which
+    /// its client would run again as another transaction, but an outcome
+    /// it must not take for an abort.
+    async fn refused_batch(self: &Arc<Self>, txn: TxnId, ts: u64, e: Status) -> Status {
+        let ack = {
+            let mut st = self.lock();
+            match st.p.known(txn) {
+                Some(TxnStatus::Committed) => return refuse::committed_unreadable(),
+                Some(_) => return e,
+                None => match st.p.decide(txn, false, ts) {
+                    None => return e,
+                    Some(r) => match self.write(&mut st, &[r]) {
+                        Ok(ack) => ack,
+                        Err(w) => return w,
+                    },
+                },
+            }
+        };
+        match self.wait(Wait::Ack(ack, Some(txn))).await {
+            Ok(()) => e,
+            Err(w) => w,
+        }
+    }
+
+    async fn execute_once(
         self: &Arc<Self>,
         r: proto::ShardExecuteRequest,
     ) -> Result<proto::ShardExecuteResponse, Status> {
