@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockWriteGuard};
 use foldhash::HashMap;
 use milliscale::{AsyncDatabase, AsyncTransaction, Direction, Table};
 
-use crate::types::{CommitTs, Key, Timestamp, Value, cluster_key, split_cluster_key};
+use crate::types::{CommitTs, HeldKey, Key, Timestamp, Value, cluster_key, split_cluster_key};
 use crate::versions::{Gone, STAMP_BYTES, Versions, in_range, row_value, split_row};
 
 /// The version and value of a row; panics on bytes [`row_value`] cannot
@@ -60,7 +60,7 @@ pub struct EngineVersions {
     staged: Vec<RowWrite>,
     history: Arc<Mutex<History>>,
     /// Known newest versions (see the type's comment).
-    latest: RefCell<HashMap<Key, CommitTs>>,
+    latest: RefCell<HashMap<HeldKey, CommitTs>>,
     /// How many keys `latest` holds before it is cleared.
     latest_cap: usize,
     /// Rows read a moment ago by the caller, by cluster key, offered to
@@ -420,7 +420,7 @@ impl EngineVersions {
         if memo.len() >= self.latest_cap {
             memo.clear();
         }
-        memo.insert(key.to_vec(), version);
+        memo.insert(HeldKey::from_slice(key), version);
     }
 
     /// Read `key`'s row with `f` (`None`: no row, or no table).
@@ -527,9 +527,15 @@ impl Versions for EngineVersions {
         let mut rows = Vec::with_capacity(writes.len());
         {
             let mut history = lock(&self.history);
+            let mut last: Option<Table> = None;
             for (key, value) in writes {
                 let (name, k) = split(key);
-                let table = self.table_for_write(name);
+                // A transaction's writes are mostly to one table: found once.
+                let table = match last.take() {
+                    Some(t) if t.name() == name => t,
+                    _ => self.table_for_write(name),
+                };
+                last = Some(table.clone());
                 let old = self.row_before(&table, key, k);
                 let old_version = old.as_deref().map_or(CommitTs::INITIAL, |r| parse(r).0);
                 debug_assert!(old_version < version, "versions go up");
@@ -643,7 +649,7 @@ impl Versions for EngineVersions {
                 let (k, row) = row.expect("scan versions");
                 let key = cluster_key(table.name(), &k);
                 let (v, value) = parse(&row);
-                let older = history.keys.get(&key).into_iter().flatten();
+                let older = history.keys.get(key.as_slice()).into_iter().flatten();
                 let mut versions: Vec<_> = older
                     .filter(|o| o.version != CommitTs::INITIAL)
                     .map(|o| (o.version, o.value()))

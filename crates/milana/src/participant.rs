@@ -24,7 +24,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use foldhash::HashMap;
 
 use crate::log::{Prepare, Record};
-use crate::types::{CommitTs, Key, ShardId, Timestamp, TxnId, TxnStatus, Value};
+use crate::types::{CommitTs, HeldKey, Key, ShardId, Timestamp, TxnId, TxnStatus, Value};
 use crate::versions::{Gone, MapVersions, Versions, in_range};
 
 /// Deliberate protocol bugs, for showing that the simulation catches them.
@@ -151,7 +151,7 @@ pub struct Participant<V: Versions = MapVersions> {
     id: ShardId,
     /// `latestRead` and `prepared`, per key that has either (hashed: every
     /// read marks one).
-    keys: HashMap<Key, KeyState>,
+    keys: HashMap<HeldKey, KeyState>,
     /// The keys whose `prepared` is set, in order, for the ranges scanned.
     prepared_keys: BTreeSet<Key>,
     /// The ranges scanned, with their latest reads (collected as the keys'
@@ -289,7 +289,7 @@ impl<V: Versions> Participant<V> {
         // `get_mut` first: most keys read have one, and `entry` copies keys.
         let k = match self.keys.get_mut(key) {
             Some(k) => k,
-            None => self.keys.entry(key.to_vec()).or_default(),
+            None => self.keys.entry(HeldKey::from_slice(key)).or_default(),
         };
         k.latest_read = k.latest_read.max(at);
         matches!(k.prepared, Some((_, Some(v))) if v.ts <= at)
@@ -315,11 +315,10 @@ impl<V: Versions> Participant<V> {
                 latest_read: at,
             }),
         }
-        let prepared_below = self
-            .prepared_keys
-            .range(start.to_vec()..)
-            .take_while(|k| in_range(k, start, end))
-            .any(|k| matches!(self.keys[k].prepared, Some((_, Some(v))) if v.ts <= at));
+        let prepared_below =
+            self.prepared_keys.range(start.to_vec()..).take_while(|k| in_range(k, start, end)).any(
+                |k| matches!(self.keys[k.as_slice()].prepared, Some((_, Some(v))) if v.ts <= at),
+            );
         Ok(ScanReply { rows: self.versions.scan_at(start, end, at, limit)?, prepared_below })
     }
 
@@ -357,10 +356,9 @@ impl<V: Versions> Participant<V> {
     /// so that a clock behind the others costs one abort, not a run of
     /// them.
     pub fn clock_floor(&self, p: &Prepare) -> Timestamp {
-        let reads = p
-            .writes
-            .iter()
-            .map(|(k, _)| self.keys.get(k).map_or(0, |s| s.latest_read).max(self.range_read(k)));
+        let reads = p.writes.iter().map(|(k, _)| {
+            self.keys.get(k.as_slice()).map_or(0, |s| s.latest_read).max(self.range_read(k))
+        });
         reads.fold(self.read_floor.max(self.collected).max(self.forgotten), Timestamp::max)
     }
 
@@ -369,7 +367,7 @@ impl<V: Versions> Participant<V> {
         if p.version.ts < self.forgotten {
             return Err("the commit timestamp is below the forget bound (a late copy?)");
         }
-        let state = |key: &Key| self.keys.get(key);
+        let state = |key: &Key| self.keys.get(key.as_slice());
         for (key, version) in &p.reads {
             let k = state(key);
             if k.is_some_and(|k| k.prepared.is_some()) {
@@ -443,7 +441,7 @@ impl<V: Versions> Participant<V> {
     fn release(&mut self, p: &Prepare, commit: bool) {
         let keys = p.reads.iter().map(|(k, _)| k).chain(p.writes.iter().map(|(k, _)| k));
         for key in keys {
-            if let Some(k) = self.keys.get_mut(key)
+            if let Some(k) = self.keys.get_mut(key.as_slice())
                 && matches!(k.prepared, Some((t, _)) if t == p.txn)
             {
                 k.prepared = None;
@@ -643,7 +641,7 @@ impl<V: Versions> Participant<V> {
     /// Mark `prep`'s keys prepared and file it as prepared.
     fn mark_prepared(&mut self, prep: &Prepare) {
         for (key, _) in &prep.reads {
-            let k = self.keys.entry(key.clone()).or_default();
+            let k = self.keys.entry(HeldKey::from_slice(key)).or_default();
             // The reads take effect at the commit timestamp: no write may
             // commit below it on a key this transaction read.
             k.prepared = Some((prep.txn, None));
@@ -651,7 +649,7 @@ impl<V: Versions> Participant<V> {
             self.prepared_keys.insert(key.clone());
         }
         for (key, _) in &prep.writes {
-            self.keys.entry(key.clone()).or_default().prepared =
+            self.keys.entry(HeldKey::from_slice(key)).or_default().prepared =
                 Some((prep.txn, Some(prep.version)));
             self.prepared_keys.insert(key.clone());
         }

@@ -3,6 +3,15 @@
 
 /// A key: bytes, ordered as bytes.
 pub type Key = Vec<u8>;
+/// A key held in one of a shard's per-key maps (read marks, newest
+/// versions, replaced versions): up to [`HELD_KEY_INLINE`] bytes (a YCSB
+/// key with its table's name) inline, so that a lookup compares the bytes
+/// beside its slot instead of following a pointer to them (a cache miss
+/// in a map of many keys), and holding a key allocates nothing. Hashes and
+/// compares as its bytes, so a map of them is looked up by `&[u8]`.
+pub type HeldKey = smallvec::SmallVec<[u8; HELD_KEY_INLINE]>;
+/// The longest key a [`HeldKey`] holds inline.
+pub const HELD_KEY_INLINE: usize = 24;
 /// A value; `None` in a write deletes the key.
 pub type Value = Vec<u8>;
 /// A shard (its primary is the participant in two-phase commit).

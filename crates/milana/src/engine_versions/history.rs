@@ -5,29 +5,34 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use foldhash::HashMap;
+use smallvec::{SmallVec, smallvec};
 
 use super::parse;
-use crate::types::{CommitTs, Key, Timestamp, Value};
+use crate::types::{CommitTs, HeldKey, Timestamp, Value};
 use crate::versions::Gone;
 
 /// The versions that rows replaced, in memory until the watermark passes
 /// the versions that replaced them.
 #[derive(Debug, Default)]
 pub(super) struct History {
-    /// Per key, its replaced versions, oldest first. A key first written
-    /// since the shard started holds its absence before that write
-    /// ([`CommitTs::INITIAL`]), so that a read below it finds "none".
-    pub(super) keys: HashMap<Key, VecDeque<Older>>,
+    /// Per key, its replaced versions, oldest first (most keys have one
+    /// at a time: held inline). A key first written since the shard
+    /// started holds its absence before that write ([`CommitTs::INITIAL`]),
+    /// so that a read below it finds "none".
+    pub(super) keys: HashMap<HeldKey, Olders>,
     /// When each replaced version may go: the replacing version's
     /// timestamp and the key, in the order they were replaced. Commits
     /// arrive in nearly timestamp order, so a collection pops from the
     /// front while the front may go: one that came early with a late
     /// timestamp holds the ones behind it a little longer, and none goes
     /// early.
-    pub(super) due: VecDeque<(Timestamp, Key)>,
+    pub(super) due: VecDeque<(Timestamp, HeldKey)>,
     /// How many versions (not absences) are held.
     pub(super) count: usize,
 }
+
+/// One key's replaced versions, oldest first.
+pub(super) type Olders = SmallVec<[Older; 1]>;
 
 #[derive(Debug)]
 pub(super) struct Older {
@@ -58,12 +63,12 @@ impl History {
         // `get_mut` first: a hot key has replaced versions already, and
         // `entry` copies the key.
         match self.keys.get_mut(key) {
-            Some(q) => q.push_back(older),
+            Some(q) => q.push(older),
             None => {
-                self.keys.insert(key.to_vec(), VecDeque::from([older]));
+                self.keys.insert(HeldKey::from_slice(key), smallvec![older]);
             }
         }
-        self.due.push_back((by, key.to_vec()));
+        self.due.push_back((by, HeldKey::from_slice(key)));
     }
 
     /// The newest replaced version of `key` at or below `at`; [`Gone`] if
@@ -79,7 +84,7 @@ impl History {
         if let Some(o) = older.and_then(|o| o.iter().rev().find(|o| o.version.ts <= at)) {
             return Ok((o.version, o.value()));
         }
-        let oldest = older.and_then(|o| o.front()).map_or(row, |o| o.version);
+        let oldest = older.and_then(|o| o.first()).map_or(row, |o| o.version);
         Err(Gone { oldest: oldest.ts })
     }
 
@@ -110,13 +115,11 @@ impl History {
             }
             left -= 1;
             let (_, key) = self.due.pop_front().expect("a front");
-            let Some(older) = self.keys.get_mut(&key) else { continue };
-            while older.front().is_some_and(|o| o.by <= watermark) {
-                let o = older.pop_front().expect("a front");
-                dropped += usize::from(o.version != CommitTs::INITIAL);
-            }
+            let Some(older) = self.keys.get_mut(key.as_slice()) else { continue };
+            let due = older.iter().take_while(|o| o.by <= watermark).count();
+            dropped += older.drain(..due).filter(|o| o.version != CommitTs::INITIAL).count();
             if older.is_empty() {
-                self.keys.remove(&key);
+                self.keys.remove(key.as_slice());
             }
         }
         self.count -= dropped;

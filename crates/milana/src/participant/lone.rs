@@ -3,6 +3,7 @@
 
 use super::{Entry, Participant, Vote};
 use crate::log::{Prepare, Record};
+use crate::types::HeldKey;
 use crate::versions::Versions;
 
 impl<V: Versions> Participant<V> {
@@ -30,9 +31,9 @@ impl<V: Versions> Participant<V> {
         let ts = p.version.ts;
         for (key, _) in &p.reads {
             // Marked when it was read (or at a restart's floor since).
-            let k = match self.keys.get_mut(key) {
+            let k = match self.keys.get_mut(key.as_slice()) {
                 Some(k) => k,
-                None => self.keys.entry(key.clone()).or_default(),
+                None => self.keys.entry(HeldKey::from_slice(key)).or_default(),
             };
             k.latest_read = k.latest_read.max(ts);
         }

@@ -214,8 +214,9 @@ impl Shard {
             }
         }
         let ops = operations.into_iter().enumerate().map(|(i, op)| {
-            let table = table_of(&op, table).to_owned();
-            self.op_of(op, &table).map_err(|s| numbered(i, s))
+            let proto::Operation { table: named, op } = op;
+            let table = if named.is_empty() { table } else { &named };
+            self.op_of(op, table).map_err(|s| numbered(i, s))
         });
         ops.collect()
     }
@@ -223,10 +224,10 @@ impl Shard {
     /// Check operation `op` of table `table`, known to exist (its keys
     /// this shard's, its value within the limits) and put it in the
     /// cluster's key space.
-    fn op_of(&self, op: proto::Operation, table: &str) -> Result<Op, Status> {
+    fn op_of(&self, op: Option<operation::Op>, table: &str) -> Result<Op, Status> {
         let key = |key: &[u8]| self.key_in(table, key);
         let value_ok = |k: &[u8], v: &[u8]| write_ok(table, k, Some(v)).map_err(refuse::invalid);
-        Ok(match op.op {
+        Ok(match op {
             None => return Err(refuse::invalid("names no operation")),
             Some(operation::Op::Get(k)) => Op::Get(key(&k)?),
             Some(operation::Op::Put(row)) => {
