@@ -113,11 +113,12 @@ impl RowWrite {
         let row = row_value(version, value);
         let changed = old.filter(|o| o.len() == row.len()).and_then(|old| {
             // The stamp always changes; then the span of the value that did.
-            let first = (STAMP_BYTES..row.len()).find(|&i| row[i] != old[i]);
-            let ranges = match first {
+            let first = first_difference(&row[STAMP_BYTES..], &old[STAMP_BYTES..]);
+            let ranges = match first.map(|i| i + STAMP_BYTES) {
                 None => vec![(0, STAMP_BYTES)],
                 Some(first) => {
-                    let last = (first..row.len()).rev().find(|&i| row[i] != old[i]).expect("first");
+                    let last =
+                        first + last_difference(&row[first..], &old[first..]).expect("first");
                     if first == STAMP_BYTES {
                         vec![(0, last + 1)]
                     } else {
@@ -130,6 +131,32 @@ impl RowWrite {
         });
         RowWrite { table, key: key.to_vec(), row, changed }
     }
+}
+
+/// The bytes compared at once by [`first_difference`] and
+/// [`last_difference`] (slices of equal length compare as one `memcmp`).
+const COMPARED_AT_ONCE: usize = 32;
+
+/// The first index at which `a` and `b` (of one length) differ.
+fn first_difference(a: &[u8], b: &[u8]) -> Option<usize> {
+    let mut i = 0;
+    while i + COMPARED_AT_ONCE <= a.len()
+        && a[i..i + COMPARED_AT_ONCE] == b[i..i + COMPARED_AT_ONCE]
+    {
+        i += COMPARED_AT_ONCE;
+    }
+    (i..a.len()).find(|&j| a[j] != b[j])
+}
+
+/// The last index at which `a` and `b` (of one length) differ.
+fn last_difference(a: &[u8], b: &[u8]) -> Option<usize> {
+    let mut end = a.len();
+    while end >= COMPARED_AT_ONCE
+        && a[end - COMPARED_AT_ONCE..end] == b[end - COMPARED_AT_ONCE..end]
+    {
+        end -= COMPARED_AT_ONCE;
+    }
+    (0..end).rev().find(|&j| a[j] != b[j])
 }
 
 mod history;

@@ -14,6 +14,26 @@ fn engine(db: &Arc<milliscale::Database>, small_memo: bool) -> EngineVersions {
 }
 
 proptest! {
+    /// The first and last differing bytes, found a chunk at a time, are
+    /// the ones a byte-by-byte comparison finds.
+    #[test]
+    fn differences_are_found_as_byte_by_byte(
+        a in prop::collection::vec(0u8..3, 0..200),
+        flips in prop::collection::vec(any::<prop::sample::Index>(), 0..4),
+    ) {
+        let mut b = a.clone();
+        for f in &flips {
+            if !b.is_empty() {
+                let i = f.index(b.len());
+                b[i] = b[i].wrapping_add(1);
+            }
+        }
+        let first = (0..a.len()).find(|&i| a[i] != b[i]);
+        let last = (0..a.len()).rev().find(|&i| a[i] != b[i]);
+        prop_assert_eq!(first_difference(&a, &b), first);
+        prop_assert_eq!(last_difference(&a, &b), last);
+    }
+
     /// The engine's layout answers as the map does, through installs
     /// (of values of one length, so that some are patches in place),
     /// reads at any timestamp, collections and restarts.
