@@ -66,7 +66,7 @@ pub struct EngineVersions {
     /// Rows read a moment ago by the caller, by cluster key, offered to
     /// the next install in place of reading them again
     /// ([`EngineVersions::offer_rows`]).
-    offered: HashMap<Key, Arc<[u8]>>,
+    offered: HashMap<HeldKey, Arc<[u8]>>,
     /// Ranges being copied to another shard, and the keys installed in
     /// them since ([`EngineVersions::tracked`]).
     tracked: Tracked,
@@ -383,9 +383,9 @@ impl EngineVersions {
     /// in place of reading them again: one that is still its key's newest
     /// version (the memo knows it) is the key's row. Those of an earlier
     /// offer are dropped; an install drops them all.
-    pub fn offer_rows(&mut self, rows: impl IntoIterator<Item = (Key, Arc<[u8]>)>) {
+    pub fn offer_rows<'k>(&mut self, rows: impl IntoIterator<Item = (&'k [u8], Arc<[u8]>)>) {
         self.offered.clear();
-        self.offered.extend(rows);
+        self.offered.extend(rows.into_iter().map(|(k, row)| (HeldKey::from_slice(k), row)));
     }
 
     /// The writes staged by installs since the last call, to apply in the

@@ -67,7 +67,7 @@ proptest! {
                     let writes = vec![(key.to_vec(), value)];
                     let v = CommitTs { ts, client: k as u32 };
                     map.install(v, &writes);
-                    rows.offer_rows(held.iter().cloned());
+                    rows.offer_rows(held.iter().map(|(k, r): &(Key, Arc<[u8]>)| (k.as_slice(), r.clone())));
                     rows.install(v, &writes);
                 }
                 4 => {
