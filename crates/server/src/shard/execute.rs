@@ -41,8 +41,9 @@
 //! termination timeout the batch is refused (run it again). A refusal or
 //! a no vote leaves nothing behind but the read marks.
 
-use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 
 use milliscale_milana::coordinator::{ClientTxn, patch};
 use milliscale_milana::participant::{ReadReply, Vote};

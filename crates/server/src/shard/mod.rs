@@ -36,7 +36,9 @@ pub mod standby;
 mod start;
 pub mod tables;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
+
+use foldhash::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

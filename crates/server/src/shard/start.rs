@@ -61,9 +61,9 @@ impl Shard {
         let lease = p.lease();
         let state = State {
             p,
-            prepared_at: HashMap::new(),
+            prepared_at: HashMap::default(),
             renewing: false,
-            clients: HashMap::new(),
+            clients: HashMap::default(),
             last_csn: 0,
             dropping: BTreeSet::new(),
             versions: 0,
@@ -86,7 +86,7 @@ impl Shard {
             lease: watch::Sender::new(lease),
             durable: watch::Sender::new(0),
             decided: tokio::sync::Notify::new(),
-            peers: Mutex::new(HashMap::new()),
+            peers: Mutex::new(HashMap::default()),
             stop,
             rebalanced: std::sync::atomic::AtomicBool::new(false),
         });
