@@ -96,9 +96,11 @@ impl RowWrite {
         match &self.changed {
             None if self.row.is_empty() => tx.delete(table, &self.key).map(drop),
             None => tx.put(table, &self.key, &self.row),
-            Some(ranges) => ranges.iter().try_for_each(|&(from, to)| {
-                tx.update_range(table, &self.key, from, &self.row[from..to])
-            }),
+            Some(ranges) => {
+                let patches: Vec<(usize, &[u8])> =
+                    ranges.iter().map(|&(from, to)| (from, &self.row[from..to])).collect();
+                tx.update_ranges(table, &self.key, &patches)
+            }
         }
     }
 

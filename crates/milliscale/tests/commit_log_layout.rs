@@ -193,6 +193,52 @@ fn a_delta_update_logs_only_the_changed_bytes() {
     assert!(matches!(entries[1], Entry::Commit { dsn: 1, .. }), "the delta overwrote CSN 1");
 }
 
+#[test]
+fn several_patches_are_one_version_logged_as_a_delta_each_and_recovered() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let opts =
+        || Options::new().add_store_handle(store.clone()).flush_timeout(Duration::from_millis(1));
+    let db = Database::open(opts()).expect("open");
+    let t = db.create_table("t").expect("table");
+    let mut tx = db.begin().expect("begin");
+    tx.put(&t, b"k", &[0u8; 80]).expect("put");
+    tx.commit_and_wait().expect("commit");
+    let mut tx = db.begin().expect("begin");
+    let err = tx.update_ranges(&t, b"k", &[]).expect_err("no ranges");
+    assert!(matches!(err, milliscale::Error::InvalidArgument(_)), "{err}");
+    let err = tx.update_ranges(&t, b"k", &[(0, b"a"), (79, b"bc")]).expect_err("past the end");
+    assert!(matches!(err, milliscale::Error::InvalidArgument(_)), "{err}");
+    let err = tx.update_ranges(&t, b"missing", &[(0, b"a"), (1, b"b")]).expect_err("no key");
+    assert!(matches!(err, milliscale::Error::NotFound), "{err}");
+    // In order: the third overwrites a byte of the first.
+    tx.update_ranges(&t, b"k", &[(0, b"ab"), (40, b"xyz"), (1, b"Q")]).expect("update");
+    let mut want = vec![0u8; 80];
+    want[..2].copy_from_slice(b"aQ");
+    want[40..43].copy_from_slice(b"xyz");
+    assert_eq!(tx.get(&t, b"k").expect("get"), Some(want.clone()), "its own write");
+    tx.commit_and_wait().expect("commit");
+    db.close().expect("close");
+    let mut entries: Vec<Entry> =
+        read_log(&*store).into_iter().flat_map(|(_, p)| p.into_iter().flatten()).collect();
+    entries.sort_by_key(Entry::csn);
+    let ops: Vec<Op> = entries
+        .iter()
+        .flat_map(|e| match e {
+            Entry::Commit { records, .. } => records.to_vec().into_iter().map(|r| r.op).collect(),
+            Entry::Abort { .. } => vec![],
+        })
+        .collect();
+    assert_eq!(ops.len(), 4, "an insert, then a delta per patch: {ops:?}");
+    assert!(matches!(&ops[1], Op::Delta { offset: 0, bytes } if &bytes[..] == b"ab"));
+    assert!(matches!(&ops[2], Op::Delta { offset: 40, bytes } if &bytes[..] == b"xyz"));
+    assert!(matches!(&ops[3], Op::Delta { offset: 1, bytes } if &bytes[..] == b"Q"));
+    // A recovery replays the deltas in order.
+    let db = Database::open(opts()).expect("recover");
+    let t = db.open_table("t").expect("table");
+    let mut tx = db.begin().expect("begin");
+    assert_eq!(tx.get(&t, b"k").expect("get"), Some(want), "recovered");
+}
+
 fn put_mode(store: Arc<dyn ObjectStore>, force: bool) {
     let db = Database::open(
         Options::new()

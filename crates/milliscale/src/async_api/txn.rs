@@ -96,6 +96,17 @@ impl AsyncTransaction {
         self.tx.update_range(table, key, offset, patch)
     }
 
+    /// Several patches of `key`'s value, in order, as one new version;
+    /// see [`crate::Transaction::update_ranges`].
+    pub fn update_ranges(
+        &mut self,
+        table: &Table,
+        key: &[u8],
+        patches: &[(usize, &[u8])],
+    ) -> Result<()> {
+        self.tx.update_ranges(table, key, patches)
+    }
+
     /// Delete `key`; `false` if it had no value.
     pub fn delete(&mut self, table: &Table, key: &[u8]) -> Result<bool> {
         self.tx.delete(table, key)

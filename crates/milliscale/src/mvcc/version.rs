@@ -171,6 +171,14 @@ impl Version {
         Version::build(OWNER_MARKER | owner.0, Some(base), Some((offset, bytes)))
     }
 
+    /// Write `bytes` over this version's value at `offset`: for a version
+    /// not yet published (its builder holds it alone). The caller has
+    /// checked that the range lies inside the value.
+    pub(crate) fn overwrite(&mut self, offset: usize, bytes: &[u8]) {
+        assert!(self.len != TOMBSTONE, "a patch of a tombstone");
+        self.data[offset..offset + bytes.len()].copy_from_slice(bytes);
+    }
+
     fn with_stamp(stamp: u64, value: Option<&[u8]>) -> Owned<Version> {
         Version::build(stamp, value, None)
     }

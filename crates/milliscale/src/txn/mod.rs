@@ -179,6 +179,37 @@ impl<'db> Transaction<'db> {
         }
     }
 
+    /// [`Transaction::update_range`] of each of `patches` (offset and
+    /// bytes), in order, as one new version of `key`: one copy of the
+    /// value, where a call per patch copies it once each. The log records
+    /// each patch's bytes. Fails as `update_range` does, and with
+    /// `InvalidArgument` for no patches.
+    pub fn update_ranges(
+        &mut self,
+        table: &Table,
+        key: &[u8],
+        patches: &[(usize, &[u8])],
+    ) -> Result<()> {
+        if patches.is_empty() {
+            return Err(Error::InvalidArgument("update_ranges with no ranges".into()));
+        }
+        for (offset, bytes) in patches {
+            if offset.checked_add(bytes.len()).is_none_or(|e| e > VALUE_BYTES_MAX) {
+                return Err(Error::InvalidArgument(format!(
+                    "update_range past the largest value ({VALUE_BYTES_MAX} bytes)"
+                )));
+            }
+        }
+        let m = match patches {
+            [(offset, bytes)] => Mutation::Patch { offset: *offset, bytes },
+            _ => Mutation::Patches(patches),
+        };
+        match self.write(table, key, m)? {
+            Written::Yes(_) => Ok(()),
+            Written::NoRecord => Err(Error::NotFound),
+        }
+    }
+
     /// Delete `key`. Returns whether it had a visible value.
     pub fn delete(&mut self, table: &Table, key: &[u8]) -> Result<bool> {
         match self.write(table, key, Mutation::Delete)? {
@@ -566,14 +597,21 @@ enum Written {
 #[derive(Debug, Clone, Copy)]
 enum Mutation<'a> {
     Put(&'a [u8]),
-    Patch { offset: usize, bytes: &'a [u8] },
+    Patch {
+        offset: usize,
+        bytes: &'a [u8],
+    },
+    /// Several patches, in order, as one new version.
+    Patches(&'a [(usize, &'a [u8])]),
     Delete,
 }
 
 impl Mutation<'_> {
-    /// Append this write's log record to `redo`; `insert` if the record
-    /// had no version before.
-    fn encode(self, redo: &mut Vec<u8>, table: u32, key: &[u8], insert: bool) {
+    /// Append this write's log records to `redo` (a delta per patch, in
+    /// order: a replay applies them one after the other, as the version
+    /// was built); `insert` if the record had no version before. Returns
+    /// how many it appended.
+    fn encode(self, redo: &mut Vec<u8>, table: u32, key: &[u8], insert: bool) -> u32 {
         use crate::log::record::{encode_record, op_code};
         match self {
             Mutation::Put(v) => {
@@ -583,8 +621,15 @@ impl Mutation<'_> {
             Mutation::Patch { offset, bytes } => {
                 encode_record(redo, op_code::DELTA, table, key, offset as u32, bytes)
             }
+            Mutation::Patches(patches) => {
+                for &(offset, bytes) in patches {
+                    encode_record(redo, op_code::DELTA, table, key, offset as u32, bytes);
+                }
+                return patches.len() as u32;
+            }
             Mutation::Delete => encode_record(redo, op_code::DELETE, table, key, 0, &[]),
         }
+        1
     }
 }
 

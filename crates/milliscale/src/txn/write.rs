@@ -76,7 +76,18 @@ impl<'db> Transaction<'db> {
                     check_patch(b, offset, bytes)?;
                     Version::owned_patched(me, b, offset, bytes)
                 }
-                (Mutation::Delete | Mutation::Patch { .. }, None) => {
+                (Mutation::Patches(patches), Some(b)) => {
+                    for &(offset, bytes) in patches {
+                        check_patch(b, offset, bytes)?;
+                    }
+                    let (first, rest) = patches.split_first().expect("callers send a patch");
+                    let mut new = Version::owned_patched(me, b, first.0, first.1);
+                    for &(offset, bytes) in rest {
+                        new.overwrite(offset, bytes);
+                    }
+                    new
+                }
+                (Mutation::Delete | Mutation::Patch { .. } | Mutation::Patches(_), None) => {
                     return self.nothing_to_write(t, key, m);
                 }
             };
@@ -84,8 +95,8 @@ impl<'db> Transaction<'db> {
             match slot.compare_exchange(head, new, Ordering::AcqRel, Ordering::Acquire, &guard) {
                 Ok(installed) => {
                     if self.logged {
-                        m.encode(&mut self.redo, t.id, key, check == WriteCheck::Empty);
-                        self.redo_records += 1;
+                        self.redo_records +=
+                            m.encode(&mut self.redo, t.id, key, check == WriteCheck::Empty);
                     }
                     self.record_write(t, rid, installed.into_usize(), check, head, &guard);
                     return Ok(Written::Yes(rid));
@@ -129,7 +140,7 @@ impl<'db> Transaction<'db> {
             self.track_read(t, key, &guard);
         }
         match m {
-            Mutation::Patch { .. } => Err(Error::NotFound),
+            Mutation::Patch { .. } | Mutation::Patches(_) => Err(Error::NotFound),
             _ => Ok(Written::NoRecord),
         }
     }
