@@ -67,7 +67,8 @@ proptest! {
                     let writes = vec![(key.to_vec(), value)];
                     let v = CommitTs { ts, client: k as u32 };
                     map.install(v, &writes);
-                    rows.offer_rows(held.iter().map(|(k, r): &(Key, Arc<[u8]>)| (k.as_slice(), r.clone())));
+                    let offered = held.iter().map(|(k, r): &(Key, Arc<[u8]>)| (&k[..], r.clone()));
+                    rows.offer_rows(offered);
                     rows.install(v, &writes);
                 }
                 4 => {
