@@ -156,6 +156,26 @@ fn one_append_carries_a_part_of_each_group_that_had_entries() {
     }
 }
 
+/// Every entry of the log in `store`, in CSN order (lanes interleave:
+/// CSN order is the log's order).
+fn logged_entries(store: &dyn ObjectStore) -> Vec<Entry> {
+    let mut entries: Vec<Entry> =
+        read_log(store).into_iter().flat_map(|(_, p)| p.into_iter().flatten()).collect();
+    entries.sort_by_key(Entry::csn);
+    entries
+}
+
+/// The operations `entries` committed, in order.
+fn logged_ops(entries: &[Entry]) -> Vec<Op> {
+    entries
+        .iter()
+        .flat_map(|e| match e {
+            Entry::Commit { records, .. } => records.to_vec().into_iter().map(|r| r.op).collect(),
+            Entry::Abort { .. } => vec![],
+        })
+        .collect()
+}
+
 #[test]
 fn a_delta_update_logs_only_the_changed_bytes() {
     let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
@@ -175,17 +195,8 @@ fn a_delta_update_logs_only_the_changed_bytes() {
     assert!(tx.delete(&t, b"k").expect("delete"));
     tx.commit_and_wait().expect("commit");
     db.close().expect("close");
-    let mut entries: Vec<Entry> =
-        read_log(&*store).into_iter().flat_map(|(_, p)| p.into_iter().flatten()).collect();
-    // Lanes interleave: CSN order is the log's order.
-    entries.sort_by_key(Entry::csn);
-    let ops: Vec<Op> = entries
-        .iter()
-        .flat_map(|e| match e {
-            Entry::Commit { records, .. } => records.to_vec().into_iter().map(|r| r.op).collect(),
-            Entry::Abort { .. } => vec![],
-        })
-        .collect();
+    let entries = logged_entries(&*store);
+    let ops = logged_ops(&entries);
     assert_eq!(ops.len(), 3, "a delete of a missing key logs nothing: {ops:?}");
     assert!(matches!(&ops[0], Op::Insert(v) if v.len() == 80));
     assert!(matches!(&ops[1], Op::Delta { offset: 16, bytes } if &bytes[..] == b"abcdefgh"));
@@ -218,16 +229,7 @@ fn several_patches_are_one_version_logged_as_a_delta_each_and_recovered() {
     assert_eq!(tx.get(&t, b"k").expect("get"), Some(want.clone()), "its own write");
     tx.commit_and_wait().expect("commit");
     db.close().expect("close");
-    let mut entries: Vec<Entry> =
-        read_log(&*store).into_iter().flat_map(|(_, p)| p.into_iter().flatten()).collect();
-    entries.sort_by_key(Entry::csn);
-    let ops: Vec<Op> = entries
-        .iter()
-        .flat_map(|e| match e {
-            Entry::Commit { records, .. } => records.to_vec().into_iter().map(|r| r.op).collect(),
-            Entry::Abort { .. } => vec![],
-        })
-        .collect();
+    let ops = logged_ops(&logged_entries(&*store));
     assert_eq!(ops.len(), 4, "an insert, then a delta per patch: {ops:?}");
     assert!(matches!(&ops[1], Op::Delta { offset: 0, bytes } if &bytes[..] == b"ab"));
     assert!(matches!(&ops[2], Op::Delta { offset: 40, bytes } if &bytes[..] == b"xyz"));

@@ -168,15 +168,7 @@ impl<'db> Transaction<'db> {
         offset: usize,
         bytes: &[u8],
     ) -> Result<()> {
-        if offset.checked_add(bytes.len()).is_none_or(|e| e > VALUE_BYTES_MAX) {
-            return Err(Error::InvalidArgument(format!(
-                "update_range past the largest value ({VALUE_BYTES_MAX} bytes)"
-            )));
-        }
-        match self.write(table, key, Mutation::Patch { offset, bytes })? {
-            Written::Yes(_) => Ok(()),
-            Written::NoRecord => Err(Error::NotFound),
-        }
+        self.update_ranges(table, key, &[(offset, bytes)])
     }
 
     /// [`Transaction::update_range`] of each of `patches` (offset and
