@@ -220,38 +220,54 @@ fn workload(
     (acked.into_inner(), autonomous)
 }
 
+/// How the recovering writer takes its checkpoints, which decides how its
+/// recovery pins what it replayed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Checkpoints {
+    /// None on its own: recovery writes a checkpoint.
+    None,
+    /// Left to replicas (`checkpoint_offload`): recovery seals the old log
+    /// with its decision, and every later recovery replays the seal.
+    Offload,
+    /// In the background (`checkpoint_log_ratio`, as a shard): recovery
+    /// seals the old log, and the checkpointer writes a checkpoint at once,
+    /// while the checks below read and recover again.
+    Background,
+}
+
 /// Recover `image` and check it (a hole: a CSN missing below one that is
-/// there).
-/// With `seal`, the recovering writer leaves checkpoints to replicas
-/// (`checkpoint_offload`): it seals the old log with its decision instead
-/// of writing a checkpoint, and every later recovery replays the seal.
+/// there), by a writer that takes `checkpoints` as said.
 /// Returns whether recovery met a hole and whether it sealed.
 fn check(
     seed: u64,
     image: Arc<dyn ObjectStore>,
     acked: &BTreeSet<u64>,
     threads: usize,
-    seal: bool,
+    checkpoints: Checkpoints,
 ) -> (bool, bool) {
     let fail = |what: String| -> ! { panic!("seed {seed}: {what}") };
+    let seal = checkpoints != Checkpoints::None;
     let writer = || {
         Options::new()
             .add_store_handle(Arc::clone(&image))
             .recovery_threads(threads)
             .checkpoint_log_bytes(0)
+            .checkpoint_log_ratio(if checkpoints == Checkpoints::Background { 0.125 } else { 0.0 })
             .checkpoint_chunk_bytes(4096)
-            .checkpoint_offload(seal)
+            .checkpoint_offload(checkpoints == Checkpoints::Offload)
     };
     let db = Database::open(writer()).unwrap_or_else(|e| fail(format!("recovery failed: {e}")));
     let sealed = db.recovery_report().is_some_and(|r| r.sealed_old_log);
     if let Some(r) = db.recovery_report() {
-        // Sealing writes no checkpoint; without offload nothing is sealed;
-        // a seal is in the manifest.
+        // Sealing writes no checkpoint; a writer that takes none on its
+        // own seals nothing; a seal is in the manifest (until a background
+        // checkpoint, which may already have run, drops it).
         let in_manifest = db.manifest().is_some_and(|m| !m.sealed.is_empty());
         let wrote =
             r.new_checkpoint_csn.is_some() && r.new_checkpoint_csn != r.checkpoint.map(|c| c.0);
-        if (seal && wrote) || (!seal && sealed) || sealed != in_manifest {
-            fail(format!("offload {seal}, sealed {sealed}, in manifest {in_manifest}: {r:?}"));
+        let listed = sealed == in_manifest || checkpoints == Checkpoints::Background;
+        if (seal && wrote) || (!seal && sealed) || !listed {
+            fail(format!("{checkpoints:?}, sealed {sealed}, in manifest {in_manifest}: {r:?}"));
         }
     }
     let state = dump(&db);
@@ -333,8 +349,11 @@ struct Tally {
     /// one that landed: a part lost at the end of one lane while a later
     /// part of the group landed in another.
     lane_holes: u64,
-    /// Seeds whose recovery sealed the old log instead of checkpointing.
+    /// Seeds whose recovery sealed the old log instead of checkpointing,
+    /// by a writer that offloads its checkpoints, and by one that takes
+    /// them in the background.
     sealed: u64,
+    sealed_background: u64,
     /// Acknowledged transfers committed autonomously.
     autonomous_acked: u64,
     /// Of those, on a store that took appends asynchronously (the workers
@@ -385,9 +404,17 @@ fn run_seed(seed: u64, tally: &mut Tally) {
     tally.writes_before_crash += store.s.lock().writes;
     let image: Arc<dyn ObjectStore> = inner;
     let threads = rng.random_range(1..5);
-    let (hole, sealed) = check(seed, image, &acked, threads, rng.random_bool(0.5));
+    // Half the recoveries seal; of those, half (by a draw of their own, so
+    // the other draws are unchanged) checkpoint in the background.
+    let checkpoints = match rng.random_bool(0.5) {
+        false => Checkpoints::None,
+        true if SmallRng::seed_from_u64(seed ^ 0xc4ec).random_bool(0.5) => Checkpoints::Background,
+        true => Checkpoints::Offload,
+    };
+    let (hole, sealed) = check(seed, image, &acked, threads, checkpoints);
     tally.lane_holes += u64::from(hole && groups == 1);
-    tally.sealed += u64::from(sealed);
+    tally.sealed += u64::from(sealed && checkpoints == Checkpoints::Offload);
+    tally.sealed_background += u64::from(sealed && checkpoints == Checkpoints::Background);
 }
 
 #[test]
@@ -405,21 +432,24 @@ fn crashes_at_random_writes_lose_no_acknowledged_transfer() {
     eprintln!(
         "{n} seeds from {first} passed in {:.1?}: {} acknowledged transfers checked, {} seeds \
          with acks, {:.1} writes per seed before the crash, {} seeds recovered across a hole \
-         between lanes, {} recoveries sealed the old log, {} of the transfers committed \
-         autonomously ({} with appends in flight while the workers went on)",
+         between lanes, {} recoveries sealed the old log (and {} more, then checkpointed at \
+         once), {} of the transfers committed autonomously ({} with appends in flight while \
+         the workers went on)",
         started.elapsed(),
         tally.acked,
         tally.seeds_with_acks,
         tally.writes_before_crash as f64 / n as f64,
         tally.lane_holes,
         tally.sealed,
+        tally.sealed_background,
         tally.autonomous_acked,
         tally.sent_acked
     );
     assert!(tally.seeds_with_acks * 2 > n, "most seeds must get as far as an acknowledgment");
     if n >= 100 {
         assert!(tally.lane_holes > 0, "no seed lost a part behind a later one of its group");
-        assert!(tally.sealed > 0, "no recovery sealed the old log");
+        assert!(tally.sealed > 0, "no offloading recovery sealed the old log");
+        assert!(tally.sealed_background > 0, "no recovery sealed, then checkpointed");
         assert!(tally.autonomous_acked > 0, "no transfer was committed autonomously");
         assert!(tally.sent_acked > 0, "no autonomous seed sent its appends asynchronously");
     }

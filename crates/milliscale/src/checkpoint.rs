@@ -296,7 +296,7 @@ pub(crate) fn load(
             return Ok(0);
         }
         for (k, v) in &chunk.rows {
-            crate::recovery::replay::install(table, k, cref.csn - 1, Some(v))?;
+            crate::recovery::replay::install(table, k, None, cref.csn - 1, Some(v))?;
         }
         Ok(chunk.rows.len() as u64)
     });

@@ -259,9 +259,7 @@ impl Engine {
         let mut last = Instant::now();
         let mut published = Instant::now();
         let o = &self.options;
-        let checkpoints = o.checkpoint_log_bytes > 0
-            || o.checkpoint_log_ratio > 0.0
-            || o.checkpoint_interval.is_some();
+        let checkpoints = o.checkpoints_in_background();
         loop {
             {
                 let mut stop = stop.lock();

@@ -67,14 +67,18 @@ fn read_log(
     Ok((plan, report))
 }
 
-/// Whether recovery seals the old log instead of writing a checkpoint: a
-/// writer that leaves its checkpoints to replicas
-/// (`Options::checkpoint_offload`), on one store. With replication the
+/// Whether recovery seals the old log instead of writing a checkpoint
+/// before it returns: a writer on one store whose checkpoints come later
+/// anyway, either from replicas (`Options::checkpoint_offload`) or from
+/// its own background checkpointer, which then writes one at once. So a
+/// restart costs the checkpoint's load and the log's replay, not also a
+/// full checkpoint write before the first commit. With replication the
 /// entries a recovery replays may sit on fewer stores than a quorum (the
 /// scan merges every store that answered), and a seal must be readable
-/// from any quorum again; so there recovery still writes its checkpoint.
+/// from any quorum again; so there recovery still writes its checkpoint,
+/// as does a writer that takes no checkpoints on its own.
 fn seals_recovery(options: &Options, stores: usize) -> bool {
-    options.checkpoint_offload && stores == 1
+    stores == 1 && (options.checkpoint_offload || options.checkpoints_in_background())
 }
 
 /// A new writer's log, as `options` lay it out: epoch `epoch`, from CSN
@@ -288,8 +292,9 @@ impl Database {
         let rebuilt_at = started.elapsed();
         // 5. Pin what this recovery included, and the new epoch's log:
         //    a checkpoint of the result (when the log held anything); or,
-        //    for a writer that leaves checkpoints to replicas, a seal of the
-        //    old log with this decision, as a promotion writes.
+        //    for a writer whose checkpoints come later anyway (its own
+        //    checkpointer's or replicas'), a seal of the old log with this
+        //    decision, as a promotion writes (`seals_recovery`).
         let logged = base > old.replay_from();
         let seal = (logged && seals_recovery(&inner.options, named.len())).then(|| SealedLog {
             log: old.log.clone(),
@@ -334,7 +339,8 @@ impl Database {
             if seal.is_some() { None } else { checkpoint.as_ref().map(|c| c.csn) };
         report.sealed_old_log = seal.is_some();
         if seal.is_some() {
-            // The checkpointer marks the log soon: replicas then offer.
+            // The checkpointer checkpoints soon (or, offloading, marks the
+            // log so that replicas offer), which drops the seal.
             inner.checkpoint_soon.store(true, Ordering::SeqCst);
         }
         // `checkpoint_log_ratio` measures the log against the last

@@ -532,6 +532,15 @@ impl Options {
         self
     }
 
+    /// Whether the writer's background thread takes checkpoints on its
+    /// own (on log volume, on the log's ratio to the live data, or on an
+    /// interval).
+    pub fn checkpoints_in_background(&self) -> bool {
+        self.checkpoint_log_bytes > 0
+            || self.checkpoint_log_ratio > 0.0
+            || self.checkpoint_interval.is_some()
+    }
+
     /// Whether commits are logged.
     pub fn is_logged(&self) -> bool {
         !self.stores.is_empty()

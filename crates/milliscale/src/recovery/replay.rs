@@ -25,6 +25,7 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 use crate::log::record::{Entry, OpRef, RecordRef};
 use crate::mvcc::Csn;
+use crate::mvcc::oid_array::Rid;
 use crate::mvcc::version::Version;
 use crate::recovery::ReplayPlan;
 use crate::table::TableInner;
@@ -187,9 +188,11 @@ fn gather(b: &[u8]) -> impl Iterator<Item = (Csn, RecordRef<'_>)> + '_ {
     })
 }
 
-/// The state of one key while folding: last writer's CSN and value
-/// (`None`: deleted).
-type KeyState = (Csn, Option<Vec<u8>>);
+/// The state of one key while folding: last writer's CSN, its value
+/// (`None`: deleted), and its record id if the fold looked the key up
+/// (its first record here was a delta on the checkpoint's value), so that
+/// installing it does not search the index again.
+type KeyState = (Csn, Option<Vec<u8>>, Option<Rid>);
 
 /// Fold one bucket's records (one buffer per scatter run, runs in CSN
 /// order) into final values, and install them.
@@ -197,9 +200,14 @@ fn fold_bucket<'a>(
     tables: &[Arc<TableInner>],
     runs: impl Iterator<Item = &'a [u8]>,
 ) -> Result<ReplayStats> {
-    let mut state: FxMap<(u32, &'a [u8]), KeyState> = FxMap::default();
+    let runs: Vec<&'a [u8]> = runs.collect();
+    // Sized for a record per key: rehashing as it grows was a visible
+    // share of a bucket's fold.
+    let bytes: usize = runs.iter().map(|r| r.len()).sum();
+    let mut state: FxMap<(u32, &'a [u8]), KeyState> =
+        FxMap::with_capacity_and_hasher(bytes / (SCATTERED_HEADER + 64) + 16, Default::default());
     let mut stats = ReplayStats::default();
-    for (csn, r) in runs.flat_map(gather) {
+    for (csn, r) in runs.into_iter().flat_map(gather) {
         let table = tables.get(r.table as usize).ok_or_else(|| {
             Error::Corrupt(format!(
                 "CSN {csn} writes table id {}, which the manifest does not name",
@@ -213,8 +221,11 @@ fn fold_bucket<'a>(
         // The installed (checkpoint) value is looked up only if the key's
         // first record here is a delta.
         let slot = state.entry((r.table, r.key)).or_insert_with(|| match r.op {
-            OpRef::Delta { .. } => (0, current(table, r.key)),
-            _ => (0, None),
+            OpRef::Delta { .. } => match current(table, r.key) {
+                Some((rid, value)) => (0, value, Some(rid)),
+                None => (0, None, None),
+            },
+            _ => (0, None, None),
         });
         slot.0 = csn;
         match r.op {
@@ -236,21 +247,22 @@ fn fold_bucket<'a>(
             }
         }
     }
-    for ((table, key), (csn, value)) in state {
-        install(&tables[table as usize], key, csn, value.as_deref())?;
+    for ((table, key), (csn, value, rid)) in state {
+        install(&tables[table as usize], key, rid, csn, value.as_deref())?;
         stats.keys += 1;
     }
     Ok(stats)
 }
 
-/// The value installed for `key` so far (from the checkpoint), if any.
-fn current(table: &TableInner, key: &[u8]) -> Option<Vec<u8>> {
+/// The record id of `key` and the value installed for it so far (from the
+/// checkpoint), if the key is there.
+fn current(table: &TableInner, key: &[u8]) -> Option<(Rid, Option<Vec<u8>>)> {
     let rid = table.index.get(key)?;
     let guard = crossbeam_epoch::pin();
     let head = table.records.slot(rid).load(std::sync::atomic::Ordering::Acquire, &guard);
     // SAFETY: recovery runs before the database is shared; versions are
     // only replaced under the guard and freed after it.
-    unsafe { head.as_ref() }.and_then(|v| v.value().map(<[u8]>::to_vec))
+    Some((rid, unsafe { head.as_ref() }.and_then(|v| v.value().map(<[u8]>::to_vec))))
 }
 
 /// Make a committed version at `csn` the only version of `key`; for a
@@ -263,16 +275,18 @@ fn current(table: &TableInner, key: &[u8]) -> Option<Vec<u8>> {
 /// shard's version and outcome rows in the log), and a lookup that misses
 /// costs a descent of the index as an insert does. Measured: the lookups
 /// were half of a shard's replay (BENCHMARKS.md, "Does a shard's state
-/// stay bounded").
+/// stay bounded"). A key the fold already looked up comes with its record
+/// id (`known`), and the index is not searched again.
 pub(crate) fn install(
     table: &TableInner,
     key: &[u8],
+    known: Option<Rid>,
     csn: Csn,
     value: Option<&[u8]>,
 ) -> Result<()> {
     let guard = crossbeam_epoch::pin();
     let Some(value) = value else {
-        if let Some(rid) = table.index.get(key) {
+        if let Some(rid) = known.or_else(|| table.index.get(key)) {
             let old = table.records.slot(rid).swap(
                 crossbeam_epoch::Shared::null(),
                 std::sync::atomic::Ordering::AcqRel,
@@ -288,14 +302,19 @@ pub(crate) fn install(
         }
         return Ok(());
     };
-    // Every RID recovery freed may be handed out again.
-    let fresh = table.records.allocate(u64::MAX)?;
-    let rid = match table.index.insert(key, fresh) {
-        Ok(()) => fresh,
-        Err(existing) => {
-            // Its slot was never set: hand it back as the deletions do.
-            table.records.free(fresh, 0);
-            existing
+    let rid = match known {
+        Some(rid) => rid,
+        None => {
+            // Every RID recovery freed may be handed out again.
+            let fresh = table.records.allocate(u64::MAX)?;
+            match table.index.insert(key, fresh) {
+                Ok(()) => fresh,
+                Err(existing) => {
+                    // Its slot was never set: hand it back as the deletions do.
+                    table.records.free(fresh, 0);
+                    existing
+                }
+            }
         }
     };
     let old = table.records.slot(rid).swap(

@@ -124,8 +124,8 @@ pub struct RecoveryReport {
     /// The checkpoint recovery wrote, if the log held anything.
     pub new_checkpoint_csn: Option<Csn>,
     /// Instead of a checkpoint, recovery sealed the old log with its
-    /// decision (a writer that offloads its checkpoints, on one store):
-    /// a replica's checkpoint covers it later.
+    /// decision (a writer on one store that takes checkpoints in the
+    /// background or offloads them): the next checkpoint covers it.
     pub sealed_old_log: bool,
     /// Requests spent deleting what the new checkpoint superseded.
     pub cleanup_requests: u64,
