@@ -286,7 +286,12 @@ pub(crate) fn install(
 ) -> Result<()> {
     let guard = crossbeam_epoch::pin();
     let Some(value) = value else {
-        if let Some(rid) = known.or_else(|| table.index.get(key)) {
+        // Out of the index first (one descent), then the record.
+        let removed = match known {
+            Some(rid) => table.index.remove_if(key, rid).then_some(rid),
+            None => table.index.remove(key),
+        };
+        if let Some(rid) = removed {
             let old = table.records.slot(rid).swap(
                 crossbeam_epoch::Shared::null(),
                 std::sync::atomic::Ordering::AcqRel,
@@ -296,7 +301,6 @@ pub(crate) fn install(
                 // SAFETY: unlinked by the swap; see below.
                 unsafe { guard.defer_destroy(old) };
             }
-            table.index.remove_if(key, rid);
             // No transaction runs yet: the RID may be handed out at once.
             table.records.free(rid, 0);
         }
