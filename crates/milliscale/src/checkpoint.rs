@@ -271,14 +271,16 @@ pub(crate) fn fetch_chunk(
     Err(last.unwrap_or_else(|| Error::Store("no stores".into())))
 }
 
-/// Load checkpoint `cref` into `tables`, `threads` chunks at a time.
-/// Returns the rows loaded.
+/// Load checkpoint `cref` into `tables`, `threads` chunks at a time,
+/// less the rows `skip` names (by table id and key: recovery's keys that
+/// the log deletes). Returns the rows loaded.
 pub(crate) fn load(
     stores: &[(String, Arc<dyn ObjectStore>)],
     cref: &CheckpointRef,
     tables: &[Arc<TableInner>],
     threads: usize,
     deadline: Duration,
+    skip: &(dyn Fn(u32, &[u8]) -> bool + Sync),
 ) -> Result<u64> {
     let results = crate::parallel::parallel_map(&cref.chunks, threads, |c| -> Result<u64> {
         let chunk = fetch_chunk(stores, c, deadline)?;
@@ -295,10 +297,12 @@ pub(crate) fn load(
             // Written before the table was dropped.
             return Ok(0);
         }
-        for (k, v) in &chunk.rows {
+        let mut loaded = 0;
+        for (k, v) in chunk.rows.iter().filter(|(k, _)| !skip(chunk.table, k)) {
             crate::recovery::replay::install(table, k, None, cref.csn - 1, Some(v))?;
+            loaded += 1;
         }
-        Ok(chunk.rows.len() as u64)
+        Ok(loaded)
     });
     results.into_iter().sum()
 }

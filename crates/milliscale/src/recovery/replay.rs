@@ -1,19 +1,24 @@
 //! Applying a replay plan to the tables, in parallel by key.
 //!
-//! The checkpoint is installed first (`checkpoint::load`): one committed
-//! version per key. Then the plan's records are folded into one final
-//! value per key (a delta patches the value before it) and installed.
+//! The plan's records are scattered by key; then the checkpoint is loaded
+//! (`checkpoint::load`: one committed version per key), less the keys the
+//! plan deletes; then the records are folded into one final value per key
+//! (a delta patches the value before it) and installed.
 //!
 //! The fold is a radix-partitioned hash aggregation, because one hash map
 //! per thread over millions of keys is bound by cache misses:
 //! 1. **Scatter.** Each thread takes a contiguous run of the plan's
 //!    entries (in CSN order) and copies each record, with its CSN, into one
 //!    of [`BUCKETS`] byte buffers chosen by the key's hash: sequential
-//!    writes.
-//! 2. **Fold.** One thread folds a bucket (a few thousand keys) with a
+//!    writes. It notes the keys deleted ([`Deleted`]).
+//! 2. **Load** the checkpoint, skipping the rows of deleted keys: whatever
+//!    such a key held before its deletion is replaced, and its row would
+//!    cost an insert into the index and a removal (a shard's forgotten
+//!    decisions are many of them).
+//! 3. **Fold.** One thread folds a bucket (a few thousand keys) with a
 //!    small map that stays in cache, reading the scatter runs' buffers for
 //!    that bucket in run order, which is CSN order: sequential reads.
-//! 3. **Install** the bucket's final values.
+//! 4. **Install** the bucket's final values.
 //!
 //! A key's records are folded in CSN order whatever the number of threads,
 //! so the result is the same for any number; only record ids (internal)
@@ -43,11 +48,15 @@ pub struct ReplayStats {
 /// fit in a core's cache for logs of millions of keys.
 pub const BUCKETS: usize = 1024;
 
-fn bucket_of(table: u32, key: &[u8]) -> usize {
+fn key_hash(table: u32, key: &[u8]) -> u64 {
     let mut h = FxHasher::default();
     std::hash::Hasher::write_u32(&mut h, table);
     std::hash::Hasher::write(&mut h, key);
-    (std::hash::Hasher::finish(&h) >> 32) as usize % BUCKETS
+    std::hash::Hasher::finish(&h)
+}
+
+fn bucket_of(table: u32, key: &[u8]) -> usize {
+    (key_hash(table, key) >> 32) as usize % BUCKETS
 }
 
 /// The replay map's hash: the multiply-rotate word hash of rustc and
@@ -96,10 +105,13 @@ impl std::hash::Hasher for FxHasher {
 type FxMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<FxHasher>>;
 
 /// Apply `plan` to `tables` (indexed by table id) with `threads` threads.
+/// Under it, the checkpoint is loaded by `load`, once the plan is
+/// scattered, given a test of the rows to skip: keys the plan deletes.
 pub(crate) fn apply(
     plan: &ReplayPlan,
     tables: &[Arc<TableInner>],
     threads: usize,
+    load: impl FnOnce(&(dyn Fn(u32, &[u8]) -> bool + Sync)) -> Result<()>,
 ) -> Result<ReplayStats> {
     let threads = threads.max(1);
     let entries = &plan.replay;
@@ -107,7 +119,8 @@ pub(crate) fn apply(
     let runs: Vec<std::ops::Range<usize>> = (0..threads)
         .map(|t| entries.len() * t / threads..entries.len() * (t + 1) / threads)
         .collect();
-    let scattered: Vec<Vec<Vec<u8>>> = crate::parallel::parallel_map(&runs, threads, |run| {
+    type Run<'p> = (Vec<Vec<u8>>, Vec<(u32, &'p [u8])>);
+    let scattered: Vec<Run<'_>> = crate::parallel::parallel_map(&runs, threads, |run| {
         // Sized for an even spread (plus slack), so the buffers rarely grow:
         // growing copies them and touches fresh pages twice.
         let bytes: usize = entries[run.clone()]
@@ -119,18 +132,27 @@ pub(crate) fn apply(
             .sum();
         let each = bytes / BUCKETS + bytes / BUCKETS / 8 + 64;
         let mut buckets: Vec<Vec<u8>> = (0..BUCKETS).map(|_| Vec::with_capacity(each)).collect();
+        let mut deletes = Vec::new();
         for e in &entries[run.clone()] {
             let Entry::Commit { csn, records, .. } = e else { continue };
             for r in records.refs() {
                 scatter(&mut buckets[bucket_of(r.table, r.key)], *csn, &r);
+                if matches!(r.op, OpRef::Delete) {
+                    deletes.push((r.table, r.key));
+                }
             }
         }
-        buckets
+        (buckets, deletes)
     });
-    // 2 and 3. Fold and install each bucket.
+    // 2. The checkpoint, less every key the plan deletes: whatever such a
+    //    key held before its deletion is replaced, so its row would only
+    //    cost an insert into the index now and a removal below.
+    let deleted = Deleted::of(scattered.iter().flat_map(|(_, d)| d.iter().copied()));
+    load(&|table, key| deleted.has(table, key))?;
+    // 3 and 4. Fold and install each bucket.
     let buckets: Vec<usize> = (0..BUCKETS).collect();
     let results = crate::parallel::parallel_map(&buckets, threads, |&b| {
-        fold_bucket(tables, scattered.iter().map(|run| run[b].as_slice()))
+        fold_bucket(tables, &deleted, scattered.iter().map(|run| run.0[b].as_slice()))
     });
     let mut total = ReplayStats::default();
     for r in results {
@@ -139,6 +161,41 @@ pub(crate) fn apply(
         total.keys += r.keys;
     }
     Ok(total)
+}
+
+/// The keys a plan deletes (anywhere in it), by their 64-bit hash, to be
+/// checked while a checkpoint loads: a miss costs a probe of a table of
+/// hashes, not of the fold's maps.
+struct Deleted<'a> {
+    by_hash: FxMap<u64, (u32, &'a [u8])>,
+    /// Keys whose hash another key had already (checked in full).
+    collided: Vec<(u64, u32, &'a [u8])>,
+}
+
+impl<'a> Deleted<'a> {
+    fn of(keys: impl Iterator<Item = (u32, &'a [u8])>) -> Deleted<'a> {
+        let mut d = Deleted { by_hash: FxMap::default(), collided: Vec::new() };
+        for (table, key) in keys {
+            let h = key_hash(table, key);
+            match d.by_hash.get(&h) {
+                Some(first) if *first == (table, key) => {}
+                Some(_) => d.collided.push((h, table, key)),
+                None => {
+                    d.by_hash.insert(h, (table, key));
+                }
+            }
+        }
+        d
+    }
+
+    fn has(&self, table: u32, key: &[u8]) -> bool {
+        if self.by_hash.is_empty() {
+            return false;
+        }
+        let h = key_hash(table, key);
+        self.by_hash.get(&h).is_some_and(|(t, k)| *t == table && *k == key)
+            || self.collided.iter().any(|(c, t, k)| *c == h && *t == table && *k == key)
+    }
 }
 
 /// Bytes of a scattered record's header: CSN, table, op, key length,
@@ -188,16 +245,27 @@ fn gather(b: &[u8]) -> impl Iterator<Item = (Csn, RecordRef<'_>)> + '_ {
     })
 }
 
-/// The state of one key while folding: last writer's CSN, its value
-/// (`None`: deleted), and its record id if the fold looked the key up
-/// (its first record here was a delta on the checkpoint's value), so that
-/// installing it does not search the index again.
-type KeyState = (Csn, Option<Vec<u8>>, Option<Rid>);
+/// A key's value while folding.
+enum Held {
+    Value(Vec<u8>),
+    Deleted,
+    /// Its checkpoint row was not loaded (the plan deletes the key later):
+    /// the deltas before that deletion patch a value nobody reads.
+    Skipped,
+}
+
+/// The state of one key while folding: last writer's CSN, its value, and
+/// its record id if the fold looked the key up (its first record here was
+/// a delta on the checkpoint's value), so that installing it does not
+/// search the index again.
+type KeyState = (Csn, Held, Option<Rid>);
 
 /// Fold one bucket's records (one buffer per scatter run, runs in CSN
-/// order) into final values, and install them.
+/// order) into final values, and install them over the checkpoint, which
+/// was loaded less the keys in `deleted`.
 fn fold_bucket<'a>(
     tables: &[Arc<TableInner>],
+    deleted: &Deleted<'_>,
     runs: impl Iterator<Item = &'a [u8]>,
 ) -> Result<ReplayStats> {
     let runs: Vec<&'a [u8]> = runs.collect();
@@ -219,22 +287,27 @@ fn fold_bucket<'a>(
         }
         stats.records += 1;
         // The installed (checkpoint) value is looked up only if the key's
-        // first record here is a delta.
+        // first record here is a delta, and the load did not skip it.
         let slot = state.entry((r.table, r.key)).or_insert_with(|| match r.op {
+            OpRef::Delta { .. } if deleted.has(r.table, r.key) => (0, Held::Skipped, None),
             OpRef::Delta { .. } => match current(table, r.key) {
-                Some((rid, value)) => (0, value, Some(rid)),
-                None => (0, None, None),
+                Some((rid, Some(value))) => (0, Held::Value(value), Some(rid)),
+                Some((rid, None)) => (0, Held::Deleted, Some(rid)),
+                None => (0, Held::Deleted, None),
             },
-            _ => (0, None, None),
+            _ => (0, Held::Deleted, None),
         });
         slot.0 = csn;
-        match r.op {
-            OpRef::Insert(v) | OpRef::Update(v) => slot.1 = Some(v.to_vec()),
-            OpRef::Delete => slot.1 = None,
-            OpRef::Delta { offset, bytes } => {
-                let value = slot.1.as_mut().ok_or_else(|| {
-                    Error::Corrupt(format!("CSN {csn}: a delta on a key that has no value"))
-                })?;
+        match (r.op, &mut slot.1) {
+            (OpRef::Insert(v) | OpRef::Update(v), held) => *held = Held::Value(v.to_vec()),
+            (OpRef::Delete, held) => *held = Held::Deleted,
+            (OpRef::Delta { .. }, Held::Skipped) => {}
+            (OpRef::Delta { .. }, Held::Deleted) => {
+                return Err(Error::Corrupt(format!(
+                    "CSN {csn}: a delta on a key that has no value"
+                )));
+            }
+            (OpRef::Delta { offset, bytes }, Held::Value(value)) => {
                 let at = offset as usize;
                 let end = at + bytes.len();
                 if end > value.len() {
@@ -247,8 +320,21 @@ fn fold_bucket<'a>(
             }
         }
     }
-    for ((table, key), (csn, value, rid)) in state {
-        install(&tables[table as usize], key, rid, csn, value.as_deref())?;
+    for ((table, key), (csn, held, rid)) in state {
+        let table = &tables[table as usize];
+        match (held, rid) {
+            (Held::Value(v), rid) => install(table, key, rid, csn, Some(&v))?,
+            (Held::Deleted, Some(rid)) => install(table, key, Some(rid), csn, None)?,
+            // A deletion is in `deleted`, so the load skipped the key: it
+            // is not in the index.
+            (Held::Deleted, None) => {}
+            (Held::Skipped, _) => {
+                return Err(Error::Corrupt(format!(
+                    "CSN {csn}: deltas on a key whose checkpoint value was skipped for a \
+                     deletion that never came"
+                )));
+            }
+        }
         stats.keys += 1;
     }
     Ok(stats)

@@ -237,7 +237,7 @@ impl Replica {
         let db = Database::replica_shell(options, &m, base)?;
         if let Some(c) = &m.checkpoint {
             let tables = db.inner.tables_by_id();
-            crate::checkpoint::load(&named, c, &tables, threads, deadline)?;
+            crate::checkpoint::load(&named, c, &tables, threads, deadline, &|_, _| false)?;
         }
         let shared = Arc::new(Shared::new());
         {
