@@ -25,9 +25,21 @@ pub(crate) fn account(i: u32) -> Vec<u8> {
 }
 
 /// A free loopback port (bound, then let go: the shard takes it next).
+/// A loopback address nothing listens on, for a shard started later. The
+/// port is below the kernel's ephemeral range (32768 and up): a port the
+/// kernel picked for `:0` could go to a client's outgoing connection before
+/// the shard binds it (seen once in CI as `AddrInUse`). Each test process
+/// starts at its own place in 20000-31999 and moves on.
 pub(crate) fn free_addr() -> SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr")
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let start = (std::process::id() % 100) * 120;
+    loop {
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let port = 20_000 + (start + n) % 12_000;
+        if let Ok(l) = std::net::TcpListener::bind(("127.0.0.1", port as u16)) {
+            return l.local_addr().expect("addr");
+        }
+    }
 }
 
 pub(crate) struct Fixture {
