@@ -6,7 +6,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use milliscale::{AsyncDatabase, Options};
@@ -24,22 +24,14 @@ pub(crate) fn account(i: u32) -> Vec<u8> {
     format!("a{i:02}").into_bytes()
 }
 
-/// A free loopback port (bound, then let go: the shard takes it next).
-/// A loopback address nothing listens on, for a shard started later. The
-/// port is below the kernel's ephemeral range (32768 and up): a port the
-/// kernel picked for `:0` could go to a client's outgoing connection before
-/// the shard binds it (seen once in CI as `AddrInUse`). Each test process
-/// starts at its own place in 20000-31999 and moves on.
+/// A free loopback port below the ephemeral range (32768 and up), so that
+/// no client connection takes it before the shard binds it.
 pub(crate) fn free_addr() -> SocketAddr {
-    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let start = (std::process::id() % 100) * 120;
-    loop {
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let port = 20_000 + (start + n) % 12_000;
-        if let Ok(l) = std::net::TcpListener::bind(("127.0.0.1", port as u16)) {
-            return l.local_addr().expect("addr");
-        }
-    }
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let at = (std::process::id() % 100) * 120;
+    std::iter::repeat_with(|| 20_000 + (at + NEXT.fetch_add(1, Ordering::Relaxed)) % 12_000)
+        .find_map(|p| std::net::TcpListener::bind(("127.0.0.1", p as u16)).ok()?.local_addr().ok())
+        .expect("a free port")
 }
 
 pub(crate) struct Fixture {
@@ -65,8 +57,7 @@ fn place((i, (addr, log)): (u32, (&SocketAddr, &String))) -> (u32, ShardInfo) {
     (i, ShardInfo { addr: addr.to_string(), log: log.clone() })
 }
 
-/// Three shards that collect every `every` and abort a move whose mover
-/// is silent for `move_timeout`.
+/// Three shards collecting every `every`; a mover silent for `move_timeout` is aborted.
 pub(crate) async fn three_shards_with(every: Duration, move_timeout: Duration) -> Fixture {
     let dir = tempfile::tempdir().expect("tempdir");
     let map_url = format!("file://{}/map", dir.path().display());
