@@ -221,6 +221,8 @@ pub async fn run(cfg: &RetwisConfig) -> Result<RetwisReport, String> {
                     phase.store(PHASE_STOP, Ordering::SeqCst);
                 }
             }
+            // Its low-water mark no longer holds the shards' watermark.
+            client.close().await;
         }));
     }
     tokio::time::sleep(cfg.warmup).await;

@@ -539,6 +539,7 @@ fn bank(a: BankArgs) -> Result<(), Failure> {
                 }
             }
         }
+        c.close().await;
         Ok(())
     })
 }

@@ -52,6 +52,7 @@ fn unreachable<T>(r: &Result<T>) -> bool {
 }
 
 pub(crate) mod calls;
+mod close;
 mod execute;
 mod status;
 mod transaction;

@@ -382,6 +382,17 @@ impl Milliscale for Service {
         done("ShardInfo", r)
     }
 
+    async fn shard_leave(
+        &self,
+        req: Request<proto::ShardLeaveRequest>,
+    ) -> Result<Response<proto::ShardLeaveResponse>, Status> {
+        let r = self.caller(&req).and_then(|_| {
+            self.shard("ShardLeave")?.leave(req.get_ref().client);
+            Ok(proto::ShardLeaveResponse {})
+        });
+        done("ShardLeave", r)
+    }
+
     async fn shard_map(
         &self,
         req: Request<proto::ShardMapRequest>,

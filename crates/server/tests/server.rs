@@ -20,6 +20,7 @@
 mod calls;
 mod cluster;
 mod cluster_batches;
+mod cluster_clients;
 mod cluster_freeze;
 mod cluster_loads;
 mod cluster_standby;

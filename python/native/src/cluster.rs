@@ -157,8 +157,13 @@ impl ClusterConnection {
     }
 
     /// Close: later calls fail with `FAILED_PRECONDITION` (kind `closed`).
-    fn close(&self) {
-        self.open.write().unwrap_or_else(PoisonError::into_inner).take();
+    /// The shards are told the client left (`Cluster::close`), so that it
+    /// stops holding back what they collect.
+    fn close(&self, py: Python<'_>) {
+        let open = self.open.write().unwrap_or_else(PoisonError::into_inner).take();
+        if let Some(o) = open {
+            py.allow_threads(|| o.rt.block_on(o.cluster.close()));
+        }
     }
 
     #[getter]

@@ -1,13 +1,13 @@
 //! What a shard does with the other shards, in the background:
 //! cooperative termination (asking about transactions left prepared),
 //! collection and forgetting below the bound the others publish, and
-//! reloading the shard map.
+//! reloading the shard map; a client that leaves.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use milliscale_milana::coordinator::terminate;
-use milliscale_milana::types::{ShardId, Timestamp, TxnId, TxnStatus};
+use milliscale_milana::types::{ClientId, ShardId, Timestamp, TxnId, TxnStatus};
 use milliscale_proto::v1 as proto;
 use proto::milliscale_client::MilliscaleClient;
 use tokio::sync::watch;
@@ -132,6 +132,16 @@ impl Shard {
             }
         }
         reached
+    }
+
+    /// Client `client` closed (`ShardLeave`): its low-water mark no
+    /// longer holds the watermark. Safe as its silence is: a client that
+    /// leaves has no transaction under way, and a late copy of anything
+    /// it sent before is refused as a silent client's is: a read below
+    /// the collected versions, and a prepare or batch whose version is
+    /// below the forgotten decisions (`Participant::prepare`).
+    pub fn leave(&self, client: ClientId) {
+        self.lock().clients.remove(&client);
     }
 
     /// Collect versions below the clients' watermark, then forget the
