@@ -101,6 +101,14 @@ fn balance(v: &[u8]) -> u64 {
     u64::from_le_bytes(v.try_into().expect("8 bytes"))
 }
 
+/// Every row of `table`, read in one transaction.
+fn rows(db: &Database, table: &str) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let t = db.open_table(table).expect("table");
+    let mut tx = db.begin().expect("begin");
+    let (all, forward) = (std::ops::Bound::Unbounded, milliscale::Direction::Forward);
+    tx.scan(&t, all, all, forward, usize::MAX).expect("scan").into_iter().collect()
+}
+
 /// Check one crash image against the acks seen while it was frozen.
 fn check_image(store: &Arc<dyn ObjectStore>, acked: &BTreeSet<u64>) -> usize {
     let (_, scan) = scan_log(store).expect("a crash image scans");
@@ -115,20 +123,8 @@ fn check_image(store: &Arc<dyn ObjectStore>, acked: &BTreeSet<u64>) -> usize {
         Options::new().add_store_handle(Arc::clone(store)).recovery_threads(3),
     )
     .expect("the image recovers");
-    let state: BTreeMap<Vec<u8>, Vec<u8>> = match db.open_table("accounts") {
-        Ok(t) => db
-            .begin()
-            .expect("begin")
-            .scan(
-                &t,
-                std::ops::Bound::Unbounded,
-                std::ops::Bound::Unbounded,
-                milliscale::Direction::Forward,
-                usize::MAX,
-            )
-            .expect("scan")
-            .into_iter()
-            .collect(),
+    let state = match db.open_table("accounts") {
+        Ok(_) => rows(&db, "accounts"),
         Err(_) => BTreeMap::new(),
     };
     if !state.is_empty() {
@@ -543,20 +539,7 @@ fn replay_patches_checkpointed_values_through_the_record_it_looked_up() {
     model.insert(b"n1".to_vec(), b"xYxx".to_vec());
     drop(db); // no close: the recovery below replays the log
 
-    let rows = |db: &Database| -> BTreeMap<Vec<u8>, Vec<u8>> {
-        let t = db.open_table("t").expect("table");
-        let mut tx = db.begin().expect("begin");
-        let rows = tx
-            .scan(
-                &t,
-                std::ops::Bound::Unbounded,
-                std::ops::Bound::Unbounded,
-                milliscale::Direction::Forward,
-                usize::MAX,
-            )
-            .expect("scan");
-        rows.into_iter().collect()
-    };
+    let rows = |db: &Database| rows(db, "t");
     for threads in [1, 3] {
         let db = Database::open_read_only(options(threads)).expect("recover");
         let r = db.recovery_report().expect("report");
