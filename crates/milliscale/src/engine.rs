@@ -21,6 +21,7 @@ use crate::limits::TABLE_NAME_BYTES_MAX;
 use crate::log::Log;
 use crate::manifest::{Manifest, ManifestStore};
 use crate::mvcc::Csn;
+use crate::mvcc::gc::Retrims;
 use crate::mvcc::oid_array::OidArray;
 use crate::mvcc::txn_table::TxnTable;
 use crate::options::Options;
@@ -52,6 +53,9 @@ pub(crate) struct Engine {
     pub(crate) versions_retired: CachePadded<AtomicU64>,
     /// Deleted keys waiting for the horizon (`reclaim`).
     pub(crate) reclaim: Reclaimer,
+    /// Records holding a replaced version, waiting for the horizon
+    /// (`mvcc::gc`).
+    pub(crate) retrims: Retrims,
     pub(crate) txns: TxnTable,
     pub(crate) tables: RwLock<Catalog>,
     /// With a log: the manifest chain and the current version. Held while
@@ -122,6 +126,7 @@ impl Engine {
             gc_horizon: CachePadded::new(AtomicU64::new(0)),
             versions_retired: CachePadded::new(AtomicU64::new(0)),
             reclaim: Reclaimer::default(),
+            retrims: Retrims::default(),
             txns,
             tables: RwLock::new(Catalog::default()),
             manifest,

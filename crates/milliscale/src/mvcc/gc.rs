@@ -21,13 +21,74 @@
 //! one write in [`FULL_WALK_EVERY`] (by CSN). Garbage on a hot chain is then
 //! retired within that many writes of it; chains that are short (the usual
 //! case) are trimmed on every write, as before.
+//!
+//! **A replaced version goes once the horizon passes its replacement, not
+//! at the record's next write.** The horizon trails the commit that trims
+//! (it is below the commit's own CSN, and with a log below gCSN), so that
+//! trim keeps the version the commit replaced. Left there, every record
+//! ever updated would hold two versions until it is written again: one
+//! more version per record touched, a third more memory once every row
+//! of a table has been updated (`BENCHMARKS.md`). So a commit whose trim
+//! leaves a version below its own queues the record ([`Retrims`]), and
+//! later commits trim the queued records once the horizon passes the
+//! commit that queued them, a bounded number per commit.
 
-use std::sync::atomic::Ordering;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crossbeam_epoch::{Atomic, Guard, Shared};
+use parking_lot::Mutex;
 
 use super::Csn;
+use super::oid_array::Rid;
 use super::version::{Stamp, Version};
+
+/// Queued records a commit trims at most beyond its own writes' number
+/// (see [`Retrims::cycle`]).
+pub(crate) const RETRIMS_PER_COMMIT: usize = 64;
+
+/// A record to trim again once the horizon passes `csn`, the commit that
+/// left a version below its own there.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Retrim {
+    pub(crate) table: u32,
+    pub(crate) rid: Rid,
+    pub(crate) csn: Csn,
+}
+
+/// Records due for a trim, taken from the queue by one commit.
+pub(crate) type Due = smallvec::SmallVec<[Retrim; 16]>;
+
+/// The records waiting for the horizon (see the module's comment), oldest
+/// commit first (roughly: commits queue concurrently).
+#[derive(Default)]
+pub(crate) struct Retrims {
+    queue: Mutex<VecDeque<Retrim>>,
+    queued: AtomicUsize,
+}
+
+impl Retrims {
+    /// Queue `new`, and move into `due` up to `max` queued records whose
+    /// commit is below `horizon`: one lock for both.
+    pub(crate) fn cycle(&self, new: &[Retrim], horizon: Csn, max: usize, due: &mut Due) {
+        if new.is_empty() && self.queued.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let mut q = self.queue.lock();
+        q.extend(new.iter().copied());
+        while due.len() < max && q.front().is_some_and(|r| r.csn < horizon) {
+            due.extend(q.pop_front());
+        }
+        self.queued.store(q.len(), Ordering::Release);
+    }
+}
+
+/// Whether the chain at `head` holds a version below its newest.
+pub(crate) fn holds_older(head: &Atomic<Version>, guard: &Guard) -> bool {
+    // SAFETY: pinned by `guard`; versions are freed only through the epoch collector.
+    unsafe { head.load(Ordering::Acquire, guard).as_ref() }
+        .is_some_and(|v| !v.next.load(Ordering::Acquire, guard).is_null())
+}
 
 /// Versions a trim walks before it gives up, unless asked for a full walk.
 pub(crate) const SHORT_WALK: usize = 4;

@@ -6,7 +6,9 @@
 //! versions before it stay, so a reader at an older snapshot keeps seeing
 //! what it saw (recovery's `replay::install` replaces a key's only version,
 //! which is right only before anyone reads). Chains are trimmed at the
-//! readers' horizon as the engine's writers trim them (`mvcc::gc`).
+//! readers' horizon as the engine's writers trim them (`mvcc::gc`); a
+//! chain still holding the version a record replaced is queued and trimmed
+//! again once the horizon passes it ([`retrim_due`]), as on the writer.
 //!
 //! Invariant: versions are stamped before the CSN counter (the replica's
 //! applied CSN, which snapshots are taken from) moves past them, so a
@@ -32,6 +34,8 @@ use crossbeam_epoch::{Guard, Owned};
 
 use crate::error::{Error, Result};
 use crate::log::record::{Entry, OpRef};
+use crate::mvcc::gc::{Retrim, Retrims};
+use crate::mvcc::oid_array::Rid;
 use crate::mvcc::version::{Stamp, Version};
 use crate::mvcc::{Csn, gc};
 use crate::reclaim::{Doomed, Reclaimer};
@@ -44,7 +48,8 @@ const FULL_WALK_EVERY: u64 = gc::FULL_WALK_EVERY;
 /// Apply `entries`, consecutive transactions in CSN order, on `threads`
 /// threads (the caller's and `threads - 1` more), partitioned by key; a
 /// run of fewer than `parallel_min` records on the calling thread alone.
-/// Returns the records applied. On an error some records of the run may be
+/// Returns the records applied; the records left holding the version they
+/// replaced go to `retrims`. On an error some records of the run may be
 /// in: the caller stops without moving its applied CSN past the run, so no
 /// reader sees them.
 pub(crate) fn apply_batch(
@@ -53,6 +58,7 @@ pub(crate) fn apply_batch(
     horizon: Csn,
     threads: usize,
     parallel_min: usize,
+    retrims: &Retrims,
 ) -> Result<u64> {
     let records: usize = entries
         .iter()
@@ -62,15 +68,18 @@ pub(crate) fn apply_batch(
         })
         .sum();
     let threads = threads.max(1);
-    if threads == 1 || records < parallel_min {
+    let (n, again) = if threads == 1 || records < parallel_min {
         let guard = crossbeam_epoch::pin();
-        let mut n = 0;
+        let (mut n, mut again) = (0, Vec::new());
         for e in entries {
-            n += apply_entry(tables, e, horizon, Partition::ALL, &guard)?;
+            n += apply_entry(tables, e, horizon, Partition::ALL, &mut again, &guard)?;
         }
-        return Ok(n);
-    }
-    apply_partitioned(tables, entries, horizon, threads)
+        (n, again)
+    } else {
+        apply_partitioned(tables, entries, horizon, threads)?
+    };
+    retrims.cycle(&again, horizon, 0, &mut gc::Due::new());
+    Ok(n)
 }
 
 /// [`apply_batch`] on `threads` threads whatever the run's size.
@@ -79,14 +88,15 @@ fn apply_partitioned(
     entries: &[Entry],
     horizon: Csn,
     threads: usize,
-) -> Result<u64> {
+) -> Result<(u64, Vec<Retrim>)> {
     let part = |index: usize| {
         let guard = crossbeam_epoch::pin();
-        let mut n = 0;
+        let (mut n, mut again) = (0, Vec::new());
+        let part = Partition { index, of: threads };
         for e in entries {
-            n += apply_entry(tables, e, horizon, Partition { index, of: threads }, &guard)?;
+            n += apply_entry(tables, e, horizon, part, &mut again, &guard)?;
         }
-        Ok::<u64, Error>(n)
+        Ok::<(u64, Vec<Retrim>), Error>((n, again))
     };
     std::thread::scope(|s| {
         // A partition whose thread cannot start is applied here.
@@ -98,14 +108,16 @@ fn apply_partitioned(
                     .map_err(|_| i)
             })
             .collect();
-        let mut n = part(0)?;
+        let (mut n, mut again) = part(0)?;
         for h in others {
-            n += match h {
+            let (m, more) = match h {
                 Ok(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))?,
                 Err(i) => part(i)?,
             };
+            n += m;
+            again.extend(more);
         }
-        Ok(n)
+        Ok((n, again))
     })
 }
 
@@ -126,13 +138,15 @@ impl Partition {
 }
 
 /// Apply the records of one committed entry whose keys `part` owns, as
-/// versions at its CSN. Returns the records applied. `horizon` is the
+/// versions at its CSN. Returns the records applied; those whose chain
+/// still holds the version replaced go to `again`. `horizon` is the
 /// readers' GC horizon.
 pub(crate) fn apply_entry(
     tables: &[Arc<TableInner>],
     entry: &Entry,
     horizon: Csn,
     part: Partition,
+    again: &mut Vec<Retrim>,
     guard: &Guard,
 ) -> Result<u64> {
     let Entry::Commit { csn, records, .. } = entry else { return Ok(0) };
@@ -152,12 +166,12 @@ pub(crate) fn apply_entry(
             continue;
         }
         let full = csn.is_multiple_of(FULL_WALK_EVERY);
-        match r.op {
+        let kept = match r.op {
             OpRef::Insert(v) | OpRef::Update(v) => {
-                push(table, r.key, Version::committed(csn, Some(v)), horizon, full, guard)?;
+                push(table, r.key, Version::committed(csn, Some(v)), horizon, full, guard)?
             }
             OpRef::Delete => {
-                push(table, r.key, Version::committed(csn, None), horizon, full, guard)?;
+                push(table, r.key, Version::committed(csn, None), horizon, full, guard)?
             }
             OpRef::Delta { offset, bytes } => {
                 // One index lookup for the base and the new head.
@@ -182,8 +196,12 @@ pub(crate) fn apply_entry(
                 }
                 let mut value = base.to_vec();
                 value[at..end].copy_from_slice(bytes);
-                push_on(slot, Version::committed(csn, Some(&value)), horizon, full, guard);
+                push_on(slot, Version::committed(csn, Some(&value)), horizon, full, guard)
+                    .then_some(rid)
             }
+        };
+        if let Some(rid) = kept {
+            again.push(Retrim { table: r.table, rid, csn });
         }
         n += 1;
     }
@@ -222,7 +240,8 @@ fn latest<'g>(table: &TableInner, key: &[u8], guard: &'g Guard) -> Option<&'g [u
 }
 
 /// Put `version` at the head of `key`'s chain (creating the key), then
-/// trim the chain at `horizon`.
+/// trim the chain at `horizon`. The key's RID if the chain still holds a
+/// version below the new one.
 fn push(
     table: &TableInner,
     key: &[u8],
@@ -230,10 +249,10 @@ fn push(
     horizon: Csn,
     full: bool,
     guard: &Guard,
-) -> Result<()> {
+) -> Result<Option<Rid>> {
     let rid = match table.index.get(key) {
         Some(rid) => rid,
-        None if version.is_tombstone() => return Ok(()),
+        None if version.is_tombstone() => return Ok(None),
         None => {
             // A RID freed below the readers' horizon is no reader's.
             let rid = table.records.allocate(horizon)?;
@@ -244,23 +263,43 @@ fn push(
             rid
         }
     };
-    push_on(table.records.slot(rid), version, horizon, full, guard);
-    Ok(())
+    Ok(push_on(table.records.slot(rid), version, horizon, full, guard).then_some(rid))
 }
 
 /// Put `version` at the head of the chain in `slot`, then trim it.
+/// Whether the chain still holds a version below the new one.
 fn push_on(
     slot: &crossbeam_epoch::Atomic<Version>,
     version: Owned<Version>,
     horizon: Csn,
     full: bool,
     guard: &Guard,
-) {
+) -> bool {
     // The replica applies each chain on one thread: no race on the head.
     let head = slot.load(Ordering::Acquire, guard);
     version.next.store(head, Ordering::Relaxed);
     slot.store(version, Ordering::Release);
     gc::trim_chain(slot, horizon, full, guard);
+    gc::holds_older(slot, guard)
+}
+
+/// Trim the queued chains whose record's CSN the readers' `horizon` has
+/// passed, up to `max`; on the thread that applies, between runs (as
+/// the reclaimer: an apply thread writes its chains' heads without a
+/// CAS). Returns the versions retired.
+pub(crate) fn retrim_due(
+    tables: &[Arc<TableInner>],
+    retrims: &Retrims,
+    horizon: Csn,
+    max: usize,
+    guard: &Guard,
+) -> usize {
+    let mut due = gc::Due::new();
+    retrims.cycle(&[], horizon, max, &mut due);
+    due.iter()
+        .filter_map(|r| tables.get(r.table as usize).filter(|t| !t.is_dropped()).map(|t| (t, r)))
+        .map(|(t, r)| gc::trim_chain(t.records.slot(r.rid), horizon, false, guard))
+        .sum()
 }
 
 /// What a catch-up changed.

@@ -74,6 +74,9 @@ use crate::table::TableInner;
 
 /// Deleted keys a replica reclaims at most between two runs it applies.
 const RECLAIM_PER_ADVANCE: usize = 4096;
+/// Chains holding a replaced version trimmed at most per advance (see
+/// `apply::retrim_due`): more than the records a run applies.
+const RETRIM_PER_ADVANCE: usize = 1 << 16;
 
 /// While the database is idle, the manifest is checked every this many
 /// `poll_max` (at least `manifest_every`).
@@ -296,6 +299,12 @@ impl Follower {
             self.db.gc_counter(),
             RECLAIM_PER_ADVANCE,
             &crossbeam_epoch::pin(),
+        ) + apply::retrim_due(
+            &self.tables,
+            &self.db.retrims,
+            horizon,
+            RETRIM_PER_ADVANCE,
+            &crossbeam_epoch::pin(),
         );
         self.db.versions_retired.fetch_add(retired as u64, Ordering::Relaxed);
         // The run: entries from `applied` up to `next` (seal-skipped CSNs
@@ -373,6 +382,7 @@ impl Follower {
             horizon,
             self.opts.apply_threads,
             self.opts.apply_parallel_min,
+            &self.db.retrims,
         )?;
         apply::queue_deletes(&self.tables, &run.entries, &self.db.reclaim);
         self.applied = next;

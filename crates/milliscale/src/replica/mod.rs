@@ -151,6 +151,9 @@ pub struct ReplicaMetrics {
     pub epochs_followed: u64,
     /// Checkpoints built and offered to the writer.
     pub checkpoints_offered: u64,
+    /// Versions freed by garbage collection: replaced ones below the
+    /// readers' horizon, and deleted keys' (`Stats::versions_retired`).
+    pub versions_retired: u64,
     /// What the requests cost at the stores' price table (`None` if a store
     /// has none).
     pub cost_usd: Option<f64>,
@@ -424,6 +427,7 @@ impl Replica {
             catch_up_rows: c.catch_up_rows,
             epochs_followed: c.epochs_followed,
             checkpoints_offered: c.checkpoints_offered,
+            versions_retired: self.db.stats().versions_retired,
             cost_usd: cost,
             last_error: c.last_error.clone(),
             stopped: p.error.as_ref().map(Error::to_string),

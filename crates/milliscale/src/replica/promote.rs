@@ -228,6 +228,7 @@ impl Follower {
             horizon,
             self.opts.apply_threads,
             self.opts.apply_parallel_min,
+            &self.db.retrims,
         )?;
         super::apply::queue_deletes(&tables, &batch, &self.db.reclaim);
         self.applied = seal.max_csn + 1;

@@ -514,15 +514,50 @@ impl<'db> Transaction<'db> {
             return;
         }
         let mut retired = 0;
+        let mut again = smallvec::SmallVec::<[gc::Retrim; 8]>::new();
         for w in &self.writes {
             let full = csn.is_multiple_of(gc::FULL_WALK_EVERY);
-            retired += gc::trim_chain(w.table.records.slot(w.rid), horizon, full, guard);
+            let slot = w.table.records.slot(w.rid);
+            retired += gc::trim_chain(slot, horizon, full, guard);
+            if gc::holds_older(slot, guard) {
+                again.push(gc::Retrim { table: w.table.id, rid: w.rid, csn });
+            }
         }
+        retired += self.retrim(&again, horizon, guard);
         retired +=
             self.db.reclaim.drain(horizon, self.db.gc_counter(), reclaim::DRAIN_PER_COMMIT, guard);
         if retired > 0 {
             self.db.versions_retired.fetch_add(retired as u64, Ordering::Relaxed);
         }
+    }
+
+    /// Queue `again` (records this commit left holding the version it
+    /// replaced) and trim the queued records the horizon has passed: as
+    /// many as this commit queued and up to [`gc::RETRIMS_PER_COMMIT`]
+    /// more, so that the queue drains while commits continue.
+    ///
+    /// The catalog is only tried: a table created or dropped holds it
+    /// across a store's round trip, which no commit waits for (nothing is
+    /// taken from the queue then).
+    fn retrim(&self, again: &[gc::Retrim], horizon: Csn, guard: &Guard) -> usize {
+        let tables = self.db.tables.try_read();
+        let max = match tables {
+            Some(_) => again.len() + gc::RETRIMS_PER_COMMIT,
+            None => 0,
+        };
+        let mut due = gc::Due::new();
+        self.db.retrims.cycle(again, horizon, max, &mut due);
+        let Some(tables) = tables.filter(|_| !due.is_empty()) else { return 0 };
+        let mut retired = 0;
+        for r in due {
+            // A dropped table's records are freed with it: not trimmed.
+            if let Some(t) = tables.by_id.get(r.table as usize)
+                && !t.is_dropped()
+            {
+                retired += gc::trim_chain(t.records.slot(r.rid), horizon, false, guard);
+            }
+        }
+        retired
     }
 
     fn abort_inner(&mut self) {
