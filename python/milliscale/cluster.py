@@ -231,7 +231,12 @@ class Cluster:
         return self._conn.client_id
 
     def close(self) -> None:
-        """Close: later calls raise :class:`MilliscaleError` (kind ``closed``)."""
+        """Close: later calls raise :class:`MilliscaleError` (kind ``closed``).
+
+        The shards are told this client left, so that it stops holding
+        back the old versions and decisions they collect (a client that
+        just goes away holds them for the shards' client silence, 10 s).
+        """
         self._conn.close()
 
     def __enter__(self) -> "Cluster":
