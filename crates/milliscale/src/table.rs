@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::index::OrderedIndex;
 use crate::mvcc::oid_array::OidArray;
+use crate::mvcc::{Csn, gc};
 
 /// A handle to a table. Cheap to clone; valid only with the database that
 /// created or opened it.
@@ -55,4 +56,19 @@ impl std::fmt::Debug for Table {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Table").field("id", &self.inner.id).field("name", &self.inner.name).finish()
     }
+}
+
+/// Trim the chains of `due`, records of `tables` (by table id), at
+/// `horizon`. A dropped table's records are freed with it: skipped.
+/// Returns the versions retired.
+pub(crate) fn trim_due(
+    tables: &[Arc<TableInner>],
+    due: &gc::Due,
+    horizon: Csn,
+    guard: &crossbeam_epoch::Guard,
+) -> usize {
+    due.iter()
+        .filter_map(|r| tables.get(r.table as usize).filter(|t| !t.is_dropped()).map(|t| (t, r)))
+        .map(|(t, r)| gc::trim_chain(t.records.slot(r.rid), horizon, false, guard))
+        .sum()
 }

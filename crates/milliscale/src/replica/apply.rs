@@ -296,10 +296,7 @@ pub(crate) fn retrim_due(
 ) -> usize {
     let mut due = gc::Due::new();
     retrims.cycle(&[], horizon, max, &mut due);
-    due.iter()
-        .filter_map(|r| tables.get(r.table as usize).filter(|t| !t.is_dropped()).map(|t| (t, r)))
-        .map(|(t, r)| gc::trim_chain(t.records.slot(r.rid), horizon, false, guard))
-        .sum()
+    crate::table::trim_due(tables, &due, horizon, guard)
 }
 
 /// What a catch-up changed.

@@ -548,16 +548,7 @@ impl<'db> Transaction<'db> {
         let mut due = gc::Due::new();
         self.db.retrims.cycle(again, horizon, max, &mut due);
         let Some(tables) = tables.filter(|_| !due.is_empty()) else { return 0 };
-        let mut retired = 0;
-        for r in due {
-            // A dropped table's records are freed with it: not trimmed.
-            if let Some(t) = tables.by_id.get(r.table as usize)
-                && !t.is_dropped()
-            {
-                retired += gc::trim_chain(t.records.slot(r.rid), horizon, false, guard);
-            }
-        }
-        retired
+        crate::table::trim_due(&tables.by_id, &due, horizon, guard)
     }
 
     fn abort_inner(&mut self) {
