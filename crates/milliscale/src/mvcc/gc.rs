@@ -81,6 +81,11 @@ impl Retrims {
         }
         self.queued.store(q.len(), Ordering::Release);
     }
+
+    /// Records queued.
+    pub(crate) fn queued(&self) -> usize {
+        self.queued.load(Ordering::Acquire)
+    }
 }
 
 /// Whether the chain at `head` holds a version below its newest.

@@ -540,6 +540,11 @@ impl<'db> Transaction<'db> {
     /// across a store's round trip, which no commit waits for (nothing is
     /// taken from the queue then).
     fn retrim(&self, again: &[gc::Retrim], horizon: Csn, guard: &Guard) -> usize {
+        // Nothing to queue or trim (an insert-only load): not even the
+        // catalog's lock word is touched.
+        if again.is_empty() && self.db.retrims.queued() == 0 {
+            return 0;
+        }
         let tables = self.db.tables.try_read();
         let max = match tables {
             Some(_) => again.len() + gc::RETRIMS_PER_COMMIT,

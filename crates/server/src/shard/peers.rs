@@ -139,7 +139,7 @@ impl Shard {
     /// leaves has no transaction under way, and a late copy of anything
     /// it sent before is refused as a silent client's is: a read below
     /// the collected versions, and a prepare or batch whose version is
-    /// below the forgotten decisions (`Participant::prepare`).
+    /// below the forgotten decisions (`Participant::validate`).
     pub fn leave(&self, client: ClientId) {
         self.lock().clients.remove(&client);
     }
