@@ -200,7 +200,9 @@ pub struct Shard {
     durable: watch::Sender<u64>,
     /// Woken by each decision, for reads waiting on a prepared write.
     decided: tokio::sync::Notify,
-    peers: Mutex<HashMap<ShardId, MilliscaleClient<Channel>>>,
+    /// A client of each other shard, with the map version whose address
+    /// it was made from ([`Shard::peer`]).
+    peers: Mutex<HashMap<ShardId, (u64, MilliscaleClient<Channel>)>>,
     stop: watch::Sender<bool>,
     started: Recovery,
     /// The rebalancer's last round found nothing to do.

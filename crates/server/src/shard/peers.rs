@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use milliscale_milana::coordinator::terminate;
+use milliscale_milana::shard_map::ShardMap;
 use milliscale_milana::types::{ClientId, ShardId, Timestamp, TxnId, TxnStatus};
 use milliscale_proto::v1 as proto;
 use proto::milliscale_client::MilliscaleClient;
@@ -16,14 +17,25 @@ use tonic::transport::Channel;
 use super::{Shard, latest_map, status_from, txn_to};
 
 impl Shard {
-    /// A client for shard `s`, from the current map.
+    /// A client for shard `s`, from the current map: the one made before
+    /// if the map has not changed since, else a new one.
+    ///
+    /// `peers` and `map` are never held together, here or in
+    /// [`Shard::refresh_map`]. (Holding `peers` while reading `map`, as
+    /// this once did, deadlocked against a refresh that held `map` for
+    /// writing while it cleared `peers`: both of a shard's runtime threads
+    /// stopped, and the shard answered nothing.) A client is kept with the
+    /// map version it was made from, so a refresh need not clear them.
     fn peer(&self, s: ShardId) -> Option<MilliscaleClient<Channel>> {
-        let mut peers = self.peers.lock();
-        if let Some(c) = peers.get(&s) {
+        let (version, addr) = {
+            let map = self.map.read();
+            (map.version, map.shards.get(&s)?.addr.clone())
+        };
+        if let Some((v, c)) = self.peers.lock().get(&s)
+            && *v == version
+        {
             return Some(c.clone());
         }
-        let map = self.map.read();
-        let addr = &map.shards.get(&s)?.addr;
         let scheme = if self.opts.peer_tls_ca.is_some() { "https" } else { "http" };
         let mut endpoint = Channel::from_shared(format!("{scheme}://{addr}"))
             .ok()?
@@ -34,7 +46,7 @@ impl Shard {
             endpoint = endpoint.tls_config(tls).ok()?;
         }
         let c = MilliscaleClient::new(endpoint.connect_lazy());
-        peers.insert(s, c.clone());
+        self.peers.lock().insert(s, (version, c.clone()));
         Some(c)
     }
 
@@ -194,11 +206,15 @@ impl Shard {
     pub(super) async fn refresh_map(&self) {
         if let Ok(m) = latest_map(&self.maps).await {
             *self.map_read.lock() = Instant::now();
-            let mut map = self.map.write();
-            if m.version > map.version {
-                *map = m;
-                self.peers.lock().clear();
-            }
+            self.adopt_map(m);
+        }
+    }
+
+    /// Serve under map `m` if it is newer than the map served.
+    fn adopt_map(&self, m: ShardMap) {
+        let mut map = self.map.write();
+        if m.version > map.version {
+            *map = m;
         }
     }
 }
@@ -231,5 +247,97 @@ pub(super) async fn background(shard: Arc<Shard>, mut stop: watch::Receiver<bool
             shard.collect_and_forget().await;
             collected = Instant::now();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+    use milliscale::{AsyncDatabase, Options};
+    use milliscale_milana::shard_map::{MapStore, ShardInfo};
+
+    use super::*;
+    use crate::shard::ShardOptions;
+
+    /// A shard that looks up its peers (termination queries, collection)
+    /// while it adopts newer maps goes on doing both: `peer` and
+    /// `adopt_map` never wait for one of the two locks while holding the
+    /// other. With `peers` held across the map's read in `peer` and taken
+    /// under the map's write lock to clear it in the refresh (the bug this
+    /// guards against), this test fails within 3 s: the threads, and the
+    /// shard's runtime with its background tasks, stop. The watchdog is
+    /// this thread, off the runtime; on a deadlock the runtime is leaked
+    /// (its threads cannot be joined) and the test fails.
+    #[test]
+    fn peer_lookups_and_map_refreshes_never_wait_for_each_other() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let map_url = format!("file://{}/map", dir.path().display());
+        let maps = MapStore::new(milliscale::store::open(&map_url).expect("map store"), "");
+        let info = |port| ShardInfo { addr: format!("127.0.0.1:{port}"), log: String::new() };
+        let mut map = ShardMap {
+            version: 1,
+            ranges: vec![(Vec::new(), 0)],
+            shards: [(0, info(1)), (1, info(2)), (2, info(3))].into_iter().collect(),
+            rebalance: None,
+            split_load: None,
+        };
+        maps.publish(&map).expect("publish");
+        let data = format!("file://{}/shard-0", dir.path().display());
+        let shard = rt.block_on(async {
+            let db = AsyncDatabase::open(Options::new().store(&data)).await.expect("open");
+            Shard::start(db, ShardOptions::new(0, map_url)).await.expect("start")
+        });
+
+        let (stop, done) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
+        let mut threads = Vec::new();
+        for t in 0..3u32 {
+            let (shard, stop, done, rt) =
+                (Arc::clone(&shard), Arc::clone(&stop), Arc::clone(&done), rt.handle().clone());
+            threads.push(std::thread::spawn(move || {
+                let _rt = rt.enter(); // a lazy channel spawns its task
+                while !stop.load(Ordering::Relaxed) {
+                    assert!(shard.peer(1 + t % 2).is_some());
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            }));
+        }
+        let (shard2, stop2, done2) = (Arc::clone(&shard), Arc::clone(&stop), Arc::clone(&done));
+        threads.push(std::thread::spawn(move || {
+            while !stop2.load(Ordering::Relaxed) {
+                map.version += 1;
+                shard2.adopt_map(map.clone());
+                done2.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+        // Progress for 2 s; none for 3 s is a deadlock.
+        let started = Instant::now();
+        let (mut seen, mut moved) = (0, Instant::now());
+        loop {
+            std::thread::sleep(Duration::from_millis(50));
+            let now = done.load(Ordering::Relaxed);
+            let progressed = now != seen;
+            if progressed {
+                (seen, moved) = (now, Instant::now());
+            }
+            if moved.elapsed() > Duration::from_secs(3) {
+                std::mem::forget(rt);
+                panic!("peer and adopt_map deadlocked");
+            }
+            if started.elapsed() > Duration::from_secs(2) && progressed {
+                break;
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        for t in threads {
+            t.join().expect("a thread");
+        }
+        assert!(shard.map.read().version > 1000, "the map was adopted again and again");
+        shard.stop();
     }
 }
