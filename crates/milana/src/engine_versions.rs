@@ -66,7 +66,7 @@ pub struct EngineVersions {
     /// Rows read a moment ago by the caller, by cluster key, offered to
     /// the next install in place of reading them again
     /// ([`EngineVersions::offer_rows`]).
-    offered: HashMap<HeldKey, Arc<[u8]>>,
+    offered: HashMap<HeldKey, KeptRow>,
     /// Ranges being copied to another shard, and the keys installed in
     /// them since ([`EngineVersions::tracked`]).
     tracked: Tracked,
@@ -87,12 +87,18 @@ pub struct RowWrite {
     /// and they are a small part of it: written in place, so that the log
     /// holds only them (the engine's delta logging).
     changed: Option<Vec<(usize, usize)>>,
+    /// Where the engine found the key's row, if a read the caller keeps
+    /// open found it ([`KeptRow`]).
+    hint: Option<milliscale::RowHint>,
 }
 
 impl RowWrite {
     /// Write it in `tx` (an empty row: delete the key's).
     pub fn apply(&self, tx: &mut AsyncTransaction) -> milliscale::Result<()> {
         let table = &self.table;
+        if let Some(hint) = self.hint {
+            tx.assume_row(table, &self.key, hint);
+        }
         match &self.changed {
             None if self.row.is_empty() => tx.delete(table, &self.key).map(drop),
             None => tx.put(table, &self.key, &self.row),
@@ -131,7 +137,7 @@ impl RowWrite {
             let bytes: usize = ranges.iter().map(|(a, b)| b - a).sum();
             (bytes * 2 <= row.len()).then_some(ranges)
         });
-        RowWrite { table, key: key.to_vec(), row, changed }
+        RowWrite { table, key: key.to_vec(), row, changed, hint: None }
     }
 }
 
@@ -169,7 +175,30 @@ pub use tracked::Tracked;
 
 /// One read of [`VersionRows::values`]: the value (`None`: not held;
 /// `Some(None)`: a deletion) and, if asked for, the key's row.
-pub type ValueRead = (Option<Option<Value>>, Option<Arc<[u8]>>);
+pub type ValueRead = (Option<Option<Value>>, Option<KeptRow>);
+
+/// A key's row as [`VersionRows::values`] read it, kept for the install
+/// of a batch that writes the key ([`EngineVersions::offer_rows`]): the
+/// whole row, and where the engine found it, so that the install's write
+/// skips the index's descent while the read's engine transaction is open
+/// ([`VersionRows::values_held`]).
+#[derive(Clone, Debug)]
+pub struct KeptRow {
+    pub row: Arc<[u8]>,
+    pub hint: Option<milliscale::RowHint>,
+}
+
+/// The engine transaction of a [`VersionRows::values_held`] read, kept
+/// open until the install that uses its rows' hints has written: while
+/// it is open no record id it found can go to another key.
+pub struct HeldRead(#[allow(dead_code)] Option<milliscale::AsyncTransaction>);
+
+impl HeldRead {
+    /// Nothing read.
+    pub fn none() -> HeldRead {
+        HeldRead(None)
+    }
+}
 
 /// Reads one version's value (the row's, or one replaced and still held)
 /// without `&EngineVersions`; shared across threads.
@@ -216,6 +245,17 @@ impl VersionRows {
         &self,
         reads: impl IntoIterator<Item = (&'k [u8], CommitTs, bool)>,
     ) -> Vec<ValueRead> {
+        self.values_held(reads).0
+    }
+
+    /// [`VersionRows::values`], with its engine transaction, to keep
+    /// until the install that writes the rows kept has written (drop it
+    /// then; not across an `.await`: it holds one of the engine's
+    /// transaction slots).
+    pub fn values_held<'k>(
+        &self,
+        reads: impl IntoIterator<Item = (&'k [u8], CommitTs, bool)>,
+    ) -> (Vec<ValueRead>, HeldRead) {
         let mut tx = None;
         let mut table: Option<Table> = None;
         let mut out = Vec::new();
@@ -238,13 +278,16 @@ impl VersionRows {
                 (v == version).then(|| (value.map(<[u8]>::to_vec), keep.then(|| Arc::from(row))))
             });
             out.push(match row.expect("read a version") {
-                Some(Some((value, row))) => (Some(value), row),
+                Some(Some((value, row))) => {
+                    let kept = row.map(|row| KeptRow { row, hint: tx.row_hint(t, k) });
+                    (Some(value), kept)
+                }
                 // Replaced since the caller learned it: in the history (a
                 // version is put there before its row changes).
                 _ => (lock(&self.history).exact(key, version), None),
             });
         }
-        out
+        (out, HeldRead(tx))
     }
 
     /// Drop the versions replaced at or below `watermark`, as
@@ -385,7 +428,7 @@ impl EngineVersions {
     /// in place of reading them again: one that is still its key's newest
     /// version (the memo knows it) is the key's row. Those of an earlier
     /// offer are dropped; an install drops them all.
-    pub fn offer_rows<'k>(&mut self, rows: impl IntoIterator<Item = (&'k [u8], Arc<[u8]>)>) {
+    pub fn offer_rows<'k>(&mut self, rows: impl IntoIterator<Item = (&'k [u8], KeptRow)>) {
         self.offered.clear();
         self.offered.extend(rows.into_iter().map(|(k, row)| (HeldKey::from_slice(k), row)));
     }
@@ -474,20 +517,31 @@ impl EngineVersions {
     /// The row `key` has before the write being staged: a staged one, or
     /// the engine's.
     fn row_before(&self, table: &Table, cluster_key: &[u8], key: &[u8]) -> Option<Arc<[u8]>> {
+        self.row_and_hint_before(table, cluster_key, key).0
+    }
+
+    /// [`EngineVersions::row_before`], with where the engine found it if
+    /// the caller offered it ([`EngineVersions::offer_rows`]).
+    fn row_and_hint_before(
+        &self,
+        table: &Table,
+        cluster_key: &[u8],
+        key: &[u8],
+    ) -> (Option<Arc<[u8]>>, Option<milliscale::RowHint>) {
         let found =
             self.staged.iter().rev().find(|w| w.key == key && w.table.name() == table.name());
         if let Some(w) = found {
-            return (!w.row.is_empty()).then(|| Arc::from(&w.row[..]));
+            return ((!w.row.is_empty()).then(|| Arc::from(&w.row[..])), None);
         }
-        if let Some(row) = self.offered.get(cluster_key)
-            && self.latest.borrow().get(cluster_key) == Some(&parse(row).0)
+        if let Some(kept) = self.offered.get(cluster_key)
+            && self.latest.borrow().get(cluster_key) == Some(&parse(&kept.row).0)
         {
             // The key's newest version, so its row: a version is
             // written once.
-            return Some(row.clone());
+            return (Some(kept.row.clone()), kept.hint);
         }
         let mut tx = self.db.begin().expect("begin a read");
-        tx.get_with(table, key, |r: &[u8]| Arc::<[u8]>::from(r)).expect("read a version")
+        (tx.get_with(table, key, |r: &[u8]| Arc::<[u8]>::from(r)).expect("read a version"), None)
     }
 
     /// The part of `[start, end)` (cluster keys; an empty `end`: no end)
@@ -565,10 +619,12 @@ impl Versions for EngineVersions {
                     _ => self.table_for_write(name),
                 };
                 last = Some(table.clone());
-                let old = self.row_before(&table, key, k);
+                let (old, hint) = self.row_and_hint_before(&table, key, k);
                 let old_version = old.as_deref().map_or(CommitTs::INITIAL, |r| parse(r).0);
                 debug_assert!(old_version < version, "versions go up");
-                rows.push(RowWrite::new(table, k, version, value.as_deref(), old.as_deref()));
+                let mut row = RowWrite::new(table, k, version, value.as_deref(), old.as_deref());
+                row.hint = hint;
+                rows.push(row);
                 // Into the history before the row changes: a reader that
                 // finds the row replaced finds the version there.
                 history.push(key, old_version, old, version.ts);

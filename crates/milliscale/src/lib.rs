@@ -86,7 +86,7 @@ pub mod store {
         StoreError, open,
     };
 }
-pub use txn::{SCAN_BATCH_ROWS, ScanIter, Transaction};
+pub use txn::{RowHint, SCAN_BATCH_ROWS, ScanIter, Transaction};
 
 /// Hooks for this repository's own tools, benchmarks and tests: the log's
 /// byte format and segment writer, object names, recovery's scan and plan,

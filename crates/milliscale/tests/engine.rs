@@ -29,5 +29,6 @@ mod recovery_log;
 mod replica;
 mod replica_tail;
 mod txn_bank_transfers_keep_total;
+mod txn_row_hints;
 mod txn_scan_iterators;
 mod txn_write_skew;

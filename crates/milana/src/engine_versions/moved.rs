@@ -26,7 +26,7 @@ impl EngineVersions {
         lock(&self.history).forget_range(key, &past);
         self.remember(key, version);
         let row = row_value(version, value.as_deref());
-        self.write(vec![RowWrite { table, key: k.to_vec(), row, changed: None }]);
+        self.write(vec![RowWrite { table, key: k.to_vec(), row, changed: None, hint: None }]);
     }
 
     pub(super) fn drop_rows(&mut self, start: &[u8], end: &[u8]) -> usize {
@@ -42,6 +42,7 @@ impl EngineVersions {
                     key: k,
                     row: Vec::new(),
                     changed: None,
+                    hint: None,
                 });
             }
         }
@@ -57,6 +58,7 @@ impl EngineVersions {
                 key: w.key.clone(),
                 row: Vec::new(),
                 changed: None,
+                hint: None,
             })
             .collect();
         gone += deletes.len();

@@ -50,7 +50,7 @@ proptest! {
         let mut ts = 0;
         // Rows read at earlier steps, offered to each install: the
         // newest of their keys, or replaced since (then not to be used).
-        let mut held: Vec<(Key, Arc<[u8]>)> = Vec::new();
+        let mut held: Vec<(Key, KeptRow)> = Vec::new();
         for (op, k, t, kind) in ops {
             let key = keys[k];
             match op {
@@ -67,7 +67,7 @@ proptest! {
                     let writes = vec![(key.to_vec(), value)];
                     let v = CommitTs { ts, client: k as u32 };
                     map.install(v, &writes);
-                    let offered = held.iter().map(|(k, r): &(Key, Arc<[u8]>)| (&k[..], r.clone()));
+                    let offered = held.iter().map(|(k, r): &(Key, KeptRow)| (&k[..], r.clone()));
                     rows.offer_rows(offered);
                     rows.install(v, &writes);
                 }

@@ -79,6 +79,18 @@ impl AsyncTransaction {
         self.tx.get_with(table, key, f)
     }
 
+    /// Where this transaction last found `key`, for another transaction
+    /// that writes it; see [`crate::Transaction::row_hint`].
+    pub fn row_hint(&self, table: &Table, key: &[u8]) -> Option<crate::RowHint> {
+        self.tx.row_hint(table, key)
+    }
+
+    /// Take `hint` as where `key` is, skipping its index lookup; see
+    /// [`crate::Transaction::assume_row`].
+    pub fn assume_row(&mut self, table: &Table, key: &[u8], hint: crate::RowHint) {
+        self.tx.assume_row(table, key, hint);
+    }
+
     /// Insert or replace `key`'s value.
     pub fn put(&mut self, table: &Table, key: &[u8], value: &[u8]) -> Result<()> {
         self.tx.put(table, key, value)

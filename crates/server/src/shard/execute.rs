@@ -46,6 +46,7 @@ use std::sync::Arc;
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 
 use milliscale_milana::coordinator::{ClientTxn, patch};
+use milliscale_milana::engine_versions::{HeldRead, KeptRow};
 use milliscale_milana::participant::{ReadReply, Vote};
 use milliscale_milana::types::{
     CommitTs, Key, TxnId, TxnStatus, Value, cluster_range, split_cluster_key,
@@ -148,7 +149,8 @@ impl Shard {
         };
         const PENDING: &str = "a key read had a prepared write below the read time, still \
                                undecided; run it again";
-        let Some((mut pre, rows, marked)) = self.pre_read(&ops, at, r.client, r.low_water).await?
+        let Some((mut pre, rows, marked, held)) =
+            self.pre_read(&ops, at, r.client, r.low_water).await?
         else {
             return Ok(no(PENDING, 0));
         };
@@ -161,8 +163,15 @@ impl Shard {
             Some(Err(Stop::Locked)) | None => None,
         };
         let run = match outside {
-            Some(batch) => self.commit(&mut self.lock(), batch, version, &rows)?,
+            Some(batch) => {
+                let run = self.commit(&mut self.lock(), batch, version, &rows);
+                // Open until the install wrote: its rows' hints held.
+                drop(held);
+                run?
+            }
             None => {
+                // Not held across the wait: a transaction slot.
+                drop(held);
                 let run = |st: &mut State| match self.operations(
                     Some(st),
                     &ops,
@@ -269,10 +278,10 @@ impl Shard {
         at: u64,
         client: u32,
         low_water: u64,
-    ) -> Result<Option<(PreRead<'a>, Rows<'a>, bool)>, Status> {
+    ) -> Result<Option<(PreRead<'a>, Rows<'a>, bool, HeldRead)>, Status> {
         let keys = store_reads(ops);
         if keys.is_empty() {
-            return Ok(Some((PreRead::new(), Vec::new(), false)));
+            return Ok(Some((PreRead::new(), Vec::new(), false, HeldRead::none())));
         }
         let mark = |st: &mut State| -> Result<Vec<(Option<CommitTs>, bool)>, Status> {
             st.refuse_frozen(keys.iter().map(|k| k.as_slice()), [])?;
@@ -300,7 +309,7 @@ impl Shard {
             .filter_map(|(k, (version, _))| Some((k.as_slice(), (*version)?)))
             .map(|(k, version)| (k, version, written.contains(k)))
             .collect();
-        let values = self.tables.rows.values(known.iter().copied());
+        let (values, held) = self.tables.rows.values_held(known.iter().copied());
         let (mut read, mut rows) = (PreRead::with_capacity(known.len()), Vec::new());
         for ((k, version, _), (value, row)) in known.into_iter().zip(values) {
             // A row gone (its table dropped meanwhile) is read in step 2.
@@ -308,7 +317,7 @@ impl Shard {
             read.insert(k, ReadReply { version, value, prepared_below: false });
             rows.extend(row.map(|row| (k, row)));
         }
-        Ok(Some((read, rows, true)))
+        Ok(Some((read, rows, true, held)))
     }
 
     /// Step 2 of a batch: its operations in order, as its client would
@@ -472,8 +481,9 @@ impl From<Status> for Stop {
 /// What step 1 read, by key (the batch's own).
 type PreRead<'a> = HashMap<&'a [u8], ReadReply>;
 
-/// The rows step 1 read of keys the batch writes (key and whole row).
-type Rows<'a> = Vec<(&'a [u8], Arc<[u8]>)>;
+/// The rows step 1 read of keys the batch writes (key, whole row and
+/// where the engine found it).
+type Rows<'a> = Vec<(&'a [u8], KeptRow)>;
 
 /// The keys a batch reads from the shard's rows, each once, in order: those
 /// of its gets, deletes and patches that it has not written before.

@@ -1,0 +1,81 @@
+//! Row hints (`Transaction::row_hint`, `Transaction::assume_row`): where
+//! one transaction found a key, taken by another that writes it, skipping
+//! the index's descent. A hint is used only while its record id cannot
+//! have gone to another key: a hint whose key was deleted, reclaimed and
+//! whose record id went to a new key is ignored, and the write lands on
+//! its own key.
+
+use milliscale::{Database, Options, Table};
+
+/// Commit `n` one-row transactions elsewhere, so that the GC horizon
+/// moves and the commit path drains the reclaim queue.
+fn churn(db: &Database, other: &Table, n: u32) {
+    for i in 0..n {
+        let mut tx = db.begin().expect("begin");
+        tx.put(other, b"x", &i.to_be_bytes()).expect("put");
+        tx.commit_and_wait().expect("commit");
+    }
+}
+
+#[test]
+fn a_hint_is_given_for_the_key_last_found_and_writes_that_key() {
+    let db = Database::open(Options::new()).expect("open");
+    let t = db.create_table("t").expect("t");
+    let u = db.create_table("u").expect("u");
+    let mut tx = db.begin().expect("begin");
+    for k in [b"a", b"b"] {
+        tx.put(&t, k, b"0000").expect("put");
+    }
+    tx.commit_and_wait().expect("commit");
+
+    let mut reader = db.begin().expect("reader");
+    assert!(reader.row_hint(&t, b"a").is_none(), "nothing looked up yet");
+    assert_eq!(reader.get(&t, b"a").expect("get"), Some(b"0000".to_vec()));
+    let hint = reader.row_hint(&t, b"a").expect("the key last found");
+    assert!(reader.row_hint(&t, b"b").is_none(), "not the key last found");
+    assert!(reader.row_hint(&u, b"a").is_none(), "not its table");
+
+    // The writer takes it while the reader is open, and writes key a.
+    let mut w = db.begin().expect("writer");
+    w.assume_row(&t, b"a", hint);
+    w.update_range(&t, b"a", 1, b"11").expect("patch");
+    // A hint of another table is ignored: key a of u is inserted.
+    w.assume_row(&u, b"a", hint);
+    w.put(&u, b"a", b"u").expect("put");
+    w.commit_and_wait().expect("commit");
+    drop(reader);
+    assert_eq!(db.get(&t, b"a").expect("get"), Some(b"0110".to_vec()));
+    assert_eq!(db.get(&t, b"b").expect("get"), Some(b"0000".to_vec()));
+    assert_eq!(db.get(&u, b"a").expect("get"), Some(b"u".to_vec()));
+}
+
+#[test]
+fn a_hint_whose_record_went_to_another_key_is_ignored() {
+    let db = Database::open(Options::new()).expect("open");
+    let t = db.create_table("t").expect("t");
+    let other = db.create_table("other").expect("other");
+    db.put(&t, b"gone", b"old").expect("put");
+    let hint = {
+        let mut reader = db.begin().expect("reader");
+        reader.get(&t, b"gone").expect("get");
+        reader.row_hint(&t, b"gone").expect("hint")
+    }; // the reader ends: nothing holds the record id any more
+
+    // The key is deleted and reclaimed; its record id is freed, then
+    // handed to a new key once the horizon has passed.
+    let mut tx = db.begin().expect("begin");
+    assert!(tx.delete(&t, b"gone").expect("delete"));
+    tx.commit_and_wait().expect("commit");
+    churn(&db, &other, 300);
+    assert_eq!(db.stats().keys_reclaimed, 1);
+    churn(&db, &other, 300);
+    db.put(&t, b"new", b"its own").expect("put");
+
+    // A writer given the stale hint must not write the new key's record.
+    let mut w = db.begin().expect("writer");
+    w.assume_row(&t, b"gone", hint);
+    w.put(&t, b"gone", b"back").expect("put");
+    w.commit_and_wait().expect("commit");
+    assert_eq!(db.get(&t, b"new").expect("get"), Some(b"its own".to_vec()));
+    assert_eq!(db.get(&t, b"gone").expect("get"), Some(b"back".to_vec()));
+}
