@@ -20,7 +20,10 @@
 //!    `at`); the rows of the keys the batch also writes are kept, and
 //!    offered to its install (`EngineVersions::offer_rows`), which uses
 //!    one only if it is still its key's newest version, so that a read
-//!    and a write of a key read its row once;
+//!    and a write of a key read its row once; with each row, where the
+//!    engine found it (a `RowHint`), and the read's engine transaction
+//!    stays open until the commit wrote (`HeldRead`), so that the write
+//!    does not descend the index again;
 //! 2. the run: the operations in order, outside the lock when step 1
 //!    read every key they need and they scan nothing (the values at `at`
 //!    cannot change once marked), else under it (a read not served in
