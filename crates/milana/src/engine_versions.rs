@@ -169,45 +169,11 @@ fn last_difference(a: &[u8], b: &[u8]) -> Option<usize> {
 
 mod history;
 use history::History;
+mod reads;
+pub use reads::{HeldRead, KeptRow, ValueRead, VersionRows};
 mod moved;
 mod tracked;
 pub use tracked::Tracked;
-
-/// One read of [`VersionRows::values`]: the value (`None`: not held;
-/// `Some(None)`: a deletion) and, if asked for, the key's row.
-pub type ValueRead = (Option<Option<Value>>, Option<KeptRow>);
-
-/// A key's row as [`VersionRows::values`] read it, kept for the install
-/// of a batch that writes the key ([`EngineVersions::offer_rows`]): the
-/// whole row, and where the engine found it, so that the install's write
-/// skips the index's descent while the read's engine transaction is open
-/// ([`VersionRows::values_held`]).
-#[derive(Clone, Debug)]
-pub struct KeptRow {
-    pub row: Arc<[u8]>,
-    pub hint: Option<milliscale::RowHint>,
-}
-
-/// The engine transaction of a [`VersionRows::values_held`] read, kept
-/// open until the install that uses its rows' hints has written: while
-/// it is open no record id it found can go to another key.
-pub struct HeldRead(#[allow(dead_code)] Option<milliscale::AsyncTransaction>);
-
-impl HeldRead {
-    /// Nothing read.
-    pub fn none() -> HeldRead {
-        HeldRead(None)
-    }
-}
-
-/// Reads one version's value (the row's, or one replaced and still held)
-/// without `&EngineVersions`; shared across threads.
-#[derive(Clone)]
-pub struct VersionRows {
-    db: AsyncDatabase,
-    tables: Tables,
-    history: Arc<Mutex<History>>,
-}
 
 /// The engine tables holding the rows, by cluster table name, shared by
 /// an [`EngineVersions`] and its [`VersionRows`]; in name order, which is
@@ -228,83 +194,6 @@ fn table_named(tables: &Tables, name: &str) -> Option<Table> {
 /// change is one map operation).
 fn tables_mut(tables: &Tables) -> RwLockWriteGuard<'_, BTreeMap<String, Table>> {
     tables.write().unwrap_or_else(PoisonError::into_inner)
-}
-
-impl VersionRows {
-    /// The value of `key` at `version` (`Some(None)`: a deletion), or
-    /// `None` if it is not held (collected, or its table dropped).
-    pub fn value(&self, key: &[u8], version: CommitTs) -> Option<Option<Value>> {
-        self.values([(key, version, false)]).pop().and_then(|(value, _)| value)
-    }
-
-    /// [`VersionRows::value`] of each of `reads` (key, version, and
-    /// whether to keep its row), in one engine transaction; with the row
-    /// read, when asked to keep it and it is the key's row (for
-    /// [`EngineVersions::offer_rows`]: a batch that writes a key it read).
-    pub fn values<'k>(
-        &self,
-        reads: impl IntoIterator<Item = (&'k [u8], CommitTs, bool)>,
-    ) -> Vec<ValueRead> {
-        self.values_held(reads).0
-    }
-
-    /// [`VersionRows::values`], with its engine transaction, to keep
-    /// until the install that writes the rows kept has written (drop it
-    /// then; not across an `.await`: it holds one of the engine's
-    /// transaction slots).
-    pub fn values_held<'k>(
-        &self,
-        reads: impl IntoIterator<Item = (&'k [u8], CommitTs, bool)>,
-    ) -> (Vec<ValueRead>, HeldRead) {
-        let mut tx = None;
-        let mut table: Option<Table> = None;
-        let mut out = Vec::new();
-        for (key, version, keep) in reads {
-            if version == CommitTs::INITIAL {
-                out.push((Some(None), None));
-                continue;
-            }
-            let (name, k) = split(key);
-            if table.as_ref().is_none_or(|t| t.name() != name) {
-                table = table_named(&self.tables, name);
-            }
-            let Some(t) = &table else {
-                out.push((None, None));
-                continue;
-            };
-            let tx = tx.get_or_insert_with(|| self.db.begin().expect("begin a read"));
-            let row = tx.get_with(t, k, |row| {
-                let (v, value) = parse(row);
-                (v == version).then(|| (value.map(<[u8]>::to_vec), keep.then(|| Arc::from(row))))
-            });
-            out.push(match row.expect("read a version") {
-                Some(Some((value, row))) => {
-                    let kept = row.map(|row| KeptRow { row, hint: tx.row_hint(t, k) });
-                    (Some(value), kept)
-                }
-                // Replaced since the caller learned it: in the history (a
-                // version is put there before its row changes).
-                _ => (lock(&self.history).exact(key, version), None),
-            });
-        }
-        (out, HeldRead(tx))
-    }
-
-    /// Drop the versions replaced at or below `watermark`, as
-    /// [`Versions::collect`] does, a thousand replacements at a time, so
-    /// that no install or read waits long for it: for a caller that
-    /// collects outside its own lock, once its participant refuses reads
-    /// below `watermark` ([`crate::participant::Participant::collect_marks`]).
-    /// How many versions it dropped.
-    pub fn collect(&self, watermark: Timestamp) -> usize {
-        collect_in_parts(&self.history, watermark)
-    }
-}
-
-impl std::fmt::Debug for VersionRows {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("VersionRows").finish_non_exhaustive()
-    }
 }
 
 fn lock(h: &Mutex<History>) -> MutexGuard<'_, History> {
