@@ -53,6 +53,7 @@ fn unreachable<T>(r: &Result<T>) -> bool {
 
 pub(crate) mod calls;
 mod close;
+mod conns;
 mod execute;
 mod status;
 mod transaction;
@@ -147,11 +148,17 @@ impl ClusterBuilder {
     pub async fn connect(self) -> Result<Cluster> {
         let first = self.client.clone().streamed_batches(false).connect().await?;
         let map = fetch_map(&first, 0).await?;
+        Ok(self.assemble(first, map))
+    }
+
+    /// The cluster opened through `first`, under `map`.
+    fn assemble(self, first: Client, map: ShardMap) -> Cluster {
         let id = self.id.unwrap_or_else(|| rand::random_range(1..=u32::MAX));
         let inner = Inner {
             clock: Mutex::new(HybridClock::new(self.skew)),
             id,
             builder: self.clone(),
+            map_version: AtomicU64::new(map.version),
             map: RwLock::new(Arc::new(map)),
             conns: Mutex::new(HashMap::new()),
             // A transaction is named ⟨client id, seq⟩ and a shard answers a
@@ -162,7 +169,7 @@ impl ClusterBuilder {
             active: Mutex::new(BTreeSet::new()),
             first,
         };
-        Ok(Cluster { inner: Arc::new(inner) })
+        Cluster { inner: Arc::new(inner) }
     }
 }
 
@@ -191,7 +198,12 @@ struct Inner {
     /// The connection the cluster was opened through.
     first: Client,
     map: RwLock<Arc<ShardMap>>,
-    conns: Mutex<HashMap<ShardId, Client>>,
+    /// `map`'s version, read without its lock (by [`Cluster::shard`]).
+    map_version: AtomicU64,
+    /// A connection to each shard, with the map version whose address it
+    /// was made from. Never locked together with `map` (see
+    /// [`Cluster::shard`]).
+    conns: Mutex<HashMap<ShardId, (u64, Client)>>,
     clock: Mutex<HybridClock>,
     seq: AtomicU64,
     /// The transactions under way: (begin, seq).
@@ -279,12 +291,7 @@ impl Cluster {
                 Ok(m) => {
                     answered = true;
                     let newer = m.version > current;
-                    let mut map =
-                        self.inner.map.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-                    if m.version > map.version {
-                        *map = Arc::new(m);
-                        lock(&self.inner.conns).clear();
-                    }
+                    self.adopt_map(m);
                     if newer {
                         return Ok(());
                     }
@@ -333,20 +340,6 @@ impl Cluster {
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_millis(100));
         }
-    }
-
-    fn shard(&self, s: ShardId) -> Result<Client> {
-        let mut conns = lock(&self.inner.conns);
-        if let Some(c) = conns.get(&s) {
-            return Ok(c.clone());
-        }
-        let map = self.map();
-        let info = map.shards.get(&s).ok_or_else(|| {
-            Error::local(format!("the map (version {}) has no shard {s}", map.version))
-        })?;
-        let c = self.inner.builder.client.clone().with_addr(info.addr.clone()).connect_lazy()?;
-        conns.insert(s, c.clone());
-        Ok(c)
     }
 
     /// A shard that cannot be reached (a primary failing over to its
