@@ -21,7 +21,7 @@ fn key(i: u32) -> [u8; 4] {
 
 /// Commit `n` one-row transactions elsewhere, so that the horizon moves and
 /// the commit path drains the reclaim queue.
-fn churn(db: &Database, other: &Table, n: u32) {
+pub(crate) fn churn(db: &Database, other: &Table, n: u32) {
     for i in 0..n {
         let mut tx = db.begin().expect("begin");
         tx.put(other, b"x", &i.to_be_bytes()).expect("put");

@@ -5,17 +5,9 @@
 //! whose record id went to a new key is ignored, and the write lands on
 //! its own key.
 
-use milliscale::{Database, Options, Table};
+use milliscale::{Database, Options};
 
-/// Commit `n` one-row transactions elsewhere, so that the GC horizon
-/// moves and the commit path drains the reclaim queue.
-fn churn(db: &Database, other: &Table, n: u32) {
-    for i in 0..n {
-        let mut tx = db.begin().expect("begin");
-        tx.put(other, b"x", &i.to_be_bytes()).expect("put");
-        tx.commit_and_wait().expect("commit");
-    }
-}
+use crate::mvcc_reclaims_deleted_keys::churn;
 
 #[test]
 fn a_hint_is_given_for_the_key_last_found_and_writes_that_key() {
