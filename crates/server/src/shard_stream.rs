@@ -24,20 +24,18 @@
 use std::pin::Pin;
 use std::sync::Arc;
 
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use milliscale_proto::v1::{
     self as proto, shard_stream_request::Call, shard_stream_response::Outcome,
 };
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use tokio_stream::Stream;
 use tonic::{Status, Streaming};
 
 use crate::auth::Role;
 use crate::errors::{failure, refuse};
 use crate::service::{Caller, Service, count};
-use crate::stream::next_request;
-
-/// Calls of one stream that may run at once.
-pub const IN_FLIGHT: usize = 1024;
+use crate::stream::{IN_FLIGHT, read_chunks};
 
 /// The answers' side of a stream.
 pub type Answers = Pin<Box<dyn Stream<Item = Result<proto::ShardStreamResponse, Status>> + Send>>;
@@ -61,23 +59,36 @@ pub fn serve(
     Box::pin(tokio_stream::wrappers::ReceiverStream::new(answers))
 }
 
-/// Read the stream's calls and start each in a task of its own (a call
-/// may wait: for a decision, for durability).
+/// Read the stream's calls and start them a chunk at a time, as
+/// `ExecuteStream` does ([`read_chunks`]): the calls that arrived together
+/// (up to 16) run in one task, each answered as it is done; their waits
+/// (for a decision, for durability) overlap. A task each cost more than
+/// the shard's work on a one-shot batch (BENCHMARKS.md).
 async fn read(
     service: Arc<Service>,
     caller: Caller,
-    mut requests: Streaming<proto::ShardStreamRequest>,
+    requests: Streaming<proto::ShardStreamRequest>,
     answer: &mpsc::Sender<Result<proto::ShardStreamResponse, Status>>,
 ) -> Result<(), Status> {
-    let permits = Arc::new(Semaphore::new(IN_FLIGHT));
-    let mut stop = service.stop.clone();
-    loop {
-        let Some((request, permit)) = next_request(&permits, &mut stop, &mut requests).await?
-        else {
-            return Ok(());
-        };
+    let stop = service.stop.clone();
+    read_chunks(stop, requests, |chunk| {
         let (service, answer) = (Arc::clone(&service), answer.clone());
-        tokio::spawn(async move {
+        tokio::spawn(run_chunk(service, caller, chunk, answer));
+    })
+    .await
+}
+
+/// Run the calls of a chunk in one task, each answered as it is done.
+async fn run_chunk(
+    service: Arc<Service>,
+    caller: Caller,
+    chunk: Vec<(proto::ShardStreamRequest, OwnedSemaphorePermit)>,
+    answer: mpsc::Sender<Result<proto::ShardStreamResponse, Status>>,
+) {
+    let (service, answer) = (&service, &answer);
+    let mut each: FuturesUnordered<_> = chunk
+        .into_iter()
+        .map(|(request, permit)| async move {
             let id = request.id;
             let outcome = match request.call {
                 None => Err(refuse::invalid("a stream request without its call")),
@@ -89,8 +100,9 @@ async fn read(
             let _ =
                 answer.send(Ok(proto::ShardStreamResponse { id, outcome: Some(outcome) })).await;
             drop(permit);
-        });
-    }
+        })
+        .collect();
+    while each.next().await.is_some() {}
 }
 
 /// The name a call is counted under, as its unary call is.

@@ -80,20 +80,37 @@ pub fn serve(
     Box::pin(tokio_stream::wrappers::ReceiverStream::new(answers))
 }
 
-/// Read the stream's requests and start them, a chunk at a time: a
-/// permit and a request, then what has already arrived (up to [`CHUNK`],
-/// each with its permit) in the same task. `Ok` once the client has
-/// closed its side or the server stops; `Err` for a request that could
-/// not be read (the requests before it still run).
+/// Read the stream's requests and start them, a chunk at a time
+/// ([`read_chunks`]). `Ok` once the client has closed its side or the
+/// server stops; `Err` for a request that could not be read (the requests
+/// before it still run).
 async fn read(
     service: Arc<Service>,
     caller: Caller,
-    mut requests: Streaming<proto::ExecuteStreamRequest>,
+    requests: Streaming<proto::ExecuteStreamRequest>,
     answer: &AnswerTx,
     watch: mpsc::UnboundedSender<Watched>,
 ) -> Result<(), Status> {
+    let stop = service.stop.clone();
+    read_chunks(stop, requests, |chunk| {
+        let (service, answer, watch) = (Arc::clone(&service), answer.clone(), watch.clone());
+        tokio::spawn(run_chunk(service, caller, chunk, answer, watch));
+    })
+    .await
+}
+
+/// Read a stream's requests and hand them to `start` a chunk at a time: a
+/// permit (a place among the [`IN_FLIGHT`]) and a request, then what has
+/// already arrived (up to [`CHUNK`], each with its permit). `Ok` once the
+/// client has closed its side or the server stops; `Err` for a request
+/// that could not be read (the chunks before it are started). Both
+/// streams' readers (`ExecuteStream`'s and `ShardStream`'s) read here.
+pub(crate) async fn read_chunks<T>(
+    mut stop: tokio::sync::watch::Receiver<bool>,
+    mut requests: Streaming<T>,
+    mut start: impl FnMut(Vec<(T, OwnedSemaphorePermit)>),
+) -> Result<(), Status> {
     let permits = Arc::new(Semaphore::new(IN_FLIGHT));
-    let mut stop = service.stop.clone();
     loop {
         let Some(first) = next_request(&permits, &mut stop, &mut requests).await? else {
             return Ok(());
@@ -113,8 +130,7 @@ async fn read(
                 }
             }
         }
-        let (service, answer, watch) = (Arc::clone(&service), answer.clone(), watch.clone());
-        tokio::spawn(run_chunk(service, caller, chunk, answer, watch));
+        start(chunk);
         if let Some(end) = end {
             return end;
         }
@@ -124,9 +140,8 @@ async fn read(
 /// The next request of a stream with its permit (a place among the
 /// requests in flight, waited for first): `None` once the client has
 /// closed its side or the server stops, `Err` for a request that could not
-/// be read. Both streams' readers (`ExecuteStream`'s and `ShardStream`'s)
-/// wait here.
-pub(crate) async fn next_request<T>(
+/// be read.
+async fn next_request<T>(
     permits: &Arc<Semaphore>,
     stop: &mut tokio::sync::watch::Receiver<bool>,
     requests: &mut Streaming<T>,

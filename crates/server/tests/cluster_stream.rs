@@ -89,6 +89,36 @@ async fn calls_on_a_shard_stream_are_answered_by_id_as_the_calls_are() {
     s0.shard_decide(decide).await.expect("a decision again");
 }
 
+/// Calls that arrive together run in one task (as `ExecuteStream`'s
+/// batches do), but a call that waits does not hold the others back: a
+/// read that meets an undecided prepared write, sent first, waits for its
+/// decision while a read of another key sent with it is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_that_waits_does_not_hold_back_the_calls_sent_with_it() {
+    let f = three_shards().await;
+    let c = Cluster::connect(f.addrs[0].to_string()).await.expect("connect");
+    c.create_table(TABLE).await.expect("create");
+    let mut s0 = Raw::connect(format!("http://{}", f.addrs[0])).await.expect("connect");
+    // Prepared on shard 0 and never decided by its coordinator.
+    let p = crate::cluster::prepare(61, 1, account(1), vec![0, 1]);
+    let at = p.version.as_ref().expect("a version").ts + 1;
+    assert!(s0.shard_prepare(p).await.expect("the vote").into_inner().yes);
+    let requests = vec![
+        proto::ShardStreamRequest { id: 1, call: Some(Call::Read(read(1, at))) },
+        proto::ShardStreamRequest { id: 2, call: Some(Call::Read(read(2, at))) },
+    ];
+    let mut answers =
+        s0.shard_stream(tokio_stream::iter(requests)).await.expect("open the stream").into_inner();
+    let first = answers.next().await.expect("an answer").expect("not the stream's end");
+    assert_eq!(first.id, 2, "the read of a key with no prepared write answers first");
+    assert!(matches!(first.outcome, Some(Outcome::Read(_))), "{first:?}");
+    // The waiting read is answered too, once its wait ends (a decision
+    // by termination, or the termination timeout), and the stream ends.
+    let second = answers.next().await.expect("an answer").expect("not the stream's end");
+    assert_eq!(second.id, 1);
+    assert!(answers.next().await.is_none(), "the stream ends after its calls' answers");
+}
+
 /// How many `ShardStream`s each shard has seen opened.
 async fn streams_opened(f: &crate::cluster::Fixture) -> Vec<u64> {
     let mut opened = Vec::new();
