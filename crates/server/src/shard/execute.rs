@@ -51,6 +51,7 @@ use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use milliscale_milana::coordinator::{ClientTxn, patch};
 use milliscale_milana::engine_versions::{HeldRead, KeptRow};
 use milliscale_milana::participant::{ReadReply, Vote};
+use milliscale_milana::shard_map::ShardMap;
 use milliscale_milana::types::{
     CommitTs, Key, TxnId, TxnStatus, Value, cluster_range, split_cluster_key,
 };
@@ -226,19 +227,22 @@ impl Shard {
                 return Err(numbered(i, engine(&missing)));
             }
         }
+        // The map read once for all the keys (not per key: its lock's
+        // count is a cache line the shard's threads share).
+        let map = self.map.read();
         let ops = operations.into_iter().enumerate().map(|(i, op)| {
             let proto::Operation { table: named, op } = op;
             let table = if named.is_empty() { table } else { &named };
-            self.op_of(op, table).map_err(|s| numbered(i, s))
+            self.op_of(&map, op, table).map_err(|s| numbered(i, s))
         });
         ops.collect()
     }
 
     /// Check operation `op` of table `table`, known to exist (its keys
-    /// this shard's, its value within the limits) and put it in the
-    /// cluster's key space.
-    fn op_of(&self, op: Option<operation::Op>, table: &str) -> Result<Op, Status> {
-        let key = |key: &[u8]| self.key_in(table, key);
+    /// this shard's under `map`, the current map, its value within the
+    /// limits) and put it in the cluster's key space.
+    fn op_of(&self, map: &ShardMap, op: Option<operation::Op>, table: &str) -> Result<Op, Status> {
+        let key = |key: &[u8]| self.key_in(map, table, key);
         let value_ok = |k: &[u8], v: &[u8]| write_ok(table, k, Some(v)).map_err(refuse::invalid);
         Ok(match op {
             None => return Err(refuse::invalid("names no operation")),
@@ -262,7 +266,7 @@ impl Shard {
                 }
                 let (lo, hi) =
                     cluster_range(table, r.start.as_deref(), r.end.as_deref(), r.prefix.as_deref());
-                self.own_range(&lo, &hi)?;
+                self.own_range_in(map, &lo, &hi)?;
                 Op::Scan { lo, hi, reverse: r.reverse, limit: r.limit }
             }
         })
@@ -299,13 +303,12 @@ impl Shard {
         }
         // The values of the versions known, in one engine transaction;
         // the rows of those the batch writes are kept for its install.
-        let written: HashSet<&[u8]> = ops
-            .iter()
-            .filter_map(|op| match op {
-                Op::Put(k, _) | Op::Delete(k) | Op::Patch { key: k, .. } => Some(k.as_slice()),
-                Op::Get(_) | Op::Scan { .. } => None,
-            })
-            .collect();
+        let mut written = KeySet::with_capacity(ops.len());
+        for op in ops {
+            if let Op::Put(k, _) | Op::Delete(k) | Op::Patch { key: k, .. } = op {
+                written.insert(k.as_slice());
+            }
+        }
         let known: Vec<(&[u8], CommitTs, bool)> = keys
             .iter()
             .zip(&marks)
@@ -492,7 +495,7 @@ type Rows<'a> = Vec<(&'a [u8], KeptRow)>;
 /// of its gets, deletes and patches that it has not written before.
 fn store_reads(ops: &[Op]) -> Vec<&Key> {
     let n = ops.len();
-    let (mut written, mut seen) = (HashSet::with_capacity(n), HashSet::with_capacity(n));
+    let (mut written, mut seen) = (KeySet::with_capacity(n), KeySet::with_capacity(n));
     let mut keys = Vec::with_capacity(n);
     for op in ops {
         let (read, write) = match op {
@@ -503,15 +506,55 @@ fn store_reads(ops: &[Op]) -> Vec<&Key> {
         };
         if let Some(k) = read
             && !written.contains(k)
-            && seen.insert(k)
+            && seen.insert(k.as_slice())
         {
             keys.push(k);
         }
         if let Some(k) = write {
-            written.insert(k);
+            written.insert(k.as_slice());
         }
     }
     keys
+}
+
+/// A set of a batch's keys: for a batch of a few keys (nearly all) a list
+/// searched in order, which costs less than hashing each key; a hash set
+/// past [`KeySet::FEW`].
+enum KeySet<'a> {
+    Few(Vec<&'a [u8]>),
+    Many(HashSet<&'a [u8]>),
+}
+
+impl<'a> KeySet<'a> {
+    const FEW: usize = 32;
+
+    /// A set for at most `n` keys.
+    fn with_capacity(n: usize) -> KeySet<'a> {
+        if n <= Self::FEW {
+            KeySet::Few(Vec::with_capacity(n))
+        } else {
+            KeySet::Many(HashSet::with_capacity(n))
+        }
+    }
+
+    fn contains(&self, k: &[u8]) -> bool {
+        match self {
+            KeySet::Few(v) => v.contains(&k),
+            KeySet::Many(h) => h.contains(k),
+        }
+    }
+
+    /// Add `k`; whether it was not there.
+    fn insert(&mut self, k: &'a [u8]) -> bool {
+        match self {
+            KeySet::Few(v) if v.contains(&k) => false,
+            KeySet::Few(v) => {
+                v.push(k);
+                true
+            }
+            KeySet::Many(h) => h.insert(k),
+        }
+    }
 }
 
 /// The value of `k` as the batch sees it, borrowed from `t`: its own

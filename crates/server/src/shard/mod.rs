@@ -322,12 +322,13 @@ impl Shard {
         if !self.names.read().contains(&k.table) {
             return Err(engine(&milliscale::Error::TableNotFound(k.table)));
         }
-        self.key_in(&k.table, &k.key)
+        self.key_in(&self.map.read(), &k.table, &k.key)
     }
 
     /// [`Shard::key_of`] once the table is known to exist: the key within
-    /// the limit and this shard's, in the cluster's key space.
-    fn key_in(&self, table: &str, key: &[u8]) -> Result<Key, Status> {
+    /// the limit and this shard's under `map` (the current map, read by the
+    /// caller), in the cluster's key space.
+    fn key_in(&self, map: &ShardMap, table: &str, key: &[u8]) -> Result<Key, Status> {
         if key.len() > milliscale_milana::versions::table_key_bytes_max(table) {
             return Err(refuse::invalid(format!(
                 "a key of {} bytes is over a cluster's limit for table {table:?}",
@@ -335,7 +336,7 @@ impl Shard {
             )));
         }
         let key = cluster_key(table, key);
-        self.own(&key)?;
+        self.own_in(map, &key)?;
         Ok(key)
     }
 

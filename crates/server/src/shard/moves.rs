@@ -31,7 +31,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use milliscale_milana::shard_map::MapError;
+use milliscale_milana::shard_map::{MapError, ShardMap};
 use milliscale_milana::types::{Key, ShardId};
 use milliscale_milana::versions::in_range;
 use milliscale_proto::v1 as proto;
@@ -408,9 +408,9 @@ impl Shard {
         Ok(Settled::Lifted)
     }
 
-    /// Refuse a key the current map does not give this shard.
-    pub(super) fn own(&self, key: &[u8]) -> Result<(), Status> {
-        let map = self.map.read();
+    /// Refuse a key that `map`, the current map read by the caller, does
+    /// not give this shard (a batch reads the map once for all its keys).
+    pub(super) fn own_in(&self, map: &ShardMap, key: &[u8]) -> Result<(), Status> {
         let owner = map.shard_of(key);
         if owner == self.opts.shard {
             return Ok(());
@@ -427,8 +427,17 @@ impl Shard {
     /// Refuse a range `[start, end)` (an empty `end`: no end) that is not
     /// all this shard's under the current map.
     pub(super) fn own_range(&self, start: &[u8], end: &[u8]) -> Result<(), Status> {
-        self.own(start)?;
-        let map = self.map.read();
+        self.own_range_in(&self.map.read(), start, end)
+    }
+
+    /// [`Shard::own_range`] under `map`, the current map read by the caller.
+    pub(super) fn own_range_in(
+        &self,
+        map: &ShardMap,
+        start: &[u8],
+        end: &[u8],
+    ) -> Result<(), Status> {
+        self.own_in(map, start)?;
         let other = map.ranges.iter().find(|(first, owner)| {
             first.as_slice() > start
                 && (end.is_empty() || first.as_slice() < end)
