@@ -59,8 +59,10 @@ pub struct EngineVersions {
     staging: bool,
     staged: Vec<RowWrite>,
     history: Arc<Mutex<History>>,
-    /// Known newest versions (see the type's comment).
-    latest: RefCell<HashMap<HeldKey, CommitTs>>,
+    /// Known newest versions (see the type's comment), each with where
+    /// the engine found its key's row, once a batch's read found it
+    /// ([`EngineVersions::hint`]).
+    latest: RefCell<HashMap<HeldKey, (CommitTs, Option<milliscale::RowHint>)>>,
     /// How many keys `latest` holds before it is cleared.
     latest_cap: usize,
     /// Rows read a moment ago by the caller, by cluster key, offered to
@@ -372,16 +374,34 @@ impl EngineVersions {
     }
 
     fn remember(&self, key: &[u8], version: CommitTs) {
+        self.remember_with(key, version, None);
+    }
+
+    /// [`EngineVersions::remember`], and where the engine found the key's
+    /// row if `hint` says (else the hint known before stays: a new
+    /// version of a key is written in its row, in place).
+    fn remember_with(&self, key: &[u8], version: CommitTs, hint: Option<milliscale::RowHint>) {
         let mut memo = self.latest.borrow_mut();
         // `get_mut` first: `insert` copies the key.
-        if let Some(v) = memo.get_mut(key) {
+        if let Some((v, h)) = memo.get_mut(key) {
             *v = version;
+            if hint.is_some() {
+                *h = hint;
+            }
             return;
         }
         if memo.len() >= self.latest_cap {
             memo.clear();
         }
-        memo.insert(HeldKey::from_slice(key), version);
+        memo.insert(HeldKey::from_slice(key), (version, hint));
+    }
+
+    /// Where the engine last found `key`'s row, if known: for a read
+    /// that takes it ([`VersionRows::values_held`]) and skips the index's
+    /// descent. The engine ignores a hint whose record id may have gone
+    /// to another key since ([`milliscale::Transaction::assume_row`]).
+    pub fn hint(&self, key: &[u8]) -> Option<milliscale::RowHint> {
+        self.latest.borrow().get(key).and_then(|(_, h)| *h)
     }
 
     /// Read `key`'s row with `f` (`None`: no row, or no table).
@@ -423,7 +443,7 @@ impl EngineVersions {
             return ((!w.row.is_empty()).then(|| Arc::from(&w.row[..])), None);
         }
         if let Some(kept) = self.offered.get(cluster_key)
-            && self.latest.borrow().get(cluster_key) == Some(&parse(&kept.row).0)
+            && self.latest.borrow().get(cluster_key).map(|(v, _)| *v) == Some(parse(&kept.row).0)
         {
             // The key's newest version, so its row: a version is
             // written once.
@@ -464,7 +484,7 @@ fn bound(b: &Bound<Key>) -> Bound<&[u8]> {
 
 impl Versions for EngineVersions {
     fn latest(&self, key: &[u8]) -> CommitTs {
-        if let Some(v) = self.latest.borrow().get(key) {
+        if let Some((v, _)) = self.latest.borrow().get(key) {
             return *v;
         }
         debug_assert!(self.staged.is_empty(), "a read between an install and its transaction");
@@ -476,12 +496,12 @@ impl Versions for EngineVersions {
     fn version_at(&self, key: &[u8], at: Timestamp) -> Option<CommitTs> {
         // The newest version known and at or below `at`; a key known to
         // have none reads as INITIAL at any `at`.
-        let known = self.latest.borrow().get(key).copied()?;
+        let known = self.latest.borrow().get(key)?.0;
         (known == CommitTs::INITIAL || known.ts <= at).then_some(known)
     }
 
     fn read_at(&self, key: &[u8], at: Timestamp) -> Result<(CommitTs, Option<Value>), Gone> {
-        let known = self.latest.borrow().get(key).copied();
+        let known = self.latest.borrow().get(key).map(|(v, _)| *v);
         match known {
             Some(CommitTs::INITIAL) => return Ok((CommitTs::INITIAL, None)),
             // Newer than `at`: its row need not be read.
@@ -517,7 +537,7 @@ impl Versions for EngineVersions {
                 // Into the history before the row changes: a reader that
                 // finds the row replaced finds the version there.
                 history.push(key, old_version, old, version.ts);
-                self.remember(key, version);
+                self.remember_with(key, version, hint);
                 if !self.tracked.is_empty() {
                     self.tracked.written(key);
                 }

@@ -1,9 +1,10 @@
 //! Row hints (`Transaction::row_hint`, `Transaction::assume_row`): where
 //! one transaction found a key, taken by another that writes it, skipping
-//! the index's descent. A hint is used only while its record id cannot
-//! have gone to another key: a hint whose key was deleted, reclaimed and
-//! whose record id went to a new key is ignored, and the write lands on
-//! its own key.
+//! the index's descent, while the finder runs or after it ended. A hint is
+//! used only while its record id cannot have gone to another key: a hint
+//! whose key was deleted, reclaimed and whose record id went to a new key
+//! is ignored (the table's count of record ids handed out again moved),
+//! and the write lands on its own key.
 
 use milliscale::{Database, Options};
 
@@ -70,4 +71,28 @@ fn a_hint_whose_record_went_to_another_key_is_ignored() {
     w.commit_and_wait().expect("commit");
     assert_eq!(db.get(&t, b"new").expect("get"), Some(b"its own".to_vec()));
     assert_eq!(db.get(&t, b"gone").expect("get"), Some(b"back".to_vec()));
+}
+
+#[test]
+fn a_hint_kept_after_its_finder_ended_writes_its_key() {
+    let db = Database::open(Options::new()).expect("open");
+    let t = db.create_table("t").expect("t");
+    let other = db.create_table("other").expect("other");
+    for k in [b"a", b"b"] {
+        db.put(&t, k, b"0000").expect("put");
+    }
+    let hint = {
+        let mut reader = db.begin().expect("reader");
+        reader.get(&t, b"a").expect("get");
+        reader.row_hint(&t, b"a").expect("hint")
+    };
+    // The horizon passes the finder's snapshot; no record id of `t` is
+    // handed out again meanwhile.
+    churn(&db, &other, 300);
+    let mut w = db.begin().expect("writer");
+    w.assume_row(&t, b"a", hint);
+    w.update_range(&t, b"a", 1, b"11").expect("patch");
+    w.commit_and_wait().expect("commit");
+    assert_eq!(db.get(&t, b"a").expect("get"), Some(b"0110".to_vec()));
+    assert_eq!(db.get(&t, b"b").expect("get"), Some(b"0000".to_vec()));
 }

@@ -63,21 +63,23 @@ impl VersionRows {
         &self,
         reads: impl IntoIterator<Item = (&'k [u8], CommitTs, bool)>,
     ) -> Vec<ValueRead> {
-        self.values_held(reads).0
+        self.values_held(reads.into_iter().map(|(k, v, keep)| (k, v, keep, None))).0
     }
 
     /// [`VersionRows::values`], with its engine transaction, to keep
     /// until the install that writes the rows kept has written (drop it
     /// then; not across an `.await`: it holds one of the engine's
-    /// transaction slots).
+    /// transaction slots). Each read may come with where the engine last
+    /// found its key ([`EngineVersions::hint`]), so that its read does not
+    /// descend the index.
     pub fn values_held<'k>(
         &self,
-        reads: impl IntoIterator<Item = (&'k [u8], CommitTs, bool)>,
+        reads: impl IntoIterator<Item = (&'k [u8], CommitTs, bool, Option<milliscale::RowHint>)>,
     ) -> (Vec<ValueRead>, HeldRead) {
         let mut tx = None;
         let mut table: Option<Table> = None;
         let mut out = Vec::new();
-        for (key, version, keep) in reads {
+        for (key, version, keep, hint) in reads {
             if version == CommitTs::INITIAL {
                 out.push((Some(None), None));
                 continue;
@@ -91,6 +93,9 @@ impl VersionRows {
                 continue;
             };
             let tx = tx.get_or_insert_with(|| self.db.begin().expect("begin a read"));
+            if let Some(hint) = hint {
+                tx.assume_row(t, k, hint);
+            }
             let row = tx.get_with(t, k, |row| {
                 let (v, value) = parse(row);
                 (v == version).then(|| (value.map(<[u8]>::to_vec), keep.then(|| Arc::from(row))))

@@ -42,6 +42,9 @@ pub(crate) struct OidArray {
     /// before it is handed out again; marks grow along the queue.
     free: Mutex<VecDeque<(u64, Rid)>>,
     free_len: AtomicUsize,
+    /// How many times a freed RID was handed out again: while it has not
+    /// moved, no RID changed keys ([`OidArray::reuses`]).
+    reused: AtomicU64,
 }
 
 impl OidArray {
@@ -52,6 +55,7 @@ impl OidArray {
             next_rid: AtomicU64::new(0),
             free: Mutex::new(VecDeque::new()),
             free_len: AtomicUsize::new(0),
+            reused: AtomicU64::new(0),
         }
     }
 
@@ -65,8 +69,11 @@ impl OidArray {
                 let (_, rid) = free.pop_front().expect("checked above");
                 self.free_len.store(free.len(), Ordering::Release);
                 drop(free);
+                // Counted before the unseal: whoever sees the slot unsealed
+                // by this reuse sees the count moved ([`OidArray::reuses`]).
+                self.reused.fetch_add(1, Ordering::SeqCst);
                 // Unseal: the sealed head is null, and nobody holds this RID.
-                self.slot(rid).store(Shared::null(), Ordering::Release);
+                self.slot(rid).store(Shared::null(), Ordering::SeqCst);
                 return Ok(rid);
             }
         }
@@ -121,12 +128,23 @@ impl OidArray {
         self.free_len.store(free.len(), Ordering::Release);
     }
 
+    /// How many freed RIDs were handed out again so far. A RID found as
+    /// a key's record stays that key's record, or sealed, for as long as
+    /// this count does not move: a freed RID is sealed until it is handed
+    /// out again, and the count rises before it is unsealed. So a caller
+    /// that finds `rid` unsealed ([`OidArray::is_sealed`], loaded first)
+    /// and then the count unchanged since `rid` was the key's knows it
+    /// still is.
+    pub(crate) fn reuses(&self) -> u64 {
+        self.reused.load(Ordering::SeqCst)
+    }
+
     /// Is the head of `rid` sealed? (A load of the tag alone; nothing is
     /// dereferenced.)
     pub(crate) fn is_sealed(&self, rid: Rid) -> bool {
         // SAFETY: the pointer is only inspected for its tag, never followed.
         let guard = unsafe { crossbeam_epoch::unprotected() };
-        self.slot(rid).load(Ordering::Acquire, guard).tag() == SEALED
+        self.slot(rid).load(Ordering::SeqCst, guard).tag() == SEALED
     }
 
     fn ensure_chunk(&self, dir: usize) {

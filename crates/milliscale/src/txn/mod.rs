@@ -69,7 +69,7 @@ pub struct Transaction<'db> {
     /// one key descends the index once, not twice. Used only while the
     /// RID's head is not sealed (`reclaim`): a sealed one may have
     /// lost its key since.
-    last_lookup: Option<(u32, LookupKey, Rid)>,
+    last_lookup: Option<(u32, LookupKey, Rid, Option<u64>)>,
     /// The keys this transaction deleted, for `reclaim` once it
     /// commits.
     deleted: Vec<(Arc<TableInner>, Box<[u8]>, Rid)>,

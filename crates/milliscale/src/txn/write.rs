@@ -123,7 +123,7 @@ impl<'db> Transaction<'db> {
                 theirs
             }
         };
-        self.last_lookup = Some((t.id, key.into(), rid));
+        self.last_lookup = Some((t.id, key.into(), rid, None));
         Ok(Some(rid))
     }
 

@@ -48,6 +48,7 @@ use std::sync::Arc;
 
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 
+use milliscale::RowHint;
 use milliscale_milana::coordinator::{ClientTxn, patch};
 use milliscale_milana::engine_versions::{HeldRead, KeptRow};
 use milliscale_milana::participant::{ReadReply, Vote};
@@ -290,15 +291,22 @@ impl Shard {
         if keys.is_empty() {
             return Ok(Some((PreRead::new(), Vec::new(), false, HeldRead::none())));
         }
-        let mark = |st: &mut State| -> Result<Vec<(Option<CommitTs>, bool)>, Status> {
+        // Each key's read mark, its version at `at` if known, and where
+        // the engine last found its row, if known.
+        let mark = |st: &mut State| -> Result<Vec<Marked>, Status> {
             st.refuse_frozen(keys.iter().map(|k| k.as_slice()), [])?;
-            Ok(keys.iter().map(|k| st.p.read_version(k, at)).collect())
+            let marked = keys.iter().map(|k| {
+                let (version, prepared_below) = st.p.read_version(k, at);
+                let hint = version.and_then(|_| st.p.versions_mut().hint(k));
+                (version, prepared_below, hint)
+            });
+            Ok(marked.collect())
         };
-        let pending = |m: &Result<Vec<(Option<CommitTs>, bool)>, Status>| {
-            m.as_ref().is_ok_and(|m| m.iter().any(|(_, p)| *p))
+        let pending = |m: &Result<Vec<Marked>, Status>| {
+            m.as_ref().is_ok_and(|m| m.iter().any(|(_, p, _)| *p))
         };
         let marks = self.settled(at, client, low_water, mark, pending).await??;
-        if marks.iter().any(|(_, p)| *p) {
+        if marks.iter().any(|(_, p, _)| *p) {
             return Ok(None);
         }
         // The values of the versions known, in one engine transaction;
@@ -309,15 +317,15 @@ impl Shard {
                 written.insert(k.as_slice());
             }
         }
-        let known: Vec<(&[u8], CommitTs, bool)> = keys
+        let known: Vec<(&[u8], CommitTs, bool, Option<RowHint>)> = keys
             .iter()
             .zip(&marks)
-            .filter_map(|(k, (version, _))| Some((k.as_slice(), (*version)?)))
-            .map(|(k, version)| (k, version, written.contains(k)))
+            .filter_map(|(k, (version, _, hint))| Some((k.as_slice(), (*version)?, *hint)))
+            .map(|(k, version, hint)| (k, version, written.contains(k), hint))
             .collect();
         let (values, held) = self.tables.rows.values_held(known.iter().copied());
         let (mut read, mut rows) = (PreRead::with_capacity(known.len()), Vec::new());
-        for ((k, version, _), (value, row)) in known.into_iter().zip(values) {
+        for ((k, version, _, _), (value, row)) in known.into_iter().zip(values) {
             // A row gone (its table dropped meanwhile) is read in step 2.
             let Some(value) = value else { continue };
             read.insert(k, ReadReply { version, value, prepared_below: false });
@@ -483,6 +491,11 @@ impl From<Status> for Stop {
         Stop::Refused(s)
     }
 }
+
+/// A key's read mark in step 1: its version at the batch's timestamp if
+/// known, whether a prepared write is at or below it, and where the engine
+/// last found its row if known.
+type Marked = (Option<CommitTs>, bool, Option<RowHint>);
 
 /// What step 1 read, by key (the batch's own).
 type PreRead<'a> = HashMap<&'a [u8], ReadReply>;
