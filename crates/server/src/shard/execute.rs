@@ -311,12 +311,13 @@ impl Shard {
         }
         // The values of the versions known, in one engine transaction;
         // the rows of those the batch writes are kept for its install.
-        let mut written = KeySet::with_capacity(ops.len());
-        for op in ops {
-            if let Op::Put(k, _) | Op::Delete(k) | Op::Patch { key: k, .. } = op {
-                written.insert(k.as_slice());
-            }
-        }
+        let written: HashSet<&[u8]> = ops
+            .iter()
+            .filter_map(|op| match op {
+                Op::Put(k, _) | Op::Delete(k) | Op::Patch { key: k, .. } => Some(k.as_slice()),
+                Op::Get(_) | Op::Scan { .. } => None,
+            })
+            .collect();
         let known: Vec<(&[u8], CommitTs, bool, Option<RowHint>)> = keys
             .iter()
             .zip(&marks)
@@ -508,7 +509,7 @@ type Rows<'a> = Vec<(&'a [u8], KeptRow)>;
 /// of its gets, deletes and patches that it has not written before.
 fn store_reads(ops: &[Op]) -> Vec<&Key> {
     let n = ops.len();
-    let (mut written, mut seen) = (KeySet::with_capacity(n), KeySet::with_capacity(n));
+    let (mut written, mut seen) = (HashSet::with_capacity(n), HashSet::with_capacity(n));
     let mut keys = Vec::with_capacity(n);
     for op in ops {
         let (read, write) = match op {
@@ -519,55 +520,15 @@ fn store_reads(ops: &[Op]) -> Vec<&Key> {
         };
         if let Some(k) = read
             && !written.contains(k)
-            && seen.insert(k.as_slice())
+            && seen.insert(k)
         {
             keys.push(k);
         }
         if let Some(k) = write {
-            written.insert(k.as_slice());
+            written.insert(k);
         }
     }
     keys
-}
-
-/// A set of a batch's keys: for a batch of a few keys (nearly all) a list
-/// searched in order, which costs less than hashing each key; a hash set
-/// past [`KeySet::FEW`].
-enum KeySet<'a> {
-    Few(Vec<&'a [u8]>),
-    Many(HashSet<&'a [u8]>),
-}
-
-impl<'a> KeySet<'a> {
-    const FEW: usize = 32;
-
-    /// A set for at most `n` keys.
-    fn with_capacity(n: usize) -> KeySet<'a> {
-        if n <= Self::FEW {
-            KeySet::Few(Vec::with_capacity(n))
-        } else {
-            KeySet::Many(HashSet::with_capacity(n))
-        }
-    }
-
-    fn contains(&self, k: &[u8]) -> bool {
-        match self {
-            KeySet::Few(v) => v.contains(&k),
-            KeySet::Many(h) => h.contains(k),
-        }
-    }
-
-    /// Add `k`; whether it was not there.
-    fn insert(&mut self, k: &'a [u8]) -> bool {
-        match self {
-            KeySet::Few(v) if v.contains(&k) => false,
-            KeySet::Few(v) => {
-                v.push(k);
-                true
-            }
-            KeySet::Many(h) => h.insert(k),
-        }
-    }
 }
 
 /// The value of `k` as the batch sees it, borrowed from `t`: its own
