@@ -61,7 +61,7 @@ pub struct EngineVersions {
     history: Arc<Mutex<History>>,
     /// Known newest versions (see the type's comment), each with where
     /// the engine found its key's row, once a batch's read found it
-    /// ([`EngineVersions::hint`]).
+    /// ([`EngineVersions::version_and_hint_at`]).
     latest: RefCell<HashMap<HeldKey, (CommitTs, Option<milliscale::RowHint>)>>,
     /// How many keys `latest` holds before it is cleared.
     latest_cap: usize,
@@ -396,12 +396,20 @@ impl EngineVersions {
         memo.insert(HeldKey::from_slice(key), (version, hint));
     }
 
-    /// Where the engine last found `key`'s row, if known: for a read
-    /// that takes it ([`VersionRows::values_held`]) and skips the index's
+    /// [`Versions::version_at`] and, with the version, where the engine
+    /// last found the key's row if known, in one lookup: for a read that
+    /// takes the hint ([`VersionRows::values_held`]) and skips the index's
     /// descent. The engine ignores a hint whose record id may have gone
     /// to another key since ([`milliscale::Transaction::assume_row`]).
-    pub fn hint(&self, key: &[u8]) -> Option<milliscale::RowHint> {
-        self.latest.borrow().get(key).and_then(|(_, h)| *h)
+    pub fn version_and_hint_at(
+        &self,
+        key: &[u8],
+        at: Timestamp,
+    ) -> Option<(CommitTs, Option<milliscale::RowHint>)> {
+        // The newest version known and at or below `at`; a key known to
+        // have none reads as INITIAL at any `at`.
+        let (known, hint) = *self.latest.borrow().get(key)?;
+        (known == CommitTs::INITIAL || known.ts <= at).then_some((known, hint))
     }
 
     /// Read `key`'s row with `f` (`None`: no row, or no table).
@@ -494,10 +502,7 @@ impl Versions for EngineVersions {
     }
 
     fn version_at(&self, key: &[u8], at: Timestamp) -> Option<CommitTs> {
-        // The newest version known and at or below `at`; a key known to
-        // have none reads as INITIAL at any `at`.
-        let known = self.latest.borrow().get(key)?.0;
-        (known == CommitTs::INITIAL || known.ts <= at).then_some(known)
+        self.version_and_hint_at(key, at).map(|(v, _)| v)
     }
 
     fn read_at(&self, key: &[u8], at: Timestamp) -> Result<(CommitTs, Option<Value>), Gone> {

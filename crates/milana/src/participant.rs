@@ -284,7 +284,9 @@ impl<V: Versions> Participant<V> {
     }
 
     /// Raise `key`'s read mark to `at`: is a prepared write at or below it?
-    fn mark(&mut self, key: &[u8], at: Timestamp) -> bool {
+    /// ([`Participant::read_version`] without the version, for a caller
+    /// that asks its versions more than the version.)
+    pub fn mark(&mut self, key: &[u8], at: Timestamp) -> bool {
         debug_assert!(at < self.lease, "a read outside the lease");
         // `get_mut` first: most keys read have one, and `entry` copies keys.
         let k = match self.keys.get_mut(key) {

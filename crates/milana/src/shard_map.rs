@@ -93,6 +93,14 @@ impl ShardMap {
         self.ranges[i.saturating_sub(1)].1
     }
 
+    /// The shard that owns `key` of `table` ([`ShardMap::shard_of`] its
+    /// cluster key), without building the cluster key.
+    pub fn shard_of_row(&self, table: &str, key: &[u8]) -> ShardId {
+        let parts = [table.as_bytes(), &[0], key];
+        let i = self.ranges.partition_point(|(start, _)| cmp_parts(start, parts).is_le());
+        self.ranges[i.saturating_sub(1)].1
+    }
+
     /// The shard that owns every key of `[start, end)` (an empty `end`:
     /// no end), if one does.
     pub fn sole_owner(&self, start: &[u8], end: &[u8]) -> Option<ShardId> {
@@ -318,9 +326,24 @@ impl MapStore {
     }
 }
 
+/// `a` against the concatenation of `parts`, as bytes.
+fn cmp_parts(mut a: &[u8], parts: [&[u8]; 3]) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    for p in parts {
+        let n = a.len().min(p.len());
+        match a[..n].cmp(&p[..n]) {
+            Ordering::Equal if a.len() < p.len() => return Ordering::Less,
+            Ordering::Equal => a = &a[n..],
+            o => return o,
+        }
+    }
+    if a.is_empty() { Ordering::Equal } else { Ordering::Greater }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::types::cluster_key;
 
     fn map(version: u64, ranges: &[(&str, ShardId)]) -> ShardMap {
         let ranges: Vec<(Key, ShardId)> =
@@ -356,6 +379,28 @@ mod tests {
         let mut no_addr = map(1, &[("", 0), ("g", 1)]);
         no_addr.shards.remove(&1);
         assert!(no_addr.check().is_err());
+    }
+
+    #[test]
+    fn a_rows_owner_is_its_cluster_keys_owner() {
+        // Range starts inside a table's name, at its first key, inside and
+        // past keys; tables and keys that are prefixes of each other.
+        let starts = ["", "a", "ab", "ab\0", "ab\0k", "ab\0kk", "ab\x01", "abc", "b\0", "b\0\0"];
+        for n in 1..=starts.len() {
+            let mut ranges: Vec<(&str, ShardId)> =
+                starts[..n].iter().enumerate().map(|(i, s)| (*s, i as ShardId)).collect();
+            ranges.sort();
+            let m = map(1, &ranges);
+            for table in ["a", "ab", "abc", "b"] {
+                for key in [&b""[..], b"\0", b"k", b"kk", b"kkk", b"l", b"\xff"] {
+                    assert_eq!(
+                        m.shard_of_row(table, key),
+                        m.shard_of(&cluster_key(table, key)),
+                        "{table} {key:?} in {ranges:?}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use milliscale_milana::shard_map::ShardMap;
-use milliscale_milana::types::{CommitTs, ShardId, cluster_key};
+use milliscale_milana::types::{CommitTs, ShardId};
 
 use super::transaction::bounds;
 use super::{Cluster, lock, physical_now, ts_to};
@@ -89,7 +89,7 @@ impl Cluster {
             txn: Some(proto::ClusterTxnId { client, seq }),
             at,
             version: Some(ts_to(version)),
-            operations: batch.ops.clone(),
+            operations: packed(&batch.ops),
             table: batch.table.clone(),
             client,
             low_water,
@@ -269,11 +269,66 @@ fn one_shard(batch: &Batch, map: &ShardMap) -> Option<ShardId> {
                     continue;
                 }
             };
-        if !same(map.shard_of(&cluster_key(table, key))) {
+        if !same(map.shard_of_row(table, key)) {
             return None;
         }
     }
     on
+}
+
+/// A copy of `ops` whose keys and values are slices of one buffer. (Their
+/// clones would share each key and value with the batch: a count
+/// allocated for each of them, and each freed twice over.)
+fn packed(ops: &[proto::Operation]) -> Vec<proto::Operation> {
+    use operation::Op;
+    let bytes = |op: &Option<Op>| match op {
+        Some(Op::Get(k) | Op::Delete(k)) => k.len(),
+        Some(Op::Put(r)) => r.key.len() + r.value.len(),
+        Some(Op::Patch(p)) => p.key.len() + p.bytes.len(),
+        Some(Op::Scan(_)) | None => 0,
+    };
+    let mut buf = bytes::BytesMut::with_capacity(ops.iter().map(|o| bytes(&o.op)).sum());
+    let mut spans = Vec::with_capacity(ops.len() * 2);
+    let mut put = |b: &[u8]| {
+        let start = buf.len();
+        buf.extend_from_slice(b);
+        spans.push(start..buf.len());
+    };
+    for o in ops {
+        match &o.op {
+            Some(Op::Get(k) | Op::Delete(k)) => put(k),
+            Some(Op::Put(r)) => {
+                put(&r.key);
+                put(&r.value);
+            }
+            Some(Op::Patch(p)) => {
+                put(&p.key);
+                put(&p.bytes);
+            }
+            Some(Op::Scan(_)) | None => {}
+        }
+    }
+    let buf = buf.freeze();
+    let mut spans = spans.into_iter().map(|s| buf.slice(s));
+    let mut next = || spans.next().expect("a span for each key and value");
+    let copy = |o: &proto::Operation| {
+        let op = match &o.op {
+            Some(Op::Get(_)) => Some(Op::Get(next())),
+            Some(Op::Delete(_)) => Some(Op::Delete(next())),
+            Some(Op::Put(_)) => Some(Op::Put(proto::Row { key: next(), value: next() })),
+            Some(Op::Patch(p)) => Some(Op::Patch(proto::PatchRequest {
+                txn_id: p.txn_id,
+                table: p.table.clone(),
+                key: next(),
+                offset: p.offset,
+                bytes: next(),
+            })),
+            Some(Op::Scan(r)) => Some(Op::Scan(r.clone())),
+            None => None,
+        };
+        proto::Operation { table: o.table.clone(), op }
+    };
+    ops.iter().map(copy).collect()
 }
 
 fn range_of(r: &proto::KeyRange) -> KeyRange {
@@ -306,6 +361,17 @@ fn refused(st: &tonic::Status) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use milliscale_milana::types::cluster_key;
+
+    #[test]
+    fn a_packed_copy_is_equal() {
+        let mut b = Batch::new();
+        b.get("t", b"a").put("t", b"b", b"vb").delete("u", b"").patch("t", b"c", 3, b"xyz");
+        b.scan("t", KeyRange { start: Some(b"a".to_vec()), limit: 5, ..Default::default() });
+        b.put("t", b"", b"");
+        assert_eq!(packed(&b.ops), b.ops);
+        assert!(packed(&[]).is_empty());
+    }
 
     /// Table `t`'s keys from "m" on belong to shard 1, the rest to shard 0.
     fn map() -> ShardMap {

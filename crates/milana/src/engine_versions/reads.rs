@@ -70,7 +70,7 @@ impl VersionRows {
     /// until the install that writes the rows kept has written (drop it
     /// then; not across an `.await`: it holds one of the engine's
     /// transaction slots). Each read may come with where the engine last
-    /// found its key ([`EngineVersions::hint`]), so that its read does not
+    /// found its key ([`EngineVersions::version_and_hint_at`]), so that its read does not
     /// descend the index.
     pub fn values_held<'k>(
         &self,
