@@ -89,16 +89,25 @@ pub enum MapChange {
 impl ShardMap {
     /// The shard that owns `key`.
     pub fn shard_of(&self, key: &[u8]) -> ShardId {
-        let i = self.ranges.partition_point(|(start, _)| start.as_slice() <= key);
-        self.ranges[i.saturating_sub(1)].1
+        self.ranges[self.range_of(key)].1
     }
 
     /// The shard that owns `key` of `table` ([`ShardMap::shard_of`] its
     /// cluster key), without building the cluster key.
     pub fn shard_of_row(&self, table: &str, key: &[u8]) -> ShardId {
         let parts = [table.as_bytes(), &[0], key];
-        let i = self.ranges.partition_point(|(start, _)| cmp_parts(start, parts).is_le());
-        self.ranges[i.saturating_sub(1)].1
+        self.ranges[self.last_range(|start| cmp_parts(start, parts).is_le())].1
+    }
+
+    /// Which of `ranges` holds `key`: its index.
+    pub fn range_of(&self, key: &[u8]) -> usize {
+        self.last_range(|start| start <= key)
+    }
+
+    /// The index of the last range whose first key is at or below a key
+    /// (`at_or_below`, asked of a range's first key).
+    fn last_range(&self, at_or_below: impl Fn(&[u8]) -> bool) -> usize {
+        self.ranges.partition_point(|(start, _)| at_or_below(start)).saturating_sub(1)
     }
 
     /// The shard that owns every key of `[start, end)` (an empty `end`:

@@ -169,8 +169,7 @@ impl State {
             return;
         }
         for k in keys {
-            let i = map.ranges.partition_point(|(start, _)| start.as_slice() <= k);
-            let start = &map.ranges[i.saturating_sub(1)].0;
+            let start = &map.ranges[map.range_of(k)].0;
             match self.requests.get_mut(start) {
                 Some(n) => *n += 1,
                 None => {
