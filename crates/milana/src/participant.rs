@@ -279,14 +279,24 @@ impl<V: Versions> Participant<V> {
     /// below `at`. The value may be read later, outside what orders this with
     /// prepares: once marked, no version at or below `at` can be installed.
     pub fn read_version(&mut self, key: &[u8], at: Timestamp) -> (Option<CommitTs>, bool) {
+        self.read_version_with(key, at, |v, key, at| v.version_at(key, at))
+    }
+
+    /// [`Participant::read_version`], asking the versions with `known`
+    /// (which answers as [`Versions::version_at`] does, with whatever else
+    /// the caller wants from the same lookup) once the key is marked.
+    pub fn read_version_with<R>(
+        &mut self,
+        key: &[u8],
+        at: Timestamp,
+        known: impl FnOnce(&V, &[u8], Timestamp) -> Option<R>,
+    ) -> (Option<R>, bool) {
         let prepared_below = self.mark(key, at);
-        (self.versions.version_at(key, at), prepared_below)
+        (known(&self.versions, key, at), prepared_below)
     }
 
     /// Raise `key`'s read mark to `at`: is a prepared write at or below it?
-    /// ([`Participant::read_version`] without the version, for a caller
-    /// that asks its versions more than the version.)
-    pub fn mark(&mut self, key: &[u8], at: Timestamp) -> bool {
+    fn mark(&mut self, key: &[u8], at: Timestamp) -> bool {
         debug_assert!(at < self.lease, "a read outside the lease");
         // `get_mut` first: most keys read have one, and `entry` copies keys.
         let k = match self.keys.get_mut(key) {

@@ -296,10 +296,9 @@ impl Shard {
         let mark = |st: &mut State| -> Result<Vec<Marked>, Status> {
             st.refuse_frozen(keys.iter().map(|k| k.as_slice()), [])?;
             let marked = keys.iter().map(|k| {
-                // `Participant::read_version`, with the hint in the same
-                // lookup as the version.
-                let prepared_below = st.p.mark(k, at);
-                let known = st.p.versions_mut().version_and_hint_at(k, at);
+                // The hint in the same lookup as the version.
+                let (known, prepared_below) =
+                    st.p.read_version_with(k, at, |v, k, at| v.version_and_hint_at(k, at));
                 (known.map(|(v, _)| v), prepared_below, known.and_then(|(_, h)| h))
             });
             Ok(marked.collect())
