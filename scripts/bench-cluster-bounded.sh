@@ -91,7 +91,7 @@ PY
 fresh() { # dir: a map with one shard, the shard started, the records loaded
     local dir=$1
     mkdir -p "$dir"
-    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    port=$(python3 "$(dirname "$0")/free-port.py")
     "$bin" cluster init --map "file://$dir/map" --shard "127.0.0.1:$port=file://$dir/s0" > /dev/null
     start "$dir"
     local t0

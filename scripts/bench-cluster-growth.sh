@@ -22,7 +22,7 @@ sessions=${3:-64}
 records=${4:-50000}
 source "$(dirname "$0")/bench-common.sh"  # bin, out; builds; prints the machine
 echo "seeds=1..$seeds seconds=$secs sessions=$sessions records=$records; raw reports in $out"
-port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+port() { python3 "$(dirname "$0")/free-port.py"; }
 started() { # file: wait for the server's "listening on" line
     for _ in $(seq 1 120); do grep -q '^listening' "$1" && break; sleep 0.25; done
 }

@@ -41,7 +41,7 @@ cluster() { # seed [name extra-args...]: name "cluster" (shard calls on a stream
     local seed=$1 name=${2:-cluster} dir port
     shift; shift || true
     dir=$(mktemp -d)
-    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    port=$(python3 "$(dirname "$0")/free-port.py")
     "$bin" cluster init --map "file://$dir/map" --shard "127.0.0.1:$port=sim://s3x?seed=$seed" > /dev/null
     "$bin" serve --cluster "file://$dir/map" --shard 0 --store "sim://s3x?seed=$seed" > "$out/shard.out" 2> "$out/$name-$seed.err" &
     local pid=$!

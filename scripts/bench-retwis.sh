@@ -24,7 +24,7 @@ secs=${2:-6}
 clients=${3:-32}
 source "$(dirname "$0")/bench-common.sh"  # bin, out, with_emulator; builds
 echo "seeds=1..$seeds seconds=$secs clients=$clients; raw reports in $out"
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+free_port() { python3 "$(dirname "$0")/free-port.py"; }
 pids=()
 start_shards() { # N TAG [memory]: publish a map of N shards under TAG and start them
     local n=$1 tag=$2 logs=${3:-} args=() stores=()

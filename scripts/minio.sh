@@ -20,8 +20,7 @@ case "${1:-}" in
   start)
     build
     rm -rf "$MINIO_DIR" && mkdir -p "$MINIO_DIR/data"
-    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-    cport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    { read -r port; read -r cport; } < <(python3 "$(dirname "$0")/free-port.py" 2)
     MINIO_ROOT_USER=milliscale MINIO_ROOT_PASSWORD=milliscale-secret \
       "$BIN" server "$MINIO_DIR/data" --address "127.0.0.1:$port" --console-address "127.0.0.1:$cport" \
       > "$MINIO_DIR/log" 2>&1 &

@@ -13,6 +13,7 @@ reason in the report; python/README.md lists them.
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import socket
@@ -121,10 +122,26 @@ class Server(Process):
         return Client(self.address, token)
 
 
+#: Ports handed out by `free_port`, in turn from a start that depends on
+#: the process, so two callers in one run never get the same one.
+_PORTS = itertools.count((os.getpid() % 100) * 120)
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port that is free now and below the kernel's ephemeral
+    range (32768 and up on Linux). A port from ``bind(0)`` is in that range,
+    so between this check and the node's own bind an outgoing connection
+    (any client's, the emulator's) could take it; a port below the range
+    can only be taken by an explicit bind."""
+    for _ in range(12_000):
+        port = 20_000 + next(_PORTS) % 12_000
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free loopback port in 20000-31999")
 
 
 class Shards:

@@ -22,6 +22,7 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use milliscale_client::Cluster;
@@ -49,9 +50,20 @@ impl Drop for Proc {
     }
 }
 
+/// A free loopback address whose port is below the kernel's ephemeral
+/// range (32768 and up on Linux). A port from `bind(":0")` is in that range,
+/// so between this test's check and the node's own bind an outgoing
+/// connection could take it; a port below the range can only be taken by
+/// an explicit bind. The ports are handed out in turn from a start that
+/// depends on the process, so parallel tests and test processes do not
+/// pick the same one.
 pub(super) fn free_port() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").to_string()
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let at = (std::process::id() % 100) * 120;
+    std::iter::repeat_with(|| 20_000 + (at + NEXT.fetch_add(1, Ordering::Relaxed)) % 12_000)
+        .find_map(|p| std::net::TcpListener::bind(("127.0.0.1", p as u16)).ok()?.local_addr().ok())
+        .expect("a free port")
+        .to_string()
 }
 
 pub(super) fn url(dir: &Path, name: &str) -> String {
