@@ -18,11 +18,8 @@ fn scrape(addr: &str) -> Option<String> {
 
 #[test]
 fn a_benchmark_serves_its_metrics_for_prometheus() {
-    // A free port: bound, read and let go.
-    let addr = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        l.local_addr().expect("addr").to_string()
-    };
+    // A free port below the ephemeral range (see `free_port`).
+    let addr = super::shard_kill::free_port();
     let mut child = Command::new(env!("CARGO_BIN_EXE_milliscale"))
         .args(["--metrics-addr", &addr, "bench", "ycsb", "--records", "20000"])
         .args(["--warmup", "0", "--duration", "30", "--threads", "2"])
