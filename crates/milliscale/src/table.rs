@@ -67,8 +67,12 @@ pub(crate) fn trim_due(
     horizon: Csn,
     guard: &crossbeam_epoch::Guard,
 ) -> usize {
-    due.iter()
+    let slots = due
+        .iter()
         .filter_map(|r| tables.get(r.table as usize).filter(|t| !t.is_dropped()).map(|t| (t, r)))
-        .map(|(t, r)| gc::trim_chain(t.records.slot(r.rid), horizon, false, guard))
-        .sum()
+        .map(|(t, r)| t.records.slot(r.rid));
+    // A due record's newest version and the one below it, which its trim
+    // retires.
+    gc::prefetch_chains(slots.clone(), 1, guard);
+    slots.map(|slot| gc::trim_chain(slot, horizon, false, guard)).sum()
 }

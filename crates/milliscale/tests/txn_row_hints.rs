@@ -4,7 +4,8 @@
 //! used only while its record id cannot have gone to another key: a hint
 //! whose key was deleted, reclaimed and whose record id went to a new key
 //! is ignored (the table's count of record ids handed out again moved),
-//! and the write lands on its own key.
+//! and the write lands on its own key. Prefetching the rows hints point at
+//! (`Table::prefetch_rows`) changes nothing and skips hints of other tables.
 
 use milliscale::{Database, Options};
 
@@ -95,4 +96,57 @@ fn a_hint_kept_after_its_finder_ended_writes_its_key() {
     w.commit_and_wait().expect("commit");
     assert_eq!(db.get(&t, b"a").expect("get"), Some(b"0110".to_vec()));
     assert_eq!(db.get(&t, b"b").expect("get"), Some(b"0000".to_vec()));
+}
+
+#[test]
+fn prefetching_rows_by_hints_changes_nothing_and_skips_hints_of_other_tables() {
+    // A hint from another database, past the first chunk of record ids
+    // (65,536), and given to a table with one record: were it not skipped,
+    // its record's slot would be outside what this table ever allocated.
+    let big = Database::open(Options::new()).expect("open");
+    let bt = big.create_table("t").expect("t");
+    let mut tx = big.begin().expect("begin");
+    for i in 0..70_000u32 {
+        tx.put(&bt, &i.to_be_bytes(), b"v").expect("put");
+    }
+    tx.commit_and_wait().expect("commit");
+    let far = {
+        let mut reader = big.begin().expect("reader");
+        reader.get(&bt, &69_999u32.to_be_bytes()).expect("get");
+        reader.row_hint(&bt, &69_999u32.to_be_bytes()).expect("hint")
+    };
+
+    let db = Database::open(Options::new()).expect("open");
+    let t = db.create_table("t").expect("t");
+    let u = db.create_table("u").expect("u");
+    let other = db.create_table("other").expect("other");
+    db.put(&t, b"a", b"0000").expect("put");
+    db.put(&u, b"x", b"u").expect("put");
+    db.put(&t, b"gone", b"old").expect("put");
+    let hint = |table: &milliscale::Table, key: &[u8]| {
+        let mut reader = db.begin().expect("reader");
+        reader.get(table, key).expect("get");
+        reader.row_hint(table, key).expect("hint")
+    };
+    let (a, x, gone) = (hint(&t, b"a"), hint(&u, b"x"), hint(&t, b"gone"));
+    // The key of one hint is deleted and its record reclaimed.
+    let mut tx = db.begin().expect("begin");
+    assert!(tx.delete(&t, b"gone").expect("delete"));
+    tx.commit_and_wait().expect("commit");
+    churn(&db, &other, 300);
+    churn(&db, &other, 300);
+    assert_eq!(db.stats().keys_reclaimed, 1);
+
+    for table in [&t, &u] {
+        table.prefetch_rows([far, a, x, gone].into_iter());
+    }
+    assert_eq!(db.get(&t, b"a").expect("get"), Some(b"0000".to_vec()));
+    assert_eq!(db.get(&u, b"x").expect("get"), Some(b"u".to_vec()));
+    assert_eq!(db.get(&t, b"gone").expect("get"), None);
+    // A patch through a hint after the prefetch lands on its key.
+    let mut w = db.begin().expect("writer");
+    w.assume_row(&t, b"a", a);
+    w.update_range(&t, b"a", 1, b"11").expect("patch");
+    w.commit_and_wait().expect("commit");
+    assert_eq!(db.get(&t, b"a").expect("get"), Some(b"0110".to_vec()));
 }

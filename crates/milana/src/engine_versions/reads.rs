@@ -59,10 +59,11 @@ impl VersionRows {
     /// whether to keep its row), in one engine transaction; with the row
     /// read, when asked to keep it and it is the key's row (for
     /// [`EngineVersions::offer_rows`]: a batch that writes a key it read).
-    pub fn values<'k>(
-        &self,
-        reads: impl IntoIterator<Item = (&'k [u8], CommitTs, bool)>,
-    ) -> Vec<ValueRead> {
+    pub fn values<'k, I>(&self, reads: I) -> Vec<ValueRead>
+    where
+        I: IntoIterator<Item = (&'k [u8], CommitTs, bool)>,
+        I::IntoIter: Clone,
+    {
         self.values_held(reads.into_iter().map(|(k, v, keep)| (k, v, keep, None))).0
     }
 
@@ -72,13 +73,16 @@ impl VersionRows {
     /// transaction slots). Each read may come with where the engine last
     /// found its key ([`EngineVersions::version_and_hint_at`]), so that its read does not
     /// descend the index.
-    pub fn values_held<'k>(
-        &self,
-        reads: impl IntoIterator<Item = (&'k [u8], CommitTs, bool, Option<milliscale::RowHint>)>,
-    ) -> (Vec<ValueRead>, HeldRead) {
+    pub fn values_held<'k, I>(&self, reads: I) -> (Vec<ValueRead>, HeldRead)
+    where
+        I: IntoIterator<Item = (&'k [u8], CommitTs, bool, Option<milliscale::RowHint>)>,
+        I::IntoIter: Clone,
+    {
+        let reads = reads.into_iter();
+        self.prefetch(reads.clone());
         let mut tx = None;
         let mut table: Option<Table> = None;
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(reads.size_hint().0);
         for (key, version, keep, hint) in reads {
             if version == CommitTs::INITIAL {
                 out.push((Some(None), None));
@@ -111,6 +115,26 @@ impl VersionRows {
             });
         }
         (out, HeldRead { _open: tx })
+    }
+
+    /// Start loading the rows `reads` found before into the CPU's cache,
+    /// all at once ([`Table::prefetch_rows`]), for each table they name.
+    fn prefetch<'k>(
+        &self,
+        reads: impl Iterator<Item = (&'k [u8], CommitTs, bool, Option<milliscale::RowHint>)> + Clone,
+    ) {
+        let hints = reads.clone().filter_map(|r| r.3);
+        let mut named: Option<&str> = None;
+        for (key, _, _, hint) in reads {
+            let name = split(key).0;
+            if hint.is_none() || named == Some(name) {
+                continue;
+            }
+            named = Some(name);
+            if let Some(t) = table_named(&self.tables, name) {
+                t.prefetch_rows(hints.clone());
+            }
+        }
     }
 
     /// Drop the versions replaced at or below `watermark`, as

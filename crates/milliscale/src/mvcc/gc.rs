@@ -41,7 +41,7 @@ use parking_lot::Mutex;
 
 use super::Csn;
 use super::oid_array::Rid;
-use super::version::{Stamp, Version};
+use super::version::{Stamp, Version, prefetch};
 
 /// Queued records a commit trims at most beyond its own writes' number
 /// (see [`Retrims::cycle`]).
@@ -93,6 +93,44 @@ pub(crate) fn holds_older(head: &Atomic<Version>, guard: &Guard) -> bool {
     // SAFETY: pinned by `guard`; versions are freed only through the epoch collector.
     unsafe { head.load(Ordering::Acquire, guard).as_ref() }
         .is_some_and(|v| !v.next.load(Ordering::Acquire, guard).is_null())
+}
+
+/// The most chains [`prefetch_chains`] loads at once.
+pub(crate) const PREFETCH_CHAINS_MAX: usize = 64;
+
+/// Start loading into the CPU's cache the heads at `slots` and the first
+/// `1 + below` versions of their chains, a level of all the chains at a
+/// time: the records a batch touches are scattered over far more memory
+/// than the cache holds, and each otherwise waits for its loads from
+/// memory one after another. It changes nothing else (see [`prefetch`]).
+/// Only the first [`PREFETCH_CHAINS_MAX`] chains: the cache would not
+/// keep more until they are used.
+pub(crate) fn prefetch_chains<'a>(
+    slots: impl Iterator<Item = &'a Atomic<Version>> + Clone,
+    below: usize,
+    guard: &Guard,
+) {
+    let slots = slots.take(PREFETCH_CHAINS_MAX);
+    for slot in slots.clone() {
+        prefetch(slot);
+    }
+    for level in 0..=below {
+        for slot in slots.clone() {
+            let mut cur = slot.load(Ordering::Acquire, guard);
+            for _ in 0..level {
+                // SAFETY: pinned by `guard`; versions are freed only through
+                // the epoch collector.
+                match unsafe { cur.as_ref() } {
+                    Some(v) => cur = v.next.load(Ordering::Acquire, guard),
+                    None => break,
+                }
+            }
+            if !cur.is_null() {
+                // The address only (a tag, if any, is in its low bits).
+                prefetch(crossbeam_epoch::Pointer::into_usize(cur) as *const u8);
+            }
+        }
+    }
 }
 
 /// Versions a trim walks before it gives up, unless asked for a full walk.

@@ -504,6 +504,10 @@ impl<'db> Transaction<'db> {
         }
         let mut retired = 0;
         let mut again = smallvec::SmallVec::<[gc::Retrim; 8]>::new();
+        // Below each new version, the one it replaced (read a moment ago)
+        // and the one below that, cold, which the trim retires.
+        let slots = self.writes.iter().map(|w| w.table.records.slot(w.rid));
+        gc::prefetch_chains(slots, 2, guard);
         for w in &self.writes {
             let full = csn.is_multiple_of(gc::FULL_WALK_EVERY);
             let slot = w.table.records.slot(w.rid);
