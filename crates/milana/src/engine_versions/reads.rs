@@ -79,9 +79,10 @@ impl VersionRows {
         I::IntoIter: Clone,
     {
         let reads = reads.into_iter();
-        self.prefetch(reads.clone());
+        // The table the prefetch found, for the reads of its keys (a key
+        // of another table looks its own up below).
+        let mut table = self.prefetch(reads.clone());
         let mut tx = None;
-        let mut table: Option<Table> = None;
         let mut out = Vec::with_capacity(reads.size_hint().0);
         for (key, version, keep, hint) in reads {
             if version == CommitTs::INITIAL {
@@ -118,13 +119,14 @@ impl VersionRows {
     }
 
     /// Start loading the rows `reads` found before into the CPU's cache,
-    /// all at once ([`Table::prefetch_rows`]), for each table they name.
+    /// all at once ([`Table::prefetch_rows`]), for each table whose rows
+    /// they hint at. Returns the first table it found, if any.
     fn prefetch<'k>(
         &self,
         reads: impl Iterator<Item = (&'k [u8], CommitTs, bool, Option<milliscale::RowHint>)> + Clone,
-    ) {
+    ) -> Option<Table> {
         let hints = reads.clone().filter_map(|r| r.3);
-        let mut named: Option<&str> = None;
+        let (mut first, mut named): (Option<Table>, Option<&str>) = (None, None);
         for (key, _, _, hint) in reads {
             let name = split(key).0;
             if hint.is_none() || named == Some(name) {
@@ -133,8 +135,10 @@ impl VersionRows {
             named = Some(name);
             if let Some(t) = table_named(&self.tables, name) {
                 t.prefetch_rows(hints.clone());
+                first.get_or_insert(t);
             }
         }
+        first
     }
 
     /// Drop the versions replaced at or below `watermark`, as
