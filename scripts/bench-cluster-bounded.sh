@@ -16,21 +16,23 @@
 #   the shard's rule lets it grow (TAIL_MIB, default 18: its 16 MiB
 #   trigger and what a checkpoint in flight lets through), and is killed
 #   there and restarted with its default rule, timed the same way.
-# Before each restart: what the log holds (`milliscale inspect`: what
+# Before each kill: what the log holds (`milliscale inspect`: what
 # recovery would replay after the checkpoint) and the bytes of the
 # store's objects. Transactions are counted from the benchmark's reports
-# (no warm-up: every committed one counts). Each restart is repeated
-# RESTARTS times (default 3) from the state the kill left, and the median
-# counts: the load of the checkpoint and the new checkpoint recovery writes
-# vary by half from one restart to the next on this machine. Uses the
-# release build.
+# (no warm-up: every committed one counts). What each kill left is kept,
+# and restarted only once all three kills are done: in RESTARTS rounds
+# (default 5), each restarting a fresh copy of A's, B's and W's state once,
+# in an order that rotates. The ratios are taken within a round and their
+# medians count: the machine's speed drifts over the minutes between the
+# kills, and the checkpoint's load varies by a third from one restart to
+# the next. Uses the release build.
 # Usage: scripts/bench-cluster-bounded.sh [ROWS] [SMALL] [MID] [LARGE]
 set -euo pipefail
 rows=${1:-1000000}
 small=${2:-20000}
 mid=${3:-200000}
 large=${4:-2000000}
-restarts=${RESTARTS:-3}
+restarts=${RESTARTS:-5}
 bin="${CARGO_TARGET_DIR:-$(cd "$(dirname "$0")/.." && pwd)/target}/release/milliscale"
 out=$(mktemp -d)
 echo "machine: $(nproc) cores; commit $(git rev-parse --short=12 HEAD); rows=$rows small=$small mid=$mid large=$large; in $out"
@@ -100,37 +102,36 @@ fresh() { # dir: a map with one shard, the shard started, the records loaded
         --client-threads 1 --sessions 8 --isolation serializable --server "127.0.0.1:$port" --cluster > "$dir/load.json"
     echo "loaded $rows rows in $(( $(date +%s) - t0 )) s; resident $(rss_mib) MiB"
 }
-restart() { # dir: kill -9, then restart RESTARTS times from the state the kill left
-    # (the store and the map copied back before each), each timed until it
-    # listens; dir/started gets the median, dir/restarts each time and the
-    # shard's own account of its recovery. The last restart keeps running.
-    local dir=$1 i
+kill_keep() { # dir name: kill -9 the shard, and keep what the kill left (the
+    # store and the map) as $out/killed-name for the restarts below
     kill -9 "$pid"; wait "$pid" 2>/dev/null || true
-    cp -a "$dir/s0" "$dir/s0.killed"; cp -a "$dir/map" "$dir/map.killed"
-    : > "$dir/restarts"
-    for i in $(seq 1 "$restarts"); do
-        if [ "$i" -gt 1 ]; then
-            kill "$pid"; wait "$pid" 2>/dev/null || true
-            rm -rf "$dir/s0" "$dir/map"
-            cp -a "$dir/s0.killed" "$dir/s0"; cp -a "$dir/map.killed" "$dir/map"
-        fi
-        : > "$dir/shard.err"
-        start "$dir"
-        echo "$(cat "$dir/started") s; $(grep -h 'recovery:' "$dir/shard.err" | sed 's/^milliscale serve: //')" >> "$dir/restarts"
-    done
-    rm -rf "$dir/s0.killed" "$dir/map.killed"
-    python3 -c "import statistics, sys; print(f'{statistics.median(float(l.split()[0]) for l in open(sys.argv[1])):.2f}')" \
-        "$dir/restarts" > "$dir/started"
+    mkdir -p "$out/killed-$2"
+    cp -a "$1/s0" "$1/map" "$out/killed-$2/"
+    cp "$1/shard.out" "$out/killed-$2/"  # the port it listened on
+}
+restart_kept() { # name: restart a copy of killed-name, timed until it listens;
+    # prints the seconds and the shard's own account of its recovery, then
+    # stops it (SIGTERM) and deletes the copy
+    local dir=$out/restart-$1
+    rm -rf "$dir"; mkdir -p "$dir"
+    cp -a "$out/killed-$1/s0" "$out/killed-$1/map" "$dir/"
+    # The copy's pages written out first: a killed shard's log was on the
+    # disk already, and the fence's appends would flush them (more for a
+    # longer log) inside the timed restart.
+    sync
+    port=$(sed -n 's/^listening on .*:\([0-9]*\)$/\1/p' "$out/killed-$1/shard.out" | head -1)
+    : > "$dir/shard.err"
+    start "$dir"
+    echo "$(cat "$dir/started") s; $(grep -h 'recovery:' "$dir/shard.err" | sed 's/^milliscale serve: //')"
+    kill "$pid"; wait "$pid" 2>/dev/null || true
+    rm -rf "$dir"
 }
 
 A=$out/a; fresh "$A"
 n=$(txns "$A" "$small" $((small * 52 / 100)))
 echo "A: $n transactions; resident $(rss_mib) MiB"
 echo "A: before the restart: $(log_state "$A")"
-restart "$A"; ra=$(cat "$A/started")
-sed 's/^/A: restart /' "$A/restarts"
-echo "A: restart $ra s (median); resident after $(rss_mib) MiB"
-kill "$pid"; wait "$pid" 2>/dev/null || true
+kill_keep "$A" a
 
 B=$out/b; fresh "$B"
 n1=$(txns "$B" "$mid")
@@ -140,10 +141,7 @@ n2=$(txns "$B" $((large - n1)))
 r2=$(rss_settled); m2=${r2%% *}
 echo "B: $((n1 + n2)) transactions; resident $r2 MiB (the same)"
 echo "B: before the restart: $(log_state "$B")"
-restart "$B"; rb=$(cat "$B/started")
-sed 's/^/B: restart /' "$B/restarts"
-echo "B: restart $rb s (median); resident after $(rss_mib) MiB"
-kill "$pid"; wait "$pid" 2>/dev/null || true
+kill_keep "$B" b
 
 # W: B's shard, its tail grown to TAIL_MIB with checkpoints held off.
 tail_mib=${TAIL_MIB:-18}
@@ -161,8 +159,32 @@ while :; do
 done
 kill "$load" 2> /dev/null || true; wait "$load" 2> /dev/null || true
 echo "W: before the restart: $(log_state "$B")"
-restart "$B"; rw=$(cat "$B/started")
-sed 's/^/W: restart /' "$B/restarts"
-echo "W: restart $rw s (median)"
-kill "$pid"; wait "$pid" 2>/dev/null || true
-python3 -c "print(f'restart B / A: {$rb / $ra:.2f}x, at the largest tail W / A: {$rw / $ra:.2f}x (goal at most 1.5x); resident after LARGE / after MID: {$m2 / $m1:.2f}x (goal at most 1.2x)')"
+kill_keep "$B" w
+
+# The restarts, in rounds: each round restarts A's, B's and W's killed
+# states once, in an order that rotates, so that the machine's drift over
+# the minutes between the kills does not enter the ratios; a ratio is
+# taken within its round, and the medians over the rounds count.
+: > "$out/restarts"
+for i in $(seq 1 "$restarts"); do
+    case $((i % 3)) in 1) order="a b w" ;; 2) order="b w a" ;; *) order="w a b" ;; esac
+    for name in $order; do
+        line=$(restart_kept "$name")
+        echo "$(echo "$name" | tr a-z A-Z): restart $line"
+        echo "$i $name ${line%% s;*}" >> "$out/restarts"
+    done
+done
+python3 - "$out/restarts" "$m1" "$m2" <<'PY'
+import collections, statistics, sys
+t = collections.defaultdict(dict)
+for line in open(sys.argv[1]):
+    i, name, s = line.split()
+    t[i][name] = float(s)
+med = lambda name: statistics.median(r[name] for r in t.values())
+ratio = lambda name: [r[name] / r['a'] for r in t.values()]
+b, w = ratio('b'), ratio('w')
+print(f"restart medians: A {med('a'):.2f} s, B {med('b'):.2f} s, W {med('w'):.2f} s")
+print(f"restart B / A: {statistics.median(b):.2f}x (per round {', '.join(f'{x:.2f}' for x in b)}), "
+      f"at the largest tail W / A: {statistics.median(w):.2f}x (per round {', '.join(f'{x:.2f}' for x in w)}) "
+      f"(goal at most 1.5x); resident after LARGE / after MID: {int(sys.argv[3]) / int(sys.argv[2]):.2f}x (goal at most 1.2x)")
+PY

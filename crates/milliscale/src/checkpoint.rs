@@ -45,6 +45,8 @@ use crate::error::{Error, Result};
 use crate::keys::{CHECKPOINT_PREFIX, LOG_PREFIX, OFFER_PREFIX, checkpoint_prefix, offer_key};
 use crate::manifest::{CheckpointRef, ChunkRef, LogRef};
 use crate::mvcc::Csn;
+use crate::mvcc::version::Version;
+use crate::recovery::replay::{Folded, Loaded, install};
 use crate::retry::retry;
 use crate::table::TableInner;
 
@@ -271,16 +273,17 @@ pub(crate) fn fetch_chunk(
     Err(last.unwrap_or_else(|| Error::Store("no stores".into())))
 }
 
-/// Load checkpoint `cref` into `tables`, `threads` chunks at a time,
-/// less the rows `skip` names (by table id and key: recovery's keys that
-/// the log deletes). Returns the rows loaded.
+/// Load checkpoint `cref` into `tables`, `threads` chunks at a time, each
+/// row merged with what recovery's log does to its key (`folded`: kept,
+/// patched, or left out for the log's own value or deletion). Returns the
+/// rows loaded (patched ones included).
 pub(crate) fn load(
     stores: &[(String, Arc<dyn ObjectStore>)],
     cref: &CheckpointRef,
     tables: &[Arc<TableInner>],
     threads: usize,
     deadline: Duration,
-    skip: &(dyn Fn(u32, &[u8]) -> bool + Sync),
+    folded: &Folded<'_>,
 ) -> Result<u64> {
     let results = crate::parallel::parallel_map(&cref.chunks, threads, |c| -> Result<u64> {
         let chunk = fetch_chunk(stores, c, deadline)?;
@@ -298,10 +301,15 @@ pub(crate) fn load(
             return Ok(0);
         }
         let mut loaded = 0;
-        for (k, v) in chunk.rows.iter().filter(|(k, _)| !skip(chunk.table, k)) {
-            crate::recovery::replay::install(table, k, None, cref.csn - 1, Some(v))?;
+        folded.merge_rows(chunk.table, &chunk.rows, |k, v, how| {
+            match how {
+                Loaded::Keep => install(table, k, Version::committed(cref.csn - 1, Some(v)))?,
+                Loaded::Patched(version) => install(table, k, version)?,
+                Loaded::Skip => return Ok(()),
+            }
             loaded += 1;
-        }
+            Ok(())
+        })?;
         Ok(loaded)
     });
     results.into_iter().sum()

@@ -299,24 +299,25 @@ impl Engine {
         let threads = self.options.recovery_threads;
         let tables = self.tables.read().by_id.clone();
         let started = Instant::now();
-        // The plan is folded first, so that the load skips the rows it
-        // deletes; the replay's time is the rest.
+        // The plan is folded first, so that the load merges each row with
+        // what the plan does to its key; the replay's time is the rest.
         let (mut rows, mut loading) = (0, Duration::ZERO);
-        let stats = recovery::replay::apply(plan, &tables, threads, |skip| {
-            let at = Instant::now();
-            if let Some(c) = checkpoint {
+        let load = checkpoint.map(|c| {
+            |folded: &recovery::replay::Folded<'_>| {
+                let at = Instant::now();
                 rows = checkpoint::load(
                     named,
                     c,
                     &tables,
                     threads,
                     self.options.store_deadline,
-                    skip,
+                    folded,
                 )?;
+                loading = at.elapsed();
+                Ok(())
             }
-            loading = at.elapsed();
-            Ok(())
-        })?;
+        });
+        let stats = recovery::replay::apply(plan, &tables, threads, load)?;
         report.checkpoint_rows_loaded = rows;
         report.timings.load_checkpoint = loading;
         report.timings.replay = started.elapsed() - loading;

@@ -114,17 +114,6 @@ impl OrderedIndex {
         }
     }
 
-    /// Remove `key`, whatever it maps to; the RID it mapped to, if any.
-    /// One descent of the tree (a `get` then a `remove_if` is two).
-    pub(crate) fn remove(&self, key: &[u8]) -> Option<Rid> {
-        let mut removed = None;
-        self.tree.remove_if_sync(&KeyQuery(key), |r| {
-            removed = Some(*r);
-            true
-        });
-        removed
-    }
-
     /// Remove `key` if it maps to `rid`; whether it did.
     pub(crate) fn remove_if(&self, key: &[u8], rid: Rid) -> bool {
         self.tree.remove_if_sync(&KeyQuery(key), |r| *r == rid)

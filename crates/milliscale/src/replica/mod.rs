@@ -36,6 +36,7 @@ use crate::db::{Database, read_manifest_unprobed};
 use crate::error::{Error, Result};
 use crate::mvcc::Csn;
 use crate::options::{Options, TxnOptions};
+use crate::recovery::replay::Folded;
 use crate::table::Table;
 use crate::txn::Transaction;
 use follow::Follower;
@@ -240,7 +241,7 @@ impl Replica {
         let db = Database::replica_shell(options, &m, base)?;
         if let Some(c) = &m.checkpoint {
             let tables = db.inner.tables_by_id();
-            crate::checkpoint::load(&named, c, &tables, threads, deadline, &|_, _| false)?;
+            crate::checkpoint::load(&named, c, &tables, threads, deadline, &Folded::empty())?;
         }
         let shared = Arc::new(Shared::new());
         {
