@@ -9,7 +9,10 @@
 //!
 //! Invariants:
 //! - each call runs exactly as its unary call would ([`Service::shard_call`]
-//!   serves both), under the token the stream was opened with;
+//!   serves both), under the token the stream was opened with; one-shot
+//!   batches that arrive together run as a group
+//!   ([`crate::shard::Shard::execute_together`]), each by the same rules
+//!   and with the same answer as alone;
 //! - every request read gets exactly one answer with its id, unless the
 //!   client went away first; a call's error is its answer (`Failure`, with
 //!   the metadata a status would carry), never the end of the stream;
@@ -21,6 +24,7 @@
 //!   ends the stream (the client fails the calls it sent after, as a
 //!   broken connection's, and sends them again elsewhere).
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -78,31 +82,94 @@ async fn read(
     .await
 }
 
-/// Run the calls of a chunk in one task, each answered as it is done.
+/// Run the calls of a chunk in one task, each answered as it is done. Its
+/// one-shot batches, when there are two or more, run as a group
+/// ([`crate::shard::Shard::execute_together`]: the shard's lock taken
+/// twice for them all); the other calls, each as its unary call would.
 async fn run_chunk(
     service: Arc<Service>,
     caller: Caller,
-    chunk: Vec<(proto::ShardStreamRequest, OwnedSemaphorePermit)>,
+    chunk: Calls,
     answer: mpsc::Sender<Result<proto::ShardStreamResponse, Status>>,
 ) {
     let (service, answer) = (&service, &answer);
-    let mut each: FuturesUnordered<_> = chunk
+    let send = |id: u64, outcome: Result<Outcome, Status>, permit: OwnedSemaphorePermit| async move {
+        let outcome = outcome.unwrap_or_else(|s| Outcome::Failure(failure(&s)));
+        // A client that went away gets no answer; the call ran (or
+        // not) all the same, as a cancelled call's would.
+        let _ = answer.send(Ok(proto::ShardStreamResponse { id, outcome: Some(outcome) })).await;
+        drop(permit);
+    };
+    let (group, rest) = grouped(service, caller, chunk);
+    let mut each: FuturesUnordered<Pin<Box<dyn Future<Output = ()> + Send + '_>>> = rest
         .into_iter()
-        .map(|(request, permit)| async move {
-            let id = request.id;
-            let outcome = match request.call {
-                None => Err(refuse::invalid("a stream request without its call")),
-                Some(call) => service.shard_call(caller, call).await,
-            };
-            let outcome = outcome.unwrap_or_else(|s| Outcome::Failure(failure(&s)));
-            // A client that went away gets no answer; the call ran (or
-            // not) all the same, as a cancelled call's would.
-            let _ =
-                answer.send(Ok(proto::ShardStreamResponse { id, outcome: Some(outcome) })).await;
-            drop(permit);
+        .map(|(request, permit)| -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+            Box::pin(async move {
+                let outcome = match request.call {
+                    None => Err(refuse::invalid("a stream request without its call")),
+                    Some(call) => service.shard_call(caller, call).await,
+                };
+                send(request.id, outcome, permit).await;
+            })
         })
         .collect();
+    if let Some((shard, batches)) = group {
+        each.push(Box::pin(async move {
+            let (named, requests): (Vec<_>, Vec<_>) =
+                batches.into_iter().map(|(id, r, permit)| ((id, permit), r)).unzip();
+            let mut answers: FuturesUnordered<_> = shard
+                .execute_together(requests)
+                .into_iter()
+                .zip(named)
+                .map(|(answered, (id, permit))| async move {
+                    let r = answered.await;
+                    count(
+                        "ShardExecute",
+                        r.as_ref().map_or_else(|s| s.code(), |_| tonic::Code::Ok),
+                    );
+                    send(id, r.map(Outcome::Execute), permit).await;
+                })
+                .collect();
+            while answers.next().await.is_some() {}
+        }));
+    }
     while each.next().await.is_some() {}
+}
+
+/// A chunk's calls, each with its place among the calls in flight.
+type Calls = Vec<(proto::ShardStreamRequest, OwnedSemaphorePermit)>;
+
+/// One-shot batches to run as a group on a shard, with their ids.
+type Group<'s> =
+    (&'s Arc<crate::shard::Shard>, Vec<(u64, proto::ShardExecuteRequest, OwnedSemaphorePermit)>);
+
+/// The one-shot batches of `chunk` that may run as a group (on a shard,
+/// allowed to `caller`, the server not stopping: each is refused alone
+/// otherwise, as its unary call would be), with their ids, if there are
+/// two or more; and the chunk's other calls.
+fn grouped(service: &Service, caller: Caller, chunk: Calls) -> (Option<Group<'_>>, Calls) {
+    let shard = match service.shard("ShardExecute") {
+        Ok(shard) if service.new_work().is_ok() => shard,
+        _ => return (None, chunk),
+    };
+    let may = |c: &Option<Call>| match c {
+        Some(Call::Execute(r)) => {
+            caller.1 != Role::ReadOnly || !r.operations.iter().any(proto::Operation::writes)
+        }
+        _ => false,
+    };
+    if chunk.iter().filter(|(r, _)| may(&r.call)).count() < 2 {
+        return (None, chunk);
+    }
+    let (mut batches, mut rest) = (Vec::new(), Vec::new());
+    for (request, permit) in chunk {
+        let alone = !may(&request.call);
+        match request.call {
+            Some(Call::Execute(r)) if !alone => batches.push((request.id, r, permit)),
+            call => rest.push((proto::ShardStreamRequest { id: request.id, call }, permit)),
+        }
+    }
+    (Some((shard, batches)), rest)
 }
 
 /// The name a call is counted under, as its unary call is.

@@ -171,3 +171,124 @@ async fn the_cluster_client_answers_the_same_with_calls_streamed_or_not() {
         assert!(e.is_retryable(), "{e}");
     }
 }
+
+/// One-shot batches sent together on a shard's stream run as a group
+/// (their marks under one taking of the shard's lock, their commits under
+/// another) and answer as they would one after the other. Each burst: 16
+/// batches that each read one of shard 0's four keys at one timestamp
+/// and write their own name there, a read-only batch, a batch of another
+/// shard's key and a batch whose patch does not fit. Checked: one answer
+/// per request; at most one batch per key commits (they all read the same
+/// snapshot, so a second would have read a version no longer the newest),
+/// what it read is the key's value before the burst and its write is the
+/// value after (a key none committed keeps its value); the wrong shard's
+/// batch and the bad patch are refused as alone, the read-only batch
+/// answered. Bursts repeat until the shard reports batches committed in a
+/// group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_sent_together_commit_as_one_after_the_other() {
+    use crate::cluster::{now_us, raw, txn};
+    let f = three_shards().await;
+    let c = Cluster::connect(f.addrs[0].to_string()).await.expect("connect");
+    c.create_table(TABLE).await.expect("create");
+    for k in 0..4 {
+        c.put(TABLE, &account(k), b"start").await.expect("a write");
+    }
+    let mut s0 = raw(f.addrs[0]).await;
+    let op = |op| proto::Operation { table: String::new(), op: Some(op) };
+    let get = |k: u32| op(proto::operation::Op::Get(account(k).into()));
+    let put = |k: u32, v: &[u8]| {
+        let row = proto::Row { key: account(k).into(), value: v.to_vec().into() };
+        op(proto::operation::Op::Put(row))
+    };
+    let patch = op(proto::operation::Op::Patch(proto::PatchRequest {
+        key: account(0).into(),
+        offset: 1_000,
+        bytes: b"x".to_vec().into(),
+        ..Default::default()
+    }));
+    let grouped = || async {
+        let mut s = raw(f.addrs[0]).await;
+        s.shard_info(proto::ShardInfoRequest::default()).await.expect("info").into_inner()
+    };
+    let mut seq = 0;
+    for burst in 0..8u32 {
+        let together = grouped().await.batches_together;
+        let mut before = Vec::new();
+        for k in 0..4 {
+            before.push(c.get(TABLE, &account(k)).await.expect("read").expect("a value"));
+        }
+        let at = now_us();
+        let mut batch = |ops: Vec<proto::Operation>| {
+            seq += 1;
+            proto::ShardExecuteRequest {
+                txn: txn(90, seq),
+                at,
+                version: Some(proto::CommitTs { ts: at + seq, client: 90 }),
+                operations: ops,
+                table: TABLE.into(),
+                client: 90,
+                low_water: 0,
+            }
+        };
+        let name = |i: u32| format!("b{burst}-{i}").into_bytes();
+        let mut requests: Vec<(u64, Vec<proto::Operation>)> =
+            (0..16u32).map(|i| (u64::from(i), vec![get(i % 4), put(i % 4, &name(i))])).collect();
+        requests.push((20, vec![get(1), get(2)]));
+        requests.push((21, vec![get(5), put(5, b"x")]));
+        requests.push((22, vec![patch.clone()]));
+        let requests: Vec<proto::ShardStreamRequest> = requests
+            .into_iter()
+            .map(|(id, ops)| proto::ShardStreamRequest {
+                id,
+                call: Some(Call::Execute(batch(ops))),
+            })
+            .collect();
+        let answers =
+            s0.shard_stream(tokio_stream::iter(requests)).await.expect("open").into_inner();
+        let answers: Vec<proto::ShardStreamResponse> =
+            answers.map(|a| a.expect("an answer")).collect().await;
+        let mut by_id: std::collections::HashMap<u64, Outcome> =
+            answers.into_iter().map(|a| (a.id, a.outcome.expect("an outcome"))).collect();
+        assert_eq!(by_id.len(), 19, "one answer per request");
+        let failure = |o: Option<Outcome>| match o {
+            Some(Outcome::Failure(f)) => f,
+            other => panic!("a failure: {other:?}"),
+        };
+        assert_eq!(failure(by_id.remove(&21)).kind, "wrong_shard");
+        assert_eq!(failure(by_id.remove(&22)).code, tonic::Code::InvalidArgument as i32);
+        match by_id.remove(&20) {
+            Some(Outcome::Execute(r)) => assert!(r.yes, "a read-only batch at a snapshot: {r:?}"),
+            other => panic!("a read-only batch's answer: {other:?}"),
+        }
+        let mut committed: Vec<Vec<(u32, Vec<u8>)>> = vec![Vec::new(); 4];
+        for i in 0..16u32 {
+            let Some(Outcome::Execute(r)) = by_id.remove(&u64::from(i)) else {
+                panic!("batch {i}: not an execute answer");
+            };
+            if !r.yes {
+                continue;
+            }
+            let read = match &r.results[0].result {
+                Some(proto::operation_result::Result::Get(g)) => g.value.clone(),
+                other => panic!("a get's result: {other:?}"),
+            };
+            committed[(i % 4) as usize].push((i, read.expect("a value").to_vec()));
+        }
+        for (k, won) in committed.iter().enumerate() {
+            assert!(won.len() <= 1, "key {k}: two batches that read one snapshot: {won:?}");
+            let now = c.get(TABLE, &account(k as u32)).await.expect("read").expect("a value");
+            match won.first() {
+                Some((i, read)) => {
+                    assert_eq!(read, &before[k], "key {k}: batch {i} read the value before");
+                    assert_eq!(now, name(*i), "key {k}: batch {i}'s write is there");
+                }
+                None => assert_eq!(now, before[k], "key {k}: no batch committed"),
+            }
+        }
+        if grouped().await.batches_together > together {
+            return;
+        }
+    }
+    panic!("no burst of batches ran as a group");
+}

@@ -66,7 +66,7 @@ use crate::errors::{engine, kind_of, refuse};
 use crate::ops::EXECUTE_SCAN_ROWS_MAX;
 
 /// One operation, its keys checked and in the cluster's key space.
-enum Op {
+pub(super) enum Op {
     Get(Key),
     Put(Key, Value),
     Delete(Key),
@@ -74,8 +74,18 @@ enum Op {
     Scan { lo: Key, hi: Key, reverse: bool, limit: u64 },
 }
 
+impl Op {
+    /// The key it writes, if it writes.
+    pub(super) fn written(&self) -> Option<&[u8]> {
+        match self {
+            Op::Put(k, _) | Op::Delete(k) | Op::Patch { key: k, .. } => Some(k),
+            Op::Get(_) | Op::Scan { .. } => None,
+        }
+    }
+}
+
 /// What one run of the batch under the lock came to.
-enum Run {
+pub(super) enum Run {
     /// A read met a prepared write at or below `at`: wait and run again.
     Pending,
     /// Validation voted no: why, the clock floor for the client, and the
@@ -98,7 +108,22 @@ impl Shard {
     ) -> Result<proto::ShardExecuteResponse, Status> {
         let txn = txn_from(r.txn)?;
         let ts = r.version.as_ref().map_or(0, |v| v.ts);
-        match self.execute_once(r).await {
+        let answer = match self.parse(r) {
+            Ok(b) => self.run(b).await,
+            Err(e) => Err(e),
+        };
+        self.answer(txn, ts, answer).await
+    }
+
+    /// `answer` for batch `txn` (version `ts`), unless it is a refusal as
+    /// a wrong shard: then [`Shard::refused_batch`]'s.
+    pub(super) async fn answer(
+        self: &Arc<Self>,
+        txn: TxnId,
+        ts: u64,
+        answer: Result<proto::ShardExecuteResponse, Status>,
+    ) -> Result<proto::ShardExecuteResponse, Status> {
+        match answer {
             Err(e) if kind_of(&e) == Some("wrong_shard") => {
                 Err(self.refused_batch(txn, ts, e).await)
             }
@@ -134,35 +159,33 @@ impl Shard {
         }
     }
 
-    async fn execute_once(
-        self: &Arc<Self>,
-        r: proto::ShardExecuteRequest,
-    ) -> Result<proto::ShardExecuteResponse, Status> {
+    /// The request checked: its transaction, its timestamps and its
+    /// operations ([`Shard::ops_of`]).
+    pub(super) fn parse(&self, r: proto::ShardExecuteRequest) -> Result<Parsed, Status> {
         let txn = txn_from(r.txn)?;
         let version = ts_from(r.version);
-        let at = r.at;
         let ops = self.ops_of(r.operations, &r.table)?;
         let writes = ops.iter().any(|o| !matches!(o, Op::Get(_) | Op::Scan { .. }));
-        if writes && version.ts <= at {
+        if writes && version.ts <= r.at {
             return Err(refuse::invalid("a batch's version must be above its read timestamp"));
         }
-        let no = |why: &str, floor| proto::ShardExecuteResponse {
-            yes: false,
-            why: why.into(),
-            floor,
-            results: Vec::new(),
-        };
-        const PENDING: &str = "a key read had a prepared write below the read time, still \
-                               undecided; run it again";
-        let Some((mut pre, rows, marked, held)) =
-            self.pre_read(&ops, at, r.client, r.low_water).await?
+        Ok(Parsed { txn, version, at: r.at, client: r.client, low_water: r.low_water, ops })
+    }
+
+    /// Run batch `b` (steps 1 and 2 of the module's comment) and answer.
+    pub(super) async fn run(
+        self: &Arc<Self>,
+        b: Parsed,
+    ) -> Result<proto::ShardExecuteResponse, Status> {
+        let Parsed { txn, version, at, client, low_water, ref ops } = b;
+        let Some((mut pre, rows, marked, held)) = self.pre_read(ops, at, client, low_water).await?
         else {
             return Ok(no(PENDING, 0));
         };
         // The run outside the lock when step 1 read all it needs (it
         // marked the keys under the lease and noted the client), else
         // under it.
-        let outside = match marked.then(|| self.operations(None, &ops, &mut pre, txn, at)) {
+        let outside = match marked.then(|| self.operations(None, ops, &mut pre, txn, at)) {
             Some(Ok(batch)) => Some(batch),
             Some(Err(Stop::Refused(s))) => return Err(s),
             Some(Err(Stop::Locked)) | None => None,
@@ -179,7 +202,7 @@ impl Shard {
                 drop(held);
                 let run = |st: &mut State| match self.operations(
                     Some(st),
-                    &ops,
+                    ops,
                     &mut pre.clone(),
                     txn,
                     at,
@@ -189,9 +212,18 @@ impl Shard {
                     Err(Stop::Locked) => unreachable!("the lock is held"),
                 };
                 let pending = |r: &Result<Run, Status>| matches!(r, Ok(Run::Pending));
-                self.settled(at, r.client, r.low_water, run, pending).await??
+                self.settled(at, client, low_water, run, pending).await??
             }
         };
+        self.finish(run).await
+    }
+
+    /// The answer to a batch whose run came to `run`, once what it waits
+    /// for is durable.
+    pub(super) async fn finish(
+        self: &Arc<Self>,
+        run: Run,
+    ) -> Result<proto::ShardExecuteResponse, Status> {
         match run {
             Run::Pending => Ok(no(PENDING, 0)),
             Run::No(why, floor, wait) => {
@@ -291,37 +323,30 @@ impl Shard {
         if keys.is_empty() {
             return Ok(Some((PreRead::new(), Vec::new(), false, HeldRead::none())));
         }
-        // Each key's read mark, its version at `at` if known, and where
-        // the engine last found its row, if known.
-        let mark = |st: &mut State| -> Result<Vec<Marked>, Status> {
-            st.refuse_frozen(keys.iter().map(|k| k.as_slice()), [])?;
-            let marked = keys.iter().map(|k| {
-                // The hint in the same lookup as the version.
-                let (known, prepared_below) =
-                    st.p.read_version_with(k, at, |v, k, at| v.version_and_hint_at(k, at));
-                (known.map(|(v, _)| v), prepared_below, known.and_then(|(_, h)| h))
-            });
-            Ok(marked.collect())
-        };
-        let pending = |m: &Result<Vec<Marked>, Status>| {
-            m.as_ref().is_ok_and(|m| m.iter().any(|(_, p, _)| *p))
-        };
-        let marks = self.settled(at, client, low_water, mark, pending).await??;
-        if marks.iter().any(|(_, p, _)| *p) {
+        let marking = |st: &mut State| mark(st, &keys, at);
+        let waiting = |m: &Result<Vec<Marked>, Status>| m.as_ref().is_ok_and(|m| pending(m));
+        let marks = self.settled(at, client, low_water, marking, waiting).await??;
+        if pending(&marks) {
             return Ok(None);
         }
-        // The values of the versions known, in one engine transaction;
-        // the rows of those the batch writes are kept for its install.
-        let written: HashSet<&[u8]> = ops
-            .iter()
-            .filter_map(|op| match op {
-                Op::Put(k, _) | Op::Delete(k) | Op::Patch { key: k, .. } => Some(k.as_slice()),
-                Op::Get(_) | Op::Scan { .. } => None,
-            })
-            .collect();
+        let (read, rows, held) = self.read_known(ops, &keys, &marks);
+        Ok(Some((read, rows, true, held)))
+    }
+
+    /// The second half of step 1, outside the lock: the values of the
+    /// versions known in `marks` (of `keys`, the batch's `store_reads`), in
+    /// one engine transaction, left open (`HeldRead`); the rows of those
+    /// the batch writes are kept for its install.
+    pub(super) fn read_known<'a>(
+        &self,
+        ops: &'a [Op],
+        keys: &[&'a Key],
+        marks: &[Marked],
+    ) -> (PreRead<'a>, Rows<'a>, HeldRead) {
+        let written: HashSet<&[u8]> = ops.iter().filter_map(Op::written).collect();
         let known: Vec<(&[u8], CommitTs, bool, Option<RowHint>)> = keys
             .iter()
-            .zip(&marks)
+            .zip(marks)
             .filter_map(|(k, (version, _, hint))| Some((k.as_slice(), (*version)?, *hint)))
             .map(|(k, version, hint)| (k, version, written.contains(k), hint))
             .collect();
@@ -333,7 +358,7 @@ impl Shard {
             read.insert(k, ReadReply { version, value, prepared_below: false });
             rows.extend(row.map(|row| (k, row)));
         }
-        Ok(Some((read, rows, true, held)))
+        (read, rows, held)
     }
 
     /// Step 2 of a batch: its operations in order, as its client would
@@ -341,7 +366,7 @@ impl Shard {
     /// (`st`), from the shard. Without the lock, a read or scan step 1
     /// did not serve stops the run (`Stop::Locked`): run it again under
     /// the lock.
-    fn operations(
+    pub(super) fn operations(
         &self,
         mut st: Option<&mut State>,
         ops: &[Op],
@@ -420,7 +445,7 @@ impl Shard {
     /// The end of step 2, under the lock: if no read is pending and the
     /// batch wrote, the lone participant's validation and commit
     /// (`Participant::commit_alone`).
-    fn commit(
+    pub(super) fn commit(
         &self,
         st: &mut State,
         batch: Batch,
@@ -473,7 +498,7 @@ impl Shard {
 }
 
 /// A batch's run (step 2) before its commit.
-struct Batch {
+pub(super) struct Batch {
     t: ClientTxn,
     results: Vec<OperationResult>,
     /// The versions its scans read.
@@ -481,7 +506,7 @@ struct Batch {
 }
 
 /// Why a run stopped.
-enum Stop {
+pub(super) enum Stop {
     /// Refused.
     Refused(Status),
     /// A read needs the lock.
@@ -497,18 +522,58 @@ impl From<Status> for Stop {
 /// A key's read mark in step 1: its version at the batch's timestamp if
 /// known, whether a prepared write is at or below it, and where the engine
 /// last found its row if known.
-type Marked = (Option<CommitTs>, bool, Option<RowHint>);
+pub(super) type Marked = (Option<CommitTs>, bool, Option<RowHint>);
+
+/// Under the lock (`st`), the read marks at `at` of `keys` (the batch's
+/// `store_reads`): each key's version at `at` if known, whether a
+/// prepared write is at or below it, and where the engine last found its
+/// row if known. Refused in a range frozen for a move.
+pub(super) fn mark(st: &mut State, keys: &[&Key], at: u64) -> Result<Vec<Marked>, Status> {
+    st.refuse_frozen(keys.iter().map(|k| k.as_slice()), [])?;
+    let marked = keys.iter().map(|k| {
+        // The hint in the same lookup as the version.
+        let (known, prepared_below) =
+            st.p.read_version_with(k, at, |v, k, at| v.version_and_hint_at(k, at));
+        (known.map(|(v, _)| v), prepared_below, known.and_then(|(_, h)| h))
+    });
+    Ok(marked.collect())
+}
+
+/// Whether a key marked has a prepared write at or below the batch's
+/// timestamp (then it waits for the decision).
+pub(super) fn pending(marks: &[Marked]) -> bool {
+    marks.iter().any(|(_, p, _)| *p)
+}
+
+/// A batch's request, checked ([`Shard::parse`]).
+pub(super) struct Parsed {
+    pub(super) txn: TxnId,
+    pub(super) version: CommitTs,
+    pub(super) at: u64,
+    pub(super) client: u32,
+    pub(super) low_water: u64,
+    pub(super) ops: Vec<Op>,
+}
+
+/// The refusal of a run that met a prepared write still undecided.
+const PENDING: &str = "a key read had a prepared write below the read time, still undecided; \
+                       run it again";
+
+/// A no to a batch: why, and the clock floor for its client.
+fn no(why: &str, floor: u64) -> proto::ShardExecuteResponse {
+    proto::ShardExecuteResponse { yes: false, why: why.into(), floor, results: Vec::new() }
+}
 
 /// What step 1 read, by key (the batch's own).
-type PreRead<'a> = HashMap<&'a [u8], ReadReply>;
+pub(super) type PreRead<'a> = HashMap<&'a [u8], ReadReply>;
 
 /// The rows step 1 read of keys the batch writes (key, whole row and
 /// where the engine found it).
-type Rows<'a> = Vec<(&'a [u8], KeptRow)>;
+pub(super) type Rows<'a> = Vec<(&'a [u8], KeptRow)>;
 
 /// The keys a batch reads from the shard's rows, each once, in order: those
 /// of its gets, deletes and patches that it has not written before.
-fn store_reads(ops: &[Op]) -> Vec<&Key> {
+pub(super) fn store_reads(ops: &[Op]) -> Vec<&Key> {
     let n = ops.len();
     let (mut written, mut seen) = (HashSet::with_capacity(n), HashSet::with_capacity(n));
     let mut keys = Vec::with_capacity(n);

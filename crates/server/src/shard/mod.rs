@@ -35,6 +35,7 @@ pub mod rebalance;
 pub mod standby;
 mod start;
 pub mod tables;
+mod together;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -206,6 +207,8 @@ pub struct Shard {
     started: Recovery,
     /// The rebalancer's last round found nothing to do.
     rebalanced: std::sync::atomic::AtomicBool,
+    /// One-shot batches committed in a group ([`together`]).
+    together: std::sync::atomic::AtomicU64,
 }
 
 /// What a shard's start found in its tables.
@@ -337,90 +340,6 @@ impl Shard {
         let key = cluster_key(table, key);
         self.own_in(map, &key)?;
         Ok(key)
-    }
-
-    /// Serve a read under the lease; while its answer has a prepared
-    /// write below the read (`pending`), wait for a decision and serve it
-    /// again, up to the termination timeout (then the reader is told).
-    async fn settled<T>(
-        self: &Arc<Self>,
-        at: Timestamp,
-        client: ClientId,
-        low_water: Timestamp,
-        serve: impl Fn(&mut State) -> T,
-        pending: impl Fn(&T) -> bool,
-    ) -> Result<T, Status> {
-        let deadline = Instant::now() + self.opts.termination_timeout;
-        loop {
-            // Listening first: a decision after the read is not missed.
-            let decided = self.decided.notified();
-            tokio::pin!(decided);
-            decided.as_mut().enable();
-            let answer = self.under_lease(at, client, low_water, &serve).await?;
-            let left = deadline.saturating_duration_since(Instant::now());
-            if !pending(&answer) || left.is_zero() {
-                return Ok(answer);
-            }
-            let _ = tokio::time::timeout(left, decided).await;
-        }
-    }
-
-    /// Serve `serve` under the lock once a durable read lease covers `at`
-    /// (renewing it, once at a time, when `at` is outside it or past its
-    /// middle), after noting the client's low-water mark and refusing a
-    /// read below the collected versions.
-    async fn under_lease<T>(
-        self: &Arc<Self>,
-        at: Timestamp,
-        client: ClientId,
-        low_water: Timestamp,
-        serve: impl FnOnce(&mut State) -> T,
-    ) -> Result<T, Status> {
-        let span = self.opts.lease_span;
-        let mut serve = Some(serve);
-        loop {
-            let wait = {
-                let mut st = self.lock();
-                if client != 0 {
-                    let low = st.clients.get(&client).map_or(0, |c| c.0).max(low_water);
-                    st.clients.insert(client, (low, Instant::now()));
-                }
-                let floor = st.p.collected();
-                if at < floor {
-                    return Err(refuse::stale_read(at, floor));
-                }
-                let covered = st.p.lease_needed(at).is_none();
-                if (!covered || at.saturating_add(span / 2) >= st.p.lease()) && !st.renewing {
-                    let until = at.saturating_add(span);
-                    let ack = self.write(&mut st, &[Record::ReadLease(until)])?;
-                    st.renewing = true;
-                    let me = Arc::clone(self);
-                    tokio::spawn(async move {
-                        let ok = ack.await.is_ok();
-                        me.note_durable();
-                        let mut st = me.lock();
-                        if ok {
-                            st.p.lease_durable(until);
-                            me.lease.send_replace(st.p.lease());
-                        }
-                        st.renewing = false;
-                    });
-                }
-                if covered && let Some(f) = serve.take() {
-                    return Ok(f(&mut st));
-                }
-                self.lease.subscribe()
-            };
-            let mut wait = wait;
-            let got = tokio::time::timeout(
-                self.opts.peer_timeout.max(Duration::from_secs(1)),
-                wait.wait_for(|l| *l > at),
-            )
-            .await;
-            if !matches!(got, Ok(Ok(_))) {
-                return Err(Status::unavailable("the read lease could not be made durable"));
-            }
-        }
     }
 
     /// Validate and prepare (MILANA's Algorithm 1); with one participant,
@@ -621,6 +540,7 @@ impl Shard {
             remembered: st.p.remembered() as u64,
             versions: st.versions.max(0) as u64,
             moving: st.frozen.iter().map(moves::Frozen::in_flight).collect(),
+            batches_together: self.together.load(std::sync::atomic::Ordering::Relaxed),
             ..Default::default() // standbys and streams_opened: the service's to fill
         }
     }

@@ -1,11 +1,16 @@
 //! A shard's reads at a timestamp: MILANA's read of keys (`ShardRead`)
 //! and its range read (`ShardScan`), each under a durable read lease and
 //! waiting, up to the termination timeout, for a prepared write below it;
-//! answered once the versions read are durable (`Fresh`).
+//! answered once the versions read are durable (`Fresh`). Also the lease
+//! and the wait every read takes, a batch's included (`Shard::settled`,
+//! `Shard::under_lease`, `Shard::lease_covers`).
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use milliscale_milana::log::Record;
 use milliscale_milana::participant::ScanReply;
+use milliscale_milana::types::{ClientId, Timestamp};
 use milliscale_milana::versions::Gone;
 use milliscale_proto::v1 as proto;
 use tonic::Status;
@@ -100,5 +105,107 @@ impl Shard {
                 .collect(),
             prepared_below: reply.prepared_below,
         })
+    }
+}
+
+/// Reads under the read lease.
+impl Shard {
+    /// Serve a read under the lease; while its answer has a prepared
+    /// write below the read (`pending`), wait for a decision and serve it
+    /// again, up to the termination timeout (then the reader is told).
+    pub(super) async fn settled<T>(
+        self: &Arc<Self>,
+        at: Timestamp,
+        client: ClientId,
+        low_water: Timestamp,
+        serve: impl Fn(&mut State) -> T,
+        pending: impl Fn(&T) -> bool,
+    ) -> Result<T, Status> {
+        let deadline = Instant::now() + self.opts.termination_timeout;
+        loop {
+            // Listening first: a decision after the read is not missed.
+            let decided = self.decided.notified();
+            tokio::pin!(decided);
+            decided.as_mut().enable();
+            let answer = self.under_lease(at, client, low_water, &serve).await?;
+            let left = deadline.saturating_duration_since(Instant::now());
+            if !pending(&answer) || left.is_zero() {
+                return Ok(answer);
+            }
+            let _ = tokio::time::timeout(left, decided).await;
+        }
+    }
+
+    /// Serve `serve` under the lock once a durable read lease covers `at`
+    /// ([`Shard::lease_covers`]).
+    pub(super) async fn under_lease<T>(
+        self: &Arc<Self>,
+        at: Timestamp,
+        client: ClientId,
+        low_water: Timestamp,
+        serve: impl FnOnce(&mut State) -> T,
+    ) -> Result<T, Status> {
+        let mut serve = Some(serve);
+        loop {
+            let wait = {
+                let mut st = self.lock();
+                if self.lease_covers(&mut st, at, client, low_water)?
+                    && let Some(f) = serve.take()
+                {
+                    return Ok(f(&mut st));
+                }
+                self.lease.subscribe()
+            };
+            let mut wait = wait;
+            let got = tokio::time::timeout(
+                self.opts.peer_timeout.max(Duration::from_secs(1)),
+                wait.wait_for(|l| *l > at),
+            )
+            .await;
+            if !matches!(got, Ok(Ok(_))) {
+                return Err(Status::unavailable("the read lease could not be made durable"));
+            }
+        }
+    }
+
+    /// Under the lock (`st`), before a read at `at`: note the client's
+    /// low-water mark, refuse a read below the collected versions, renew
+    /// the read lease (once at a time) when `at` is outside it or past its
+    /// middle; whether a durable lease covers `at` now (else wait for the
+    /// renewal: `Shard::lease`).
+    pub(super) fn lease_covers(
+        self: &Arc<Self>,
+        st: &mut State,
+        at: Timestamp,
+        client: ClientId,
+        low_water: Timestamp,
+    ) -> Result<bool, Status> {
+        let span = self.opts.lease_span;
+        if client != 0 {
+            let low = st.clients.get(&client).map_or(0, |c| c.0).max(low_water);
+            st.clients.insert(client, (low, Instant::now()));
+        }
+        let floor = st.p.collected();
+        if at < floor {
+            return Err(refuse::stale_read(at, floor));
+        }
+        let covered = st.p.lease_needed(at).is_none();
+        if (!covered || at.saturating_add(span / 2) >= st.p.lease()) && !st.renewing {
+            let until = at.saturating_add(span);
+            let ack = self.write(st, &[Record::ReadLease(until)])?;
+            st.renewing = true;
+            let me = Arc::clone(self);
+            tokio::spawn(async move {
+                let ok = ack.await.is_ok();
+                me.note_durable();
+                let mut st = me.lock();
+                if ok {
+                    st.p.lease_durable(until);
+                    me.lease.send_replace(st.p.lease());
+                }
+                st.renewing = false;
+            });
+        }
+        Ok(covered)
     }
 }

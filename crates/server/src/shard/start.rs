@@ -89,6 +89,7 @@ impl Shard {
             peers: Mutex::new(HashMap::default()),
             stop,
             rebalanced: std::sync::atomic::AtomicBool::new(false),
+            together: std::sync::atomic::AtomicU64::new(0),
         });
         Tables::count_versions(&shard); // before anything can write
         tokio::spawn(peers::background(Arc::clone(&shard), shard.stop.subscribe()));
