@@ -6,6 +6,9 @@
 //!   imports a sibling that imports it back, at any depth (the modules
 //!   inside a folder as well as a crate's top-level ones).
 //! - [`long_files`]: no Rust source file is over [`FILE_LINES_MAX`] lines.
+//! - [`long_documents`]: README.md, BENCHMARKS.md and ARCHITECTURE.md stay
+//!   within [`DOCUMENT_LINES_MAX`], so that a newcomer reads each to the
+//!   end (superseded measurements go to `docs/benchmarks/`).
 //! - [`unexplained_allows`]: every `allow` of clippy's `too_many_lines`
 //!   says why, with `reason = "..."`.
 //! - [`outside_references`]: nothing refers to a file outside the
@@ -25,6 +28,24 @@ use std::path::{Path, PathBuf};
 
 /// The most lines a Rust source file may have.
 pub const FILE_LINES_MAX: usize = 700;
+
+/// The most lines each top-level document may have.
+pub const DOCUMENT_LINES_MAX: [(&str, usize); 3] =
+    [("README.md", 250), ("BENCHMARKS.md", 700), ("ARCHITECTURE.md", 900)];
+
+/// The documents of [`DOCUMENT_LINES_MAX`] over their limit, with their
+/// lengths (a document missing counts as over: the limit names it).
+pub fn long_documents(root: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for (doc, max) in DOCUMENT_LINES_MAX {
+        match fs::read_to_string(root.join(doc)) {
+            Ok(t) if t.lines().count() <= max => {}
+            Ok(t) => out.push(format!("{doc}: {} lines, at most {max}", t.lines().count())),
+            Err(e) => out.push(format!("{doc}: {e}")),
+        }
+    }
+    out
+}
 
 /// The repository's root (this crate is `crates/tidy`).
 pub fn repo_root() -> PathBuf {

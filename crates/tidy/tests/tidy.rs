@@ -1,9 +1,9 @@
 //! The repository's shape, checked on every test run (see `src/lib.rs`).
 
 use milliscale_tidy::{
-    FILE_LINES_MAX, broken_links, crate_sources, false_counts, long_files, missing_names,
-    missing_paths, module_cycles, module_edges, outside_reference, outside_references, repo_root,
-    unexplained_allows,
+    FILE_LINES_MAX, broken_links, crate_sources, false_counts, long_documents, long_files,
+    missing_names, missing_paths, module_cycles, module_edges, outside_reference,
+    outside_references, repo_root, unexplained_allows,
 };
 
 #[test]
@@ -62,6 +62,22 @@ fn the_cycle_check_finds_a_cycle() {
 fn no_source_file_is_over_the_line_limit() {
     let long = long_files(&repo_root());
     assert!(long.is_empty(), "files over {FILE_LINES_MAX} lines:\n{}", long.join("\n"));
+}
+
+#[test]
+fn no_top_level_document_is_over_its_line_limit() {
+    let long = long_documents(&repo_root());
+    assert!(long.is_empty(), "documents over their limits:\n{}", long.join("\n"));
+    // The check itself: a document one line over its limit is reported.
+    let dir = std::env::temp_dir().join(format!("tidy-docs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    for (doc, max) in milliscale_tidy::DOCUMENT_LINES_MAX {
+        let lines = if doc == "BENCHMARKS.md" { max + 1 } else { max };
+        std::fs::write(dir.join(doc), "x\n".repeat(lines)).expect("write");
+    }
+    let found = long_documents(&dir);
+    std::fs::remove_dir_all(&dir).ok();
+    assert_eq!(found, ["BENCHMARKS.md: 701 lines, at most 700"]);
 }
 
 #[test]
