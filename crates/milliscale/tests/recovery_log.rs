@@ -472,6 +472,16 @@ fn a_reopened_database_measures_its_log_against_the_checkpoint_it_stands_on() {
     db.close().expect("close");
 }
 
+/// One worker on `store`, recovering with `threads` threads, checkpoints
+/// only when asked.
+fn replay_options(store: &Arc<dyn ObjectStore>, threads: usize) -> Options {
+    Options::new()
+        .add_store_handle(Arc::clone(store))
+        .workers(1)
+        .recovery_threads(threads)
+        .checkpoint_log_bytes(0)
+}
+
 /// Replay on top of a checkpoint: a key the log only patches is loaded
 /// from the checkpoint with its patches applied (one version, no second
 /// search of the index); a key the log puts or deletes is not loaded at
@@ -482,13 +492,7 @@ fn a_reopened_database_measures_its_log_against_the_checkpoint_it_stands_on() {
 #[test]
 fn replay_patches_checkpointed_values_as_they_load_and_skips_rows_the_log_replaces() {
     let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
-    let options = |threads: usize| {
-        Options::new()
-            .add_store_handle(Arc::clone(&store))
-            .workers(1)
-            .recovery_threads(threads)
-            .checkpoint_log_bytes(0)
-    };
+    let options = |threads: usize| replay_options(&store, threads);
     let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
     let db = Database::open(options(1)).expect("open");
     let t = db.create_table("t").expect("table");
@@ -609,13 +613,7 @@ proptest::proptest! {
         steps in proptest::collection::vec(step(), 1..80),
     ) {
         let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
-        let options = |threads: usize| {
-            Options::new()
-                .add_store_handle(Arc::clone(&store))
-                .workers(1)
-                .recovery_threads(threads)
-                .checkpoint_log_bytes(0)
-        };
+        let options = |threads: usize| replay_options(&store, threads);
         let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
         let db = Database::open(options(1)).expect("open");
         let t = db.create_table("t").expect("table");

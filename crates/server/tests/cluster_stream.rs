@@ -20,6 +20,18 @@ fn read(i: u32, at: u64) -> proto::ShardReadRequest {
     }
 }
 
+/// Send `requests` on one stream of `s` and read every answer until the
+/// stream ends: each answer's outcome by its request's id.
+async fn answers_by_id(
+    s: &mut Raw,
+    requests: Vec<proto::ShardStreamRequest>,
+) -> std::collections::HashMap<u64, Outcome> {
+    let answers = s.shard_stream(tokio_stream::iter(requests)).await.expect("open the stream");
+    let answers: Vec<proto::ShardStreamResponse> =
+        answers.into_inner().map(|a| a.expect("an answer, not the stream's end")).collect().await;
+    answers.into_iter().map(|a| (a.id, a.outcome.expect("an outcome"))).collect()
+}
+
 /// Calls sent together on shard 0's stream: a read of its own key, a read
 /// of shard 1's key, a read of an unknown table, a request naming no call,
 /// and a decision of a transaction it never saw. Each answer comes back
@@ -49,12 +61,7 @@ async fn calls_on_a_shard_stream_are_answered_by_id_as_the_calls_are() {
         proto::ShardStreamRequest { id: 13, call: None },
         proto::ShardStreamRequest { id: 14, call: Some(Call::Decide(decide)) },
     ];
-    let answers =
-        s0.shard_stream(tokio_stream::iter(requests)).await.expect("open the stream").into_inner();
-    let answers: Vec<proto::ShardStreamResponse> =
-        answers.map(|a| a.expect("an answer, not the stream's end")).collect().await;
-    let mut by_id: std::collections::HashMap<u64, Outcome> =
-        answers.into_iter().map(|a| (a.id, a.outcome.expect("an outcome"))).collect();
+    let mut by_id = answers_by_id(&mut s0, requests).await;
     assert_eq!(by_id.len(), 5, "one answer per request: {by_id:?}");
 
     let unary = s0.shard_read(read(0, at)).await.expect("the call").into_inner();
@@ -244,12 +251,7 @@ async fn batches_sent_together_commit_as_one_after_the_other() {
                 call: Some(Call::Execute(batch(ops))),
             })
             .collect();
-        let answers =
-            s0.shard_stream(tokio_stream::iter(requests)).await.expect("open").into_inner();
-        let answers: Vec<proto::ShardStreamResponse> =
-            answers.map(|a| a.expect("an answer")).collect().await;
-        let mut by_id: std::collections::HashMap<u64, Outcome> =
-            answers.into_iter().map(|a| (a.id, a.outcome.expect("an outcome"))).collect();
+        let mut by_id = answers_by_id(&mut s0, requests).await;
         assert_eq!(by_id.len(), 19, "one answer per request");
         let failure = |o: Option<Outcome>| match o {
             Some(Outcome::Failure(f)) => f,
