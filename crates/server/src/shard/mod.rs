@@ -207,7 +207,7 @@ pub struct Shard {
     started: Recovery,
     /// The rebalancer's last round found nothing to do.
     rebalanced: std::sync::atomic::AtomicBool,
-    /// One-shot batches committed in a group ([`together`]).
+    /// One-shot batches that reached their commit in a group ([`together`]).
     together: std::sync::atomic::AtomicU64,
 }
 
