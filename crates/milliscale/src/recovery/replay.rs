@@ -272,24 +272,25 @@ impl<'a> Bucket<'a> {
     fn insert(&mut self, h: u64, k: KeyFate<'a>) {
         if (self.keys.len() + 1) * 2 > self.slots.len() {
             let mut bigger = vec![Slot::default(); self.slots.len() * 2];
-            let mask = bigger.len() - 1;
             for s in self.slots.iter().filter(|s| s.at != 0) {
-                let mut i = (s.hash as usize) & mask;
-                while bigger[i].at != 0 {
-                    i = (i + 1) & mask;
-                }
-                bigger[i] = *s;
+                place(&mut bigger, *s);
             }
             self.slots = bigger;
         }
-        let mask = self.slots.len() - 1;
-        let mut i = self.first(h);
-        while self.slots[i].at != 0 {
-            i = (i + 1) & mask;
-        }
         self.keys.push(k);
-        self.slots[i] = Slot { hash: h, at: self.keys.len() as u32 };
+        place(&mut self.slots, Slot { hash: h, at: self.keys.len() as u32 });
     }
+}
+
+/// Put `s` in the first empty slot from its hash's on (`slots` is a power
+/// of two long, and not full).
+fn place(slots: &mut [Slot], s: Slot) {
+    let mask = slots.len() - 1;
+    let mut i = (s.hash as usize) & mask;
+    while slots[i].at != 0 {
+        i = (i + 1) & mask;
+    }
+    slots[i] = s;
 }
 
 /// The plan folded, by bucket: each key's fate, for the checkpoint's load
