@@ -34,7 +34,7 @@ use std::hash::BuildHasher;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use foldhash::{HashSet, HashSetExt};
+use foldhash::HashSet;
 
 use milliscale_milana::engine_versions::HeldRead;
 use milliscale_milana::types::TxnId;
@@ -42,7 +42,7 @@ use milliscale_proto::v1 as proto;
 use tonic::Status;
 
 use super::execute::{Batch, Marked, Op, Parsed, Rows, Run, Stop, mark, pending, store_reads};
-use super::{Shard, txn_from};
+use super::{Shard, State, txn_from};
 
 /// A batch's answer, to await.
 pub type Answer<'a> =
@@ -60,7 +60,51 @@ enum Step {
     Committed(Result<Run, Status>),
 }
 
+/// The key hashes of the batches admitted to a group so far: each key
+/// they read or write, and each key they write.
+#[derive(Default)]
+struct Seen {
+    touched: HashSet<u64>,
+    written: HashSet<u64>,
+}
+
 impl Shard {
+    /// Under the lock (`st`): admit batch `b` to the group and make its
+    /// read marks, if it reads from the rows, overlaps no batch admitted
+    /// before it (`seen`), its timestamp is under the durable lease and no
+    /// prepared write at or below it is on a key it reads. `None`: it runs
+    /// alone; an error: it is refused.
+    fn marked_now(
+        self: &Arc<Self>,
+        st: &mut State,
+        b: &Parsed,
+        seen: &mut Seen,
+    ) -> Option<Result<Vec<Marked>, Status>> {
+        let keys = store_reads(&b.ops);
+        if keys.is_empty() {
+            return None;
+        }
+        let hash = |k: &[u8]| foldhash::fast::FixedState::with_seed(0).hash_one(k);
+        let writes: Vec<u64> = b.ops.iter().filter_map(Op::written).map(hash).collect();
+        let reads: Vec<u64> = keys.iter().map(|k| hash(k)).collect();
+        if reads.iter().chain(&writes).any(|h| seen.written.contains(h))
+            || writes.iter().any(|h| seen.touched.contains(h))
+        {
+            return None;
+        }
+        seen.touched.extend(reads.iter().chain(&writes).copied());
+        seen.written.extend(writes);
+        match self.lease_covers(st, b.at, b.client, b.low_water) {
+            Ok(true) => {}
+            Ok(false) => return None,
+            Err(e) => return Some(Err(e)),
+        }
+        match mark(st, &keys, b.at) {
+            Ok(marks) if pending(&marks) => None,
+            marks => Some(marks),
+        }
+    }
+
     /// Run `requests`, one-shot batches that arrived together (see the
     /// module's comment): the answers in the requests' order, each to be
     /// awaited (a batch's answer waits for its own durability only).
@@ -86,67 +130,35 @@ impl Shard {
         // together, one would refuse the other (a key written below a
         // read mark, or a version newer than the one read), where run one
         // after the other both commit.
-        {
+        let steps: Vec<Step> = {
             let mut st = self.lock();
-            let hash = |k: &[u8]| foldhash::fast::FixedState::with_seed(0).hash_one(k);
-            let (mut touched, mut written) = (HashSet::new(), HashSet::new());
-            for step in &mut steps {
-                let Step::Alone(b) = step else { continue };
-                let keys = store_reads(&b.ops);
-                if keys.is_empty() {
-                    continue;
-                }
-                let writes: Vec<u64> = b.ops.iter().filter_map(Op::written).map(hash).collect();
-                let reads: Vec<u64> = keys.iter().map(|k| hash(k)).collect();
-                if reads.iter().chain(&writes).any(|h| written.contains(h))
-                    || writes.iter().any(|h| touched.contains(h))
-                {
-                    continue;
-                }
-                touched.extend(reads.iter().chain(&writes).copied());
-                written.extend(writes);
-                match self.lease_covers(&mut st, b.at, b.client, b.low_water) {
-                    Ok(true) => {}
-                    Ok(false) => continue,
-                    Err(e) => {
-                        *step = Step::Refused(e);
-                        continue;
-                    }
-                }
-                match mark(&mut st, &keys, b.at) {
-                    Ok(marks) if !pending(&marks) => {
-                        let Step::Alone(b) =
-                            std::mem::replace(step, Step::Committed(Ok(Run::Pending)))
-                        else {
-                            unreachable!("matched above")
-                        };
-                        *step = Step::Marked(b, marks);
-                    }
-                    Ok(_) => {}
-                    Err(e) => *step = Step::Refused(e),
-                }
-            }
-        }
+            let mut seen = Seen::default();
+            steps
+                .into_iter()
+                .map(|step| match step {
+                    Step::Alone(b) => match self.marked_now(&mut st, &b, &mut seen) {
+                        None => Step::Alone(b),
+                        Some(Ok(marks)) => Step::Marked(b, marks),
+                        Some(Err(e)) => Step::Refused(e),
+                    },
+                    step => step,
+                })
+                .collect()
+        };
         // The rows' values and the runs, outside the lock; then the
-        // commits, all under one.
+        // commits, all under one. Each marked batch's outcome: its run
+        // (`None`: it needs the lock, so it runs alone) or its refusal.
+        let mut outcomes: Vec<Option<Result<Option<Run>, Status>>> =
+            steps.iter().map(|_| None).collect();
         let mut ran: Vec<(usize, Batch, Rows<'_>, HeldRead)> = Vec::new();
-        let marked: Vec<(usize, &Parsed, &Vec<Marked>)> = steps
-            .iter()
-            .enumerate()
-            .filter_map(|(i, s)| match s {
-                Step::Marked(b, marks) => Some((i, b, marks)),
-                _ => None,
-            })
-            .collect();
-        let mut outcomes: Vec<(usize, Result<Option<Run>, Status>)> = Vec::new();
-        for (i, b, marks) in &marked {
+        for (i, step) in steps.iter().enumerate() {
+            let Step::Marked(b, marks) = step else { continue };
             let keys = store_reads(&b.ops);
             let (mut pre, rows, held) = self.read_known(&b.ops, &keys, marks);
             match self.operations(None, &b.ops, &mut pre, b.txn, b.at) {
-                Ok(batch) => ran.push((*i, batch, rows, held)),
-                Err(Stop::Refused(s)) => outcomes.push((*i, Err(s))),
-                // Run alone, under the lock.
-                Err(Stop::Locked) => outcomes.push((*i, Ok(None))),
+                Ok(batch) => ran.push((i, batch, rows, held)),
+                Err(Stop::Refused(s)) => outcomes[i] = Some(Err(s)),
+                Err(Stop::Locked) => outcomes[i] = Some(Ok(None)),
             }
         }
         let (commits, held): (Vec<_>, Vec<HeldRead>) =
@@ -155,32 +167,21 @@ impl Shard {
             self.together.fetch_add(commits.len() as u64, std::sync::atomic::Ordering::Relaxed);
             let mut st = self.lock();
             for (i, batch, rows) in commits {
-                let version = match &steps[i] {
-                    Step::Marked(b, _) => b.version,
-                    _ => unreachable!("only marked batches ran"),
-                };
-                outcomes.push((i, self.commit(&mut st, batch, version, &rows).map(Some)));
+                let Step::Marked(b, _) = &steps[i] else { unreachable!("only marked batches ran") };
+                outcomes[i] = Some(self.commit(&mut st, batch, b.version, &rows).map(Some));
             }
         }
         // Open until the installs wrote: their rows' hints held.
         drop(held);
-        drop(marked);
-        for (i, outcome) in outcomes {
-            match outcome {
-                Ok(Some(run)) => steps[i] = Step::Committed(Ok(run)),
-                Err(e) => steps[i] = Step::Committed(Err(e)),
-                Ok(None) => {
-                    let Step::Marked(b, _) =
-                        std::mem::replace(&mut steps[i], Step::Committed(Ok(Run::Pending)))
-                    else {
-                        unreachable!("only marked batches ran")
-                    };
-                    steps[i] = Step::Alone(b);
-                }
-            }
-        }
+        let steps = steps.into_iter().zip(outcomes).map(|(step, outcome)| match (step, outcome) {
+            (Step::Marked(b, _), Some(Ok(None))) => Step::Alone(b),
+            (Step::Marked(..), Some(Ok(Some(run)))) => Step::Committed(Ok(run)),
+            (Step::Marked(..), Some(Err(e))) => Step::Committed(Err(e)),
+            (Step::Marked(..), None) => unreachable!("every marked batch ran"),
+            (step, None) => step,
+            (_, Some(_)) => unreachable!("only marked batches ran"),
+        });
         steps
-            .into_iter()
             .zip(names)
             .map(|(step, name)| -> Answer<'_> {
                 Box::pin(async move {
