@@ -14,6 +14,7 @@ mod bench;
 mod cluster;
 mod cluster_move;
 mod emulator;
+mod huge_pages;
 mod inspect;
 mod replica;
 mod serve;
@@ -25,6 +26,7 @@ use crate::bench::{
 };
 use crate::cluster::{ClusterCmd, bench_retwis, cluster};
 use crate::emulator::{EmulatorArgs, emulator};
+use crate::huge_pages::HugePages;
 use crate::inspect::{DumpArgs, InspectArgs, RecoverArgs, dump, inspect, recover};
 use crate::replica::{CheckpointArgs, ReplicaArgs, checkpoint_from_log, replica};
 use crate::serve::{ServeArgs, Verb, VerbArgs, serve, verb};
@@ -36,15 +38,8 @@ use std::process::ExitCode;
 /// costs glibc malloc ~10% of an update-heavy run (BENCHMARKS.md). The
 /// library itself does not choose an allocator.
 ///
-/// It is built without transparent huge pages (`no_thp`: it does not
-/// `madvise` its memory for them). Measured (BENCHMARKS.md, "Does a
-/// shard's state stay bounded"): with them, the kernel zeroed a fresh
-/// 2 MiB page at each first touch, a third of a restart's CPU, and
-/// half-used huge pages made the main job's peak resident memory 1.5x
-/// what it is without (its throughput without: 0.97x, within the noise).
-/// On a kernel that gives huge pages to every mapping
-/// (`/sys/kernel/mm/transparent_hugepage/enabled` at `always`),
-/// `MIMALLOC_ALLOW_THP=0` refuses them for the process.
+/// It asks the kernel for transparent huge pages; whether the process
+/// takes them depends on the command (`--huge-pages`, huge_pages.rs).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -75,6 +70,25 @@ struct Cli {
     /// their options from their own flags.
     #[arg(long, global = true, value_name = "FILE")]
     config: Option<std::path::PathBuf>,
+    /// Transparent huge pages for this process: they make reading a
+    /// loaded database faster (YCSB in memory 1.16-1.18x) and loading one
+    /// slower (a recovery 1.3x). Default: on, but off for serve, recover,
+    /// dump and inspect, whose time is mostly loading or whose restart is
+    /// downtime.
+    #[arg(long, global = true, value_enum, env = "MILLISCALE_HUGE_PAGES")]
+    huge_pages: Option<HugePages>,
+}
+
+impl Command {
+    /// Huge pages unless `--huge-pages` says otherwise (huge_pages.rs).
+    fn huge_pages(&self) -> HugePages {
+        match self {
+            Command::Serve(_) | Command::Recover(_) | Command::Dump(_) | Command::Inspect(_) => {
+                HugePages::Off
+            }
+            _ => HugePages::On,
+        }
+    }
 }
 
 // Parsed once per process: the size of the benchmark variant costs nothing.
@@ -128,6 +142,11 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Before any database opens: pages already touched keep what they got.
+    if let Err(e) = huge_pages::apply(cli.huge_pages.unwrap_or_else(|| cli.command.huge_pages())) {
+        eprintln!("milliscale: error: {e}");
+        return ExitCode::from(1);
+    }
     // The engine reports through `tracing` (a store that cannot append, a
     // store dropped from replication, a poisoned database): warnings and
     // errors go to stderr.
@@ -223,7 +242,38 @@ fn main() -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::Cli;
-    use clap::CommandFactory;
+    use crate::huge_pages::{self, HugePages};
+    use clap::{CommandFactory, Parser};
+
+    /// Huge pages by command: off where the time is mostly loading (or a
+    /// restart is downtime), on elsewhere; `--huge-pages` decides instead.
+    #[test]
+    fn huge_pages_follow_the_command_unless_the_flag_says() {
+        let choice = |args: &[&str]| {
+            let cli = Cli::try_parse_from(args).expect("the arguments parse");
+            cli.huge_pages.unwrap_or_else(|| cli.command.huge_pages())
+        };
+        assert_eq!(choice(&["milliscale", "bench", "ycsb"]), HugePages::On);
+        assert_eq!(choice(&["milliscale", "serve", "--store", "memory://"]), HugePages::Off);
+        assert_eq!(choice(&["milliscale", "recover", "--store", "memory://"]), HugePages::Off);
+        assert_eq!(choice(&["milliscale", "--huge-pages", "off", "bench", "ycsb"]), HugePages::Off);
+        assert_eq!(
+            choice(&["milliscale", "serve", "--store", "memory://", "--huge-pages", "on"]),
+            HugePages::On
+        );
+        assert!(
+            Cli::try_parse_from(["milliscale", "--huge-pages", "maybe", "bench", "ycsb"]).is_err()
+        );
+    }
+
+    /// `--huge-pages off` reaches the kernel: the process reads its flag back.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn huge_pages_off_sets_the_process_flag() {
+        huge_pages::apply(HugePages::On).expect("nothing to do");
+        huge_pages::apply(HugePages::Off).expect("prctl");
+        assert!(huge_pages::disabled(), "PR_GET_THP_DISABLE reads 0 after PR_SET_THP_DISABLE");
+    }
 
     /// Every subcommand and every flag says what it is for, and no help
     /// text points outside the repository.
