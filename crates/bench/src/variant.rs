@@ -142,6 +142,9 @@ pub struct LogSettings {
     pub checkpoint_interval: Option<Duration>,
     /// No log: page-at-commit on the first store (Database on S3's baselines).
     pub pages: Option<PageProtocol>,
+    /// `Options::point_index` (not the log's: every option the benchmark
+    /// sets on the database is here).
+    pub point_index: bool,
 }
 
 impl Default for LogSettings {
@@ -177,6 +180,7 @@ impl Default for LogSettings {
             steal_group: milliscale::options::STEAL_GROUP_DEFAULT,
             checkpoint_interval: None,
             pages: None,
+            point_index: true,
         }
     }
 }
@@ -186,6 +190,9 @@ impl LogSettings {
     /// there is no log).
     pub fn describe_into(&self, m: &mut std::collections::BTreeMap<String, String>) {
         m.insert("store".into(), self.stores.join(" + "));
+        if !self.point_index {
+            m.insert("point_index".into(), "false".into());
+        }
         if let Some(p) = self.pages {
             m.insert("pages".into(), p.to_string());
             if let Some(d) = self.checkpoint_interval {
@@ -301,7 +308,7 @@ impl LogSettings {
 
     /// Database options for `workers` threads.
     pub fn options(&self, workers: usize) -> Options {
-        let mut o = Options::new().workers(workers);
+        let mut o = Options::new().workers(workers).point_index(self.point_index);
         if !self.is_logged() {
             return o;
         }

@@ -196,7 +196,7 @@ impl Engine {
             id,
             name: name.to_owned(),
             db_id: self.id,
-            index: OrderedIndex::new(),
+            index: OrderedIndex::new(self.options.point_index),
             records: OidArray::new(),
             dropped: AtomicBool::new(false),
         })

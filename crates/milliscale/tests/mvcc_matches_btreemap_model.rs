@@ -1,7 +1,8 @@
 //! Model-based test: random single-threaded transaction sequences against a
 //! `BTreeMap` model, with aborts, deletes, partial updates, scans in both
 //! directions, every isolation level, and one long-lived snapshot reader
-//! that must keep seeing the state of its snapshot while GC runs.
+//! that must keep seeing the state of its snapshot while GC runs; with
+//! and without the point index (lookups of one key through a hash table).
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -83,8 +84,8 @@ fn model_scan(
     if rev { it.rev().take(limit).collect() } else { it.take(limit).collect() }
 }
 
-fn run(history: Vec<Txn>) -> Result<(), TestCaseError> {
-    let db = Database::open(Options::new()).expect("open");
+fn run(history: Vec<Txn>, point_index: bool) -> Result<(), TestCaseError> {
+    let db = Database::open(Options::new().point_index(point_index)).expect("open");
     let t = db.create_table("t").expect("table");
     let mut committed = Model::new();
     let mut reader: Option<(milliscale::Transaction<'_>, Model)> = None;
@@ -168,7 +169,10 @@ fn run(history: Vec<Txn>) -> Result<(), TestCaseError> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
     #[test]
-    fn engine_matches_btreemap_model(history in proptest::collection::vec(txn(), 1..60)) {
-        run(history)?;
+    fn engine_matches_btreemap_model(
+        history in proptest::collection::vec(txn(), 1..60),
+        point_index in any::<bool>(),
+    ) {
+        run(history, point_index)?;
     }
 }

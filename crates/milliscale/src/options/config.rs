@@ -106,6 +106,9 @@ pub struct Config {
     /// Time between metrics publications, in milliseconds (0: only on
     /// `publish_metrics`).
     pub metrics_interval_ms: Option<u64>,
+    /// A hash table of each table's keys for lookups of one key (default
+    /// true; about 50 bytes a key).
+    pub point_index: Option<bool>,
 }
 
 impl Config {
@@ -282,6 +285,9 @@ impl Config {
         if let Some(v) = self.metrics_interval_ms {
             o = o.metrics_interval((v > 0).then(|| ms(v)));
         }
+        if let Some(v) = self.point_index {
+            o = o.point_index(v);
+        }
         o.validate()?;
         Ok(o)
     }
@@ -425,5 +431,6 @@ mod tests {
         "checkpoint_interval_s",
         "checkpoint_offload",
         "metrics_interval_ms",
+        "point_index",
     ];
 }

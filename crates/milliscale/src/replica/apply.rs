@@ -381,7 +381,7 @@ mod tests {
                     id,
                     name: format!("t{id}"),
                     db_id: 1,
-                    index: OrderedIndex::new(),
+                    index: OrderedIndex::new(true),
                     records: OidArray::new(),
                     dropped: Default::default(),
                 })
