@@ -33,7 +33,8 @@ small=${2:-20000}
 mid=${3:-200000}
 large=${4:-2000000}
 restarts=${RESTARTS:-5}
-bin="${CARGO_TARGET_DIR:-$(cd "$(dirname "$0")/.." && pwd)/target}/release/milliscale"
+# MILLISCALE_BIN: another binary (another commit's, for an A/B).
+bin=${MILLISCALE_BIN:-"${CARGO_TARGET_DIR:-$(cd "$(dirname "$0")/.." && pwd)/target}/release/milliscale"}
 out=$(mktemp -d)
 echo "machine: $(nproc) cores; commit $(git rev-parse --short=12 HEAD); rows=$rows small=$small mid=$mid large=$large; in $out"
 pid=

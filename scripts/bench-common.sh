@@ -1,11 +1,19 @@
-# Sourced by scripts/bench-{peer,tpcc,hedge-s3,tail,async}.sh, run from the
-# repository root: builds the CLI once, sets `bin` (the binary) and `out` (a
-# fresh directory for the raw JSON reports), prints the machine and commit
-# that every table in BENCHMARKS.md names, and defines `with_emulator`.
-bin=target/release/milliscale
-cargo build --release -q -p milliscale-cli
+# Sourced by the benchmark scripts, run from the repository root: builds the
+# CLI once, sets `bin` (the binary) and `out` (a fresh directory for the raw
+# JSON reports), prints the machine and commit that every table in
+# BENCHMARKS.md names, and defines `with_emulator`. MILLISCALE_BIN names
+# another binary to run instead (another commit's, for an A/B); nothing is
+# built then.
+if [ -n "${MILLISCALE_BIN:-}" ]; then
+    bin=$MILLISCALE_BIN
+    commit="the binary $bin"
+else
+    bin="${CARGO_TARGET_DIR:-target}/release/milliscale"
+    cargo build --release -q -p milliscale-cli
+    commit="commit $(git rev-parse --short=12 HEAD)"
+fi
 out=$(mktemp -d)
-echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); commit $(git rev-parse --short=12 HEAD)"
+echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); $commit"
 
 # with_emulator SEED CMD...: start a fresh emulator (s3x preset, latency
 # seed SEED, bucket `bench`) on a free loopback port, run CMD with `ep` set
