@@ -106,4 +106,6 @@ step README server example
 bash scripts/readme-server-example.sh "$venv/bin"
 step README shard example
 bash scripts/readme-shard-example.sh "$venv/bin"
+step README time example
+bash scripts/readme-time-example.sh "$venv/bin"
 step done

@@ -145,6 +145,8 @@ pub struct LogSettings {
     /// `Options::point_index` (not the log's: every option the benchmark
     /// sets on the database is here).
     pub point_index: bool,
+    /// `Options::retention`: keep a window of history (and a time index).
+    pub retention: Option<Duration>,
 }
 
 impl Default for LogSettings {
@@ -181,6 +183,7 @@ impl Default for LogSettings {
             checkpoint_interval: None,
             pages: None,
             point_index: true,
+            retention: None,
         }
     }
 }
@@ -192,6 +195,9 @@ impl LogSettings {
         m.insert("store".into(), self.stores.join(" + "));
         if !self.point_index {
             m.insert("point_index".into(), "false".into());
+        }
+        if let Some(d) = self.retention {
+            m.insert("retention_s".into(), d.as_secs().to_string());
         }
         if let Some(p) = self.pages {
             m.insert("pages".into(), p.to_string());
@@ -313,6 +319,7 @@ impl LogSettings {
             return o;
         }
         o = o
+            .retention(self.retention)
             .quorum(self.quorum)
             .log_group_size(self.log_group_size)
             .log_buffer_bytes(self.log_buffer_bytes)

@@ -223,6 +223,11 @@ pub(crate) struct LogArgs {
     /// goes without (about 50 bytes a key less, point reads slower).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub(crate) point_index: bool,
+    /// Keep a retention window of this length (`7d`, `12h`, `90s`): the
+    /// checkpoints and log it needs stay, with a time index
+    /// (`Options::retention`).
+    #[arg(long, value_name = "DURATION", value_parser = retention)]
+    pub(crate) retention: Option<Duration>,
     /// Take a background checkpoint this often, in seconds, when the log
     /// grew (besides --checkpoint-every). For --variant atomic-pages: how
     /// often the ATOMIC queue is applied to the pages [default there: 15,
@@ -306,6 +311,20 @@ pub(crate) fn parse_size(name: &str, s: &str) -> Result<usize, Usage> {
 }
 
 /// A duration given in seconds as `--NAME`.
+/// A retention window as `--retention` takes it: `7d`, `12h`, `30m`,
+/// `90s` (humantime's forms).
+pub(crate) fn retention(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s)
+        .map_err(|e| format!("{e}; give a duration such as 7d, 12h or 90s"))?;
+    if d < milliscale::options::RETENTION_MIN {
+        return Err(format!(
+            "a window of at least {}s",
+            milliscale::options::RETENTION_MIN.as_secs()
+        ));
+    }
+    Ok(d)
+}
+
 pub(crate) fn seconds(name: &str, s: f64) -> Result<Duration, Usage> {
     Duration::try_from_secs_f64(s)
         .map_err(|_| Usage(format!("--{name} must be a non-negative number of seconds, got {s}")))
@@ -504,6 +523,7 @@ pub(crate) fn log_settings(a: &LogArgs) -> Result<(Variant, LogSettings), Usage>
     l.hedge_budget = a.hedge_budget;
     l.checkpoint_offload = a.checkpoint_offload;
     l.point_index = a.point_index;
+    l.retention = a.retention;
     if let Some(b) = &a.checkpoint_every {
         l.checkpoint_log_bytes = parse_size("checkpoint-every", b)? as u64;
     }

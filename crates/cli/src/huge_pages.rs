@@ -18,7 +18,7 @@
 //! benchmarks, replicas, checkpoints from the log) and off where its
 //! time is mostly loading or where a restart is its downtime: `serve` (a
 //! shard's restart time is one of the cluster's goals, and the engine is a
-//! small part of a server's CPU), `recover`, `dump` and `inspect`.
+//! small part of a server's CPU), `recover`, `dump`, `restore` and `inspect`.
 //! `--huge-pages on|off` decides instead. Off is `PR_SET_THP_DISABLE`:
 //! no huge page for this process from then on, whatever the kernel's
 //! setting (`always` included).

@@ -1,7 +1,7 @@
 //! `milliscale inspect`, `recover` and `dump`: reading a database's stores
 //! without writing as its writer (recover takes it over).
 
-use crate::args::{Failure, require_existing, store_options, stores_of};
+use crate::args::{Failure, Usage, require_existing, store_options, stores_of};
 use clap::Args;
 use std::time::Duration;
 
@@ -35,6 +35,10 @@ pub(crate) struct DumpArgs {
     /// are UTF-8, else `key_hex` and `value_hex`.
     #[arg(long)]
     pub(crate) json: bool,
+    /// The table as it was at this point of the retention window: `csn:N`
+    /// (or a bare number) or an RFC 3339 time (`2026-12-07T06:30:00Z`).
+    #[arg(long, value_name = "CSN|TIME")]
+    pub(crate) at: Option<String>,
 }
 
 #[derive(Args)]
@@ -151,6 +155,13 @@ fn inspect_store(url: &str, parts: bool) -> Result<(String, serde_json::Value), 
         "a replica opened now loads the checkpoint and follows the log from CSN {}",
         m.replay_from()
     );
+    let window = match &m.history {
+        None => {
+            say!(out, "retention window: none (truncation deletes what the checkpoint covers)");
+            serde_json::Value::Null
+        }
+        Some(h) => window_section(&mut out, &store, &m, h).map_err(|e| format!("{url}: {e}"))?,
+    };
     if let Some(w) = m.checkpoint_wanted {
         say!(
             out,
@@ -269,6 +280,7 @@ fn inspect_store(url: &str, parts: bool) -> Result<(String, serde_json::Value), 
     let doc = serde_json::json!({
         "store": url,
         "manifest": m,
+        "retention_window": window,
         "log_objects": scan.objects,
         "log_bytes": scan.bytes,
         "chains": chains,
@@ -405,8 +417,15 @@ pub(crate) fn recover(a: RecoverArgs) -> Result<(), Failure> {
 pub(crate) fn dump(a: DumpArgs) -> Result<(), Failure> {
     use std::io::Write;
     require_existing(&stores_of(&a.store)?)?;
-    let db = milliscale::Database::open_read_only(store_options(&a.store)?)
-        .map_err(|e| e.to_string())?;
+    let options = store_options(&a.store)?;
+    let db = match &a.at {
+        None => milliscale::Database::open_read_only(options),
+        Some(at) => {
+            let at = milliscale::At::parse(at).map_err(|e| Usage(e.to_string()))?;
+            milliscale::Database::open_at(options, at)
+        }
+    }
+    .map_err(|e| e.to_string())?;
     let table = db.open_table(&a.table).map_err(|e| e.to_string())?;
     let mut tx = db.begin().map_err(|e| e.to_string())?;
     let out = std::io::stdout();
@@ -449,6 +468,95 @@ pub(crate) fn dump(a: DumpArgs) -> Result<(), Failure> {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.to_string().into()),
         _ => Ok(()),
     }
+}
+
+/// The retention window: its span, bases and ended logs, and what it
+/// keeps on the store at what price.
+fn window_section(
+    out: &mut String,
+    store: &std::sync::Arc<dyn objstore::ObjectStore>,
+    m: &milliscale::Manifest,
+    h: &milliscale::history::History,
+) -> milliscale::Result<serde_json::Value> {
+    use milliscale::history::{S3_EXPRESS_USD_PER_GB_MONTH, S3_STANDARD_USD_PER_GB_MONTH};
+    let time = |ms: u64| {
+        humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + Duration::from_millis(ms))
+            .to_string()
+    };
+    let (oldest_csn, oldest_ms) = h.oldest();
+    let w = milliscale::history::window_bytes(store, m)?;
+    let kept = w.present + w.window + w.time_index;
+    let gb = |b: u64| b as f64 / 1e9;
+    say!(
+        out,
+        "retention window: {} ({} s); the oldest reachable point is CSN {oldest_csn} ({})",
+        humantime::format_duration(Duration::from_millis(h.retention_ms)),
+        h.retention_ms / 1000,
+        time(oldest_ms)
+    );
+    say!(
+        out,
+        "  {} bases (checkpoints the past is rebuilt from) and {} ended logs of earlier writers",
+        h.bases.len(),
+        h.ended.len()
+    );
+    for b in &h.bases {
+        say!(
+            out,
+            "  base at CSN {} (epoch {}, {}): {}",
+            b.csn,
+            b.epoch,
+            time(b.at_ms),
+            b.checkpoint.as_ref().map_or("the empty database".to_owned(), |c| format!(
+                "{} rows, {} bytes",
+                c.rows, c.bytes
+            ))
+        );
+    }
+    for s in &h.ended {
+        say!(
+            out,
+            "  ended log of epoch {}: CSNs {}..={}, segments before {}",
+            s.log.epoch,
+            s.from,
+            s.max_csn,
+            s.end_segment
+        );
+    }
+    say!(
+        out,
+        "  on this store: {} bytes for the present, {} more for the window, {} of time index          ({} objects; {} bytes no longer needed, deleted at the next checkpoint)",
+        w.present,
+        w.window,
+        w.time_index,
+        w.objects,
+        w.garbage
+    );
+    say!(
+        out,
+        "  storage: ${:.4}/month at S3 Express One Zone's ${S3_EXPRESS_USD_PER_GB_MONTH}/GB-month          (the window's share ${:.4}); ${:.4}/month at S3 Standard's",
+        gb(kept) * S3_EXPRESS_USD_PER_GB_MONTH,
+        gb(w.window + w.time_index) * S3_EXPRESS_USD_PER_GB_MONTH,
+        gb(kept) * S3_STANDARD_USD_PER_GB_MONTH
+    );
+    Ok(serde_json::json!({
+        "retention_ms": h.retention_ms,
+        "oldest_csn": oldest_csn,
+        "oldest_time": time(oldest_ms),
+        "bases": h.bases.iter().map(|b| serde_json::json!({
+            "csn": b.csn, "epoch": b.epoch, "at": time(b.at_ms),
+            "bytes": b.checkpoint.as_ref().map_or(0, |c| c.bytes),
+        })).collect::<Vec<_>>(),
+        "ended_logs": h.ended.iter().map(|s| serde_json::json!({
+            "epoch": s.log.epoch, "from": s.from, "max_csn": s.max_csn,
+        })).collect::<Vec<_>>(),
+        "present_bytes": w.present,
+        "window_bytes": w.window,
+        "time_index_bytes": w.time_index,
+        "garbage_bytes": w.garbage,
+        "usd_per_month_s3_express": gb(kept) * S3_EXPRESS_USD_PER_GB_MONTH,
+        "window_usd_per_month_s3_express": gb(w.window + w.time_index) * S3_EXPRESS_USD_PER_GB_MONTH,
+    }))
 }
 
 /// Bytes as text where they are printable ASCII (quoted, with `"` and `\`

@@ -14,6 +14,7 @@ mod bench;
 mod cluster;
 mod cluster_move;
 mod emulator;
+mod history;
 mod huge_pages;
 mod inspect;
 mod replica;
@@ -26,6 +27,7 @@ use crate::bench::{
 };
 use crate::cluster::{ClusterCmd, bench_retwis, cluster};
 use crate::emulator::{EmulatorArgs, emulator};
+use crate::history::{RestoreArgs, restore};
 use crate::huge_pages::HugePages;
 use crate::inspect::{DumpArgs, InspectArgs, RecoverArgs, dump, inspect, recover};
 use crate::replica::{CheckpointArgs, ReplicaArgs, checkpoint_from_log, replica};
@@ -73,8 +75,8 @@ struct Cli {
     /// Transparent huge pages for this process: they make reading a
     /// loaded database faster (YCSB in memory 1.16-1.18x) and loading one
     /// slower (a recovery 1.3x). Default: on, but off for serve, recover,
-    /// dump and inspect, whose time is mostly loading or whose restart is
-    /// downtime.
+    /// dump, restore and inspect, whose time is mostly loading or whose
+    /// restart is downtime.
     #[arg(long, global = true, value_enum, env = "MILLISCALE_HUGE_PAGES")]
     huge_pages: Option<HugePages>,
 }
@@ -83,9 +85,11 @@ impl Command {
     /// Huge pages unless `--huge-pages` says otherwise (huge_pages.rs).
     fn huge_pages(&self) -> HugePages {
         match self {
-            Command::Serve(_) | Command::Recover(_) | Command::Dump(_) | Command::Inspect(_) => {
-                HugePages::Off
-            }
+            Command::Serve(_)
+            | Command::Recover(_)
+            | Command::Dump(_)
+            | Command::Restore(_)
+            | Command::Inspect(_) => HugePages::Off,
             _ => HugePages::On,
         }
     }
@@ -109,8 +113,13 @@ enum Command {
     /// Prints what was found and how long each step took.
     Recover(RecoverArgs),
     /// Print a table's rows as hex `key value` lines, in key order, from the
-    /// database's durable state. Reads only: the writer is not fenced.
+    /// database's durable state (or, with --at, its state at a point of its
+    /// retention window). Reads only: the writer is not fenced.
     Dump(DumpArgs),
+    /// Write the database as it was at a point of its retention window to
+    /// empty stores, as a new database a writer opens. The source is only
+    /// read.
+    Restore(RestoreArgs),
     /// Follow a database's log as a read replica: load the checkpoint,
     /// apply what the writer commits, and print the replica's progress, lag
     /// and cost. Reads only: the writer is not asked or fenced.
@@ -203,6 +212,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Recover(a) => recover(a),
         Command::Dump(a) => dump(a),
+        Command::Restore(a) => restore(a),
         Command::Replica(a) => replica(a),
         Command::Checkpoint(a) => checkpoint_from_log(a),
         Command::Bench(Bench::Ycsb(a)) => bench_ycsb(a),

@@ -50,6 +50,16 @@ pub(crate) struct ServeArgs {
     /// Listen on a non-loopback address without TLS and tokens.
     #[arg(long)]
     insecure: bool,
+    /// Keep a retention window of this length (`7d`, `12h`, `90s`): the
+    /// past stays readable that far back (`serve --at`, `dump --at`,
+    /// `restore`).
+    #[arg(long, value_name = "DURATION", value_parser = crate::args::retention, conflicts_with_all = ["replica", "at"])]
+    retention: Option<Duration>,
+    /// Serve the database as it was at this point of its retention window,
+    /// read-only: `csn:N` (or a bare number) or an RFC 3339 time
+    /// (`2026-12-07T06:30:00Z`). The writer, if one runs, is not fenced.
+    #[arg(long, value_name = "CSN|TIME", conflicts_with_all = ["replica", "cluster"])]
+    at: Option<String>,
     /// Largest message, e.g. 16M.
     #[arg(long, default_value = "16M")]
     max_message_bytes: String,
@@ -202,6 +212,9 @@ pub(crate) fn serve(a: ServeArgs, metrics_elsewhere: bool) -> Result<(), Failure
     // room for the one-shot batches beside them.
     let slots = (options.max_open_txns + 1024).min(milliscale::limits::TRANSACTIONS_MAX);
     let mut db_options = store_options(&a.store)?.max_transactions(slots);
+    if a.retention.is_some() {
+        db_options = db_options.retention(a.retention);
+    }
     // A shard's restart replays at most about an eighth of its live
     // data's worth of log (at least 16 MiB), however many transactions it
     // has committed, unless the configuration says otherwise. A shard's
@@ -223,7 +236,9 @@ pub(crate) fn serve(a: ServeArgs, metrics_elsewhere: bool) -> Result<(), Failure
     let options_shard = options.cluster.as_ref().map(|c| c.shard);
     runtime.block_on(async move {
         let started = std::time::Instant::now();
-        let backend = if a.replica {
+        let backend = if let Some(at) = &a.at {
+            open_past(db_options.clone(), at).await?
+        } else if a.replica {
             Backend::Replica(
                 milliscale::AsyncReplica::open(db_options).await.map_err(|e| e.to_string())?,
             )
@@ -267,6 +282,7 @@ pub(crate) fn serve(a: ServeArgs, metrics_elsewhere: bool) -> Result<(), Failure
             .await
             .map_err(|e| Failure::Run(e.to_string()))?;
         let role = match (a.replica, &options_shard) {
+            _ if a.at.is_some() => "the past, read-only,".to_owned(),
             (true, _) => "replica".to_owned(),
             (false, Some(s)) => format!("shard {s}"),
             (false, None) => "writer".to_owned(),
@@ -301,6 +317,24 @@ pub(crate) fn serve(a: ServeArgs, metrics_elsewhere: bool) -> Result<(), Failure
         );
         closed.map_err(|e| Failure::Run(format!("closing the database: {e}")))
     })
+}
+
+/// `serve --at`: the database at a point of its retention window, as a
+/// read-only backend.
+async fn open_past(options: milliscale::Options, at: &str) -> Result<Backend, Failure> {
+    let at = milliscale::At::parse(at).map_err(|e| Usage(e.to_string()))?;
+    let past = tokio::task::spawn_blocking(move || milliscale::Database::open_at(options, at))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+    if let Some(r) = past.past_report() {
+        eprintln!(
+            "milliscale serve: the database at {at}: CSN {} (from the base at CSN {}, {} \
+             transactions replayed); read-only",
+            r.csn, r.base_csn, r.replayed
+        );
+    }
+    Ok(Backend::Writer(milliscale::AsyncDatabase::from(std::sync::Arc::new(past))))
 }
 
 pub(crate) async fn wait_for_signal() -> &'static str {

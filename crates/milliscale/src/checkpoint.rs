@@ -11,9 +11,10 @@
 //!    `checkpoint/c<csn>/<table id>/<chunk>`, each to a quorum of stores.
 //! 4. Publish a manifest naming the checkpoint and, per group, the fresh
 //!    segment as the first one recovery reads.
-//! 5. Only then delete what it superseded: older checkpoints' chunks, and
-//!    log segments before each group's new start (they hold only CSNs
-//!    below `M` ≤ `c`).
+//! 5. Only then delete what it superseded (`history::truncate`): older
+//!    checkpoints' chunks, and log segments before each group's new start
+//!    (they hold only CSNs below `M` ≤ `c`), unless a retention window
+//!    keeps them.
 //!
 //! **Offloaded** (`Options::checkpoint_offload`): a read replica builds
 //! the chunks from its own state and offers them (`put_offer`); the writer
@@ -42,8 +43,8 @@ use bytes::{Buf, BufMut, Bytes};
 use objstore::{ObjectStore, StoreError};
 
 use crate::error::{Error, Result};
-use crate::keys::{CHECKPOINT_PREFIX, LOG_PREFIX, OFFER_PREFIX, checkpoint_prefix, offer_key};
-use crate::manifest::{CheckpointRef, ChunkRef, LogRef};
+use crate::keys::{OFFER_PREFIX, checkpoint_prefix, offer_key};
+use crate::manifest::{CheckpointRef, ChunkRef};
 use crate::mvcc::Csn;
 use crate::mvcc::version::Version;
 use crate::recovery::replay::{Folded, Loaded, install};
@@ -426,44 +427,6 @@ pub(crate) fn check_chunks(
         }
     }
     Ok(requests)
-}
-
-/// Delete checkpoint chunks other than `keep`'s, and log segments that
-/// hold only CSNs the checkpoint covers (before their chain's start in
-/// `log`, any group or lane).
-/// Best effort: what is left is deleted next time. Returns the requests
-/// made: (lists, deletes). Objects go in key order (a listing's), so a
-/// segment's part objects go first to last: a replica's tail
-/// (`replica::tail`) tells a deleted segment from a short one by that.
-pub(crate) fn delete_superseded(
-    stores: &[(String, Arc<dyn ObjectStore>)],
-    keep: Option<&CheckpointRef>,
-    log: &LogRef,
-) -> (u64, u64) {
-    let (mut lists, mut deletes) = (0, 0);
-    let keep_prefix = keep.map(|c| checkpoint_prefix(c.csn));
-    for (_, s) in stores {
-        lists += 2;
-        if let Ok(list) = s.list(CHECKPOINT_PREFIX) {
-            for o in list {
-                if keep_prefix.as_ref().is_none_or(|p| !o.key.starts_with(p.as_str())) {
-                    deletes += 1;
-                    let _ = s.delete(&o.key);
-                }
-            }
-        }
-        if let Ok(list) = s.list(LOG_PREFIX) {
-            for o in list {
-                if let Some(obj) = crate::keys::parse_log_key(&o.key)
-                    && obj.segment() < log.start(obj.chain()).unwrap_or(u64::MAX)
-                {
-                    deletes += 1;
-                    let _ = s.delete(&o.key);
-                }
-            }
-        }
-    }
-    (lists, deletes)
 }
 
 /// What checkpoints have cost so far: the background column of the cost

@@ -65,6 +65,8 @@ pub(crate) struct Engine {
     pub(crate) recovery: Option<RecoveryReport>,
     /// What the promotion did, if a replica became this writer.
     pub(crate) promotion: Option<PromotionReport>,
+    /// Opened at a point of the past (`Database::open_at`): what was read.
+    pub(crate) past: Option<crate::history::past::PastReport>,
     /// Take a checkpoint at the checkpointer's next wake-up, whatever the
     /// log volume (after a promotion: it drops the sealed logs).
     pub(crate) checkpoint_soon: AtomicBool,
@@ -132,6 +134,7 @@ impl Engine {
             manifest,
             recovery,
             promotion: None,
+            past: None,
             checkpoint_soon: AtomicBool::new(false),
             read_only: false,
             checkpoint_lock: Mutex::new(()),
@@ -172,7 +175,12 @@ impl Engine {
                 None => {
                     let t = self.new_table(i as u32, name);
                     cat.by_id.push(Arc::clone(&t));
-                    cat.by_name.insert(name.clone(), t);
+                    // A dropped id never takes the name: a database
+                    // restored from before a drop may name, at a later id,
+                    // a table of the same name that is not there yet.
+                    if !dropped.contains(&(i as u32)) {
+                        cat.by_name.insert(name.clone(), t);
+                    }
                 }
             }
         }
@@ -260,10 +268,29 @@ impl Engine {
     /// Another writer's version there means this one is fenced: the
     /// database is poisoned and acknowledges nothing more.
     pub(crate) fn publish(&self, f: impl FnOnce(&mut Manifest)) -> Result<()> {
+        self.publish_ending(None, f)
+    }
+
+    /// [`Engine::publish`] of a version that starts a new epoch's log after
+    /// a recovery: `decision` is the replay decision that ended the old
+    /// one, kept in the history of a database with a retention window.
+    pub(crate) fn publish_ending(
+        &self,
+        decision: Option<&crate::manifest::SealedLog>,
+        f: impl FnOnce(&mut Manifest),
+    ) -> Result<()> {
         let st = self.manifest.as_ref().ok_or_else(|| Error::InvalidArgument("no log".into()))?;
         let mut cur = st.current.lock();
         let mut next = cur.clone();
         f(&mut next);
+        // A base published now is reached by any time from `now` on: the
+        // sample covers every CSN handed out so far.
+        let now = self.commit.time_sample().unwrap_or_else(|| crate::history::times::Sample {
+            ms: crate::history::times::now_ms(),
+            csn: self.commit.next_csn.load(std::sync::atomic::Ordering::SeqCst).saturating_sub(1),
+        });
+        let retention = self.options.retention.map(|d| d.as_millis() as u64);
+        crate::history::on_publish(&cur, &mut next, retention, now, decision);
         next.version += 1;
         match st.store.create(&next) {
             Ok(()) => {

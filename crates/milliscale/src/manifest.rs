@@ -29,10 +29,11 @@ use crate::mvcc::Csn;
 use crate::retry::retry;
 
 /// The newest manifest format this code writes and reads. Format 2 added
-/// [`Manifest::dropped`]; a manifest is written at the lowest format that
-/// can express it (1 while no table was ever dropped), so a database that
-/// never dropped a table stays readable by the releases that read only 1.
-pub const MANIFEST_FORMAT: u32 = 2;
+/// [`Manifest::dropped`], format 3 [`Manifest::history`]; a manifest is
+/// written at the lowest format that can express it (1 while no table was
+/// ever dropped and no retention window kept), so a database that never
+/// used them stays readable by the releases that read only 1.
+pub const MANIFEST_FORMAT: u32 = 3;
 const MAGIC: &str = "MSMF";
 
 /// One version of the manifest.
@@ -68,6 +69,11 @@ pub struct Manifest {
     /// (`Replica::offer_if_wanted`). Cleared by the next checkpoint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint_wanted: Option<Csn>,
+    /// With a retention window (`Options::retention`): the checkpoints and
+    /// logs the window keeps, from which the past is read
+    /// (`crate::history`). Since format 3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history: Option<crate::history::History>,
 }
 
 /// An earlier epoch's log, fenced, with the replay decision of the writer
@@ -243,6 +249,7 @@ impl Manifest {
                 parts_max,
             },
             checkpoint_wanted: None,
+            history: None,
         }
     }
 
@@ -267,7 +274,13 @@ impl Manifest {
     /// The format this manifest is written in: the lowest that can
     /// express it.
     pub fn format(&self) -> u32 {
-        if self.dropped.is_empty() { 1 } else { 2 }
+        if self.history.is_some() {
+            3
+        } else if self.dropped.is_empty() {
+            1
+        } else {
+            2
+        }
     }
 
     /// Encode: header line, then JSON.
@@ -535,9 +548,9 @@ mod tests {
         m.dropped = vec![5];
         assert!(matches!(Manifest::decode(&key, &m.encode()), Err(Error::Corrupt(_))));
         // A format from the future is refused, naming it.
-        let future = format!("MSMF 3 {:08x}\n", crc32c::crc32c(&body)).into_bytes();
-        let e = Manifest::decode(&key, &[future, body].concat()).expect_err("format 3");
-        assert!(e.to_string().contains("format 3"), "{e}");
+        let future = format!("MSMF 4 {:08x}\n", crc32c::crc32c(&body)).into_bytes();
+        let e = Manifest::decode(&key, &[future, body].concat()).expect_err("format 4");
+        assert!(e.to_string().contains("format 4"), "{e}");
     }
 
     #[test]

@@ -18,6 +18,7 @@
 //! atomics: no per-transaction allocation or queue entry is needed to
 //! answer `is_acknowledged`.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -27,6 +28,7 @@ use parking_lot::{Condvar, Mutex};
 
 use super::durability::{GroupDurability, OwnPart};
 use crate::error::Error;
+use crate::history::times::TimeIndex;
 use crate::mvcc::{CSN_FIRST, Csn};
 use crate::options::Tracking;
 
@@ -90,6 +92,9 @@ pub(crate) struct CommitMarks {
     async_waiters: Mutex<AsyncWaiters>,
     /// How many are registered (read without the lock after a round).
     async_waiting: AtomicUsize,
+    /// With a retention window: the time index that acknowledgments keep
+    /// (`history::times`).
+    time_index: std::sync::OnceLock<Arc<TimeIndex>>,
 }
 
 /// The acks awaited as futures, by registration id.
@@ -129,10 +134,13 @@ impl CommitMarks {
             metrics: Mutex::new(CommitMetrics::new()),
             async_waiters: Mutex::new(AsyncWaiters::default()),
             async_waiting: AtomicUsize::new(0),
+            time_index: std::sync::OnceLock::new(),
         }
     }
 
     /// Is the transaction (`csn` in part `own`, or read-only) acknowledged?
+    /// With a time index, a sample reaches `csn` before this says yes
+    /// (`history::times`, rule 2).
     pub(crate) fn is_acknowledged(&self, csn: Option<Csn>, dsn: Csn, own: OwnPart) -> bool {
         if !self.logged {
             return true;
@@ -141,11 +149,32 @@ impl CommitMarks {
         match csn {
             // A read-only transaction waits for what it saw.
             None => dsn < gcsn,
-            Some(csn) => match self.tracking {
-                Tracking::Record => dsn < gcsn && self.own_records_durable(csn, own),
-                Tracking::Txn => csn < gcsn,
-            },
+            Some(csn) => {
+                let acked = match self.tracking {
+                    Tracking::Record => dsn < gcsn && self.own_records_durable(csn, own),
+                    Tracking::Txn => csn < gcsn,
+                };
+                if acked && let Some(t) = self.time_index.get() {
+                    t.cover(csn, &self.next_csn);
+                }
+                acked
+            }
         }
+    }
+
+    /// Keep a time index from now on (a database with a retention window).
+    pub(crate) fn set_time_index(&self, t: Arc<TimeIndex>) {
+        let _ = self.time_index.set(t);
+    }
+
+    /// The time index, if one is kept.
+    pub(crate) fn time_index(&self) -> Option<&Arc<TimeIndex>> {
+        self.time_index.get()
+    }
+
+    /// A time index sample now, if one is kept.
+    pub(crate) fn time_sample(&self) -> Option<crate::history::times::Sample> {
+        self.time_index.get().map(|t| t.sample(&self.next_csn))
     }
 
     /// Are the records of transaction `csn`, logged in part `own`, durable?

@@ -31,6 +31,14 @@ fn price(stores: &[(String, Arc<dyn ObjectStore>)], put: u64, up: u64) -> Option
 impl Database {
     pub(super) fn start_checkpointer(inner: Engine) -> Database {
         let db = Database::wrap(inner);
+        if db.inner.commit.time_index().is_some() {
+            let inner = Arc::clone(&db.inner);
+            let handle = std::thread::Builder::new()
+                .name("ms-time-index".into())
+                .spawn(move || inner.run_time_flusher())
+                .ok();
+            *db.time_flusher.lock() = handle;
+        }
         let o = &db.inner.options;
         if o.checkpoint_log_bytes > 0
             || o.checkpoint_interval.is_some()
@@ -157,8 +165,8 @@ impl Engine {
         adopted: bool,
     ) {
         let Some(st) = self.manifest.as_ref() else { return };
-        let new_log = st.current.lock().log.clone();
-        let (lists, deletes) = checkpoint::delete_superseded(&st.stores, Some(cref), &new_log);
+        let current = st.current.lock().clone();
+        let (lists, deletes) = crate::history::truncate(&st.stores, &current);
         // The manifest put on each store, and the lists.
         let puts = st.stores.len() as u64 + lists + requests;
         let version = st.current.lock().version;
@@ -249,6 +257,41 @@ impl Engine {
         stats.put_requests += requests;
         stats.busy += started.elapsed();
         Ok(None)
+    }
+
+    /// Write the time index's new samples out (every
+    /// `history::times::FLUSH_EVERY`, or `now`), counted with the
+    /// checkpoints' requests.
+    pub(crate) fn flush_time_index(&self, now: bool) {
+        let (Some(t), Some(st)) = (self.commit.time_index(), self.manifest.as_ref()) else {
+            return;
+        };
+        let puts = t.flush(&st.stores, self.options.store_deadline, now);
+        if puts > 0 {
+            let mut stats = self.checkpoint_stats.lock();
+            stats.put_requests += puts;
+            if let Some(c) = price(&st.stores, puts, 0) {
+                *stats.cost_usd.get_or_insert(0.0) += c;
+            }
+        }
+    }
+
+    /// The time index's thread: its new samples out every second, until
+    /// close (which writes the rest).
+    fn run_time_flusher(&self) {
+        let (stop, cv) = &self.checkpointer_wake;
+        loop {
+            {
+                let mut stop = stop.lock();
+                if !*stop {
+                    cv.wait_for(&mut stop, Duration::from_millis(100));
+                }
+                if *stop {
+                    return;
+                }
+            }
+            self.flush_time_index(false);
+        }
     }
 
     /// The background thread: checkpoints on log volume or interval, and

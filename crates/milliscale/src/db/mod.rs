@@ -33,6 +33,10 @@ use crate::txn::Transaction;
 pub struct Database {
     pub(crate) inner: Arc<Engine>,
     checkpointer: Mutex<Option<JoinHandle<()>>>,
+    /// With a retention window: the thread that writes the time index out
+    /// every second (`history::times`), apart from the checkpointer so
+    /// that a long checkpoint does not hold it back.
+    time_flusher: Mutex<Option<JoinHandle<()>>>,
 }
 
 /// Counters for monitoring.
@@ -58,6 +62,12 @@ impl Database {
     /// one without a log.
     pub fn recovery_report(&self) -> Option<&RecoveryReport> {
         self.inner.recovery.as_ref()
+    }
+
+    /// What was read to open this database at a point of its past
+    /// ([`Database::open_at`]); `None` otherwise.
+    pub fn past_report(&self) -> Option<&crate::history::past::PastReport> {
+        self.inner.past.as_ref()
     }
 
     /// The current manifest; `None` without a log.
@@ -169,9 +179,13 @@ impl Database {
         if let Some(t) = self.checkpointer.lock().take() {
             let _ = t.join();
         }
+        if let Some(t) = self.time_flusher.lock().take() {
+            let _ = t.join();
+        }
         if let Some(log) = &self.inner.log {
             log.shut_down();
         }
+        self.inner.flush_time_index(true);
         match self.inner.commit.poison_error() {
             Some(e) => Err(e),
             None => Ok(()),

@@ -10,7 +10,6 @@ use objstore::ObjectStore;
 use parking_lot::Mutex;
 
 use super::Database;
-use crate::checkpoint;
 use crate::commit::CommitMarks;
 use crate::engine::{Engine, ManifestState, NamedStores};
 use crate::error::{Error, Result};
@@ -192,6 +191,42 @@ impl Database {
         Ok(Database::wrap(inner))
     }
 
+    /// The database as it was at a point of its retention window
+    /// (`Options::retention`), read-only, in memory: every transaction
+    /// committed at or below `At::Csn(n)`, and none above; or, for
+    /// `At::Time(t)`, every transaction acknowledged before `t` and none
+    /// that pre-committed after it (design record 0012). The writer, if
+    /// one runs, is not fenced and keeps going. A point outside the window
+    /// is refused, naming the oldest and newest reachable points;
+    /// [`Database::past_report`] says what was read.
+    ///
+    /// A database without a window can be read at a CSN from its current
+    /// checkpoint on, not by time.
+    pub fn open_at(options: Options, at: crate::history::At) -> Result<Database> {
+        options.validate()?;
+        if !options.is_logged() {
+            return Err(Error::InvalidArgument("open_at needs a store".into()));
+        }
+        let id = NEXT_DB_ID.fetch_add(1, Ordering::Relaxed);
+        let (named, needed, m) = read_manifest_unprobed(&options)?;
+        let past = crate::history::past::plan(
+            &named,
+            needed,
+            &m,
+            at,
+            options.recovery_threads,
+            options.store_deadline,
+        )?;
+        let commit = Arc::new(CommitMarks::new(0, options.tracking, false, past.report.csn + 1));
+        let mut inner = Engine::new(id, options, commit, None, None, None);
+        inner.add_tables(&past.tables, &past.dropped)?;
+        inner.read_only = true;
+        let mut report = RecoveryReport::default();
+        inner.rebuild(&named, past.checkpoint.as_ref(), &past.plan, &mut report)?;
+        inner.past = Some(past.report);
+        Ok(Database::wrap(inner))
+    }
+
     /// An empty in-memory database whose transactions are read-only, with
     /// the tables of manifest `m` and its CSN counter at `base`: what a
     /// read replica (`replica`) fills from the log. It has no log and no
@@ -205,7 +240,11 @@ impl Database {
     }
 
     pub(super) fn wrap(inner: Engine) -> Database {
-        Database { inner: Arc::new(inner), checkpointer: Mutex::new(None) }
+        Database {
+            inner: Arc::new(inner),
+            checkpointer: Mutex::new(None),
+            time_flusher: Mutex::new(None),
+        }
     }
 
     /// A new database: the first manifest, then an empty log.
@@ -237,6 +276,7 @@ impl Database {
         ms.create(&m)?;
         let groups = m.log.groups as usize;
         let commit = Arc::new(CommitMarks::new(groups, options.tracking, true, m.log.base_csn));
+        crate::history::start_time_index(&options, &named, m.log.epoch, &commit);
         let log = Log::start(&options, Arc::clone(&commit), id, stores, &m.log)?;
         let needed = options.quorum.needed(named.len());
         let state = ManifestState { store: ms, stores: named, needed, current: Mutex::new(m) };
@@ -281,6 +321,7 @@ impl Database {
         let new_log = fresh_log(&options, claim.epoch, base, first_segment);
         let groups = new_log.groups as usize;
         let commit = Arc::new(CommitMarks::new(groups, options.tracking, true, base));
+        crate::history::start_time_index(&options, &named, claim.epoch, &commit);
         let tables = claim.clone();
         let state =
             ManifestState { store: ms, stores: named.clone(), needed, current: Mutex::new(claim) };
@@ -296,20 +337,24 @@ impl Database {
         //    checkpointer's or replicas'), a seal of the old log with this
         //    decision, as a promotion writes (`seals_recovery`).
         let logged = base > old.replay_from();
-        let seal = (logged && seals_recovery(&inner.options, named.len())).then(|| SealedLog {
+        // The decision on the old log: a seal's content, and what the
+        // history of a database with a retention window keeps of it.
+        let decision = SealedLog {
             log: old.log.clone(),
             end_segment: first_segment,
             from: old.log_from(),
             prefix: plan.prefix,
             above: plan.replay.iter().map(Entry::csn).filter(|c| *c >= plan.prefix).collect(),
             max_csn: base - 1,
-        });
+        };
+        let seal =
+            (logged && seals_recovery(&inner.options, named.len())).then(|| decision.clone());
         let checkpoint = if logged && seal.is_none() {
             Some(inner.write_checkpoint()?)
         } else {
             old.checkpoint.clone()
         };
-        inner.publish(|m| {
+        inner.publish_ending(Some(&decision), |m| {
             m.checkpoint = checkpoint.clone();
             match &seal {
                 Some(s) => m.sealed.push(s.clone()),
@@ -320,10 +365,9 @@ impl Database {
         })?;
         let published_at = started.elapsed();
         // With a seal, the old log's segments stay: nothing covers them yet.
-        let deleted = if seal.is_some() {
-            (0, 0)
-        } else {
-            checkpoint::delete_superseded(&named, checkpoint.as_ref(), &new_log)
+        let deleted = match (&seal, &inner.manifest) {
+            (None, Some(st)) => crate::history::truncate(&named, &st.current.lock().clone()),
+            _ => (0, 0),
         };
         if let Some(st) = &inner.manifest {
             st.store.delete_below(st.current.lock().version.saturating_sub(1));

@@ -109,6 +109,9 @@ pub struct Config {
     /// A hash table of each table's keys for lookups of one key (default
     /// true; about 50 bytes a key).
     pub point_index: Option<bool>,
+    /// A retention window, in seconds: the past stays readable that far
+    /// back (default none).
+    pub retention_s: Option<u64>,
 }
 
 impl Config {
@@ -267,6 +270,15 @@ impl Config {
         if let Some(v) = self.recovery_threads {
             o = o.recovery_threads(v);
         }
+        o = self.apply_background(o);
+        o.validate()?;
+        Ok(o)
+    }
+
+    /// The background work's fields: checkpoints, metrics, the point
+    /// index and the retention window.
+    fn apply_background(&self, mut o: Options) -> Options {
+        let ms = Duration::from_millis;
         if let Some(v) = self.checkpoint_chunk_bytes {
             o = o.checkpoint_chunk_bytes(v);
         }
@@ -288,8 +300,10 @@ impl Config {
         if let Some(v) = self.point_index {
             o = o.point_index(v);
         }
-        o.validate()?;
-        Ok(o)
+        if let Some(v) = self.retention_s {
+            o = o.retention((v > 0).then(|| Duration::from_secs(v)));
+        }
+        o
     }
 }
 
@@ -432,5 +446,6 @@ mod tests {
         "checkpoint_offload",
         "metrics_interval_ms",
         "point_index",
+        "retention_s",
     ];
 }

@@ -19,7 +19,7 @@ pub use defaults::{
     FLUSH_MAX_WAIT_DEFAULT, FLUSH_MIN_INTERVAL_DEFAULT, FLUSH_PACE_DEFAULT, FLUSH_PACE_MAX,
     FLUSH_TIMEOUT_DEFAULT, FLUSH_UNIT_DEFAULT, LOG_BUFFER_BYTES_DEFAULT, LOG_GROUP_SIZE_DEFAULT,
     LOG_LANES_DEFAULT, LOG_LANES_MAX, LOG_STREAMS_DEFAULT, LOG_STREAMS_PER_GROUP, MAX_IDLE_DEFAULT,
-    MILLISECOND_PRICE_DEFAULT, OBJECT_FLUSH_UNIT_DEFAULT, STEAL_GROUP_DEFAULT,
+    MILLISECOND_PRICE_DEFAULT, OBJECT_FLUSH_UNIT_DEFAULT, RETENTION_MIN, STEAL_GROUP_DEFAULT,
 };
 
 use std::sync::Arc;
@@ -77,6 +77,7 @@ pub struct Options {
     pub(crate) checkpoint_offload: bool,
     pub(crate) metrics_interval: Option<Duration>,
     pub(crate) point_index: bool,
+    pub(crate) retention: Option<Duration>,
 }
 
 impl Default for Options {
@@ -121,6 +122,7 @@ impl Default for Options {
             checkpoint_offload: false,
             metrics_interval: Some(Duration::from_secs(1)),
             point_index: true,
+            retention: None,
         }
     }
 }
@@ -541,6 +543,18 @@ impl Options {
     /// either way. Default on.
     pub fn point_index(mut self, on: bool) -> Options {
         self.point_index = on;
+        self
+    }
+
+    /// Keep a retention window of this length: every checkpoint and log
+    /// object needed to read the database at any point of the last `d`
+    /// stays on the stores (`Database::open_at`, `milliscale restore`),
+    /// with a time index to find the CSN of any millisecond; truncation
+    /// deletes only what is older. `None` (the default): truncation deletes
+    /// everything the newest checkpoint covers, and the past is gone. See
+    /// `crate::history` and design record 0012.
+    pub fn retention(mut self, d: Option<Duration>) -> Options {
+        self.retention = d;
         self
     }
 

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::{FLUSH_PACE_MAX, LOG_LANES_MAX, Options, StoreSpec};
+use super::{FLUSH_PACE_MAX, LOG_LANES_MAX, Options, RETENTION_MIN, StoreSpec};
 use crate::error::{Error, Result};
 use crate::limits::{
     LOG_BUFFER_BYTES_MAX, LOG_BUFFER_BYTES_MIN, LOG_GROUPS_MAX, STORES_MAX, TRANSACTIONS_MAX,
@@ -131,6 +131,12 @@ impl Options {
             return bad(format!(
                 "checkpoint_chunk_bytes must be in 4 KiB..=1 GiB, got {}",
                 self.checkpoint_chunk_bytes
+            ));
+        }
+        if self.retention.is_some_and(|d| d < RETENTION_MIN) {
+            return bad(format!(
+                "retention must be at least {}s (or none)",
+                RETENTION_MIN.as_secs()
             ));
         }
         if self.checkpoint_interval.is_some_and(|d| d.is_zero()) {

@@ -1,0 +1,228 @@
+//! The database at a point of its window (design record 0012, "The past
+//! at CSN n"): the newest base at or below the point, then every epoch's
+//! log from there as its decision says, up to the point.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, UNIX_EPOCH};
+
+use objstore::ObjectStore;
+
+use super::times::{self, Resolved};
+use super::{At, History};
+use crate::error::{Error, Result};
+use crate::manifest::{CheckpointRef, Manifest, SealedLog};
+use crate::mvcc::Csn;
+use crate::recovery::{self, ReplayPlan};
+
+/// What reading the past found.
+#[derive(Debug, Clone, Default)]
+pub struct PastReport {
+    /// The point asked for, as given.
+    pub at: Option<At>,
+    /// The CSN it resolved to: every commit at or below it is in.
+    pub csn: Csn,
+    /// For a time: the time index sample it resolved to, and whether a
+    /// crash may have lost samples there.
+    pub time: Option<Resolved>,
+    /// The base it was rebuilt from: its CSN (commits below it are in its
+    /// checkpoint; 1 for the empty database).
+    pub base_csn: Csn,
+    /// The window when it was read: the oldest point (CSN, ms since the
+    /// Unix epoch) and the newest CSN.
+    pub oldest: (Csn, u64),
+    /// The newest point the window reaches now.
+    pub newest: Csn,
+    /// Epoch logs read.
+    pub logs: usize,
+    /// Log objects and bytes read (all stores).
+    pub log_objects: usize,
+    /// Log bytes read (all stores).
+    pub log_bytes: u64,
+    /// Transactions replayed on the base.
+    pub replayed: usize,
+    /// Time spent reading and planning.
+    pub elapsed: Duration,
+}
+
+/// The past, planned: what to load and replay.
+pub(crate) struct PastPlan {
+    pub(crate) checkpoint: Option<CheckpointRef>,
+    pub(crate) plan: ReplayPlan,
+    /// The catalog at the point: the manifest's table names, and the ids
+    /// not there at the point.
+    pub(crate) tables: Vec<String>,
+    pub(crate) dropped: Vec<u32>,
+    pub(crate) report: PastReport,
+}
+
+/// The history of `m`, or the one its current checkpoint alone gives (a
+/// database without a window: only its present is reachable).
+fn history_of(m: &Manifest) -> History {
+    match &m.history {
+        Some(h) => h.clone(),
+        None => {
+            let mut m = m.clone();
+            super::on_publish(&m.clone(), &mut m, Some(0), times::Sample { ms: 0, csn: 0 }, None);
+            m.history.expect("a history")
+        }
+    }
+}
+
+/// Resolve a time to the CSN it stands for, with the time index on the
+/// first store that answers.
+fn resolve_time(
+    stores: &[(String, Arc<dyn ObjectStore>)],
+    t: std::time::SystemTime,
+    h: &History,
+    live_epoch: u64,
+    deadline: Duration,
+) -> Result<Resolved> {
+    let oldest_ms = h.oldest().1;
+    let first = h.bases.first().map_or(live_epoch, |b| b.epoch);
+    let mut epochs: Vec<(u64, Option<Csn>)> = h
+        .ended
+        .iter()
+        .filter(|s| s.log.epoch >= first)
+        .map(|s| (s.log.epoch, Some(s.max_csn)))
+        .collect();
+    epochs.push((live_epoch, None));
+    // A running writer writes its samples out every second: wait until
+    // every sample at or before `t` is out.
+    let ms_t = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+    let settled = ms_t.saturating_add(times::SETTLE.as_millis() as u64);
+    let now = times::now_ms();
+    if ms_t > now {
+        return Err(Error::InvalidArgument(format!(
+            "{} is in the future",
+            humantime::format_rfc3339_millis(t)
+        )));
+    }
+    if now < settled {
+        std::thread::sleep(Duration::from_millis(settled - now));
+    }
+    let ms = t
+        .duration_since(UNIX_EPOCH)
+        .map_err(|_| Error::InvalidArgument("a time before 1970".into()))?
+        .as_millis() as u64;
+    let mut last = None;
+    for (name, s) in stores {
+        match times::resolve(s, ms, &epochs, deadline) {
+            Ok(Some(r)) => return Ok(r),
+            Ok(None) => {
+                return Err(Error::InvalidArgument(format!(
+                    "{} is before the retention window: the oldest reachable time is {}",
+                    humantime::format_rfc3339_millis(t),
+                    humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(oldest_ms))
+                )));
+            }
+            Err(e) => last = Some(format!("{name}: {e}")),
+        }
+    }
+    Err(Error::StoreUnavailable(format!(
+        "reading the time index: {}",
+        last.unwrap_or_else(|| "no store".into())
+    )))
+}
+
+/// Plan the database at `at` from manifest `m` on `stores`.
+pub(crate) fn plan(
+    stores: &[(String, Arc<dyn ObjectStore>)],
+    needed: usize,
+    m: &Manifest,
+    at: At,
+    threads: usize,
+    deadline: Duration,
+) -> Result<PastPlan> {
+    let started = Instant::now();
+    let h = history_of(m);
+    let oldest = h.oldest();
+    let (n, time) = match at {
+        At::Csn(n) => (n, None),
+        At::Time(_) if m.history.is_none() => {
+            return Err(Error::InvalidArgument(format!(
+                "{at}: the database keeps no retention window (Options::retention, \
+                 --retention), so it has no time index and only its present can be read"
+            )));
+        }
+        At::Time(t) => {
+            let r = resolve_time(stores, t, &h, m.log.epoch, deadline)?;
+            (r.sample.csn, Some(r))
+        }
+    };
+    let window = || {
+        format!(
+            "the window reaches from CSN {} ({}) on",
+            oldest.0,
+            humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(oldest.1))
+        )
+    };
+    if n < oldest.0 {
+        return Err(Error::InvalidArgument(format!(
+            "{at} (CSN {n}) is before the retention window: {}",
+            window()
+        )));
+    }
+    let base = h.base_for(n).cloned().expect("the oldest base reaches n");
+    let mut report = PastReport {
+        at: Some(at),
+        csn: n,
+        time,
+        base_csn: base.csn,
+        oldest,
+        ..PastReport::default()
+    };
+    // Every epoch's log from the base's on, each as its decision says.
+    let mut plans = Vec::new();
+    for s in h.ended.iter().filter(|s| s.log.epoch >= base.epoch && s.log.base_csn <= n) {
+        let mut seal: SealedLog = s.clone();
+        if s.log.epoch == base.epoch {
+            seal.log.group_start = base.starts.clone();
+            seal.from = base.csn;
+        }
+        let scan = recovery::scan_sealed(stores, needed, &seal, threads, deadline)?;
+        report.log_objects += scan.objects;
+        report.log_bytes += scan.bytes;
+        plans.push(recovery::plan_sealed(scan, &seal)?);
+    }
+    let mut newest = h.ended.last().map_or(0, |s| s.max_csn);
+    if m.log.epoch >= base.epoch && m.log.base_csn <= n {
+        let mut log = m.log.clone();
+        let from = if m.log.epoch == base.epoch {
+            log.group_start = base.starts.clone();
+            base.csn
+        } else {
+            log.group_start = h.live_first.clone();
+            m.log.base_csn
+        };
+        let scan = recovery::scan_stores(stores, needed, &log, from, threads, deadline)?;
+        report.log_objects += scan.objects;
+        report.log_bytes += scan.bytes;
+        let live = recovery::plan_replay_owned(scan)?;
+        // Every CSN below the prefix is in the log: the newest point.
+        newest = newest.max(live.prefix.saturating_sub(1));
+        plans.push(live);
+    }
+    report.newest = newest;
+    if n > newest {
+        return Err(Error::InvalidArgument(format!(
+            "{at} (CSN {n}) is past the newest durable point, CSN {newest}: {}",
+            window()
+        )));
+    }
+    report.logs = plans.len();
+    let mut plan = ReplayPlan { prefix: n + 1, max_csn: n, ..ReplayPlan::default() };
+    for p in plans {
+        plan.replay.extend(p.replay.into_iter().filter(|e| e.csn() <= n));
+        plan.dropped.extend(p.dropped.into_iter().filter(|(c, _)| *c <= n));
+        plan.aborts += p.aborts;
+    }
+    report.replayed = plan.replay.len();
+    report.elapsed = started.elapsed();
+    Ok(PastPlan {
+        checkpoint: base.checkpoint.clone(),
+        plan,
+        tables: m.tables.clone(),
+        dropped: h.dropped_at_csn(m.tables.len(), &m.dropped, n),
+        report,
+    })
+}
