@@ -500,7 +500,15 @@ fn window_section(
         h.bases.len(),
         h.ended.len()
     );
-    for b in &h.bases {
+    // The oldest and newest few; a week of checkpoints is thousands.
+    let shown = |i: usize| i < 5 || i + 5 >= h.bases.len();
+    for (i, b) in h.bases.iter().enumerate() {
+        if !shown(i) {
+            if shown(i - 1) {
+                say!(out, "  ... {} more bases ...", h.bases.len() - 10);
+            }
+            continue;
+        }
         say!(
             out,
             "  base at CSN {} (epoch {}, {}): {}",
@@ -525,7 +533,8 @@ fn window_section(
     }
     say!(
         out,
-        "  on this store: {} bytes for the present, {} more for the window, {} of time index          ({} objects; {} bytes no longer needed, deleted at the next checkpoint)",
+        "  on this store: {} bytes for the present, {} more for the window, {} of time index \
+         ({} objects; {} bytes no longer needed, deleted at the next checkpoint)",
         w.present,
         w.window,
         w.time_index,
@@ -534,7 +543,8 @@ fn window_section(
     );
     say!(
         out,
-        "  storage: ${:.4}/month at S3 Express One Zone's ${S3_EXPRESS_USD_PER_GB_MONTH}/GB-month          (the window's share ${:.4}); ${:.4}/month at S3 Standard's",
+        "  storage: ${:.4}/month at S3 Express One Zone's ${S3_EXPRESS_USD_PER_GB_MONTH}/GB-month \
+         (the window's share ${:.4}); ${:.4}/month at S3 Standard's",
         gb(kept) * S3_EXPRESS_USD_PER_GB_MONTH,
         gb(w.window + w.time_index) * S3_EXPRESS_USD_PER_GB_MONTH,
         gb(kept) * S3_STANDARD_USD_PER_GB_MONTH

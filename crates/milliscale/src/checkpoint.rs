@@ -326,7 +326,17 @@ pub(crate) fn encode_offer(c: &CheckpointRef) -> Bytes {
 
 /// Decode and check an offer.
 pub(crate) fn decode_offer(key: &str, bytes: &[u8]) -> Result<CheckpointRef> {
-    let bad = |what: &str| Error::Corrupt(format!("checkpoint offer {key}: {what}"));
+    let c = decode_ref(key, bytes)?;
+    if offer_key(c.csn) != key {
+        return Err(Error::Corrupt(format!("checkpoint offer {key}: names another checkpoint")));
+    }
+    Ok(c)
+}
+
+/// Decode and check a checkpoint's description in the offer format (an
+/// offer, or a retention window's chunk list, `history::chunk_list_key`).
+pub(crate) fn decode_ref(key: &str, bytes: &[u8]) -> Result<CheckpointRef> {
+    let bad = |what: &str| Error::Corrupt(format!("checkpoint description {key}: {what}"));
     let nl = bytes.iter().position(|&b| b == b'\n').ok_or_else(|| bad("no header"))?;
     let header = std::str::from_utf8(&bytes[..nl]).map_err(|_| bad("bad header"))?;
     let crc = header
@@ -338,9 +348,7 @@ pub(crate) fn decode_offer(key: &str, bytes: &[u8]) -> Result<CheckpointRef> {
         return Err(bad("checksum mismatch"));
     }
     let c: CheckpointRef = serde_json::from_slice(body).map_err(|_| bad("bad JSON"))?;
-    if offer_key(c.csn) != key
-        || c.chunks.iter().any(|k| !k.key.starts_with(&checkpoint_prefix(c.csn)))
-    {
+    if c.chunks.iter().any(|k| !k.key.starts_with(&checkpoint_prefix(c.csn))) {
         return Err(bad("names another checkpoint"));
     }
     Ok(c)

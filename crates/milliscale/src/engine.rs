@@ -290,7 +290,13 @@ impl Engine {
             csn: self.commit.next_csn.load(std::sync::atomic::Ordering::SeqCst).saturating_sub(1),
         });
         let retention = self.options.retention.map(|d| d.as_millis() as u64);
-        crate::history::on_publish(&cur, &mut next, retention, now, decision);
+        let lists = crate::history::on_publish(&cur, &mut next, retention, now, decision);
+        crate::history::put_chunk_lists(
+            &st.stores,
+            st.needed,
+            self.options.store_deadline,
+            &lists,
+        )?;
         next.version += 1;
         match st.store.create(&next) {
             Ok(()) => {

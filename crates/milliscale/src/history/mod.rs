@@ -184,13 +184,20 @@ pub(crate) fn on_publish(
     retention_ms: Option<u64>,
     now: times::Sample,
     decision: Option<&SealedLog>,
-) {
+) -> Vec<CheckpointRef> {
     let Some(retention_ms) = retention_ms else {
         next.history = None;
-        return;
+        return Vec::new();
     };
+    let mut listed = Vec::new();
     let now_ms = now.ms;
-    let mut h = next.history.take().unwrap_or_else(|| start(cur, now_ms));
+    let mut h = match next.history.take() {
+        Some(h) => h,
+        None => {
+            listed.extend(cur.checkpoint.clone());
+            start(cur, now_ms)
+        }
+    };
     h.retention_ms = retention_ms;
     // Tables created or dropped now: every CSN handed out so far is
     // before it, the next one after.
@@ -220,9 +227,10 @@ pub(crate) fn on_publish(
         && let Some(c) = &next.checkpoint
         && h.bases.last().is_none_or(|b| b.csn < c.csn)
     {
+        listed.push(c.clone());
         h.bases.push(Base {
             csn: c.csn,
-            checkpoint: Some(c.clone()),
+            checkpoint: Some(without_chunks(c)),
             epoch: next.log.epoch,
             starts: next.log.group_start.clone(),
             at_ms: now_ms,
@@ -230,6 +238,82 @@ pub(crate) fn on_publish(
     }
     trim(&mut h, now_ms);
     next.history = Some(h);
+    listed
+}
+
+/// A base's checkpoint as the history keeps it: without its chunk list,
+/// which is an object of its own ([`chunk_list_key`]): a checkpoint of 10
+/// GB has 1,250 chunks, and a week's bases would make every manifest
+/// version megabytes.
+fn without_chunks(c: &CheckpointRef) -> CheckpointRef {
+    CheckpointRef { chunks: Vec::new(), ..c.clone() }
+}
+
+/// Where a base's chunk list lives: beside its chunks, so that it goes
+/// with them.
+pub fn chunk_list_key(csn: Csn) -> String {
+    format!("{}list", checkpoint_prefix(csn))
+}
+
+/// Write the chunk lists of the checkpoints that became bases (what
+/// [`on_publish`] returned) on a quorum of `stores`, before the manifest
+/// that names them. Returns the requests made.
+pub(crate) fn put_chunk_lists(
+    stores: &[(String, Arc<dyn ObjectStore>)],
+    needed: usize,
+    deadline: std::time::Duration,
+    lists: &[CheckpointRef],
+) -> crate::Result<u64> {
+    let mut requests = 0;
+    for c in lists {
+        let key = chunk_list_key(c.csn);
+        let body = crate::checkpoint::encode_offer(c);
+        let mut ok = 0;
+        let mut errors = Vec::new();
+        for (name, s) in stores {
+            requests += 1;
+            match crate::retry::retry(deadline, || s.put(&key, body.clone())) {
+                Ok(_) => ok += 1,
+                Err(e) => errors.push(format!("{name}: {e}")),
+            }
+        }
+        if ok < needed {
+            return Err(crate::Error::StoreUnavailable(format!(
+                "writing {key}: {}",
+                errors.join("; ")
+            )));
+        }
+    }
+    Ok(requests)
+}
+
+/// A base's checkpoint with its chunks, from its chunk list on whichever
+/// of `stores` holds it intact.
+pub(crate) fn base_checkpoint(
+    stores: &[(String, Arc<dyn ObjectStore>)],
+    c: &CheckpointRef,
+    deadline: std::time::Duration,
+) -> crate::Result<CheckpointRef> {
+    if !c.chunks.is_empty() {
+        return Ok(c.clone());
+    }
+    let key = chunk_list_key(c.csn);
+    let mut last = None;
+    for (name, s) in stores {
+        let got = crate::retry::retry(deadline, || s.get(&key))
+            .map_err(|e| crate::Error::Corrupt(format!("{name}: reading {key}: {e}")))
+            .and_then(|b| crate::checkpoint::decode_ref(&key, &b));
+        match got {
+            Ok(full) if without_chunks(&full) == *c => return Ok(full),
+            Ok(_) => {
+                last = Some(crate::Error::Corrupt(format!(
+                    "{name}: {key} describes another checkpoint than the history's"
+                )));
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| crate::Error::Store("no stores".into())))
 }
 
 /// The history of a database that had none: what its current manifest
@@ -244,7 +328,7 @@ fn start(cur: &Manifest, now_ms: u64) -> History {
     };
     let base = Base {
         csn: cur.checkpoint.as_ref().map_or(cur.replay_from(), |c| c.csn),
-        checkpoint: cur.checkpoint.clone(),
+        checkpoint: cur.checkpoint.as_ref().map(without_chunks),
         epoch,
         starts,
         at_ms: now_ms,

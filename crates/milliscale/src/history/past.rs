@@ -218,8 +218,13 @@ pub(crate) fn plan(
     }
     report.replayed = plan.replay.len();
     report.elapsed = started.elapsed();
+    let checkpoint = match (&base.checkpoint, &m.checkpoint) {
+        (Some(c), Some(current)) if c.csn == current.csn => Some(current.clone()),
+        (Some(c), _) => Some(super::base_checkpoint(stores, c, deadline)?),
+        (None, _) => None,
+    };
     Ok(PastPlan {
-        checkpoint: base.checkpoint.clone(),
+        checkpoint,
         plan,
         tables: m.tables.clone(),
         dropped: h.dropped_at_csn(m.tables.len(), &m.dropped, n),
