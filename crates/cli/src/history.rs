@@ -1,5 +1,6 @@
 //! `milliscale restore`: the database at a point of a source's retention
-//! window, written to empty stores as a new database (design record 0012).
+//! window, written to empty stores as a new database; `milliscale backup`:
+//! the window's objects copied to other stores (design record 0012).
 
 use clap::Args;
 use std::time::Duration;
@@ -102,4 +103,150 @@ pub(crate) fn restore(a: RestoreArgs) -> Result<(), Failure> {
         );
     }
     Ok(())
+}
+
+/// `milliscale backup`: copy what a database's retention window needs to
+/// other stores, once or continuously; `backup verify` checks a backup.
+#[derive(Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub(crate) struct BackupArgs {
+    #[command(subcommand)]
+    pub(crate) verify: Option<BackupCmd>,
+    /// A store holding the database to back up (repeat for replicas); or
+    /// the `--config` file's stores. Only read.
+    #[arg(long, alias = "from")]
+    pub(crate) store: Vec<String>,
+    /// The backup's store (a bucket, a prefix or a directory; repeat for
+    /// copies): empty, or a backup of this database.
+    #[arg(long)]
+    pub(crate) to: Vec<String>,
+    /// Keep following the database: a pass every `--every`, until the
+    /// process is stopped (a pass cut short leaves the previous one's
+    /// backup whole: its manifest is written last).
+    #[arg(long)]
+    pub(crate) follow: bool,
+    /// With --follow: the time between passes (`1s`, `1m`).
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    pub(crate) every: Duration,
+    /// Print each pass's report as one JSON object.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(clap::Subcommand)]
+pub(crate) enum BackupCmd {
+    /// Read every object a backup's manifest needs and check it against
+    /// its checksum: checkpoint chunks, log parts (and each ended log's
+    /// decision), time index objects. Exits 1 if anything is damaged.
+    Verify {
+        /// The backup's store (repeat for copies).
+        #[arg(long, required = true)]
+        store: Vec<String>,
+        /// Print the report as one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub(crate) fn backup(a: BackupArgs) -> Result<(), Failure> {
+    if let Some(BackupCmd::Verify { store, json }) = a.verify {
+        return verify(&store, json);
+    }
+    if a.to.is_empty() {
+        return Err(Usage("give the backup's store: --to URL".into()).into());
+    }
+    let source = store_options(&a.store)?;
+    require_existing(&crate::args::stores_of(&a.store)?)?;
+    let target = store_options(&a.to)?;
+    let mut passes = 0u64;
+    loop {
+        let bar = indicatif::ProgressBar::new(0);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} {elapsed} copying {pos}/{len} objects",
+            )
+            .expect("a valid template"),
+        );
+        if a.follow {
+            bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+        }
+        let r = milliscale::history::backup::backup(&source, &target, &|done, of| {
+            bar.set_length(of);
+            bar.set_position(done);
+        });
+        bar.finish_and_clear();
+        let r = r.map_err(|e| e.to_string())?;
+        passes += 1;
+        if a.json {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "pass": passes,
+                    "manifest_version": r.manifest_version,
+                    "objects_copied": r.objects_copied,
+                    "bytes_copied": r.bytes_copied,
+                    "objects_skipped": r.objects_skipped,
+                    "bytes_skipped": r.bytes_skipped,
+                    "objects_deleted": r.objects_deleted,
+                    "seconds": r.elapsed.as_secs_f64(),
+                })
+            );
+        } else {
+            println!(
+                "backup pass {passes}: manifest version {}: copied {} objects ({} bytes), {} \
+                 already there ({} bytes), {} deleted that the window let go, in {:.2?}",
+                r.manifest_version,
+                r.objects_copied,
+                r.bytes_copied,
+                r.objects_skipped,
+                r.bytes_skipped,
+                r.objects_deleted,
+                r.elapsed
+            );
+        }
+        if !a.follow {
+            return Ok(());
+        }
+        // A pass cut short by a signal leaves a backup of the previous
+        // pass's manifest: the manifest is written last.
+        std::thread::sleep(a.every.saturating_sub(r.elapsed));
+    }
+}
+
+fn verify(store: &[String], json: bool) -> Result<(), Failure> {
+    require_existing(store)?;
+    let o = store_options(store)?;
+    let r = milliscale::history::backup::verify(&o).map_err(|e| e.to_string())?;
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "manifest_version": r.manifest_version,
+                "chunks": r.chunks,
+                "log_objects": r.log_objects,
+                "time_objects": r.time_objects,
+                "bytes": r.bytes,
+                "problems": r.problems,
+            })
+        );
+    } else {
+        println!(
+            "verified manifest version {}: {} checkpoint chunks, {} log objects, {} time index \
+             objects, {} bytes read; {} problems",
+            r.manifest_version,
+            r.chunks,
+            r.log_objects,
+            r.time_objects,
+            r.bytes,
+            r.problems.len()
+        );
+        for p in &r.problems {
+            println!("  {p}");
+        }
+    }
+    if r.problems.is_empty() {
+        Ok(())
+    } else {
+        Err(Failure::Run(format!("{} damaged or missing objects", r.problems.len())))
+    }
 }

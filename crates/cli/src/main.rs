@@ -27,7 +27,7 @@ use crate::bench::{
 };
 use crate::cluster::{ClusterCmd, bench_retwis, cluster};
 use crate::emulator::{EmulatorArgs, emulator};
-use crate::history::{RestoreArgs, restore};
+use crate::history::{BackupArgs, RestoreArgs, backup, restore};
 use crate::huge_pages::HugePages;
 use crate::inspect::{DumpArgs, InspectArgs, RecoverArgs, dump, inspect, recover};
 use crate::replica::{CheckpointArgs, ReplicaArgs, checkpoint_from_log, replica};
@@ -120,6 +120,11 @@ enum Command {
     /// empty stores, as a new database a writer opens. The source is only
     /// read.
     Restore(RestoreArgs),
+    /// Copy what a database's retention window needs to other stores, as a
+    /// database of the same layout that `restore`, `dump --at` and `serve
+    /// --at` read with the source gone: incrementally, once or with
+    /// --follow; `backup verify` checks one. The source is only read.
+    Backup(BackupArgs),
     /// Follow a database's log as a read replica: load the checkpoint,
     /// apply what the writer commits, and print the replica's progress, lag
     /// and cost. Reads only: the writer is not asked or fenced.
@@ -213,6 +218,7 @@ fn main() -> ExitCode {
         Command::Recover(a) => recover(a),
         Command::Dump(a) => dump(a),
         Command::Restore(a) => restore(a),
+        Command::Backup(a) => backup(a),
         Command::Replica(a) => replica(a),
         Command::Checkpoint(a) => checkpoint_from_log(a),
         Command::Bench(Bench::Ycsb(a)) => bench_ycsb(a),

@@ -62,6 +62,7 @@ pub use commit::{CommitAck, CommitInfo, CommitMetrics, Durable};
 pub use db::{Database, DbStats};
 pub use error::{ConflictKind, Error, ErrorKind, Result};
 pub use history::At;
+pub use history::backup::{BackupReport, VerifyReport};
 pub use history::past::PastReport;
 pub use history::restore::{RestoreReport, RestoreStep, restore};
 pub use index::Direction;

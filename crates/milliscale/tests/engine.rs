@@ -16,6 +16,7 @@ mod commit_log_layout;
 mod drop_table;
 mod format_compatibility;
 mod fuzz_targets;
+mod history_disasters;
 mod history_window;
 mod log_record;
 mod log_segments;

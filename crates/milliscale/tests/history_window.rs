@@ -1,9 +1,9 @@
 //! A retention window (`Options::retention`, design record 0012): the
 //! database read at a point of its past (`Database::open_at`) equals a
 //! journal of every acknowledged commit at that point, across
-//! checkpoints, truncations and a change of writer; a dropped table comes
-//! back from before the drop; `restore` writes a new database; points
-//! outside the window are refused by name.
+//! checkpoints, truncations and a change of writer; points outside the
+//! window are refused by name. The disasters it undoes are in
+//! `history_disasters.rs`.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use milliscale::history::times::now_ms;
-use milliscale::{At, Database, Direction, Error, Options, RestoreStep, Table};
+use milliscale::{At, Database, Direction, Error, Options, Table};
 use objstore::{MemoryStore, ObjectStore};
 use parking_lot::Mutex;
 use rand::{Rng, SeedableRng};
@@ -121,7 +121,7 @@ fn run(db: &Database, t: &Table, n: usize, seed: u64, journal: &Mutex<Vec<Acked>
                         list,
                     });
                     done += 1;
-                    if done % 40 == 0 && w == 0 {
+                    if done.is_multiple_of(40) && w == 0 {
                         db.checkpoint().expect("checkpoint");
                     }
                 }
@@ -229,56 +229,6 @@ fn the_past_equals_the_journal_at_csns_and_times_across_checkpoints_and_writers(
             check_at(&store, &setup, &journal, At::Time(UNIX_EPOCH + Duration::from_millis(t)));
         }
     }
-    db.close().expect("close");
-}
-
-#[test]
-fn a_dropped_table_comes_back_from_the_moment_before_the_drop() {
-    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
-    let db = Database::open(options(&store)).expect("open");
-    let orders = db.create_table("orders").expect("orders");
-    let other = db.create_table("other").expect("other");
-    for i in 0..50u32 {
-        db.put(&orders, format!("o{i:03}").as_bytes(), b"paid").expect("put");
-    }
-    let before = rows(&db, &orders);
-    let before_drop = std::time::SystemTime::now();
-    std::thread::sleep(Duration::from_millis(3));
-    db.drop_table("orders").expect("the mistake");
-    let orders = db.create_table("orders").expect("a new table of that name");
-    db.put(&orders, b"new", b"x").expect("put");
-    for i in 0..20u32 {
-        db.put(&other, format!("k{i}").as_bytes(), b"v").expect("put");
-    }
-    db.checkpoint().expect("a checkpoint: the window keeps the past");
-    // The past: the old table, whole; the new one not there yet.
-    let past = Database::open_at(options(&store), At::Time(before_drop)).expect("open the past");
-    assert_eq!(past.table_names(), ["orders", "other"]);
-    let old = past.open_table("orders").expect("the old table");
-    assert_eq!(rows(&past, &old), before);
-    assert!(past.begin().expect("begin").put(&old, b"x", b"y").is_err(), "read-only");
-    // Restored to a new database that a writer opens.
-    let target: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
-    let steps = Mutex::new(Vec::new());
-    let r = milliscale::restore(options(&store), At::Time(before_drop), &options(&target), &|s| {
-        steps.lock().push(s)
-    })
-    .expect("restore");
-    assert_eq!(r.rows, 50);
-    assert!(matches!(steps.lock().first(), Some(RestoreStep::Reading)));
-    assert!(matches!(steps.lock().last(), Some(RestoreStep::Publishing)));
-    let restored = Database::open(options(&target)).expect("open the restored database");
-    let t = restored.open_table("orders").expect("orders");
-    assert_eq!(rows(&restored, &t), before);
-    restored.put(&t, b"after", b"restore").expect("the restored database takes writes");
-    // The source is untouched: its new table and its writes are there.
-    let now = db.open_table("orders").expect("orders");
-    assert_eq!(rows(&db, &now), vec![(b"new".to_vec(), b"x".to_vec())]);
-    // A target that holds a database is refused, and nothing is written.
-    let e = milliscale::restore(options(&store), At::Time(before_drop), &options(&target), &|_| {})
-        .expect_err("a target with a database");
-    assert!(e.to_string().contains("not empty"), "{e}");
-    restored.close().expect("close");
     db.close().expect("close");
 }
 

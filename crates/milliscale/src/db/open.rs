@@ -208,11 +208,10 @@ impl Database {
             return Err(Error::InvalidArgument("open_at needs a store".into()));
         }
         let id = NEXT_DB_ID.fetch_add(1, Ordering::Relaxed);
-        let (named, needed, m) = read_manifest_unprobed(&options)?;
+        let (named, needed, _) = read_manifest_unprobed(&options)?;
         let past = crate::history::past::plan(
             &named,
             needed,
-            &m,
             at,
             options.recovery_threads,
             options.store_deadline,
@@ -223,6 +222,8 @@ impl Database {
         inner.read_only = true;
         let mut report = RecoveryReport::default();
         inner.rebuild(&named, past.checkpoint.as_ref(), &past.plan, &mut report)?;
+        // Rebuilt in memory: the objects may go now.
+        drop(past.lease);
         inner.past = Some(past.report);
         Ok(Database::wrap(inner))
     }
@@ -366,7 +367,9 @@ impl Database {
         let published_at = started.elapsed();
         // With a seal, the old log's segments stay: nothing covers them yet.
         let deleted = match (&seal, &inner.manifest) {
-            (None, Some(st)) => crate::history::truncate(&named, &st.current.lock().clone()),
+            (None, Some(st)) => {
+                crate::history::truncate(&named, needed, &st.current.lock().clone())
+            }
             _ => (0, 0),
         };
         if let Some(st) = &inner.manifest {

@@ -13,7 +13,11 @@
 //! - [`times`]: the time index, which CSN a millisecond stands for.
 //! - [`past`]: the database at a point of the window (`At`), read-only.
 //! - [`restore`]: that database written to empty stores as a new one.
+//! - [`backup`]: the window's objects copied to other stores, incrementally;
+//!   and their check.
 
+pub mod backup;
+pub mod leases;
 pub mod past;
 pub mod restore;
 pub mod times;
@@ -377,6 +381,38 @@ pub(crate) fn start_time_index(
     commit.set_time_index(Arc::new(times::TimeIndex::new(epoch, floor)));
 }
 
+/// Every log manifest `m`'s window reads, each from the first segment it
+/// needs, with the first CSN it supplies there: the ended logs (with their
+/// decisions) and the live one. Without a window: its sealed logs and its
+/// live log, from the current checkpoint on.
+pub(crate) fn window_logs(m: &Manifest) -> (Vec<SealedLog>, (LogRef, Csn)) {
+    let Some(h) = &m.history else {
+        return (m.sealed.clone(), (m.log.clone(), m.log_from()));
+    };
+    let first = h.bases.first();
+    let mut ended = Vec::new();
+    for s in &h.ended {
+        let mut seal = s.clone();
+        if let Some(b) = first.filter(|b| b.epoch == s.log.epoch) {
+            seal.log.group_start = b.starts.clone();
+            seal.from = b.csn;
+        }
+        ended.push(seal);
+    }
+    let mut live = m.log.clone();
+    let from = match first {
+        Some(b) if b.epoch == m.log.epoch => {
+            live.group_start = b.starts.clone();
+            b.csn
+        }
+        _ => {
+            live.group_start = h.live_first.clone();
+            m.log.base_csn
+        }
+    };
+    (ended, (live, from))
+}
+
 /// What the window needs on the stores: checkpoint prefixes, and per
 /// chain the first segment to keep (chains not listed: none).
 #[derive(Debug, Default)]
@@ -424,6 +460,41 @@ impl Needed {
             add_log(&mut n, &m.log, &h.live_first);
         }
         n
+    }
+
+    /// Also keep what registration `r` reads.
+    pub(crate) fn add(&mut self, r: &leases::Registration) {
+        self.checkpoints.extend(r.checkpoints.iter().map(|c| checkpoint_prefix(*c)));
+        for log in &r.logs {
+            for c in log.chains() {
+                let s = log.start(c).expect("a chain of the log");
+                let e = self.chains.entry(c).or_insert(s);
+                *e = (*e).min(s);
+            }
+        }
+    }
+
+    /// Whether this keeps everything registration `r` reads.
+    pub(crate) fn covers(&self, r: &leases::Registration) -> bool {
+        r.checkpoints.iter().all(|c| self.checkpoints.contains(&checkpoint_prefix(*c)))
+            && r.logs.iter().all(|log| {
+                log.chains().all(|c| {
+                    let s = log.start(c).expect("a chain of the log");
+                    self.chains.get(&c).is_some_and(|&kept| kept <= s)
+                })
+            })
+    }
+
+    /// Whether the window needs the object `key` (a checkpoint's, a log
+    /// object, or a time index object: all of those are kept).
+    pub(crate) fn keeps(&self, key: &str) -> bool {
+        if key.starts_with(CHECKPOINT_PREFIX) {
+            self.checkpoints.iter().any(|p| key.starts_with(p.as_str()))
+        } else if key.starts_with(LOG_PREFIX) {
+            self.keeps_log_object(key)
+        } else {
+            key.starts_with(times::TIME_PREFIX)
+        }
     }
 
     fn keeps_log_object(&self, key: &str) -> bool {
@@ -498,9 +569,23 @@ pub fn window_bytes(store: &Arc<dyn ObjectStore>, m: &Manifest) -> crate::Result
 /// Objects go in key order (a listing's), so a segment's part objects go
 /// first to last: a replica's tail (`replica::tail`) tells a deleted
 /// segment from a short one by that.
-pub(crate) fn truncate(stores: &[(String, Arc<dyn ObjectStore>)], m: &Manifest) -> (u64, u64) {
-    let needed = Needed::of(m);
-    let (mut lists, mut deletes) = (0, 0);
+pub(crate) fn truncate(
+    stores: &[(String, Arc<dyn ObjectStore>)],
+    quorum: usize,
+    m: &Manifest,
+) -> (u64, u64) {
+    let mut needed = Needed::of(m);
+    // What registered readers read, listed after `m` was published (the
+    // fence, `leases`): if the list is incomplete, delete nothing now.
+    let (registrations, mut lists) = leases::live(stores, quorum, times::now_ms());
+    let Some(registrations) = registrations else {
+        tracing::warn!("truncation skipped: the readers' registrations could not all be read");
+        return (lists, 0);
+    };
+    for r in &registrations {
+        needed.add(r);
+    }
+    let mut deletes = 0;
     for (_, s) in stores {
         lists += 2;
         if let Ok(list) = s.list(CHECKPOINT_PREFIX) {

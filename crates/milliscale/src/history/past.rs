@@ -53,6 +53,9 @@ pub(crate) struct PastPlan {
     pub(crate) tables: Vec<String>,
     pub(crate) dropped: Vec<u32>,
     pub(crate) report: PastReport,
+    /// Keeps what the plan reads from the writer's collection until the
+    /// database is rebuilt (dropped then).
+    pub(crate) lease: Option<super::leases::Lease>,
 }
 
 /// The history of `m`, or the one its current checkpoint alone gives (a
@@ -124,16 +127,39 @@ fn resolve_time(
     )))
 }
 
-/// Plan the database at `at` from manifest `m` on `stores`.
-pub(crate) fn plan(
+/// What the past at a point reads: the base, and each epoch's log after
+/// it (ended ones with their decisions; the live one from its starts).
+struct Choice {
+    n: Csn,
+    time: Option<Resolved>,
+    oldest: (Csn, u64),
+    base: super::Base,
+    ended: Vec<SealedLog>,
+    live: Option<(crate::manifest::LogRef, Csn)>,
+}
+
+impl Choice {
+    /// The registration that keeps what it reads (`leases`).
+    fn registration(&self) -> super::leases::Registration {
+        let mut logs: Vec<_> = self.ended.iter().map(|s| s.log.clone()).collect();
+        logs.extend(self.live.iter().map(|(l, _)| l.clone()));
+        super::leases::Registration {
+            kind: "past".into(),
+            expires_ms: Some(0),
+            checkpoints: self.base.checkpoint.iter().map(|c| c.csn).collect(),
+            logs,
+        }
+    }
+}
+
+/// Step 1: from manifest `m`, the point `at` stands for and what reading
+/// it takes.
+fn choose(
     stores: &[(String, Arc<dyn ObjectStore>)],
-    needed: usize,
     m: &Manifest,
     at: At,
-    threads: usize,
     deadline: Duration,
-) -> Result<PastPlan> {
-    let started = Instant::now();
+) -> Result<Choice> {
     let h = history_of(m);
     let oldest = h.oldest();
     let (n, time) = match at {
@@ -149,43 +175,23 @@ pub(crate) fn plan(
             (r.sample.csn, Some(r))
         }
     };
-    let window = || {
-        format!(
-            "the window reaches from CSN {} ({}) on",
-            oldest.0,
-            humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(oldest.1))
-        )
-    };
     if n < oldest.0 {
         return Err(Error::InvalidArgument(format!(
             "{at} (CSN {n}) is before the retention window: {}",
-            window()
+            window(oldest)
         )));
     }
     let base = h.base_for(n).cloned().expect("the oldest base reaches n");
-    let mut report = PastReport {
-        at: Some(at),
-        csn: n,
-        time,
-        base_csn: base.csn,
-        oldest,
-        ..PastReport::default()
-    };
-    // Every epoch's log from the base's on, each as its decision says.
-    let mut plans = Vec::new();
+    let mut ended = Vec::new();
     for s in h.ended.iter().filter(|s| s.log.epoch >= base.epoch && s.log.base_csn <= n) {
         let mut seal: SealedLog = s.clone();
         if s.log.epoch == base.epoch {
             seal.log.group_start = base.starts.clone();
             seal.from = base.csn;
         }
-        let scan = recovery::scan_sealed(stores, needed, &seal, threads, deadline)?;
-        report.log_objects += scan.objects;
-        report.log_bytes += scan.bytes;
-        plans.push(recovery::plan_sealed(scan, &seal)?);
+        ended.push(seal);
     }
-    let mut newest = h.ended.last().map_or(0, |s| s.max_csn);
-    if m.log.epoch >= base.epoch && m.log.base_csn <= n {
+    let live = (m.log.epoch >= base.epoch && m.log.base_csn <= n).then(|| {
         let mut log = m.log.clone();
         let from = if m.log.epoch == base.epoch {
             log.group_start = base.starts.clone();
@@ -194,19 +200,110 @@ pub(crate) fn plan(
             log.group_start = h.live_first.clone();
             m.log.base_csn
         };
-        let scan = recovery::scan_stores(stores, needed, &log, from, threads, deadline)?;
+        (log, from)
+    });
+    Ok(Choice { n, time, oldest, base, ended, live })
+}
+
+fn window(oldest: (Csn, u64)) -> String {
+    format!(
+        "the window reaches from CSN {} ({}) on",
+        oldest.0,
+        humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(oldest.1))
+    )
+}
+
+/// Plan the database at `at` from the manifest on `stores`: choose what to
+/// read, register it (`leases`: the writer's collection keeps it while the
+/// plan's lease is held), then read the logs. A window that moved past the
+/// choice while registering is read again, up to three times.
+pub(crate) fn plan(
+    stores: &[(String, Arc<dyn ObjectStore>)],
+    needed: usize,
+    at: At,
+    threads: usize,
+    deadline: Duration,
+) -> Result<PastPlan> {
+    let started = Instant::now();
+    let ms = crate::manifest::ManifestStore::new(stores.to_vec(), needed, deadline);
+    let names = || stores.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ");
+    let mut m = ms.read_latest()?.ok_or_else(|| Error::NoDatabase(names()))?;
+    let mut tries = 0;
+    let (choice, lease) = loop {
+        let choice = choose(stores, &m, at, deadline)?;
+        let held = match super::leases::hold(stores, needed, deadline, choice.registration()) {
+            Ok(h) => h.map(|(lease, _)| Some(lease)),
+            // A store this reader may not write (read-only credentials):
+            // read unregistered, and say that a collection may race it.
+            Err(e @ (Error::Store(_) | Error::StoreUnavailable(_))) => {
+                tracing::warn!(
+                    "reading the past unregistered ({e}): a checkpoint of the writer that \
+                     moves its window past this point meanwhile can delete what it reads"
+                );
+                Some(None)
+            }
+            Err(e) => return Err(e),
+        };
+        match held {
+            Some(lease) => break (choice, lease),
+            None if tries < 3 => {
+                tries += 1;
+                m = ms.read_latest()?.ok_or_else(|| Error::NoDatabase(names()))?;
+            }
+            None => {
+                return Err(Error::InvalidArgument(format!(
+                    "{at}: the window's start moved past it while it was being read"
+                )));
+            }
+        }
+    };
+    read(stores, needed, &m, at, choice, lease, threads, deadline, started)
+}
+
+/// Step 4: read what `choice` names, under `lease`.
+#[allow(clippy::too_many_arguments)]
+fn read(
+    stores: &[(String, Arc<dyn ObjectStore>)],
+    needed: usize,
+    m: &Manifest,
+    at: At,
+    choice: Choice,
+    lease: Option<super::leases::Lease>,
+    threads: usize,
+    deadline: Duration,
+    started: Instant,
+) -> Result<PastPlan> {
+    let Choice { n, time, oldest, base, ended, live } = choice;
+    let mut report = PastReport {
+        at: Some(at),
+        csn: n,
+        time,
+        base_csn: base.csn,
+        oldest,
+        ..PastReport::default()
+    };
+    let mut plans = Vec::new();
+    for seal in &ended {
+        let scan = recovery::scan_sealed(stores, needed, seal, threads, deadline)?;
         report.log_objects += scan.objects;
         report.log_bytes += scan.bytes;
-        let live = recovery::plan_replay_owned(scan)?;
+        plans.push(recovery::plan_sealed(scan, seal)?);
+    }
+    let mut newest = history_of(m).ended.last().map_or(0, |s| s.max_csn);
+    if let Some((log, from)) = &live {
+        let scan = recovery::scan_stores(stores, needed, log, *from, threads, deadline)?;
+        report.log_objects += scan.objects;
+        report.log_bytes += scan.bytes;
+        let plan = recovery::plan_replay_owned(scan)?;
         // Every CSN below the prefix is in the log: the newest point.
-        newest = newest.max(live.prefix.saturating_sub(1));
-        plans.push(live);
+        newest = newest.max(plan.prefix.saturating_sub(1));
+        plans.push(plan);
     }
     report.newest = newest;
     if n > newest {
         return Err(Error::InvalidArgument(format!(
             "{at} (CSN {n}) is past the newest durable point, CSN {newest}: {}",
-            window()
+            window(oldest)
         )));
     }
     report.logs = plans.len();
@@ -217,17 +314,19 @@ pub(crate) fn plan(
         plan.aborts += p.aborts;
     }
     report.replayed = plan.replay.len();
-    report.elapsed = started.elapsed();
     let checkpoint = match (&base.checkpoint, &m.checkpoint) {
         (Some(c), Some(current)) if c.csn == current.csn => Some(current.clone()),
         (Some(c), _) => Some(super::base_checkpoint(stores, c, deadline)?),
         (None, _) => None,
     };
+    let h = history_of(m);
+    report.elapsed = started.elapsed();
     Ok(PastPlan {
         checkpoint,
         plan,
         tables: m.tables.clone(),
         dropped: h.dropped_at_csn(m.tables.len(), &m.dropped, n),
         report,
+        lease,
     })
 }

@@ -133,8 +133,10 @@ impl TimeIndex {
         // Read after the counter (rule 1); never below the last sample.
         let last = st.samples.last().copied().unwrap_or(st.floor);
         let s = Sample { ms: now_ms().max(last.ms), csn: csn.max(last.csn) };
-        // With nothing new handed out, the last sample stands for now too.
-        if s.csn > last.csn {
+        // With nothing new handed out, the last sample stands for now too;
+        // a new database's first sample is kept anyway: the empty database
+        // is a point of its window.
+        if s.csn > last.csn || st.samples.is_empty() && st.floor == Sample::default() {
             st.samples.push(s);
         }
         self.covered.fetch_max(s.csn, Ordering::AcqRel);
