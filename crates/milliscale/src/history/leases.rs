@@ -126,6 +126,18 @@ fn register(
         r.expires_ms = Some(super::times::now_ms() + LEASE.as_millis() as u64);
     }
     put(stores, needed, deadline, &key, &r)?;
+    Ok(renewed(stores, needed, deadline, key, r, expiring))
+}
+
+/// The lease on registration `key`, renewed by a thread if `expiring`.
+fn renewed(
+    stores: &[(String, Arc<dyn ObjectStore>)],
+    needed: usize,
+    deadline: Duration,
+    key: String,
+    mut r: Registration,
+    expiring: bool,
+) -> Lease {
     let stop = Arc::new(AtomicBool::new(false));
     let renewer = expiring.then(|| {
         let (stores, key, stop) = (stores.to_vec(), key.clone(), Arc::clone(&stop));
@@ -146,7 +158,18 @@ fn register(
             })
             .expect("a thread")
     });
-    Ok(Lease { key, stores: stores.to_vec(), stop, renewer })
+    Lease { key, stores: stores.to_vec(), stop, renewer }
+}
+
+/// Write registration `r` under `key` as it is (its expiry included),
+/// with no renewal: the collection simulation's readers.
+#[cfg(test)]
+pub(crate) fn put_as_is(
+    stores: &[(String, Arc<dyn ObjectStore>)],
+    key: &str,
+    r: &Registration,
+) -> Result<()> {
+    put(stores, 1, Duration::from_secs(1), key, r)
 }
 
 fn put(

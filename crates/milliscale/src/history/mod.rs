@@ -22,6 +22,9 @@ pub mod past;
 pub mod restore;
 pub mod times;
 
+#[cfg(test)]
+mod collect_sim;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -574,18 +577,45 @@ pub(crate) fn truncate(
     quorum: usize,
     m: &Manifest,
 ) -> (u64, u64) {
+    match collection_needs(stores, quorum, m, times::now_ms()) {
+        (Some(needed), lists) => {
+            let (more, deletes) = delete_unneeded(stores, &needed, m);
+            (lists + more, deletes)
+        }
+        (None, lists) => {
+            tracing::warn!("truncation skipped: the readers' registrations could not all be read");
+            (lists, 0)
+        }
+    }
+}
+
+/// The first half of a collection: what manifest `m` (published) needs,
+/// and what every live registration reads, listed now (after `m`: the
+/// fence, `leases`). `None` if the registrations could not all be read:
+/// then nothing may be deleted. Returns the requests made too.
+pub(crate) fn collection_needs(
+    stores: &[(String, Arc<dyn ObjectStore>)],
+    quorum: usize,
+    m: &Manifest,
+    now_ms: u64,
+) -> (Option<Needed>, u64) {
     let mut needed = Needed::of(m);
-    // What registered readers read, listed after `m` was published (the
-    // fence, `leases`): if the list is incomplete, delete nothing now.
-    let (registrations, mut lists) = leases::live(stores, quorum, times::now_ms());
-    let Some(registrations) = registrations else {
-        tracing::warn!("truncation skipped: the readers' registrations could not all be read");
-        return (lists, 0);
-    };
+    let (registrations, lists) = leases::live(stores, quorum, now_ms);
+    let Some(registrations) = registrations else { return (None, lists) };
     for r in &registrations {
         needed.add(r);
     }
-    let mut deletes = 0;
+    (Some(needed), lists)
+}
+
+/// The second half: delete what `needed` does not keep. Returns the
+/// requests made: (lists, deletes).
+pub(crate) fn delete_unneeded(
+    stores: &[(String, Arc<dyn ObjectStore>)],
+    needed: &Needed,
+    m: &Manifest,
+) -> (u64, u64) {
+    let (mut lists, mut deletes) = (0, 0);
     for (_, s) in stores {
         lists += 2;
         if let Ok(list) = s.list(CHECKPOINT_PREFIX) {
