@@ -27,7 +27,7 @@ use crate::bench::{
 };
 use crate::cluster::{ClusterCmd, bench_retwis, cluster};
 use crate::emulator::{EmulatorArgs, emulator};
-use crate::history::{BackupArgs, RestoreArgs, backup, restore};
+use crate::history::{BackupArgs, CloneArgs, RestoreArgs, backup, clone, restore};
 use crate::huge_pages::HugePages;
 use crate::inspect::{DumpArgs, InspectArgs, RecoverArgs, dump, inspect, recover};
 use crate::replica::{CheckpointArgs, ReplicaArgs, checkpoint_from_log, replica};
@@ -125,6 +125,11 @@ enum Command {
     /// --at` read with the source gone: incrementally, once or with
     /// --follow; `backup verify` checks one. The source is only read.
     Backup(BackupArgs),
+    /// Make a new database on empty stores that starts as the source was at
+    /// a point of its window, without copying: its first writer loads the
+    /// source's objects (kept for it by a registration) and writes its own
+    /// checkpoint; from then on the two share nothing.
+    Clone(CloneArgs),
     /// Follow a database's log as a read replica: load the checkpoint,
     /// apply what the writer commits, and print the replica's progress, lag
     /// and cost. Reads only: the writer is not asked or fenced.
@@ -219,6 +224,7 @@ fn main() -> ExitCode {
         Command::Dump(a) => dump(a),
         Command::Restore(a) => restore(a),
         Command::Backup(a) => backup(a),
+        Command::Clone(a) => clone(a),
         Command::Replica(a) => replica(a),
         Command::Checkpoint(a) => checkpoint_from_log(a),
         Command::Bench(Bench::Ycsb(a)) => bench_ycsb(a),

@@ -29,11 +29,12 @@ use crate::mvcc::Csn;
 use crate::retry::retry;
 
 /// The newest manifest format this code writes and reads. Format 2 added
-/// [`Manifest::dropped`], format 3 [`Manifest::history`]; a manifest is
-/// written at the lowest format that can express it (1 while no table was
-/// ever dropped and no retention window kept), so a database that never
-/// used them stays readable by the releases that read only 1.
-pub const MANIFEST_FORMAT: u32 = 3;
+/// [`Manifest::dropped`], format 3 [`Manifest::history`], format 4
+/// [`Manifest::parent`]; a manifest is written at the lowest format that
+/// can express it (1 while no table was ever dropped, no retention window
+/// kept and no clone made), so a database that never used them stays
+/// readable by the releases that read only 1.
+pub const MANIFEST_FORMAT: u32 = 4;
 const MAGIC: &str = "MSMF";
 
 /// One version of the manifest.
@@ -74,6 +75,34 @@ pub struct Manifest {
     /// (`crate::history`). Since format 3.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub history: Option<crate::history::History>,
+    /// A clone that has not been opened yet (`history::clone`): the
+    /// database it was cloned from, and what of it the clone starts from.
+    /// Its first writer loads that, writes its own checkpoint, and drops
+    /// this. Since format 4.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<Parent>,
+}
+
+/// What a clone starts from, in the stores of the database it was cloned
+/// from (its parent).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Parent {
+    /// The parent's stores, as the clone was given them (URLs; or
+    /// `Options::parent_stores` supplies them).
+    pub stores: Vec<String>,
+    /// How many of them a log part or a chunk needed.
+    pub needed: usize,
+    /// The clone's registration in the parent's stores, which keeps what it
+    /// reads from the parent's collection until its first writer withdraws it.
+    pub registration: String,
+    /// The clone point: every commit of the parent at or below it.
+    pub csn: Csn,
+    /// The parent's checkpoint it starts from (its chunks in the parent's
+    /// stores).
+    pub checkpoint: Option<CheckpointRef>,
+    /// The parent's logs after that checkpoint, up to the point, each with
+    /// the decision of what it replays (only CSNs at or below the point).
+    pub logs: Vec<SealedLog>,
 }
 
 /// An earlier epoch's log, fenced, with the replay decision of the writer
@@ -250,6 +279,7 @@ impl Manifest {
             },
             checkpoint_wanted: None,
             history: None,
+            parent: None,
         }
     }
 
@@ -274,7 +304,9 @@ impl Manifest {
     /// The format this manifest is written in: the lowest that can
     /// express it.
     pub fn format(&self) -> u32 {
-        if self.history.is_some() {
+        if self.parent.is_some() {
+            4
+        } else if self.history.is_some() {
             3
         } else if self.dropped.is_empty() {
             1
@@ -548,9 +580,9 @@ mod tests {
         m.dropped = vec![5];
         assert!(matches!(Manifest::decode(&key, &m.encode()), Err(Error::Corrupt(_))));
         // A format from the future is refused, naming it.
-        let future = format!("MSMF 4 {:08x}\n", crc32c::crc32c(&body)).into_bytes();
-        let e = Manifest::decode(&key, &[future, body].concat()).expect_err("format 4");
-        assert!(e.to_string().contains("format 4"), "{e}");
+        let future = format!("MSMF 5 {:08x}\n", crc32c::crc32c(&body)).into_bytes();
+        let e = Manifest::decode(&key, &[future, body].concat()).expect_err("format 5");
+        assert!(e.to_string().contains("format 5"), "{e}");
     }
 
     #[test]

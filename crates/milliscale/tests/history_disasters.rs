@@ -200,3 +200,60 @@ fn a_backup_restores_the_database_with_the_source_gone() {
         backup::backup(&options(&copy), &options(&other), &|_, _| {}).expect_err("not a backup");
     assert!(e.to_string().contains("not a backup"), "{e}");
 }
+
+#[test]
+fn a_clone_and_its_parent_write_apart_and_the_parents_collection_keeps_what_the_clone_reads() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let parent_o = options(&store).retention(Some(Duration::from_secs(1)));
+    let db = Database::open(parent_o.clone()).expect("open");
+    let t = db.create_table("t").expect("t");
+    fill(&db, &t, "p", 200);
+    db.checkpoint().expect("checkpoint");
+    fill(&db, &t, "q", 100);
+    let at = db.put(&t, b"point", b"here").expect("put");
+    let at_point = rows(&db, &t);
+    let target: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let clone_o =
+        options(&target).parent_stores(vec![milliscale::StoreSpec::Handle(Arc::clone(&store))]);
+    let r = milliscale::clone_at(&parent_o, At::Csn(at), &clone_o).expect("clone");
+    assert_eq!(r.csn, at);
+    assert!(r.requests < 20, "a clone costs a few requests: {r:?}");
+    // The parent goes on writing and collecting past the clone's base:
+    // its window (1 s) moves on, but the clone's registration keeps what
+    // the clone reads.
+    for round in 0..3 {
+        std::thread::sleep(Duration::from_millis(1_100));
+        fill(&db, &t, &format!("r{round}"), 50);
+        db.checkpoint().expect("checkpoint");
+    }
+    let oldest = db.manifest().expect("m").history.expect("h").oldest().0;
+    assert!(oldest > at, "the parent's window moved past the clone point ({oldest} > {at})");
+    assert!(!store.list("readers/").expect("list").is_empty(), "the clone is registered");
+    // The clone opens as a writer: the parent's state at the point.
+    let clone = Database::open(clone_o.clone()).expect("open the clone");
+    let ct = clone.open_table("t").expect("t");
+    assert_eq!(rows(&clone, &ct), at_point);
+    assert!(store.list("readers/").expect("list").is_empty(), "withdrawn once on its own");
+    assert!(clone.manifest().expect("m").parent.is_none());
+    // Each writes heavily; neither sees the other's writes.
+    std::thread::scope(|s| {
+        s.spawn(|| fill(&clone, &ct, "clone", 300));
+        s.spawn(|| fill(&db, &t, "parent", 300));
+    });
+    db.checkpoint().expect("the parent collects what nothing reaches now");
+    assert!(rows(&db, &t).iter().all(|(k, _)| !k.starts_with(b"clone")));
+    assert!(
+        rows(&clone, &ct).iter().all(|(k, _)| !k.starts_with(b"parent") && !k.starts_with(b"r"))
+    );
+    assert_eq!(rows(&clone, &ct).len(), at_point.len() + 300);
+    // The clone recovers on its own, with the parent's objects gone.
+    clone.close().expect("close");
+    db.close().expect("close");
+    for o in store.list("").expect("list") {
+        store.delete(&o.key).expect("delete");
+    }
+    let again = Database::open(options(&target)).expect("reopen the clone without its parent");
+    let at2 = again.open_table("t").expect("t");
+    assert_eq!(rows(&again, &at2).len(), at_point.len() + 300);
+    again.close().expect("close");
+}

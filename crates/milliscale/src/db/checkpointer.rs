@@ -266,7 +266,8 @@ impl Engine {
         let (Some(t), Some(st)) = (self.commit.time_index(), self.manifest.as_ref()) else {
             return;
         };
-        let puts = t.flush(&st.stores, self.options.store_deadline, now);
+        let durable = self.commit.gcsn.load(Ordering::SeqCst);
+        let puts = t.flush(&st.stores, self.options.store_deadline, now, durable);
         if puts > 0 {
             let mut stats = self.checkpoint_stats.lock();
             stats.put_requests += puts;

@@ -35,10 +35,20 @@ fn read_log(
 ) -> Result<(recovery::ReplayPlan, RecoveryReport)> {
     let threads = options.recovery_threads;
     let deadline = options.store_deadline;
-    // The sealed logs first, each as its seal decided; then the current
-    // log from where they end.
+    // A clone not opened yet: its parent's logs up to the clone point, in
+    // the parent's stores; then the sealed logs, each as its seal decided;
+    // then the current log from where they end.
     let mut sealed = Vec::new();
     let (mut objects, mut bytes) = (0, 0);
+    if let Some(p) = &m.parent {
+        let parent = crate::history::clone::parent_stores(options, p)?;
+        for seal in &p.logs {
+            let scan = recovery::scan_sealed(&parent, p.needed, seal, threads, deadline)?;
+            objects += scan.objects;
+            bytes += scan.bytes;
+            sealed.push(recovery::plan_sealed(scan, seal)?);
+        }
+    }
     for seal in &m.sealed {
         let scan = recovery::scan_sealed(named, needed, seal, threads, deadline)?;
         objects += scan.objects;
@@ -114,6 +124,19 @@ pub(crate) fn read_manifest_unprobed(options: &Options) -> Result<(NamedStores, 
     Ok((named, needed, m))
 }
 
+/// The checkpoint a database's state starts from, and the stores that
+/// hold it: a clone not opened yet starts from its parent's.
+fn checkpoint_of(
+    options: &Options,
+    named: &NamedStores,
+    m: &Manifest,
+) -> Result<(NamedStores, Option<crate::manifest::CheckpointRef>)> {
+    match &m.parent {
+        Some(p) => Ok((crate::history::clone::parent_stores(options, p)?, p.checkpoint.clone())),
+        None => Ok((named.to_vec(), m.checkpoint.clone())),
+    }
+}
+
 /// The stores' names, for messages.
 fn describe(stores: &[(String, Arc<dyn ObjectStore>)]) -> String {
     stores.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")
@@ -186,7 +209,8 @@ impl Database {
         let commit = Arc::new(CommitMarks::new(0, options.tracking, false, base));
         let mut inner = Engine::new(id, options, commit, None, None, None).with_tables_of(&m)?;
         inner.read_only = true;
-        inner.rebuild(&named, m.checkpoint.as_ref(), &plan, &mut report)?;
+        let (from, checkpoint) = checkpoint_of(&inner.options, &named, &m)?;
+        inner.rebuild(&from, checkpoint.as_ref(), &plan, &mut report)?;
         inner.recovery = Some(report);
         Ok(Database::wrap(inner))
     }
@@ -330,14 +354,17 @@ impl Database {
         let log = Log::start(&options, Arc::clone(&commit), id, stores, &new_log)?;
         let inner = Engine::new(id, options, commit, Some(log), Some(state), None)
             .with_tables_of(&tables)?;
-        inner.rebuild(&named, old.checkpoint.as_ref(), &plan, &mut report)?;
+        let (from, loaded) = checkpoint_of(&inner.options, &named, &old)?;
+        inner.rebuild(&from, loaded.as_ref(), &plan, &mut report)?;
         let rebuilt_at = started.elapsed();
         // 5. Pin what this recovery included, and the new epoch's log:
         //    a checkpoint of the result (when the log held anything); or,
         //    for a writer whose checkpoints come later anyway (its own
         //    checkpointer's or replicas'), a seal of the old log with this
         //    decision, as a promotion writes (`seals_recovery`).
-        let logged = base > old.replay_from();
+        // A clone's first writer always writes its own checkpoint: after
+        // it, nothing of the parent's is needed.
+        let logged = base > old.replay_from() || old.parent.is_some();
         // The decision on the old log: a seal's content, and what the
         // history of a database with a retention window keeps of it.
         let decision = SealedLog {
@@ -348,14 +375,15 @@ impl Database {
             above: plan.replay.iter().map(Entry::csn).filter(|c| *c >= plan.prefix).collect(),
             max_csn: base - 1,
         };
-        let seal =
-            (logged && seals_recovery(&inner.options, named.len())).then(|| decision.clone());
+        let seal = (logged && old.parent.is_none() && seals_recovery(&inner.options, named.len()))
+            .then(|| decision.clone());
         let checkpoint = if logged && seal.is_none() {
             Some(inner.write_checkpoint()?)
         } else {
             old.checkpoint.clone()
         };
         inner.publish_ending(Some(&decision), |m| {
+            m.parent = None;
             m.checkpoint = checkpoint.clone();
             match &seal {
                 Some(s) => m.sealed.push(s.clone()),
@@ -365,6 +393,14 @@ impl Database {
             m.checkpoint_wanted = None;
         })?;
         let published_at = started.elapsed();
+        // The clone is on its own now: withdraw its registration in the
+        // parent (best effort: a registration left behind keeps the
+        // parent's objects until it is deleted by hand).
+        if let Some(p) = &old.parent
+            && let Ok(parent) = crate::history::clone::parent_stores(&inner.options, p)
+        {
+            crate::history::leases::withdraw(&parent, &p.registration);
+        }
         // With a seal, the old log's segments stay: nothing covers them yet.
         let deleted = match (&seal, &inner.manifest) {
             (None, Some(st)) => {

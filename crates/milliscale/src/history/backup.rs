@@ -91,6 +91,13 @@ pub fn backup(
     let ms = ManifestStore::new(src.clone(), needed, deadline);
     let read = || ms.read_latest()?.ok_or_else(|| Error::NoDatabase(names.join(", ")));
     let mut m = read()?;
+    if m.parent.is_some() {
+        return Err(Error::InvalidArgument(
+            "the source is a clone that has not been opened yet (its data is its parent's): \
+             open it once as its writer, then back it up"
+                .into(),
+        ));
+    }
     let mut tries = 0;
     let _lease = loop {
         let (ended, (live, _)) = super::window_logs(&m);

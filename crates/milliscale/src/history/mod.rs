@@ -15,8 +15,11 @@
 //! - [`restore`]: that database written to empty stores as a new one.
 //! - [`backup`]: the window's objects copied to other stores, incrementally;
 //!   and their check.
+//! - [`clone`]: a new database that starts from the parent's objects at a
+//!   point, without copying them.
 
 pub mod backup;
+pub mod clone;
 pub mod leases;
 pub mod past;
 pub mod restore;
@@ -198,6 +201,18 @@ pub(crate) fn on_publish(
     };
     let mut listed = Vec::new();
     let now_ms = now.ms;
+    if cur.parent.is_some() && next.parent.is_none() {
+        // A clone's first own checkpoint: its past starts here (before it,
+        // the objects are its parent's).
+        next.history = None;
+        let mut fresh = next.clone();
+        fresh.sealed.clear();
+        listed.extend(next.checkpoint.clone());
+        let mut h = start(&fresh, now_ms);
+        h.retention_ms = retention_ms;
+        next.history = Some(h);
+        return listed;
+    }
     let mut h = match next.history.take() {
         Some(h) => h,
         None => {

@@ -60,7 +60,7 @@ pub(crate) struct PastPlan {
 
 /// The history of `m`, or the one its current checkpoint alone gives (a
 /// database without a window: only its present is reachable).
-fn history_of(m: &Manifest) -> History {
+pub(crate) fn history_of(m: &Manifest) -> History {
     match &m.history {
         Some(h) => h.clone(),
         None => {
@@ -129,18 +129,18 @@ fn resolve_time(
 
 /// What the past at a point reads: the base, and each epoch's log after
 /// it (ended ones with their decisions; the live one from its starts).
-struct Choice {
-    n: Csn,
-    time: Option<Resolved>,
-    oldest: (Csn, u64),
-    base: super::Base,
-    ended: Vec<SealedLog>,
-    live: Option<(crate::manifest::LogRef, Csn)>,
+pub(crate) struct Choice {
+    pub(crate) n: Csn,
+    pub(crate) time: Option<Resolved>,
+    pub(crate) oldest: (Csn, u64),
+    pub(crate) base: super::Base,
+    pub(crate) ended: Vec<SealedLog>,
+    pub(crate) live: Option<(crate::manifest::LogRef, Csn)>,
 }
 
 impl Choice {
     /// The registration that keeps what it reads (`leases`).
-    fn registration(&self) -> super::leases::Registration {
+    pub(crate) fn registration(&self) -> super::leases::Registration {
         let mut logs: Vec<_> = self.ended.iter().map(|s| s.log.clone()).collect();
         logs.extend(self.live.iter().map(|(l, _)| l.clone()));
         super::leases::Registration {
@@ -154,12 +154,19 @@ impl Choice {
 
 /// Step 1: from manifest `m`, the point `at` stands for and what reading
 /// it takes.
-fn choose(
+pub(crate) fn choose(
     stores: &[(String, Arc<dyn ObjectStore>)],
     m: &Manifest,
     at: At,
     deadline: Duration,
 ) -> Result<Choice> {
+    if m.parent.is_some() {
+        return Err(Error::InvalidArgument(
+            "a clone that has not been opened yet has no past of its own: open it once as its \
+             writer (or read its parent)"
+                .into(),
+        ));
+    }
     let h = history_of(m);
     let oldest = h.oldest();
     let (n, time) = match at {

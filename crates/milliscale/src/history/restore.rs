@@ -12,11 +12,9 @@ use super::past::PastReport;
 use crate::checkpoint::ChunkWriter;
 use crate::db::Database;
 use crate::error::{Error, Result};
-use crate::keys::{LOG_PREFIX, MANIFEST_PREFIX};
 use crate::manifest::{Manifest, ManifestStore};
 use crate::mvcc::Csn;
 use crate::options::{Options, TxnOptions};
-use crate::retry::retry;
 
 /// Where a restore is, for a progress display.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,19 +73,7 @@ pub fn restore(
         .map(|spec| Ok((spec.describe(), spec.open()?)))
         .collect::<Result<Vec<_>>>()?;
     // Refuse a target that holds a database before reading anything.
-    for (name, s) in &named {
-        for prefix in [MANIFEST_PREFIX, LOG_PREFIX] {
-            let found = retry(target.store_deadline, || s.list(prefix))
-                .map_err(|e| Error::Store(format!("{name}: {e}")))?;
-            if let Some(o) = found.first() {
-                return Err(Error::InvalidArgument(format!(
-                    "the restore target {name} is not empty (it holds {}): restore writes a new \
-                     database, into an empty bucket, prefix or directory",
-                    o.key
-                )));
-            }
-        }
-    }
+    super::clone::ensure_empty(&named, target.store_deadline, "restore")?;
     let started = Instant::now();
     progress(RestoreStep::Reading);
     let past = Database::open_at(source, at)?;

@@ -23,8 +23,10 @@
 //!
 //! Object format (little endian): `"MSTI"`, format (1), 3 reserved bytes,
 //! the writer's epoch (8), samples (4), the first sample's ms (8) and CSN
-//! (8), the CRC32C of the header's first 36 bytes and the body (4); then
-//! each further sample as two LEB128 varints, the growth in ms and in CSN.
+//! (8), the writer's gCSN when it wrote the object (8: every CSN below it
+//! was durable), the CRC32C of the header's first 44 bytes and the body
+//! (4); then each further sample as two LEB128 varints, the growth in ms
+//! and in CSN.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -52,7 +54,7 @@ pub const FOLD_EVERY: Duration = Duration::from_secs(600);
 
 const MAGIC: [u8; 4] = *b"MSTI";
 const FORMAT: u8 = 1;
-const HEADER: usize = 40;
+const HEADER: usize = 48;
 
 /// One sample: the highest CSN handed out, and the millisecond read after.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
@@ -154,6 +156,7 @@ impl TimeIndex {
         stores: &[(String, Arc<dyn ObjectStore>)],
         deadline: Duration,
         now: bool,
+        durable: Csn,
     ) -> u64 {
         let mut st = self.state.lock();
         let due = now || st.last_flush.is_none_or(|t| t.elapsed() >= FLUSH_EVERY);
@@ -162,7 +165,7 @@ impl TimeIndex {
         }
         let new = st.samples[st.written..].to_vec();
         let first = new[0].ms;
-        let body = encode(self.epoch, &new);
+        let body = encode(self.epoch, durable, &new);
         let key = time_key(first, self.epoch);
         let mut requests = 0;
         let mut all = true;
@@ -184,7 +187,7 @@ impl TimeIndex {
         let fold_due =
             st.last_fold.get_or_insert_with(std::time::Instant::now).elapsed() >= FOLD_EVERY || now;
         if fold_due && st.objects.len() > 1 {
-            requests += fold(&mut st, self.epoch, stores, deadline);
+            requests += fold(&mut st, self.epoch, durable, stores, deadline);
         }
         requests
     }
@@ -195,11 +198,12 @@ impl TimeIndex {
 fn fold(
     st: &mut State,
     epoch: u64,
+    durable: Csn,
     stores: &[(String, Arc<dyn ObjectStore>)],
     deadline: Duration,
 ) -> u64 {
     let all = st.samples.clone();
-    let body = encode(epoch, &all);
+    let body = encode(epoch, durable, &all);
     let key = time_key(st.objects[0], epoch);
     let mut requests = 0;
     let mut ok = true;
@@ -227,7 +231,7 @@ fn fold(
 }
 
 /// Encode samples (oldest first, at least one) as an object body.
-pub(crate) fn encode(epoch: u64, samples: &[Sample]) -> Bytes {
+pub(crate) fn encode(epoch: u64, durable: Csn, samples: &[Sample]) -> Bytes {
     let mut body = Vec::with_capacity(samples.len() * 4);
     for w in samples.windows(2) {
         leb128(&mut body, w[1].ms - w[0].ms);
@@ -241,6 +245,7 @@ pub(crate) fn encode(epoch: u64, samples: &[Sample]) -> Bytes {
     out.put_u32_le(samples.len() as u32);
     out.put_u64_le(samples[0].ms);
     out.put_u64_le(samples[0].csn);
+    out.put_u64_le(durable);
     let crc = crc32c::crc32c_append(crc32c::crc32c(&out), &body);
     out.put_u32_le(crc);
     out.extend_from_slice(&body);
@@ -259,9 +264,19 @@ fn leb128(out: &mut Vec<u8>, mut v: u64) {
     }
 }
 
-/// Decode a time index object: its epoch and samples. Damage is
-/// `Corrupt`, naming `key`.
-pub fn decode(key: &str, bytes: &[u8]) -> Result<(u64, Vec<Sample>)> {
+/// A decoded time index object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimeObject {
+    /// The writer epoch that wrote it.
+    pub epoch: u64,
+    /// Every CSN below this was durable when it was written.
+    pub durable: Csn,
+    /// Its samples, oldest first.
+    pub samples: Vec<Sample>,
+}
+
+/// Decode a time index object. Damage is `Corrupt`, naming `key`.
+pub fn decode(key: &str, bytes: &[u8]) -> Result<TimeObject> {
     let bad = |what: &str| Error::Corrupt(format!("{key}: {what}"));
     if bytes.len() < HEADER || bytes[..4] != MAGIC {
         return Err(bad("not a time index object"));
@@ -273,9 +288,10 @@ pub fn decode(key: &str, bytes: &[u8]) -> Result<(u64, Vec<Sample>)> {
     let epoch = u64_at(8);
     let n = u32::from_le_bytes(bytes[16..20].try_into().expect("4 bytes")) as usize;
     let first = Sample { ms: u64_at(20), csn: u64_at(28) };
-    let crc = u32::from_le_bytes(bytes[36..40].try_into().expect("4 bytes"));
+    let durable = u64_at(36);
+    let crc = u32::from_le_bytes(bytes[44..48].try_into().expect("4 bytes"));
     let body = &bytes[HEADER..];
-    if crc32c::crc32c_append(crc32c::crc32c(&bytes[..36]), body) != crc {
+    if crc32c::crc32c_append(crc32c::crc32c(&bytes[..44]), body) != crc {
         return Err(bad("checksum mismatch"));
     }
     if n == 0 || n - 1 > body.len() / 2 {
@@ -309,7 +325,7 @@ pub fn decode(key: &str, bytes: &[u8]) -> Result<(u64, Vec<Sample>)> {
     if at != body.len() {
         return Err(bad("bytes after the last sample"));
     }
-    Ok((epoch, out))
+    Ok(TimeObject { epoch, durable, samples: out })
 }
 
 /// What a time resolved to.
@@ -356,7 +372,7 @@ pub fn resolve(
         let key = time_key(ms, epoch);
         let bytes = retry(deadline, || store.get(&key))
             .map_err(|e| Error::Store(format!("reading {key}: {e}")))?;
-        let (_, samples) = decode(&key, &bytes)?;
+        let samples = decode(&key, &bytes)?.samples;
         let i = samples.partition_point(|s| s.ms <= t);
         let mut sample = samples[i.max(1) - 1];
         let last = epochs.iter().find(|(e, _)| *e == epoch).and_then(|(_, m)| *m);
@@ -375,13 +391,28 @@ pub fn resolve(
     Ok(best)
 }
 
+/// How far writer `epoch`'s log was durable when it last wrote its time
+/// index on `store` (every CSN below the result); `None` without one.
+pub(crate) fn newest_durable(
+    store: &Arc<dyn ObjectStore>,
+    epoch: u64,
+    deadline: Duration,
+) -> Option<Csn> {
+    let listed = retry(deadline, || store.list(TIME_PREFIX)).ok()?;
+    let (ms, e) =
+        listed.iter().filter_map(|o| parse_time_key(&o.key)).filter(|(_, e)| *e == epoch).max()?;
+    let key = time_key(ms, e);
+    let bytes = retry(deadline, || store.get(&key)).ok()?;
+    decode(&key, &bytes).ok().map(|o| o.durable)
+}
+
 /// The newest sample on `store`'s index (a new writer's clock floor).
 pub(crate) fn last_sample(store: &Arc<dyn ObjectStore>, deadline: Duration) -> Option<Sample> {
     let listed = retry(deadline, || store.list(TIME_PREFIX)).ok()?;
     let (ms, epoch) = listed.iter().filter_map(|o| parse_time_key(&o.key)).max()?;
     let key = time_key(ms, epoch);
     let bytes = retry(deadline, || store.get(&key)).ok()?;
-    decode(&key, &bytes).ok().and_then(|(_, s)| s.last().copied())
+    decode(&key, &bytes).ok().and_then(|o| o.samples.last().copied())
 }
 
 #[cfg(test)]
@@ -396,8 +427,11 @@ mod tests {
             Sample { ms: 1_300, csn: 9 },
             Sample { ms: 90_000, csn: 1 << 40 },
         ];
-        let b = encode(3, &s);
-        assert_eq!(decode("k", &b).expect("decodes"), (3, s.clone()));
+        let b = encode(3, 77, &s);
+        assert_eq!(
+            decode("k", &b).expect("decodes"),
+            TimeObject { epoch: 3, durable: 77, samples: s.clone() }
+        );
         for i in 0..b.len() {
             let mut bad = b.to_vec();
             bad[i] ^= 0x10;

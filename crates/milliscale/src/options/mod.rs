@@ -78,6 +78,7 @@ pub struct Options {
     pub(crate) metrics_interval: Option<Duration>,
     pub(crate) point_index: bool,
     pub(crate) retention: Option<Duration>,
+    pub(crate) parent_stores: Vec<StoreSpec>,
 }
 
 impl Default for Options {
@@ -123,6 +124,7 @@ impl Default for Options {
             metrics_interval: Some(Duration::from_secs(1)),
             point_index: true,
             retention: None,
+            parent_stores: Vec::new(),
         }
     }
 }
@@ -555,6 +557,15 @@ impl Options {
     /// `crate::history` and design record 0012.
     pub fn retention(mut self, d: Option<Duration>) -> Options {
         self.retention = d;
+        self
+    }
+
+    /// For a clone not opened yet (`Database::clone_at`): the stores of the
+    /// database it was cloned from, when the URLs its manifest names do not
+    /// open them (stores given as handles; another endpoint). Default:
+    /// those URLs.
+    pub fn parent_stores(mut self, stores: Vec<StoreSpec>) -> Options {
+        self.parent_stores = stores;
         self
     }
 

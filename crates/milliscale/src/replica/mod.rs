@@ -235,6 +235,13 @@ impl Replica {
         // handles.
         let options = options.open_stores()?;
         let (named, needed, m) = read_manifest_unprobed(&options)?;
+        if m.parent.is_some() {
+            return Err(Error::InvalidArgument(
+                "a clone that has not been opened yet has nothing of its own to follow: open it \
+                 once as its writer"
+                    .into(),
+            ));
+        }
         let base = m.replay_from();
         let deadline = options.store_deadline;
         let threads = options.recovery_threads;
