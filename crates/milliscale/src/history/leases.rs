@@ -7,13 +7,13 @@
 //! from its first segment) it needs, with a lease's expiry (or none, for a
 //! clone). The writer's truncation keeps the union of what its manifest
 //! needs and what every live registration names (`Needed::of` plus
-//! [`live`]); an expired registration is deleted instead.
+//! `live`); an expired registration is deleted instead.
 //!
 //! The fence is the manifest chain. A reader:
 //! 1. reads the manifest and chooses what it needs;
 //! 2. writes its registration;
 //! 3. reads the manifest again: if the newest version still needs
-//!    everything it chose ([`Needed::covers`]), it is safe; else it
+//!    everything it chose (`Needed::covers`), it is safe; else it
 //!    withdraws and chooses again.
 //!
 //! The collector publishes a manifest version, *then* lists the

@@ -3,11 +3,11 @@
 //! - [`History`], in the manifest of a database with a window
 //!   (`Options::retention`): the **bases** (checkpoints, or the empty
 //!   database) the past can be rebuilt from, and the **ended logs**
-//!   (earlier epochs' logs with their replay decisions). [`on_publish`]
+//!   (earlier epochs' logs with their replay decisions). `on_publish`
 //!   keeps it as each manifest version is written: a new checkpoint is a
 //!   new base, a new epoch ends the old one's log, and what is older than
 //!   the window goes.
-//! - [`truncate`]: what a checkpoint lets go, by the history when there is
+//! - `truncate`: what a checkpoint lets go, by the history when there is
 //!   one (the window's objects stay), else everything the newest
 //!   checkpoint covers.
 //! - [`times`]: the time index, which CSN a millisecond stands for.
@@ -278,7 +278,7 @@ pub fn chunk_list_key(csn: Csn) -> String {
 }
 
 /// Write the chunk lists of the checkpoints that became bases (what
-/// [`on_publish`] returned) on a quorum of `stores`, before the manifest
+/// `on_publish` returned) on a quorum of `stores`, before the manifest
 /// that names them. Returns the requests made.
 pub(crate) fn put_chunk_lists(
     stores: &[(String, Arc<dyn ObjectStore>)],

@@ -9,13 +9,13 @@
 //!    so the newest sample with `ms <= t` holds nothing that pre-committed
 //!    after `t`;
 //! 2. before a transaction is reported acknowledged, a sample with
-//!    `c >= its CSN` exists ([`TimeIndex::cover`], called by
+//!    `c >= its CSN` exists (`TimeIndex::cover`, called by
 //!    `CommitMarks::is_acknowledged`), taken before the ack, so at a
 //!    millisecond at or before it.
 //!
 //! The writer keeps its samples in memory and writes the new ones every
 //! [`FLUSH_EVERY`] as an object `time/tMMMMMMMMMMMMMMMMeEEEEEEEEE` named
-//! after its first sample's millisecond and its epoch ([`TimeIndex::flush`]); every
+//! after its first sample's millisecond and its epoch (`TimeIndex::flush`); every
 //! [`FOLD_EVERY`] it rewrites the objects since the last fold as one,
 //! under the first one's name, and deletes the rest. A reader lists
 //! `time/` and reads the object with the greatest name at or below `t`
