@@ -107,6 +107,8 @@ struct State {
     written: usize,
     /// The objects written since the last fold (their first ms).
     objects: Vec<u64>,
+    /// The gCSN the last object written carried.
+    durable_written: Csn,
     last_flush: Option<std::time::Instant>,
     last_fold: Option<std::time::Instant>,
 }
@@ -160,10 +162,18 @@ impl TimeIndex {
     ) -> u64 {
         let mut st = self.state.lock();
         let due = now || st.last_flush.is_none_or(|t| t.elapsed() >= FLUSH_EVERY);
-        if !due || st.written >= st.samples.len() {
+        // New samples; or none, but the log became durable further than
+        // the index says (what a clone checks), with the last sample again.
+        let durable_moved = durable > st.durable_written;
+        let nothing = st.samples.is_empty() && st.floor == Sample::default();
+        if !due || nothing || st.written >= st.samples.len() && !durable_moved {
             return 0;
         }
-        let new = st.samples[st.written..].to_vec();
+        let new = if st.written < st.samples.len() {
+            st.samples[st.written..].to_vec()
+        } else {
+            vec![st.samples.last().copied().unwrap_or(st.floor)]
+        };
         let first = new[0].ms;
         let body = encode(self.epoch, durable, &new);
         let key = time_key(first, self.epoch);
@@ -183,7 +193,10 @@ impl TimeIndex {
             return requests;
         }
         st.written = st.samples.len();
-        st.objects.push(first);
+        st.durable_written = durable;
+        if st.objects.last() != Some(&first) {
+            st.objects.push(first);
+        }
         let fold_due =
             st.last_fold.get_or_insert_with(std::time::Instant::now).elapsed() >= FOLD_EVERY || now;
         if fold_due && st.objects.len() > 1 {
@@ -215,7 +228,7 @@ fn fold(
         }
     }
     if ok {
-        for ms in &st.objects[1..] {
+        for ms in st.objects[1..].iter().filter(|ms| **ms != st.objects[0]) {
             for (_, s) in stores {
                 requests += 1;
                 let _ = s.delete(&time_key(*ms, epoch));
