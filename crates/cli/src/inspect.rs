@@ -155,6 +155,30 @@ fn inspect_store(url: &str, parts: bool) -> Result<(String, serde_json::Value), 
         "a replica opened now loads the checkpoint and follows the log from CSN {}",
         m.replay_from()
     );
+    // Readers' registrations: what the writer's collection keeps for them.
+    let readers = store.list(milliscale::history::leases::READERS_PREFIX).unwrap_or_default();
+    for o in &readers {
+        let what = store.get(&o.key).ok().and_then(|b| {
+            serde_json::from_slice::<milliscale::history::leases::Registration>(&b).ok()
+        });
+        match what {
+            Some(r) => say!(
+                out,
+                "registration {} ({}): checkpoints {:?}, {} logs, {}",
+                o.key,
+                r.kind,
+                r.checkpoints,
+                r.logs.len(),
+                r.expires_ms.map_or("until withdrawn".to_owned(), |e| format!(
+                    "lease to {}",
+                    humantime::format_rfc3339_millis(
+                        std::time::UNIX_EPOCH + Duration::from_millis(e)
+                    )
+                ))
+            ),
+            None => say!(out, "registration {}: unreadable", o.key),
+        }
+    }
     let window = match &m.history {
         None => {
             say!(out, "retention window: none (truncation deletes what the checkpoint covers)");
