@@ -220,7 +220,7 @@ pub(crate) struct LogArgs {
     pub(crate) checkpoint_offload: bool,
     /// Keep a hash table of the keys beside each table's ordered index for
     /// one-key lookups (`Options::point_index`); `--point-index false`
-    /// goes without (about 50 bytes a key less, point reads slower).
+    /// goes without (about 70 bytes a key less, point reads slower).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub(crate) point_index: bool,
     /// Keep a retention window of this length (`7d`, `12h`, `90s`): the

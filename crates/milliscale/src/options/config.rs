@@ -107,7 +107,7 @@ pub struct Config {
     /// `publish_metrics`).
     pub metrics_interval_ms: Option<u64>,
     /// A hash table of each table's keys for lookups of one key (default
-    /// true; about 50 bytes a key).
+    /// true; about 70 bytes a key).
     pub point_index: Option<bool>,
     /// A retention window, in seconds: the past stays readable that far
     /// back (default none).

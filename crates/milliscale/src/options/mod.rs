@@ -541,7 +541,7 @@ impl Options {
     /// reads and writes of one key: a point lookup then costs one or two
     /// loads from memory instead of a tree's descent (about 80 ns against
     /// 550 ns at 1M keys; YCSB-C in memory about 2x the transactions a
-    /// second). It costs about 50 bytes a key. Scans use the ordered index
+    /// second). It costs about 70 bytes a key. Scans use the ordered index
     /// either way. Default on.
     pub fn point_index(mut self, on: bool) -> Options {
         self.point_index = on;
