@@ -12,7 +12,10 @@
 //! - every transfer whose commit was acknowledged is in `history`;
 //! - the accounts hold the bank's total (a consistent cut);
 //! - recovery with 1 and with 4 threads gives the same state;
-//! - recovering the recovered database again changes nothing.
+//! - recovering the recovered database again changes nothing;
+//! - with a retention window (half the recovering writers), the past at
+//!   the crashed epoch's last CSN (`Database::open_at`) is the state
+//!   recovery rebuilt: the decision kept in the history is recovery's.
 //!
 //! Appends take a seeded random time (now and then a long one), and the
 //! log runs 1 to 8 lanes per stream (paced or not), with one or two
@@ -244,8 +247,10 @@ fn check(
     acked: &BTreeSet<u64>,
     threads: usize,
     checkpoints: Checkpoints,
-) -> (bool, bool) {
+    window: bool,
+) -> (bool, bool, bool) {
     let fail = |what: String| -> ! { panic!("seed {seed}: {what}") };
+    let mut past_checked = false;
     let seal = checkpoints != Checkpoints::None;
     let writer = || {
         Options::new()
@@ -255,6 +260,7 @@ fn check(
             .checkpoint_log_ratio(if checkpoints == Checkpoints::Background { 0.125 } else { 0.0 })
             .checkpoint_chunk_bytes(4096)
             .checkpoint_offload(checkpoints == Checkpoints::Offload)
+            .retention(window.then_some(Duration::from_secs(3600)))
     };
     let db = Database::open(writer()).unwrap_or_else(|e| fail(format!("recovery failed: {e}")));
     let sealed = db.recovery_report().is_some_and(|r| r.sealed_old_log);
@@ -272,6 +278,28 @@ fn check(
     }
     let state = dump(&db);
     let hole = db.recovery_report().is_some_and(|r| r.prefix < r.max_csn);
+    if window {
+        // The recovering writer kept the crashed epoch's log and its
+        // decision in its history: the past at that epoch's last CSN is
+        // exactly the state it recovered.
+        let m = db.manifest().unwrap_or_else(|| fail("no manifest".into()));
+        // A store the crash left without a database: created now, with
+        // no manifest write after its first, so no history yet.
+        let h = match (m.history, db.recovery_report()) {
+            (Some(h), _) => h,
+            (None, None) => Default::default(),
+            (None, Some(_)) => fail("a window, but no history after a recovery".into()),
+        };
+        if let Some(ended) = h.ended.last() {
+            let at = milliscale::At::Csn(ended.max_csn);
+            let past = Database::open_at(Options::new().add_store_handle(Arc::clone(&image)), at)
+                .unwrap_or_else(|e| fail(format!("the past at {at}: {e}")));
+            if dump(&past) != state {
+                fail(format!("the past at {at} is not the state recovery rebuilt"));
+            }
+            past_checked = true;
+        }
+    }
     match (state.get("accounts"), state.get("history")) {
         (Some(accounts), Some(history)) if !accounts.is_empty() => {
             if accounts.len() as u64 != ACCOUNTS {
@@ -336,7 +364,7 @@ fn check(
             fail(format!("lost across a sealed recovery: {lost:?}"));
         }
     }
-    (hole, sealed)
+    (hole, sealed, past_checked)
 }
 
 /// What one seed did, for the summary.
@@ -354,6 +382,9 @@ struct Tally {
     /// them in the background.
     sealed: u64,
     sealed_background: u64,
+    /// Seeds whose recovering writer kept a window, and whose past at the
+    /// crashed epoch's end was read and matched.
+    past_checked: u64,
     /// Acknowledged transfers committed autonomously.
     autonomous_acked: u64,
     /// Of those, on a store that took appends asynchronously (the workers
@@ -411,7 +442,11 @@ fn run_seed(seed: u64, tally: &mut Tally) {
         true if SmallRng::seed_from_u64(seed ^ 0xc4ec).random_bool(0.5) => Checkpoints::Background,
         true => Checkpoints::Offload,
     };
-    let (hole, sealed) = check(seed, image, &acked, threads, checkpoints);
+    // Half the recovering writers keep a retention window (by a draw of
+    // their own, so the other draws are unchanged).
+    let window = SmallRng::seed_from_u64(seed ^ 0x71_3e).random_bool(0.5);
+    let (hole, sealed, past) = check(seed, image, &acked, threads, checkpoints, window);
+    tally.past_checked += u64::from(past);
     tally.lane_holes += u64::from(hole && groups == 1);
     tally.sealed += u64::from(sealed && checkpoints == Checkpoints::Offload);
     tally.sealed_background += u64::from(sealed && checkpoints == Checkpoints::Background);
@@ -434,7 +469,7 @@ fn crashes_at_random_writes_lose_no_acknowledged_transfer() {
          with acks, {:.1} writes per seed before the crash, {} seeds recovered across a hole \
          between lanes, {} recoveries sealed the old log (and {} more, then checkpointed at \
          once), {} of the transfers committed autonomously ({} with appends in flight while \
-         the workers went on)",
+         the workers went on), {} seeds read the crashed epoch's past",
         started.elapsed(),
         tally.acked,
         tally.seeds_with_acks,
@@ -443,7 +478,8 @@ fn crashes_at_random_writes_lose_no_acknowledged_transfer() {
         tally.sealed,
         tally.sealed_background,
         tally.autonomous_acked,
-        tally.sent_acked
+        tally.sent_acked,
+        tally.past_checked
     );
     assert!(tally.seeds_with_acks * 2 > n, "most seeds must get as far as an acknowledgment");
     if n >= 100 {
@@ -452,5 +488,6 @@ fn crashes_at_random_writes_lose_no_acknowledged_transfer() {
         assert!(tally.sealed_background > 0, "no recovery sealed, then checkpointed");
         assert!(tally.autonomous_acked > 0, "no transfer was committed autonomously");
         assert!(tally.sent_acked > 0, "no autonomous seed sent its appends asynchronously");
+        assert!(tally.past_checked > 0, "no seed read the crashed epoch's past");
     }
 }

@@ -102,7 +102,7 @@ impl std::fmt::Display for At {
 }
 
 /// The history a database with a retention window keeps in its manifest.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct History {
     /// The window, in milliseconds.
     pub retention_ms: u64,
