@@ -67,6 +67,10 @@ pub(crate) struct Engine {
     pub(crate) promotion: Option<PromotionReport>,
     /// Opened at a point of the past (`Database::open_at`): what was read.
     pub(crate) past: Option<crate::history::past::PastReport>,
+    /// With a retention window: the time index (acknowledgments reach it
+    /// through `commit.set_time_index`; the publisher and the flushing
+    /// thread through this).
+    pub(crate) time_index: std::sync::OnceLock<Arc<crate::history::times::TimeIndex>>,
     /// Take a checkpoint at the checkpointer's next wake-up, whatever the
     /// log volume (after a promotion: it drops the sealed logs).
     pub(crate) checkpoint_soon: AtomicBool,
@@ -135,6 +139,7 @@ impl Engine {
             recovery,
             promotion: None,
             past: None,
+            time_index: std::sync::OnceLock::new(),
             checkpoint_soon: AtomicBool::new(false),
             read_only: false,
             checkpoint_lock: Mutex::new(()),
@@ -285,7 +290,8 @@ impl Engine {
         f(&mut next);
         // A base published now is reached by any time from `now` on: the
         // sample covers every CSN handed out so far.
-        let now = self.commit.time_sample().unwrap_or_else(|| crate::history::times::Sample {
+        let now = self.time_index.get().map(|t| t.sample(&self.commit.next_csn));
+        let now = now.unwrap_or_else(|| crate::history::times::Sample {
             ms: crate::history::times::now_ms(),
             csn: self.commit.next_csn.load(std::sync::atomic::Ordering::SeqCst).saturating_sub(1),
         });

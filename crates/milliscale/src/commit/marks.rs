@@ -28,7 +28,6 @@ use parking_lot::{Condvar, Mutex};
 
 use super::durability::{GroupDurability, OwnPart};
 use crate::error::Error;
-use crate::history::times::TimeIndex;
 use crate::mvcc::{CSN_FIRST, Csn};
 use crate::options::Tracking;
 
@@ -93,8 +92,17 @@ pub(crate) struct CommitMarks {
     /// How many are registered (read without the lock after a round).
     async_waiting: AtomicUsize,
     /// With a retention window: the time index that acknowledgments keep
-    /// (`history::times`).
-    time_index: std::sync::OnceLock<Arc<TimeIndex>>,
+    /// (the `history` module's, through [`AckClock`]).
+    time_index: std::sync::OnceLock<Arc<dyn AckClock>>,
+}
+
+/// What an acknowledgment tells before it is given: the time index of a
+/// database with a retention window takes a sample that reaches `csn` if
+/// none does yet (`history::times`, rule 2). `counter` is the next CSN to
+/// hand out. Like [`ForceFlush`], a path back from `commit/` that knows
+/// nothing of who implements it.
+pub(crate) trait AckClock: Send + Sync + std::fmt::Debug {
+    fn cover(&self, csn: Csn, counter: &AtomicU64);
 }
 
 /// The acks awaited as futures, by registration id.
@@ -163,18 +171,8 @@ impl CommitMarks {
     }
 
     /// Keep a time index from now on (a database with a retention window).
-    pub(crate) fn set_time_index(&self, t: Arc<TimeIndex>) {
+    pub(crate) fn set_time_index(&self, t: Arc<dyn AckClock>) {
         let _ = self.time_index.set(t);
-    }
-
-    /// The time index, if one is kept.
-    pub(crate) fn time_index(&self) -> Option<&Arc<TimeIndex>> {
-        self.time_index.get()
-    }
-
-    /// A time index sample now, if one is kept.
-    pub(crate) fn time_sample(&self) -> Option<crate::history::times::Sample> {
-        self.time_index.get().map(|t| t.sample(&self.next_csn))
     }
 
     /// Are the records of transaction `csn`, logged in part `own`, durable?

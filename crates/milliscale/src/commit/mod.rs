@@ -32,4 +32,4 @@ pub(crate) mod marks;
 
 pub use ack::{CommitAck, CommitInfo, Durable};
 pub use marks::CommitMetrics;
-pub(crate) use marks::{CommitMarks, ForceFlush};
+pub(crate) use marks::{AckClock, CommitMarks, ForceFlush};

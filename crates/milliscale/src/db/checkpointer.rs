@@ -31,7 +31,7 @@ fn price(stores: &[(String, Arc<dyn ObjectStore>)], put: u64, up: u64) -> Option
 impl Database {
     pub(super) fn start_checkpointer(inner: Engine) -> Database {
         let db = Database::wrap(inner);
-        if db.inner.commit.time_index().is_some() {
+        if db.inner.time_index.get().is_some() {
             let inner = Arc::clone(&db.inner);
             let handle = std::thread::Builder::new()
                 .name("ms-time-index".into())
@@ -263,7 +263,7 @@ impl Engine {
     /// `history::times::FLUSH_EVERY`, or `now`), counted with the
     /// checkpoints' requests.
     pub(crate) fn flush_time_index(&self, now: bool) {
-        let (Some(t), Some(st)) = (self.commit.time_index(), self.manifest.as_ref()) else {
+        let (Some(t), Some(st)) = (self.time_index.get(), self.manifest.as_ref()) else {
             return;
         };
         let durable = self.commit.gcsn.load(Ordering::SeqCst);

@@ -8,6 +8,7 @@
 mod checkpointer;
 mod open;
 mod promote;
+pub mod restore;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

@@ -137,6 +137,26 @@ fn checkpoint_of(
     }
 }
 
+/// Keep a time index on `commit` from now on if `options` keep a window:
+/// writer `epoch`'s samples start at the stores' last one (whose clock may
+/// have run ahead of this machine's).
+pub(crate) fn start_time_index(
+    options: &Options,
+    stores: &[(String, Arc<dyn ObjectStore>)],
+    epoch: u64,
+    commit: &CommitMarks,
+) -> Option<Arc<crate::history::times::TimeIndex>> {
+    options.retention?;
+    let floor = stores
+        .iter()
+        .filter_map(|(_, s)| crate::history::times::last_sample(s, options.store_deadline))
+        .max()
+        .unwrap_or_default();
+    let t = Arc::new(crate::history::times::TimeIndex::new(epoch, floor));
+    commit.set_time_index(t.clone());
+    Some(t)
+}
+
 /// The stores' names, for messages.
 fn describe(stores: &[(String, Arc<dyn ObjectStore>)]) -> String {
     stores.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")
@@ -301,11 +321,14 @@ impl Database {
         ms.create(&m)?;
         let groups = m.log.groups as usize;
         let commit = Arc::new(CommitMarks::new(groups, options.tracking, true, m.log.base_csn));
-        crate::history::start_time_index(&options, &named, m.log.epoch, &commit);
+        let times = start_time_index(&options, &named, m.log.epoch, &commit);
         let log = Log::start(&options, Arc::clone(&commit), id, stores, &m.log)?;
         let needed = options.quorum.needed(named.len());
         let state = ManifestState { store: ms, stores: named, needed, current: Mutex::new(m) };
         let inner = Engine::new(id, options, commit, Some(log), Some(state), None);
+        if let Some(t) = times {
+            let _ = inner.time_index.set(t);
+        }
         Ok(Database::start_checkpointer(inner))
     }
 
@@ -346,7 +369,7 @@ impl Database {
         let new_log = fresh_log(&options, claim.epoch, base, first_segment);
         let groups = new_log.groups as usize;
         let commit = Arc::new(CommitMarks::new(groups, options.tracking, true, base));
-        crate::history::start_time_index(&options, &named, claim.epoch, &commit);
+        let times = start_time_index(&options, &named, claim.epoch, &commit);
         let tables = claim.clone();
         let state =
             ManifestState { store: ms, stores: named.clone(), needed, current: Mutex::new(claim) };
@@ -354,6 +377,9 @@ impl Database {
         let log = Log::start(&options, Arc::clone(&commit), id, stores, &new_log)?;
         let inner = Engine::new(id, options, commit, Some(log), Some(state), None)
             .with_tables_of(&tables)?;
+        if let Some(t) = times {
+            let _ = inner.time_index.set(t);
+        }
         let (from, loaded) = checkpoint_of(&inner.options, &named, &old)?;
         inner.rebuild(&from, loaded.as_ref(), &plan, &mut report)?;
         let rebuilt_at = started.elapsed();

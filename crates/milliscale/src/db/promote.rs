@@ -43,10 +43,13 @@ impl Database {
         let ms = ManifestStore::new(named.clone(), needed, options.store_deadline);
         let groups = new_log.groups as usize;
         let commit = Arc::new(CommitMarks::new(groups, options.tracking, true, new_log.base_csn));
-        crate::history::start_time_index(&options, &named, new_log.epoch, &commit);
+        let times = super::open::start_time_index(&options, &named, new_log.epoch, &commit);
         let log = Log::start(&options, Arc::clone(&commit), id, stores, &new_log)?;
         let state = ManifestState { store: ms, stores: named, needed, current: Mutex::new(claim) };
         let mut inner = Engine::new(id, options, commit, Some(log), Some(state), None);
+        if let Some(t) = times {
+            let _ = inner.time_index.set(t);
+        }
         {
             let mut cat = inner.tables.write();
             for t in tables {

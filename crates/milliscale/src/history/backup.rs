@@ -115,7 +115,7 @@ pub fn backup(
             checkpoints,
             logs: ended.into_iter().map(|s| s.log).chain(std::iter::once(live)).collect(),
         };
-        match super::leases::hold(&src, needed, deadline, r)? {
+        match super::collect::hold(&src, needed, deadline, r)? {
             Some((lease, _)) => break lease,
             None if tries < 3 => {
                 tries += 1;

@@ -106,7 +106,7 @@ pub fn clone_at(source: &Options, at: At, target: &Options) -> Result<CloneRepor
         reg.kind = "clone".into();
         reg.expires_ms = None;
         requests += 4;
-        match leases::hold(&src, needed, deadline, reg)? {
+        match super::collect::hold(&src, needed, deadline, reg)? {
             Some((lease, _)) => break (choice, lease.keep()),
             None if tries < 3 => {
                 tries += 1;

@@ -17,8 +17,9 @@ use objstore::{MemoryStore, ObjectMeta, ObjectStore, StoreError};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use super::collect::{collection_needs, delete_unneeded};
 use super::leases::{self, READERS_PREFIX, Registration};
-use super::{Needed, collection_needs, delete_unneeded, on_publish, put_chunk_lists, times};
+use super::{Needed, on_publish, put_chunk_lists, times};
 use crate::keys::{Chain, checkpoint_prefix, segment_key};
 use crate::manifest::{CheckpointRef, ChunkRef, Manifest, ManifestStore};
 

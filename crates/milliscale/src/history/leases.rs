@@ -29,9 +29,8 @@ use std::time::Duration;
 use objstore::{ObjectStore, StoreError};
 use serde::{Deserialize, Serialize};
 
-use super::Needed;
 use crate::error::{Error, Result};
-use crate::manifest::{LogRef, Manifest, ManifestStore};
+use crate::manifest::LogRef;
 use crate::mvcc::Csn;
 use crate::retry::retry;
 
@@ -114,7 +113,7 @@ fn encode(r: &Registration) -> bytes::Bytes {
 
 /// Register `r` on every store that answers (a quorum needed), renewed
 /// every minute while the lease is held if it expires.
-fn register(
+pub(crate) fn register(
     stores: &[(String, Arc<dyn ObjectStore>)],
     needed: usize,
     deadline: Duration,
@@ -192,27 +191,6 @@ fn put(
         return Err(Error::StoreUnavailable(format!("registering {key}: {}", errors.join("; "))));
     }
     Ok(())
-}
-
-/// Steps 2 and 3 of the protocol: register `r`, then check that the
-/// newest manifest still needs all of it. `Ok(None)`: it does not (the
-/// window moved past it meanwhile); the registration is withdrawn.
-pub(crate) fn hold(
-    stores: &[(String, Arc<dyn ObjectStore>)],
-    needed: usize,
-    deadline: Duration,
-    r: Registration,
-) -> Result<Option<(Lease, Manifest)>> {
-    let lease = register(stores, needed, deadline, r.clone())?;
-    let m = ManifestStore::new(stores.to_vec(), needed, deadline)
-        .read_latest()?
-        .ok_or_else(|| Error::NoDatabase("the manifest is gone".into()))?;
-    if Needed::of(&m).covers(&r) {
-        Ok(Some((lease, m)))
-    } else {
-        drop(lease);
-        Ok(None)
-    }
 }
 
 /// The live registrations on `stores`, deleting expired ones; and the

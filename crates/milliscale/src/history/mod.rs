@@ -12,7 +12,8 @@
 //!   checkpoint covers.
 //! - [`times`]: the time index, which CSN a millisecond stands for.
 //! - [`past`]: the database at a point of the window (`At`), read-only.
-//! - [`restore`]: that database written to empty stores as a new one.
+//! - restore (`crate::db::restore`, above the database it opens): that
+//!   database written to empty stores as a new one.
 //! - [`backup`]: the window's objects copied to other stores, incrementally;
 //!   and their check.
 //! - [`clone`]: a new database that starts from the parent's objects at a
@@ -20,23 +21,26 @@
 
 pub mod backup;
 pub mod clone;
+mod collect;
 pub mod leases;
 pub mod past;
-pub mod restore;
 pub mod times;
 
 #[cfg(test)]
 mod collect_sim;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use objstore::ObjectStore;
-use serde::{Deserialize, Serialize};
 
-use crate::keys::{CHECKPOINT_PREFIX, Chain, LOG_PREFIX, checkpoint_prefix, parse_log_key};
+use crate::keys::checkpoint_prefix;
+pub use crate::manifest::history::{Base, History};
 use crate::manifest::{CheckpointRef, LogRef, Manifest, SealedLog};
 use crate::mvcc::{CSN_FIRST, Csn};
+pub(crate) use collect::{Needed, truncate};
+pub use collect::{
+    S3_EXPRESS_USD_PER_GB_MONTH, S3_STANDARD_USD_PER_GB_MONTH, WindowBytes, window_bytes,
+};
 
 /// A point of a database's history.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,85 +102,6 @@ impl std::fmt::Display for At {
             At::Csn(n) => write!(f, "CSN {n}"),
             At::Time(t) => write!(f, "{}", humantime::format_rfc3339_millis(*t)),
         }
-    }
-}
-
-/// The history a database with a retention window keeps in its manifest.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct History {
-    /// The window, in milliseconds.
-    pub retention_ms: u64,
-    /// The points the past is rebuilt from, oldest first; the last is the
-    /// manifest's current checkpoint (or the empty database).
-    pub bases: Vec<Base>,
-    /// Earlier epochs' logs the window reaches, oldest first: each with its
-    /// first segments (`group_start`), the segment where the next epoch's
-    /// log starts, and the replay decision of the writer that took over.
-    pub ended: Vec<SealedLog>,
-    /// The current epoch's log's first segments (the manifest's `log`
-    /// moves its starts forward at each checkpoint).
-    pub live_first: Vec<u64>,
-    /// By table id: the first CSN at which the table exists (0: before the
-    /// history began). A table is created by a manifest write, before any
-    /// transaction can write it.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub created: Vec<Csn>,
-    /// Dropped tables and the first CSN at which each is gone (0: before
-    /// the history began), in the order they were dropped.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub dropped_at: Vec<(u32, Csn)>,
-}
-
-/// A point the past can be rebuilt from: a checkpoint, or the empty
-/// database.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Base {
-    /// It holds every commit below this CSN (1 for the empty database).
-    pub csn: Csn,
-    /// Its checkpoint; `None` for the empty database.
-    pub checkpoint: Option<CheckpointRef>,
-    /// The epoch whose log follows it.
-    pub epoch: u64,
-    /// That log's first segment per chain after it (`LogRef::group_start`
-    /// when it was published).
-    pub starts: Vec<u64>,
-    /// When it was published (ms since the Unix epoch), read after a time
-    /// index sample that reaches `csn - 1`: a time at or after this
-    /// resolves to a CSN the base reaches.
-    pub at_ms: u64,
-}
-
-impl History {
-    /// The oldest point the window reaches: a CSN and a time.
-    pub fn oldest(&self) -> (Csn, u64) {
-        self.bases.first().map_or((0, 0), |b| (b.csn.saturating_sub(1), b.at_ms))
-    }
-
-    /// The newest base that can rebuild the database at CSN `n`.
-    pub fn base_for(&self, n: Csn) -> Option<&Base> {
-        self.bases.iter().rev().find(|b| b.csn <= n + 1)
-    }
-
-    /// The table ids that are not there at CSN `n` of a database whose
-    /// manifest names `tables` and drops `dropped`: created after `n`, or
-    /// dropped at or before it.
-    pub fn dropped_at_csn(&self, tables: usize, dropped: &[u32], n: Csn) -> Vec<u32> {
-        (0..tables as u32)
-            .filter(|&id| {
-                let created = self.created.get(id as usize).copied().unwrap_or(0);
-                let gone = match self.dropped_at.iter().find(|(d, _)| *d == id) {
-                    Some((_, at)) => *at <= n,
-                    // Dropped before the history began.
-                    None => dropped.contains(&id),
-                };
-                created > n || gone
-            })
-            .collect()
-    }
-
-    /// The ended log of `epoch`, if the window holds it.
-    pub fn ended_log(&self, epoch: u64) -> Option<&SealedLog> {
-        self.ended.iter().find(|s| s.log.epoch == epoch)
     }
 }
 
@@ -379,26 +304,6 @@ fn trim(h: &mut History, now_ms: u64) {
     }
 }
 
-/// Keep a time index on `commit` from now on if `options` keep a window:
-/// writer `epoch`'s samples start at the stores' last one (whose clock may
-/// have run ahead of this machine's).
-pub(crate) fn start_time_index(
-    options: &crate::options::Options,
-    stores: &[(String, Arc<dyn ObjectStore>)],
-    epoch: u64,
-    commit: &crate::commit::CommitMarks,
-) {
-    if options.retention.is_none() {
-        return;
-    }
-    let floor = stores
-        .iter()
-        .filter_map(|(_, s)| times::last_sample(s, options.store_deadline))
-        .max()
-        .unwrap_or_default();
-    commit.set_time_index(Arc::new(times::TimeIndex::new(epoch, floor)));
-}
-
 /// Every log manifest `m`'s window reads, each from the first segment it
 /// needs, with the first CSN it supplies there: the ended logs (with their
 /// decisions) and the live one. Without a window: its sealed logs and its
@@ -429,254 +334,6 @@ pub(crate) fn window_logs(m: &Manifest) -> (Vec<SealedLog>, (LogRef, Csn)) {
         }
     };
     (ended, (live, from))
-}
-
-/// What the window needs on the stores: checkpoint prefixes, and per
-/// chain the first segment to keep (chains not listed: none).
-#[derive(Debug, Default)]
-pub(crate) struct Needed {
-    checkpoints: Vec<String>,
-    chains: BTreeMap<Chain, u64>,
-    /// Time index objects from this millisecond on.
-    times_from: u64,
-}
-
-impl Needed {
-    /// What manifest `m` needs: its history's when it has one, else its
-    /// checkpoint and its live log from its starts (and its sealed logs).
-    pub(crate) fn of(m: &Manifest) -> Needed {
-        let mut n = Needed::default();
-        let add_log = |n: &mut Needed, log: &LogRef, starts: &[u64]| {
-            let mut l = log.clone();
-            l.group_start = starts.to_vec();
-            for c in l.chains() {
-                let s = l.start(c).expect("a chain of the log");
-                let e = n.chains.entry(c).or_insert(s);
-                *e = (*e).min(s);
-            }
-        };
-        n.checkpoints.extend(m.checkpoint.iter().map(|c| checkpoint_prefix(c.csn)));
-        for s in &m.sealed {
-            add_log(&mut n, &s.log, &s.log.group_start);
-        }
-        add_log(&mut n, &m.log, &m.log.group_start);
-        n.times_from = u64::MAX;
-        let Some(h) = &m.history else { return n };
-        let Some(first) = h.bases.first() else { return n };
-        n.times_from = first.at_ms;
-        n.checkpoints.extend(
-            h.bases.iter().filter_map(|b| b.checkpoint.as_ref()).map(|c| checkpoint_prefix(c.csn)),
-        );
-        for s in &h.ended {
-            let starts =
-                if s.log.epoch == first.epoch { &first.starts } else { &s.log.group_start };
-            add_log(&mut n, &s.log, starts);
-        }
-        if m.log.epoch == first.epoch {
-            add_log(&mut n, &m.log, &first.starts);
-        } else {
-            add_log(&mut n, &m.log, &h.live_first);
-        }
-        n
-    }
-
-    /// Also keep what registration `r` reads.
-    pub(crate) fn add(&mut self, r: &leases::Registration) {
-        self.checkpoints.extend(r.checkpoints.iter().map(|c| checkpoint_prefix(*c)));
-        for log in &r.logs {
-            for c in log.chains() {
-                let s = log.start(c).expect("a chain of the log");
-                let e = self.chains.entry(c).or_insert(s);
-                *e = (*e).min(s);
-            }
-        }
-    }
-
-    /// Whether this keeps everything registration `r` reads.
-    pub(crate) fn covers(&self, r: &leases::Registration) -> bool {
-        r.checkpoints.iter().all(|c| self.checkpoints.contains(&checkpoint_prefix(*c)))
-            && r.logs.iter().all(|log| {
-                log.chains().all(|c| {
-                    let s = log.start(c).expect("a chain of the log");
-                    self.chains.get(&c).is_some_and(|&kept| kept <= s)
-                })
-            })
-    }
-
-    /// Whether the window needs the object `key` (a checkpoint's, a log
-    /// object, or a time index object: all of those are kept).
-    pub(crate) fn keeps(&self, key: &str) -> bool {
-        if key.starts_with(CHECKPOINT_PREFIX) {
-            self.checkpoints.iter().any(|p| key.starts_with(p.as_str()))
-        } else if key.starts_with(LOG_PREFIX) {
-            self.keeps_log_object(key)
-        } else {
-            key.starts_with(times::TIME_PREFIX)
-        }
-    }
-
-    fn keeps_log_object(&self, key: &str) -> bool {
-        match parse_log_key(key) {
-            Some(o) => self.chains.get(&o.chain()).is_some_and(|&from| o.segment() >= from),
-            // Not a log object name: not ours to delete.
-            None => true,
-        }
-    }
-}
-
-/// S3 Express One Zone's storage price, dollars per GB-month
-/// (docs/latency-model.md): what `milliscale inspect` prices a window at.
-pub const S3_EXPRESS_USD_PER_GB_MONTH: f64 = 0.11;
-/// S3 Standard's storage price, dollars per GB-month.
-pub const S3_STANDARD_USD_PER_GB_MONTH: f64 = 0.023;
-
-/// What a database's objects on one store hold, by why they are kept.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct WindowBytes {
-    /// Bytes the present needs (the current checkpoint and the live log
-    /// from its starts): what a database without a window keeps.
-    pub present: u64,
-    /// Bytes kept only for the window: older checkpoints and log.
-    pub window: u64,
-    /// Bytes of the time index.
-    pub time_index: u64,
-    /// Bytes no manifest needs (left for the next truncation).
-    pub garbage: u64,
-    /// Objects counted.
-    pub objects: u64,
-}
-
-/// Count `store`'s checkpoint, log and time index objects by what manifest
-/// `m` keeps them for (`milliscale inspect`).
-pub fn window_bytes(store: &Arc<dyn ObjectStore>, m: &Manifest) -> crate::Result<WindowBytes> {
-    let mut present_m = m.clone();
-    present_m.history = None;
-    let (all, present) = (Needed::of(m), Needed::of(&present_m));
-    let mut w = WindowBytes::default();
-    let list =
-        |p: &str| store.list(p).map_err(|e| crate::Error::Store(format!("listing {p}: {e}")));
-    for o in list(CHECKPOINT_PREFIX)? {
-        w.objects += 1;
-        let kept = |n: &Needed| n.checkpoints.iter().any(|p| o.key.starts_with(p.as_str()));
-        match (kept(&present), kept(&all)) {
-            (true, _) => w.present += o.size,
-            (false, true) => w.window += o.size,
-            (false, false) => w.garbage += o.size,
-        }
-    }
-    for o in list(LOG_PREFIX)? {
-        w.objects += 1;
-        match (present.keeps_log_object(&o.key), all.keeps_log_object(&o.key)) {
-            (true, _) => w.present += o.size,
-            (false, true) => w.window += o.size,
-            (false, false) => w.garbage += o.size,
-        }
-    }
-    for o in list(times::TIME_PREFIX)? {
-        w.objects += 1;
-        w.time_index += o.size;
-    }
-    Ok(w)
-}
-
-/// Delete what manifest `m` (just published) no longer needs: checkpoint
-/// objects (and offers) of no kept checkpoint, log segments before their
-/// chain's first kept one, time index objects older than the window (the
-/// one the window's first base falls in stays). Best effort: what is left
-/// is deleted next time. Returns the requests made: (lists, deletes).
-/// Objects go in key order (a listing's), so a segment's part objects go
-/// first to last: a replica's tail (`replica::tail`) tells a deleted
-/// segment from a short one by that.
-pub(crate) fn truncate(
-    stores: &[(String, Arc<dyn ObjectStore>)],
-    quorum: usize,
-    m: &Manifest,
-) -> (u64, u64) {
-    match collection_needs(stores, quorum, m, times::now_ms()) {
-        (Some(needed), lists) => {
-            let (more, deletes) = delete_unneeded(stores, &needed, m);
-            (lists + more, deletes)
-        }
-        (None, lists) => {
-            tracing::warn!("truncation skipped: the readers' registrations could not all be read");
-            (lists, 0)
-        }
-    }
-}
-
-/// The first half of a collection: what manifest `m` (published) needs,
-/// and what every live registration reads, listed now (after `m`: the
-/// fence, `leases`). `None` if the registrations could not all be read:
-/// then nothing may be deleted. Returns the requests made too.
-pub(crate) fn collection_needs(
-    stores: &[(String, Arc<dyn ObjectStore>)],
-    quorum: usize,
-    m: &Manifest,
-    now_ms: u64,
-) -> (Option<Needed>, u64) {
-    let mut needed = Needed::of(m);
-    let (registrations, lists) = leases::live(stores, quorum, now_ms);
-    let Some(registrations) = registrations else { return (None, lists) };
-    for r in &registrations {
-        needed.add(r);
-    }
-    (Some(needed), lists)
-}
-
-/// The second half: delete what `needed` does not keep. Returns the
-/// requests made: (lists, deletes).
-pub(crate) fn delete_unneeded(
-    stores: &[(String, Arc<dyn ObjectStore>)],
-    needed: &Needed,
-    m: &Manifest,
-) -> (u64, u64) {
-    let (mut lists, mut deletes) = (0, 0);
-    for (_, s) in stores {
-        lists += 2;
-        if let Ok(list) = s.list(CHECKPOINT_PREFIX) {
-            for o in list {
-                if !needed.checkpoints.iter().any(|p| o.key.starts_with(p.as_str())) {
-                    deletes += 1;
-                    let _ = s.delete(&o.key);
-                }
-            }
-        }
-        if let Ok(list) = s.list(LOG_PREFIX) {
-            for o in list {
-                if !needed.keeps_log_object(&o.key) {
-                    deletes += 1;
-                    let _ = s.delete(&o.key);
-                }
-            }
-        }
-        if needed.times_from == u64::MAX && m.history.is_none() {
-            // No window: the index is not kept at all.
-            lists += 1;
-            if let Ok(list) = s.list(times::TIME_PREFIX) {
-                for o in list {
-                    deletes += 1;
-                    let _ = s.delete(&o.key);
-                }
-            }
-            continue;
-        }
-        lists += 1;
-        if let Ok(list) = s.list(times::TIME_PREFIX) {
-            let mut keys: Vec<((u64, u64), String)> = list
-                .into_iter()
-                .filter_map(|o| times::parse_time_key(&o.key).map(|k| (k, o.key)))
-                .collect();
-            keys.sort();
-            // The object holding the window's first sample is the last
-            // one that starts at or before it.
-            let first_kept = keys.partition_point(|((ms, _), _)| *ms <= needed.times_from);
-            for (_, key) in keys.iter().take(first_kept.saturating_sub(1)) {
-                deletes += 1;
-                let _ = s.delete(key);
-            }
-        }
-    }
-    (lists, deletes)
 }
 
 #[cfg(test)]

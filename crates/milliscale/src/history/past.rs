@@ -238,7 +238,7 @@ pub(crate) fn plan(
     let mut tries = 0;
     let (choice, lease) = loop {
         let choice = choose(stores, &m, at, deadline)?;
-        let held = match super::leases::hold(stores, needed, deadline, choice.registration()) {
+        let held = match super::collect::hold(stores, needed, deadline, choice.registration()) {
             Ok(h) => h.map(|(lease, _)| Some(lease)),
             // A store this reader may not write (read-only credentials):
             // read unregistered, and say that a collection may race it.

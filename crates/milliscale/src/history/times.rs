@@ -419,6 +419,12 @@ pub(crate) fn newest_durable(
     decode(&key, &bytes).ok().map(|o| o.durable)
 }
 
+impl crate::commit::AckClock for TimeIndex {
+    fn cover(&self, csn: Csn, counter: &AtomicU64) {
+        TimeIndex::cover(self, csn, counter);
+    }
+}
+
 /// The newest sample on `store`'s index (a new writer's clock floor).
 pub(crate) fn last_sample(store: &Arc<dyn ObjectStore>, deadline: Duration) -> Option<Sample> {
     let listed = retry(deadline, || store.list(TIME_PREFIX)).ok()?;

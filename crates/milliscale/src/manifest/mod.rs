@@ -23,6 +23,8 @@ use bytes::Bytes;
 use objstore::{ObjectStore, StoreError};
 use serde::{Deserialize, Serialize};
 
+pub mod history;
+
 use crate::error::{Error, Result};
 use crate::keys::{Chain, MANIFEST_PREFIX, manifest_key, manifest_version};
 use crate::mvcc::Csn;
@@ -72,9 +74,9 @@ pub struct Manifest {
     pub checkpoint_wanted: Option<Csn>,
     /// With a retention window (`Options::retention`): the checkpoints and
     /// logs the window keeps, from which the past is read
-    /// (`crate::history`). Since format 3.
+    /// (the `history` module). Since format 3.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub history: Option<crate::history::History>,
+    pub history: Option<history::History>,
     /// A clone that has not been opened yet (`history::clone`): the
     /// database it was cloned from, and what of it the clone starts from.
     /// Its first writer loads that, writes its own checkpoint, and drops

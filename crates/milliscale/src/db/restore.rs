@@ -1,17 +1,17 @@
 //! Restore (design record 0012): the database at a point of a source's
-//! window, written to empty stores as a new database that a writer opens.
-//! The source is only read.
+//! window (`Database::open_at`, `crate::history::past`), written to empty
+//! stores as a new database that a writer opens. The source is only read.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use objstore::ObjectStore;
 
-use super::At;
-use super::past::PastReport;
+use super::Database;
 use crate::checkpoint::ChunkWriter;
-use crate::db::Database;
 use crate::error::{Error, Result};
+use crate::history::At;
+use crate::history::past::PastReport;
 use crate::manifest::{Manifest, ManifestStore};
 use crate::mvcc::Csn;
 use crate::options::{Options, TxnOptions};
@@ -73,7 +73,7 @@ pub fn restore(
         .map(|spec| Ok((spec.describe(), spec.open()?)))
         .collect::<Result<Vec<_>>>()?;
     // Refuse a target that holds a database before reading anything.
-    super::clone::ensure_empty(&named, target.store_deadline, "restore")?;
+    crate::history::clone::ensure_empty(&named, target.store_deadline, "restore")?;
     let started = Instant::now();
     progress(RestoreStep::Reading);
     let past = Database::open_at(source, at)?;
