@@ -5,30 +5,16 @@
 //! database restored from the backup alone. Nothing acknowledged before
 //! the point is lost in any of them.
 
-use std::ops::Bound;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
 use milliscale::history::backup;
-use milliscale::{At, Database, Direction, Options, RestoreStep, Table};
+use milliscale::{At, Database, RestoreStep, Table};
 use objstore::{MemoryStore, ObjectStore};
 use parking_lot::Mutex;
 
-fn options(store: &Arc<dyn ObjectStore>) -> Options {
-    Options::new()
-        .add_store_handle(Arc::clone(store))
-        .workers(2)
-        .segment_parts_max(8)
-        .checkpoint_log_bytes(0)
-        .store_deadline(Duration::from_secs(5))
-        .retention(Some(Duration::from_secs(3600)))
-}
-
-fn rows(db: &Database, t: &Table) -> Vec<(Vec<u8>, Vec<u8>)> {
-    let mut tx = db.begin().expect("begin");
-    tx.scan(t, Bound::Unbounded, Bound::Unbounded, Direction::Forward, usize::MAX).expect("scan")
-}
+use crate::common::window::{options, rows};
 
 fn fill(db: &Database, t: &Table, prefix: &str, n: u32) {
     for i in 0..n {

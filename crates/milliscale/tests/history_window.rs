@@ -6,33 +6,19 @@
 //! `history_disasters.rs`.
 
 use std::collections::BTreeMap;
-use std::ops::Bound;
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use milliscale::history::times::now_ms;
-use milliscale::{At, Database, Direction, Error, Options, Table};
+use milliscale::{At, Database, Error, Table};
 use objstore::{MemoryStore, ObjectStore};
 use parking_lot::Mutex;
+
+use crate::common::window::{options, rows};
 use rand::{Rng, SeedableRng};
 
 const ACCOUNTS: u32 = 12;
 const START: i64 = 1_000;
-
-fn options(store: &Arc<dyn ObjectStore>) -> Options {
-    Options::new()
-        .add_store_handle(Arc::clone(store))
-        .workers(2)
-        .segment_parts_max(8)
-        .checkpoint_log_bytes(0)
-        .store_deadline(Duration::from_secs(5))
-        .retention(Some(Duration::from_secs(3600)))
-}
-
-fn rows(db: &Database, t: &Table) -> Vec<(Vec<u8>, Vec<u8>)> {
-    let mut tx = db.begin().expect("begin");
-    tx.scan(t, Bound::Unbounded, Bound::Unbounded, Direction::Forward, usize::MAX).expect("scan")
-}
 
 fn key(i: u32) -> Vec<u8> {
     format!("acct{i:03}").into_bytes()

@@ -7,7 +7,8 @@
 //! reads while its lease lasts. With collection by age (registrations
 //! ignored, a deliberate bug) the oracle fails.
 //!
-//! `MILLISCALE_COLLECT_SEEDS` seeds (default 1,000; 20,000 by hand).
+//! `MILLISCALE_COLLECT_SEEDS` seeds (default 1,000; 20,000 by hand) from
+//! `MILLISCALE_COLLECT_FIRST_SEED` (default 0).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -286,15 +287,21 @@ fn reader_step(
     Ok(())
 }
 
-fn seeds() -> u64 {
-    std::env::var("MILLISCALE_COLLECT_SEEDS").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000)
+/// `MILLISCALE_COLLECT_SEEDS` seeds from `MILLISCALE_COLLECT_FIRST_SEED`.
+fn seeds() -> std::ops::Range<u64> {
+    let var = |name: &str, default: u64| {
+        std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    };
+    let first = var("MILLISCALE_COLLECT_FIRST_SEED", 0);
+    first..first + var("MILLISCALE_COLLECT_SEEDS", 1_000)
 }
 
 #[test]
 fn collection_never_deletes_what_a_registered_reader_reads() {
-    let n = seeds();
+    let seeds = seeds();
+    let n = seeds.end - seeds.start;
     let started = std::time::Instant::now();
-    for seed in 0..n {
+    for seed in seeds {
         if let Err(e) = run(seed, false) {
             panic!("seed {seed}: {e}");
         }

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod switch;
+pub mod window;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
