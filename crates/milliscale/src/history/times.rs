@@ -177,15 +177,7 @@ impl TimeIndex {
         let first = new[0].ms;
         let body = encode(self.epoch, durable, &new);
         let key = time_key(first, self.epoch);
-        let mut requests = 0;
-        let mut all = true;
-        for (name, s) in stores {
-            requests += 1;
-            if let Err(e) = retry(deadline, || s.put(&key, body.clone())) {
-                tracing::warn!("{name}: writing the time index {key} (retried next time): {e}");
-                all = false;
-            }
-        }
+        let (mut requests, all) = put_everywhere(stores, deadline, &key, &body);
         st.last_flush = Some(std::time::Instant::now());
         if !all {
             // The next flush writes the same key again, with more samples:
@@ -206,6 +198,25 @@ impl TimeIndex {
     }
 }
 
+/// Put `body` under `key` on every store; the requests made, and whether
+/// every store took it (a store that did not is named in a warning; the
+/// caller writes the same key again later).
+fn put_everywhere(
+    stores: &[(String, Arc<dyn ObjectStore>)],
+    deadline: Duration,
+    key: &str,
+    body: &Bytes,
+) -> (u64, bool) {
+    let mut all = true;
+    for (name, s) in stores {
+        if let Err(e) = retry(deadline, || s.put(key, body.clone())) {
+            tracing::warn!("{name}: writing the time index {key} (written again later): {e}");
+            all = false;
+        }
+    }
+    (stores.len() as u64, all)
+}
+
 /// Rewrite the objects since the last fold as one, under the first's
 /// name, then delete the others; keep only the last sample in memory.
 fn fold(
@@ -218,15 +229,7 @@ fn fold(
     let all = st.samples.clone();
     let body = encode(epoch, durable, &all);
     let key = time_key(st.objects[0], epoch);
-    let mut requests = 0;
-    let mut ok = true;
-    for (name, s) in stores {
-        requests += 1;
-        if let Err(e) = retry(deadline, || s.put(&key, body.clone())) {
-            tracing::warn!("{name}: folding the time index into {key}: {e}");
-            ok = false;
-        }
-    }
+    let (mut requests, ok) = put_everywhere(stores, deadline, &key, &body);
     if ok {
         for ms in st.objects[1..].iter().filter(|ms| **ms != st.objects[0]) {
             for (_, s) in stores {
