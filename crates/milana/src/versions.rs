@@ -55,6 +55,8 @@ pub trait Versions {
     /// Hold `version` as `key`'s newest and only version, unless it holds
     /// a newer one: a row copied from its range's old owner (design
     /// record 0009). A read below it is [`Gone`], as after a restart.
+    /// A version is one transaction's write: adopted again (the range
+    /// moved away and back), it comes with the same value.
     fn adopt(&mut self, key: &[u8], version: CommitTs, value: Option<Value>);
     /// Drop every version of the keys in `[start, end)` (an empty `end`:
     /// no end): a range moved away, or rows copied for a move that did

@@ -94,7 +94,9 @@ proptest! {
                 3 => {
                     let v = CommitTs { ts: ts.saturating_sub(t % 3) + t % 5, client: 9 };
                     ts = ts.max(v.ts);
-                    let value = (kind % 2 == 0).then(|| vec![kind; 9]);
+                    // A version is one transaction's write: its value
+                    // follows from it (adopted again, it is the same).
+                    let value = (v.ts % 2 == 0).then(|| vec![v.ts as u8; 9]);
                     map.adopt(key, v, value.clone());
                     rows.adopt(key, v, value);
                 }
