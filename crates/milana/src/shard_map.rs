@@ -235,6 +235,14 @@ pub(crate) fn dir_under(prefix: &str, leaf: &str) -> String {
     if prefix.is_empty() { format!("{leaf}/") } else { format!("{prefix}/{leaf}/") }
 }
 
+/// The field of a stored version that says when its publisher wrote it
+/// (microseconds since the Unix epoch on the publisher's clock; absent in
+/// versions written before it was kept): which version was the map at a
+/// moment of the past ([`MapStore::as_of`]). Beside the map's own fields,
+/// which older readers read without it.
+#[cfg(feature = "engine")]
+const PUBLISHED_US: &str = "published_us";
+
 /// The map's versions on a store.
 #[cfg(feature = "engine")]
 pub struct MapStore {
@@ -267,34 +275,62 @@ impl MapStore {
 
     /// The newest version, if any was published.
     pub fn latest(&self) -> Result<Option<ShardMap>, MapError> {
-        let Some(newest) = self.store.list(&self.dir)?.into_iter().map(|m| m.key).max() else {
+        let Some(newest) = self.versions()?.pop() else {
             return Ok(None);
         };
-        let bytes = self.store.get(&newest)?;
-        let map: ShardMap = serde_json::from_slice(&bytes)
-            .map_err(|e| MapError::Invalid(format!("{newest}: {e}")))?;
-        if self.key(map.version) != newest {
-            return Err(MapError::Invalid(format!("{newest} holds version {}", map.version)));
+        self.get(newest)
+    }
+
+    /// The versions on the store, oldest first.
+    fn versions(&self) -> Result<Vec<u64>, MapError> {
+        let mut versions = Vec::new();
+        for m in self.store.list(&self.dir)? {
+            let v = m.key[self.dir.len()..]
+                .parse::<u64>()
+                .map_err(|_| MapError::Invalid(format!("{}: not a map version's name", m.key)))?;
+            versions.push(v);
         }
-        map.check()?;
-        Ok(Some(map))
+        versions.sort_unstable();
+        Ok(versions)
     }
 
     /// Version `version`, if it was published.
     pub fn get(&self, version: u64) -> Result<Option<ShardMap>, MapError> {
+        Ok(self.read(version)?.map(|(map, _)| map))
+    }
+
+    /// Version `version` and when it was published, if it was.
+    fn read(&self, version: u64) -> Result<Option<(ShardMap, Option<u64>)>, MapError> {
         let key = self.key(version);
         let bytes = match self.store.get(&key) {
             Ok(b) => b,
             Err(StoreError::NotFound(_)) => return Ok(None),
             Err(e) => return Err(e.into()),
         };
-        let map: ShardMap =
-            serde_json::from_slice(&bytes).map_err(|e| MapError::Invalid(format!("{key}: {e}")))?;
+        let invalid = |e: serde_json::Error| MapError::Invalid(format!("{key}: {e}"));
+        let mut stored: serde_json::Value = serde_json::from_slice(&bytes).map_err(invalid)?;
+        let published = stored.as_object_mut().and_then(|o| o.remove(PUBLISHED_US));
+        let published = published.and_then(|p| p.as_u64());
+        let map: ShardMap = serde_json::from_value(stored).map_err(invalid)?;
         if map.version != version {
             return Err(MapError::Invalid(format!("{key} holds version {}", map.version)));
         }
         map.check()?;
-        Ok(Some(map))
+        Ok(Some((map, published)))
+    }
+
+    /// The map at `t` (microseconds since the Unix epoch): the newest
+    /// version published at or before it, by its publisher's clock (a
+    /// version written without its time counts as published before every
+    /// version with one). `None` if none was published by then.
+    pub fn as_of(&self, t: u64) -> Result<Option<ShardMap>, MapError> {
+        for v in self.versions()?.into_iter().rev() {
+            match self.read(v)? {
+                Some((map, published)) if published.is_none_or(|p| p <= t) => return Ok(Some(map)),
+                _ => {}
+            }
+        }
+        Ok(None)
     }
 
     /// Make `change` on the newest version and publish the result, read
@@ -326,7 +362,14 @@ impl MapStore {
         if next.version != newest + 1 {
             return Err(MapError::NotNext { wanted: next.version, newest });
         }
-        let body = serde_json::to_vec_pretty(next).expect("a map serializes");
+        let published_us = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as u64);
+        let mut stored = serde_json::to_value(next).expect("a map serializes");
+        if let Some(o) = stored.as_object_mut() {
+            o.insert(PUBLISHED_US.into(), published_us.into());
+        }
+        let body = serde_json::to_vec_pretty(&stored).expect("a map serializes");
         match self.store.put_if_absent(&self.key(next.version), Bytes::from(body)) {
             Ok(_) => Ok(()),
             Err(StoreError::AlreadyExists(_)) => Err(MapError::Lost(next.version)),

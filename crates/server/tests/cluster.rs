@@ -44,6 +44,8 @@ pub(crate) struct Fixture {
     every: Duration,
     /// How long a frozen range waits for its silent mover.
     pub(crate) move_timeout: Duration,
+    /// The shards' retention window (none: they keep none).
+    pub(crate) retention: Option<Duration>,
 }
 
 /// Three shards; the accounts split 4/4/4 among them. They collect and
@@ -59,6 +61,15 @@ fn place((i, (addr, log)): (u32, (&SocketAddr, &String))) -> (u32, ShardInfo) {
 
 /// Three shards collecting every `every`; a mover silent for `move_timeout` is aborted.
 pub(crate) async fn three_shards_with(every: Duration, move_timeout: Duration) -> Fixture {
+    three_shards_keeping(every, move_timeout, None).await
+}
+
+/// [`three_shards_with`], each shard keeping a retention window.
+pub(crate) async fn three_shards_keeping(
+    every: Duration,
+    move_timeout: Duration,
+    retention: Option<Duration>,
+) -> Fixture {
     let dir = tempfile::tempdir().expect("tempdir");
     let map_url = format!("file://{}/map", dir.path().display());
     let addrs: Vec<SocketAddr> = (0..3).map(|_| free_addr()).collect();
@@ -78,8 +89,9 @@ pub(crate) async fn three_shards_with(every: Duration, move_timeout: Duration) -
         split_load: None,
     };
     maps.publish(&map).expect("publish");
+    let servers = Vec::new();
     let mut f =
-        Fixture { _dir: dir, map_url, data, addrs, servers: Vec::new(), every, move_timeout };
+        Fixture { _dir: dir, map_url, data, addrs, servers, every, move_timeout, retention };
     for i in 0..3 {
         let s = start_shard(&f, i).await;
         f.servers.push(Some(s));
@@ -88,7 +100,8 @@ pub(crate) async fn three_shards_with(every: Duration, move_timeout: Duration) -
 }
 
 pub(crate) async fn start_shard(f: &Fixture, i: u32) -> (Server, AsyncDatabase) {
-    let db = AsyncDatabase::open(Options::new().store(&f.data[i as usize])).await.expect("open");
+    let options = Options::new().store(&f.data[i as usize]).retention(f.retention);
+    let db = AsyncDatabase::open(options).await.expect("open");
     let mut o = ServerOptions::new(f.addrs[i as usize]);
     let mut shard = ShardOptions::new(i, f.map_url.clone());
     shard.termination_timeout = Duration::from_millis(300);

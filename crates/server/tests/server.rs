@@ -23,6 +23,7 @@ mod cluster_batches;
 mod cluster_clients;
 mod cluster_freeze;
 mod cluster_loads;
+mod cluster_past;
 mod cluster_standby;
 mod cluster_stream;
 mod common;

@@ -16,10 +16,13 @@
 //!   database written to empty stores as a new one.
 //! - [`backup`]: the window's objects copied to other stores, incrementally;
 //!   and their check.
+//! - [`changes`]: the log's committed changes between two points, row
+//!   by row, for readers outside the engine (a cluster's past).
 //! - [`clone`]: a new database that starts from the parent's objects at a
 //!   point, without copying them.
 
 pub mod backup;
+pub mod changes;
 pub mod clone;
 mod collect;
 pub mod leases;

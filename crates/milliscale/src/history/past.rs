@@ -189,6 +189,19 @@ pub(crate) fn choose(
         )));
     }
     let base = h.base_for(n).cloned().expect("the oldest base reaches n");
+    let (ended, live) = logs_after(&h, m, &base, n);
+    Ok(Choice { n, time, oldest, base, ended, live })
+}
+
+/// The logs that hold the commits from `base` up to `n`: each ended
+/// epoch's log from the base's epoch on (the base's own from its
+/// starts), and the live one if it begins at or below `n`.
+pub(crate) fn logs_after(
+    h: &History,
+    m: &Manifest,
+    base: &super::Base,
+    n: Csn,
+) -> (Vec<SealedLog>, Option<(crate::manifest::LogRef, Csn)>) {
     let mut ended = Vec::new();
     for s in h.ended.iter().filter(|s| s.log.epoch >= base.epoch && s.log.base_csn <= n) {
         let mut seal: SealedLog = s.clone();
@@ -209,7 +222,7 @@ pub(crate) fn choose(
         };
         (log, from)
     });
-    Ok(Choice { n, time, oldest, base, ended, live })
+    (ended, live)
 }
 
 fn window(oldest: (Csn, u64)) -> String {
@@ -232,12 +245,29 @@ pub(crate) fn plan(
     deadline: Duration,
 ) -> Result<PastPlan> {
     let started = Instant::now();
+    let (m, choice, lease) =
+        hold(stores, needed, deadline, at, |m| choose(stores, m, at, deadline))?;
+    read(stores, needed, &m, at, choice, lease, threads, deadline, started)
+}
+
+/// Steps 1 to 3: read the manifest, `choose` what to read from it, and
+/// register the choice, choosing again (up to three times) if the window
+/// moved past it meanwhile. The manifest the choice was made from, the
+/// choice, and the registration's lease (none when the stores refuse
+/// this reader's writes: then it reads unregistered, and says so).
+pub(crate) fn hold(
+    stores: &[(String, Arc<dyn ObjectStore>)],
+    needed: usize,
+    deadline: Duration,
+    at: At,
+    choose: impl Fn(&Manifest) -> Result<Choice>,
+) -> Result<(Manifest, Choice, Option<super::leases::Lease>)> {
     let ms = crate::manifest::ManifestStore::new(stores.to_vec(), needed, deadline);
     let names = || stores.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ");
     let mut m = ms.read_latest()?.ok_or_else(|| Error::NoDatabase(names()))?;
     let mut tries = 0;
-    let (choice, lease) = loop {
-        let choice = choose(stores, &m, at, deadline)?;
+    loop {
+        let choice = choose(&m)?;
         let held = match super::collect::hold(stores, needed, deadline, choice.registration()) {
             Ok(h) => h.map(|(lease, _)| Some(lease)),
             // A store this reader may not write (read-only credentials):
@@ -252,7 +282,7 @@ pub(crate) fn plan(
             Err(e) => return Err(e),
         };
         match held {
-            Some(lease) => break (choice, lease),
+            Some(lease) => return Ok((m, choice, lease)),
             None if tries < 3 => {
                 tries += 1;
                 m = ms.read_latest()?.ok_or_else(|| Error::NoDatabase(names()))?;
@@ -263,8 +293,41 @@ pub(crate) fn plan(
                 )));
             }
         }
-    };
-    read(stores, needed, &m, at, choice, lease, threads, deadline, started)
+    }
+}
+
+/// Scan the logs `choice` names, and plan each: the plans in order, and
+/// the newest point the window reaches (every CSN at or below it is in
+/// the logs). Counts what it read in `report`.
+pub(crate) fn scan_logs(
+    stores: &[(String, Arc<dyn ObjectStore>)],
+    needed: usize,
+    m: &Manifest,
+    choice: &Choice,
+    threads: usize,
+    deadline: Duration,
+    report: &mut PastReport,
+) -> Result<(Vec<ReplayPlan>, Csn)> {
+    let mut plans = Vec::new();
+    for seal in &choice.ended {
+        let scan = recovery::scan_sealed(stores, needed, seal, threads, deadline)?;
+        report.log_objects += scan.objects;
+        report.log_bytes += scan.bytes;
+        plans.push(recovery::plan_sealed(scan, seal)?);
+    }
+    let mut newest = history_of(m).ended.last().map_or(0, |s| s.max_csn);
+    if let Some((log, from)) = &choice.live {
+        let scan = recovery::scan_stores(stores, needed, log, *from, threads, deadline)?;
+        report.log_objects += scan.objects;
+        report.log_bytes += scan.bytes;
+        let plan = recovery::plan_replay_owned(scan)?;
+        // Every CSN below the prefix is in the log: the newest point.
+        newest = newest.max(plan.prefix.saturating_sub(1));
+        plans.push(plan);
+    }
+    report.newest = newest;
+    report.logs = plans.len();
+    Ok((plans, newest))
 }
 
 /// Step 4: read what `choice` names, under `lease`.
@@ -280,40 +343,22 @@ fn read(
     deadline: Duration,
     started: Instant,
 ) -> Result<PastPlan> {
-    let Choice { n, time, oldest, base, ended, live } = choice;
     let mut report = PastReport {
         at: Some(at),
-        csn: n,
-        time,
-        base_csn: base.csn,
-        oldest,
+        csn: choice.n,
+        time: choice.time,
+        base_csn: choice.base.csn,
+        oldest: choice.oldest,
         ..PastReport::default()
     };
-    let mut plans = Vec::new();
-    for seal in &ended {
-        let scan = recovery::scan_sealed(stores, needed, seal, threads, deadline)?;
-        report.log_objects += scan.objects;
-        report.log_bytes += scan.bytes;
-        plans.push(recovery::plan_sealed(scan, seal)?);
-    }
-    let mut newest = history_of(m).ended.last().map_or(0, |s| s.max_csn);
-    if let Some((log, from)) = &live {
-        let scan = recovery::scan_stores(stores, needed, log, *from, threads, deadline)?;
-        report.log_objects += scan.objects;
-        report.log_bytes += scan.bytes;
-        let plan = recovery::plan_replay_owned(scan)?;
-        // Every CSN below the prefix is in the log: the newest point.
-        newest = newest.max(plan.prefix.saturating_sub(1));
-        plans.push(plan);
-    }
-    report.newest = newest;
+    let (plans, newest) = scan_logs(stores, needed, m, &choice, threads, deadline, &mut report)?;
+    let (n, oldest, base) = (choice.n, choice.oldest, choice.base);
     if n > newest {
         return Err(Error::InvalidArgument(format!(
             "{at} (CSN {n}) is past the newest durable point, CSN {newest}: {}",
             window(oldest)
         )));
     }
-    report.logs = plans.len();
     let mut plan = ReplayPlan { prefix: n + 1, max_csn: n, ..ReplayPlan::default() };
     for p in plans {
         plan.replay.extend(p.replay.into_iter().filter(|e| e.csn() <= n));

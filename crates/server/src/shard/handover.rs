@@ -48,6 +48,7 @@ impl Shard {
             n => n.min(EXPORT_ROWS_MAX),
         };
         let now = Instant::now();
+        let mut served = false;
         let ranges = {
             let mut st = self.lock();
             match st.frozen.iter_mut().find(|f| f.start == start && f.end == end) {
@@ -70,15 +71,38 @@ impl Shard {
                         ));
                     }
                     st.copies.insert((start.clone(), end.clone()), now);
+                    served = true;
                 }
             }
             st.p.versions_mut().table_ranges(&start, &end)
         };
         let tables = self.table_names();
         let mut tx = self.tables.db.begin().map_err(|e| engine(&e))?;
-        if !r.keys.is_empty() {
-            return self.export_keys(&mut tx, r.keys, ranges, tables);
+        let page = if r.keys.is_empty() {
+            self.export_page(&mut tx, after, limit, ranges, tables)
+        } else {
+            self.export_keys(&mut tx, r.keys, ranges, tables)
+        }?;
+        if served {
+            // A lone commit is visible before it is durable: answer the
+            // page only once what it read is, so that the new owner never
+            // holds a version a crash here takes back (a cluster's past
+            // reads every version a shard's log holds).
+            let csn = self.lock().last_csn;
+            self.barrier(csn).await?;
         }
+        Ok(page)
+    }
+
+    /// Up to `limit` rows of `ranges` after the cluster key `after`.
+    fn export_page(
+        &self,
+        tx: &mut milliscale::AsyncTransaction,
+        after: Vec<u8>,
+        limit: usize,
+        ranges: Vec<(milliscale::Table, Bound<Key>, Bound<Key>)>,
+        tables: Vec<String>,
+    ) -> Result<proto::ShardExportResponse, Status> {
         let after = split_cluster_key(&after);
         let mut rows = Vec::new();
         for (table, lo, hi) in ranges {

@@ -29,6 +29,7 @@ mod execute;
 mod handover;
 mod incoming;
 mod moves;
+pub mod past;
 mod peers;
 mod reads;
 pub mod rebalance;

@@ -48,16 +48,16 @@ pub const NAMES: &str = "_milana.tables";
 /// value limit (`milliscale::limits::VALUE_BYTES_MAX`, 256 KiB).
 pub const CHUNK_BYTES: usize = 192 << 10;
 
-const LEASE_KEY: &[u8] = b"lease";
+pub(crate) const LEASE_KEY: &[u8] = b"lease";
 /// The layout of the rows this shard wrote: [`LAYOUT`].
-const LAYOUT_KEY: &[u8] = b"layout";
+pub(crate) const LAYOUT_KEY: &[u8] = b"layout";
 /// The rows' layout: 3, each cluster table's rows in an engine table of
 /// its name, each key's newest version under the key (record 0008).
 /// Layout 1 (before it had a number) kept one row per version under a
 /// versioned key in `_milana.rows`, layout 2 each key's newest version
 /// there; a shard refuses to open either.
-const LAYOUT: u64 = 3;
-const FORGOTTEN_KEY: &[u8] = b"forgotten";
+pub(crate) const LAYOUT: u64 = 3;
+pub(crate) const FORGOTTEN_KEY: &[u8] = b"forgotten";
 
 /// The engine tables of one shard.
 pub struct Tables {
@@ -85,6 +85,35 @@ fn u64_of(row: Option<Vec<u8>>, what: &str) -> milliscale::Result<u64> {
     }
 }
 
+/// The transaction table's rows, from its engine rows in key order: a
+/// transaction's key, then its row's other pieces (its key and a piece
+/// number), if it has any.
+pub fn txn_rows(
+    rows: impl IntoIterator<Item = milliscale::Result<(Vec<u8>, Vec<u8>)>>,
+) -> milliscale::Result<BTreeMap<TxnId, TxnRow>> {
+    let mut pieces: Vec<(TxnId, Vec<u8>)> = Vec::new();
+    for row in rows {
+        let (k, v) = row?;
+        let txn = txn_of(&k[..k.len().min(12)])?;
+        match (k.len(), pieces.last_mut()) {
+            (12, _) => pieces.push((txn, v)),
+            (16, Some((last, row))) if *last == txn => row.extend_from_slice(&v),
+            _ => {
+                return Err(milliscale::Error::Corrupt(format!(
+                    "{TXNS}: a piece of {txn:?}'s row without its first"
+                )));
+            }
+        }
+    }
+    let mut txns = BTreeMap::new();
+    for (txn, v) in pieces {
+        let row = decode_row(&v)
+            .map_err(|e| milliscale::Error::Corrupt(format!("{TXNS} row {txn:?}: {e}")))?;
+        txns.insert(txn, row);
+    }
+    Ok(txns)
+}
+
 impl Tables {
     /// Open (creating what is missing) and read back the shard's tables.
     pub async fn load(
@@ -100,28 +129,8 @@ impl Tables {
             db,
         };
         let mut tx = tables.db.begin()?;
-        // Rows in key order: a transaction's key, then its row's other
-        // pieces (its key and a piece number), if it has any.
-        let mut pieces: Vec<(TxnId, Vec<u8>)> = Vec::new();
-        for row in tx.range(&tables.txns, Bound::Unbounded, Bound::Unbounded, Direction::Forward) {
-            let (k, v) = row?;
-            let txn = txn_of(&k[..k.len().min(12)])?;
-            match (k.len(), pieces.last_mut()) {
-                (12, _) => pieces.push((txn, v)),
-                (16, Some((last, row))) if *last == txn => row.extend_from_slice(&v),
-                _ => {
-                    return Err(milliscale::Error::Corrupt(format!(
-                        "{TXNS}: a piece of {txn:?}'s row without its first"
-                    )));
-                }
-            }
-        }
-        let mut txns = BTreeMap::new();
-        for (txn, v) in pieces {
-            let row = decode_row(&v)
-                .map_err(|e| milliscale::Error::Corrupt(format!("{TXNS} row {txn:?}: {e}")))?;
-            txns.insert(txn, row);
-        }
+        let rows = tx.range(&tables.txns, Bound::Unbounded, Bound::Unbounded, Direction::Forward);
+        let txns = txn_rows(rows)?;
         let lease = u64_of(tx.get(&tables.meta, LEASE_KEY)?, "lease")?;
         let forgotten = u64_of(tx.get(&tables.meta, FORGOTTEN_KEY)?, "forgotten")?;
         let layout = u64_of(tx.get(&tables.meta, LAYOUT_KEY)?, "layout")?;
