@@ -54,6 +54,13 @@ pub(crate) enum ClusterCmd {
     /// old owner deletes the range's rows and lifts its freeze (it does so
     /// by itself once it reads the map; this makes it happen now).
     Release(crate::cluster_move::ReleaseArgs),
+    /// The cluster at a commit timestamp or time, read from its shards'
+    /// logs on the object store alone (each shard keeping a retention
+    /// window), written as a new cluster: an empty store per shard and a
+    /// new map. Every transaction with a commit timestamp at or below the
+    /// point that committed is in it, and none above; a transaction across
+    /// shards is whole or absent; the ranges are the map's at the point.
+    Restore(crate::cluster_time::ClusterRestoreArgs),
     /// Switch the rebalancer on or off. On, the shard holding the map's
     /// lease splits a range past `--split-rows` rows at its middle key,
     /// and moves ranges from the fullest shard to the emptiest until they
@@ -239,6 +246,7 @@ pub(crate) fn cluster(cmd: ClusterCmd) -> Result<(), Failure> {
             Ok(())
         }
         ClusterCmd::Move(a) => crate::cluster_move::move_range(a),
+        ClusterCmd::Restore(a) => crate::cluster_time::restore(a),
         ClusterCmd::Release(a) => crate::cluster_move::release(a),
         ClusterCmd::Show(a) => {
             let map = a.open()?.latest().map_err(|e| e.to_string())?;

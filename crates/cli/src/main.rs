@@ -13,6 +13,7 @@ mod args;
 mod bench;
 mod cluster;
 mod cluster_move;
+mod cluster_time;
 mod emulator;
 mod history;
 mod huge_pages;

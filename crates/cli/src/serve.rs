@@ -120,6 +120,12 @@ pub(crate) struct ClusterServeArgs {
     /// (PEM): calls to them use TLS.
     #[arg(long, value_name = "FILE", requires = "cluster")]
     peer_tls_ca: Option<PathBuf>,
+    /// Serve reads only: a transaction or batch that writes, a table
+    /// created or dropped, and a range moved here are refused. For a
+    /// cluster restored at a point of its past (`cluster restore --at`),
+    /// to be looked at as it was.
+    #[arg(long, requires = "cluster")]
+    read_only: bool,
 }
 
 fn read(path: &PathBuf, what: &str) -> Result<Vec<u8>, Failure> {
@@ -157,6 +163,7 @@ fn server_options(a: &ServeArgs, listen: SocketAddr) -> Result<ServerOptions, Fa
         s.move_timeout = Duration::from_millis(a.cluster.move_timeout_ms.max(1));
         s.rebalance_every = Duration::from_millis(a.cluster.rebalance_every_ms.max(1));
         s.peer_token.clone_from(&a.cluster.peer_token);
+        s.read_only = a.cluster.read_only;
         if let Some(ca) = &a.cluster.peer_tls_ca {
             s.peer_tls_ca = Some(read(ca, "--peer-tls-ca")?);
         }

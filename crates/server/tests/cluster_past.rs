@@ -7,7 +7,7 @@
 //! prefix of the list's final value. Then the cluster at one T is written
 //! to new stores, served by three new shards, read and written.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -257,30 +257,45 @@ async fn serve_restored(p: &ClusterPast) {
     MapStore::new(milliscale::store::open(&map_url).expect("map"), "")
         .publish(&map)
         .expect("publish");
-    let mut servers = Vec::new();
-    for i in 0..3u32 {
-        let db =
-            AsyncDatabase::open(Options::new().store(&map.shards[&i].log)).await.expect("open");
-        let mut o = ServerOptions::new(addrs[i as usize]);
-        o.cluster = Some(ShardOptions::new(i, map_url.clone()));
-        servers.push(Server::start(Backend::Writer(db), o, None).await.expect("a shard"));
-    }
-    let c2 = Cluster::connect(addrs[0].to_string()).await.expect("connect");
+    // Read-only first: every row reads back, a write is refused.
     let rows = rows_of(p);
-    let mut tx = c2.begin();
-    for (k, (_, v)) in &rows {
-        let (_, key) = milliscale_milana::types::split_cluster_key(k).expect("a key");
-        assert_eq!(tx.get(TABLE, key).await.expect("read").as_deref(), Some(&v[..]), "{k:?}");
-    }
-    tx.commit().await.expect("a read-only commit");
-    transfer(&c2, 0, 11, 5).await.expect("the restored cluster takes writes");
-    let set: BTreeSet<u32> = (0..ACCOUNTS).collect();
-    let mut total = 0;
-    for i in set {
-        total += number(c2.get(TABLE, &account(i)).await.expect("read"));
-    }
-    assert_eq!(total, u64::from(ACCOUNTS) * INITIAL);
-    for s in servers {
-        s.shutdown().await;
+    for read_only in [true, false] {
+        let mut servers = Vec::new();
+        for i in 0..3u32 {
+            let log = &map.shards[&i].log;
+            let db = AsyncDatabase::open(Options::new().store(log)).await.expect("open");
+            let mut o = ServerOptions::new(addrs[i as usize]);
+            let mut shard = ShardOptions::new(i, map_url.clone());
+            shard.read_only = read_only;
+            o.cluster = Some(shard);
+            servers.push((
+                Server::start(Backend::Writer(db.clone()), o, None).await.expect("a shard"),
+                db,
+            ));
+        }
+        let c2 = Cluster::connect(addrs[0].to_string()).await.expect("connect");
+        let mut tx = c2.begin();
+        for (k, (_, v)) in &rows {
+            let (_, key) = milliscale_milana::types::split_cluster_key(k).expect("a key");
+            assert_eq!(tx.get(TABLE, key).await.expect("read").as_deref(), Some(&v[..]), "{k:?}");
+        }
+        tx.commit().await.expect("a read-only commit");
+        let moved = transfer(&c2, 0, 11, 5).await;
+        if read_only {
+            let e = moved.expect_err("a read-only cluster refuses writes");
+            assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e}");
+        } else {
+            moved.expect("the restored cluster takes writes");
+        }
+        let mut total = 0;
+        for i in 0..ACCOUNTS {
+            total += number(c2.get(TABLE, &account(i)).await.expect("read"));
+        }
+        assert_eq!(total, u64::from(ACCOUNTS) * INITIAL);
+        drop(c2);
+        for (s, db) in servers {
+            s.shutdown().await;
+            db.close().await.expect("close");
+        }
     }
 }

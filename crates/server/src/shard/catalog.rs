@@ -17,6 +17,9 @@ use crate::errors::{engine, refuse};
 impl Shard {
     /// Add a cluster table's name here (every shard gets the call).
     pub async fn create_table(&self, name: &str) -> Result<(), Status> {
+        if self.opts.read_only {
+            return Err(super::read_only_refusal());
+        }
         table_name_ok(name).map_err(refuse::invalid)?;
         {
             let st = self.lock();
@@ -55,6 +58,9 @@ impl Shard {
     /// decisions up to twice the termination timeout, then refuses,
     /// retryably.
     pub async fn drop_table(&self, name: &str) -> Result<(), Status> {
+        if self.opts.read_only {
+            return Err(super::read_only_refusal());
+        }
         let deadline = Instant::now() + 2 * self.opts.termination_timeout;
         loop {
             let decided = self.decided.notified();

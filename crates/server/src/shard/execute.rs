@@ -166,6 +166,9 @@ impl Shard {
         let version = ts_from(r.version);
         let ops = self.ops_of(r.operations, &r.table)?;
         let writes = ops.iter().any(|o| !matches!(o, Op::Get(_) | Op::Scan { .. }));
+        if writes && self.opts.read_only {
+            return Err(super::read_only_refusal());
+        }
         if writes && version.ts <= r.at {
             return Err(refuse::invalid("a batch's version must be above its read timestamp"));
         }

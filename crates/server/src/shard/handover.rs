@@ -173,6 +173,9 @@ impl Shard {
         &self,
         r: proto::ShardImportRequest,
     ) -> Result<proto::ShardImportResponse, Status> {
+        if self.opts.read_only {
+            return Err(super::read_only_refusal());
+        }
         let (start, end) = (r.start.to_vec(), r.end.to_vec());
         let keys = r.rows.iter().map(|row| &row.key).chain(&r.deleted);
         if keys.into_iter().any(|k| !in_range(k, &start, &end)) {

@@ -95,6 +95,20 @@ pub struct ShardOptions {
     /// The certificate authority the other shards' TLS certificates are
     /// signed by (PEM); none: plaintext.
     pub peer_tls_ca: Option<Vec<u8>>,
+    /// Serve reads only: a prepare or batch that writes, a table created
+    /// or dropped, and a range moved here are refused (a cluster restored
+    /// at a point of its past, to be looked at: `serve --cluster
+    /// --read-only`). The shard still writes its own records (read
+    /// leases, the decisions of read-only transactions).
+    pub read_only: bool,
+}
+
+/// The refusal of a write by a read-only shard.
+pub(crate) fn read_only_refusal() -> Status {
+    Status::failed_precondition(
+        "this shard serves reads only (serve --cluster --read-only): a cluster at a point of \
+         its past is looked at, not written; restore it without --read-only to write",
+    )
 }
 
 impl std::fmt::Debug for ShardOptions {
@@ -124,6 +138,7 @@ impl ShardOptions {
             rebalance_every: Duration::from_secs(1),
             peer_token: None,
             peer_tls_ca: None,
+            read_only: false,
         }
     }
 }
@@ -349,6 +364,9 @@ impl Shard {
         self: &Arc<Self>,
         req: proto::ShardPrepareRequest,
     ) -> Result<proto::ShardPrepareResponse, Status> {
+        if self.opts.read_only && !req.writes.is_empty() {
+            return Err(read_only_refusal());
+        }
         let voted = 'voted: {
             let mut st = self.lock();
             let txn = txn_from(req.txn)?;

@@ -163,6 +163,9 @@ impl Shard {
         self: &Arc<Self>,
         r: proto::ShardFreezeRequest,
     ) -> Result<proto::ShardFreezeResponse, Status> {
+        if self.opts.read_only {
+            return Err(super::read_only_refusal());
+        }
         let f = Frozen {
             start: r.start.to_vec(),
             end: r.end.to_vec(),
