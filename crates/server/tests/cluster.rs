@@ -46,6 +46,8 @@ pub(crate) struct Fixture {
     pub(crate) move_timeout: Duration,
     /// The shards' retention window (none: they keep none).
     pub(crate) retention: Option<Duration>,
+    /// How long a prepared transaction waits before its shard asks.
+    pub(crate) termination: Duration,
 }
 
 /// Three shards; the accounts split 4/4/4 among them. They collect and
@@ -61,7 +63,7 @@ fn place((i, (addr, log)): (u32, (&SocketAddr, &String))) -> (u32, ShardInfo) {
 
 /// Three shards collecting every `every`; a mover silent for `move_timeout` is aborted.
 pub(crate) async fn three_shards_with(every: Duration, move_timeout: Duration) -> Fixture {
-    three_shards_keeping(every, move_timeout, None).await
+    three_shards_keeping(every, move_timeout, None, Duration::from_millis(300)).await
 }
 
 /// [`three_shards_with`], each shard keeping a retention window.
@@ -69,6 +71,7 @@ pub(crate) async fn three_shards_keeping(
     every: Duration,
     move_timeout: Duration,
     retention: Option<Duration>,
+    termination: Duration,
 ) -> Fixture {
     let dir = tempfile::tempdir().expect("tempdir");
     let map_url = format!("file://{}/map", dir.path().display());
@@ -90,8 +93,17 @@ pub(crate) async fn three_shards_keeping(
     };
     maps.publish(&map).expect("publish");
     let servers = Vec::new();
-    let mut f =
-        Fixture { _dir: dir, map_url, data, addrs, servers, every, move_timeout, retention };
+    let mut f = Fixture {
+        _dir: dir,
+        map_url,
+        data,
+        addrs,
+        servers,
+        every,
+        move_timeout,
+        retention,
+        termination,
+    };
     for i in 0..3 {
         let s = start_shard(&f, i).await;
         f.servers.push(Some(s));
@@ -104,7 +116,7 @@ pub(crate) async fn start_shard(f: &Fixture, i: u32) -> (Server, AsyncDatabase) 
     let db = AsyncDatabase::open(options).await.expect("open");
     let mut o = ServerOptions::new(f.addrs[i as usize]);
     let mut shard = ShardOptions::new(i, f.map_url.clone());
-    shard.termination_timeout = Duration::from_millis(300);
+    shard.termination_timeout = f.termination;
     shard.collect_every = f.every;
     shard.move_timeout = f.move_timeout;
     o.cluster = Some(shard);

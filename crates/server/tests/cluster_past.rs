@@ -14,7 +14,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use milliscale::{AsyncDatabase, Options};
-use milliscale_client::Cluster;
+use milliscale_client::handover::{self, MovePlan};
+use milliscale_client::{Client, Cluster};
 use milliscale_milana::shard_map::{MapStore, ShardInfo, ShardMap};
 use milliscale_milana::types::{CommitTs, cluster_key};
 use milliscale_milana::versions::split_row;
@@ -23,7 +24,8 @@ use milliscale_server::shard::past::{ClusterPast, cluster_at, write_shard};
 use milliscale_server::{Backend, Server, ServerOptions};
 use rand::{Rng, SeedableRng};
 
-use crate::cluster::{TABLE, account, free_addr, now_us, three_shards_keeping};
+use crate::cluster::{TABLE, account, free_addr, now_us, prepare, raw, three_shards_keeping};
+use milliscale_proto::v1 as proto;
 
 const ACCOUNTS: u32 = 12;
 const INITIAL: u64 = 100;
@@ -102,7 +104,6 @@ fn rows_of(p: &ClusterPast) -> BTreeMap<Vec<u8>, (CommitTs, Vec<u8>)> {
 /// Check the past at `t` against the journal and the lists' final values.
 fn check(t: u64, p: &ClusterPast, journal: &[Acked], finals: &[Vec<u8>]) {
     let rows = rows_of(p);
-    assert_eq!(p.map.version, 1);
     // Every key: the newest journaled write at or below t, or a newer
     // write at or below t whose acknowledgment was lost (none here: the
     // journal has every commit that returned).
@@ -156,6 +157,7 @@ async fn the_cluster_at_a_timestamp_holds_every_commit_below_it_and_none_above()
         Duration::from_millis(200),
         Duration::from_secs(30),
         Some(Duration::from_secs(3600)),
+        Duration::from_millis(300),
     )
     .await;
     let c = Cluster::connect(f.addrs[0].to_string()).await.expect("connect");
@@ -190,7 +192,24 @@ async fn the_cluster_at_a_timestamp_holds_every_commit_below_it_and_none_above()
             }
         }));
     }
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // The middle range (its two accounts... a04-a07, and two lists) moves
+    // to shard 2 and back to shard 1 while they run: when each map
+    // version was published lies between the two instants kept.
+    let maps = MapStore::new(milliscale::store::open(&f.map_url).expect("map store"), "");
+    let mut moves = Vec::new();
+    for to in [2, 1] {
+        tokio::time::sleep(Duration::from_millis(1300)).await;
+        let map = maps.latest().expect("the map").expect("a map");
+        let plan = MovePlan::new(map.clone(), 1, to).expect("a move");
+        let addr = |s: u32| map.shards[&s].addr.clone();
+        let src = Client::connect(addr(plan.from)).await.expect("connect");
+        let dst = Client::connect(addr(to)).await.expect("connect");
+        let before = now_us();
+        let publish = async |next: ShardMap| maps.publish(&next);
+        let moved = handover::move_range(&plan, &src, &dst, publish, |_| {}).await.expect("a move");
+        moves.push((before, now_us(), moved.map_version));
+    }
+    tokio::time::sleep(Duration::from_millis(1300)).await;
     stop.store(true, Ordering::Relaxed);
     for t in tasks {
         t.await.expect("a worker");
@@ -204,7 +223,6 @@ async fn the_cluster_at_a_timestamp_holds_every_commit_below_it_and_none_above()
     }
     // Let the shards forget past the run, so that most points settle.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let maps = MapStore::new(milliscale::store::open(&f.map_url).expect("map store"), "");
     let options = |_, url: &str| Ok(Options::new().store(url));
     let mut rng = rand::rngs::StdRng::seed_from_u64(started);
     let mut ts: Vec<u64> = (0..points).map(|_| rng.random_range(started..ended)).collect();
@@ -217,6 +235,11 @@ async fn the_cluster_at_a_timestamp_holds_every_commit_below_it_and_none_above()
         let p = tokio::task::block_in_place(|| cluster_at(&maps, t, options, |_| {}))
             .unwrap_or_else(|e| panic!("the cluster at {t}: {e}"));
         check(t, &p, &journal, &finals);
+        // The map as of t: each move's version once published.
+        let published = moves.iter().filter(|(_, after, _)| *after < t).map(|m| m.2).max();
+        let maybe = moves.iter().filter(|(before, _, _)| *before <= t).map(|m| m.2).max();
+        let (low, high) = (published.unwrap_or(1), maybe.unwrap_or(1));
+        assert!((low..=high).contains(&p.map.version), "at {t}: map version {}", p.map.version);
         settled += p.reports.iter().filter(|r| r.settled).count();
         last = Some(p);
     }
@@ -296,6 +319,77 @@ async fn serve_restored(p: &ClusterPast) {
         for (s, db) in servers {
             s.shutdown().await;
             db.close().await.expect("close");
+        }
+    }
+}
+
+/// A prepare of `txn` (client `client`) writing `value` to `key` at
+/// version `ts`, among `parts`.
+fn prepare_at(client: u32, ts: u64, key: u32, parts: Vec<u32>) -> proto::ShardPrepareRequest {
+    let mut p = prepare(client, 1, account(key), parts);
+    p.version = Some(proto::CommitTs { ts, client });
+    p
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn where_the_logs_end_before_settling_the_termination_rule_decides() {
+    // No background rounds and no termination: no shard forgets (so no
+    // log settles) and none asks about a prepared transaction.
+    let mut f = three_shards_keeping(
+        Duration::from_secs(3600),
+        Duration::from_secs(30),
+        Some(Duration::from_secs(3600)),
+        Duration::from_secs(3600),
+    )
+    .await;
+    let c = Cluster::connect(f.addrs[0].to_string()).await.expect("connect");
+    c.create_table(TABLE).await.expect("create");
+    let mut journal = Vec::new();
+    for n in 0..20u32 {
+        journal.push(transfer(&c, n % ACCOUNTS, (n * 5 + 1) % ACCOUNTS, 3).await.expect("a move"));
+    }
+    // Transaction 900 prepared on both its shards (0 and 1): committed
+    // by the rule. Transaction 901 prepared on shard 0 only, of shards 0
+    // and 2: aborted. Neither is ever decided by its coordinator.
+    let ts = now_us();
+    let (mut s0, mut s1) = (raw(f.addrs[0]).await, raw(f.addrs[1]).await);
+    for (s, key) in [(&mut s0, 1), (&mut s1, 5)] {
+        let v = s.shard_prepare(prepare_at(900, ts, key, vec![0, 1])).await.expect("a vote");
+        assert!(v.into_inner().yes);
+    }
+    let v = s0.shard_prepare(prepare_at(901, ts + 1, 2, vec![0, 2])).await.expect("a vote");
+    assert!(v.into_inner().yes);
+    let t = now_us();
+    // The shards stop with both transactions prepared.
+    for s in &mut f.servers {
+        let (server, db) = s.take().expect("a shard");
+        server.shutdown().await;
+        db.close().await.expect("close");
+    }
+    let maps = MapStore::new(milliscale::store::open(&f.map_url).expect("map store"), "");
+    let options = |_, url: &str| Ok(Options::new().store(url));
+    let p =
+        tokio::task::block_in_place(|| cluster_at(&maps, t, options, |_| {})).expect("the past");
+    assert!(p.reports.iter().all(|r| !r.settled), "{:?}", p.reports);
+    assert_eq!(p.resolved, (1, 1), "one committed by the rule, one aborted");
+    let rows = rows_of(&p);
+    for key in [1, 5] {
+        let (v, value) = &rows[&cluster_key(TABLE, &account(key))];
+        assert_eq!((v.ts, v.client, &value[..]), (ts, 900, &b"7"[..]), "a{key:02}");
+    }
+    let (v, _) = &rows[&cluster_key(TABLE, &account(2))];
+    assert_ne!(v.client, 901, "the transaction prepared on one of its two shards is absent");
+    // The rest is the journal's: the bank's total without the rule's
+    // writes (which set two balances to 7) is the journal's at t.
+    let mut expect: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+    for a in &journal {
+        for (k, v) in &a.writes {
+            expect.insert(k.clone(), v.clone());
+        }
+    }
+    for (k, v) in expect {
+        if k != cluster_key(TABLE, &account(1)) && k != cluster_key(TABLE, &account(5)) {
+            assert_eq!(rows[&k].1, v, "{k:?}");
         }
     }
 }

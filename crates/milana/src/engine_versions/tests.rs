@@ -96,7 +96,7 @@ proptest! {
                     ts = ts.max(v.ts);
                     // A version is one transaction's write: its value
                     // follows from it (adopted again, it is the same).
-                    let value = (v.ts % 2 == 0).then(|| vec![v.ts as u8; 9]);
+                    let value = v.ts.is_multiple_of(2).then(|| vec![v.ts as u8; 9]);
                     map.adopt(key, v, value.clone());
                     rows.adopt(key, v, value);
                 }
