@@ -61,6 +61,12 @@ pub(crate) enum ClusterCmd {
     /// point that committed is in it, and none above; a transaction across
     /// shards is whole or absent; the ranges are the map's at the point.
     Restore(crate::cluster_time::ClusterRestoreArgs),
+    /// `restore`, without copying: each shard's database is cloned where
+    /// its log settled the point, with an overlay that puts back the rows
+    /// as they were at the point (design record 0012). Each clone's first
+    /// `serve --cluster` loads its shard's objects; until then the source
+    /// keeps them. Refused if a table of the point was dropped since.
+    Clone(crate::cluster_time::ClusterRestoreArgs),
     /// Switch the rebalancer on or off. On, the shard holding the map's
     /// lease splits a range past `--split-rows` rows at its middle key,
     /// and moves ranges from the fullest shard to the emptiest until they
@@ -246,7 +252,8 @@ pub(crate) fn cluster(cmd: ClusterCmd) -> Result<(), Failure> {
             Ok(())
         }
         ClusterCmd::Move(a) => crate::cluster_move::move_range(a),
-        ClusterCmd::Restore(a) => crate::cluster_time::restore(a),
+        ClusterCmd::Restore(a) => crate::cluster_time::restore(a, false),
+        ClusterCmd::Clone(a) => crate::cluster_time::restore(a, true),
         ClusterCmd::Release(a) => crate::cluster_move::release(a),
         ClusterCmd::Show(a) => {
             let map = a.open()?.latest().map_err(|e| e.to_string())?;

@@ -1,7 +1,8 @@
-//! `milliscale cluster restore`: a cluster's state at a commit timestamp,
-//! read from its shards' logs on the object store alone (design record
-//! 0012, "A cluster's past"), written as a new cluster: a new store per
-//! shard and a new shard map.
+//! `milliscale cluster restore | clone`: a cluster's state at a commit
+//! timestamp, read from its shards' logs on the object store alone
+//! (design record 0012, "A cluster's past"), made a new cluster: a new
+//! store per shard (the rows written there, or a clone of the shard's
+//! database with an overlay) and a new shard map.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, UNIX_EPOCH};
@@ -10,7 +11,7 @@ use clap::Args;
 use milliscale::Options;
 use milliscale_milana::shard_map::{MapStore, ShardInfo, ShardMap};
 use milliscale_milana::types::{ShardId, Timestamp};
-use milliscale_server::shard::past::{ShardPastReport, cluster_at, write_shard};
+use milliscale_server::shard::past::{ShardPastReport, clone_shard, cluster_at, write_shard};
 
 use crate::args::{Failure, MapArgs};
 
@@ -104,7 +105,8 @@ fn line(r: &ShardPastReport) -> String {
     )
 }
 
-pub(crate) fn restore(a: ClusterRestoreArgs) -> Result<(), Failure> {
+/// `cluster restore` (`clone` false) and `cluster clone`.
+pub(crate) fn restore(a: ClusterRestoreArgs, clone: bool) -> Result<(), Failure> {
     let t = parse_ts(&a.at)?;
     let maps = a.map.open()?;
     let to_shards = by_shard("to-shard", &a.to_shards)?;
@@ -166,16 +168,33 @@ pub(crate) fn restore(a: ClusterRestoreArgs) -> Result<(), Failure> {
     for (id, info) in &past.map.shards {
         let url = &to_shards[id];
         let of = past.shards.get(id).map_or(0, BTreeMap::len);
-        bar.set_message(format!("writing shard {id} to {url}: 0 of {of} rows"));
-        let w =
-            write_shard(&Options::new().store(url), std::slice::from_ref(url), &past, *id, |n| {
+        let target = Options::new().store(url);
+        let made = if clone {
+            bar.set_message(format!("cloning shard {id} to {url}"));
+            let source = options_of(*id, &info.log).map_err(Failure::Run)?;
+            clone_shard(&source, &target, &past, *id).map(|r| {
+                if !a.json {
+                    bar.suspend(|| {
+                        eprintln!(
+                            "shard {id}: cloned at its CSN {} ({} requests, {:.2?})",
+                            r.csn, r.requests, r.elapsed
+                        );
+                    });
+                }
+                of
+            })
+        } else {
+            bar.set_message(format!("writing shard {id} to {url}: 0 of {of} rows"));
+            write_shard(&target, std::slice::from_ref(url), &past, *id, |n| {
                 bar.set_message(format!("writing shard {id} to {url}: {n} of {of} rows"));
             })
-            .map_err(|e| {
-                bar.finish_and_clear();
-                Failure::Run(e)
-            })?;
-        written.push((*id, w.rows));
+            .map(|w| w.rows)
+        };
+        let rows = made.map_err(|e| {
+            bar.finish_and_clear();
+            Failure::Run(e)
+        })?;
+        written.push((*id, rows));
         let addr = addrs.get(id).cloned().unwrap_or_else(|| info.addr.clone());
         shards.insert(*id, ShardInfo { addr, log: url.clone() });
     }
@@ -192,24 +211,7 @@ pub(crate) fn restore(a: ClusterRestoreArgs) -> Result<(), Failure> {
         print_json(&past, &written);
         return Ok(());
     }
-    let rows: usize = written.iter().map(|(_, n)| n).sum();
-    println!(
-        "restored the cluster at commit timestamp {t} (its map's version {} then) to {}: {} \
-         shards, {} tables, {rows} rows{}; start each shard with `milliscale serve --cluster {} \
-         --shard ID --store STORE_URL`",
-        past.map.version,
-        a.to_map,
-        map.shards.len(),
-        past.tables.len(),
-        match past.resolved {
-            (0, 0) => String::new(),
-            (c, x) => format!(
-                "; {c} transactions at or below the point undecided where a log ended were \
-                 committed by the termination rule, {x} aborted"
-            ),
-        },
-        a.to_map
-    );
+    print_summary(&past, &written, &a.to_map, map.shards.len(), clone);
     Ok(())
 }
 
@@ -237,4 +239,34 @@ fn print_json(past: &milliscale_server::shard::past::ClusterPast, written: &[(Sh
         "resolved_aborted": past.resolved.1,
     });
     println!("{doc}");
+}
+
+/// The summary of `restore` and `clone`.
+fn print_summary(
+    past: &milliscale_server::shard::past::ClusterPast,
+    written: &[(ShardId, usize)],
+    to_map: &str,
+    shards: usize,
+    clone: bool,
+) {
+    let t = past.t;
+    let rows: usize = written.iter().map(|(_, n)| n).sum();
+    println!(
+        "{} the cluster at commit timestamp {t} (its map's version {} then) to {}: {} \
+         shards, {} tables, {rows} rows{}; start each shard with `milliscale serve --cluster {} \
+         --shard ID --store STORE_URL`",
+        if clone { "cloned" } else { "restored" },
+        past.map.version,
+        to_map,
+        shards,
+        past.tables.len(),
+        match past.resolved {
+            (0, 0) => String::new(),
+            (c, x) => format!(
+                "; {c} transactions at or below the point undecided where a log ended were \
+                 committed by the termination rule, {x} aborted"
+            ),
+        },
+        to_map
+    );
 }

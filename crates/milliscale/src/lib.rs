@@ -64,7 +64,7 @@ pub use db::{Database, DbStats};
 pub use error::{ConflictKind, Error, ErrorKind, Result};
 pub use history::At;
 pub use history::backup::{BackupReport, VerifyReport};
-pub use history::clone::{CloneReport, clone_at};
+pub use history::clone::{CloneReport, OverlayWrite, clone_at, clone_with};
 pub use history::past::PastReport;
 pub use index::Direction;
 pub use keys::Chain;
@@ -72,7 +72,7 @@ pub use log::group::GroupMetrics;
 pub use log::segment::WriteMode;
 pub use log::stream::StreamMetrics;
 pub use log::{HOURS_PER_MONTH, LAG_PARTS_MAX, LogCost, LogMetrics, StoreStatus};
-pub use manifest::{CheckpointRef, ChunkRef, LogRef, Manifest, Parent, SealedLog};
+pub use manifest::{CheckpointRef, ChunkRef, LogRef, Manifest, Overlay, Parent, SealedLog};
 pub use mvcc::Csn;
 pub use options::{
     CommitProtocol, Config, FlushPolicy, Hedging, Isolation, Options, Quorum, StoreSpec, Tracking,

@@ -243,3 +243,52 @@ fn a_clone_and_its_parent_write_apart_and_the_parents_collection_keeps_what_the_
     assert_eq!(rows(&again, &at2).len(), at_point.len() + 300);
     again.close().expect("close");
 }
+
+#[test]
+fn a_clone_with_an_overlay_starts_from_the_point_with_the_overlay_written_on_it() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let parent_o = options(&store).retention(Some(Duration::from_secs(3600)));
+    let db = Database::open(parent_o.clone()).expect("open");
+    let t = db.create_table("t").expect("t");
+    fill(&db, &t, "p", 50);
+    db.checkpoint().expect("checkpoint");
+    fill(&db, &t, "q", 20);
+    let at = db.put(&t, b"q0003", b"patched").expect("put");
+    let mut expect: std::collections::BTreeMap<Vec<u8>, Vec<u8>> =
+        rows(&db, &t).into_iter().collect();
+    fill(&db, &t, "after", 10);
+    let target: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let clone_o =
+        options(&target).parent_stores(vec![milliscale::StoreSpec::Handle(Arc::clone(&store))]);
+    let overlay: Vec<milliscale::OverlayWrite> = vec![
+        ("t".into(), b"p0001".to_vec(), Some(b"overlaid".to_vec())),
+        ("t".into(), b"q0003".to_vec(), None),
+        ("t".into(), b"new".to_vec(), Some(b"row".to_vec())),
+    ];
+    // A table the parent does not have is refused, naming it.
+    let bad = vec![("nope".into(), b"k".to_vec(), None)];
+    let scratch: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let scratch_o =
+        options(&scratch).parent_stores(vec![milliscale::StoreSpec::Handle(Arc::clone(&store))]);
+    let e = milliscale::clone_with(&parent_o, At::Csn(at), &scratch_o, &bad)
+        .expect_err("no such table");
+    assert!(e.to_string().contains("nope"), "{e}");
+    let r = milliscale::clone_with(&parent_o, At::Csn(at), &clone_o, &overlay).expect("clone");
+    assert!(r.requests < 20, "{r:?}");
+    assert_eq!(target.list("clone/").expect("list").len(), 1, "the overlay object");
+    expect.insert(b"p0001".to_vec(), b"overlaid".to_vec());
+    expect.remove(&b"q0003"[..]);
+    expect.insert(b"new".to_vec(), b"row".to_vec());
+    let expect: Vec<(Vec<u8>, Vec<u8>)> = expect.into_iter().collect();
+    let clone = Database::open(clone_o.clone()).expect("open the clone");
+    let ct = clone.open_table("t").expect("t");
+    assert_eq!(rows(&clone, &ct), expect);
+    assert!(target.list("clone/").expect("list").is_empty(), "in the clone's checkpoint now");
+    clone.put(&ct, b"own", b"write").expect("a write of its own");
+    clone.close().expect("close");
+    db.close().expect("close");
+    let again = Database::open(clone_o).expect("reopen");
+    let at2 = again.open_table("t").expect("t");
+    assert_eq!(rows(&again, &at2).len(), expect.len() + 1);
+    again.close().expect("close");
+}

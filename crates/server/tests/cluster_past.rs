@@ -15,12 +15,12 @@ use std::time::Duration;
 
 use milliscale::{AsyncDatabase, Options};
 use milliscale_client::handover::{self, MovePlan};
-use milliscale_client::{Client, Cluster};
+use milliscale_client::{Client, Cluster, KeyRange};
 use milliscale_milana::shard_map::{MapStore, ShardInfo, ShardMap};
 use milliscale_milana::types::{CommitTs, cluster_key};
 use milliscale_milana::versions::split_row;
 use milliscale_server::shard::ShardOptions;
-use milliscale_server::shard::past::{ClusterPast, cluster_at, write_shard};
+use milliscale_server::shard::past::{ClusterPast, clone_shard, cluster_at, write_shard};
 use milliscale_server::{Backend, Server, ServerOptions};
 use rand::{Rng, SeedableRng};
 
@@ -245,23 +245,33 @@ async fn the_cluster_at_a_timestamp_holds_every_commit_below_it_and_none_above()
     }
     assert!(settled > 0, "no shard's log settled a point");
 
-    serve_restored(&last.expect("a point")).await;
+    let last = last.expect("a point");
+    serve_restored(&last, None).await;
+    // And cloned (the sources still there): the same rows, then writes.
+    serve_restored(&last, Some(&f.data)).await;
 }
 
 /// The cluster at `p`, written to new stores and served by three new
 /// shards: every row reads back, and it takes writes.
-async fn serve_restored(p: &ClusterPast) {
+async fn serve_restored(p: &ClusterPast, clone_of: Option<&[String]>) {
     let dir = tempfile::tempdir().expect("tempdir");
     let map_url = format!("file://{}/map", dir.path().display());
     let addrs: Vec<SocketAddr> = (0..3).map(|_| free_addr()).collect();
     let mut shards = BTreeMap::new();
     for i in 0..3u32 {
         let url = format!("file://{}/shard-{i}", dir.path().display());
-        let written = tokio::task::block_in_place(|| {
-            write_shard(&Options::new().store(&url), std::slice::from_ref(&url), p, i, |_| {})
-        })
-        .expect("write a shard");
-        assert_eq!(written.rows, p.shards[&i].len());
+        let target = Options::new().store(&url);
+        tokio::task::block_in_place(|| match clone_of {
+            Some(sources) => {
+                let source = Options::new().store(&sources[i as usize]);
+                let r = clone_shard(&source, &target, p, i).expect("clone a shard");
+                assert!(r.requests < 30, "a clone costs a few requests: {r:?}");
+            }
+            None => {
+                let w = write_shard(&target, std::slice::from_ref(&url), p, i, |_| {});
+                assert_eq!(w.expect("write a shard").rows, p.shards[&i].len());
+            }
+        });
         shards.insert(i, ShardInfo { addr: addrs[i as usize].to_string(), log: url });
     }
     // A second write to the same store is refused.
@@ -303,6 +313,22 @@ async fn serve_restored(p: &ClusterPast) {
             assert_eq!(tx.get(TABLE, key).await.expect("read").as_deref(), Some(&v[..]), "{k:?}");
         }
         tx.commit().await.expect("a read-only commit");
+        // And nothing else: a scan finds exactly the rows at the point
+        // (a tombstone is a deleted key).
+        let all = c2.scan(TABLE, KeyRange::all()).await.expect("scan");
+        let want: Vec<(Vec<u8>, Vec<u8>)> = p
+            .shards
+            .values()
+            .flatten()
+            .filter_map(|(k, row)| {
+                let (_, value) = split_row(row).expect("a version");
+                let (_, key) = milliscale_milana::types::split_cluster_key(k).expect("a key");
+                value.map(|v| (key.to_vec(), v.to_vec()))
+            })
+            .collect::<BTreeMap<_, _>>()
+            .into_iter()
+            .collect();
+        assert_eq!(all, want, "the cluster's rows are the point's");
         let moved = transfer(&c2, 0, 11, 5).await;
         if read_only {
             let e = moved.expect_err("a read-only cluster refuses writes");

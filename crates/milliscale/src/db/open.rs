@@ -48,6 +48,17 @@ fn read_log(
             bytes += scan.bytes;
             sealed.push(recovery::plan_sealed(scan, seal)?);
         }
+        if let Some(o) = &p.overlay {
+            let entry = crate::history::clone::read_overlay(named, o, deadline)?;
+            bytes += o.bytes;
+            objects += 1;
+            sealed.push(recovery::ReplayPlan {
+                prefix: o.csn + 1,
+                max_csn: o.csn,
+                replay: vec![entry],
+                ..recovery::ReplayPlan::default()
+            });
+        }
     }
     for seal in &m.sealed {
         let scan = recovery::scan_sealed(named, needed, seal, threads, deadline)?;
@@ -426,6 +437,12 @@ impl Database {
             && let Ok(parent) = crate::history::clone::parent_stores(&inner.options, p)
         {
             crate::history::leases::withdraw(&parent, &p.registration);
+        }
+        // And its overlay is in its checkpoint now.
+        if let Some(o) = old.parent.as_ref().and_then(|p| p.overlay.as_ref()) {
+            for (_, s) in &named {
+                let _ = s.delete(&o.key);
+            }
         }
         // With a seal, the old log's segments stay: nothing covers them yet.
         let deleted = match (&seal, &inner.manifest) {

@@ -67,6 +67,32 @@ pub(crate) fn ensure_empty(named: &Named, deadline: Duration, what: &str) -> Res
 /// first writer loads the parent's objects; give
 /// `Options::parent_stores` if the source's stores are handles, not URLs).
 pub fn clone_at(source: &Options, at: At, target: &Options) -> Result<CloneReport> {
+    clone_with(source, at, target, &[])
+}
+
+/// One write of a clone's overlay: a table (by name), a key, and its
+/// value (`None`: deleted).
+pub type OverlayWrite = (String, Vec<u8>, Option<Vec<u8>>);
+
+/// The key of a clone's overlay object.
+pub(crate) fn overlay_key(csn: Csn) -> String {
+    format!("clone/overlay-{csn:020}")
+}
+
+/// [`clone_at`], and then `overlay` written on the parent's state at the
+/// point as one transaction of the clone's own (CSN point + 1): a clone
+/// that starts from a state near one of the parent's points (a cluster's
+/// shard at a commit timestamp, whose versions above it the overlay puts
+/// back). Each table it writes must exist at the point. The overlay is
+/// one object in the clone's stores, read by the clone's first writer;
+/// making the clone costs one request per store more, and the overlay's
+/// bytes.
+pub fn clone_with(
+    source: &Options,
+    at: At,
+    target: &Options,
+    overlay: &[OverlayWrite],
+) -> Result<CloneReport> {
     let started = Instant::now();
     target.validate()?;
     let deadline = source.store_deadline;
@@ -124,38 +150,9 @@ pub fn clone_at(source: &Options, at: At, target: &Options) -> Result<CloneRepor
         e
     };
     let n = choice.n;
-    // Every CSN at or below the point must be durable in the live log:
-    // the parent's time index says how far its log was durable.
-    let mut logs: Vec<SealedLog> = choice
-        .ended
-        .iter()
-        .map(|s| {
-            let mut s = s.clone();
-            s.prefix = s.prefix.min(n + 1);
-            s.above.retain(|c| *c <= n);
-            s.max_csn = s.max_csn.min(n);
-            s
-        })
-        .collect();
-    if let Some((log, from)) = &choice.live {
-        let (durable, r) = durable_below(&src, needed, m.log.epoch, n, log, *from, deadline);
-        requests += r;
-        let durable = durable.map_err(withdraw)?;
-        if n >= durable {
-            return Err(withdraw(Error::InvalidArgument(format!(
-                "{at} (CSN {n}) is past the newest durable point, CSN {}",
-                durable.saturating_sub(1)
-            ))));
-        }
-        logs.push(SealedLog {
-            log: log.clone(),
-            end_segment: u64::MAX,
-            from: *from,
-            prefix: n + 1,
-            above: Vec::new(),
-            max_csn: n,
-        });
-    }
+    let (logs, r) = logs_to(&src, needed, &m, &choice, at, deadline);
+    requests += r;
+    let logs = logs.map_err(withdraw)?;
     let checkpoint = match (&choice.base.checkpoint, &m.checkpoint) {
         (Some(c), Some(cur)) if c.csn == cur.csn => Some(cur.clone()),
         (Some(c), _) => {
@@ -178,6 +175,15 @@ pub fn clone_at(source: &Options, at: At, target: &Options) -> Result<CloneRepor
     clone.log.base_csn = n + 1;
     clone.tables = m.tables.clone();
     clone.dropped = h.dropped_at_csn(m.tables.len(), &m.dropped, n);
+    let dst_needed = target.quorum.needed(dst.len());
+    let overlay = if overlay.is_empty() {
+        None
+    } else {
+        let o = put_overlay(&dst, dst_needed, target.store_deadline, &clone, n, overlay);
+        requests += dst.len() as u64;
+        clone.log.base_csn = n + 2;
+        Some(o.map_err(withdraw)?)
+    };
     clone.parent = Some(Parent {
         stores: names(),
         needed,
@@ -185,11 +191,145 @@ pub fn clone_at(source: &Options, at: At, target: &Options) -> Result<CloneRepor
         csn: n,
         checkpoint,
         logs,
+        overlay,
     });
-    let dst_needed = target.quorum.needed(dst.len());
     requests += dst.len() as u64;
     ManifestStore::new(dst, dst_needed, target.store_deadline).create(&clone).map_err(withdraw)?;
     Ok(CloneReport { csn: n, base_csn: choice.base.csn, requests, elapsed: started.elapsed() })
+}
+
+/// The parent's logs a clone at `choice` replays, each cut at the point
+/// (every CSN at or below it must be durable in the live log: the
+/// parent's time index says how far its log was durable), and the
+/// requests made.
+fn logs_to(
+    src: &Named,
+    needed: usize,
+    m: &Manifest,
+    choice: &super::past::Choice,
+    at: At,
+    deadline: Duration,
+) -> (Result<Vec<SealedLog>>, u64) {
+    let n = choice.n;
+    let mut logs: Vec<SealedLog> = choice
+        .ended
+        .iter()
+        .map(|s| {
+            let mut s = s.clone();
+            s.prefix = s.prefix.min(n + 1);
+            s.above.retain(|c| *c <= n);
+            s.max_csn = s.max_csn.min(n);
+            s
+        })
+        .collect();
+    let mut requests = 0;
+    if let Some((log, from)) = &choice.live {
+        let (durable, r) = durable_below(src, needed, m.log.epoch, n, log, *from, deadline);
+        requests += r;
+        let durable = match durable {
+            Ok(d) => d,
+            Err(e) => return (Err(e), requests),
+        };
+        if n >= durable {
+            let e = Error::InvalidArgument(format!(
+                "{at} (CSN {n}) is past the newest durable point, CSN {}",
+                durable.saturating_sub(1)
+            ));
+            return (Err(e), requests);
+        }
+        logs.push(SealedLog {
+            log: log.clone(),
+            end_segment: u64::MAX,
+            from: *from,
+            prefix: n + 1,
+            above: Vec::new(),
+            max_csn: n,
+        });
+    }
+    (Ok(logs), requests)
+}
+
+/// Write `writes` as the overlay of `clone` (made at point `n`): one log
+/// part holding one commit at CSN `n + 1`, on at least `needed` of `dst`.
+fn put_overlay(
+    dst: &Named,
+    needed: usize,
+    deadline: Duration,
+    clone: &Manifest,
+    n: Csn,
+    writes: &[OverlayWrite],
+) -> Result<crate::manifest::Overlay> {
+    use crate::log::record::{Entry, Op, PartBuilder, Record, Records};
+    let live = |name: &str| {
+        let ids = clone.tables.iter().enumerate().filter(|(_, t)| t.as_str() == name);
+        ids.map(|(i, _)| i as u32).find(|i| !clone.dropped.contains(i))
+    };
+    let mut records = Vec::with_capacity(writes.len());
+    for (table, key, value) in writes {
+        let table = live(table).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "the clone's overlay writes table {table}, which the parent does not have at \
+                 CSN {n}"
+            ))
+        })?;
+        let op = match value {
+            Some(v) => Op::Update(v.clone().into()),
+            None => Op::Delete,
+        };
+        records.push(Record { table, key: key.clone().into(), op });
+    }
+    let entry = Entry::Commit { csn: n + 1, dsn: n, records: Records::new(&records) };
+    let mut part = PartBuilder::new(0, entry.encoded_len());
+    part.push(&entry);
+    let bytes = part.finish();
+    let key = overlay_key(n + 1);
+    let mut put = 0;
+    let mut last = None;
+    for (name, s) in dst {
+        match crate::retry::retry(deadline, || s.put(&key, bytes.clone())) {
+            Ok(_) => put += 1,
+            Err(e) => last = Some(format!("{name}: {e}")),
+        }
+    }
+    if put < needed {
+        return Err(Error::StoreUnavailable(format!(
+            "writing the clone's overlay: {}",
+            last.unwrap_or_default()
+        )));
+    }
+    Ok(crate::manifest::Overlay {
+        key,
+        csn: n + 1,
+        records: records.len() as u64,
+        bytes: bytes.len() as u64,
+    })
+}
+
+/// The transaction of a clone's overlay, read from the first of `named`
+/// that holds it whole.
+pub(crate) fn read_overlay(
+    named: &[(String, Arc<dyn ObjectStore>)],
+    o: &crate::manifest::Overlay,
+    deadline: Duration,
+) -> Result<crate::log::record::Entry> {
+    let mut last = String::new();
+    for (name, s) in named {
+        let bytes = match crate::retry::retry(deadline, || s.get(&o.key)) {
+            Ok(b) => b,
+            Err(e) => {
+                last = format!("{name}: {e}");
+                continue;
+            }
+        };
+        match crate::log::decode::decode_part(&bytes) {
+            Ok((mut part, _)) if part.entries.len() == 1 && part.entries[0].csn() == o.csn => {
+                return Ok(part.entries.remove(0));
+            }
+            Ok(_) => last = format!("{name}: {} holds another transaction", o.key),
+            Err(e) => last = format!("{name}: {}: {e}", o.key),
+        }
+    }
+    Err(Error::Corrupt(format!("the clone's overlay: {last}")))
 }
 
 /// Every CSN below the returned one was durable in the live log: from the

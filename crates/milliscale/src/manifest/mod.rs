@@ -32,11 +32,11 @@ use crate::retry::retry;
 
 /// The newest manifest format this code writes and reads. Format 2 added
 /// [`Manifest::dropped`], format 3 [`Manifest::history`], format 4
-/// [`Manifest::parent`]; a manifest is written at the lowest format that
+/// [`Manifest::parent`], format 5 a parent with an [`Overlay`]; a manifest is written at the lowest format that
 /// can express it (1 while no table was ever dropped, no retention window
 /// kept and no clone made), so a database that never used them stays
 /// readable by the releases that read only 1.
-pub const MANIFEST_FORMAT: u32 = 4;
+pub const MANIFEST_FORMAT: u32 = 5;
 const MAGIC: &str = "MSMF";
 
 /// One version of the manifest.
@@ -105,6 +105,26 @@ pub struct Parent {
     /// The parent's logs after that checkpoint, up to the point, each with
     /// the decision of what it replays (only CSNs at or below the point).
     pub logs: Vec<SealedLog>,
+    /// Writes of the clone's own applied on the parent's state at the
+    /// point, as one transaction at the CSN after it (a clone that starts
+    /// from a state that is not one of the parent's points: a cluster's
+    /// shard at a commit timestamp). Since format 5.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overlay: Option<Overlay>,
+}
+
+/// A clone's overlay ([`Parent::overlay`]): one log part, holding one
+/// committed transaction, in the clone's own stores.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Overlay {
+    /// The object's key.
+    pub key: String,
+    /// The transaction's CSN: the clone point's next.
+    pub csn: Csn,
+    /// Its writes.
+    pub records: u64,
+    /// The object's size.
+    pub bytes: u64,
 }
 
 /// An earlier epoch's log, fenced, with the replay decision of the writer
@@ -306,7 +326,9 @@ impl Manifest {
     /// The format this manifest is written in: the lowest that can
     /// express it.
     pub fn format(&self) -> u32 {
-        if self.parent.is_some() {
+        if self.parent.as_ref().is_some_and(|p| p.overlay.is_some()) {
+            5
+        } else if self.parent.is_some() {
             4
         } else if self.history.is_some() {
             3

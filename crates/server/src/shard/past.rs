@@ -91,8 +91,27 @@ pub struct ShardPast {
     pub tables: BTreeSet<String>,
     /// The transaction table where the reading stopped.
     pub txns: BTreeMap<TxnId, TxnRow>,
+    /// The shard where the reading stopped.
+    pub end: ShardEnd,
     /// What was read.
     pub report: ShardPastReport,
+}
+
+/// A shard's state where the reading of its log stopped (its settled
+/// point, or the end of its log): what a clone of it at that CSN starts
+/// from, before its overlay ([`clone_shard`]).
+#[derive(Debug, Default)]
+pub struct ShardEnd {
+    /// The CSN.
+    pub csn: Csn,
+    /// Its cluster tables' rows (cluster keys, engine rows).
+    pub rows: BTreeMap<Vec<u8>, Vec<u8>>,
+    /// The cluster table names it knew.
+    pub tables: BTreeSet<String>,
+    /// The keys of its transaction table's rows.
+    pub txns: Vec<Vec<u8>>,
+    /// Its meta rows.
+    pub meta: BTreeMap<Vec<u8>, Vec<u8>>,
 }
 
 /// A transaction's writes on one shard (`None`: a delete).
@@ -135,78 +154,56 @@ pub fn shard_at(shard: ShardId, options: &Options, t: Timestamp) -> Result<Shard
     report.log_bytes = changes.report.log_bytes;
     let ids: HashMap<&str, u32> =
         changes.tables_at(base).into_iter().map(|(i, n)| (n, i)).collect();
-    let mut cur: HashMap<(u32, Vec<u8>), Vec<u8>> = HashMap::new();
-    let mut cand: HashMap<(u32, Vec<u8>), Vec<u8>> = HashMap::new();
+    let mut fw = Forward {
+        t,
+        t_csn: report.t_csn,
+        cur: HashMap::new(),
+        cand: HashMap::new(),
+        names: tables0.clone(),
+        names_end: tables0,
+        txns: rows0.txns,
+        meta: rows0.meta,
+        end: None,
+    };
     for (name, rows) in rows0.clusters {
         let Some(&id) = ids.get(name.as_str()) else { continue };
         for (k, row) in rows {
-            cand.insert((id, k.clone()), row.clone());
-            cur.insert((id, k), row);
+            fw.cand.insert((id, k.clone()), row.clone());
+            fw.cur.insert((id, k), row);
         }
     }
-    let (mut names, mut txns, mut meta) = (tables0, rows0.txns, rows0.meta);
-    let mut end = None;
     let mut tx_seen = BTreeSet::new();
     for c in changes.iter() {
-        if end.is_some_and(|e| c.csn > e) {
+        if fw.end.is_some_and(|e| c.csn > e) {
             break;
         }
         tx_seen.insert(c.csn);
-        let bad = |e: milliscale::Error| err(shard, format!("CSN {}: {e}", c.csn));
-        match c.table {
-            META => {
-                let row = c.op.apply(meta.get(c.key).map(Vec::as_slice)).map_err(bad)?;
-                if c.key == FORGOTTEN_KEY
-                    && let Some(b) = &row
-                    && b.len() == 8
-                    && u64::from_be_bytes(b[..8].try_into().expect("8 bytes")) > t
-                    && end.is_none()
-                {
-                    end = Some(c.csn);
-                }
-                match row {
-                    Some(r) => meta.insert(c.key.to_vec(), r),
-                    None => meta.remove(c.key),
-                };
-            }
-            TXNS => {
-                match c.op.apply(txns.get(c.key).map(Vec::as_slice)).map_err(bad)? {
-                    Some(r) => txns.insert(c.key.to_vec(), r),
-                    None => txns.remove(c.key),
-                };
-            }
-            NAMES if c.csn <= report.t_csn => {
-                let name = String::from_utf8_lossy(c.key).into_owned();
-                match c.op {
-                    ChangeOp::Delete => names.remove(&name),
-                    _ => names.insert(name),
-                };
-            }
-            name if name.starts_with("_milana.") => {}
-            _ => {
-                let key = (c.table_id, c.key.to_vec());
-                match c.op.apply(cur.get(&key).map(Vec::as_slice)).map_err(bad)? {
-                    Some(row) => {
-                        let v = stamp(&row).map_err(|e| err(shard, e))?;
-                        if v.ts <= t && newer(&row, cand.get(&key)) {
-                            cand.insert(key.clone(), row.clone());
-                        }
-                        cur.insert(key, row);
-                    }
-                    None => {
-                        if c.csn <= report.t_csn {
-                            cand.remove(&key);
-                        }
-                        cur.remove(&key);
-                    }
-                }
-            }
-        }
+        fw.apply(&c).map_err(|e| err(shard, format!("CSN {}: {e}", c.csn)))?;
     }
+    let Forward { cur, cand, names, names_end, txns, meta, end, .. } = fw;
     report.transactions = tx_seen.len();
     report.settled = end.is_some();
     report.end_csn = end.unwrap_or(changes.to);
-    drop(cur);
+    // What the shard held where the reading stopped (what a clone there
+    // starts from).
+    let live_end: HashMap<u32, &str> = changes
+        .tables_at(report.end_csn)
+        .into_iter()
+        .filter(|(_, n)| names_end.contains(*n))
+        .collect();
+    let end_rows = cur
+        .into_iter()
+        .filter_map(|((id, k), row)| {
+            live_end.get(&id).map(|name| (milliscale_milana::types::cluster_key(name, &k), row))
+        })
+        .collect();
+    let end_state = ShardEnd {
+        csn: report.end_csn,
+        rows: end_rows,
+        tables: names_end,
+        txns: txns.keys().cloned().collect(),
+        meta: meta.clone(),
+    };
     // The tables at `t`: those the catalog named then, as the engine
     // tables of that name then.
     let live: HashMap<u32, &str> = changes
@@ -226,7 +223,92 @@ pub fn shard_at(shard: ShardId, options: &Options, t: Timestamp) -> Result<Shard
             txns.values().filter(|r| matches!(r, TxnRow::Prepared(p) if p.version.ts <= t)).count();
     }
     report.keys = rows.len();
-    Ok(ShardPast { rows, tables: names, txns, report })
+    Ok(ShardPast { rows, tables: names, txns, end: end_state, report })
+}
+
+/// Step 2 of [`shard_at`]: the shard's tables followed change by change.
+struct Forward {
+    t: Timestamp,
+    t_csn: Csn,
+    /// Each cluster row now, by engine table id and key.
+    cur: HashMap<(u32, Vec<u8>), Vec<u8>>,
+    /// Each cluster row's newest version at or below `t` seen.
+    cand: HashMap<(u32, Vec<u8>), Vec<u8>>,
+    /// The catalog at `t`, and now.
+    names: BTreeSet<String>,
+    names_end: BTreeSet<String>,
+    /// The transaction table's and the meta table's rows now.
+    txns: BTreeMap<Vec<u8>, Vec<u8>>,
+    meta: BTreeMap<Vec<u8>, Vec<u8>>,
+    /// The CSN where the forget bound passed `t`.
+    end: Option<Csn>,
+}
+
+impl Forward {
+    fn apply(&mut self, c: &milliscale::history::changes::Change<'_>) -> Result<(), String> {
+        let bad = |e: milliscale::Error| e.to_string();
+        match c.table {
+            META => {
+                let row = c.op.apply(self.meta.get(c.key).map(Vec::as_slice)).map_err(bad)?;
+                if c.key == FORGOTTEN_KEY
+                    && let Some(b) = &row
+                    && b.len() == 8
+                    && u64::from_be_bytes(b[..8].try_into().expect("8 bytes")) > self.t
+                    && self.end.is_none()
+                {
+                    self.end = Some(c.csn);
+                }
+                match row {
+                    Some(r) => self.meta.insert(c.key.to_vec(), r),
+                    None => self.meta.remove(c.key),
+                };
+            }
+            TXNS => {
+                match c.op.apply(self.txns.get(c.key).map(Vec::as_slice)).map_err(bad)? {
+                    Some(r) => self.txns.insert(c.key.to_vec(), r),
+                    None => self.txns.remove(c.key),
+                };
+            }
+            NAMES => {
+                let name = String::from_utf8_lossy(c.key).into_owned();
+                let deleted = c.op == ChangeOp::Delete;
+                if c.csn <= self.t_csn {
+                    if deleted {
+                        self.names.remove(&name)
+                    } else {
+                        self.names.insert(name.clone())
+                    };
+                }
+                if deleted {
+                    self.names_end.remove(&name)
+                } else {
+                    self.names_end.insert(name)
+                };
+            }
+            name if name.starts_with("_milana.") => {}
+            _ => {
+                let key = (c.table_id, c.key.to_vec());
+                match c.op.apply(self.cur.get(&key).map(Vec::as_slice)).map_err(bad)? {
+                    Some(row) => {
+                        if stamp(&row)?.ts <= self.t && newer(&row, self.cand.get(&key)) {
+                            self.cand.insert(key.clone(), row.clone());
+                        }
+                        self.cur.insert(key, row);
+                    }
+                    None => {
+                        // Gone from this shard at or before `t` (a range
+                        // moved away): its candidate goes; after `t`, the
+                        // key was still here at `t`.
+                        if c.csn <= self.t_csn {
+                            self.cand.remove(&key);
+                        }
+                        self.cur.remove(&key);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Step 1 of [`shard_at`]: the base (its CSN, the margin it was read at,
@@ -317,6 +399,8 @@ pub struct ClusterPast {
     pub shards: BTreeMap<ShardId, BTreeMap<Vec<u8>, Vec<u8>>>,
     /// What each shard's log gave.
     pub reports: Vec<ShardPastReport>,
+    /// Each shard where its reading stopped.
+    pub ends: BTreeMap<ShardId, ShardEnd>,
     /// Transactions at or below `t` undecided where a shard's log ended,
     /// that the termination rule committed and aborted.
     pub resolved: (usize, usize),
@@ -377,7 +461,9 @@ pub fn cluster_at(
     let mut best: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
     let mut tables = BTreeSet::new();
     let mut reports = Vec::new();
+    let mut ends = BTreeMap::new();
     for p in pasts.into_values() {
+        ends.insert(p.report.shard, p.end);
         reports.push(p.report);
         tables.extend(p.tables);
         for (k, row) in p.rows {
@@ -403,7 +489,15 @@ pub fn cluster_at(
         }
         shards.entry(map.shard_of(&k)).or_default().insert(k, row);
     }
-    Ok(ClusterPast { t, map, tables, shards, reports, resolved: (committed.len(), aborted.len()) })
+    Ok(ClusterPast {
+        t,
+        map,
+        tables,
+        shards,
+        reports,
+        ends,
+        resolved: (committed.len(), aborted.len()),
+    })
 }
 
 /// Rows one engine transaction of [`write_shard`] writes.
@@ -478,4 +572,67 @@ pub fn write_shard(
     db.checkpoint().map_err(e)?;
     db.close().map_err(e)?;
     Ok(Written { rows: written, tables: past.tables.len() })
+}
+
+/// A clone of shard `shard` of `past` on `target`'s stores (empty),
+/// without copying its data (design record 0012, "Clone"): the shard's
+/// database cloned where its log's reading stopped, with an overlay that
+/// makes that state the one at `past.t`: each row of a key it owns at
+/// `past.t` as it was then, no other row, no transaction in its table,
+/// no move in flight, the catalog at `past.t`, and a forget bound above
+/// `past.t` (as [`write_shard`]). Its first writer (`serve --cluster`)
+/// loads the source's objects, then stands alone. Refused if a table of
+/// `past.t` was dropped before the clone point (`write_shard` it).
+pub fn clone_shard(
+    source: &Options,
+    target: &Options,
+    past: &ClusterPast,
+    shard: ShardId,
+) -> Result<milliscale::CloneReport, String> {
+    let end = past.ends.get(&shard).ok_or_else(|| format!("shard {shard} was not read"))?;
+    if let Some(gone) = past.tables.iter().find(|t| !end.tables.contains(*t)) {
+        return Err(format!(
+            "shard {shard}: table {gone} was dropped after the point (by CSN {}): a clone \
+             cannot bring it back; restore the cluster instead",
+            end.csn
+        ));
+    }
+    let empty = BTreeMap::new();
+    let want = past.shards.get(&shard).unwrap_or(&empty);
+    let mut overlay: Vec<milliscale::OverlayWrite> = Vec::new();
+    let split = |k: &[u8]| {
+        split_cluster_key(k)
+            .map(|(t, key)| (t.to_owned(), key.to_vec()))
+            .ok_or_else(|| format!("a key of no table: {k:?}"))
+    };
+    for (k, row) in &end.rows {
+        if !want.contains_key(k) {
+            let (t, key) = split(k)?;
+            overlay.push((t, key, None));
+        } else if want.get(k) != Some(row) {
+            let (t, key) = split(k)?;
+            overlay.push((t, key, Some(want[k].clone())));
+        }
+    }
+    for (k, row) in want {
+        if !end.rows.contains_key(k) {
+            let (t, key) = split(k)?;
+            overlay.push((t, key, Some(row.clone())));
+        }
+    }
+    for name in end.tables.iter().filter(|t| !past.tables.contains(*t)) {
+        overlay.push((NAMES.into(), name.as_bytes().to_vec(), None));
+    }
+    for k in &end.txns {
+        overlay.push((TXNS.into(), k.clone(), None));
+    }
+    for k in end.meta.keys() {
+        let kept = [super::tables::LAYOUT_KEY, super::tables::LEASE_KEY, FORGOTTEN_KEY];
+        if !kept.contains(&k.as_slice()) {
+            overlay.push((META.into(), k.clone(), None));
+        }
+    }
+    overlay.push((META.into(), FORGOTTEN_KEY.to_vec(), Some((past.t + 1).to_be_bytes().to_vec())));
+    milliscale::clone_with(source, At::Csn(end.csn), target, &overlay)
+        .map_err(|e| format!("shard {shard}: {e}"))
 }
