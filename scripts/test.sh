@@ -108,4 +108,6 @@ step README shard example
 bash scripts/readme-shard-example.sh "$venv/bin"
 step README time example
 bash scripts/readme-time-example.sh "$venv/bin"
+step README cluster time example
+bash scripts/readme-cluster-time-example.sh "$venv/bin"
 step done
