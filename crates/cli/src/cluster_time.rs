@@ -19,9 +19,9 @@ use crate::args::{Failure, MapArgs};
 pub(crate) struct ClusterRestoreArgs {
     #[command(flatten)]
     map: MapArgs,
-    /// The point: a commit timestamp (`ts:N`, or a bare number:
-    /// microseconds since the Unix epoch, as a commit returns it), or an
-    /// RFC 3339 time (`2026-12-07T06:30:00Z`). The result holds every
+    /// The point: a commit timestamp (`ts:N`, or a bare number: the
+    /// number a cluster commit returns), or an RFC 3339 time
+    /// (`2026-12-07T06:30:00Z`). The result holds every
     /// transaction with a commit timestamp at or below it that committed,
     /// and none above; every shard must keep a retention window reaching
     /// a little before it (`serve --cluster ... --retention`).

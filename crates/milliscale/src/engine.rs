@@ -32,11 +32,7 @@ use crate::table::TableInner;
 /// Commits between two recomputations of the GC horizon.
 pub(crate) const GC_HORIZON_REFRESH_COMMITS: u64 = 32;
 
-/// The price of `put` PUT-class requests and `up` uploaded bytes, spread
-/// evenly over `stores`, at each store's price table; `None` if a store has
-/// no price table.
-/// Stores by name.
-pub(crate) type NamedStores = Vec<(String, Arc<dyn ObjectStore>)>;
+pub(crate) use crate::manifest::NamedStores;
 
 pub(crate) struct Engine {
     pub(crate) id: u64,

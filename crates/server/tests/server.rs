@@ -21,6 +21,7 @@ mod calls;
 mod cluster;
 mod cluster_batches;
 mod cluster_clients;
+mod cluster_fixture;
 mod cluster_freeze;
 mod cluster_loads;
 mod cluster_past;

@@ -16,7 +16,8 @@ use std::thread::JoinHandle;
 
 use parking_lot::Mutex;
 
-pub(crate) use open::{fresh_log, read_manifest_unprobed};
+pub(crate) use crate::manifest::read_manifest_unprobed;
+pub(crate) use open::fresh_log;
 
 use crate::engine::{Engine, check_table_name};
 use crate::error::{Error, Result};

@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::keys::LOG_PREFIX;
 use crate::log::record::Entry;
 use crate::log::{Log, OpenStore};
-use crate::manifest::{LogRef, Manifest, ManifestStore, SealedLog};
+use crate::manifest::{LogRef, Manifest, ManifestStore, SealedLog, read_manifest_unprobed};
 use crate::mvcc::Csn;
 use crate::options::Options;
 use crate::recovery::{self, RecoveryReport};
@@ -118,21 +118,6 @@ pub(crate) fn fresh_log(options: &Options, epoch: u64, base: Csn, first_segment:
         ],
         parts_max: options.segment_parts_max,
     }
-}
-
-/// Open the stores without probing them (nothing is written) and read the
-/// current manifest: the stores by name, the quorum, and the manifest.
-/// Fails with `NoDatabase` if there is none.
-pub(crate) fn read_manifest_unprobed(options: &Options) -> Result<(NamedStores, usize, Manifest)> {
-    let named = options
-        .stores
-        .iter()
-        .map(|spec| Ok((spec.describe(), spec.open()?)))
-        .collect::<Result<Vec<_>>>()?;
-    let needed = options.quorum.needed(named.len());
-    let ms = ManifestStore::new(named.clone(), needed, options.store_deadline);
-    let m = ms.read_latest()?.ok_or_else(|| Error::NoDatabase(describe(&named)))?;
-    Ok((named, needed, m))
 }
 
 /// The checkpoint a database's state starts from, and the stores that

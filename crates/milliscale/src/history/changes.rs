@@ -156,7 +156,7 @@ impl Changes {
 /// window, as [`crate::Database::open_at`] refuses it.
 pub fn point_of(options: &Options, at: At) -> Result<Csn> {
     options.validate()?;
-    let (named, _, m) = crate::db::read_manifest_unprobed(options)?;
+    let (named, _, m) = crate::manifest::read_manifest_unprobed(options)?;
     Ok(choose(&named, &m, at, options.store_deadline)?.n)
 }
 
@@ -164,7 +164,7 @@ pub fn point_of(options: &Options, at: At) -> Result<Csn> {
 /// stores: its CSN and its time (ms since the Unix epoch).
 pub fn oldest_point(options: &Options) -> Result<(Csn, u64)> {
     options.validate()?;
-    let (_, _, m) = crate::db::read_manifest_unprobed(options)?;
+    let (_, _, m) = crate::manifest::read_manifest_unprobed(options)?;
     Ok(history_of(&m).oldest())
 }
 
@@ -178,7 +178,7 @@ pub fn read_changes(options: &Options, from: At, to: Option<At>) -> Result<Chang
         return Err(Error::InvalidArgument("read_changes needs a store".into()));
     }
     let started = Instant::now();
-    let (named, needed, _) = crate::db::read_manifest_unprobed(options)?;
+    let (named, needed, _) = crate::manifest::read_manifest_unprobed(options)?;
     let deadline: Duration = options.store_deadline;
     let stores: &[(String, Arc<dyn ObjectStore>)] = &named;
     let (m, choice, lease) = hold(stores, needed, deadline, from, |m| {

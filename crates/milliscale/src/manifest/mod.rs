@@ -536,6 +536,28 @@ pub fn fuzz_manifest(data: &[u8]) {
     }
 }
 
+/// Stores with the names messages give them.
+pub(crate) type NamedStores = Vec<(String, Arc<dyn ObjectStore>)>;
+
+/// Open the stores without probing them (nothing is written) and read the
+/// current manifest: the stores by name, the quorum, and the manifest.
+/// Fails with `NoDatabase` if there is none.
+pub(crate) fn read_manifest_unprobed(
+    options: &crate::options::Options,
+) -> Result<(NamedStores, usize, Manifest)> {
+    let named = options
+        .stores
+        .iter()
+        .map(|spec| Ok((spec.describe(), spec.open()?)))
+        .collect::<Result<Vec<_>>>()?;
+    let needed = options.quorum.needed(named.len());
+    let ms = ManifestStore::new(named.clone(), needed, options.store_deadline);
+    let m = ms.read_latest()?.ok_or_else(|| {
+        Error::NoDatabase(named.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", "))
+    })?;
+    Ok((named, needed, m))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -420,11 +420,23 @@ pub fn cluster_at(
         .as_of(t)
         .map_err(|e| format!("the shard map: {e}"))?
         .ok_or_else(|| format!("no shard map was published at or before {t} µs"))?;
+    // Every shard's log at once, each on a thread of its own (each read
+    // is mostly waiting on its store).
+    let options: Vec<(ShardId, Options)> = map
+        .shards
+        .iter()
+        .map(|(id, info)| Ok((*id, options_of(*id, &info.log)?)))
+        .collect::<Result<_, String>>()?;
+    let read: Vec<Result<ShardPast, String>> = std::thread::scope(|s| {
+        let reads: Vec<_> =
+            options.iter().map(|(id, o)| s.spawn(move || shard_at(*id, o, t))).collect();
+        reads.into_iter().map(|r| r.join().expect("a shard's reader")).collect()
+    });
     let mut pasts = BTreeMap::new();
-    for (id, info) in &map.shards {
-        let p = shard_at(*id, &options_of(*id, &info.log)?, t)?;
+    for p in read {
+        let p = p?;
         progress(&p.report);
-        pasts.insert(*id, p);
+        pasts.insert(p.report.shard, p);
     }
     // Undecided transactions, by the termination rule over every
     // participant's transaction table where its reading stopped.
