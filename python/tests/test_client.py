@@ -104,16 +104,16 @@ def test_tls_checks_the_name_on_the_certificate(tls_server):
             make().list_tables()
 
 
-@pytest.mark.single_server("a cluster refuses the value at put, by the value limit, before any message is built")
-def test_a_value_over_the_message_limit_is_refused_naming_the_limit(db):
-    """40 MiB against the 16 MiB limit: OUT_OF_RANGE, with the limit's real
-    figure and where it is set, and the connection goes on."""
+def test_a_value_over_its_limit_is_refused_naming_the_limit(db):
+    """40 MiB against the 256 KiB value limit: refused before anything is
+    sent (it used to go out whole and meet the 16 MiB message limit),
+    INVALID_ARGUMENT naming the limit, not retryable; the connection goes
+    on. The same on a server and on a cluster."""
     db.create_table("t")
     for call in (lambda: db.put("t", b"k", b"x" * (40 << 20)), lambda: db.transaction().put("t", b"k", b"x" * (40 << 20))):
         with pytest.raises(MilliscaleError) as e:
             call()
-        assert (e.value.code, e.value.kind, e.value.retryable) == (StatusCode.OUT_OF_RANGE, "limit", False)
-        assert "16777216 bytes (16.0 MiB)" in e.value.message, e.value.message
-        assert "--max-message-bytes" in e.value.message, e.value.message
+        assert (e.value.code, e.value.kind, e.value.retryable) == (StatusCode.INVALID_ARGUMENT, "invalid_input", False)
+        assert "262144" in e.value.message, e.value.message
     db.put("t", b"k", b"small")
     assert db.get("t", b"k") == b"small"

@@ -259,3 +259,21 @@ def test_a_standby_shows_in_the_shards_status(shards, cluster):
     finally:
         standby.kill()
         standby.wait()
+
+
+def test_a_value_over_its_limit_is_refused_before_it_is_sent(cluster):
+    # A 40 MiB value used to be sent whole and come back UNAVAILABLE,
+    # marked retryable, after 1.5 s. Now: INVALID_ARGUMENT naming the
+    # limit, not retryable, and nothing written, on every path.
+    cluster.create_table("limits")
+    huge = b"v" * (40 << 20)
+    for write in (
+        lambda: cluster.put("limits", "k", huge),
+        lambda: cluster.execute(Batch().put("limits", "k", huge)),
+        lambda: cluster.put("limits", "k" * 1025, "v"),
+        lambda: cluster.run(lambda tx: tx.put("limits", "k", huge)),
+    ):
+        with pytest.raises(InvalidArgumentError, match="262144|1024") as e:
+            write()
+        assert not e.value.retryable
+    assert cluster.scan("limits") == []

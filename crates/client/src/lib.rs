@@ -33,6 +33,7 @@
 mod cluster;
 mod error;
 pub mod handover;
+pub mod limits;
 mod stream;
 mod txn;
 
@@ -300,6 +301,7 @@ impl Client {
     /// Run a batch as one transaction in one round trip.
     pub async fn execute(&self, batch: Batch) -> Result<BatchResult> {
         let request = batch.into_request();
+        limits::operations(&request.operations)?;
         let len = self.fits(&request)?;
         let resp = match self.stream_for(len) {
             Some(streams) => streams.execute(self, request, None).await?,
@@ -319,6 +321,7 @@ impl Client {
     /// off, or 1 MiB or more) waits for durability before it answers.
     pub async fn execute_pipelined(&self, batch: Batch) -> Result<(BatchResult, CommitAck)> {
         let mut request = batch.durability(Durability::Precommit).into_request();
+        limits::operations(&request.operations)?;
         let len = self.fits(&request)?;
         match self.stream_for(len) {
             Some(streams) => {

@@ -172,6 +172,7 @@ impl Transaction {
 
     /// Read `key`; `None` if it has no visible value.
     pub async fn get(&mut self, table: &str, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        crate::limits::key(key)?;
         let request = proto::GetRequest {
             txn_id: self.id,
             table: table.into(),
@@ -184,6 +185,7 @@ impl Transaction {
 
     /// Write `value` under `key`.
     pub async fn put(&mut self, table: &str, key: &[u8], value: &[u8]) -> Result<()> {
+        crate::limits::write(key, value.len())?;
         let request = proto::PutRequest {
             txn_id: self.id,
             table: table.into(),
@@ -198,6 +200,7 @@ impl Transaction {
 
     /// Delete `key`; whether it had a value.
     pub async fn delete(&mut self, table: &str, key: &[u8]) -> Result<bool> {
+        crate::limits::key(key)?;
         let request = proto::DeleteRequest {
             txn_id: self.id,
             table: table.into(),
@@ -217,6 +220,7 @@ impl Transaction {
         offset: u32,
         bytes: &[u8],
     ) -> Result<()> {
+        crate::limits::patch(key, offset, bytes)?;
         let request = proto::PatchRequest {
             txn_id: self.id,
             table: table.into(),

@@ -254,7 +254,7 @@ pub fn table_key_bytes_max(_table: &str) -> usize {
 }
 
 /// The engine's key limit (`milliscale::limits::KEY_BYTES_MAX`).
-const ENGINE_KEY_BYTES_MAX: usize = 1024;
+pub const ENGINE_KEY_BYTES_MAX: usize = 1024;
 
 #[cfg(feature = "engine")]
 const _: () = assert!(ENGINE_KEY_BYTES_MAX == milliscale::limits::KEY_BYTES_MAX);

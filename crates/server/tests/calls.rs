@@ -297,8 +297,11 @@ async fn caps_idle_expiry_and_size_limits_answer_with_clear_statuses() {
     let e = c.execute(huge.clone()).await.expect_err("over 16 MiB");
     assert_eq!((e.code(), e.kind()), (Code::OutOfRange, "limit"), "{e}");
     assert!(e.message().contains("limit of 16777216 bytes (16.0 MiB)"), "{e}");
+    // A value over the engine's limit is refused before it is sent, naming
+    // the limit, and not retried.
     let e = c.put("t", b"k", &vec![7u8; 40 << 20]).await.expect_err("40 MiB");
-    assert!(e.message().contains("41943") && e.message().contains("--max-message-bytes"), "{e}");
+    assert_eq!((e.code(), e.is_retryable()), (Code::InvalidArgument, false), "{e}");
+    assert!(e.message().contains("41943040") && e.message().contains("262144"), "{e}");
     // A client with a larger limit sends it, and the server refuses it.
     let big_client = Client::builder(s.local_addr().to_string())
         .max_message_bytes(64 << 20)
@@ -310,11 +313,23 @@ async fn caps_idle_expiry_and_size_limits_answer_with_clear_statuses() {
     assert!(e.message().contains("16777216"), "the server's message names its limit: {e}");
     let mut tx = big_client.begin().await.expect("begin");
     let e = tx.put("t", b"k", &vec![7u8; 40 << 20]).await.expect_err("40 MiB");
-    assert_eq!(e.code(), Code::OutOfRange, "{e}");
-    assert!(e.message().contains("16777216"), "the server's message names its limit: {e}");
+    assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+    let e = tx.patch("t", b"k", 256 * 1024, b"x").await.expect_err("past a value's limit");
+    assert_eq!(e.code(), Code::InvalidArgument, "{e}");
     assert_eq!(c.get("t", &0u32.to_be_bytes()).await.expect("get"), None);
     c.put("t", b"after", b"ok").await.expect("the server still serves");
     s.shutdown().await;
+    // Refused before anything is sent: with the server gone, the answer is
+    // still the limit, not a broken connection.
+    for e in [
+        c.put("t", b"k", &vec![7u8; 40 << 20]).await.expect_err("40 MiB"),
+        c.put("t", &long_key, b"v").await.expect_err("a long key"),
+        c.execute(Batch::new().get("t", b"a").put("t", b"b", &big).clone())
+            .await
+            .expect_err("a batch with a value over the limit"),
+    ] {
+        assert_eq!((e.code(), e.is_retryable()), (Code::InvalidArgument, false), "{e}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

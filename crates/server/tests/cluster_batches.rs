@@ -177,3 +177,27 @@ async fn a_read_of_a_version_not_yet_durable_waits_until_it_is() {
         );
     }
 }
+
+/// A key or value over its limit is refused by the cluster client before
+/// anything is sent, on every path, naming the limit, and is not retried
+/// (a 40 MiB value used to be sent whole and come back UNAVAILABLE).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_and_values_over_their_limits_are_refused_before_they_are_sent() {
+    let f = three_shards().await;
+    let c = Cluster::connect(f.addrs[0].to_string()).await.expect("connect");
+    c.create_table(TABLE).await.expect("create");
+    let huge = vec![7u8; 40 << 20];
+    let long_key = vec![1u8; 1025];
+    let mut tx = c.begin();
+    let errors = [
+        c.put(TABLE, &account(1), &huge).await.expect_err("40 MiB"),
+        c.put(TABLE, &long_key, b"v").await.expect_err("a long key"),
+        c.execute(Batch::new().put(TABLE, &account(2), &huge).clone()).await.expect_err("a batch"),
+        tx.put(TABLE, &account(3), &huge).expect_err("in a transaction"),
+    ];
+    for e in errors {
+        assert_eq!((e.code(), e.is_retryable()), (tonic::Code::InvalidArgument, false), "{e}");
+        assert!(e.message().contains("262144") || e.message().contains("1024"), "{e}");
+    }
+    assert_eq!(c.get(TABLE, &account(1)).await.expect("read"), None);
+}

@@ -220,6 +220,7 @@ fn check(batch: &Batch) -> Result<()> {
     if o.read_only && writes(batch) {
         return Err(Error::invalid("a read-only batch writes".into()));
     }
+    crate::limits::operations(&batch.ops)?;
     for (i, op) in batch.ops.iter().enumerate() {
         if let Some(operation::Op::Scan(r)) = &op.op
             && (r.limit == 0 || r.limit > 10_000)
