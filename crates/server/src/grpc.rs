@@ -10,10 +10,9 @@ use proto::milliscale_server::Milliscale;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
-use crate::auth::Role;
 use crate::errors::{engine, refuse};
 use crate::ops::{SCAN_BATCH_BYTES, SCAN_BATCH_ROWS, Scan};
-use crate::service::{Backend, Service, count, done, iso_of};
+use crate::service::{Backend, Service, count, done};
 
 type ScanStream = Pin<Box<dyn Stream<Item = Result<proto::ScanResponse, Status>> + Send>>;
 
@@ -27,6 +26,21 @@ macro_rules! shard_unary {
         match $service.shard_call(caller, Call::$variant($req.into_inner())).await? {
             Outcome::$variant(r) => Ok(Response::new(r)),
             _ => Err(Status::internal("a shard call answered with another call's answer")),
+        }
+    }};
+}
+
+/// A unary call of an interactive transaction: the caller checked, then
+/// run as on the stream ([`Service::txn_call`], which counts it).
+macro_rules! txn_unary {
+    ($service:ident, $req:ident, $variant:ident) => {{
+        use proto::{call_stream_request::Call, call_stream_response::Outcome};
+        let caller =
+            $service.caller(&$req).inspect_err(|s| count(stringify!($variant), s.code()))?;
+        let conn = crate::connection::ConnectionInfo::of(&$req).map(|c| c.id);
+        match $service.txn_call(caller, conn, Call::$variant($req.into_inner())).await? {
+            Outcome::$variant(r) => Ok(Response::new(r)),
+            _ => Err(Status::internal("a call answered with another call's answer")),
         }
     }};
 }
@@ -85,89 +99,35 @@ impl Milliscale for Service {
         &self,
         req: Request<proto::BeginRequest>,
     ) -> Result<Response<proto::BeginResponse>, Status> {
-        let r = async {
-            let caller = self.caller(&req)?;
-            self.new_work()?;
-            self.single_server("Begin")?;
-            let conn = crate::connection::ConnectionInfo::of(&req).map(|c| c.id);
-            let b = req.into_inner();
-            if !b.read_only {
-                if caller.1 == Role::ReadOnly {
-                    return Err(refuse::read_only_token("a read-write transaction"));
-                }
-                if self.backend.is_replica() {
-                    return Err(refuse::replica("a read-write transaction"));
-                }
-            }
-            let wait = self.wait_of(b.wait_ms);
-            let tx =
-                self.backend.begin(b.isolation, b.read_only, b.read_at, b.at_token, wait).await?;
-            let (snapshot, isolation) = (tx.snapshot(), iso_of(tx.isolation()));
-            let txn_id = self.sessions.open(tx, caller.0, b.read_only, conn)?;
-            Ok(proto::BeginResponse { txn_id, snapshot, isolation })
-        };
-        done("Begin", r.await)
+        txn_unary!(self, req, Begin)
     }
 
     async fn get(
         &self,
         req: Request<proto::GetRequest>,
     ) -> Result<Response<proto::GetResponse>, Status> {
-        let r = self.caller(&req).and_then(|caller| {
-            let g = req.get_ref();
-            let table = self.backend.table(&g.table)?;
-            self.with_txn(caller, g.txn_id, None, |tx| {
-                let value = tx.get(&table, &g.key).map_err(|e| engine(&e))?;
-                Ok(proto::GetResponse { value: value.map(Into::into) })
-            })
-        });
-        done("Get", r)
+        txn_unary!(self, req, Get)
     }
 
     async fn put(
         &self,
         req: Request<proto::PutRequest>,
     ) -> Result<Response<proto::PutResponse>, Status> {
-        let r = self.caller(&req).and_then(|caller| {
-            let p = req.get_ref();
-            let table = self.backend.table(&p.table)?;
-            self.with_txn(caller, p.txn_id, Some("Put"), |tx| {
-                tx.put(&table, &p.key, &p.value).map_err(|e| engine(&e))?;
-                Ok(proto::PutResponse {})
-            })
-        });
-        done("Put", r)
+        txn_unary!(self, req, Put)
     }
 
     async fn delete(
         &self,
         req: Request<proto::DeleteRequest>,
     ) -> Result<Response<proto::DeleteResponse>, Status> {
-        let r = self.caller(&req).and_then(|caller| {
-            let d = req.get_ref();
-            let table = self.backend.table(&d.table)?;
-            self.with_txn(caller, d.txn_id, Some("Delete"), |tx| {
-                let existed = tx.delete(&table, &d.key).map_err(|e| engine(&e))?;
-                Ok(proto::DeleteResponse { existed })
-            })
-        });
-        done("Delete", r)
+        txn_unary!(self, req, Delete)
     }
 
     async fn patch(
         &self,
         req: Request<proto::PatchRequest>,
     ) -> Result<Response<proto::PatchResponse>, Status> {
-        let r = self.caller(&req).and_then(|caller| {
-            let p = req.get_ref();
-            let table = self.backend.table(&p.table)?;
-            self.with_txn(caller, p.txn_id, Some("Patch"), |tx| {
-                tx.update_range(&table, &p.key, p.offset as usize, &p.bytes)
-                    .map_err(|e| engine(&e))?;
-                Ok(proto::PatchResponse {})
-            })
-        });
-        done("Patch", r)
+        txn_unary!(self, req, Patch)
     }
 
     type ScanStream = ScanStream;
@@ -215,25 +175,14 @@ impl Milliscale for Service {
         &self,
         req: Request<proto::CommitRequest>,
     ) -> Result<Response<proto::CommitResponse>, Status> {
-        let r = async {
-            let caller = self.caller(&req)?;
-            let c = req.get_ref();
-            let tx = self.sessions.take(c.txn_id, caller.0)?;
-            let (token, durable, _) = self.commit_txn(tx, c.durability).await?;
-            Ok(proto::CommitResponse { token, durable })
-        };
-        done("Commit", r.await)
+        txn_unary!(self, req, Commit)
     }
 
     async fn abort(
         &self,
         req: Request<proto::AbortRequest>,
     ) -> Result<Response<proto::AbortResponse>, Status> {
-        let r = self.caller(&req).and_then(|caller| {
-            self.sessions.take(req.get_ref().txn_id, caller.0)?.abort();
-            Ok(proto::AbortResponse {})
-        });
-        done("Abort", r)
+        txn_unary!(self, req, Abort)
     }
 
     async fn execute(
@@ -264,6 +213,18 @@ impl Milliscale for Service {
             .inspect_err(|s| count("ExecuteStream", s.code()))?;
         let service = Arc::new(self.clone());
         Ok(Response::new(crate::stream::serve(service, caller, req.into_inner())))
+    }
+
+    type CallStreamStream = crate::call_stream::Answers;
+
+    async fn call_stream(
+        &self,
+        req: Request<tonic::Streaming<proto::CallStreamRequest>>,
+    ) -> Result<Response<Self::CallStreamStream>, Status> {
+        let caller = self.caller(&req).inspect_err(|s| count("CallStream", s.code()))?;
+        let conn = crate::connection::ConnectionInfo::of(&req).map(|c| c.id);
+        let service = Arc::new(self.clone());
+        Ok(Response::new(crate::call_stream::serve(service, caller, conn, req.into_inner())))
     }
 
     async fn wait_for(

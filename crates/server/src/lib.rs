@@ -18,6 +18,7 @@
 
 mod admin;
 pub mod auth;
+mod call_stream;
 mod connection;
 mod errors;
 mod grpc;

@@ -17,6 +17,7 @@
 //! Run one file's tests with `cargo test -p milliscale-server --test
 //! server calls::`.
 
+mod call_stream;
 mod calls;
 mod cluster;
 mod cluster_batches;
