@@ -51,7 +51,6 @@ fn unreachable<T>(r: &Result<T>) -> bool {
     r.as_ref().is_err_and(|e| e.code() == tonic::Code::Unavailable)
 }
 
-pub(crate) mod calls;
 mod close;
 mod conns;
 mod execute;

@@ -30,6 +30,7 @@
 
 #![deny(missing_docs, clippy::unwrap_used)]
 
+mod calls;
 mod cluster;
 mod error;
 pub mod handover;
@@ -71,8 +72,9 @@ pub struct ClientBuilder {
     connect_timeout: Duration,
     max_message_bytes: usize,
     streamed_batches: bool,
-    /// A cluster's calls to this shard on one stream (`cluster::calls`).
+    /// A cluster's calls to this shard on one stream (`calls`).
     streamed_shard_calls: bool,
+    streamed_calls: bool,
 }
 
 impl ClientBuilder {
@@ -130,6 +132,16 @@ impl ClientBuilder {
     }
 
     /// A cluster's calls to this shard on one stream, or as calls.
+    /// Send the calls of interactive transactions (begin, get, put,
+    /// delete, patch, commit, abort) on one stream per connection (the
+    /// default), or each as a unary call (`false`). On the stream a call
+    /// is one message each way instead of a new HTTP/2 stream with its
+    /// headers; errors, deadlines and the server's limits are the same.
+    pub fn streamed_calls(mut self, on: bool) -> ClientBuilder {
+        self.streamed_calls = on;
+        self
+    }
+
     pub(crate) fn streamed_shard_calls(mut self, on: bool) -> ClientBuilder {
         self.streamed_shard_calls = on;
         self
@@ -182,7 +194,9 @@ impl ClientBuilder {
         let stub = Stub::new(channel).max_decoding_message_size(self.max_message_bytes);
         let streams = self.streamed_batches.then(Arc::default);
         let shard_calls = self.streamed_shard_calls.then(Arc::default);
-        Ok(Client { stub, token, streams, shard_calls, max_message_bytes: self.max_message_bytes })
+        let txn_calls = self.streamed_calls.then(Arc::default);
+        let max_message_bytes = self.max_message_bytes;
+        Ok(Client { stub, token, streams, shard_calls, txn_calls, max_message_bytes })
     }
 }
 
@@ -195,8 +209,11 @@ pub struct Client {
     /// The stream one-shot batches go over, unless they go as calls.
     streams: Option<Arc<stream::Multiplexer>>,
     /// The stream a cluster's calls to this shard go over, unless they go
-    /// as calls (`cluster::calls`).
-    shard_calls: Option<Arc<cluster::calls::ShardCalls>>,
+    /// as calls (`calls`).
+    shard_calls: Option<Arc<calls::Calls<calls::Shard>>>,
+    /// The stream the calls of interactive transactions go over (none:
+    /// each is a unary call).
+    txn_calls: Option<Arc<calls::Calls<calls::Txn>>>,
     /// The largest request this client sends ([`ClientBuilder::max_message_bytes`]).
     max_message_bytes: usize,
 }
@@ -235,6 +252,7 @@ impl Client {
             max_message_bytes: 16 << 20,
             streamed_batches: true,
             streamed_shard_calls: true,
+            streamed_calls: true,
         }
     }
 

@@ -62,7 +62,7 @@ struct Open {
 }
 
 /// A connection's one open stream of some kind (`Open` here, the shard
-/// calls' in `cluster::calls`): opened at its first use, kept while it
+/// calls' in `calls`): opened at its first use, kept while it
 /// lives, opened again, by one caller at a time, once it has ended.
 pub(crate) struct Kept<T> {
     open: Mutex<Option<Arc<T>>>,

@@ -138,14 +138,14 @@ impl Transaction {
             ReadAt::Latest => proto::ReadAt::Latest,
             ReadAt::Durable => proto::ReadAt::Durable,
         } as i32;
-        let r = client.req(proto::BeginRequest {
+        let r = proto::BeginRequest {
             isolation: o.isolation.wire(),
             read_only: o.read_only,
             read_at,
             at_token: o.at_token,
             wait_ms: wait_ms(o.wait),
-        });
-        let b = client.stub().begin(r).await?.into_inner();
+        };
+        let b = client.txn_begin(r).await?;
         Ok(Transaction {
             client,
             id: b.txn_id,
@@ -179,8 +179,7 @@ impl Transaction {
             key: Bytes::copy_from_slice(key),
         };
         self.client.fits(&request)?;
-        let r = self.client.req(request);
-        Ok(self.client.stub().get(r).await?.into_inner().value.map(Vec::from))
+        Ok(self.client.txn_get(request).await?.value.map(Vec::from))
     }
 
     /// Write `value` under `key`.
@@ -193,8 +192,7 @@ impl Transaction {
             value: Bytes::copy_from_slice(value),
         };
         self.client.fits(&request)?;
-        let r = self.client.req(request);
-        self.client.stub().put(r).await?;
+        self.client.txn_put(request).await?;
         Ok(())
     }
 
@@ -207,8 +205,7 @@ impl Transaction {
             key: Bytes::copy_from_slice(key),
         };
         self.client.fits(&request)?;
-        let r = self.client.req(request);
-        Ok(self.client.stub().delete(r).await?.into_inner().existed)
+        Ok(self.client.txn_delete(request).await?.existed)
     }
 
     /// Overwrite `bytes.len()` bytes of `key`'s value at `offset` (logged
@@ -229,8 +226,7 @@ impl Transaction {
             bytes: Bytes::copy_from_slice(bytes),
         };
         self.client.fits(&request)?;
-        let r = self.client.req(request);
-        self.client.stub().patch(r).await?;
+        self.client.txn_patch(request).await?;
         Ok(())
     }
 
@@ -268,18 +264,15 @@ impl Transaction {
     /// Commit, answering as `durability` says.
     pub async fn commit_with(mut self, durability: Durability) -> Result<Commit> {
         self.finished = true;
-        let r = self
-            .client
-            .req(proto::CommitRequest { txn_id: self.id, durability: durability.wire() });
-        let c = self.client.stub().commit(r).await?.into_inner();
+        let r = proto::CommitRequest { txn_id: self.id, durability: durability.wire() };
+        let c = self.client.txn_commit(r).await?;
         Ok(Commit { token: c.token, durable: c.durable })
     }
 
     /// Abort: undo every write.
     pub async fn abort(mut self) -> Result<()> {
         self.finished = true;
-        let r = self.client.req(proto::AbortRequest { txn_id: self.id });
-        self.client.stub().abort(r).await?;
+        self.client.txn_abort(proto::AbortRequest { txn_id: self.id }).await?;
         Ok(())
     }
 }
@@ -292,9 +285,9 @@ impl Drop for Transaction {
         // Abort it on the server now, rather than at its idle timeout.
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             let client = self.client.clone();
-            let r = client.req(proto::AbortRequest { txn_id: self.id });
+            let r = proto::AbortRequest { txn_id: self.id };
             rt.spawn(async move {
-                let _ = client.stub().abort(r).await;
+                let _ = client.txn_abort(r).await;
             });
         }
     }

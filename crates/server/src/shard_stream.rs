@@ -1,5 +1,5 @@
 //! `ShardStream`: a cluster client's calls to this shard over one gRPC
-//! stream (the client's side: `milliscale-client`'s `cluster::calls`).
+//! stream (the client's side: `milliscale-client`'s `calls`).
 //!
 //! A unary call costs a new HTTP/2 stream, a header block each way and a
 //! task on each side; a shard spent more on that than `milliscale serve`
