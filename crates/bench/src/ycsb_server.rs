@@ -76,8 +76,9 @@ pub struct ServerRun {
     pub threads: usize,
     /// Interactive transactions instead of one-shot batches.
     pub interactive: bool,
-    /// One-shot batches as one `Execute` call each instead of messages on
-    /// a stream.
+    /// One-shot batches as one `Execute` call each, and an interactive
+    /// transaction's calls each a unary call, instead of messages on a
+    /// stream.
     pub unary: bool,
     /// One-shot batches pipelined (see the module's comment).
     pub pipelined: bool,
@@ -173,7 +174,8 @@ async fn connect(srv: &ServerRun) -> Result<Target, String> {
         }
         return b.connect().await.map(Target::Cluster).map_err(|e| e.to_string());
     }
-    let mut b = Client::builder(srv.addr.clone()).streamed_batches(!srv.unary);
+    let mut b =
+        Client::builder(srv.addr.clone()).streamed_batches(!srv.unary).streamed_calls(!srv.unary);
     if let Some(t) = &srv.token {
         b = b.token(t.clone());
     }
@@ -293,6 +295,8 @@ async fn run_async(cfg: &YcsbConfig, srv: &ServerRun) -> Result<Report, String> 
         "empty-unary"
     } else if srv.empty {
         "empty"
+    } else if srv.interactive && srv.unary {
+        "interactive-unary"
     } else if srv.interactive {
         "interactive"
     } else if srv.cluster && srv.unary {

@@ -522,10 +522,12 @@ pub(crate) struct BenchServerArgs {
     #[arg(long)]
     pub(crate) interactive: bool,
     /// With --server: one-shot transactions as one `Execute` call each
-    /// instead of messages on one `ExecuteStream` per connection (with
-    /// --cluster: each shard call a call, not a message on the shard's
+    /// instead of messages on one `ExecuteStream` per connection, and
+    /// with --interactive each call of a transaction a unary call instead
+    /// of a message on the connection's `CallStream` (with --cluster:
+    /// each shard call a call, not a message on the shard's
     /// `ShardStream`).
-    #[arg(long, conflicts_with_all = ["interactive", "ping"])]
+    #[arg(long, conflicts_with = "ping")]
     pub(crate) unary: bool,
     /// With --server: one-shot transactions pipelined, as the embedded
     /// engine's workers run: a session sends its next transaction once the

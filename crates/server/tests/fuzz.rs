@@ -54,7 +54,7 @@ impl prost::Message for Raw {
     }
 }
 
-const METHODS: [&str; 14] = [
+const METHODS: [&str; 15] = [
     "CreateTable",
     "DropTable",
     "ListTables",
@@ -67,6 +67,7 @@ const METHODS: [&str; 14] = [
     "Abort",
     "Execute",
     "ExecuteStream",
+    "CallStream",
     "WaitFor",
     "Status",
 ];
@@ -258,6 +259,85 @@ impl Fuzzer {
         worst
     }
 
+    /// Random calls of interactive transactions on one `CallStream`
+    /// (transactions begun on it, made up, or finished; tables, keys and
+    /// values random): each request answered once with its id, every
+    /// failure with a documented code and a kind.
+    async fn call_stream(&mut self) -> (Code, String) {
+        use proto::call_stream_request::Call;
+        let n = self.rng.random_range(0..16);
+        let mut reqs = vec![proto::CallStreamRequest {
+            id: 0,
+            call: Some(Call::Begin(proto::BeginRequest {
+                isolation: self.rng.random_range(-1..6),
+                read_only: self.rng.random_bool(0.3),
+                ..proto::BeginRequest::default()
+            })),
+        }];
+        for id in 1..n {
+            let txn_id = self.id();
+            let (table, key) = (self.table(), self.bytes().into());
+            let call = match self.rng.random_range(0..8) {
+                0 => None,
+                1 => Some(Call::Get(proto::GetRequest { txn_id, table, key })),
+                2 => Some(Call::Put(proto::PutRequest {
+                    txn_id,
+                    table,
+                    key,
+                    value: self.bytes().into(),
+                })),
+                3 => Some(Call::Delete(proto::DeleteRequest { txn_id, table, key })),
+                4 => Some(Call::Patch(proto::PatchRequest {
+                    txn_id,
+                    table,
+                    key,
+                    offset: self.rng.random_range(0..300_000),
+                    bytes: self.bytes().into(),
+                })),
+                5 => Some(Call::Commit(proto::CommitRequest {
+                    txn_id,
+                    durability: self.rng.random_range(-1..4),
+                })),
+                6 => Some(Call::Abort(proto::AbortRequest { txn_id })),
+                _ => Some(Call::Begin(proto::BeginRequest::default())),
+            };
+            reqs.push(proto::CallStreamRequest { id, call });
+        }
+        let answers = match self.stub.clone().call_stream(tokio_stream::iter(reqs)).await {
+            Err(s) => return (s.code(), s.message().to_owned()),
+            Ok(r) => r.into_inner(),
+        };
+        let mut answers = answers;
+        let (mut seen, mut worst) = (Vec::new(), (Code::Ok, String::new()));
+        loop {
+            match answers.message().await {
+                Ok(Some(a)) => {
+                    seen.push(a.id);
+                    match a.outcome {
+                        Some(proto::call_stream_response::Outcome::Failure(f)) => {
+                            let code = Code::from_i32(f.code);
+                            let bad = !allowed(code) || f.kind.is_empty();
+                            if bad || worst.0 == Code::Ok {
+                                let why = format!("{} (kind {:?})", f.message, f.kind);
+                                worst = (if f.kind.is_empty() { Code::Unknown } else { code }, why);
+                            }
+                        }
+                        Some(proto::call_stream_response::Outcome::Begin(b)) => {
+                            self.ids.push(b.txn_id)
+                        }
+                        Some(_) => {}
+                        None => panic!("an answer without an outcome"),
+                    }
+                }
+                Ok(None) => break,
+                Err(s) => return (s.code(), s.message().to_owned()),
+            }
+        }
+        seen.sort_unstable();
+        assert_eq!(seen, (0..n.max(1)).collect::<Vec<_>>(), "each request answered once");
+        worst
+    }
+
     /// Random bytes among well-formed requests on a stream: the stream
     /// ends with a documented code.
     async fn raw_stream(&mut self) -> (Code, String) {
@@ -389,6 +469,7 @@ impl Fuzzer {
             }
             13 => self.stream().await,
             14 => self.raw_stream().await,
+            15 => self.call_stream().await,
             _ => self.raw().await,
         }
     }
