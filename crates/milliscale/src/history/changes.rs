@@ -87,7 +87,8 @@ pub struct Changes {
     /// Changes up to this CSN (the newest durable point when no end was
     /// given).
     pub to: Csn,
-    /// What was read: the logs, objects and bytes, the window.
+    /// What was read: the logs, objects and bytes, the window (its `time`:
+    /// how `from` resolved, when it was a time).
     pub report: PastReport,
     tables: Vec<String>,
     created: Vec<Csn>,
@@ -178,31 +179,34 @@ pub fn read_changes(options: &Options, from: At, to: Option<At>) -> Result<Chang
         return Err(Error::InvalidArgument("read_changes needs a store".into()));
     }
     let started = Instant::now();
-    let (named, needed, _) = crate::manifest::read_manifest_unprobed(options)?;
+    let (named, needed, m0) = crate::manifest::read_manifest_unprobed(options)?;
     let deadline: Duration = options.store_deadline;
     let stores: &[(String, Arc<dyn ObjectStore>)] = &named;
+    // The points as CSNs, once: a time is resolved through the time index
+    // (which waits for a recent time's samples), not again each time the
+    // choice is made.
+    let from_choice = choose(stores, &m0, from, deadline)?;
+    let from_csn = from_choice.n;
+    let end = match to {
+        None => Csn::MAX,
+        Some(At::Csn(n)) => n,
+        Some(t @ At::Time(_)) => choose(stores, &m0, t, deadline)?.n,
+    };
+    if end < from_csn {
+        return Err(Error::InvalidArgument(format!(
+            "changes from {from} (CSN {from_csn}) to CSN {end}: the end is before the start"
+        )));
+    }
     let (m, choice, lease) = hold(stores, needed, deadline, from, |m| {
-        let mut c = choose(stores, m, from, deadline)?;
-        let end = match to {
-            None => Csn::MAX,
-            Some(At::Csn(n)) => n,
-            Some(t @ At::Time(_)) => choose(stores, m, t, deadline)?.n,
-        };
-        if end < c.n {
-            return Err(Error::InvalidArgument(format!(
-                "changes from {from} (CSN {}) to CSN {end}: the end is before the start",
-                c.n
-            )));
-        }
+        let mut c = choose(stores, m, At::Csn(from_csn), deadline)?;
         (c.ended, c.live) = logs_after(&history_of(m), m, &c.base, end);
         c.n = end;
         Ok(c)
     })?;
-    let from_csn = choose(stores, &m, from, deadline)?.n;
     let mut report = PastReport {
         at: to,
         csn: choice.n,
-        time: choice.time,
+        time: from_choice.time,
         base_csn: choice.base.csn,
         oldest: choice.oldest,
         ..PastReport::default()
