@@ -271,26 +271,46 @@ pub(crate) fn status_of(f: proto::Failure) -> Status {
     Status::with_metadata(tonic::Code::from_i32(f.code), f.message, meta)
 }
 
-/// One typed shard call: on the connection's stream, or as a unary call
-/// when the connection streams nothing or the request is big.
-macro_rules! shard_call {
-    ($(#[$doc:meta])* $name:ident, $req:ty, $resp:ty, $variant:ident) => {
+/// One typed call on one of the connection's streams (`$calls`, of
+/// protocol `$p`), or as the unary call `$unary` when the connection
+/// streams none of that kind or the request is big.
+macro_rules! stream_call {
+    ($(#[$doc:meta])* $calls:ident, $p:ty, $name:ident, $unary:ident, $req:ty, $resp:ty, $variant:ident) => {
         $(#[$doc])*
         pub(crate) async fn $name(&self, r: $req) -> Result<$resp, Status> {
             let calls = self
-                .shard_calls
+                .$calls
                 .as_deref()
                 .filter(|_| prost::Message::encoded_len(&r) < STREAMED_CALL_MAX);
             let Some(calls) = calls else {
-                return self.stub().$name(self.req(r)).await.map(tonic::Response::into_inner);
+                return self.stub().$unary(self.req(r)).await.map(tonic::Response::into_inner);
             };
-            use proto::{shard_stream_request::Call, shard_stream_response::Outcome};
+            type Call = <$p as Protocol>::Call;
+            type Outcome = <$p as Protocol>::Outcome;
             match calls.call(self, Call::$variant(r)).await? {
                 Outcome::$variant(a) => Ok(a),
                 Outcome::Failure(f) => Err(status_of(f)),
-                _ => Err(Status::internal("the shard answered a call with another call's answer")),
+                _ => Err(Status::internal(format!(
+                    "{} answered a call with another call's answer",
+                    <$p as Protocol>::TO
+                ))),
             }
         }
+    };
+}
+
+/// A shard call ([`stream_call!`] on `ShardStream`).
+macro_rules! shard_call {
+    ($(#[$doc:meta])* $name:ident, $req:ty, $resp:ty, $variant:ident) => {
+        stream_call!($(#[$doc])* shard_calls, Shard, $name, $name, $req, $resp, $variant);
+    };
+}
+
+/// A call of an interactive transaction ([`stream_call!`] on
+/// `CallStream`).
+macro_rules! txn_call {
+    ($(#[$doc:meta])* $name:ident, $unary:ident, $req:ty, $resp:ty, $variant:ident) => {
+        stream_call!($(#[$doc])* txn_calls, Txn, $name, $unary, $req, $resp, $variant);
     };
 }
 
@@ -315,30 +335,6 @@ impl Client {
         /// `ShardDecide`.
         shard_decide, proto::ShardDecideRequest, proto::ShardDecideResponse, Decide
     );
-}
-
-/// One typed call of an interactive transaction: on the connection's
-/// stream, or as a unary call when the connection streams no calls or the
-/// request is big.
-macro_rules! txn_call {
-    ($(#[$doc:meta])* $name:ident, $unary:ident, $req:ty, $resp:ty, $variant:ident) => {
-        $(#[$doc])*
-        pub(crate) async fn $name(&self, r: $req) -> Result<$resp, Status> {
-            let calls = self
-                .txn_calls
-                .as_deref()
-                .filter(|_| prost::Message::encoded_len(&r) < STREAMED_CALL_MAX);
-            let Some(calls) = calls else {
-                return self.stub().$unary(self.req(r)).await.map(tonic::Response::into_inner);
-            };
-            use proto::{call_stream_request::Call, call_stream_response::Outcome};
-            match calls.call(self, Call::$variant(r)).await? {
-                Outcome::$variant(a) => Ok(a),
-                Outcome::Failure(f) => Err(status_of(f)),
-                _ => Err(Status::internal("the server answered a call with another call's answer")),
-            }
-        }
-    };
 }
 
 impl Client {

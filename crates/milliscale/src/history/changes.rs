@@ -50,15 +50,13 @@ impl ChangeOp<'_> {
                 let before = before.ok_or_else(|| {
                     Error::Corrupt("a delta in the log for a row that has no value".into())
                 })?;
-                let (at, end) = (offset as usize, offset as usize + bytes.len());
-                if end > before.len() {
-                    return Err(Error::Corrupt(format!(
+                let out = crate::log::record::patched(before, offset, bytes).ok_or_else(|| {
+                    let (at, end) = (offset as usize, offset as usize + bytes.len());
+                    Error::Corrupt(format!(
                         "a delta at {at}..{end} in the log for a value of {} bytes",
                         before.len()
-                    )));
-                }
-                let mut out = before.to_vec();
-                out[at..end].copy_from_slice(bytes);
+                    ))
+                })?;
                 Ok(Some(out))
             }
         }

@@ -90,6 +90,15 @@ impl Op {
     }
 }
 
+/// `base` with `bytes` written at `offset`: the value a delta record
+/// leaves; `None` if the range passes the value's end.
+pub(crate) fn patched(base: &[u8], offset: u32, bytes: &[u8]) -> Option<Vec<u8>> {
+    let (at, end) = (offset as usize, (offset as usize).checked_add(bytes.len())?);
+    let mut out = base.to_vec();
+    out.get_mut(at..end)?.copy_from_slice(bytes);
+    Some(out)
+}
+
 /// One write of a transaction.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {

@@ -187,15 +187,13 @@ pub(crate) fn apply_entry(
                 let base = unsafe { head.as_ref() }.and_then(Version::value).ok_or_else(|| {
                     Error::Corrupt(format!("CSN {csn}: a delta on a key that has no value"))
                 })?;
-                let (at, end) = (offset as usize, offset as usize + bytes.len());
-                if end > base.len() {
-                    return Err(Error::Corrupt(format!(
+                let value = crate::log::record::patched(base, offset, bytes).ok_or_else(|| {
+                    let (at, end) = (offset as usize, offset as usize + bytes.len());
+                    Error::Corrupt(format!(
                         "CSN {csn}: a delta at {at}..{end} on a value of {} bytes",
                         base.len()
-                    )));
-                }
-                let mut value = base.to_vec();
-                value[at..end].copy_from_slice(bytes);
+                    ))
+                })?;
                 push_on(slot, Version::committed(csn, Some(&value)), horizon, full, guard)
                     .then_some(rid)
             }
