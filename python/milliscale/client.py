@@ -97,8 +97,12 @@ class Transaction:
     """An interactive transaction held on the server.
 
     Use it as a context manager: it commits when the block ends normally
-    and aborts when the block raises. Every call is one round trip. A
-    transaction dropped unfinished is aborted with the client's next call
+    and aborts when the block raises. Writes (``put``, ``patch``) do not
+    wait: they travel with the transaction's next read or its commit, in
+    one message, and a write's error (a conflict, a missing table) is
+    raised by that next call; :meth:`flush` sends them at once. Reads wait
+    for their answer; :meth:`get_many` reads several keys in one round
+    trip. A transaction dropped unfinished is aborted with the client's next call
     (if none comes, by the server when the client closes, or at its idle
     timeout); until then it holds its writes' keys.
     """
@@ -121,16 +125,27 @@ class Transaction:
         """The value of ``key``, or ``None`` if it has none."""
         return self._call("tx_get", table, _b(key))
 
+    def get_many(self, table: str, keys: Sequence[Bytes]) -> list[Optional[bytes]]:
+        """The values of ``keys`` (``None`` for a key without one), in one
+        round trip."""
+        return self._call("tx_get_many", table, [_b(k) for k in keys])
+
     def put(self, table: str, key: Bytes, value: Bytes) -> None:
-        """Write ``value`` under ``key``."""
+        """Write ``value`` under ``key`` (sent with the next call)."""
         self._call("tx_put", table, _b(key), _b(value))
+
+    def flush(self) -> None:
+        """Send the writes held back now, and raise the error of one that
+        failed."""
+        self._call("tx_flush")
 
     def delete(self, table: str, key: Bytes) -> bool:
         """Delete ``key``; whether it had a value."""
         return self._call("tx_delete", table, _b(key))
 
     def patch(self, table: str, key: Bytes, offset: int, data: Bytes) -> None:
-        """Overwrite bytes of ``key``'s value at ``offset`` (logged as a delta)."""
+        """Overwrite bytes of ``key``'s value at ``offset`` (logged as a
+        delta; sent with the next call, as a put is)."""
         self._call("tx_patch", table, _b(key), offset, _b(data))
 
     def scan(

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from conftest import Server
-from milliscale import Client, ConflictError, MilliscaleError, StatusCode
+from milliscale import Client, ConflictError, MilliscaleError, NotFoundError, StatusCode
 
 
 @pytest.mark.single_server("a transaction held open on the server, and status()")
@@ -60,10 +60,12 @@ def test_a_transaction_dropped_unfinished_is_aborted_with_the_next_call(db):
 @pytest.mark.single_server("a write takes its key when written; a cluster's transactions conflict at commit (optimistic)")
 def test_an_open_transaction_holds_its_keys(db):
     """The other side of the test above: while a transaction is open,
-    another one's write of the same key conflicts."""
+    another one's write of the same key conflicts (once the first write
+    has run: a write is held back until the transaction's next call)."""
     db.create_table("t")
     with db.transaction() as first:
         first.put("t", b"k", b"1")
+        first.flush()
         with pytest.raises(ConflictError):
             with db.transaction() as second:
                 second.put("t", b"k", b"2")
@@ -117,3 +119,24 @@ def test_a_value_over_its_limit_is_refused_naming_the_limit(db):
         assert "262144" in e.value.message, e.value.message
     db.put("t", b"k", b"small")
     assert db.get("t", b"k") == b"small"
+
+
+@pytest.mark.single_server("a cluster transaction's writes wait for its commit")
+def test_writes_travel_with_the_next_call_and_get_many_reads_in_one(db):
+    """A put answers at once; its failure is raised by the transaction's
+    next call; get_many reads several keys, the held writes included."""
+    db.create_table("t")
+    db.put("t", b"a", b"1")
+    with db.transaction() as tx:
+        tx.put("t", b"b", b"2")
+        tx.patch("t", b"a", 0, b"9")
+        assert tx.get_many("t", [b"a", b"b", b"c"]) == [b"9", b"2", None]
+        tx.put("missing", b"x", b"1")
+        with pytest.raises(NotFoundError):
+            tx.get("t", b"a")
+        tx.put("t", b"c", b"3")
+    assert [db.get("t", k) for k in (b"a", b"b", b"c")] == [b"9", b"2", b"3"]
+    tx = db.transaction()
+    tx.put("missing", b"x", b"1")
+    with pytest.raises(NotFoundError):
+        tx.commit()

@@ -14,8 +14,10 @@ def test_a_write_write_conflict_is_retryable(db):
     a = db.transaction()
     b = db.transaction()
     a.put("t", b"k", b"a")
+    a.flush()
+    b.put("t", b"k", b"b")  # held back: it travels with b's next call
     with pytest.raises(ConflictError) as e:
-        b.put("t", b"k", b"b")
+        b.flush()
     assert e.value.retryable and e.value.kind == "conflict"
     a.commit()
     b.abort()

@@ -55,8 +55,9 @@ def test_first_updater_wins_under_snapshot_isolation(db):
     a = db.transaction(Isolation.SNAPSHOT)
     a.get("t", b"x")
     db.put("t", b"x", b"1")  # commits after a's snapshot
+    a.put("t", b"x", b"2")  # held back: its conflict comes with the next call
     with pytest.raises(ConflictError):
-        a.put("t", b"x", b"2")
+        a.get("t", b"x")
     a.abort()
     assert db.get("t", b"x") == b"1"
 

@@ -13,7 +13,16 @@
 //!   workers do, and hears of each commit's durability later on the
 //!   stream;
 //! - **interactive**: `Begin`, then a `Get` (and a `Patch`) per key, then
-//!   `Commit`: 2 + ops (or 2 + 2 ops) round trips;
+//!   `Commit`: 2 + ops round trips on the connection's `CallStream` (each
+//!   patch travels with the next call), 2 + 2 ops as unary calls; with
+//!   `get_many`, `Begin`, one `GetMany` of the keys, and `Commit` with the
+//!   patches: 3 round trips;
+//! - **interactive pipelined**: the same, its commit answered at
+//!   pre-commit, its durability told later on the stream, as pipelined
+//!   one-shot's;
+//! - **call**: one `Get` at a time in a read-only transaction the session
+//!   keeps open: what one call on the stream (or with `unary`, one call)
+//!   costs with a point read's engine work;
 //! - **cluster** one-shot: the same batch through the cluster client
 //!   (`Cluster::execute`) to a `serve --cluster` node: one `ShardExecute`
 //!   when its keys are on one shard, a message on the connection's
@@ -76,6 +85,13 @@ pub struct ServerRun {
     pub threads: usize,
     /// Interactive transactions instead of one-shot batches.
     pub interactive: bool,
+    /// Interactive transactions read their keys with one `GetMany`.
+    pub get_many: bool,
+    /// Send one `Get` a time (a message on the connection's `CallStream`,
+    /// or with `unary` a call) in a read-only transaction each session
+    /// keeps open: what a call costs with a point read's engine work
+    /// (each counted as a read-only "transaction").
+    pub call: bool,
     /// One-shot batches as one `Execute` call each, and an interactive
     /// transaction's calls each a unary call, instead of messages on a
     /// stream.
@@ -232,17 +248,7 @@ async fn run_async(cfg: &YcsbConfig, srv: &ServerRun) -> Result<Report, String> 
         let client = clients[s % clients.len()].clone();
         let (cfg, chooser, phase) = (cfg.clone(), chooser.clone(), Arc::clone(&phase));
         let (stats, errors) = (Arc::clone(&stats), Arc::clone(&errors));
-        let how = if srv.ping {
-            How::Ping
-        } else if srv.empty {
-            How::Empty
-        } else if srv.interactive {
-            How::Interactive
-        } else if srv.pipelined {
-            How::Pipelined
-        } else {
-            How::OneShot
-        };
+        let how = How::of(srv);
         tasks.push(tokio::spawn(async move {
             let sessions = (s as u64, srv_sessions);
             if let Err(e) = session(&client, &cfg, &chooser, &phase, sessions, how, &stats).await {
@@ -289,27 +295,7 @@ async fn run_async(cfg: &YcsbConfig, srv: &ServerRun) -> Result<Report, String> 
     let Measured { run, commit_from_send_ns: from_send } =
         std::mem::replace(&mut *stats.lock(), Measured::new());
     let stats = vec![run];
-    let mode = if srv.ping {
-        "ping"
-    } else if srv.empty && srv.unary {
-        "empty-unary"
-    } else if srv.empty {
-        "empty"
-    } else if srv.interactive && srv.unary {
-        "interactive-unary"
-    } else if srv.interactive {
-        "interactive"
-    } else if srv.cluster && srv.unary {
-        "one-shot-cluster-unary"
-    } else if srv.unary {
-        "one-shot-unary"
-    } else if srv.pipelined {
-        "one-shot-pipelined"
-    } else if srv.cluster {
-        "one-shot-cluster"
-    } else {
-        "one-shot"
-    };
+    let mode = mode_of(srv);
     let notes = notes(cfg, srv, mode, loaded.then_some(load_took));
     let mut report = build_report(cfg, stats, (measured, None), notes);
     report.engine = format!("milliscale-server ({mode})");
@@ -381,9 +367,69 @@ fn process_cpu() -> f64 {
 enum How {
     OneShot,
     Pipelined,
-    Interactive,
+    /// With its reads in one `GetMany`, or not; its commit pipelined, or
+    /// not.
+    Interactive {
+        get_many: bool,
+        pipelined: bool,
+    },
     Ping,
     Empty,
+    /// One `Get` a time in one read-only transaction kept open.
+    Call,
+}
+
+/// The report's name for how `srv` drives the server.
+fn mode_of(srv: &ServerRun) -> &'static str {
+    if srv.ping {
+        "ping"
+    } else if srv.call && srv.unary {
+        "call-unary"
+    } else if srv.call {
+        "call"
+    } else if srv.empty && srv.unary {
+        "empty-unary"
+    } else if srv.empty {
+        "empty"
+    } else if srv.interactive && srv.unary {
+        "interactive-unary"
+    } else if srv.interactive && srv.get_many && srv.pipelined {
+        "interactive-get-many-pipelined"
+    } else if srv.interactive && srv.get_many {
+        "interactive-get-many"
+    } else if srv.interactive && srv.pipelined {
+        "interactive-pipelined"
+    } else if srv.interactive {
+        "interactive"
+    } else if srv.cluster && srv.unary {
+        "one-shot-cluster-unary"
+    } else if srv.unary {
+        "one-shot-unary"
+    } else if srv.pipelined {
+        "one-shot-pipelined"
+    } else if srv.cluster {
+        "one-shot-cluster"
+    } else {
+        "one-shot"
+    }
+}
+
+impl How {
+    fn of(srv: &ServerRun) -> How {
+        if srv.ping {
+            How::Ping
+        } else if srv.empty {
+            How::Empty
+        } else if srv.interactive {
+            How::Interactive { get_many: srv.get_many, pipelined: srv.pipelined }
+        } else if srv.pipelined {
+            How::Pipelined
+        } else if srv.call {
+            How::Call
+        } else {
+            How::OneShot
+        }
+    }
 }
 
 /// What a session measured: the report's figures, and the commit
@@ -423,6 +469,8 @@ async fn session(
     // Pipelined: the commits whose durability the session has not heard
     // of yet.
     let mut acks = FuturesUnordered::new();
+    // Calls: the session's read-only transaction, begun at its first call.
+    let mut open = None;
     loop {
         let p = phase.load(Ordering::Relaxed);
         if p == PHASE_STOP {
@@ -438,11 +486,12 @@ async fn session(
             let until = tokio::time::sleep_until(at.into());
             let until = async {
                 until.await;
-                Ok(())
+                Ok::<(), String>(())
             };
             while_acks(&mut acks, stats, until).await?;
         }
-        let rmw = how != How::Ping && how != How::Empty && rng.random::<f64>() >= read_fraction;
+        let rmw = !matches!(how, How::Ping | How::Empty | How::Call)
+            && rng.random::<f64>() >= read_fraction;
         for k in keys.iter_mut() {
             *k = chooser.next(&mut rng);
         }
@@ -453,8 +502,16 @@ async fn session(
         };
         let started = Instant::now();
         let (commit_started, aborts) = match how {
-            How::Interactive => {
-                interactive_txn(target.client()?, isolation, rmw, &keys, &patches).await?
+            How::Interactive { get_many, pipelined } => {
+                let client = target.client()?;
+                let how = (get_many, pipelined);
+                let txn = interactive_txn(client, isolation, rmw, &keys, &patches, how);
+                let (commit_started, aborts, ack) = while_acks(&mut acks, stats, txn).await?;
+                if let Some(ack) = ack {
+                    let measured = p == PHASE_MEASURE && rmw;
+                    acks.push(durable((commit_started, Instant::now()), measured, ack));
+                }
+                (commit_started, aborts)
             }
             How::OneShot => one_shot_txn(target, isolation, rmw, &keys, &patches).await?,
             How::Pipelined => {
@@ -474,6 +531,16 @@ async fn session(
                 target.execute(Batch::new()).await.map_err(|e| e.to_string())?;
                 (started, 0)
             }
+            How::Call => {
+                if open.is_none() {
+                    let tx = target.client()?.begin_with(TxnOptions::read_only()).await;
+                    open = Some(tx.map_err(|e| e.to_string())?);
+                }
+                let tx = open.as_mut().expect("begun");
+                let v = tx.get(TABLE, &key_bytes(keys[0])).await.map_err(|e| e.to_string())?;
+                std::hint::black_box(v);
+                (started, 0)
+            }
         };
         let done = Instant::now();
         if p == PHASE_MEASURE && phase.load(Ordering::Relaxed) == PHASE_MEASURE {
@@ -483,7 +550,9 @@ async fn session(
             stats.run.aborted[kind] += u64::from(aborts);
             let origin = arrival.unwrap_or(started);
             let _ = stats.run.txn_ns.record((done - origin).as_nanos().max(1) as u64);
-            if rmw && how != How::Pipelined {
+            let pipelined =
+                matches!(how, How::Pipelined | How::Interactive { pipelined: true, .. });
+            if rmw && !pipelined {
                 let ns = (done - commit_started).as_nanos().max(1) as u64;
                 let _ = stats.run.commit_ns.record(ns);
                 let _ = stats.commit_from_send_ns.record(ns);
@@ -514,10 +583,10 @@ fn acked(stats: &Mutex<Measured>, ((sent, answered), measured, r): Acked) -> Res
 
 /// Await `f`, hearing of pipelined commits' durability meanwhile (so
 /// their latency is taken when the word comes, not when next looked at).
-async fn while_acks<T>(
+async fn while_acks<T, E: std::fmt::Display>(
     acks: &mut FuturesUnordered<impl Future<Output = Acked>>,
     stats: &Mutex<Measured>,
-    f: impl Future<Output = milliscale_client::Result<T>>,
+    f: impl Future<Output = Result<T, E>>,
 ) -> Result<T, String> {
     let mut f = std::pin::pin!(f);
     loop {
@@ -572,16 +641,23 @@ async fn interactive_txn(
     rmw: bool,
     keys: &[u64],
     patches: &[(usize, u64)],
-) -> Result<(Instant, u32), String> {
+    (get_many, pipelined): (bool, bool),
+) -> Result<(Instant, u32, Option<CommitAck>), String> {
     let mut aborts = 0;
     loop {
         let attempt = async {
             let opts = TxnOptions { isolation, read_only: !rmw, ..TxnOptions::default() };
             let mut tx = client.begin_with(opts).await?;
+            if get_many {
+                let bytes: Vec<_> = keys.iter().map(|&id| key_bytes(id)).collect();
+                let refs: Vec<&[u8]> = bytes.iter().map(|k| k.as_slice()).collect();
+                std::hint::black_box(tx.get_many(TABLE, &refs).await?);
+            }
             for (i, &id) in keys.iter().enumerate() {
                 let key = key_bytes(id);
-                let v = tx.get(TABLE, &key).await?;
-                std::hint::black_box(v);
+                if !get_many {
+                    std::hint::black_box(tx.get(TABLE, &key).await?);
+                }
                 if rmw {
                     let (field, value) = patches[i];
                     tx.patch(TABLE, &key, (field * FIELD_BYTES) as u32, &value.to_le_bytes())
@@ -589,11 +665,16 @@ async fn interactive_txn(
                 }
             }
             let commit_started = Instant::now();
-            tx.commit().await?;
-            Ok::<Instant, milliscale_client::Error>(commit_started)
+            let ack = if pipelined {
+                Some(tx.commit_pipelined().await?.1)
+            } else {
+                tx.commit().await?;
+                None
+            };
+            Ok::<_, milliscale_client::Error>((commit_started, ack))
         };
         match attempt.await {
-            Ok(at) => return Ok((at, aborts)),
+            Ok((at, ack)) => return Ok((at, aborts, ack)),
             Err(e) if e.is_retryable() && aborts < 1000 => aborts += 1,
             Err(e) => return Err(e.to_string()),
         }

@@ -521,6 +521,15 @@ pub(crate) struct BenchServerArgs {
     /// per key, commit: a round trip each) instead of one `Execute` each.
     #[arg(long)]
     pub(crate) interactive: bool,
+    /// With --interactive: read a transaction's keys in one `GetMany`
+    /// call (its patches then travel with the commit).
+    #[arg(long, requires = "interactive", conflicts_with = "unary")]
+    pub(crate) get_many: bool,
+    /// With --server: one `Get` at a time (a message on the connection's
+    /// `CallStream`, or a call with --unary) in a read-only transaction
+    /// each session keeps open, to measure what a call costs.
+    #[arg(long, conflicts_with_all = ["interactive", "ping", "empty", "pipelined", "cluster"])]
+    pub(crate) call: bool,
     /// With --server: one-shot transactions as one `Execute` call each
     /// instead of messages on one `ExecuteStream` per connection, and
     /// with --interactive each call of a transaction a unary call instead
@@ -529,11 +538,11 @@ pub(crate) struct BenchServerArgs {
     /// `ShardStream`).
     #[arg(long, conflicts_with = "ping")]
     pub(crate) unary: bool,
-    /// With --server: one-shot transactions pipelined, as the embedded
-    /// engine's workers run: a session sends its next transaction once the
-    /// last is pre-committed, and hears of its durability later on the
-    /// stream (commit latency: from sending to that).
-    #[arg(long, conflicts_with_all = ["interactive", "ping", "unary", "empty"])]
+    /// With --server: transactions pipelined, as the embedded engine's
+    /// workers run: a session sends its next transaction once the last is
+    /// pre-committed, and hears of its durability later on the stream
+    /// (one-shot, or with --interactive each commit on the `CallStream`).
+    #[arg(long, conflicts_with_all = ["ping", "unary", "empty"])]
     pub(crate) pipelined: bool,
     /// With --server: send empty batches instead of transactions, to
     /// measure what a batch costs without engine work (on the stream, or
@@ -574,6 +583,8 @@ pub(crate) fn bench_through_server(
         connections: a.connections,
         threads: a.client_threads.unwrap_or(cfg.threads),
         interactive: a.interactive,
+        get_many: a.get_many,
+        call: a.call,
         unary: a.unary,
         pipelined: a.pipelined,
         empty: a.empty,

@@ -56,6 +56,19 @@ pub(crate) trait Protocol: Send + Sync + 'static {
     const TO: &'static str;
     fn request(id: u64, call: Self::Call) -> Self::Request;
     fn answer(r: Self::Response) -> (u64, Option<Self::Outcome>);
+    /// A word that pipelined commits are durable, if `o` is one.
+    fn durable(_o: &Self::Outcome) -> Option<&proto::Durable> {
+        None
+    }
+    /// A call answered at pre-commit and not yet durable: whether it asks
+    /// to hear of its durability.
+    fn notifies(_c: &Self::Call) -> bool {
+        false
+    }
+    /// An answer at pre-commit that is not durable yet.
+    fn pending(_o: &Self::Outcome) -> bool {
+        false
+    }
     fn open(
         client: &Client,
         outgoing: ReceiverStream<Self::Request>,
@@ -88,17 +101,49 @@ impl Protocol for Shard {
 /// The calls of interactive transactions.
 pub(crate) struct Txn;
 
+/// A call of an interactive transaction on the stream, with the writes
+/// that go before it.
+pub(crate) struct TxnCall {
+    pub call: proto::call_stream_request::Call,
+    pub writes: Option<proto::WriteRequest>,
+    /// A pre-commit that asks to hear of its durability.
+    pub notify: bool,
+}
+
+impl From<proto::call_stream_request::Call> for TxnCall {
+    fn from(call: proto::call_stream_request::Call) -> TxnCall {
+        TxnCall { call, writes: None, notify: false }
+    }
+}
+
 impl Protocol for Txn {
     type Request = proto::CallStreamRequest;
     type Response = proto::CallStreamResponse;
-    type Call = proto::call_stream_request::Call;
+    type Call = TxnCall;
     type Outcome = proto::call_stream_response::Outcome;
     const TO: &'static str = "the server";
-    fn request(id: u64, call: Self::Call) -> Self::Request {
-        proto::CallStreamRequest { id, call: Some(call) }
+    fn request(id: u64, c: Self::Call) -> Self::Request {
+        proto::CallStreamRequest {
+            id,
+            call: Some(c.call),
+            writes: c.writes,
+            notify_durable: c.notify,
+        }
     }
     fn answer(r: Self::Response) -> (u64, Option<Self::Outcome>) {
         (r.id, r.outcome)
+    }
+    fn durable(o: &Self::Outcome) -> Option<&proto::Durable> {
+        match o {
+            proto::call_stream_response::Outcome::Durable(d) => Some(d),
+            _ => None,
+        }
+    }
+    fn notifies(c: &Self::Call) -> bool {
+        c.notify
+    }
+    fn pending(o: &Self::Outcome) -> bool {
+        matches!(o, proto::call_stream_response::Outcome::Commit(c) if !c.durable)
     }
     async fn open(
         client: &Client,
@@ -108,9 +153,14 @@ impl Protocol for Txn {
     }
 }
 
+/// Resolved when the server says a pipelined commit is durable.
+type DurableReply = oneshot::Sender<Result<(), Status>>;
+
 /// The callers waiting for answers on one stream.
 struct Waiting<O> {
     replies: HashMap<u64, oneshot::Sender<Result<O, Status>>>,
+    /// Pipelined commits waiting to hear of their durability.
+    durable: HashMap<u64, DurableReply>,
     next_id: u64,
     /// Why the stream ended, once it has.
     ended: Option<Status>,
@@ -118,7 +168,7 @@ struct Waiting<O> {
 
 impl<O> Default for Waiting<O> {
     fn default() -> Waiting<O> {
-        Waiting { replies: HashMap::new(), next_id: 0, ended: None }
+        Waiting { replies: HashMap::new(), durable: HashMap::new(), next_id: 1, ended: None }
     }
 }
 
@@ -168,9 +218,23 @@ impl<O> Drop for Forget<'_, O> {
 impl<P: Protocol> Calls<P> {
     /// Send `call` on the stream and wait for its answer.
     pub(crate) async fn call(&self, client: &Client, call: P::Call) -> Result<P::Outcome, Status> {
+        Ok(self.call_told(client, call).await?.0)
+    }
+
+    /// Send `call` on the stream and wait for its answer; a call that
+    /// asks to hear of its durability ([`Protocol::notifies`]) also gets
+    /// the word that it is durable, registered before the call leaves (an
+    /// answer that is a failure, or says durable already, resolves it at
+    /// once: the server tells nothing more of it).
+    pub(crate) async fn call_told(
+        &self,
+        client: &Client,
+        call: P::Call,
+    ) -> Result<(P::Outcome, Option<oneshot::Receiver<Result<(), Status>>>), Status> {
         let open = self.stream(client).await?;
         let (reply, answer) = oneshot::channel();
-        let id = {
+        let notifies = P::notifies(&call);
+        let (id, told) = {
             let mut w = lock(&open.waiting);
             if let Some(why) = &w.ended {
                 return Err(ended(P::TO, why));
@@ -178,9 +242,34 @@ impl<P: Protocol> Calls<P> {
             let id = w.next_id;
             w.next_id += 1;
             w.replies.insert(id, reply);
-            id
+            let told = notifies.then(|| {
+                let (tell, told) = oneshot::channel();
+                w.durable.insert(id, tell);
+                told
+            });
+            (id, told)
         };
         let _forget = Forget { waiting: &open.waiting, id };
+        let outcome = self.send_and_wait(&open, id, call, answer).await;
+        if told.is_some() && !matches!(&outcome, Ok(o) if P::pending(o)) {
+            // A failed call, or one durable at its answer, is told of no
+            // more: the word it waits for is given here (a failed call's
+            // is dropped with it).
+            let tell = lock(&open.waiting).durable.remove(&id);
+            if let (Some(tell), Ok(_)) = (tell, &outcome) {
+                let _ = tell.send(Ok(()));
+            }
+        }
+        outcome.map(|o| (o, told))
+    }
+
+    async fn send_and_wait(
+        &self,
+        open: &Open<P>,
+        id: u64,
+        call: P::Call,
+        answer: oneshot::Receiver<Result<P::Outcome, Status>>,
+    ) -> Result<P::Outcome, Status> {
         if open.requests.send(P::request(id, call)).await.is_err() {
             return Err(Status::unavailable(format!(
                 "the stream to {} ended before the call left",
@@ -226,6 +315,10 @@ async fn read<P: Protocol>(
         match answers.message().await {
             Ok(Some(a)) => {
                 let (id, outcome) = P::answer(a);
+                if let Some(d) = outcome.as_ref().and_then(P::durable) {
+                    tell(&waiting, d);
+                    continue;
+                }
                 let reply = lock(&waiting).replies.remove(&id);
                 if let Some(reply) = reply {
                     let _ = reply.send(outcome.ok_or_else(|| {
@@ -237,14 +330,34 @@ async fn read<P: Protocol>(
             Err(status) => break status,
         }
     };
-    let replies = {
+    let (replies, durable) = {
         let mut w = lock(&waiting);
         let replies = std::mem::take(&mut w.replies);
+        let durable = std::mem::take(&mut w.durable);
         w.ended = Some(why.clone());
-        replies
+        (replies, durable)
     };
     for (_, reply) in replies {
         let _ = reply.send(Err(ended(P::TO, &why)));
+    }
+    for (_, tell) in durable {
+        let _ = tell.send(Err(ended(P::TO, &why)));
+    }
+}
+
+/// Tell the pipelined commits the server names that they are durable (or,
+/// with a failure, that the log failed before they were).
+fn tell<O>(waiting: &Mutex<Waiting<O>>, d: &proto::Durable) {
+    let tells: Vec<_> = {
+        let mut w = lock(waiting);
+        d.ids.iter().filter_map(|id| w.durable.remove(id)).collect()
+    };
+    for tell in tells {
+        let r = match &d.failure {
+            None => Ok(()),
+            Some(f) => Err(status_of(f.clone())),
+        };
+        let _ = tell.send(r);
     }
 }
 
@@ -271,11 +384,15 @@ pub(crate) fn status_of(f: proto::Failure) -> Status {
     Status::with_metadata(tonic::Code::from_i32(f.code), f.message, meta)
 }
 
+/// The calls of each stream, by kind (for [`stream_call!`]).
+type ShardCallKind = proto::shard_stream_request::Call;
+type TxnCallKind = proto::call_stream_request::Call;
+
 /// One typed call on one of the connection's streams (`$calls`, of
 /// protocol `$p`), or as the unary call `$unary` when the connection
 /// streams none of that kind or the request is big.
 macro_rules! stream_call {
-    ($(#[$doc:meta])* $calls:ident, $p:ty, $name:ident, $unary:ident, $req:ty, $resp:ty, $variant:ident) => {
+    ($(#[$doc:meta])* $calls:ident, $p:ty, $call:ident, $name:ident, $unary:ident, $req:ty, $resp:ty, $variant:ident) => {
         $(#[$doc])*
         pub(crate) async fn $name(&self, r: $req) -> Result<$resp, Status> {
             let calls = self
@@ -285,9 +402,8 @@ macro_rules! stream_call {
             let Some(calls) = calls else {
                 return self.stub().$unary(self.req(r)).await.map(tonic::Response::into_inner);
             };
-            type Call = <$p as Protocol>::Call;
             type Outcome = <$p as Protocol>::Outcome;
-            match calls.call(self, Call::$variant(r)).await? {
+            match calls.call(self, $call::$variant(r).into()).await? {
                 Outcome::$variant(a) => Ok(a),
                 Outcome::Failure(f) => Err(status_of(f)),
                 _ => Err(Status::internal(format!(
@@ -302,7 +418,10 @@ macro_rules! stream_call {
 /// A shard call ([`stream_call!`] on `ShardStream`).
 macro_rules! shard_call {
     ($(#[$doc:meta])* $name:ident, $req:ty, $resp:ty, $variant:ident) => {
-        stream_call!($(#[$doc])* shard_calls, Shard, $name, $name, $req, $resp, $variant);
+        stream_call!(
+            $(#[$doc])* shard_calls, Shard, ShardCallKind,
+            $name, $name, $req, $resp, $variant
+        );
     };
 }
 
@@ -310,7 +429,10 @@ macro_rules! shard_call {
 /// `CallStream`).
 macro_rules! txn_call {
     ($(#[$doc:meta])* $name:ident, $unary:ident, $req:ty, $resp:ty, $variant:ident) => {
-        stream_call!($(#[$doc])* txn_calls, Txn, $name, $unary, $req, $resp, $variant);
+        stream_call!(
+            $(#[$doc])* txn_calls, Txn, TxnCallKind,
+            $name, $unary, $req, $resp, $variant
+        );
     };
 }
 
@@ -351,6 +473,14 @@ impl Client {
         txn_put, put, proto::PutRequest, proto::PutResponse, Put
     );
     txn_call!(
+        /// `GetMany`.
+        txn_get_many, get_many, proto::GetManyRequest, proto::GetManyResponse, GetMany
+    );
+    txn_call!(
+        /// `Write`.
+        txn_write, write, proto::WriteRequest, proto::WriteResponse, Write
+    );
+    txn_call!(
         /// `Delete`.
         txn_delete, delete, proto::DeleteRequest, proto::DeleteResponse, Delete
     );
@@ -366,4 +496,113 @@ impl Client {
         /// `Abort`.
         txn_abort, abort, proto::AbortRequest, proto::AbortResponse, Abort
     );
+}
+
+impl Client {
+    /// Whether this connection sends the calls of transactions on its
+    /// stream.
+    pub(crate) fn streams_calls(&self) -> bool {
+        self.txn_calls.is_some()
+    }
+
+    /// A call of a transaction with the writes that go before it: on the
+    /// stream, one message (its answer may be a write's failure); as calls
+    /// (unary, or too big for the stream together), the writes first,
+    /// waited for, then the call.
+    pub(crate) async fn txn_send(
+        &self,
+        call: TxnCallKind,
+        writes: Option<proto::WriteRequest>,
+    ) -> Result<proto::call_stream_response::Outcome, Status> {
+        use proto::call_stream_response::Outcome as O;
+        let len = call.encoded_len() + writes.as_ref().map_or(0, prost::Message::encoded_len);
+        let calls = self.txn_calls.as_deref();
+        if let Some(calls) = calls.filter(|_| len < STREAMED_CALL_MAX) {
+            return match calls.call(self, TxnCall { call, writes, notify: false }).await? {
+                O::Failure(f) => Err(status_of(f)),
+                o => Ok(o),
+            };
+        }
+        if let Some(mut w) = writes {
+            w.txn_id = txn_of(&call);
+            self.txn_write(w).await?;
+        }
+        Ok(match call {
+            TxnCallKind::Begin(r) => O::Begin(self.txn_begin(r).await?),
+            TxnCallKind::Get(r) => O::Get(self.txn_get(r).await?),
+            TxnCallKind::GetMany(r) => O::GetMany(self.txn_get_many(r).await?),
+            TxnCallKind::Put(r) => O::Put(self.txn_put(r).await?),
+            TxnCallKind::Delete(r) => O::Delete(self.txn_delete(r).await?),
+            TxnCallKind::Patch(r) => O::Patch(self.txn_patch(r).await?),
+            TxnCallKind::Write(r) => O::Write(self.txn_write(r).await?),
+            TxnCallKind::Commit(r) => O::Commit(self.txn_commit(r).await?),
+            TxnCallKind::Abort(r) => O::Abort(self.txn_abort(r).await?),
+            TxnCallKind::Scan(r) => {
+                // Only a streamed client scans a batch a call.
+                let Some(calls) = calls else {
+                    return Err(Status::internal("a scan call without a stream"));
+                };
+                match calls.call(self, TxnCall::from(TxnCallKind::Scan(r))).await? {
+                    O::Failure(f) => return Err(status_of(f)),
+                    o => o,
+                }
+            }
+        })
+    }
+}
+
+impl Client {
+    /// A commit (`call`, at pre-commit) with the writes that go before
+    /// it, answered at pre-commit, and the word of its durability: on the
+    /// stream, told there; otherwise (unary, or too big for the stream),
+    /// asked with `WaitFor` in the background.
+    pub(crate) async fn txn_commit_told(
+        &self,
+        call: TxnCallKind,
+        writes: Option<proto::WriteRequest>,
+    ) -> Result<(proto::CommitResponse, crate::CommitAck), Status> {
+        use proto::call_stream_response::Outcome as O;
+        let len = call.encoded_len() + writes.as_ref().map_or(0, prost::Message::encoded_len);
+        let calls = self.txn_calls.as_deref().filter(|_| len < STREAMED_CALL_MAX);
+        let (outcome, told) = match calls {
+            Some(calls) => calls.call_told(self, TxnCall { call, writes, notify: true }).await?,
+            None => (self.txn_send(call, writes).await?, None),
+        };
+        let c = match outcome {
+            O::Commit(c) => c,
+            O::Failure(f) => return Err(status_of(f)),
+            _ => return Err(Status::internal("a commit answered with another call's answer")),
+        };
+        let ack = match (c.durable, c.token, told) {
+            (true, _, _) | (_, None, _) => crate::CommitAck::already_durable(),
+            (false, _, Some(told)) => crate::CommitAck::told_by_call(told),
+            (false, Some(token), None) => {
+                let (tell, told) = tokio::sync::oneshot::channel();
+                let client = self.clone();
+                tokio::spawn(async move {
+                    let wait = std::time::Duration::from_secs(60);
+                    let r = client.wait_for(token, wait).await.map(drop);
+                    let _ = tell.send(r.map_err(|e| Status::new(e.code(), e.message())));
+                });
+                crate::CommitAck::told_by_call(told)
+            }
+        };
+        Ok((c, ack))
+    }
+}
+
+/// The transaction a call is in (0 for Begin).
+fn txn_of(call: &TxnCallKind) -> u64 {
+    match call {
+        TxnCallKind::Begin(_) => 0,
+        TxnCallKind::Get(c) => c.txn_id,
+        TxnCallKind::GetMany(c) => c.txn_id,
+        TxnCallKind::Put(c) => c.txn_id,
+        TxnCallKind::Delete(c) => c.txn_id,
+        TxnCallKind::Patch(c) => c.txn_id,
+        TxnCallKind::Write(c) => c.txn_id,
+        TxnCallKind::Scan(c) => c.txn_id,
+        TxnCallKind::Commit(c) => c.txn_id,
+        TxnCallKind::Abort(c) => c.txn_id,
+    }
 }

@@ -54,6 +54,13 @@ impl Error {
         Error::new(tonic::Code::InvalidArgument, "invalid_input", false, message)
     }
 
+    /// A write in a read-only transaction, refused by the client as the
+    /// server would refuse it.
+    pub(crate) fn read_only_txn() -> Error {
+        let message = "a write, and the transaction is read-only".into();
+        Error::new(tonic::Code::FailedPrecondition, "read_only", false, message)
+    }
+
     /// A key with no value where one was needed (a patch on a cluster).
     pub(crate) fn not_found(message: &str) -> Error {
         Error::new(tonic::Code::NotFound, "not_found", false, message.into())

@@ -30,6 +30,7 @@
 
 #![deny(missing_docs, clippy::unwrap_used)]
 
+mod batch;
 mod calls;
 mod cluster;
 mod error;
@@ -41,6 +42,7 @@ mod txn;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use batch::{Batch, BatchResult};
 pub use cluster::{Cluster, ClusterBuilder, ClusterTransaction, ShardStatus};
 pub use error::{Error, Result, retry};
 pub use stream::CommitAck;
@@ -49,7 +51,7 @@ pub use tonic::Code;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 pub use txn::{
-    Batch, BatchResult, Commit, Durability, Isolation, KeyRange, ReadAt, Transaction, TxnOptions,
+    Commit, Durability, Isolation, KeyRange, ReadAt, Transaction, TxnOptions, WRITE_BEHIND_BYTES,
 };
 
 /// The wire protocol (`proto/milliscale/v1/milliscale.proto`), generated
@@ -274,6 +276,10 @@ impl Client {
     /// message that says the limit and where it is set (the server would
     /// refuse it too, OUT_OF_RANGE, after receiving all of it).
     /// Returns the request's encoded length.
+    pub(crate) fn max_message_bytes(&self) -> usize {
+        self.max_message_bytes
+    }
+
     pub(crate) fn fits(&self, request: &impl prost::Message) -> Result<usize> {
         let len = request.encoded_len();
         if len > self.max_message_bytes {

@@ -240,33 +240,52 @@ fn outcome(o: Option<Outcome>) -> Result<proto::ExecuteResponse> {
     }
 }
 
-/// A pipelined batch's durability ([`Client::execute_pipelined`]):
-/// [`CommitAck::durable`] resolves once the server says the commit is
-/// durable. Dropping it changes nothing on the server.
+/// A pipelined commit's durability ([`Client::execute_pipelined`],
+/// [`crate::Transaction::commit_pipelined`]): [`CommitAck::durable`]
+/// resolves once the server says the commit is durable. Dropping it
+/// changes nothing on the server.
 #[derive(Debug)]
 pub struct CommitAck {
-    told: Option<oneshot::Receiver<Result<()>>>,
+    told: Told,
+}
+
+#[derive(Debug)]
+enum Told {
+    Already,
+    /// By the `ExecuteStream` reader.
+    Batch(oneshot::Receiver<Result<()>>),
+    /// By a call stream's reader.
+    Call(oneshot::Receiver<std::result::Result<(), tonic::Status>>),
 }
 
 impl CommitAck {
     pub(crate) fn waiting(told: oneshot::Receiver<Result<()>>) -> CommitAck {
-        CommitAck { told: Some(told) }
+        CommitAck { told: Told::Batch(told) }
+    }
+
+    pub(crate) fn told_by_call(
+        told: oneshot::Receiver<std::result::Result<(), tonic::Status>>,
+    ) -> CommitAck {
+        CommitAck { told: Told::Call(told) }
     }
 
     /// An ack for a commit already durable.
     pub(crate) fn already_durable() -> CommitAck {
-        CommitAck { told: None }
+        CommitAck { told: Told::Already }
     }
 
     /// Wait until the commit is durable. An error means the server could
     /// not make it durable, or the stream ended before it said: the
     /// commit may or may not survive, so treat it as not committed.
     pub async fn durable(self) -> Result<()> {
+        let stopped = || Error::local("the stream's reader stopped without saying".into());
         match self.told {
-            None => Ok(()),
-            Some(told) => told.await.unwrap_or_else(|_| {
-                Err(Error::local("the stream's reader stopped without saying".into()))
-            }),
+            Told::Already => Ok(()),
+            Told::Batch(told) => told.await.unwrap_or_else(|_| Err(stopped())),
+            Told::Call(told) => match told.await {
+                Ok(r) => r.map_err(Error::from),
+                Err(_) => Err(stopped()),
+            },
         }
     }
 }

@@ -6,7 +6,7 @@ use bytes::Bytes;
 
 use crate::Client;
 use crate::error::{Error, Result};
-use crate::proto::{self, operation, operation_result};
+use crate::proto;
 
 /// The isolation level of a transaction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -23,7 +23,7 @@ pub enum Isolation {
 }
 
 impl Isolation {
-    fn wire(self) -> i32 {
+    pub(crate) fn wire(self) -> i32 {
         (match self {
             Isolation::Default => proto::Isolation::Unspecified,
             Isolation::ReadCommitted => proto::Isolation::ReadCommitted,
@@ -64,7 +64,7 @@ pub enum Durability {
 }
 
 impl Durability {
-    fn wire(self) -> i32 {
+    pub(crate) fn wire(self) -> i32 {
         (match self {
             Durability::Wait => proto::Durability::Wait,
             Durability::Precommit => proto::Durability::Precommit,
@@ -107,7 +107,7 @@ impl TxnOptions {
     }
 }
 
-fn wait_ms(d: Duration) -> u32 {
+pub(crate) fn wait_ms(d: Duration) -> u32 {
     d.as_millis().min(u32::MAX as u128) as u32
 }
 
@@ -121,8 +121,23 @@ pub struct Commit {
     pub durable: bool,
 }
 
-/// An interactive transaction on the server. Every call is one round
-/// trip. Dropping it unfinished aborts it in the background.
+/// The most bytes of writes a transaction holds back before sending them
+/// alone (see [`Transaction`]): well under the size at which a request
+/// leaves the stream for a unary call, so the writes and the call they
+/// travel with stay one message.
+pub const WRITE_BEHIND_BYTES: usize = 256 << 10;
+
+/// An interactive transaction on the server.
+///
+/// On a client with streamed calls (the default) a transaction's writes
+/// (`put`, `patch`) do not wait: they are held and sent with its next
+/// call that answers something (`get`, `get_many`, `delete`, `scan`,
+/// `commit`), in one message, and run first, in the order they were
+/// made. A write's error (a conflict, an unknown table) is that next
+/// call's error; [`Transaction::flush`] sends them at once and reports it.
+/// Past [`WRITE_BEHIND_BYTES`] held, a write sends them and waits. With
+/// unary calls every call is one round trip. Dropping a transaction
+/// unfinished aborts it in the background.
 #[derive(Debug)]
 pub struct Transaction {
     client: Client,
@@ -130,7 +145,14 @@ pub struct Transaction {
     snapshot: u64,
     isolation: Isolation,
     finished: bool,
+    read_only: bool,
+    /// The writes held back, and their size on the wire.
+    held: Option<proto::WriteRequest>,
+    held_bytes: usize,
 }
+
+type Call = proto::call_stream_request::Call;
+type Outcome = proto::call_stream_response::Outcome;
 
 impl Transaction {
     pub(crate) async fn begin(client: Client, o: TxnOptions) -> Result<Transaction> {
@@ -152,6 +174,9 @@ impl Transaction {
             snapshot: b.snapshot,
             isolation: Isolation::of_wire(b.isolation),
             finished: false,
+            read_only: o.read_only,
+            held: None,
+            held_bytes: 0,
         })
     }
 
@@ -170,6 +195,72 @@ impl Transaction {
         self.isolation
     }
 
+    /// Send `call` with the writes held back, and its answer (a failure
+    /// of the call or of a write as an error).
+    async fn send(&mut self, call: Call) -> Result<Outcome> {
+        let writes = self.held.take();
+        self.held_bytes = 0;
+        Ok(self.client.txn_send(call, writes).await?)
+    }
+
+    /// A write: held back on a streamed client (sent with the next call,
+    /// or now, alone, once [`WRITE_BEHIND_BYTES`] are held), else sent as
+    /// its own call.
+    async fn write(&mut self, table: &str, op: proto::operation::Op) -> Result<()> {
+        if self.read_only {
+            // As the server would refuse it, but at once.
+            return Err(Error::read_only_txn());
+        }
+        if !self.client.streams_calls() {
+            let w = proto::WriteRequest {
+                txn_id: self.id,
+                table: table.into(),
+                writes: vec![proto::Operation { table: String::new(), op: Some(op) }],
+            };
+            return match op_of(w) {
+                Call::Put(r) => {
+                    self.client.fits(&r)?;
+                    self.client.txn_put(r).await.map(drop).map_err(Into::into)
+                }
+                Call::Patch(r) => {
+                    self.client.fits(&r)?;
+                    self.client.txn_patch(r).await.map(drop).map_err(Into::into)
+                }
+                _ => unreachable!("a held write is a put or a patch"),
+            };
+        }
+        let held = self.held.get_or_insert_with(|| proto::WriteRequest {
+            txn_id: 0,
+            table: table.into(),
+            writes: Vec::new(),
+        });
+        let table = if table == held.table { String::new() } else { table.into() };
+        let op = proto::Operation { table, op: Some(op) };
+        // A write goes whole in one message, and the writes held stay well
+        // under the connection's message limit.
+        let len = prost::Message::encoded_len(&op) + 4;
+        let limit = self.client.max_message_bytes();
+        if len + 64 > limit {
+            return Err(Error::too_large(len + 64, limit));
+        }
+        self.held_bytes += len;
+        held.writes.push(op);
+        if self.held_bytes >= WRITE_BEHIND_BYTES.min(limit / 4) {
+            self.flush().await?;
+        }
+        Ok(())
+    }
+
+    /// Send the writes held back, if any, and wait for them to run: their
+    /// error, if one failed.
+    pub async fn flush(&mut self) -> Result<()> {
+        let Some(mut w) = self.held.take() else { return Ok(()) };
+        self.held_bytes = 0;
+        w.txn_id = self.id;
+        self.client.txn_write(w).await?;
+        Ok(())
+    }
+
     /// Read `key`; `None` if it has no visible value.
     pub async fn get(&mut self, table: &str, key: &[u8]) -> Result<Option<Vec<u8>>> {
         crate::limits::key(key)?;
@@ -179,21 +270,45 @@ impl Transaction {
             key: Bytes::copy_from_slice(key),
         };
         self.client.fits(&request)?;
-        Ok(self.client.txn_get(request).await?.value.map(Vec::from))
+        match self.send(Call::Get(request)).await? {
+            Outcome::Get(r) => Ok(r.value.map(Vec::from)),
+            _ => Err(wrong_answer()),
+        }
     }
 
-    /// Write `value` under `key`.
-    pub async fn put(&mut self, table: &str, key: &[u8], value: &[u8]) -> Result<()> {
-        crate::limits::write(key, value.len())?;
-        let request = proto::PutRequest {
+    /// Read several keys in one call, each as [`Self::get`] reads it: one
+    /// value (or `None`) per key, in order.
+    pub async fn get_many(&mut self, table: &str, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
+        for k in keys {
+            crate::limits::key(k)?;
+        }
+        let request = proto::GetManyRequest {
             txn_id: self.id,
             table: table.into(),
-            key: Bytes::copy_from_slice(key),
-            value: Bytes::copy_from_slice(value),
+            keys: keys.iter().map(|k| Bytes::copy_from_slice(k)).collect(),
         };
         self.client.fits(&request)?;
-        self.client.txn_put(request).await?;
-        Ok(())
+        let values = match self.send(Call::GetMany(request)).await? {
+            Outcome::GetMany(r) => r.values,
+            _ => return Err(wrong_answer()),
+        };
+        if values.len() != keys.len() {
+            return Err(Error::local(format!(
+                "{} values for {} keys from the server",
+                values.len(),
+                keys.len()
+            )));
+        }
+        Ok(values.into_iter().map(|v| v.value.map(Vec::from)).collect())
+    }
+
+    /// Write `value` under `key` (held back on a streamed client: see
+    /// [`Transaction`]).
+    pub async fn put(&mut self, table: &str, key: &[u8], value: &[u8]) -> Result<()> {
+        crate::limits::write(key, value.len())?;
+        let row =
+            proto::Row { key: Bytes::copy_from_slice(key), value: Bytes::copy_from_slice(value) };
+        self.write(table, proto::operation::Op::Put(row)).await
     }
 
     /// Delete `key`; whether it had a value.
@@ -205,11 +320,14 @@ impl Transaction {
             key: Bytes::copy_from_slice(key),
         };
         self.client.fits(&request)?;
-        Ok(self.client.txn_delete(request).await?.existed)
+        match self.send(Call::Delete(request)).await? {
+            Outcome::Delete(r) => Ok(r.existed),
+            _ => Err(wrong_answer()),
+        }
     }
 
     /// Overwrite `bytes.len()` bytes of `key`'s value at `offset` (logged
-    /// as a delta).
+    /// as a delta; held back on a streamed client, as a put is).
     pub async fn patch(
         &mut self,
         table: &str,
@@ -218,36 +336,56 @@ impl Transaction {
         bytes: &[u8],
     ) -> Result<()> {
         crate::limits::patch(key, offset, bytes)?;
-        let request = proto::PatchRequest {
-            txn_id: self.id,
-            table: table.into(),
+        let p = proto::PatchRequest {
             key: Bytes::copy_from_slice(key),
             offset,
             bytes: Bytes::copy_from_slice(bytes),
+            ..Default::default()
         };
-        self.client.fits(&request)?;
-        self.client.txn_patch(request).await?;
-        Ok(())
+        self.write(table, proto::operation::Op::Patch(p)).await
     }
 
-    /// The rows in `range`, streamed from the server in batches and
-    /// collected.
+    /// The rows in `range`, collected: on a streamed client a batch a call
+    /// (each from after the last row), else from the `Scan` call's stream.
     pub async fn scan(&mut self, table: &str, range: KeyRange) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         let mut rows = Vec::new();
-        let mut stream = self.scan_stream(table, range).await?;
-        while let Some(batch) = stream.message().await? {
-            rows.extend(batch.rows.into_iter().map(|r| (Vec::from(r.key), Vec::from(r.value))));
+        if !self.client.streams_calls() {
+            let mut stream = self.scan_stream(table, range).await?;
+            while let Some(batch) = stream.message().await? {
+                rows.extend(batch.rows.into_iter().map(|r| (Vec::from(r.key), Vec::from(r.value))));
+            }
+            return Ok(rows);
         }
-        Ok(rows)
+        let mut range = range.without_prefix();
+        loop {
+            let request = proto::ScanRequest {
+                txn_id: self.id,
+                table: table.into(),
+                range: Some(range.clone().wire()),
+            };
+            let batch = match self.send(Call::Scan(request)).await? {
+                Outcome::Scan(r) => r,
+                _ => return Err(wrong_answer()),
+            };
+            let got = batch.rows.len() as u64;
+            rows.extend(batch.rows.into_iter().map(|r| (Vec::from(r.key), Vec::from(r.value))));
+            let last = rows.last().map(|(k, _)| k.as_slice());
+            match (batch.more, last) {
+                (true, Some(last)) if range.limit != got => range = range.after(last, got),
+                _ => return Ok(rows),
+            }
+        }
     }
 
-    /// The rows in `range` as the server streams them: call `.message()`
-    /// until it yields `None`.
+    /// The rows in `range` as the server's `Scan` call streams them: call
+    /// `.message()` until it yields `None`. The writes held back are sent
+    /// first.
     pub async fn scan_stream(
         &mut self,
         table: &str,
         range: KeyRange,
     ) -> Result<tonic::Streaming<proto::ScanResponse>> {
+        self.flush().await?;
         let r = self.client.req(proto::ScanRequest {
             txn_id: self.id,
             table: table.into(),
@@ -261,20 +399,56 @@ impl Transaction {
         self.commit_with(Durability::Wait).await
     }
 
-    /// Commit, answering as `durability` says.
+    /// Commit, answering as `durability` says. The writes held back go
+    /// with it; if one fails, the transaction is aborted and this is its
+    /// error.
     pub async fn commit_with(mut self, durability: Durability) -> Result<Commit> {
         self.finished = true;
         let r = proto::CommitRequest { txn_id: self.id, durability: durability.wire() };
-        let c = self.client.txn_commit(r).await?;
-        Ok(Commit { token: c.token, durable: c.durable })
+        match self.send(Call::Commit(r)).await? {
+            Outcome::Commit(c) => Ok(Commit { token: c.token, durable: c.durable }),
+            _ => Err(wrong_answer()),
+        }
     }
 
-    /// Abort: undo every write.
+    /// Commit pipelined: answer once the commit is visible (pre-commit),
+    /// with an ack that resolves once it is durable; on a streamed client
+    /// the server tells that on the stream, so the caller may begin its
+    /// next transaction at once, as the embedded engine's workers do.
+    pub async fn commit_pipelined(mut self) -> Result<(Commit, crate::CommitAck)> {
+        self.finished = true;
+        let durability = Durability::Precommit.wire();
+        let r = proto::CommitRequest { txn_id: self.id, durability };
+        let writes = self.held.take();
+        let (c, ack) = self.client.txn_commit_told(Call::Commit(r), writes).await?;
+        Ok((Commit { token: c.token, durable: c.durable }, ack))
+    }
+
+    /// Abort: undo every write (the ones held back are dropped).
     pub async fn abort(mut self) -> Result<()> {
         self.finished = true;
+        self.held = None;
         self.client.txn_abort(proto::AbortRequest { txn_id: self.id }).await?;
         Ok(())
     }
+}
+
+/// A one-write request as the unary call it is.
+fn op_of(mut w: proto::WriteRequest) -> Call {
+    let (txn_id, table) = (w.txn_id, w.table);
+    match w.writes.pop().and_then(|o| o.op) {
+        Some(proto::operation::Op::Put(row)) => {
+            Call::Put(proto::PutRequest { txn_id, table, key: row.key, value: row.value })
+        }
+        Some(proto::operation::Op::Patch(p)) => {
+            Call::Patch(proto::PatchRequest { txn_id, table, ..p })
+        }
+        _ => unreachable!("a held write is a put or a patch"),
+    }
+}
+
+fn wrong_answer() -> Error {
+    Error::local("the server answered a call with another call's answer".into())
 }
 
 impl Drop for Transaction {
@@ -338,7 +512,33 @@ impl KeyRange {
         self
     }
 
-    fn wire(self) -> proto::KeyRange {
+    /// The same range with a prefix as its start and end.
+    fn without_prefix(mut self) -> KeyRange {
+        if let Some(p) = self.prefix.take() {
+            self.end = proto::KeyRange::prefix_end(&p);
+            self.start = Some(p);
+        }
+        self
+    }
+
+    /// What is left of the range (without a prefix) after `got` rows up
+    /// to `last`, in its direction.
+    fn after(mut self, last: &[u8], got: u64) -> KeyRange {
+        if self.reverse {
+            self.end = Some(last.to_vec());
+        } else {
+            // The first key after `last`.
+            let mut next = last.to_vec();
+            next.push(0);
+            self.start = Some(next);
+        }
+        if self.limit > 0 {
+            self.limit -= got;
+        }
+        self
+    }
+
+    pub(crate) fn wire(self) -> proto::KeyRange {
         proto::KeyRange {
             start: self.start.map(Bytes::from),
             end: self.end.map(Bytes::from),
@@ -346,162 +546,5 @@ impl KeyRange {
             reverse: self.reverse,
             limit: self.limit,
         }
-    }
-}
-
-/// A one-shot transaction: operations run in order, then commit, in one
-/// round trip ([`Client::execute`]).
-#[derive(Debug, Clone, Default)]
-pub struct Batch {
-    pub(crate) ops: Vec<proto::Operation>,
-    /// The first operation's table: sent once, in the request, and left
-    /// out of every operation on it.
-    pub(crate) table: String,
-    pub(crate) opts: TxnOptions,
-    durability: Durability,
-    pub(crate) retries: u32,
-}
-
-impl Batch {
-    /// An empty batch.
-    pub fn new() -> Batch {
-        Batch::default()
-    }
-
-    fn op(&mut self, table: &str, op: operation::Op) -> &mut Batch {
-        if self.ops.is_empty() {
-            self.table = table.into();
-        }
-        let table = if table == self.table { String::new() } else { table.into() };
-        self.ops.push(proto::Operation { table, op: Some(op) });
-        self
-    }
-
-    /// Read `key`.
-    pub fn get(&mut self, table: &str, key: &[u8]) -> &mut Batch {
-        self.op(table, operation::Op::Get(Bytes::copy_from_slice(key)))
-    }
-
-    /// Write `value` under `key`.
-    pub fn put(&mut self, table: &str, key: &[u8], value: &[u8]) -> &mut Batch {
-        self.op(
-            table,
-            operation::Op::Put(proto::Row {
-                key: Bytes::copy_from_slice(key),
-                value: Bytes::copy_from_slice(value),
-            }),
-        )
-    }
-
-    /// Delete `key`.
-    pub fn delete(&mut self, table: &str, key: &[u8]) -> &mut Batch {
-        self.op(table, operation::Op::Delete(Bytes::copy_from_slice(key)))
-    }
-
-    /// Patch `key`'s value at `offset`.
-    pub fn patch(&mut self, table: &str, key: &[u8], offset: u32, bytes: &[u8]) -> &mut Batch {
-        let p = proto::PatchRequest {
-            key: Bytes::copy_from_slice(key),
-            offset,
-            bytes: Bytes::copy_from_slice(bytes),
-            ..Default::default()
-        };
-        self.op(table, operation::Op::Patch(p))
-    }
-
-    /// Read the rows of `range` (it needs a limit, at most 10,000).
-    pub fn scan(&mut self, table: &str, range: KeyRange) -> &mut Batch {
-        self.op(table, operation::Op::Scan(range.wire()))
-    }
-
-    /// Begin the batch's transaction with these options.
-    pub fn options(mut self, opts: TxnOptions) -> Batch {
-        self.opts = opts;
-        self
-    }
-
-    /// Answer once pre-committed rather than durable.
-    pub fn durability(mut self, d: Durability) -> Batch {
-        self.durability = d;
-        self
-    }
-
-    /// Let the server run the batch again up to `n` more times on a
-    /// conflict.
-    pub fn retries(mut self, n: u32) -> Batch {
-        self.retries = n;
-        self
-    }
-
-    pub(crate) fn into_request(self) -> proto::ExecuteRequest {
-        proto::ExecuteRequest {
-            operations: self.ops,
-            isolation: self.opts.isolation.wire(),
-            durability: self.durability.wire(),
-            read_at: match self.opts.read_at {
-                ReadAt::Latest => proto::ReadAt::Latest,
-                ReadAt::Durable => proto::ReadAt::Durable,
-            } as i32,
-            at_token: self.opts.at_token,
-            wait_ms: wait_ms(self.opts.wait),
-            max_retries: self.retries,
-            table: self.table,
-        }
-    }
-}
-
-/// What a batch returned.
-#[derive(Debug, Clone)]
-pub struct BatchResult {
-    pub(crate) results: Vec<operation_result::Result>,
-    /// The commit's token (`None` if the batch wrote nothing).
-    pub token: Option<u64>,
-    /// True if it was durable when the server answered.
-    pub durable: bool,
-    /// How many times the server ran it.
-    pub attempts: u32,
-}
-
-impl BatchResult {
-    pub(crate) fn from_response(r: proto::ExecuteResponse) -> Result<BatchResult> {
-        let results = r
-            .results
-            .into_iter()
-            .map(|o| o.result.ok_or_else(|| Error::local("an operation without a result".into())))
-            .collect::<Result<_>>()?;
-        Ok(BatchResult { results, token: r.token, durable: r.durable, attempts: r.attempts })
-    }
-
-    /// The value operation `i` read (`None` if absent, or not a read).
-    pub fn value(&self, i: usize) -> Option<&[u8]> {
-        match self.results.get(i) {
-            Some(operation_result::Result::Get(g)) => g.value.as_deref(),
-            _ => None,
-        }
-    }
-
-    /// Whether delete `i` found a value.
-    pub fn existed(&self, i: usize) -> bool {
-        matches!(self.results.get(i), Some(operation_result::Result::Delete(d)) if d.existed)
-    }
-
-    /// The rows scan `i` read.
-    pub fn rows(&self, i: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
-        match self.results.get(i) {
-            Some(operation_result::Result::Scan(s)) => {
-                s.rows.iter().map(|r| (r.key.to_vec(), r.value.to_vec())).collect()
-            }
-            _ => Vec::new(),
-        }
-    }
-
-    /// How many operations it ran.
-    pub fn len(&self) -> usize {
-        self.results.len()
-    }
-
-    /// True for an empty batch.
-    pub fn is_empty(&self) -> bool {
-        self.results.is_empty()
     }
 }

@@ -33,4 +33,20 @@ pub mod v1 {
             !matches!(self.op, Some(operation::Op::Get(_) | operation::Op::Scan(_)) | None)
         }
     }
+
+    impl KeyRange {
+        /// The first key after every key that starts with `prefix` (a
+        /// range's `prefix` as start and end); none when the prefix is
+        /// empty or all 0xff bytes.
+        pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+            let mut end = prefix.to_vec();
+            while let Some(last) = end.pop() {
+                if last < u8::MAX {
+                    end.push(last + 1);
+                    return Some(end);
+                }
+            }
+            None
+        }
+    }
 }

@@ -38,7 +38,7 @@ macro_rules! txn_unary {
         let caller =
             $service.caller(&$req).inspect_err(|s| count(stringify!($variant), s.code()))?;
         let conn = crate::connection::ConnectionInfo::of(&$req).map(|c| c.id);
-        match $service.txn_call(caller, conn, Call::$variant($req.into_inner())).await? {
+        match $service.txn_call(caller, conn, Call::$variant($req.into_inner()), None).await?.0 {
             Outcome::$variant(r) => Ok(Response::new(r)),
             _ => Err(Status::internal("a call answered with another call's answer")),
         }
@@ -130,6 +130,20 @@ impl Milliscale for Service {
         txn_unary!(self, req, Patch)
     }
 
+    async fn get_many(
+        &self,
+        req: Request<proto::GetManyRequest>,
+    ) -> Result<Response<proto::GetManyResponse>, Status> {
+        txn_unary!(self, req, GetMany)
+    }
+
+    async fn write(
+        &self,
+        req: Request<proto::WriteRequest>,
+    ) -> Result<Response<proto::WriteResponse>, Status> {
+        txn_unary!(self, req, Write)
+    }
+
     type ScanStream = ScanStream;
 
     async fn scan(&self, req: Request<proto::ScanRequest>) -> Result<Response<ScanStream>, Status> {
@@ -162,7 +176,7 @@ impl Milliscale for Service {
                 if end && batch.is_ok() {
                     break;
                 }
-                let msg = batch.map(|rows| proto::ScanResponse { rows });
+                let msg = batch.map(|rows| proto::ScanResponse { rows, more: false });
                 if tx.send(msg).await.is_err() || end {
                     break; // the client went away, or the scan failed
                 }

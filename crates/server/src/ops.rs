@@ -55,18 +55,6 @@ pub struct Scan {
     pub remaining: Option<u64>,
 }
 
-/// The first key after every key that starts with `prefix`, if any.
-fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < u8::MAX {
-            end.push(last + 1);
-            return Some(end);
-        }
-    }
-    None
-}
-
 impl Scan {
     pub fn of(range: Option<KeyRange>) -> Result<Scan, Status> {
         let r = range.unwrap_or_default();
@@ -75,7 +63,7 @@ impl Scan {
                 if r.start.is_some() || r.end.is_some() {
                     return Err(refuse::invalid("a key range has a prefix or start/end, not both"));
                 }
-                let upper = prefix_end(&p).map_or(Bound::Unbounded, Bound::Excluded);
+                let upper = KeyRange::prefix_end(&p).map_or(Bound::Unbounded, Bound::Excluded);
                 (Bound::Included(p.to_vec()), upper)
             }
             None => (
@@ -162,7 +150,6 @@ pub fn run_batch(
 ) -> Result<Vec<OperationResult>, Status> {
     let mut results = Vec::with_capacity(ops.len());
     for (i, op) in ops.iter().enumerate() {
-        let t = tables.get(if op.table.is_empty() { batch_table } else { &op.table }, &open)?;
         let at = |s: Status| {
             Status::with_metadata(
                 s.code(),
@@ -170,6 +157,8 @@ pub fn run_batch(
                 s.metadata().clone(),
             )
         };
+        let t = tables.get(if op.table.is_empty() { batch_table } else { &op.table }, &open);
+        let t = t.map_err(at)?;
         let result = match &op.op {
             None => return Err(refuse::invalid(format!("operation {i} names no operation"))),
             Some(operation::Op::Get(key)) => {
@@ -199,7 +188,7 @@ pub fn run_batch(
                     ))));
                 }
                 let rows = scan.next_batch(tx, t, cap as usize, usize::MAX).map_err(at)?;
-                operation_result::Result::Scan(proto::ScanResponse { rows })
+                operation_result::Result::Scan(proto::ScanResponse { rows, more: false })
             }
         };
         results.push(OperationResult { result: Some(result) });
@@ -213,10 +202,10 @@ mod tests {
 
     #[test]
     fn a_prefix_ends_at_its_successor() {
-        assert_eq!(prefix_end(b"ab"), Some(b"ac".to_vec()));
-        assert_eq!(prefix_end(b"a\xff"), Some(b"b".to_vec()));
-        assert_eq!(prefix_end(b"\xff\xff"), None);
-        assert_eq!(prefix_end(b""), None);
+        assert_eq!(KeyRange::prefix_end(b"ab"), Some(b"ac".to_vec()));
+        assert_eq!(KeyRange::prefix_end(b"a\xff"), Some(b"b".to_vec()));
+        assert_eq!(KeyRange::prefix_end(b"\xff\xff"), None);
+        assert_eq!(KeyRange::prefix_end(b""), None);
     }
 
     #[test]

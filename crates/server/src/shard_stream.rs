@@ -78,6 +78,7 @@ async fn read(
     read_chunks(stop, requests, |chunk| {
         let (service, answer) = (Arc::clone(&service), answer.clone());
         tokio::spawn(run_chunk(service, caller, chunk, answer));
+        std::future::ready(())
     })
     .await
 }

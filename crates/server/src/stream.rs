@@ -57,7 +57,7 @@ type AnswerTx = mpsc::Sender<Result<proto::ExecuteStreamResponse, Status>>;
 
 /// A pre-commit whose client waits to hear it is durable, with the place
 /// it holds among the stream's requests in flight.
-type Watched = (u64, CommitAck, OwnedSemaphorePermit);
+pub(crate) type Watched = (u64, CommitAck, OwnedSemaphorePermit);
 
 /// Serve one stream opened by `caller`: read requests until the client
 /// closes its side, a message is malformed, or the server stops.
@@ -68,7 +68,10 @@ pub fn serve(
 ) -> Answers {
     let (answer, answers) = mpsc::channel(IN_FLIGHT);
     let (watch, watched) = mpsc::unbounded_channel();
-    tokio::spawn(tell_durable(watched, answer.clone()));
+    tokio::spawn(tell_durable(watched, answer.clone(), |d| proto::ExecuteStreamResponse {
+        id: 0,
+        outcome: Some(Outcome::Durable(d)),
+    }));
     tokio::spawn(async move {
         if let Err(status) = read(service, caller, requests, &answer, watch).await {
             count("ExecuteStream", status.code());
@@ -95,20 +98,22 @@ async fn read(
     read_chunks(stop, requests, |chunk| {
         let (service, answer, watch) = (Arc::clone(&service), answer.clone(), watch.clone());
         tokio::spawn(run_chunk(service, caller, chunk, answer, watch));
+        std::future::ready(())
     })
     .await
 }
 
 /// Read a stream's requests and hand them to `start` a chunk at a time: a
 /// permit (a place among the [`IN_FLIGHT`]) and a request, then what has
-/// already arrived (up to [`CHUNK`], each with its permit). `Ok` once the
-/// client has closed its side or the server stops; `Err` for a request
-/// that could not be read (the chunks before it are started). Both
-/// streams' readers (`ExecuteStream`'s and `ShardStream`'s) read here.
-pub(crate) async fn read_chunks<T>(
+/// already arrived (up to [`CHUNK`], each with its permit); the next chunk
+/// is read once the future `start` returns is done. `Ok` once the client
+/// has closed its side or the server stops; `Err` for a request that could
+/// not be read (the chunks before it are started). The three streams'
+/// readers (`ExecuteStream`'s, `ShardStream`'s, `CallStream`'s) read here.
+pub(crate) async fn read_chunks<T, F: std::future::Future<Output = ()>>(
     mut stop: tokio::sync::watch::Receiver<bool>,
     mut requests: Streaming<T>,
-    mut start: impl FnMut(Vec<(T, OwnedSemaphorePermit)>),
+    mut start: impl FnMut(Vec<(T, OwnedSemaphorePermit)>) -> F,
 ) -> Result<(), Status> {
     let permits = Arc::new(Semaphore::new(IN_FLIGHT));
     loop {
@@ -130,7 +135,7 @@ pub(crate) async fn read_chunks<T>(
                 }
             }
         }
-        start(chunk);
+        start(chunk).await;
         if let Some(end) = end {
             return end;
         }
@@ -222,8 +227,14 @@ async fn run(
 
 /// Tell the stream's client when its watched pre-commits become durable:
 /// the ids acknowledged together (in the same round of the committer, or
-/// by the time this task runs) go in one message.
-async fn tell_durable(mut watched: mpsc::UnboundedReceiver<Watched>, answer: AnswerTx) {
+/// by the time this task runs) go in one message, made by `message`.
+/// Both streams with pipelined commits (`ExecuteStream`, `CallStream`)
+/// tell here.
+pub(crate) async fn tell_durable<R>(
+    mut watched: mpsc::UnboundedReceiver<Watched>,
+    answer: mpsc::Sender<Result<R, Status>>,
+    message: impl Fn(proto::Durable) -> R,
+) {
     let mut waiting = FuturesUnordered::new();
     let mut open = true;
     while open || !waiting.is_empty() {
@@ -247,21 +258,16 @@ async fn tell_durable(mut watched: mpsc::UnboundedReceiver<Watched>, answer: Ans
                 Err(e) => {
                     let failed =
                         proto::Durable { ids: vec![id], failure: Some(failure(&engine(&e))) };
-                    if !send(&answer, failed).await {
+                    if answer.send(Ok(message(failed))).await.is_err() {
                         return;
                     }
                 }
             }
             next = waiting.next().now_or_never().flatten();
         }
-        if !ids.is_empty() && !send(&answer, proto::Durable { ids, failure: None }).await {
+        let durable = proto::Durable { ids, failure: None };
+        if !durable.ids.is_empty() && answer.send(Ok(message(durable))).await.is_err() {
             return;
         }
     }
-}
-
-/// Send a `durable` answer; false if the client went away.
-async fn send(answer: &AnswerTx, durable: proto::Durable) -> bool {
-    let msg = proto::ExecuteStreamResponse { id: 0, outcome: Some(Outcome::Durable(durable)) };
-    answer.send(Ok(msg)).await.is_ok()
 }

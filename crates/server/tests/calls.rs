@@ -164,7 +164,10 @@ async fn conflicts_are_retryable_and_the_retry_helper_resolves_them() {
     let mut a = c.begin().await.expect("a");
     let mut b = c.begin().await.expect("b");
     a.put("t", b"n", b"1").await.expect("a writes");
-    let e = b.put("t", b"n", b"2").await.expect_err("b conflicts");
+    a.flush().await.expect("a's write runs");
+    // b's write is held back: its conflict comes with b's next call.
+    b.put("t", b"n", b"2").await.expect("held");
+    let e = b.get("t", b"n").await.expect_err("b conflicts");
     assert_eq!((e.code(), e.kind(), e.is_retryable()), (Code::Aborted, "conflict", true));
     a.commit().await.expect("a commits");
     drop(b);

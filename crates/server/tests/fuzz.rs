@@ -267,17 +267,18 @@ impl Fuzzer {
         use proto::call_stream_request::Call;
         let n = self.rng.random_range(0..16);
         let mut reqs = vec![proto::CallStreamRequest {
-            id: 0,
+            id: 1,
             call: Some(Call::Begin(proto::BeginRequest {
                 isolation: self.rng.random_range(-1..6),
                 read_only: self.rng.random_bool(0.3),
                 ..proto::BeginRequest::default()
             })),
+            ..proto::CallStreamRequest::default()
         }];
-        for id in 1..n {
+        for id in 2..=n {
             let txn_id = self.id();
             let (table, key) = (self.table(), self.bytes().into());
-            let call = match self.rng.random_range(0..8) {
+            let call = match self.rng.random_range(0..11) {
                 0 => None,
                 1 => Some(Call::Get(proto::GetRequest { txn_id, table, key })),
                 2 => Some(Call::Put(proto::PutRequest {
@@ -299,9 +300,22 @@ impl Fuzzer {
                     durability: self.rng.random_range(-1..4),
                 })),
                 6 => Some(Call::Abort(proto::AbortRequest { txn_id })),
+                7 => Some(Call::GetMany(proto::GetManyRequest {
+                    txn_id,
+                    table,
+                    keys: (0..self.rng.random_range(0..5)).map(|_| self.bytes().into()).collect(),
+                })),
+                8 => Some(Call::Write(self.writes(txn_id))),
+                9 => Some(Call::Scan(proto::ScanRequest {
+                    txn_id,
+                    table,
+                    range: Some(self.range()),
+                })),
                 _ => Some(Call::Begin(proto::BeginRequest::default())),
             };
-            reqs.push(proto::CallStreamRequest { id, call });
+            let writes = self.rng.random_bool(0.3).then(|| self.writes(0));
+            let notify_durable = self.rng.random_bool(0.3);
+            reqs.push(proto::CallStreamRequest { id, call, writes, notify_durable });
         }
         let answers = match self.stub.clone().call_stream(tokio_stream::iter(reqs)).await {
             Err(s) => return (s.code(), s.message().to_owned()),
@@ -309,6 +323,7 @@ impl Fuzzer {
         };
         let mut answers = answers;
         let (mut seen, mut worst) = (Vec::new(), (Code::Ok, String::new()));
+        let mut told = Vec::new();
         loop {
             match answers.message().await {
                 Ok(Some(a)) => {
@@ -325,6 +340,12 @@ impl Fuzzer {
                         Some(proto::call_stream_response::Outcome::Begin(b)) => {
                             self.ids.push(b.txn_id)
                         }
+                        // A pipelined commit's durability (id 0): each
+                        // told id is one of the requests'.
+                        Some(proto::call_stream_response::Outcome::Durable(d)) => {
+                            seen.pop_if(|id| *id == 0);
+                            told.extend(d.ids);
+                        }
                         Some(_) => {}
                         None => panic!("an answer without an outcome"),
                     }
@@ -334,8 +355,17 @@ impl Fuzzer {
             }
         }
         seen.sort_unstable();
-        assert_eq!(seen, (0..n.max(1)).collect::<Vec<_>>(), "each request answered once");
+        assert_eq!(seen, (1..=n.max(1)).collect::<Vec<_>>(), "each request answered once");
+        told.sort_unstable();
+        told.dedup();
+        assert!(told.iter().all(|id| (1..=n).contains(id)), "durability told of a request");
         worst
+    }
+
+    /// A random `WriteRequest`: mostly writes, sometimes a read among them.
+    fn writes(&mut self, txn_id: u64) -> proto::WriteRequest {
+        let writes = (0..self.rng.random_range(0..4)).map(|_| self.op()).collect();
+        proto::WriteRequest { txn_id, table: self.table(), writes }
     }
 
     /// Random bytes among well-formed requests on a stream: the stream

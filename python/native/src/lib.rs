@@ -118,8 +118,12 @@ impl Connection {
         }
     }
 
-    /// Run `f` to its end on `open`'s runtime with the GIL released,
-    /// within `timeout` (or the connection's).
+    /// Run `f` to its end on `open`'s runtime, within `timeout` (or the
+    /// connection's). It is polled once with the GIL held: a call that
+    /// needs no round trip (a transaction's write, held back by the
+    /// client) ends there, without giving up the GIL and taking it back,
+    /// which with many threads costs a switch each way. Otherwise the GIL
+    /// is released while the runtime drives it to its end.
     fn run<T: Send>(
         &self,
         py: Python<'_>,
@@ -128,17 +132,25 @@ impl Connection {
         f: impl Future<Output = client::Result<T>> + Send,
     ) -> PyResult<T> {
         let timeout = timeout.or(self.timeout);
-        py.allow_threads(|| {
-            open.rt.block_on(async {
-                match timeout {
-                    None => f.await.map_err(|e| call_error(&e)),
-                    Some(t) => match tokio::time::timeout(t, f).await {
-                        Ok(r) => r.map_err(|e| call_error(&e)),
-                        Err(_) => Err(deadline(t)),
-                    },
-                }
-            })
-        })
+        let call = async {
+            match timeout {
+                None => f.await.map_err(|e| call_error(&e)),
+                Some(t) => match tokio::time::timeout(t, f).await {
+                    Ok(r) => r.map_err(|e| call_error(&e)),
+                    Err(_) => Err(deadline(t)),
+                },
+            }
+        };
+        let mut call = std::pin::pin!(call);
+        let first = {
+            let _runtime = open.rt.enter();
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            call.as_mut().poll(&mut cx)
+        };
+        match first {
+            std::task::Poll::Ready(r) => r,
+            std::task::Poll::Pending => py.allow_threads(|| open.rt.block_on(call)),
+        }
     }
 }
 
@@ -289,17 +301,33 @@ impl Connection {
         Ok((s.role, s.durable_token, s.open_transactions, s.version, s.cpu_seconds))
     }
 
-    /// Run a call of transaction `tx` on this connection.
+    /// Run a call of transaction `tx` on this connection. Keys and values
+    /// are read from the caller's `bytes` in place (the client copies
+    /// what it sends once).
     fn tx_get<'py>(
         &self,
         py: Python<'py>,
         tx: &NativeTransaction,
         table: &str,
-        key: Vec<u8>,
+        key: &[u8],
     ) -> PyResult<Option<Bound<'py, PyBytes>>> {
         let o = self.open()?;
-        let v = tx.with(|t| self.run(py, &o, None, t.get(table, &key)))?;
+        let v = tx.with(|t| self.run(py, &o, None, t.get(table, key)))?;
         Ok(v.map(|v| PyBytes::new(py, &v)))
+    }
+
+    /// Several keys in one call: a value or `None` each.
+    fn tx_get_many<'py>(
+        &self,
+        py: Python<'py>,
+        tx: &NativeTransaction,
+        table: &str,
+        keys: Vec<Vec<u8>>,
+    ) -> PyResult<Vec<Option<Bound<'py, PyBytes>>>> {
+        let o = self.open()?;
+        let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+        let v = tx.with(|t| self.run(py, &o, None, t.get_many(table, &refs)))?;
+        Ok(v.into_iter().map(|v| v.map(|v| PyBytes::new(py, &v))).collect())
     }
 
     fn tx_put(
@@ -307,11 +335,11 @@ impl Connection {
         py: Python<'_>,
         tx: &NativeTransaction,
         table: &str,
-        key: Vec<u8>,
-        value: Vec<u8>,
+        key: &[u8],
+        value: &[u8],
     ) -> PyResult<()> {
         let o = self.open()?;
-        tx.with(|t| self.run(py, &o, None, t.put(table, &key, &value)))
+        tx.with(|t| self.run(py, &o, None, t.put(table, key, value)))
     }
 
     fn tx_delete(
@@ -319,10 +347,10 @@ impl Connection {
         py: Python<'_>,
         tx: &NativeTransaction,
         table: &str,
-        key: Vec<u8>,
+        key: &[u8],
     ) -> PyResult<bool> {
         let o = self.open()?;
-        tx.with(|t| self.run(py, &o, None, t.delete(table, &key)))
+        tx.with(|t| self.run(py, &o, None, t.delete(table, key)))
     }
 
     fn tx_patch(
@@ -330,12 +358,18 @@ impl Connection {
         py: Python<'_>,
         tx: &NativeTransaction,
         table: &str,
-        key: Vec<u8>,
+        key: &[u8],
         offset: u32,
-        data: Vec<u8>,
+        data: &[u8],
     ) -> PyResult<()> {
         let o = self.open()?;
-        tx.with(|t| self.run(py, &o, None, t.patch(table, &key, offset, &data)))
+        tx.with(|t| self.run(py, &o, None, t.patch(table, key, offset, data)))
+    }
+
+    /// Send `tx`'s held writes and wait for them.
+    fn tx_flush(&self, py: Python<'_>, tx: &NativeTransaction) -> PyResult<()> {
+        let o = self.open()?;
+        tx.with(|t| self.run(py, &o, None, t.flush()))
     }
 
     /// The rows of a range, as `(key, value)` pairs.

@@ -191,6 +191,7 @@ impl Cluster {
                             .into_iter()
                             .map(|(k, v)| proto::Row { key: k.into(), value: v.into() })
                             .collect(),
+                        more: false,
                     })
                 }
             };

@@ -437,7 +437,7 @@ impl Shard {
                             value: v.into(),
                         })
                         .collect();
-                    operation_result::Result::Scan(proto::ScanResponse { rows })
+                    operation_result::Result::Scan(proto::ScanResponse { rows, more: false })
                 }
             };
             results.push(OperationResult { result: Some(result) });
