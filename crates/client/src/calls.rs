@@ -524,7 +524,7 @@ impl Client {
             };
         }
         if let Some(mut w) = writes {
-            w.txn_id = txn_of(&call);
+            w.txn_id = call.txn_id().unwrap_or_default();
             self.txn_write(w).await?;
         }
         Ok(match call {
@@ -588,21 +588,5 @@ impl Client {
             }
         };
         Ok((c, ack))
-    }
-}
-
-/// The transaction a call is in (0 for Begin).
-fn txn_of(call: &TxnCallKind) -> u64 {
-    match call {
-        TxnCallKind::Begin(_) => 0,
-        TxnCallKind::Get(c) => c.txn_id,
-        TxnCallKind::GetMany(c) => c.txn_id,
-        TxnCallKind::Put(c) => c.txn_id,
-        TxnCallKind::Delete(c) => c.txn_id,
-        TxnCallKind::Patch(c) => c.txn_id,
-        TxnCallKind::Write(c) => c.txn_id,
-        TxnCallKind::Scan(c) => c.txn_id,
-        TxnCallKind::Commit(c) => c.txn_id,
-        TxnCallKind::Abort(c) => c.txn_id,
     }
 }

@@ -212,17 +212,15 @@ impl Transaction {
             return Err(Error::read_only_txn());
         }
         if !self.client.streams_calls() {
-            let w = proto::WriteRequest {
-                txn_id: self.id,
-                table: table.into(),
-                writes: vec![proto::Operation { table: String::new(), op: Some(op) }],
-            };
-            return match op_of(w) {
-                Call::Put(r) => {
+            let (txn_id, table) = (self.id, table.to_owned());
+            return match op {
+                proto::operation::Op::Put(row) => {
+                    let r = proto::PutRequest { txn_id, table, key: row.key, value: row.value };
                     self.client.fits(&r)?;
                     self.client.txn_put(r).await.map(drop).map_err(Into::into)
                 }
-                Call::Patch(r) => {
+                proto::operation::Op::Patch(p) => {
+                    let r = proto::PatchRequest { txn_id, table, ..p };
                     self.client.fits(&r)?;
                     self.client.txn_patch(r).await.map(drop).map_err(Into::into)
                 }
@@ -430,20 +428,6 @@ impl Transaction {
         self.held = None;
         self.client.txn_abort(proto::AbortRequest { txn_id: self.id }).await?;
         Ok(())
-    }
-}
-
-/// A one-write request as the unary call it is.
-fn op_of(mut w: proto::WriteRequest) -> Call {
-    let (txn_id, table) = (w.txn_id, w.table);
-    match w.writes.pop().and_then(|o| o.op) {
-        Some(proto::operation::Op::Put(row)) => {
-            Call::Put(proto::PutRequest { txn_id, table, key: row.key, value: row.value })
-        }
-        Some(proto::operation::Op::Patch(p)) => {
-            Call::Patch(proto::PatchRequest { txn_id, table, ..p })
-        }
-        _ => unreachable!("a held write is a put or a patch"),
     }
 }
 

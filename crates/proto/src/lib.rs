@@ -34,6 +34,26 @@ pub mod v1 {
         }
     }
 
+    impl call_stream_request::Call {
+        /// The transaction the call is made in; none for a Begin, which
+        /// opens one.
+        pub fn txn_id(&self) -> Option<u64> {
+            use call_stream_request::Call as C;
+            match self {
+                C::Begin(_) => None,
+                C::Get(c) => Some(c.txn_id),
+                C::GetMany(c) => Some(c.txn_id),
+                C::Put(c) => Some(c.txn_id),
+                C::Delete(c) => Some(c.txn_id),
+                C::Patch(c) => Some(c.txn_id),
+                C::Write(c) => Some(c.txn_id),
+                C::Scan(c) => Some(c.txn_id),
+                C::Commit(c) => Some(c.txn_id),
+                C::Abort(c) => Some(c.txn_id),
+            }
+        }
+    }
+
     impl KeyRange {
         /// The first key after every key that starts with `prefix` (a
         /// range's `prefix` as start and end); none when the prefix is

@@ -211,22 +211,6 @@ fn name(call: &Call) -> &'static str {
     }
 }
 
-/// The transaction a call is made in (`None` for Begin).
-fn txn_of(call: &Call) -> Option<u64> {
-    match call {
-        Call::Begin(_) => None,
-        Call::Get(c) => Some(c.txn_id),
-        Call::GetMany(c) => Some(c.txn_id),
-        Call::Put(c) => Some(c.txn_id),
-        Call::Delete(c) => Some(c.txn_id),
-        Call::Patch(c) => Some(c.txn_id),
-        Call::Write(c) => Some(c.txn_id),
-        Call::Scan(c) => Some(c.txn_id),
-        Call::Commit(c) => Some(c.txn_id),
-        Call::Abort(c) => Some(c.txn_id),
-    }
-}
-
 impl Service {
     /// Run one call of an interactive transaction for `caller`, made on
     /// connection `conn`, after `writes` if any (the stream's requests
@@ -282,7 +266,7 @@ impl Service {
         call: &Call,
         w: &proto::WriteRequest,
     ) -> Result<(), Status> {
-        let Some(txn_id) = txn_of(call) else {
+        let Some(txn_id) = call.txn_id() else {
             return Err(refuse::invalid(
                 "writes sent with a Begin: its transaction is not open yet",
             ));
