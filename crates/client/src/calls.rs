@@ -69,6 +69,10 @@ pub(crate) trait Protocol: Send + Sync + 'static {
     fn pending(_o: &Self::Outcome) -> bool {
         false
     }
+    /// An answer that says its commit is durable already.
+    fn durable_now(_o: &Self::Outcome) -> bool {
+        false
+    }
     fn open(
         client: &Client,
         outgoing: ReceiverStream<Self::Request>,
@@ -144,6 +148,9 @@ impl Protocol for Txn {
     }
     fn pending(o: &Self::Outcome) -> bool {
         matches!(o, proto::call_stream_response::Outcome::Commit(c) if !c.durable)
+    }
+    fn durable_now(o: &Self::Outcome) -> bool {
+        matches!(o, proto::call_stream_response::Outcome::Commit(c) if c.durable)
     }
     async fn open(
         client: &Client,
@@ -252,11 +259,13 @@ impl<P: Protocol> Calls<P> {
         let _forget = Forget { waiting: &open.waiting, id };
         let outcome = self.send_and_wait(&open, id, call, answer).await;
         if told.is_some() && !matches!(&outcome, Ok(o) if P::pending(o)) {
-            // A failed call, or one durable at its answer, is told of no
-            // more: the word it waits for is given here (a failed call's
-            // is dropped with it).
+            // A call durable at its answer, or one that failed, is told of
+            // no more: the first gets its word here, the second none (its
+            // caller has its error).
             let tell = lock(&open.waiting).durable.remove(&id);
-            if let (Some(tell), Ok(_)) = (tell, &outcome) {
+            if let (Some(tell), Ok(o)) = (tell, &outcome)
+                && P::durable_now(o)
+            {
                 let _ = tell.send(Ok(()));
             }
         }

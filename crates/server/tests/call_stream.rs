@@ -580,3 +580,31 @@ async fn forty_thousand_waiting_calls_on_one_connection_are_all_answered() {
     }
     assert!(failed.is_empty(), "{} of 40000 failed, e.g. {}", failed.len(), failed[0]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipelined_commit_answers_visible_and_is_told_durable() {
+    let (s, c, _) = serving("sim://s3x?seed=7").await;
+    let unary = milliscale_client::Client::builder(s.local_addr().to_string())
+        .streamed_calls(false)
+        .connect()
+        .await
+        .expect("connect");
+    // On the stream (told there) and as unary calls (WaitFor behind it).
+    for (i, client) in [&c, &unary].into_iter().enumerate() {
+        let key = [b'p', i as u8];
+        let mut t = client.begin().await.expect("begin");
+        t.put("t", &key, b"v").await.expect("put");
+        let (commit, ack) = t.commit_pipelined().await.expect("pre-commit");
+        let token = commit.token.expect("it wrote");
+        assert!(!commit.durable, "the store's append takes milliseconds");
+        // Visible at once to a read that may see what is not yet durable.
+        assert_eq!(c.get("t", &key).await.expect("read"), Some(b"v".to_vec()));
+        ack.durable().await.expect("durable");
+        assert!(c.wait_for(token, Duration::from_secs(1)).await.expect("wait") >= token);
+    }
+    // A failed pipelined commit is an error, with no ack to wait for.
+    let mut t = c.begin().await.expect("begin");
+    t.put("nope", b"k", b"v").await.expect("held");
+    let e = t.commit_pipelined().await.expect_err("a write to a missing table");
+    assert_eq!(e.code(), Code::NotFound, "{e}");
+}
