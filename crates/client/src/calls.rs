@@ -162,6 +162,8 @@ impl Protocol for Txn {
 
 /// Resolved when the server says a pipelined commit is durable.
 type DurableReply = oneshot::Sender<Result<(), Status>>;
+/// The word of a pipelined commit's durability, awaited.
+type Told = oneshot::Receiver<Result<(), Status>>;
 
 /// The callers waiting for answers on one stream.
 struct Waiting<O> {
@@ -237,7 +239,7 @@ impl<P: Protocol> Calls<P> {
         &self,
         client: &Client,
         call: P::Call,
-    ) -> Result<(P::Outcome, Option<oneshot::Receiver<Result<(), Status>>>), Status> {
+    ) -> Result<(P::Outcome, Option<Told>), Status> {
         let open = self.stream(client).await?;
         let (reply, answer) = oneshot::channel();
         let notifies = P::notifies(&call);
@@ -523,20 +525,31 @@ impl Client {
         call: TxnCallKind,
         writes: Option<proto::WriteRequest>,
     ) -> Result<proto::call_stream_response::Outcome, Status> {
+        Ok(self.txn_send_told(call, writes, false).await?.0)
+    }
+
+    /// [`Self::txn_send`], and for a pipelined commit (`notify`) sent on
+    /// the stream, the word of its durability there.
+    async fn txn_send_told(
+        &self,
+        call: TxnCallKind,
+        writes: Option<proto::WriteRequest>,
+        notify: bool,
+    ) -> Result<(proto::call_stream_response::Outcome, Option<Told>), Status> {
         use proto::call_stream_response::Outcome as O;
         let len = call.encoded_len() + writes.as_ref().map_or(0, prost::Message::encoded_len);
         let calls = self.txn_calls.as_deref();
         if let Some(calls) = calls.filter(|_| len < STREAMED_CALL_MAX) {
-            return match calls.call(self, TxnCall { call, writes, notify: false }).await? {
-                O::Failure(f) => Err(status_of(f)),
-                o => Ok(o),
+            return match calls.call_told(self, TxnCall { call, writes, notify }).await? {
+                (O::Failure(f), _) => Err(status_of(f)),
+                answered => Ok(answered),
             };
         }
         if let Some(mut w) = writes {
             w.txn_id = call.txn_id().unwrap_or_default();
             self.txn_write(w).await?;
         }
-        Ok(match call {
+        let answer = match call {
             TxnCallKind::Begin(r) => O::Begin(self.txn_begin(r).await?),
             TxnCallKind::Get(r) => O::Get(self.txn_get(r).await?),
             TxnCallKind::GetMany(r) => O::GetMany(self.txn_get_many(r).await?),
@@ -556,7 +569,8 @@ impl Client {
                     o => o,
                 }
             }
-        })
+        };
+        Ok((answer, None))
     }
 }
 
@@ -571,15 +585,8 @@ impl Client {
         writes: Option<proto::WriteRequest>,
     ) -> Result<(proto::CommitResponse, crate::CommitAck), Status> {
         use proto::call_stream_response::Outcome as O;
-        let len = call.encoded_len() + writes.as_ref().map_or(0, prost::Message::encoded_len);
-        let calls = self.txn_calls.as_deref().filter(|_| len < STREAMED_CALL_MAX);
-        let (outcome, told) = match calls {
-            Some(calls) => calls.call_told(self, TxnCall { call, writes, notify: true }).await?,
-            None => (self.txn_send(call, writes).await?, None),
-        };
-        let c = match outcome {
-            O::Commit(c) => c,
-            O::Failure(f) => return Err(status_of(f)),
+        let (c, told) = match self.txn_send_told(call, writes, true).await? {
+            (O::Commit(c), told) => (c, told),
             _ => return Err(Status::internal("a commit answered with another call's answer")),
         };
         let ack = match (c.durable, c.token, told) {
