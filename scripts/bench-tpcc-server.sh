@@ -5,6 +5,10 @@
 # driven by `bench tpcc --server` with each count of SESSIONS (interactive
 # transactions, a round trip per read or write, each commit waited for).
 # Random warehouse per transaction (the paper's choice), the standard mix.
+# PIPELINED=1 in the environment: the server's commits pipelined too
+# (`--pipelined`: a terminal goes on at pre-commit, as the embedded
+# workers do; latency still to the durable answer); GET_MANY=1: a body's
+# reads of several keys of a table in one call (`--get-many`).
 # Usage: scripts/bench-tpcc-server.sh [SEEDS] [SECONDS] [WAREHOUSES] [SESSIONS...]
 set -euo pipefail
 seeds=${1:-3}
@@ -14,7 +18,10 @@ shift $(( $# < 3 ? $# : 3 ))
 sessions=("${@:-4 16}")
 read -r -a sessions <<< "${sessions[*]}"
 source "$(dirname "$0")/bench-common.sh"  # bin, out; builds; prints the machine
-echo "seeds=1..$seeds seconds=$secs warehouses=$wh sessions=${sessions[*]}; raw reports in $out"
+pipelined=()
+[ -n "${PIPELINED:-}" ] && pipelined=(--pipelined)
+[ -n "${GET_MANY:-}" ] && pipelined+=(--get-many)
+echo "seeds=1..$seeds seconds=$secs warehouses=$wh sessions=${sessions[*]} ${pipelined[*]}; raw reports in $out"
 common=(bench tpcc --warehouses "$wh" --threads 2 --duration-s "$secs" --warmup-s 2 --json)
 for seed in $(seq 1 "$seeds"); do
     "$bin" "${common[@]}" --seed "$seed" --store "sim://s3x?seed=$seed" > "$out/embedded-$seed.json"
@@ -23,7 +30,7 @@ for seed in $(seq 1 "$seeds"); do
         pid=$!
         for _ in $(seq 1 80); do grep -q '^listening' "$out/serve.out" && break; sleep 0.25; done
         addr=$(sed -n 's/^listening on //p' "$out/serve.out")
-        "$bin" "${common[@]}" --seed "$seed" --server "$addr" --sessions "$n" > "$out/server-$n-$seed.json"
+        "$bin" "${common[@]}" --seed "$seed" --server "$addr" --sessions "$n" "${pipelined[@]}" > "$out/server-$n-$seed.json"
         kill "$pid"
         wait "$pid" 2>/dev/null || true
     done

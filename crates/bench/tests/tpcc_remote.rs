@@ -50,7 +50,13 @@ fn serve() -> (tokio::runtime::Runtime, Server) {
 #[test]
 fn tpcc_through_the_server_runs_every_type_and_stays_consistent() {
     let (rt, server) = serve();
-    let srv = ServerTpcc { addr: server.local_addr().to_string(), token: None, sessions: 4 };
+    let srv = ServerTpcc {
+        addr: server.local_addr().to_string(),
+        token: None,
+        sessions: 4,
+        pipelined: false,
+        get_many: false,
+    };
     // `run` loads through the server and checks conditions 1-4 through
     // it after the run: an inconsistent database is an `Err`.
     let r = run(&cfg(), &srv).expect("run");
@@ -70,5 +76,28 @@ fn tpcc_through_the_server_runs_every_type_and_stays_consistent() {
     let mut open = cfg();
     open.pacing = Pacing::Open { rate: 10.0 };
     assert!(run(&open, &srv).expect_err("open loop").contains("closed loop"));
+    rt.block_on(server.shutdown());
+}
+
+/// Pipelined commits and reads of many keys in one call (`bench tpcc
+/// --server --pipelined --get-many`): every type
+/// commits, each counted once its durability is told, and the database
+/// the server holds after the run meets conditions 1-4.
+#[test]
+fn tpcc_through_the_server_pipelined_stays_consistent() {
+    let (rt, server) = serve();
+    let srv = ServerTpcc {
+        addr: server.local_addr().to_string(),
+        token: None,
+        sessions: 4,
+        pipelined: true,
+        get_many: true,
+    };
+    let r = run(&cfg(), &srv).expect("run");
+    for k in milliscale_bench::tpcc::txns::Kind::ALL {
+        assert!(r.by_kind[k.name()].committed > 0, "{} never committed", k.name());
+        assert!(r.latency_by_kind[k.name()].count > 0, "{} has no latency", k.name());
+    }
+    assert!(r.notes.iter().any(|n| n.contains("conditions 1-4 hold")), "{:?}", r.notes);
     rt.block_on(server.shutdown());
 }

@@ -16,12 +16,17 @@
 //!
 //! So they are on where a process mostly works on loaded data (the
 //! benchmarks, replicas, checkpoints from the log) and off where its
-//! time is mostly loading or where a restart is its downtime: `serve` (a
-//! shard's restart time is one of the cluster's goals, and the engine is a
-//! small part of a server's CPU), `recover`, `dump`, `restore` and `inspect`.
-//! `--huge-pages on|off` decides instead. Off is `PR_SET_THP_DISABLE`:
-//! no huge page for this process from then on, whatever the kernel's
-//! setting (`always` included).
+//! time is mostly loading: `recover`, `dump`, `restore` and `inspect`.
+//! `serve` does both, in turn ([`HugePages::OnceOpen`]): off while its
+//! database opens (a restart is downtime, and a shard's restart time is
+//! one of the cluster's goals), on from the moment it serves, since the
+//! engine's reads are most of a server's CPU once its calls are cheap
+//! (pipelined one-shot YCSB-A through `serve`: 1.15-1.2x the throughput,
+//! BENCHMARKS.md). `--huge-pages on|off` decides instead, for the whole
+//! run. Off is `PR_SET_THP_DISABLE`: no huge page for this process until
+//! it is cleared, whatever the kernel's setting (`always` included); a
+//! page touched while off stays small until the kernel's `khugepaged`
+//! gathers it.
 
 use clap::ValueEnum;
 
@@ -32,6 +37,10 @@ pub(crate) enum HugePages {
     On,
     /// None for this process (`PR_SET_THP_DISABLE`).
     Off,
+    /// Off until the command says it has opened its database, then on
+    /// ([`allow`]): `serve`'s default, not a flag's value.
+    #[value(skip)]
+    OnceOpen,
 }
 
 /// Apply `choice`: nothing for `On`, and for `Off` tell the kernel to give
@@ -40,17 +49,27 @@ pub(crate) enum HugePages {
 pub(crate) fn apply(choice: HugePages) -> Result<(), String> {
     match choice {
         HugePages::On => Ok(()),
-        HugePages::Off => disable(),
+        HugePages::Off | HugePages::OnceOpen => set_disabled(true),
+    }
+}
+
+/// For [`HugePages::OnceOpen`], once the database is open: huge pages from
+/// now on (a failure is reported and changes nothing else).
+pub(crate) fn allow(choice: HugePages) {
+    if choice == HugePages::OnceOpen
+        && let Err(e) = set_disabled(false)
+    {
+        eprintln!("milliscale: huge pages stay off: {e}");
     }
 }
 
 #[cfg(target_os = "linux")]
-fn disable() -> Result<(), String> {
-    nix::sys::prctl::set_thp_disable(true).map_err(|e| format!("--huge-pages off: prctl: {e}"))
+fn set_disabled(off: bool) -> Result<(), String> {
+    nix::sys::prctl::set_thp_disable(off).map_err(|e| format!("huge pages: prctl: {e}"))
 }
 
 #[cfg(not(target_os = "linux"))]
-fn disable() -> Result<(), String> {
+fn set_disabled(_: bool) -> Result<(), String> {
     // No transparent huge pages to refuse.
     Ok(())
 }

@@ -75,9 +75,9 @@ struct Cli {
     config: Option<std::path::PathBuf>,
     /// Transparent huge pages for this process: they make reading a
     /// loaded database faster (YCSB in memory 1.16-1.18x) and loading one
-    /// slower (a recovery 1.3x). Default: on, but off for serve, recover,
-    /// dump, restore and inspect, whose time is mostly loading or whose
-    /// restart is downtime.
+    /// slower (a recovery 1.3x). Default: on, but off for recover, dump,
+    /// restore and inspect, whose time is mostly loading, and for serve
+    /// off while its database opens (a restart is downtime), then on.
     #[arg(long, global = true, value_enum, env = "MILLISCALE_HUGE_PAGES")]
     huge_pages: Option<HugePages>,
 }
@@ -86,11 +86,10 @@ impl Command {
     /// Huge pages unless `--huge-pages` says otherwise (huge_pages.rs).
     fn huge_pages(&self) -> HugePages {
         match self {
-            Command::Serve(_)
-            | Command::Recover(_)
-            | Command::Dump(_)
-            | Command::Restore(_)
-            | Command::Inspect(_) => HugePages::Off,
+            Command::Serve(_) => HugePages::OnceOpen,
+            Command::Recover(_) | Command::Dump(_) | Command::Restore(_) | Command::Inspect(_) => {
+                HugePages::Off
+            }
             _ => HugePages::On,
         }
     }
@@ -163,7 +162,8 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // Before any database opens: pages already touched keep what they got.
-    if let Err(e) = huge_pages::apply(cli.huge_pages.unwrap_or_else(|| cli.command.huge_pages())) {
+    let pages = cli.huge_pages.unwrap_or_else(|| cli.command.huge_pages());
+    if let Err(e) = huge_pages::apply(pages) {
         eprintln!("milliscale: error: {e}");
         return ExitCode::from(1);
     }
@@ -239,7 +239,7 @@ fn main() -> ExitCode {
         Command::Bench(Bench::Emulator(a)) => bench_emulator(a),
         Command::Emulator(a) => emulator(a),
         Command::Inspect(a) => inspect(a),
-        Command::Serve(a) => serve(a, metrics_elsewhere),
+        Command::Serve(a) => serve(a, metrics_elsewhere, pages),
         Command::Get(a) => verb(Verb::Get, a),
         Command::Put(a) => verb(Verb::Put, a),
         Command::Delete(a) => verb(Verb::Delete, a),
@@ -277,16 +277,18 @@ mod tests {
             cli.huge_pages.unwrap_or_else(|| cli.command.huge_pages())
         };
         assert_eq!(choice(&["milliscale", "bench", "ycsb"]), HugePages::On);
-        assert_eq!(choice(&["milliscale", "serve", "--store", "memory://"]), HugePages::Off);
+        assert_eq!(choice(&["milliscale", "serve", "--store", "memory://"]), HugePages::OnceOpen);
         assert_eq!(choice(&["milliscale", "recover", "--store", "memory://"]), HugePages::Off);
         assert_eq!(choice(&["milliscale", "--huge-pages", "off", "bench", "ycsb"]), HugePages::Off);
         assert_eq!(
             choice(&["milliscale", "serve", "--store", "memory://", "--huge-pages", "on"]),
             HugePages::On
         );
-        assert!(
-            Cli::try_parse_from(["milliscale", "--huge-pages", "maybe", "bench", "ycsb"]).is_err()
-        );
+        for bad in ["maybe", "once-open"] {
+            assert!(
+                Cli::try_parse_from(["milliscale", "--huge-pages", bad, "bench", "ycsb"]).is_err()
+            );
+        }
     }
 
     /// `--huge-pages off` reaches the kernel: the process reads its flag back.
@@ -296,6 +298,14 @@ mod tests {
         huge_pages::apply(HugePages::On).expect("nothing to do");
         huge_pages::apply(HugePages::Off).expect("prctl");
         assert!(huge_pages::disabled(), "PR_GET_THP_DISABLE reads 0 after PR_SET_THP_DISABLE");
+        // `serve`'s default: off while opening, on once it serves; the
+        // others' choices do not change once applied.
+        huge_pages::allow(HugePages::Off);
+        assert!(huge_pages::disabled(), "allow() changed an explicit off");
+        huge_pages::apply(HugePages::OnceOpen).expect("prctl");
+        assert!(huge_pages::disabled(), "off while the database opens");
+        huge_pages::allow(HugePages::OnceOpen);
+        assert!(!huge_pages::disabled(), "on once the database is open");
     }
 
     /// Every subcommand and every flag says what it is for, and no help

@@ -201,7 +201,13 @@ fn listen_addr(a: &ServeArgs) -> Result<SocketAddr, Failure> {
 
 /// Serve until SIGTERM or SIGINT, then shut down gracefully and close the
 /// database (its final flush).
-pub(crate) fn serve(a: ServeArgs, metrics_elsewhere: bool) -> Result<(), Failure> {
+/// `pages`: the process's huge pages, turned on once the database is open
+/// if they wait for it (huge_pages.rs).
+pub(crate) fn serve(
+    a: ServeArgs,
+    metrics_elsewhere: bool,
+    pages: crate::huge_pages::HugePages,
+) -> Result<(), Failure> {
     let listen = listen_addr(&a)?;
     let options = server_options(&a, listen)?;
     if a.http.is_some() && metrics_elsewhere {
@@ -288,6 +294,9 @@ pub(crate) fn serve(a: ServeArgs, metrics_elsewhere: bool) -> Result<(), Failure
         let server = Server::start(backend.clone(), options, metrics)
             .await
             .map_err(|e| Failure::Run(e.to_string()))?;
+        // Opened (a shard's own state too): what it reads from now on is
+        // faster on huge pages.
+        crate::huge_pages::allow(pages);
         let role = match (a.replica, &options_shard) {
             _ if a.at.is_some() => "the past, read-only,".to_owned(),
             (true, _) => "replica".to_owned(),

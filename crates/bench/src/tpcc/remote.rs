@@ -8,7 +8,13 @@
 //! runtime it drives inside each call (the bodies are synchronous, as the
 //! engine's are), closed loop, without keying or think time. A
 //! transaction's latency runs from its `Begin` to the answer of its
-//! `Commit`, which comes once the commit is durable. A conflict aborts the
+//! `Commit`, which comes once the commit is durable; or, `pipelined`, the
+//! commit is answered at pre-commit and the terminal goes on, as the
+//! engine's workers do, its latency running to the word that it is
+//! durable (told on the stream, seen by a task on the terminal's runtime).
+//! With `get_many` a body's reads of several keys of one table are one
+//! call (the bodies ask for them together: [`Txn::get_many`]).
+//! A conflict aborts the
 //! transaction on the server and runs it again with the same input,
 //! counted as an abort. The population is loaded through the server as
 //! one-shot batches of [`load::BATCH`] rows, and consistency conditions
@@ -38,6 +44,12 @@ pub struct ServerTpcc {
     pub token: Option<String>,
     /// Concurrent terminals, each a thread and a connection (1..=1024).
     pub sessions: usize,
+    /// Commit pipelined (see the module's comment).
+    pub pipelined: bool,
+    /// The bodies' reads of several keys of a table (NewOrder's items and
+    /// stock rows, StockLevel's stock rows) in one `GetMany` call each,
+    /// not a call a key.
+    pub get_many: bool,
 }
 
 /// The engine's error for a client's: a conflict stays a conflict (the
@@ -56,6 +68,7 @@ fn engine_error(e: &client::Error) -> Error {
 struct Connection {
     rt: Runtime,
     client: client::Client,
+    get_many: bool,
 }
 
 impl Connection {
@@ -69,13 +82,13 @@ impl Connection {
             b = b.token(t.clone());
         }
         let client = rt.block_on(b.connect()).map_err(|e| engine_error(&e))?;
-        Ok(Connection { rt, client })
+        Ok(Connection { rt, client, get_many: srv.get_many })
     }
 
     fn begin(&self, read_only: bool, isolation: client::Isolation) -> Result<Remote<'_>, Error> {
         let opts = client::TxnOptions { read_only, isolation, ..Default::default() };
         let tx = self.rt.block_on(self.client.begin_with(opts)).map_err(|e| engine_error(&e))?;
-        Ok(Remote { rt: &self.rt, tx })
+        Ok(Remote { rt: &self.rt, tx, get_many: self.get_many })
     }
 }
 
@@ -83,12 +96,22 @@ impl Connection {
 struct Remote<'a> {
     rt: &'a Runtime,
     tx: client::Transaction,
+    /// [`Txn::get_many`] as one call.
+    get_many: bool,
 }
 
 impl Remote<'_> {
     /// Commit; returns once durable.
     fn commit(self) -> Result<(), Error> {
         self.rt.block_on(self.tx.commit()).map(|_| ()).map_err(|e| engine_error(&e))
+    }
+
+    /// Commit pipelined: once pre-committed, with the ack of its
+    /// durability.
+    fn commit_pipelined(self) -> Result<client::CommitAck, Error> {
+        let (_, ack) =
+            self.rt.block_on(self.tx.commit_pipelined()).map_err(|e| engine_error(&e))?;
+        Ok(ack)
     }
 
     /// Abort, on the server at once (an error means it ended already).
@@ -102,6 +125,13 @@ impl Txn for Remote<'_> {
 
     fn get(&mut self, t: &String, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
         self.rt.block_on(self.tx.get(t, key)).map_err(|e| engine_error(&e))
+    }
+
+    fn get_many(&mut self, t: &String, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>, Error> {
+        if !self.get_many {
+            return keys.iter().map(|k| self.get(t, k)).collect();
+        }
+        self.rt.block_on(self.tx.get_many(t, keys)).map_err(|e| engine_error(&e))
     }
 
     fn put(&mut self, t: &String, key: &[u8], value: &[u8]) -> Result<(), Error> {
@@ -312,6 +342,19 @@ pub fn run(cfg: &TpccConfig, srv: &ServerTpcc) -> Result<Report, String> {
     Ok(report)
 }
 
+/// A pipelined commit's wait for its durability: when it was durable.
+type Ack = tokio::task::JoinHandle<Result<Instant, client::Error>>;
+
+/// When the commit `task` waits for was durable (waiting for it), or why
+/// it may be lost.
+fn durable_at(conn: &Connection, task: Ack) -> Result<Instant, String> {
+    match conn.rt.block_on(task) {
+        Ok(Ok(at)) => Ok(at),
+        Ok(Err(e)) => Err(format!("a pipelined commit may be lost: {e}")),
+        Err(e) => Err(format!("a pipelined commit's wait: {e}")),
+    }
+}
+
 /// One terminal: closed loop until `end`, counting what ran between
 /// `measure_from` and `end`.
 fn terminal(
@@ -330,19 +373,34 @@ fn terminal(
     let ctx = txns::InputCtx { scale: cfg.scale, warehouses: cfg.warehouses, nu };
     let home = (i as u64 % u64::from(cfg.warehouses)) as u32 + 1;
     let iso = isolation(cfg.isolation);
+    // Pipelined commits not yet seen durable: each a task on the
+    // terminal's runtime (run while the terminal waits for its calls),
+    // answering when it was durable.
+    let mut acks: std::collections::VecDeque<(usize, Instant, Ack)> = Default::default();
+    // A transaction done (committed durably, or rolled back) at `done`.
+    let counted = |stats: &mut WorkerStats, kind: usize, begun: Instant, done: Instant| {
+        if begun >= measure_from && done <= end {
+            stats.committed[kind] += 1;
+            let ns = done.duration_since(begun).as_nanos().max(1) as u64;
+            let _ = stats.latency_ns[kind].record(ns);
+        }
+    };
     while Instant::now() < end {
         let kind = pick_kind(&mut rng, &cfg.mix);
         let wh = if cfg.home_warehouse { home } else { rng.random_range(1..=cfg.warehouses) };
         let input = txns::input(&mut rng, &ctx, kind, wh);
         let begun = Instant::now();
         let mut retries = 0u32;
-        let rolled_back = loop {
+        let (rolled_back, ack) = loop {
             let mut tx = conn.begin(input.read_only(), iso).map_err(|e| e.to_string())?;
             let outcome = match txns::body(&mut tx, tables, &mut term, &input) {
-                Ok(Done::Commit) => tx.commit().map(|()| false),
+                Ok(Done::Commit) if srv.pipelined => {
+                    tx.commit_pipelined().map(|ack| (false, Some(ack)))
+                }
+                Ok(Done::Commit) => tx.commit().map(|()| (false, None)),
                 Ok(Done::RollBack) => {
                     tx.abort();
-                    Ok(true)
+                    Ok((true, None))
                 }
                 Err(e) => {
                     tx.abort();
@@ -350,7 +408,7 @@ fn terminal(
                 }
             };
             match outcome {
-                Ok(rolled_back) => break rolled_back,
+                Ok(done) => break done,
                 Err(Error::Conflict(_)) => {
                     if begun >= measure_from && Instant::now() < end {
                         stats.aborted[kind.index()] += 1;
@@ -361,13 +419,28 @@ fn terminal(
                 Err(e) => return Err(format!("{} failed: {e}", kind.name())),
             }
         };
-        let done = Instant::now();
-        if begun >= measure_from && done <= end {
-            stats.committed[kind.index()] += 1;
-            stats.rolled_back += u64::from(rolled_back);
-            let ns = done.duration_since(begun).as_nanos().max(1) as u64;
-            let _ = stats.latency_ns[kind.index()].record(ns);
+        match ack {
+            None => {
+                let done = Instant::now();
+                if begun >= measure_from && done <= end {
+                    stats.rolled_back += u64::from(rolled_back);
+                }
+                counted(&mut stats, kind.index(), begun, done);
+            }
+            Some(ack) => {
+                let task =
+                    conn.rt.spawn(async move { ack.durable().await.map(|()| Instant::now()) });
+                acks.push_back((kind.index(), begun, task));
+            }
         }
+        // The acks told by now, in order.
+        while acks.front().is_some_and(|(_, _, t)| t.is_finished()) {
+            let (kind, begun, task) = acks.pop_front().expect("a front");
+            counted(&mut stats, kind, begun, durable_at(&conn, task)?);
+        }
+    }
+    for (kind, begun, task) in acks {
+        counted(&mut stats, kind, begun, durable_at(&conn, task)?);
     }
     Ok(stats)
 }

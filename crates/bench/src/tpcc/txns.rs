@@ -184,6 +184,11 @@ pub trait Txn {
     type Table;
 
     fn get(&mut self, t: &Self::Table, key: &[u8]) -> Result<Option<Vec<u8>>, Error>;
+    /// Several keys of one table, each as [`Txn::get`] reads it, in order:
+    /// in process a get each, through a server one call (`GetMany`).
+    fn get_many(&mut self, t: &Self::Table, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>, Error> {
+        keys.iter().map(|k| self.get(t, k)).collect()
+    }
     fn put(&mut self, t: &Self::Table, key: &[u8], value: &[u8]) -> Result<(), Error>;
     /// Overwrite `patch.len()` bytes of the value at `offset` (a delta).
     fn update_range(
@@ -379,14 +384,28 @@ pub fn body<X: Txn + ?Sized>(
             tx.put(&t.order, &order::key(w, d, o), &o_row)?;
             tx.put(&t.new_order, &new_order::key(w, d, o), &[])?;
             tx.put(&t.order_by_customer, &order_by_customer::key(w, d, *c, o), &[])?;
+            // The lines' items, then their stock rows, each in one read.
+            let item_keys: Vec<_> = lines.iter().map(|l| item::key(l.item)).collect();
+            let items =
+                tx.get_many(&t.item, &item_keys.iter().map(|k| &k[..]).collect::<Vec<_>>())?;
+            let Some(items) = items.into_iter().collect::<Option<Vec<_>>>() else {
+                // §2.4.2.3: an unused item rolls the whole order back.
+                return Ok(Done::RollBack);
+            };
+            let stock_keys: Vec<_> = lines.iter().map(|l| stock::key(l.supply_w, l.item)).collect();
+            let mut stocks =
+                tx.get_many(&t.stock, &stock_keys.iter().map(|k| &k[..]).collect::<Vec<_>>())?;
             let mut total = 0i64;
             for (n, l) in lines.iter().enumerate() {
-                let Some(i_row) = tx.get(&t.item, &item::key(l.item))? else {
-                    // §2.4.2.3: an unused item rolls the whole order back.
-                    return Ok(Done::RollBack);
+                let i_row = &items[n];
+                let sk = stock_keys[n];
+                // A row an earlier line of this order changed reads as
+                // changed (the transaction sees its own writes).
+                let row = match stock_keys[..n].iter().rposition(|k| *k == sk) {
+                    Some(j) => stocks[j].clone(),
+                    None => stocks[n].take(),
                 };
-                let sk = stock::key(l.supply_w, l.item);
-                let mut s_row = must(tx.get(&t.stock, &sk)?, "a stock row")?;
+                let mut s_row = must(row, "a stock row")?;
                 let q = get_i32(&s_row, stock::QUANTITY);
                 let ol_q = i32::from(l.quantity);
                 set_i32(
@@ -400,7 +419,7 @@ pub fn body<X: Txn + ?Sized>(
                     add_u32(&mut s_row, stock::REMOTE_CNT, 1);
                 }
                 write_back(tx, &t.stock, &sk, &s_row, &[stock::HOT], delta)?;
-                let amount = i64::from(l.quantity) * get_i64(&i_row, item::PRICE);
+                let amount = i64::from(l.quantity) * get_i64(i_row, item::PRICE);
                 total += amount;
                 let mut ol = [0u8; order_line::BYTES];
                 set_u32(&mut ol, order_line::I_ID, l.item);
@@ -409,6 +428,7 @@ pub fn body<X: Txn + ?Sized>(
                 set_i64(&mut ol, order_line::AMOUNT, amount);
                 set_str(&mut ol, order_line::DIST_INFO, get_str(&s_row, stock::dist(d)));
                 tx.put(&t.order_line, &order_line::key(w, d, o, n as u8 + 1), &ol)?;
+                stocks[n] = Some(s_row);
             }
             // The order's total, as the terminal would display it.
             let tax = 10_000 + get_i32(&w_row, warehouse::TAX) + get_i32(&d_row, district::TAX);
@@ -519,9 +539,11 @@ pub fn body<X: Txn + ?Sized>(
                 lines.iter().map(|(_, v)| get_u32(v, order_line::I_ID)).collect();
             items.sort_unstable();
             items.dedup();
+            let keys: Vec<_> = items.iter().map(|&i| stock::key(*w, i)).collect();
+            let stocks = tx.get_many(&t.stock, &keys.iter().map(|k| &k[..]).collect::<Vec<_>>())?;
             let mut low = 0;
-            for i in items {
-                let s = must(tx.get(&t.stock, &stock::key(*w, i))?, "a stock row")?;
+            for s in stocks {
+                let s = must(s, "a stock row")?;
                 low += usize::from(get_i32(&s, stock::QUANTITY) < *threshold);
             }
             std::hint::black_box(low);

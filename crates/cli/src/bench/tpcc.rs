@@ -30,6 +30,17 @@ pub(crate) struct TpccArgs {
     /// With --server: terminals, each a thread with its own connection.
     #[arg(long, default_value_t = 16, requires = "server")]
     pub(crate) sessions: usize,
+    /// With --server: commit pipelined, as the embedded engine's workers
+    /// do: a terminal goes on once its commit is pre-committed and hears
+    /// of its durability later on the stream (the latency still runs to
+    /// the durable answer).
+    #[arg(long, requires = "server")]
+    pub(crate) pipelined: bool,
+    /// With --server: a body's reads of several keys of one table
+    /// (NewOrder's items and stock rows, StockLevel's stock rows) in one
+    /// `GetMany` call, not a call a key.
+    #[arg(long, requires = "server")]
+    pub(crate) get_many: bool,
     /// With --server: the bearer token (or MILLISCALE_TOKEN).
     #[arg(long, env = "MILLISCALE_TOKEN", hide_env_values = true)]
     pub(crate) token: Option<String>,
@@ -68,6 +79,8 @@ pub(crate) fn bench_tpcc(a: TpccArgs) -> Result<(), Failure> {
                 addr: addr.clone(),
                 token: a.token.clone(),
                 sessions: a.sessions,
+                pipelined: a.pipelined,
+                get_many: a.get_many,
             };
             milliscale_bench::tpcc::remote::run(&cfg, &srv)?
         }
