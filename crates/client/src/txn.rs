@@ -277,24 +277,53 @@ impl Transaction {
     /// Read several keys in one call, each as [`Self::get`] reads it: one
     /// value (or `None`) per key, in order.
     pub async fn get_many(&mut self, table: &str, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
-        for k in keys {
-            crate::limits::key(k)?;
-        }
         let request = proto::GetManyRequest {
             txn_id: self.id,
             table: table.into(),
             keys: keys.iter().map(|k| Bytes::copy_from_slice(k)).collect(),
+            tables: Vec::new(),
         };
+        self.read_many(request).await
+    }
+
+    /// [`Self::get_many`] of keys in several tables, each `(table, key)`:
+    /// one call, one value (or `None`) per key, in order.
+    pub async fn get_many_across(
+        &mut self,
+        keys: &[(&str, &[u8])],
+    ) -> Result<Vec<Option<Vec<u8>>>> {
+        let table = keys.first().map_or("", |(t, _)| *t);
+        let request = proto::GetManyRequest {
+            txn_id: self.id,
+            table: table.into(),
+            keys: keys.iter().map(|(_, k)| Bytes::copy_from_slice(k)).collect(),
+            // The first key's table is `table`: the others' named only
+            // where they differ from it (none if none does).
+            tables: if keys.iter().all(|(t, _)| *t == table) {
+                Vec::new()
+            } else {
+                keys.iter()
+                    .map(|(t, _)| if *t == table { String::new() } else { (*t).to_owned() })
+                    .collect()
+            },
+        };
+        self.read_many(request).await
+    }
+
+    async fn read_many(&mut self, request: proto::GetManyRequest) -> Result<Vec<Option<Vec<u8>>>> {
+        for k in &request.keys {
+            crate::limits::key(k)?;
+        }
+        let asked = request.keys.len();
         self.client.fits(&request)?;
         let values = match self.send(Call::GetMany(request)).await? {
             Outcome::GetMany(r) => r.values,
             _ => return Err(wrong_answer()),
         };
-        if values.len() != keys.len() {
+        if values.len() != asked {
             return Err(Error::local(format!(
-                "{} values for {} keys from the server",
-                values.len(),
-                keys.len()
+                "{} values for {asked} keys from the server",
+                values.len()
             )));
         }
         Ok(values.into_iter().map(|v| v.value.map(Vec::from)).collect())

@@ -345,12 +345,13 @@ impl Service {
                 })
             }
             Call::GetMany(g) => {
-                let table = self.backend.table(&g.table)?;
+                let tables = self.tables_of(&g)?;
                 self.with_txn(caller, g.txn_id, None, |tx| {
                     let values = g
                         .keys
                         .iter()
-                        .map(|key| {
+                        .zip(tables)
+                        .map(|(key, table)| {
                             let value = tx.get(&table, key).map_err(|e| engine(&e))?;
                             Ok(proto::GetResponse { value: value.map(Into::into) })
                         })
@@ -398,6 +399,35 @@ impl Service {
                 Outcome::Abort(proto::AbortResponse {})
             }),
         }
+    }
+
+    /// The table of each key of a `GetMany` (its `tables`, or `table`),
+    /// each looked up once for a run of keys of one table.
+    fn tables_of(&self, g: &proto::GetManyRequest) -> Result<Vec<milliscale::Table>, Status> {
+        if !g.tables.is_empty() && g.tables.len() != g.keys.len() {
+            return Err(refuse::invalid(format!(
+                "GetMany names {} tables for {} keys: one a key, or none",
+                g.tables.len(),
+                g.keys.len()
+            )));
+        }
+        let name = |i: usize| match g.tables.get(i) {
+            Some(t) if !t.is_empty() => t.as_str(),
+            _ => g.table.as_str(),
+        };
+        if g.keys.is_empty() {
+            // No key: the table is still checked, as a read of one would.
+            self.backend.table(&g.table)?;
+        }
+        let mut out: Vec<milliscale::Table> = Vec::with_capacity(g.keys.len());
+        for i in 0..g.keys.len() {
+            let table = match out.last() {
+                Some(last) if last.name() == name(i) => last.clone(),
+                _ => self.backend.table(name(i))?,
+            };
+            out.push(table);
+        }
+        Ok(out)
     }
 
     /// `Begin`: a transaction opened and kept for its next calls.

@@ -247,7 +247,7 @@ async fn writes_sent_with_the_next_call_run_first_in_order_and_their_failure_is_
     }
     let many = |keys: &[&[u8]]| {
         let keys = keys.iter().map(|k| k.to_vec().into()).collect();
-        Call::GetMany(proto::GetManyRequest { txn_id: tx, table: "t".into(), keys })
+        Call::GetMany(proto::GetManyRequest { txn_id: tx, table: "t".into(), keys, tables: vec![] })
     };
     match st.call(many(&[b"a", b"b", b"c"])).await {
         Outcome::GetMany(m) => {
@@ -303,7 +303,7 @@ async fn writes_sent_with_the_next_call_run_first_in_order_and_their_failure_is_
     stub.write(w).await.expect("unary write");
     let keys = vec![b"c".to_vec().into(), b"f".to_vec().into(), b"g".to_vec().into()];
     let m = stub
-        .get_many(proto::GetManyRequest { txn_id: tx, table: "t".into(), keys })
+        .get_many(proto::GetManyRequest { txn_id: tx, table: "t".into(), keys, tables: vec![] })
         .await
         .expect("unary get_many")
         .into_inner();
@@ -607,4 +607,40 @@ async fn a_pipelined_commit_answers_visible_and_is_told_durable() {
     t.put("nope", b"k", b"v").await.expect("held");
     let e = t.commit_pipelined().await.expect_err("a write to a missing table");
     assert_eq!(e.code(), Code::NotFound, "{e}");
+}
+
+/// `GetMany` of keys in several tables (`Transaction::get_many_across`):
+/// each key read in its own table, in order, on the stream and as a
+/// unary call; a missing table is NOT_FOUND; a count of tables that is
+/// not the keys' is refused as invalid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_many_reads_keys_across_tables() {
+    let (s, c, mut stub) = serving("memory://").await;
+    for t in ["a", "b"] {
+        c.create_table(t).await.expect("create");
+    }
+    c.put("a", b"k", b"in a").await.expect("put");
+    c.put("b", b"k", b"in b").await.expect("put");
+    let unary = milliscale_client::Client::builder(s.local_addr().to_string())
+        .streamed_calls(false)
+        .connect()
+        .await
+        .expect("connect");
+    for client in [&c, &unary] {
+        let mut t = client.begin().await.expect("begin");
+        t.put("b", b"new", b"held").await.expect("held");
+        let keys: [(&str, &[u8]); 4] = [("a", b"k"), ("b", b"k"), ("a", b"none"), ("b", b"new")];
+        let got = t.get_many_across(&keys).await.expect("get_many_across");
+        let want = [Some(&b"in a"[..]), Some(&b"in b"[..]), None, Some(&b"held"[..])];
+        assert_eq!(got.iter().map(|v| v.as_deref()).collect::<Vec<_>>(), want);
+        let e = t.get_many_across(&[("a", b"k"), ("nope", b"k")]).await.expect_err("missing");
+        assert_eq!(e.code(), Code::NotFound, "{e}");
+        t.commit().await.expect("commit");
+    }
+    let tx = c.begin().await.expect("begin").id();
+    let keys = vec![b"k".to_vec().into(), b"k".to_vec().into()];
+    let wrong =
+        proto::GetManyRequest { txn_id: tx, table: "a".into(), keys, tables: vec!["b".into()] };
+    let e = stub.get_many(wrong).await.expect_err("one table for two keys");
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
 }

@@ -304,6 +304,11 @@ impl Fuzzer {
                     txn_id,
                     table,
                     keys: (0..self.rng.random_range(0..5)).map(|_| self.bytes().into()).collect(),
+                    // Often none; else a table a key, of any count (one
+                    // that is not the keys' is refused).
+                    tables: (0..self.rng.random_range(0..6u32).saturating_sub(2))
+                        .map(|_| self.table())
+                        .collect(),
                 })),
                 8 => Some(Call::Write(self.writes(txn_id))),
                 9 => Some(Call::Scan(proto::ScanRequest {

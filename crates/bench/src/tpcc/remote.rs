@@ -12,8 +12,8 @@
 //! commit is answered at pre-commit and the terminal goes on, as the
 //! engine's workers do, its latency running to the word that it is
 //! durable (told on the stream, seen by a task on the terminal's runtime).
-//! With `get_many` a body's reads of several keys of one table are one
-//! call (the bodies ask for them together: [`Txn::get_many`]).
+//! With `get_many` a body's reads of several keys are one call (the
+//! bodies ask for them together: [`Txn::get_many`], [`Txn::get_across`]).
 //! A conflict aborts the
 //! transaction on the server and runs it again with the same input,
 //! counted as an abort. The population is loaded through the server as
@@ -46,9 +46,10 @@ pub struct ServerTpcc {
     pub sessions: usize,
     /// Commit pipelined (see the module's comment).
     pub pipelined: bool,
-    /// The bodies' reads of several keys of a table (NewOrder's items and
-    /// stock rows, StockLevel's stock rows) in one `GetMany` call each,
-    /// not a call a key.
+    /// The bodies' reads of several keys (NewOrder's warehouse, district
+    /// and customer, its items, its stock rows; Payment's warehouse and
+    /// district; StockLevel's stock rows) in one `GetMany` call each, not
+    /// a call a key.
     pub get_many: bool,
 }
 
@@ -132,6 +133,14 @@ impl Txn for Remote<'_> {
             return keys.iter().map(|k| self.get(t, k)).collect();
         }
         self.rt.block_on(self.tx.get_many(t, keys)).map_err(|e| engine_error(&e))
+    }
+
+    fn get_across(&mut self, keys: &[(&String, &[u8])]) -> Result<Vec<Option<Vec<u8>>>, Error> {
+        if !self.get_many {
+            return keys.iter().map(|(t, k)| self.get(t, k)).collect();
+        }
+        let keys: Vec<(&str, &[u8])> = keys.iter().map(|(t, k)| (t.as_str(), *k)).collect();
+        self.rt.block_on(self.tx.get_many_across(&keys)).map_err(|e| engine_error(&e))
     }
 
     fn put(&mut self, t: &String, key: &[u8], value: &[u8]) -> Result<(), Error> {

@@ -189,6 +189,13 @@ pub trait Txn {
     fn get_many(&mut self, t: &Self::Table, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>, Error> {
         keys.iter().map(|k| self.get(t, k)).collect()
     }
+    /// [`Txn::get_many`] of keys in several tables, each `(table, key)`.
+    fn get_across(
+        &mut self,
+        keys: &[(&Self::Table, &[u8])],
+    ) -> Result<Vec<Option<Vec<u8>>>, Error> {
+        keys.iter().map(|(t, k)| self.get(t, k)).collect()
+    }
     fn put(&mut self, t: &Self::Table, key: &[u8], value: &[u8]) -> Result<(), Error>;
     /// Overwrite `patch.len()` bytes of the value at `offset` (a delta).
     fn update_range(
@@ -258,6 +265,11 @@ pub fn scan_prefix<X: Txn + ?Sized>(
 ) -> Result<Rows, Error> {
     let end = prefix_end(prefix);
     tx.scan(t, Bound::Included(prefix), Bound::Excluded(&end), direction, limit)
+}
+
+/// A read of many keys answered with another count of values.
+fn wrong_count() -> Error {
+    Error::InvalidArgument("TPC-C: a read of many keys got another count of values".into())
 }
 
 fn must(row: Option<Vec<u8>>, what: &str) -> Result<Vec<u8>, Error> {
@@ -368,13 +380,16 @@ pub fn body<X: Txn + ?Sized>(
     match input {
         Input::NewOrder { w, d, c, lines } => {
             let (w, d) = (*w, *d);
-            let w_row = must(tx.get(&t.warehouse, &warehouse::key(w))?, "a warehouse")?;
-            let dk = district::key(w, d);
-            let mut d_row = must(tx.get(&t.district, &dk)?, "a district")?;
+            // The warehouse, the district and the customer, in one read.
+            let (wk, dk, ck) = (warehouse::key(w), district::key(w, d), customer::key(w, d, *c));
+            let rows =
+                tx.get_across(&[(&t.warehouse, &wk), (&t.district, &dk), (&t.customer, &ck)])?;
+            let [w_row, d_row, c_row] = <[_; 3]>::try_from(rows).map_err(|_| wrong_count())?;
+            let (w_row, c_row) = (must(w_row, "a warehouse")?, must(c_row, "a customer")?);
+            let mut d_row = must(d_row, "a district")?;
             let o = get_u32(&d_row, district::NEXT_O_ID);
             set_u32(&mut d_row, district::NEXT_O_ID, o + 1);
             write_back(tx, &t.district, &dk, &d_row, &[district::NEXT_O_ID], delta)?;
-            let c_row = must(tx.get(&t.customer, &customer::key(w, d, *c))?, "a customer")?;
             let all_local = lines.iter().all(|l| l.supply_w == w);
             let mut o_row = [0u8; order::BYTES];
             set_u32(&mut o_row, order::C_ID, *c);
@@ -437,12 +452,13 @@ pub fn body<X: Txn + ?Sized>(
         }
         Input::Payment { w, d, c_w, c_d, c, amount } => {
             let (w, d, amount) = (*w, *d, *amount);
-            let wk = warehouse::key(w);
-            let mut w_row = must(tx.get(&t.warehouse, &wk)?, "a warehouse")?;
+            // The warehouse and the district, in one read.
+            let (wk, dk) = (warehouse::key(w), district::key(w, d));
+            let rows = tx.get_across(&[(&t.warehouse, &wk), (&t.district, &dk)])?;
+            let [w_row, d_row] = <[_; 2]>::try_from(rows).map_err(|_| wrong_count())?;
+            let (mut w_row, mut d_row) = (must(w_row, "a warehouse")?, must(d_row, "a district")?);
             add_i64(&mut w_row, warehouse::YTD, amount);
             write_back(tx, &t.warehouse, &wk, &w_row, &[warehouse::YTD], delta)?;
-            let dk = district::key(w, d);
-            let mut d_row = must(tx.get(&t.district, &dk)?, "a district")?;
             add_i64(&mut d_row, district::YTD, amount);
             write_back(tx, &t.district, &dk, &d_row, &[district::YTD], delta)?;
             let (c_id, mut c_row) = find_customer(tx, t, *c_w, *c_d, c)?;

@@ -36,9 +36,10 @@ pub(crate) struct TpccArgs {
     /// the durable answer).
     #[arg(long, requires = "server")]
     pub(crate) pipelined: bool,
-    /// With --server: a body's reads of several keys of one table
-    /// (NewOrder's items and stock rows, StockLevel's stock rows) in one
-    /// `GetMany` call, not a call a key.
+    /// With --server: a body's reads of several keys (NewOrder's
+    /// warehouse, district and customer, its items, its stock rows;
+    /// Payment's warehouse and district; StockLevel's stock rows) in one
+    /// `GetMany` call each, not a call a key.
     #[arg(long, requires = "server")]
     pub(crate) get_many: bool,
     /// With --server: the bearer token (or MILLISCALE_TOKEN).
