@@ -69,6 +69,12 @@ pub(crate) struct ServeArgs {
     /// Most interactive transactions open at once on one connection.
     #[arg(long, default_value_t = 1024)]
     max_open_txns_per_conn: usize,
+    /// Most bytes (keys, values, patches) one interactive transaction may
+    /// write, e.g. 256M: its writes stay in the server's memory until it
+    /// ends. A write past it is refused (RESOURCE_EXHAUSTED) and the
+    /// transaction stays open.
+    #[arg(long, default_value = "256M")]
+    max_txn_bytes: String,
     /// Abort an interactive transaction idle this many seconds.
     #[arg(long, default_value_t = 30.0)]
     idle_timeout_s: f64,
@@ -154,6 +160,7 @@ fn server_options(a: &ServeArgs, listen: SocketAddr) -> Result<ServerOptions, Fa
     o.max_message_bytes = parse_size("max-message-bytes", &a.max_message_bytes)?;
     o.max_open_txns = a.max_open_txns;
     o.max_open_txns_per_conn = a.max_open_txns_per_conn;
+    o.max_txn_bytes = parse_size("max-txn-bytes", &a.max_txn_bytes)? as u64;
     o.idle_timeout = seconds("idle-timeout-s", a.idle_timeout_s)?;
     o.grace = seconds("grace-s", a.grace_s)?;
     if let (Some(map), Some(shard)) = (&a.cluster.cluster, a.cluster.shard) {

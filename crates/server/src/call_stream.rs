@@ -51,7 +51,9 @@ use tonic::{Status, Streaming};
 
 use crate::auth::Role;
 use crate::errors::{engine, failure, refuse};
-use crate::ops::{SCAN_BATCH_BYTES, SCAN_BATCH_ROWS, Scan, Tables, run_batch, writes};
+use crate::ops::{
+    SCAN_BATCH_BYTES, SCAN_BATCH_ROWS, Scan, Tables, run_batch, writes, written_bytes,
+};
 use crate::service::{Caller, Service, count, iso_of};
 #[cfg(doc)]
 use crate::stream::IN_FLIGHT;
@@ -295,7 +297,8 @@ impl Service {
         if let Some(i) = w.writes.iter().position(|op| !writes(op)) {
             return Err(refuse::invalid(format!("write {i} is not a put, delete or patch")));
         }
-        self.with_txn(caller, txn_id, Some("Write"), |tx| {
+        let bytes = w.writes.iter().map(written_bytes).sum();
+        self.with_txn_writing(caller, txn_id, Some(("Write", bytes)), |tx| {
             let open = |name: &str| self.backend.table(name);
             run_batch(tx, &w.writes, &w.table, &mut Tables::default(), open).map(|_| ())
         })
@@ -361,21 +364,24 @@ impl Service {
             }
             Call::Put(p) => {
                 let table = self.backend.table(&p.table)?;
-                self.with_txn(caller, p.txn_id, Some("Put"), |tx| {
+                let bytes = (p.key.len() + p.value.len()) as u64;
+                self.with_txn_writing(caller, p.txn_id, Some(("Put", bytes)), |tx| {
                     tx.put(&table, &p.key, &p.value).map_err(|e| engine(&e))?;
                     Ok(Outcome::Put(proto::PutResponse {}))
                 })
             }
             Call::Delete(d) => {
                 let table = self.backend.table(&d.table)?;
-                self.with_txn(caller, d.txn_id, Some("Delete"), |tx| {
+                let bytes = d.key.len() as u64;
+                self.with_txn_writing(caller, d.txn_id, Some(("Delete", bytes)), |tx| {
                     let existed = tx.delete(&table, &d.key).map_err(|e| engine(&e))?;
                     Ok(Outcome::Delete(proto::DeleteResponse { existed }))
                 })
             }
             Call::Patch(p) => {
                 let table = self.backend.table(&p.table)?;
-                self.with_txn(caller, p.txn_id, Some("Patch"), |tx| {
+                let bytes = (p.key.len() + p.bytes.len()) as u64;
+                self.with_txn_writing(caller, p.txn_id, Some(("Patch", bytes)), |tx| {
                     tx.update_range(&table, &p.key, p.offset as usize, &p.bytes)
                         .map_err(|e| engine(&e))?;
                     Ok(Outcome::Patch(proto::PatchResponse {}))

@@ -169,6 +169,22 @@ pub mod refuse {
         status(Code::Unavailable, "closed", false, "the server is shutting down".into())
     }
 
+    /// A write that would take an interactive transaction over the
+    /// server's limit on what one transaction writes.
+    pub fn txn_too_large(written: u64, adding: u64, max: u64) -> Status {
+        status(
+            Code::ResourceExhausted,
+            "limit",
+            false,
+            format!(
+                "this write of {adding} bytes would take the transaction past the server's \
+                 limit of {max} bytes written by one transaction (--max-txn-bytes; it has \
+                 written {written}); the write did not run (nor a commit it came with): split \
+                 the work into smaller transactions"
+            ),
+        )
+    }
+
     pub fn too_large(len: usize, max: usize) -> Status {
         status(
             Code::OutOfRange,

@@ -83,6 +83,10 @@ pub struct ServerOptions {
     pub max_open_txns: usize,
     /// Most interactive transactions open at once on one connection.
     pub max_open_txns_per_conn: usize,
+    /// Most bytes (keys, values, patches) one interactive transaction may
+    /// write through the server: its writes stay in the server's memory
+    /// until it ends.
+    pub max_txn_bytes: u64,
     /// An interactive transaction idle this long is aborted.
     pub idle_timeout: Duration,
     /// How long a token wait lasts when the request names no wait.
@@ -104,6 +108,10 @@ pub struct ServerOptions {
 /// the largest size, with room for keys and framing.
 pub const MAX_MESSAGE_BYTES_DEFAULT: usize = 16 << 20;
 
+/// Default [`ServerOptions::max_txn_bytes`]: 256 MiB (TiKV's default is
+/// 100 MB, FoundationDB's 10 MB).
+pub const MAX_TXN_BYTES_DEFAULT: u64 = 256 << 20;
+
 impl ServerOptions {
     /// Defaults, listening on `listen`.
     pub fn new(listen: SocketAddr) -> ServerOptions {
@@ -116,6 +124,7 @@ impl ServerOptions {
             max_message_bytes: MAX_MESSAGE_BYTES_DEFAULT,
             max_open_txns: 4096,
             max_open_txns_per_conn: 1024,
+            max_txn_bytes: MAX_TXN_BYTES_DEFAULT,
             idle_timeout: Duration::from_secs(30),
             default_wait: Duration::from_secs(5),
             max_wait: Duration::from_secs(60),
@@ -152,6 +161,11 @@ impl ServerOptions {
         if self.max_message_bytes < min {
             return Err(format!(
                 "the message limit must be at least {min} bytes (one largest row)"
+            ));
+        }
+        if self.max_txn_bytes < min as u64 {
+            return Err(format!(
+                "the transaction size limit must be at least {min} bytes (one largest row)"
             ));
         }
         if self.max_open_txns == 0 || self.max_open_txns_per_conn == 0 || self.max_batch_ops == 0 {
@@ -257,6 +271,7 @@ impl Server {
                 max_batch_ops: options.max_batch_ops,
                 max_retries: options.max_retries,
                 max_message_bytes: options.max_message_bytes,
+                max_txn_bytes: options.max_txn_bytes,
             },
             shutting_down: Arc::clone(&shutting_down),
             stop: stopped.clone(),

@@ -138,6 +138,18 @@ pub fn writes(op: &Operation) -> bool {
     )
 }
 
+/// The bytes a write adds to its transaction (its key, and its value or
+/// patch), for the server's limit on a transaction's writes.
+pub fn written_bytes(op: &Operation) -> u64 {
+    let n = match &op.op {
+        Some(operation::Op::Put(r)) => r.key.len() + r.value.len(),
+        Some(operation::Op::Delete(key)) => key.len(),
+        Some(operation::Op::Patch(p)) => p.key.len() + p.bytes.len(),
+        _ => 0,
+    };
+    n as u64
+}
+
 /// Run the operations of a batch, in order, in `tx`; an operation that
 /// names no table is on `batch_table`; `table` resolves a name (the
 /// caller caches).

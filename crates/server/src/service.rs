@@ -178,6 +178,7 @@ pub struct RequestLimits {
     pub max_batch_ops: usize,
     pub max_retries: u32,
     pub max_message_bytes: usize,
+    pub max_txn_bytes: u64,
 }
 
 /// The service behind the RPCs.
@@ -299,15 +300,35 @@ impl Service {
         writes: Option<&str>,
         f: impl FnOnce(&mut AsyncTransaction) -> Result<R, Status>,
     ) -> Result<R, Status> {
+        self.with_txn_writing(caller, id, writes.map(|w| (w, 0)), f)
+    }
+
+    /// [`Self::with_txn`] of a call that writes `bytes` (keys, values,
+    /// patches): refused, and nothing of it run, if the transaction would
+    /// then have written more than [`RequestLimits::max_txn_bytes`].
+    pub(crate) fn with_txn_writing<R>(
+        &self,
+        caller: Caller,
+        id: u64,
+        writes: Option<(&str, u64)>,
+        f: impl FnOnce(&mut AsyncTransaction) -> Result<R, Status>,
+    ) -> Result<R, Status> {
         let session = self.sessions.get(id, caller.0)?;
-        if let Some(what) = writes
+        if let Some((what, _)) = writes
             && session.read_only
         {
             return Err(refuse::read_only_txn(what));
         }
         let mut guard = session.txn.lock();
         let tx = guard.as_mut().ok_or_else(|| refuse::no_transaction(id))?;
+        let bytes = writes.map_or(0, |(_, b)| b);
+        // Counted under the transaction's lock: its calls add one at a time.
+        let written = session.written.load(Ordering::Relaxed);
+        if written + bytes > self.limits.max_txn_bytes {
+            return Err(refuse::txn_too_large(written, bytes, self.limits.max_txn_bytes));
+        }
         let r = f(tx);
+        session.written.store(written + bytes, Ordering::Relaxed);
         drop(guard);
         self.sessions.touch(&session);
         r

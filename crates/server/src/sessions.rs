@@ -40,6 +40,9 @@ pub struct Session {
     conn: Option<u64>,
     /// Milliseconds since the table's epoch at the last call.
     last_used_ms: AtomicU64,
+    /// Bytes of keys, values and patches written through the server
+    /// ([`crate::service::Service::with_txn_writing`]).
+    pub written: AtomicU64,
 }
 
 /// The caps; see the module docs.
@@ -132,6 +135,7 @@ impl Sessions {
             read_only,
             conn,
             last_used_ms: AtomicU64::new(self.now_ms()),
+            written: AtomicU64::new(0),
         };
         inner.open.insert(id, Arc::new(session));
         publish_open(inner.open.len());

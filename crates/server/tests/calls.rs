@@ -509,3 +509,56 @@ async fn pipelined_batches_hear_of_their_durability_on_the_stream() {
     stopped.await.expect("shutdown");
     db.close().await.expect("close");
 }
+
+/// `--max-txn-bytes`: a write that would take an interactive transaction
+/// past it is refused before it runs (RESOURCE_EXHAUSTED, kind `limit`,
+/// not retryable, naming the flag), unary and on the stream; the writes
+/// before it stay, and a new transaction starts from zero.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_writes_at_most_the_servers_limit() {
+    const VALUE: usize = milliscale::limits::VALUE_BYTES_MAX;
+    // The least the server takes: one largest row and some room.
+    let max = (VALUE + milliscale::limits::KEY_BYTES_MAX + 4096) as u64;
+    let s = start(Backend::Writer(writer("memory://").await), |o| o.max_txn_bytes = max).await;
+    let streamed = client(&s).await;
+    streamed.create_table("t").await.expect("create");
+    let unary = milliscale_client::Client::builder(s.local_addr().to_string())
+        .streamed_calls(false)
+        .connect()
+        .await
+        .expect("connect");
+    let over = |e: milliscale_client::Error| {
+        assert_eq!(
+            (e.code(), e.kind(), e.is_retryable()),
+            (Code::ResourceExhausted, "limit", false)
+        );
+        assert!(e.message().contains("--max-txn-bytes"), "{e}");
+    };
+    // Unary: the second value is refused; the first commits.
+    let mut t = unary.begin().await.expect("begin");
+    t.put("t", b"a", &vec![1u8; VALUE]).await.expect("under the limit");
+    over(t.put("t", b"b", &vec![2u8; VALUE]).await.expect_err("over the limit"));
+    over(t.patch("t", b"a", 0, &[9u8; 8 << 10]).await.expect_err("a patch counts"));
+    t.patch("t", b"a", 0, &[3u8; 8]).await.expect("room for 8 bytes");
+    t.commit().await.expect("commit");
+    assert_eq!(
+        unary.get("t", b"a").await.expect("get").expect("a")[..9],
+        [3, 3, 3, 3, 3, 3, 3, 3, 1]
+    );
+    assert_eq!(unary.get("t", b"b").await.expect("get"), None);
+    // On the stream the writes are held and sent with the next call: the
+    // one past the limit fails that call, and a commit it comes with is
+    // not run (its transaction ends).
+    let mut t = streamed.begin().await.expect("begin");
+    t.put("t", b"c", &vec![4u8; VALUE]).await.expect("held");
+    t.flush().await.expect("under the limit");
+    t.put("t", b"d", &[5u8; 8 << 10]).await.expect("held");
+    over(t.commit().await.expect_err("over the limit"));
+    assert_eq!(streamed.get("t", b"c").await.expect("get"), None);
+    // A new transaction: its own count.
+    let mut t = streamed.begin().await.expect("begin");
+    t.put("t", b"d", &vec![5u8; VALUE]).await.expect("held");
+    t.commit().await.expect("commit");
+    assert!(streamed.get("t", b"d").await.expect("get").is_some());
+    s.shutdown().await;
+}
