@@ -130,6 +130,11 @@ class Transaction:
         round trip."""
         return self._call("tx_get_many", table, [_b(k) for k in keys])
 
+    def get_many_across(self, keys: Sequence[tuple[str, Bytes]]) -> list[Optional[bytes]]:
+        """The values of keys in several tables, each ``(table, key)``
+        (``None`` for a key without one), in one round trip."""
+        return self._call("tx_get_many_across", [(t, _b(k)) for t, k in keys])
+
     def put(self, table: str, key: Bytes, value: Bytes) -> None:
         """Write ``value`` under ``key`` (sent with the next call)."""
         self._call("tx_put", table, _b(key), _b(value))

@@ -140,3 +140,12 @@ def test_writes_travel_with_the_next_call_and_get_many_reads_in_one(db):
     tx.put("missing", b"x", b"1")
     with pytest.raises(NotFoundError):
         tx.commit()
+    # Keys of several tables in one call.
+    db.create_table("u")
+    db.put("u", b"a", b"in u")
+    with db.transaction() as tx:
+        tx.put("u", b"new", b"held")
+        got = tx.get_many_across([("t", b"a"), ("u", b"a"), ("u", b"new"), ("t", b"none")])
+        assert got == [b"9", b"in u", b"held", None]
+        with pytest.raises(NotFoundError):
+            tx.get_many_across([("t", b"a"), ("missing", b"a")])
