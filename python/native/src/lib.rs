@@ -339,7 +339,8 @@ impl Connection {
         keys: Vec<(String, Vec<u8>)>,
     ) -> PyResult<Vec<Option<Bound<'py, PyBytes>>>> {
         let o = self.open()?;
-        let refs: Vec<(&str, &[u8])> = keys.iter().map(|(t, k)| (t.as_str(), k.as_slice())).collect();
+        let refs: Vec<(&str, &[u8])> =
+            keys.iter().map(|(t, k)| (t.as_str(), k.as_slice())).collect();
         let v = tx.with(|t| self.run(py, &o, None, t.get_many_across(&refs)))?;
         Ok(v.into_iter().map(|v| v.map(|v| PyBytes::new(py, &v))).collect())
     }
