@@ -241,7 +241,7 @@ impl ClusterConnection {
             let r = t.get_many(&table, &refs).await;
             (t, r)
         })?;
-        Ok(v.into_iter().map(|v| v.map(|v| PyBytes::new(py, &v))).collect())
+        Ok(crate::values(py, v))
     }
 
     fn tx_put(

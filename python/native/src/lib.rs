@@ -327,7 +327,7 @@ impl Connection {
         let o = self.open()?;
         let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
         let v = tx.with(|t| self.run(py, &o, None, t.get_many(table, &refs)))?;
-        Ok(v.into_iter().map(|v| v.map(|v| PyBytes::new(py, &v))).collect())
+        Ok(values(py, v))
     }
 
     /// Keys of several tables in one call, `(table, key)` each: a value
@@ -342,7 +342,7 @@ impl Connection {
         let refs: Vec<(&str, &[u8])> =
             keys.iter().map(|(t, k)| (t.as_str(), k.as_slice())).collect();
         let v = tx.with(|t| self.run(py, &o, None, t.get_many_across(&refs)))?;
-        Ok(v.into_iter().map(|v| v.map(|v| PyBytes::new(py, &v))).collect())
+        Ok(values(py, v))
     }
 
     fn tx_put(
@@ -562,6 +562,11 @@ impl NativeTransaction {
     fn take(&self) -> PyResult<client::Transaction> {
         self.tx.lock().unwrap_or_else(PoisonError::into_inner).take().ok_or_else(ended)
     }
+}
+
+/// Values read (a `get_many`'s), as Python `bytes` or `None`.
+fn values(py: Python<'_>, v: Vec<Option<Vec<u8>>>) -> Vec<Option<Bound<'_, PyBytes>>> {
+    v.into_iter().map(|v| v.map(|v| PyBytes::new(py, &v))).collect()
 }
 
 fn ended() -> PyErr {
