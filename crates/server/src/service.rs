@@ -328,7 +328,9 @@ impl Service {
             return Err(refuse::txn_too_large(written, bytes, self.limits.max_txn_bytes));
         }
         let r = f(tx);
-        session.written.store(written + bytes, Ordering::Relaxed);
+        if bytes > 0 {
+            session.written.store(written + bytes, Ordering::Relaxed);
+        }
         drop(guard);
         self.sessions.touch(&session);
         r
