@@ -105,21 +105,48 @@ class Transaction:
     trip. A transaction dropped unfinished is aborted with the client's next call
     (if none comes, by the server when the client closes, or at its idle
     timeout); until then it holds its writes' keys.
+
+    The transaction begins on the server with its first call, in the same
+    message, and takes its snapshot there, as a PostgreSQL or MySQL
+    transaction takes its own at its first statement: creating one costs no
+    round trip. Asking for its :attr:`id`, :attr:`snapshot` or
+    :attr:`isolation` begins it at once (one round trip if nothing else has).
+    A failure to begin (too many open transactions, a replica behind
+    ``at_token``) is raised by its first call.
     """
 
     def __init__(self, client: "Client", native):
         self._client = client
         self._native = native
-        self.id: int = native.id
-        #: The snapshot: commits with a smaller CSN are visible.
-        self.snapshot: int = native.snapshot
-        self.isolation = Isolation(native.isolation)
+        self._begun: Optional[tuple[int, int, int]] = None
         #: After a commit, what it returned.
         self.commit_info: Optional[Commit] = None
         self._finished = False
 
     def _call(self, method: str, *args):
         return _native_call(getattr(self._client._conn, method), self._native, *args)
+
+    def _begin(self) -> tuple[int, int, int]:
+        if self._begun is None:
+            self._begun = self._call("tx_begun")
+        return self._begun
+
+    @property
+    def id(self) -> int:
+        """Its id on the server (begins it, if it has not begun)."""
+        return self._begin()[0]
+
+    @property
+    def snapshot(self) -> int:
+        """The snapshot: commits with a smaller CSN are visible (begins it,
+        if it has not begun: the snapshot is taken then)."""
+        return self._begin()[1]
+
+    @property
+    def isolation(self) -> Isolation:
+        """Its isolation level, as the server chose it (begins it, if it
+        has not begun)."""
+        return Isolation(self._begin()[2])
 
     def get(self, table: str, key: Bytes) -> Optional[bytes]:
         """The value of ``key``, or ``None`` if it has none."""
@@ -334,7 +361,8 @@ class Client:
         at_token: Optional[int] = None,
         wait: float = 0.0,
     ) -> Transaction:
-        """Begin an interactive transaction; use it in a ``with`` block.
+        """An interactive transaction; use it in a ``with`` block. It begins
+        with its first call (see :class:`Transaction`).
 
         ``read_only`` refuses writes (required on a replica and with a
         read-only token). ``durable_snapshot`` reads only durable commits

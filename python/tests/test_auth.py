@@ -31,7 +31,7 @@ def test_callers_without_a_valid_token_are_refused(guarded):
                 lambda: c.get("t", b"k"),
                 lambda: c.list_tables(),
                 lambda: c.create_table("u"),
-                lambda: c.transaction(),
+                lambda: c.transaction().get("t", b"k"),  # begun by its first call
             ):
                 with pytest.raises(UnauthenticatedError):
                     call()
@@ -53,7 +53,7 @@ def test_a_read_only_token_reads_and_writes_nothing(guarded):
             lambda: ro.execute(Batch().get("t", b"k").put("t", b"k2", b"x")),
             lambda: ro.create_table("u"),
             lambda: ro.drop_table("t"),
-            lambda: ro.transaction(),
+            lambda: ro.transaction().get("t", b"k"),  # a read-write one, begun by its first call
         ):
             with pytest.raises(PermissionDeniedError):
                 call()

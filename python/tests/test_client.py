@@ -18,6 +18,7 @@ def test_calls_after_close_fail_clearly(server):
     c.create_table("t")
     tx = c.transaction()
     tx.put("t", b"k", b"v")
+    tx.flush()  # begun, its write held on the server
     c.close()
     for call in (lambda: c.get("t", b"k"), c.status, c.list_tables, lambda: tx.get("t", b"k"), tx.commit):
         with pytest.raises(MilliscaleError) as e:
@@ -42,6 +43,7 @@ def test_a_transaction_dropped_unfinished_is_aborted_with_the_next_call(db):
     db.create_table("t")
     tx = db.transaction()
     tx.put("t", b"k", b"lost")
+    tx.flush()  # begun, its write held on the server
     assert db.status().open_transactions == 1
     del tx
     gc.collect()

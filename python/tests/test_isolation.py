@@ -10,10 +10,32 @@ def test_snapshot_and_read_committed(db):
     db.create_table("t")
     db.put("t", b"x", b"old")
     with db.transaction(Isolation.SNAPSHOT) as snap, db.transaction(Isolation.READ_COMMITTED) as rc:
+        # Asking for its isolation begins each: snap's snapshot is taken here.
         assert snap.isolation == Isolation.SNAPSHOT and rc.isolation == Isolation.READ_COMMITTED
         db.put("t", b"x", b"new")
         assert snap.get("t", b"x") == b"old"  # its snapshot
         assert rc.get("t", b"x") == b"new"  # the latest commit
+
+
+@pytest.mark.single_server("a snapshot taken by the server (a cluster's transaction takes its timestamp at the client)")
+def test_a_transaction_begins_with_its_first_call(db):
+    db.create_table("t")
+    db.put("t", b"x", b"old")
+    open_before = db.status().open_transactions
+    late = db.transaction(Isolation.SNAPSHOT)
+    pinned = db.transaction(Isolation.SNAPSHOT)
+    assert db.status().open_transactions == open_before  # no call yet
+    at = pinned.snapshot  # begins it: its snapshot is taken here
+    db.put("t", b"x", b"new")
+    assert pinned.get("t", b"x") == b"old"
+    assert late.get("t", b"x") == b"new"  # begun by this call, after the put
+    assert late.snapshot > at
+    late.commit()
+    pinned.commit()
+    with db.transaction() as idle:
+        pass  # never begun: its commit makes no call
+    assert idle.commit_info.token is None
+    assert db.status().open_transactions == open_before
 
 
 @pytest.mark.single_server("the default isolation (a cluster's is SERIALIZABLE)")

@@ -52,6 +52,9 @@ pub(crate) trait Protocol: Send + Sync + 'static {
     /// failure).
     type Call: Send;
     type Outcome: Send + 'static;
+    /// The answer of the call's kind (or its failure) in an outcome.
+    type Kind;
+    fn kind(o: Self::Outcome) -> Self::Kind;
     /// What the stream is to, for messages.
     const TO: &'static str;
     fn request(id: u64, call: Self::Call) -> Self::Request;
@@ -87,7 +90,11 @@ impl Protocol for Shard {
     type Response = proto::ShardStreamResponse;
     type Call = proto::shard_stream_request::Call;
     type Outcome = proto::shard_stream_response::Outcome;
+    type Kind = Self::Outcome;
     const TO: &'static str = "the shard";
+    fn kind(o: Self::Outcome) -> Self::Kind {
+        o
+    }
     fn request(id: u64, call: Self::Call) -> Self::Request {
         proto::ShardStreamRequest { id, call: Some(call) }
     }
@@ -112,33 +119,48 @@ pub(crate) struct TxnCall {
     pub writes: Option<proto::WriteRequest>,
     /// A pre-commit that asks to hear of its durability.
     pub notify: bool,
+    /// Begin the call's transaction first, with these options (the call
+    /// and the writes name none).
+    pub begin: Option<proto::BeginRequest>,
 }
 
 impl From<proto::call_stream_request::Call> for TxnCall {
     fn from(call: proto::call_stream_request::Call) -> TxnCall {
-        TxnCall { call, writes: None, notify: false }
+        TxnCall { call, writes: None, notify: false, begin: None }
     }
+}
+
+/// An answer on the call stream: the call's outcome, and the transaction
+/// its request began, if it asked to.
+pub(crate) struct TxnAnswer {
+    pub outcome: proto::call_stream_response::Outcome,
+    pub began: Option<proto::BeginResponse>,
 }
 
 impl Protocol for Txn {
     type Request = proto::CallStreamRequest;
     type Response = proto::CallStreamResponse;
     type Call = TxnCall;
-    type Outcome = proto::call_stream_response::Outcome;
+    type Outcome = TxnAnswer;
+    type Kind = proto::call_stream_response::Outcome;
     const TO: &'static str = "the server";
+    fn kind(o: Self::Outcome) -> Self::Kind {
+        o.outcome
+    }
     fn request(id: u64, c: Self::Call) -> Self::Request {
         proto::CallStreamRequest {
             id,
             call: Some(c.call),
             writes: c.writes,
             notify_durable: c.notify,
+            begin_first: c.begin,
         }
     }
     fn answer(r: Self::Response) -> (u64, Option<Self::Outcome>) {
-        (r.id, r.outcome)
+        (r.id, r.outcome.map(|outcome| TxnAnswer { outcome, began: r.began }))
     }
     fn durable(o: &Self::Outcome) -> Option<&proto::Durable> {
-        match o {
+        match &o.outcome {
             proto::call_stream_response::Outcome::Durable(d) => Some(d),
             _ => None,
         }
@@ -147,10 +169,10 @@ impl Protocol for Txn {
         c.notify
     }
     fn pending(o: &Self::Outcome) -> bool {
-        matches!(o, proto::call_stream_response::Outcome::Commit(c) if !c.durable)
+        matches!(&o.outcome, proto::call_stream_response::Outcome::Commit(c) if !c.durable)
     }
     fn durable_now(o: &Self::Outcome) -> bool {
-        matches!(o, proto::call_stream_response::Outcome::Commit(c) if c.durable)
+        matches!(&o.outcome, proto::call_stream_response::Outcome::Commit(c) if c.durable)
     }
     async fn open(
         client: &Client,
@@ -413,10 +435,10 @@ macro_rules! stream_call {
             let Some(calls) = calls else {
                 return self.stub().$unary(self.req(r)).await.map(tonic::Response::into_inner);
             };
-            type Outcome = <$p as Protocol>::Outcome;
-            match calls.call(self, $call::$variant(r).into()).await? {
-                Outcome::$variant(a) => Ok(a),
-                Outcome::Failure(f) => Err(status_of(f)),
+            type Kind = <$p as Protocol>::Kind;
+            match <$p as Protocol>::kind(calls.call(self, $call::$variant(r).into()).await?) {
+                Kind::$variant(a) => Ok(a),
+                Kind::Failure(f) => Err(status_of(f)),
                 _ => Err(Status::internal(format!(
                     "{} answered a call with another call's answer",
                     <$p as Protocol>::TO
@@ -519,37 +541,68 @@ impl Client {
     /// A call of a transaction with the writes that go before it: on the
     /// stream, one message (its answer may be a write's failure); as calls
     /// (unary, or too big for the stream together), the writes first,
-    /// waited for, then the call.
+    /// waited for, then the call. With `begin`, the call's transaction is
+    /// begun first (on the stream, in the same message): the transaction
+    /// begun is returned even when the call failed.
     pub(crate) async fn txn_send(
         &self,
         call: TxnCallKind,
         writes: Option<proto::WriteRequest>,
-    ) -> Result<proto::call_stream_response::Outcome, Status> {
-        Ok(self.txn_send_told(call, writes, false).await?.0)
+        begin: Option<proto::BeginRequest>,
+    ) -> (Option<proto::BeginResponse>, Result<proto::call_stream_response::Outcome, Status>) {
+        let (began, r) = self.txn_send_told(call, writes, false, begin).await;
+        (began, r.map(|(o, _)| o))
     }
 
     /// [`Self::txn_send`], and for a pipelined commit (`notify`) sent on
     /// the stream, the word of its durability there.
     async fn txn_send_told(
         &self,
-        call: TxnCallKind,
+        mut call: TxnCallKind,
         writes: Option<proto::WriteRequest>,
         notify: bool,
-    ) -> Result<(proto::call_stream_response::Outcome, Option<Told>), Status> {
+        begin: Option<proto::BeginRequest>,
+    ) -> (
+        Option<proto::BeginResponse>,
+        Result<(proto::call_stream_response::Outcome, Option<Told>), Status>,
+    ) {
         use proto::call_stream_response::Outcome as O;
         let len = call.encoded_len() + writes.as_ref().map_or(0, prost::Message::encoded_len);
         let calls = self.txn_calls.as_deref();
         if let Some(calls) = calls.filter(|_| len < STREAMED_CALL_MAX) {
-            return match calls.call_told(self, TxnCall { call, writes, notify }).await? {
-                (O::Failure(f), _) => Err(status_of(f)),
-                answered => Ok(answered),
+            let sent = TxnCall { call, writes, notify, begin };
+            return match calls.call_told(self, sent).await {
+                Err(s) => (None, Err(s)),
+                Ok((TxnAnswer { outcome: O::Failure(f), began }, _)) => (began, Err(status_of(f))),
+                Ok((TxnAnswer { outcome, began }, told)) => (began, Ok((outcome, told))),
             };
         }
+        let began = match begin {
+            None => None,
+            Some(b) => match self.txn_begin(b).await {
+                Ok(b) => {
+                    call.set_txn_id(b.txn_id);
+                    Some(b)
+                }
+                Err(s) => return (None, Err(s)),
+            },
+        };
+        (began, self.txn_unary(call, writes).await.map(|o| (o, None)))
+    }
+
+    /// A call and the writes before it as calls of their own (see
+    /// [`Self::txn_send`]).
+    async fn txn_unary(
+        &self,
+        call: TxnCallKind,
+        writes: Option<proto::WriteRequest>,
+    ) -> Result<proto::call_stream_response::Outcome, Status> {
+        use proto::call_stream_response::Outcome as O;
         if let Some(mut w) = writes {
             w.txn_id = call.txn_id().unwrap_or_default();
             self.txn_write(w).await?;
         }
-        let answer = match call {
+        Ok(match call {
             TxnCallKind::Begin(r) => O::Begin(self.txn_begin(r).await?),
             TxnCallKind::Get(r) => O::Get(self.txn_get(r).await?),
             TxnCallKind::GetMany(r) => O::GetMany(self.txn_get_many(r).await?),
@@ -561,16 +614,15 @@ impl Client {
             TxnCallKind::Abort(r) => O::Abort(self.txn_abort(r).await?),
             TxnCallKind::Scan(r) => {
                 // Only a streamed client scans a batch a call.
-                let Some(calls) = calls else {
+                let Some(calls) = self.txn_calls.as_deref() else {
                     return Err(Status::internal("a scan call without a stream"));
                 };
                 match calls.call(self, TxnCall::from(TxnCallKind::Scan(r))).await? {
-                    O::Failure(f) => return Err(status_of(f)),
-                    o => o,
+                    TxnAnswer { outcome: O::Failure(f), .. } => return Err(status_of(f)),
+                    a => a.outcome,
                 }
             }
-        };
-        Ok((answer, None))
+        })
     }
 }
 
@@ -583,9 +635,12 @@ impl Client {
         &self,
         call: TxnCallKind,
         writes: Option<proto::WriteRequest>,
+        begin: Option<proto::BeginRequest>,
     ) -> Result<(proto::CommitResponse, crate::CommitAck), Status> {
         use proto::call_stream_response::Outcome as O;
-        let (c, told) = match self.txn_send_told(call, writes, true).await? {
+        // The transaction begun is not needed: a commit ends it, answered
+        // or not.
+        let (c, told) = match self.txn_send_told(call, writes, true, begin).await.1? {
             (O::Commit(c), told) => (c, told),
             _ => return Err(Status::internal("a commit answered with another call's answer")),
         };

@@ -317,9 +317,19 @@ impl Client {
         self.begin_with(TxnOptions::default()).await
     }
 
-    /// Begin an interactive transaction.
+    /// Begin an interactive transaction: it has begun, and taken its
+    /// snapshot, when this returns (one round trip).
     pub async fn begin_with(&self, opts: TxnOptions) -> Result<Transaction> {
         Transaction::begin(self.clone(), opts).await
+    }
+
+    /// An interactive transaction that begins with its first call, in the
+    /// same message, and takes its snapshot there (no round trip of its
+    /// own; see [`Transaction`]). A failure to begin (too many open
+    /// transactions, a replica behind `at_token`) is its first call's
+    /// error. One that never makes a call never reaches the server.
+    pub fn transaction(&self, opts: TxnOptions) -> Transaction {
+        Transaction::deferred(self.clone(), opts)
     }
 
     /// Run a batch as one transaction in one round trip.

@@ -138,12 +138,22 @@ pub const WRITE_BEHIND_BYTES: usize = 256 << 10;
 /// Past [`WRITE_BEHIND_BYTES`] held, a write sends them and waits. With
 /// unary calls every call is one round trip. Dropping a transaction
 /// unfinished aborts it in the background.
+///
+/// A transaction from [`Client::begin_with`] has begun when it is
+/// returned: its snapshot was taken then. One from
+/// [`Client::transaction`] begins with its first call, in the same
+/// message (a round trip fewer), and takes its snapshot there, as
+/// PostgreSQL's and MySQL's transactions take theirs at their first
+/// statement; [`Transaction::begin_now`] begins it at once.
 #[derive(Debug)]
 pub struct Transaction {
     client: Client,
+    /// 0 until it has begun.
     id: u64,
     snapshot: u64,
     isolation: Isolation,
+    /// Until it has begun: how to begin it, with its first call.
+    begin: Option<proto::BeginRequest>,
     finished: bool,
     read_only: bool,
     /// The writes held back, and their size on the wire.
@@ -155,44 +165,74 @@ type Call = proto::call_stream_request::Call;
 type Outcome = proto::call_stream_response::Outcome;
 
 impl Transaction {
-    pub(crate) async fn begin(client: Client, o: TxnOptions) -> Result<Transaction> {
+    /// A transaction that begins with its first call.
+    pub(crate) fn deferred(client: Client, o: TxnOptions) -> Transaction {
         let read_at = match o.read_at {
             ReadAt::Latest => proto::ReadAt::Latest,
             ReadAt::Durable => proto::ReadAt::Durable,
         } as i32;
-        let r = proto::BeginRequest {
+        let begin = proto::BeginRequest {
             isolation: o.isolation.wire(),
             read_only: o.read_only,
             read_at,
             at_token: o.at_token,
             wait_ms: wait_ms(o.wait),
         };
-        let b = client.txn_begin(r).await?;
-        Ok(Transaction {
+        Transaction {
             client,
-            id: b.txn_id,
-            snapshot: b.snapshot,
-            isolation: Isolation::of_wire(b.isolation),
+            id: 0,
+            snapshot: 0,
+            isolation: Isolation::Default,
+            begin: Some(begin),
             finished: false,
             read_only: o.read_only,
             held: None,
             held_bytes: 0,
-        })
+        }
     }
 
-    /// The transaction's id on the server.
-    pub fn id(&self) -> u64 {
-        self.id
+    /// A transaction begun now.
+    pub(crate) async fn begin(client: Client, o: TxnOptions) -> Result<Transaction> {
+        let mut tx = Transaction::deferred(client, o);
+        tx.begin_now().await?;
+        Ok(tx)
     }
 
-    /// Its snapshot: commits with a smaller CSN are visible.
-    pub fn snapshot(&self) -> u64 {
-        self.snapshot
+    /// Begin now, if it has not begun: one round trip, and the snapshot
+    /// is taken here.
+    pub async fn begin_now(&mut self) -> Result<()> {
+        if let Some(b) = self.begin.take() {
+            match self.client.txn_begin(b).await {
+                Ok(began) => self.began(began),
+                Err(e) => {
+                    self.begin = Some(b);
+                    return Err(e.into());
+                }
+            }
+        }
+        Ok(())
     }
 
-    /// Its isolation level, as the server chose it.
-    pub fn isolation(&self) -> Isolation {
-        self.isolation
+    fn began(&mut self, b: proto::BeginResponse) {
+        (self.id, self.snapshot) = (b.txn_id, b.snapshot);
+        self.isolation = Isolation::of_wire(b.isolation);
+    }
+
+    /// The transaction's id on the server; `None` until it has begun.
+    pub fn id(&self) -> Option<u64> {
+        self.begin.is_none().then_some(self.id)
+    }
+
+    /// Its snapshot: commits with a smaller CSN are visible. `None` until
+    /// it has begun.
+    pub fn snapshot(&self) -> Option<u64> {
+        self.begin.is_none().then_some(self.snapshot)
+    }
+
+    /// Its isolation level, as the server chose it; `None` until it has
+    /// begun.
+    pub fn isolation(&self) -> Option<Isolation> {
+        self.begin.is_none().then_some(self.isolation)
     }
 
     /// Send `call` with the writes held back, and its answer (a failure
@@ -200,7 +240,24 @@ impl Transaction {
     async fn send(&mut self, call: Call) -> Result<Outcome> {
         let writes = self.held.take();
         self.held_bytes = 0;
-        Ok(self.client.txn_send(call, writes).await?)
+        self.send_with(call, writes).await
+    }
+
+    /// Send `call` with `writes`, beginning the transaction with them if
+    /// it has not begun. A begin that failed is tried again by the next
+    /// call (the writes sent with it are dropped).
+    async fn send_with(
+        &mut self,
+        call: Call,
+        writes: Option<proto::WriteRequest>,
+    ) -> Result<Outcome> {
+        let begin = self.begin.take();
+        let (began, r) = self.client.txn_send(call, writes, begin).await;
+        match began {
+            Some(b) => self.began(b),
+            None => self.begin = begin,
+        }
+        Ok(r?)
     }
 
     /// A write: held back on a streamed client (sent with the next call,
@@ -212,6 +269,7 @@ impl Transaction {
             return Err(Error::read_only_txn());
         }
         if !self.client.streams_calls() {
+            self.begin_now().await?;
             let (txn_id, table) = (self.id, table.to_owned());
             return match op {
                 proto::operation::Op::Put(row) => {
@@ -255,8 +313,10 @@ impl Transaction {
         let Some(mut w) = self.held.take() else { return Ok(()) };
         self.held_bytes = 0;
         w.txn_id = self.id;
-        self.client.txn_write(w).await?;
-        Ok(())
+        match self.send_with(Call::Write(w), None).await? {
+            Outcome::Write(_) => Ok(()),
+            _ => Err(wrong_answer()),
+        }
     }
 
     /// Read `key`; `None` if it has no visible value.
@@ -412,6 +472,7 @@ impl Transaction {
         table: &str,
         range: KeyRange,
     ) -> Result<tonic::Streaming<proto::ScanResponse>> {
+        self.begin_now().await?;
         self.flush().await?;
         let r = self.client.req(proto::ScanRequest {
             txn_id: self.id,
@@ -431,6 +492,9 @@ impl Transaction {
     /// error.
     pub async fn commit_with(mut self, durability: Durability) -> Result<Commit> {
         self.finished = true;
+        if self.begin.is_some() && self.held.is_none() {
+            return Ok(NOTHING_DONE);
+        }
         let r = proto::CommitRequest { txn_id: self.id, durability: durability.wire() };
         match self.send(Call::Commit(r)).await? {
             Outcome::Commit(c) => Ok(Commit { token: c.token, durable: c.durable }),
@@ -445,9 +509,12 @@ impl Transaction {
     pub async fn commit_pipelined(mut self) -> Result<(Commit, crate::CommitAck)> {
         self.finished = true;
         let durability = Durability::Precommit.wire();
+        if self.begin.is_some() && self.held.is_none() {
+            return Ok((NOTHING_DONE, crate::CommitAck::already_durable()));
+        }
         let r = proto::CommitRequest { txn_id: self.id, durability };
-        let writes = self.held.take();
-        let (c, ack) = self.client.txn_commit_told(Call::Commit(r), writes).await?;
+        let (writes, begin) = (self.held.take(), self.begin.take());
+        let (c, ack) = self.client.txn_commit_told(Call::Commit(r), writes, begin).await?;
         Ok((Commit { token: c.token, durable: c.durable }, ack))
     }
 
@@ -455,10 +522,17 @@ impl Transaction {
     pub async fn abort(mut self) -> Result<()> {
         self.finished = true;
         self.held = None;
+        if self.begin.is_some() {
+            return Ok(()); // nothing on the server
+        }
         self.client.txn_abort(proto::AbortRequest { txn_id: self.id }).await?;
         Ok(())
     }
 }
+
+/// The commit of a transaction that never began: nothing to do, nothing
+/// written.
+const NOTHING_DONE: Commit = Commit { token: None, durable: true };
 
 fn wrong_answer() -> Error {
     Error::local("the server answered a call with another call's answer".into())
@@ -466,7 +540,7 @@ fn wrong_answer() -> Error {
 
 impl Drop for Transaction {
     fn drop(&mut self) {
-        if self.finished {
+        if self.finished || self.begin.is_some() {
             return;
         }
         // Abort it on the server now, rather than at its idle timeout.

@@ -52,6 +52,24 @@ pub mod v1 {
                 C::Abort(c) => Some(c.txn_id),
             }
         }
+
+        /// Name transaction `id` as the one the call is made in (a Begin
+        /// names none: unchanged).
+        pub fn set_txn_id(&mut self, id: u64) {
+            use call_stream_request::Call as C;
+            match self {
+                C::Begin(_) => {}
+                C::Get(c) => c.txn_id = id,
+                C::GetMany(c) => c.txn_id = id,
+                C::Put(c) => c.txn_id = id,
+                C::Delete(c) => c.txn_id = id,
+                C::Patch(c) => c.txn_id = id,
+                C::Write(c) => c.txn_id = id,
+                C::Scan(c) => c.txn_id = id,
+                C::Commit(c) => c.txn_id = id,
+                C::Abort(c) => c.txn_id = id,
+            }
+        }
     }
 
     impl KeyRange {

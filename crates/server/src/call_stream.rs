@@ -18,7 +18,12 @@
 //!   the metadata a status would carry), never the end of the stream;
 //! - the calls that need no wait (all but Begin and Commit) run in the
 //!   stream's reader, one at a time, in the order they were sent; Begin
-//!   and Commit run in tasks, at most [`IN_FLIGHT`] of a stream at once;
+//!   and Commit, and a call that begins its transaction (`begin_first`),
+//!   run in tasks, at most [`IN_FLIGHT`] of a stream at once;
+//! - a request with `begin_first` begins its transaction as a Begin
+//!   would, then runs as a request of that transaction; its answer names
+//!   the transaction (`began`) whenever the begin succeeded, so a client
+//!   whose call failed can still end it;
 //! - at most [`ANSWERS`] answers wait for a client that does not read
 //!   them: past that the reader waits and reads no more calls, and HTTP/2
 //!   flow control holds the client back (the server's memory does not);
@@ -76,6 +81,7 @@ pub fn serve(
     tokio::spawn(tell_durable(watched, answer.clone(), |d| proto::CallStreamResponse {
         id: 0,
         outcome: Some(Outcome::Durable(d)),
+        began: None,
     }));
     tokio::spawn(async move {
         let stop = service.stop.clone();
@@ -120,7 +126,7 @@ async fn answer_now(
     let (mut later, mut answers) = (Vec::new(), Vec::with_capacity(chunk.len()));
     let mut held = 0;
     for (mut request, permit) in chunk {
-        if !request.call.as_ref().is_some_and(needs_no_wait) {
+        if !request.call.as_ref().is_some_and(needs_no_wait) || request.begin_first.is_some() {
             later.push((request, permit));
             continue;
         }
@@ -129,7 +135,7 @@ async fn answer_now(
             Ok(outcome) => service.fitting(outcome),
             Err(s) => Outcome::Failure(failure(&s)),
         };
-        let response = proto::CallStreamResponse { id, outcome: Some(outcome) };
+        let response = proto::CallStreamResponse { id, outcome: Some(outcome), began: None };
         held += prost::Message::encoded_len(&response);
         answers.push((response, permit));
         if held >= HELD_ANSWER_BYTES {
@@ -169,9 +175,14 @@ async fn run_later(
         .into_iter()
         .map(|(request, permit)| async move {
             let (id, notify) = (request.id, request.notify_durable);
-            let outcome = match request.call {
-                None => Err(refuse::invalid("a stream request without its call")),
-                Some(call) => service.txn_call(caller, conn, call, request.writes).await,
+            let (began, outcome) = match (request.call, request.begin_first) {
+                (None, _) => (None, Err(refuse::invalid("a stream request without its call"))),
+                (Some(call), None) => {
+                    (None, service.txn_call(caller, conn, call, request.writes).await)
+                }
+                (Some(call), Some(begin)) => {
+                    service.txn_call_begun(caller, conn, begin, call, request.writes).await
+                }
             };
             let (outcome, ack) = match outcome {
                 Ok((outcome, ack)) => (service.fitting(outcome), ack),
@@ -179,7 +190,7 @@ async fn run_later(
             };
             // Watched after the answer is sent, so the client knows the id
             // before it hears of its durability.
-            let response = proto::CallStreamResponse { id, outcome: Some(outcome) };
+            let response = proto::CallStreamResponse { id, outcome: Some(outcome), began };
             if answer.send(Ok(response)).await.is_ok()
                 && notify
                 && let Some(ack) = ack
@@ -239,6 +250,36 @@ impl Service {
         .await;
         count(rpc, r.as_ref().map_or_else(|s| s.code(), |_| tonic::Code::Ok));
         r
+    }
+
+    /// [`Self::txn_call`] of a call that begins its transaction
+    /// (`begin_first`): the transaction begun, then the call's outcome.
+    /// If the begin fails, its error is the outcome and nothing else runs.
+    pub(crate) async fn txn_call_begun(
+        &self,
+        caller: Caller,
+        conn: Option<u64>,
+        begin: proto::BeginRequest,
+        mut call: Call,
+        writes: Option<proto::WriteRequest>,
+    ) -> (Option<proto::BeginResponse>, Result<(Outcome, Option<CommitAck>), Status>) {
+        let named = call.txn_id().into_iter().chain(writes.as_ref().map(|w| w.txn_id));
+        if matches!(call, Call::Begin(_)) || named.into_iter().any(|id| id != 0) {
+            let why = "a call that begins its transaction (begin_first) is not a Begin \
+                       and names no transaction (txn_id 0)";
+            count("Begin", tonic::Code::InvalidArgument);
+            return (None, Err(refuse::invalid(why)));
+        }
+        let began = self.begin_txn(caller, conn, begin).await;
+        count("Begin", began.as_ref().map_or_else(|s| s.code(), |_| tonic::Code::Ok));
+        match began {
+            Ok(began) => {
+                call.set_txn_id(began.txn_id);
+                let outcome = self.txn_call(caller, conn, call, writes).await;
+                (Some(began), outcome)
+            }
+            Err(s) => (None, Err(s)),
+        }
     }
 
     /// [`Self::txn_call`] of a call that needs no wait, run at once.

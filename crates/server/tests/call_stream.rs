@@ -70,6 +70,7 @@ impl Stream {
             call: Some(call),
             writes,
             notify_durable: false,
+            begin_first: None,
         };
         self.send.send(r).await.expect("send");
         let a = self.answers.message().await.expect("an answer").expect("the stream");
@@ -287,6 +288,7 @@ async fn writes_sent_with_the_next_call_run_first_in_order_and_their_failure_is_
                 writes: vec![put_op(b"e", b"5")],
             }),
             notify_durable: false,
+            begin_first: None,
         })
         .await
         .expect("send");
@@ -382,6 +384,7 @@ async fn a_scan_on_the_stream_comes_a_batch_a_call_and_a_pipelined_commit_hears_
             writes: vec![put_op(b"p", b"1")],
         }),
         notify_durable: true,
+        begin_first: None,
     };
     st.send.send(r).await.expect("send");
     let a = st.answers.message().await.expect("answer").expect("stream");
@@ -637,7 +640,7 @@ async fn get_many_reads_keys_across_tables() {
         assert_eq!(e.code(), Code::NotFound, "{e}");
         t.commit().await.expect("commit");
     }
-    let tx = c.begin().await.expect("begin").id();
+    let tx = c.begin().await.expect("begin").id().expect("begun");
     let keys = vec![b"k".to_vec().into(), b"k".to_vec().into()];
     let wrong =
         proto::GetManyRequest { txn_id: tx, table: "a".into(), keys, tables: vec!["b".into()] };

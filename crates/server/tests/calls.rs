@@ -124,8 +124,8 @@ async fn each_isolation_level_reads_what_it_promises() {
 
     let mut snap = c.begin_with(TxnOptions::isolation(Isolation::Snapshot)).await.expect("si");
     let mut rc = c.begin_with(TxnOptions::isolation(Isolation::ReadCommitted)).await.expect("rc");
-    assert_eq!(snap.isolation(), Isolation::Snapshot);
-    assert_eq!(rc.isolation(), Isolation::ReadCommitted);
+    assert_eq!(snap.isolation(), Some(Isolation::Snapshot));
+    assert_eq!(rc.isolation(), Some(Isolation::ReadCommitted));
     c.put("t", b"x", b"new").await.expect("put");
     assert_eq!(snap.get("t", b"x").await.expect("get"), Some(b"old".to_vec()));
     assert_eq!(rc.get("t", b"x").await.expect("get"), Some(b"new".to_vec()));

@@ -320,7 +320,18 @@ impl Fuzzer {
             };
             let writes = self.rng.random_bool(0.3).then(|| self.writes(0));
             let notify_durable = self.rng.random_bool(0.3);
-            reqs.push(proto::CallStreamRequest { id, call, writes, notify_durable });
+            // A call that begins its transaction: mostly one that names
+            // none, as a client sends it.
+            let begin_first = self.rng.random_bool(0.2).then(|| proto::BeginRequest {
+                isolation: self.rng.random_range(-1..6),
+                read_only: self.rng.random_bool(0.3),
+                ..proto::BeginRequest::default()
+            });
+            let mut call = call;
+            if begin_first.is_some() && self.rng.random_bool(0.8) {
+                call.iter_mut().for_each(|c| c.set_txn_id(0));
+            }
+            reqs.push(proto::CallStreamRequest { id, call, writes, notify_durable, begin_first });
         }
         let answers = match self.stub.clone().call_stream(tokio_stream::iter(reqs)).await {
             Err(s) => return (s.code(), s.message().to_owned()),

@@ -12,6 +12,7 @@
 //! - `cluster_standby.rs`: a shard's standby as `Cluster::status` shows it;
 //! - `cluster_stream.rs`: a cluster client's calls to a shard on one stream;
 //! - `connections.rs`: connections, TLS, the standard services, shutdown;
+//! - `first_call.rs`: a transaction begun by its first call;
 //! - `fuzz.rs`: bad input, seeded.
 //!
 //! Run one file's tests with `cargo test -p milliscale-server --test
@@ -30,4 +31,5 @@ mod cluster_standby;
 mod cluster_stream;
 mod common;
 mod connections;
+mod first_call;
 mod fuzz;

@@ -124,6 +124,12 @@ impl Connection {
     /// client) ends there, without giving up the GIL and taking it back,
     /// which with many threads costs a switch each way. Otherwise the GIL
     /// is released while the runtime drives it to its end.
+    /// The timeout of a call of `t`: its begin's `wait` added to the
+    /// connection's while it has not begun (the call begins it).
+    fn first(&self, tx: &NativeTransaction, t: &client::Transaction) -> Option<Duration> {
+        if t.id().is_some() { None } else { self.timeout.map(|x| x + tx.wait) }
+    }
+
     fn run<T: Send>(
         &self,
         py: Python<'_>,
@@ -216,11 +222,10 @@ impl Connection {
         self.run(py, &o, None, o.client.list_tables())
     }
 
-    /// Begin an interactive transaction.
+    /// An interactive transaction, begun by its first call.
     #[pyo3(signature = (isolation, read_only, durable_snapshot, at_token, wait))]
     fn begin(
         &self,
-        py: Python<'_>,
         isolation: i32,
         read_only: bool,
         durable_snapshot: bool,
@@ -239,15 +244,23 @@ impl Connection {
             at_token,
             wait,
         };
-        let timeout = self.timeout.map(|t| t + wait);
         let o = self.open()?;
-        let tx = self.run(py, &o, timeout, o.client.begin_with(opts))?;
         Ok(NativeTransaction {
             rt: o.rt.handle().clone(),
-            id: tx.id(),
-            snapshot: tx.snapshot(),
-            isolation: isolation_number(tx.isolation()),
-            tx: Mutex::new(Some(tx)),
+            wait,
+            tx: Mutex::new(Some(o.client.transaction(opts))),
+        })
+    }
+
+    /// Begin `tx` now if it has not begun (its snapshot taken here):
+    /// `(id, snapshot, isolation)`.
+    fn tx_begun(&self, py: Python<'_>, tx: &NativeTransaction) -> PyResult<(u64, u64, i32)> {
+        let o = self.open()?;
+        tx.with(|t| {
+            self.run(py, &o, self.first(tx, t), t.begin_now())?;
+            let begun = || PyValueError::new_err("a transaction begun without its answer");
+            let (id, snapshot) = (t.id().ok_or_else(begun)?, t.snapshot().ok_or_else(begun)?);
+            Ok((id, snapshot, isolation_number(t.isolation().ok_or_else(begun)?)))
         })
     }
 
@@ -312,7 +325,7 @@ impl Connection {
         key: &[u8],
     ) -> PyResult<Option<Bound<'py, PyBytes>>> {
         let o = self.open()?;
-        let v = tx.with(|t| self.run(py, &o, None, t.get(table, key)))?;
+        let v = tx.with(|t| self.run(py, &o, self.first(tx, t), t.get(table, key)))?;
         Ok(v.map(|v| PyBytes::new(py, &v)))
     }
 
@@ -326,7 +339,7 @@ impl Connection {
     ) -> PyResult<Vec<Option<Bound<'py, PyBytes>>>> {
         let o = self.open()?;
         let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
-        let v = tx.with(|t| self.run(py, &o, None, t.get_many(table, &refs)))?;
+        let v = tx.with(|t| self.run(py, &o, self.first(tx, t), t.get_many(table, &refs)))?;
         Ok(values(py, v))
     }
 
@@ -341,7 +354,7 @@ impl Connection {
         let o = self.open()?;
         let refs: Vec<(&str, &[u8])> =
             keys.iter().map(|(t, k)| (t.as_str(), k.as_slice())).collect();
-        let v = tx.with(|t| self.run(py, &o, None, t.get_many_across(&refs)))?;
+        let v = tx.with(|t| self.run(py, &o, self.first(tx, t), t.get_many_across(&refs)))?;
         Ok(values(py, v))
     }
 
@@ -354,7 +367,7 @@ impl Connection {
         value: &[u8],
     ) -> PyResult<()> {
         let o = self.open()?;
-        tx.with(|t| self.run(py, &o, None, t.put(table, key, value)))
+        tx.with(|t| self.run(py, &o, self.first(tx, t), t.put(table, key, value)))
     }
 
     fn tx_delete(
@@ -365,7 +378,7 @@ impl Connection {
         key: &[u8],
     ) -> PyResult<bool> {
         let o = self.open()?;
-        tx.with(|t| self.run(py, &o, None, t.delete(table, key)))
+        tx.with(|t| self.run(py, &o, self.first(tx, t), t.delete(table, key)))
     }
 
     fn tx_patch(
@@ -378,13 +391,13 @@ impl Connection {
         data: &[u8],
     ) -> PyResult<()> {
         let o = self.open()?;
-        tx.with(|t| self.run(py, &o, None, t.patch(table, key, offset, data)))
+        tx.with(|t| self.run(py, &o, self.first(tx, t), t.patch(table, key, offset, data)))
     }
 
     /// Send `tx`'s held writes and wait for them.
     fn tx_flush(&self, py: Python<'_>, tx: &NativeTransaction) -> PyResult<()> {
         let o = self.open()?;
-        tx.with(|t| self.run(py, &o, None, t.flush()))
+        tx.with(|t| self.run(py, &o, self.first(tx, t), t.flush()))
     }
 
     /// The rows of a range, as `(key, value)` pairs.
@@ -403,7 +416,7 @@ impl Connection {
     ) -> PyResult<Bound<'py, PyList>> {
         let range = key_range(start, end, prefix, reverse, limit);
         let o = self.open()?;
-        let rows = tx.with(|t| self.run(py, &o, None, t.scan(table, range)))?;
+        let rows = tx.with(|t| self.run(py, &o, self.first(tx, t), t.scan(table, range)))?;
         let out = PyList::empty(py);
         for (k, v) in rows {
             out.append((PyBytes::new(py, &k), PyBytes::new(py, &v)))?;
@@ -421,7 +434,7 @@ impl Connection {
         let o = self.open()?;
         let t = tx.take()?;
         let d = if wait_durable { client::Durability::Wait } else { client::Durability::Precommit };
-        let c = self.run(py, &o, None, t.commit_with(d))?;
+        let c = self.run(py, &o, self.first(tx, &t), t.commit_with(d))?;
         Ok((c.token, c.durable))
     }
 
@@ -525,12 +538,9 @@ impl Op {
 /// the `Connection` that began it.
 #[pyclass(frozen, module = "milliscale._native")]
 struct NativeTransaction {
-    #[pyo3(get)]
-    id: u64,
-    #[pyo3(get)]
-    snapshot: u64,
-    #[pyo3(get)]
-    isolation: i32,
+    /// How long its begin may wait (a replica catching up to `at_token`):
+    /// added to its first call's timeout.
+    wait: Duration,
     /// `None` once committed or aborted.
     tx: Mutex<Option<client::Transaction>>,
     /// The connection's runtime.
