@@ -10,6 +10,7 @@
 # Usage: scripts/bench-python-txn.sh [SEEDS] [SECONDS] [THREADS] [RECORDS]
 #   OLD_REF=<commit>  also measure that commit's package (built into its own
 #                     virtualenv, target/py-venv-<commit>, once)
+#   OLD_GET_MANY=1    and its `get_many` body too (a package that has it)
 set -euo pipefail
 seeds=${1:-3}
 secs=${2:-8}
@@ -36,6 +37,7 @@ if [ -n "${OLD_REF:-}" ]; then
         git worktree remove --force "$tree"
     fi
     variants+=("$old")
+    [ -n "${OLD_GET_MANY:-}" ] && variants+=("$old-get-many")
 fi
 echo "seeds=1..$seeds seconds=$secs threads=$threads records=$records; raw output in $out"
 echo "| seed | package | threads | txn/s | p50 ms | p99 ms | server CPU µs/txn | client CPU µs/txn | conflicts |"
@@ -48,6 +50,7 @@ for seed in $(seq 1 "$seeds"); do
         case $v in
             head) ;;
             head-get-many) many=get_many ;;
+            *-get-many) py=$oldvenv/bin/python many=get_many ;;
             *) py=$oldvenv/bin/python ;;
         esac
         "$bin" serve --store "sim://s3x?seed=$seed" --listen 127.0.0.1:0 > "$out/serve.out" 2> "$out/serve-$v-$seed.err" &

@@ -33,7 +33,8 @@ class Isolation(enum.IntEnum):
     DEFAULT = 0
     #: Each read sees the latest committed version.
     READ_COMMITTED = 1
-    #: Reads see the snapshot taken at begin; the first updater wins.
+    #: Reads see the snapshot taken when the transaction begins (its first
+    #: call); the first updater wins.
     SNAPSHOT = 2
     #: Snapshot isolation plus read validation at commit.
     SERIALIZABLE = 3

@@ -16,7 +16,8 @@ pub enum Isolation {
     Default,
     /// Each read sees the latest committed version.
     ReadCommitted,
-    /// Reads see the snapshot taken at begin; first updater wins.
+    /// Reads see the snapshot taken when the transaction begins (see
+    /// [`Transaction`]); first updater wins.
     Snapshot,
     /// Snapshot isolation plus read validation at commit.
     Serializable,
