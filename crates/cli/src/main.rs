@@ -11,6 +11,7 @@
 
 mod args;
 mod bench;
+mod changes;
 mod cluster;
 mod cluster_move;
 mod cluster_time;
@@ -26,6 +27,7 @@ use crate::bench::{
     Bench, bench_bank, bench_emulator, bench_failover, bench_index, bench_scan, bench_store,
     bench_sweep, bench_tpcc, bench_ycsb,
 };
+use crate::changes::{ChangesArgs, changes};
 use crate::cluster::{ClusterCmd, bench_retwis, cluster};
 use crate::emulator::{EmulatorArgs, emulator};
 use crate::history::{BackupArgs, CloneArgs, RestoreArgs, backup, clone, restore};
@@ -134,6 +136,11 @@ enum Command {
     /// apply what the writer commits, and print the replica's progress, lag
     /// and cost. Reads only: the writer is not asked or fenced.
     Replica(ReplicaArgs),
+    /// Print a database's committed changes as JSON lines, transaction by
+    /// transaction in CSN order, each write as the row's whole new value,
+    /// from after a cursor (`--after CSN`). Reads the log as a replica
+    /// does: the writer is not asked.
+    Changes(ChangesArgs),
     /// Build a checkpoint off the writer: follow the log as a replica until
     /// caught up, write a checkpoint of that state and offer it. A writer
     /// opened with checkpoint offloading adopts it after checking it, and
@@ -227,6 +234,7 @@ fn main() -> ExitCode {
         Command::Backup(a) => backup(a),
         Command::Clone(a) => clone(a),
         Command::Replica(a) => replica(a),
+        Command::Changes(a) => changes(a),
         Command::Checkpoint(a) => checkpoint_from_log(a),
         Command::Bench(Bench::Ycsb(a)) => bench_ycsb(a),
         Command::Bench(Bench::Tpcc(a)) => bench_tpcc(a),

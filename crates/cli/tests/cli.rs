@@ -3,6 +3,7 @@
 
 mod bank_kill;
 mod bench_server;
+mod changes;
 mod cli_usage;
 mod cluster_change;
 mod cluster_move;

@@ -83,6 +83,19 @@ pub enum Error {
     /// log that is already there).
     #[error("store error: {0}")]
     Store(String),
+    /// A change feed cannot deliver the changes after `cursor`: they are
+    /// no longer in the log it reads (covered by a checkpoint). `oldest`
+    /// is the oldest cursor it can resume from. Never a silent gap.
+    #[error(
+        "the changes after CSN {cursor} are not in the log this feed reads: the oldest cursor it \
+         can resume from is {oldest}"
+    )]
+    ChangesGone {
+        /// The cursor asked for (or the last one delivered).
+        cursor: u64,
+        /// The oldest cursor the feed can resume from.
+        oldest: u64,
+    },
 }
 
 /// What kind of conflict aborted a transaction.
@@ -156,7 +169,9 @@ impl Error {
             Error::StoreUnavailable(_) => ErrorKind::Unavailable,
             Error::Fenced(_) => ErrorKind::Fenced,
             Error::Corrupt(_) => ErrorKind::Corruption,
-            Error::InvalidArgument(_) | Error::TableExists(_) => ErrorKind::InvalidInput,
+            Error::InvalidArgument(_) | Error::TableExists(_) | Error::ChangesGone { .. } => {
+                ErrorKind::InvalidInput
+            }
             Error::NotFound | Error::TableNotFound(_) | Error::NoDatabase(_) => ErrorKind::NotFound,
             Error::Closed => ErrorKind::Closed,
             Error::Stale { .. } => ErrorKind::Stale,
@@ -184,6 +199,7 @@ mod tests {
             (Error::NoDatabase("d".into()), ErrorKind::NotFound),
             (Error::Closed, ErrorKind::Closed),
             (Error::Store("s".into()), ErrorKind::Store),
+            (Error::ChangesGone { cursor: 1, oldest: 9 }, ErrorKind::InvalidInput),
         ];
         for (e, kind) in cases {
             assert_eq!(e.kind(), kind, "{e}");

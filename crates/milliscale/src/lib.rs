@@ -37,6 +37,7 @@ mod commit;
 mod db;
 mod engine;
 mod error;
+pub mod feed;
 pub mod history;
 mod index;
 mod keys;

@@ -14,6 +14,7 @@ mod commit_durability;
 mod commit_flush_target;
 mod commit_log_layout;
 mod drop_table;
+mod feed;
 mod format_compatibility;
 mod fuzz_targets;
 mod history_disasters;

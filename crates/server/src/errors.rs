@@ -60,6 +60,7 @@ pub fn engine(e: &Error) -> Status {
         Error::TooManyTransactions(_) => status(Code::ResourceExhausted, "busy", true, msg),
         Error::Stale { .. } => status(Code::Unavailable, "stale", true, msg),
         Error::TableExists(_) => status(Code::AlreadyExists, "invalid_input", false, msg),
+        Error::ChangesGone { .. } => status(Code::OutOfRange, "cursor", false, msg),
         _ => match e.kind() {
             ErrorKind::Unavailable => status(Code::Unavailable, "unavailable", false, msg),
             ErrorKind::Closed => status(Code::Unavailable, "closed", false, msg),

@@ -155,6 +155,8 @@ pub(crate) struct Follower {
     pub(super) checks: u64,
     /// Catch-ups in a row that found a checkpoint chunk missing.
     pub(super) catch_up_failures: u32,
+    /// A change feed's tap (design record 0014), if one follows.
+    pub(crate) tap: Option<super::tap::Tap>,
 }
 
 impl Follower {
@@ -199,6 +201,7 @@ impl Follower {
             fenced: false,
             checks: 0,
             catch_up_failures: 0,
+            tap: None,
         }
     }
 
@@ -385,6 +388,7 @@ impl Follower {
             &self.db.retrims,
         )?;
         apply::queue_deletes(&self.tables, &run.entries, &self.db.reclaim);
+        super::tap::hand_over(&mut self.tap, &self.tables, &self.db.txns, &run.entries, next);
         self.applied = next;
         // Counted before the readers are told, so that anyone woken by
         // the new applied CSN sees the counts that go with it.

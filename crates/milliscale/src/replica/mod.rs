@@ -28,6 +28,7 @@ mod poll;
 mod promote;
 mod shared;
 pub mod tail;
+pub(crate) mod tap;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -215,6 +216,17 @@ impl Replica {
     /// following the log. Returns once the checkpoint is loaded; the log is
     /// applied in the background ([`Replica::wait_for`]).
     pub fn open_with(options: Options, replica: ReplicaOptions) -> Result<Replica> {
+        Replica::open_tapped(options, replica, None).map(|(r, _)| r)
+    }
+
+    /// [`Replica::open_with`], its follower handing what it applies to
+    /// `tap` (a change feed's); and the CSN it starts at (its checkpoint
+    /// holds every commit below it).
+    pub(crate) fn open_tapped(
+        options: Options,
+        replica: ReplicaOptions,
+        tap: Option<tap::Tap>,
+    ) -> Result<(Replica, Csn)> {
         options.validate()?;
         if !options.is_logged() {
             return Err(Error::InvalidArgument("a replica needs the database's stores".into()));
@@ -267,7 +279,7 @@ impl Replica {
             c.manifest_reads += 1;
         }
         let stores = named.iter().map(|(_, s)| Arc::clone(s)).collect();
-        let follower = Follower::new(
+        let mut follower = Follower::new(
             Arc::clone(&db.inner),
             Arc::clone(&shared),
             named.clone(),
@@ -276,11 +288,12 @@ impl Replica {
             replica,
             m,
         );
+        follower.tap = tap;
         let handle = std::thread::Builder::new()
             .name("replica-follow".into())
             .spawn(move || follower.run())
             .map_err(|e| Error::InvalidArgument(format!("starting the follower thread: {e}")))?;
-        Ok(Replica {
+        let replica = Replica {
             db,
             shared,
             follower: parking_lot::Mutex::new(Some(handle)),
@@ -288,7 +301,8 @@ impl Replica {
             named,
             needed,
             offered: std::sync::atomic::AtomicU64::new(0),
-        })
+        };
+        Ok((replica, base))
     }
 
     /// Every commit below this CSN is visible to new transactions.

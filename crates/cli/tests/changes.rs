@@ -1,0 +1,108 @@
+//! `milliscale changes` as a pipe reads it: one JSON line a transaction,
+//! whole values (a patch as the row's new value), deletions as null, a
+//! key that is not UTF-8 in hex, resolved points; `--after` resumes
+//! exactly after a cursor; a cursor the newest checkpoint covers fails
+//! (exit 1) naming the oldest one it can serve; a bad format is misuse.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use milliscale::{Database, Options};
+use serde_json::Value;
+
+fn url(dir: &Path) -> String {
+    format!("file://{}", dir.display())
+}
+
+fn changes(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_milliscale"))
+        .args(["changes", "--store", &url(dir), "--poll-min-ms", "1", "--for", "30"])
+        .args(args)
+        .output()
+        .expect("run changes")
+}
+
+/// The transactions printed: `(csn, [(table, key, value)])`.
+fn transactions(o: &Output) -> Vec<(u64, Vec<(String, String, Value)>)> {
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut out = Vec::new();
+    let mut resolved = 0;
+    for line in String::from_utf8_lossy(&o.stdout).lines() {
+        let v: Value = serde_json::from_str(line).expect("a JSON line");
+        if let Some(n) = v["resolved"].as_u64() {
+            assert!(n > resolved);
+            resolved = n;
+            continue;
+        }
+        let csn = v["csn"].as_u64().expect("csn");
+        assert!(csn >= resolved, "a transaction below a resolved point");
+        let writes = v["changes"]
+            .as_array()
+            .expect("changes")
+            .iter()
+            .map(|c| {
+                let key = c["key"].as_str().map_or_else(
+                    || format!("hex:{}", c["key_hex"].as_str().expect("key or key_hex")),
+                    str::to_owned,
+                );
+                (c["table"].as_str().expect("table").to_owned(), key, c["value"].clone())
+            })
+            .collect();
+        out.push((csn, writes));
+    }
+    out
+}
+
+#[test]
+fn changes_prints_each_transaction_whole_and_resumes_after_a_cursor() {
+    let dir = tempfile::tempdir().expect("dir");
+    let db = Database::open(Options::new().store(url(dir.path()))).expect("open");
+    let t = db.create_table("t").expect("table");
+    let commit = |f: &dyn Fn(&mut milliscale::Transaction<'_>)| {
+        let mut tx = db.begin().expect("begin");
+        f(&mut tx);
+        tx.commit().expect("commit").wait().expect("durable").csn.expect("csn")
+    };
+    let mut csns = Vec::new();
+    for i in 0..10 {
+        csns.push(commit(&|tx| {
+            tx.put(&t, format!("k{i}").as_bytes(), b"value-0000").expect("put")
+        }));
+    }
+    csns.push(commit(&|tx| tx.update_range(&t, b"k3", 6, b"1234").expect("patch")));
+    csns.push(commit(&|tx| {
+        tx.delete(&t, b"k4").expect("delete");
+        tx.put(&t, &[0xff, 0x01], b"binary key").expect("put");
+    }));
+    let last = *csns.last().expect("some");
+
+    let all = transactions(&changes(dir.path(), &["--until", &last.to_string()]));
+    assert_eq!(all.iter().map(|(c, _)| *c).collect::<Vec<_>>(), csns);
+    let s = |x: &str| Value::String(x.into());
+    assert_eq!(all[0].1, vec![("t".into(), "k0".into(), s("value-0000"))]);
+    assert_eq!(all[10].1, vec![("t".into(), "k3".into(), s("value-1234"))], "a patch, whole");
+    assert_eq!(
+        all[11].1,
+        vec![
+            ("t".into(), "k4".into(), Value::Null),
+            ("t".into(), "hex:ff01".into(), s("binary key"))
+        ]
+    );
+
+    // Resumed after the 6th: exactly the ones after it.
+    let after = csns[5].to_string();
+    let rest =
+        transactions(&changes(dir.path(), &["--after", &after, "--until", &last.to_string()]));
+    assert_eq!(rest, all[6..]);
+
+    // A checkpoint covers them: an old cursor fails, naming the oldest.
+    db.checkpoint().expect("checkpoint");
+    let o = changes(dir.path(), &["--after", &csns[0].to_string()]);
+    assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("oldest cursor"));
+
+    let o = changes(dir.path(), &["--format", "csv"]);
+    assert_ne!(o.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("jsonl"));
+    db.close().expect("close");
+}

@@ -1,0 +1,222 @@
+//! A change feed of one database, read from its log in the object store
+//! (design record 0014): every committed write, transaction by
+//! transaction in CSN order, each as the row's whole new value (a delta
+//! record included) or its deletion.
+//!
+//! A [`Feed`] is a read replica whose follower hands over what it applies
+//! (`replica::tap`), so it shows exactly what a replica shows: only
+//! commits that no crash of the writer can take back, across a change of
+//! writer, without a request to the writer.
+//!
+//! **Cursor.** A transaction's CSN. A feed opened after cursor `c`
+//! delivers the transactions with a CSN above `c`; a consumer that saves
+//! the CSN of the last transaction it handled, and skips any at or below
+//! it, sees each transaction exactly once across restarts (delivery is at
+//! least once: one handled but not yet saved comes again).
+//!
+//! **Resolved point.** [`FeedEvent::Resolved`]`(n)`: every transaction
+//! below CSN `n` has been delivered; none will come below it. It moves
+//! as the database commits.
+//!
+//! **Limits of this version.** A feed starts at the database's newest
+//! checkpoint: a cursor below it is refused with
+//! [`Error::ChangesGone`] naming the oldest cursor it can resume from
+//! (the window's history is not read yet), and so is a follower that had
+//! to jump to a newer checkpoint (it fell behind the log's truncation).
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, RecvTimeoutError};
+
+use crate::error::{Error, Result};
+use crate::mvcc::Csn;
+use crate::options::Options;
+use crate::replica::tap::{TAP_RUNS, TapMsg};
+use crate::replica::{Replica, ReplicaOptions};
+
+/// One write of a committed transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FeedChange {
+    /// The table's name.
+    pub table: String,
+    /// The row's key.
+    pub key: Vec<u8>,
+    /// The row's whole value after the transaction; `None`: deleted.
+    pub value: Option<Vec<u8>>,
+}
+
+/// A committed transaction, whole.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FeedTxn {
+    /// Its CSN: the cursor to save once it is handled.
+    pub csn: Csn,
+    /// Its writes, in the order it made them (those the filter keeps).
+    pub changes: Vec<FeedChange>,
+}
+
+/// What a feed delivers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FeedEvent {
+    /// A committed transaction.
+    Commit(FeedTxn),
+    /// Every transaction below this CSN has been delivered.
+    Resolved(Csn),
+}
+
+/// Which changes a feed delivers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FeedFilter {
+    /// Only these tables (empty: every table).
+    pub tables: Vec<String>,
+    /// Only keys that start with this.
+    pub prefix: Option<Vec<u8>>,
+}
+
+impl FeedFilter {
+    fn keeps(&self, c: &FeedChange) -> bool {
+        (self.tables.is_empty() || self.tables.contains(&c.table))
+            && self.prefix.as_ref().is_none_or(|p| c.key.starts_with(p))
+    }
+}
+
+/// A change feed; see the module docs. Iterate it (each item waits for
+/// the next event), or call [`Feed::next_timeout`]. Dropping it stops its
+/// follower.
+pub struct Feed {
+    // Dropped before the replica, so that a follower waiting on a full tap
+    // is let go.
+    runs: Receiver<TapMsg>,
+    replica: Replica,
+    /// Transactions at or below this are not delivered.
+    after: Csn,
+    filter: FeedFilter,
+    ready: VecDeque<FeedEvent>,
+    resolved: Csn,
+    /// The oldest cursor this feed could resume from.
+    oldest: Csn,
+    /// An error ended it.
+    ended: bool,
+}
+
+impl std::fmt::Debug for Feed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Feed")
+            .field("after", &self.after)
+            .field("resolved", &self.resolved)
+            .field("filter", &self.filter)
+            .finish()
+    }
+}
+
+impl Feed {
+    /// A feed of the database on `options`' stores, after `cursor` (`None`:
+    /// from where the feed starts, its newest checkpoint), with a
+    /// replica's default polling.
+    pub fn open(options: Options, cursor: Option<Csn>, filter: FeedFilter) -> Result<Feed> {
+        Feed::open_with(options, ReplicaOptions::default(), cursor, filter)
+    }
+
+    /// [`Feed::open`] with the follower's polling set by `replica`.
+    pub fn open_with(
+        options: Options,
+        replica: ReplicaOptions,
+        cursor: Option<Csn>,
+        filter: FeedFilter,
+    ) -> Result<Feed> {
+        let (tap, runs) = crossbeam_channel::bounded(TAP_RUNS);
+        let (replica, start) = Replica::open_tapped(options, replica, Some(tap))?;
+        // The checkpoint holds every commit below `start`; the tap hands
+        // over every one from `start` on.
+        let oldest = start.saturating_sub(1);
+        let after = cursor.unwrap_or(oldest);
+        if after < oldest {
+            return Err(Error::ChangesGone { cursor: after, oldest });
+        }
+        let ready = VecDeque::new();
+        Ok(Feed { runs, replica, after, filter, ready, resolved: start, oldest, ended: false })
+    }
+
+    /// The next event, waiting at most `wait` for one: `None` if none came.
+    /// An error ends the feed (the follower stopped, or could not go on
+    /// without a gap).
+    pub fn next_timeout(&mut self, wait: Duration) -> Result<Option<FeedEvent>> {
+        if let Some(e) = self.ready.pop_front() {
+            return Ok(Some(e));
+        }
+        let msg = match self.runs.recv_timeout(wait) {
+            Ok(m) => m,
+            Err(RecvTimeoutError::Timeout) => return self.stopped().map(|()| None),
+            Err(RecvTimeoutError::Disconnected) => {
+                self.stopped()?;
+                return Err(Error::Closed);
+            }
+        };
+        match msg {
+            TapMsg::Gap { from, to } => {
+                let cursor = self.after.max(from.saturating_sub(1));
+                return Err(Error::ChangesGone { cursor, oldest: to.saturating_sub(1) });
+            }
+            TapMsg::Run { txns, applied } => {
+                for t in txns {
+                    if t.csn <= self.after {
+                        continue;
+                    }
+                    let changes: Vec<_> =
+                        t.changes.into_iter().filter(|c| self.filter.keeps(c)).collect();
+                    if !changes.is_empty() {
+                        self.ready.push_back(FeedEvent::Commit(FeedTxn { csn: t.csn, changes }));
+                    }
+                }
+                if applied > self.resolved {
+                    self.resolved = applied;
+                    self.ready.push_back(FeedEvent::Resolved(applied));
+                }
+            }
+        }
+        Ok(self.ready.pop_front())
+    }
+
+    /// The follower's error, if it stopped on one.
+    fn stopped(&self) -> Result<()> {
+        match self.replica.metrics().stopped {
+            Some(e) => Err(Error::StoreUnavailable(format!("the feed's follower stopped: {e}"))),
+            None => Ok(()),
+        }
+    }
+
+    /// Every transaction below this CSN has been delivered (or is about to
+    /// be, from what was read).
+    pub fn resolved(&self) -> Csn {
+        self.resolved
+    }
+
+    /// The oldest cursor this feed could have started after.
+    pub fn oldest_cursor(&self) -> Csn {
+        self.oldest
+    }
+
+    /// The replica under the feed: its lag, requests and cost.
+    pub fn replica(&self) -> &Replica {
+        &self.replica
+    }
+}
+
+impl Iterator for Feed {
+    type Item = Result<FeedEvent>;
+
+    /// The next event, waiting as long as it takes; an error ends the feed.
+    fn next(&mut self) -> Option<Result<FeedEvent>> {
+        while !self.ended {
+            match self.next_timeout(Duration::from_millis(100)) {
+                Ok(Some(e)) => return Some(Ok(e)),
+                Ok(None) => {}
+                Err(e) => {
+                    self.ended = true;
+                    return Some(Err(e));
+                }
+            }
+        }
+        None
+    }
+}

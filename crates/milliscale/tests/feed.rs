@@ -1,0 +1,253 @@
+//! The change feed (`milliscale::feed`) against an oracle: a writer
+//! records, for every transaction it commits, the CSN it got and each
+//! write's whole value as its own model of the rows computes it (puts,
+//! deltas, deletes, in two tables). The feed must deliver exactly those
+//! transactions, whole, in CSN order, and then a resolved point past the
+//! last; a map built from the feed then equals the database. A feed
+//! opened after a cursor delivers exactly the transactions above it; one
+//! whose cursor the newest checkpoint covers is refused, naming the
+//! oldest cursor it can serve.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use milliscale::feed::{Feed, FeedChange, FeedEvent, FeedFilter, FeedTxn};
+use milliscale::{Database, Direction, Error, Options, ReplicaOptions};
+use objstore::{MemoryStore, ObjectStore};
+
+fn writer(store: &Arc<dyn ObjectStore>) -> Options {
+    Options::new()
+        .add_store_handle(Arc::clone(store))
+        .workers(2)
+        .log_lanes(3)
+        .segment_parts_max(4)
+        .checkpoint_log_bytes(0)
+        .checkpoint_chunk_bytes(4096)
+}
+
+fn fast() -> ReplicaOptions {
+    ReplicaOptions {
+        poll_min: Duration::from_millis(1),
+        poll_max: Duration::from_millis(50),
+        manifest_every: Duration::from_millis(50),
+        ..ReplicaOptions::default()
+    }
+}
+
+/// A small seeded generator (xorshift64*).
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
+    }
+}
+
+type Rows = BTreeMap<(String, Vec<u8>), Vec<u8>>;
+
+/// Commit `n` random transactions, each 1-4 writes (a put, a patch of an
+/// existing row, or a delete) in tables `a` and `b`; the transactions as
+/// a feed must deliver them, and the rows after them.
+fn write(db: &Database, rows: &mut Rows, rng: &mut Rng, n: usize) -> Vec<FeedTxn> {
+    let tables = [db.open_table("a").expect("a"), db.open_table("b").expect("b")];
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let mut tx = db.begin().expect("begin");
+        let mut changes: Vec<FeedChange> = Vec::new();
+        for _ in 0..1 + rng.below(4) {
+            let t = rng.below(2) as usize;
+            let name = tables[t].name().to_owned();
+            let key = format!("k{:02}", rng.below(40)).into_bytes();
+            let id = (name.clone(), key.clone());
+            let value = match (rng.below(3), rows.get(&id)) {
+                (0, Some(old)) => {
+                    let mut v = old.clone();
+                    let at = rng.below(v.len() as u64 - 2) as usize;
+                    let bytes = [rng.below(256) as u8, rng.below(256) as u8];
+                    tx.update_range(&tables[t], &key, at, &bytes).expect("patch");
+                    v[at..at + 2].copy_from_slice(&bytes);
+                    Some(v)
+                }
+                (1, Some(_)) => {
+                    tx.delete(&tables[t], &key).expect("delete");
+                    None
+                }
+                _ => {
+                    let v = format!("value-{}-{}", rng.below(1 << 20), "x".repeat(8)).into_bytes();
+                    tx.put(&tables[t], &key, &v).expect("put");
+                    Some(v)
+                }
+            };
+            match &value {
+                Some(v) => rows.insert(id, v.clone()),
+                None => rows.remove(&id),
+            };
+            changes.push(FeedChange { table: name, key, value });
+        }
+        let info = tx.commit().expect("commit").wait().expect("durable");
+        out.push(FeedTxn { csn: info.csn.expect("a write"), changes });
+    }
+    out
+}
+
+/// Read `feed` until its resolved point passes `last`: the transactions
+/// it delivered, checked to come in CSN order and resolved in order.
+fn read_until(feed: &mut Feed, last: u64) -> Vec<FeedTxn> {
+    let (mut got, mut resolved) = (Vec::<FeedTxn>::new(), 0);
+    let until = Instant::now() + Duration::from_secs(30);
+    while resolved <= last {
+        assert!(Instant::now() < until, "resolved {resolved}, waiting for {last}");
+        match feed.next_timeout(Duration::from_millis(50)).expect("feed") {
+            Some(FeedEvent::Commit(t)) => {
+                assert!(t.csn >= resolved, "CSN {} after resolved {resolved}", t.csn);
+                assert!(got.last().is_none_or(|p| p.csn < t.csn), "CSN order");
+                got.push(t);
+            }
+            Some(FeedEvent::Resolved(n)) => {
+                assert!(n > resolved, "resolved {n} after {resolved}");
+                resolved = n;
+            }
+            None => {}
+        }
+    }
+    got
+}
+
+/// `got` equals `expected`, or the first transaction where they differ.
+fn same(got: &[FeedTxn], expected: &[FeedTxn], what: &str) {
+    if let Some(i) = (0..got.len().min(expected.len())).find(|&i| got[i] != expected[i]) {
+        panic!("{what}: transaction {i} differs:\n got {:?}\nwant {:?}", got[i], expected[i]);
+    }
+    assert_eq!(got.len(), expected.len(), "{what}: as many transactions");
+}
+
+fn db_rows(db: &Database) -> Rows {
+    let mut out = Rows::new();
+    for name in ["a", "b"] {
+        let t = db.open_table(name).expect("table");
+        let mut tx = db.begin().expect("begin");
+        for (k, v) in tx
+            .scan(&t, Bound::Unbounded, Bound::Unbounded, Direction::Forward, usize::MAX)
+            .expect("scan")
+        {
+            out.insert((name.to_owned(), k), v);
+        }
+    }
+    out
+}
+
+fn applied(txns: &[FeedTxn]) -> Rows {
+    let mut rows = Rows::new();
+    for t in txns {
+        for c in &t.changes {
+            let id = (c.table.clone(), c.key.clone());
+            match &c.value {
+                Some(v) => rows.insert(id, v.clone()),
+                None => rows.remove(&id),
+            };
+        }
+    }
+    rows
+}
+
+#[test]
+fn the_feed_delivers_every_transaction_whole_with_whole_values() {
+    for seed in [1u64, 2, 3] {
+        let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+        let db = Database::open(writer(&store)).expect("open");
+        db.create_table("a").expect("a");
+        db.create_table("b").expect("b");
+        let mut feed =
+            Feed::open_with(writer(&store), fast(), None, FeedFilter::default()).expect("feed");
+        let (mut rows, mut rng) = (Rows::new(), Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15)));
+        let expected = write(&db, &mut rows, &mut rng, 600);
+        let last = expected.last().expect("some").csn;
+        let got = read_until(&mut feed, last);
+        same(&got, &expected, &format!("seed {seed}"));
+        assert_eq!(applied(&got), db_rows(&db), "seed {seed}");
+        assert_eq!(rows, db_rows(&db), "the oracle's own model, seed {seed}");
+    }
+}
+
+#[test]
+fn a_feed_resumes_after_its_cursor_and_refuses_one_the_checkpoint_covers() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let db = Database::open(writer(&store)).expect("open");
+    db.create_table("a").expect("a");
+    db.create_table("b").expect("b");
+    let (mut rows, mut rng) = (Rows::new(), Rng(7));
+    let expected = write(&db, &mut rows, &mut rng, 200);
+    let last = expected.last().expect("some").csn;
+    // A consumer handles the first 80 transactions, saves its cursor and
+    // dies; another resumes after it.
+    let cursor = expected[79].csn;
+    let mut resumed =
+        Feed::open_with(writer(&store), fast(), Some(cursor), FeedFilter::default()).expect("feed");
+    same(&read_until(&mut resumed, last), &expected[80..], "exactly the ones after it");
+    drop(resumed);
+
+    // A filter: table `b`, keys starting `k1`.
+    let filter = FeedFilter { tables: vec!["b".into()], prefix: Some(b"k1".to_vec()) };
+    let mut filtered = Feed::open_with(writer(&store), fast(), None, filter).expect("feed");
+    let kept: Vec<FeedTxn> = expected
+        .iter()
+        .map(|t| FeedTxn {
+            csn: t.csn,
+            changes: t
+                .changes
+                .iter()
+                .filter(|c| c.table == "b" && c.key.starts_with(b"k1"))
+                .cloned()
+                .collect(),
+        })
+        .filter(|t| !t.changes.is_empty())
+        .collect();
+    same(&read_until(&mut filtered, last), &kept, "filtered");
+    drop(filtered);
+
+    // A checkpoint covers the log so far: a feed starts after it, and an
+    // older cursor is refused with the oldest one it can serve.
+    let at = db.checkpoint().expect("checkpoint");
+    match Feed::open_with(writer(&store), fast(), Some(cursor), FeedFilter::default()) {
+        Err(Error::ChangesGone { cursor: c, oldest }) => {
+            assert_eq!(c, cursor);
+            assert!(oldest >= last && oldest < at.max(last + 1), "oldest {oldest}, at {at}");
+        }
+        other => panic!("expected ChangesGone, got {other:?}"),
+    }
+    let mut fresh =
+        Feed::open_with(writer(&store), fast(), None, FeedFilter::default()).expect("feed");
+    let more = write(&db, &mut rows, &mut rng, 50);
+    let got = read_until(&mut fresh, more.last().expect("some").csn);
+    same(&got, &more, "after the checkpoint, the new transactions");
+}
+
+/// The writer goes away without closing (a crash: its log stays as it
+/// was) and a new one recovers (a new epoch) under a running feed: every
+/// acknowledged transaction of both is delivered once, in order, and the
+/// rows from the feed are the new writer's.
+#[test]
+fn a_feed_follows_a_new_writer_without_a_gap() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let db = Database::open(writer(&store)).expect("open");
+    db.create_table("a").expect("a");
+    db.create_table("b").expect("b");
+    let mut feed =
+        Feed::open_with(writer(&store), fast(), None, FeedFilter::default()).expect("feed");
+    let (mut rows, mut rng) = (Rows::new(), Rng(11));
+    let mut expected = write(&db, &mut rows, &mut rng, 150);
+    std::mem::forget(db);
+    let db2 = Database::open(writer(&store)).expect("recover");
+    let more = write(&db2, &mut rows, &mut rng, 150);
+    assert!(more[0].csn > expected.last().expect("some").csn);
+    expected.extend(more);
+    let got = read_until(&mut feed, expected.last().expect("some").csn);
+    same(&got, &expected, "across the new writer");
+    assert_eq!(applied(&got), db_rows(&db2));
+    assert_eq!(feed.replica().metrics().epoch, 2);
+}
