@@ -22,8 +22,11 @@ fn changes(dir: &Path, args: &[&str]) -> Output {
         .expect("run changes")
 }
 
-/// The transactions printed: `(csn, [(table, key, value)])`.
-fn transactions(o: &Output) -> Vec<(u64, Vec<(String, String, Value)>)> {
+/// A transaction printed: its CSN and its writes, `(table, key, value)`.
+type Printed = (u64, Vec<(String, String, Value)>);
+
+/// The transactions printed.
+fn transactions(o: &Output) -> Vec<Printed> {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let mut out = Vec::new();
     let mut resolved = 0;

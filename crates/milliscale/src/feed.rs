@@ -32,28 +32,9 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 use crate::error::{Error, Result};
 use crate::mvcc::Csn;
 use crate::options::Options;
+pub use crate::replica::tap::{FeedChange, FeedTxn};
 use crate::replica::tap::{TAP_RUNS, TapMsg};
 use crate::replica::{Replica, ReplicaOptions};
-
-/// One write of a committed transaction.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FeedChange {
-    /// The table's name.
-    pub table: String,
-    /// The row's key.
-    pub key: Vec<u8>,
-    /// The row's whole value after the transaction; `None`: deleted.
-    pub value: Option<Vec<u8>>,
-}
-
-/// A committed transaction, whole.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FeedTxn {
-    /// Its CSN: the cursor to save once it is handled.
-    pub csn: Csn,
-    /// Its writes, in the order it made them (those the filter keeps).
-    pub changes: Vec<FeedChange>,
-}
 
 /// What a feed delivers.
 #[derive(Debug, Clone, PartialEq, Eq)]

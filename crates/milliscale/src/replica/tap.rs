@@ -23,11 +23,30 @@ use std::sync::Arc;
 
 use crossbeam_channel::{SendError, Sender};
 
-use crate::feed::{FeedChange, FeedTxn};
 use crate::log::record::{Entry, OpRef, patched};
 use crate::mvcc::visibility::{self, View};
 use crate::mvcc::{Csn, txn_table::TxnTable};
 use crate::table::TableInner;
+
+/// One write of a committed transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FeedChange {
+    /// The table's name.
+    pub table: String,
+    /// The row's key.
+    pub key: Vec<u8>,
+    /// The row's whole value after the transaction; `None`: deleted.
+    pub value: Option<Vec<u8>>,
+}
+
+/// A committed transaction, whole.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FeedTxn {
+    /// Its CSN: the cursor to save once it is handled.
+    pub csn: Csn,
+    /// Its writes, in the order it made them (those the filter keeps).
+    pub changes: Vec<FeedChange>,
+}
 
 /// What the follower hands a feed.
 #[derive(Debug)]
