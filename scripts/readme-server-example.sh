@@ -22,4 +22,6 @@ cat "$out"
 [ "$rc" -eq 0 ] || { echo "README's server example failed ($rc)" >&2; exit 1; }
 grep -q "(b'alice', b'v1')" "$out" && grep -q "(b'carol', b'v3')" "$out" ||
   { echo "README's server example did not print the rows" >&2; exit 1; }
+grep -q "^change [0-9]* \[(b'carol', b'v3')\]" "$out" ||
+  { echo "README's server example: the change feed did not print carol's commit" >&2; exit 1; }
 echo "README's server example ran"

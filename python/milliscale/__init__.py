@@ -12,6 +12,7 @@ of a cluster of them (:class:`Cluster`).
 See ``python/README.md``.
 """
 
+from milliscale.changes import Change, ChangedTransaction, Resolved
 from milliscale.client import (
     Batch,
     BatchResult,
@@ -45,6 +46,8 @@ __all__ = [
     "Batch",
     "BatchResult",
     "BusyError",
+    "Change",
+    "ChangedTransaction",
     "Client",
     "Cluster",
     "ClusterTransaction",
@@ -57,6 +60,7 @@ __all__ = [
     "MilliscaleError",
     "NotFoundError",
     "PermissionDeniedError",
+    "Resolved",
     "StaleError",
     "ShardStatus",
     "StandbyHealth",

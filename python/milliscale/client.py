@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Callable, ContextManager, Iterator, Optional, Sequence, TypeVar, Union
 
 from milliscale import _native
+from milliscale.changes import ChangedTransaction, Resolved, iterate
 from milliscale.errors import MilliscaleError, StatusCode, UnavailableError, from_call_error
 
 Bytes = Union[bytes, bytearray, memoryview, str]
@@ -435,6 +436,32 @@ class Client:
     def status(self) -> Status:
         """The server's role and progress."""
         return Status(*_native_call(self._conn.status))
+
+    def changes(
+        self,
+        table: Optional[str] = None,
+        *,
+        tables: Sequence[str] = (),
+        prefix: Optional[Bytes] = None,
+        after: Optional[int] = None,
+        resolved: bool = False,
+        until: Optional[int] = None,
+    ) -> Iterator[Union[ChangedTransaction, Resolved]]:
+        """The server's change feed: each committed transaction with a CSN
+        above ``after`` (the last one handled; ``None``: from the newest
+        checkpoint) as a :class:`ChangedTransaction`, whole, in CSN order,
+        each write as the row's whole new value (``None``: deleted). Only
+        ``table`` (or ``tables``) and keys starting with ``prefix``, if
+        given. With ``resolved``, also :class:`Resolved` points (every
+        transaction below was delivered). It runs until the server ends it
+        or, with ``until``, once every transaction up to that CSN has been
+        delivered. A cursor the log no longer reaches raises
+        :class:`InvalidArgumentError` (kind ``cursor``) naming the oldest."""
+        names = list(tables) + ([table] if table is not None else [])
+        native = _native_call(
+            self._conn.changes, after, names, None if prefix is None else _b(prefix)
+        )
+        return iterate(native, resolved, until)
 
 
 __all__: Sequence[str] = [

@@ -32,6 +32,7 @@
 
 mod batch;
 mod calls;
+mod changes;
 mod cluster;
 mod error;
 pub mod handover;
@@ -43,6 +44,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use batch::{Batch, BatchResult};
+pub use changes::{Change, ChangeEvent, ChangeFilter, Changes};
 pub use cluster::{Cluster, ClusterBuilder, ClusterTransaction, ShardStatus};
 pub use error::{Error, Result, retry};
 pub use stream::CommitAck;

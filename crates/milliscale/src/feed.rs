@@ -105,6 +105,11 @@ impl Feed {
         cursor: Option<Csn>,
         filter: FeedFilter,
     ) -> Result<Feed> {
+        if !options.is_logged() {
+            return Err(Error::InvalidArgument(
+                "a change feed reads the database's log, and this one has no store".into(),
+            ));
+        }
         let (tap, runs) = crossbeam_channel::bounded(TAP_RUNS);
         let (replica, start) = Replica::open_tapped(options, replica, Some(tap))?;
         // The checkpoint holds every commit below `start`; the tap hands
@@ -199,5 +204,27 @@ impl Iterator for Feed {
             }
         }
         None
+    }
+}
+
+impl crate::Database {
+    /// A change feed of this database ([`Feed`]), read from its log in its
+    /// stores as a replica reads it: the writer's memory is not touched,
+    /// and the feed holds a replica's copy of the database.
+    pub fn changes(&self, cursor: Option<Csn>, filter: FeedFilter) -> Result<Feed> {
+        let Some(m) = &self.inner.manifest else {
+            return Err(Error::InvalidArgument(
+                "a change feed reads the database's log, and this one has no store".into(),
+            ));
+        };
+        Feed::open(self.inner.options.clone().with_opened(&m.stores), cursor, filter)
+    }
+}
+
+impl Replica {
+    /// A change feed of the database this replica follows ([`Feed`]), by
+    /// a follower of its own.
+    pub fn changes(&self, cursor: Option<Csn>, filter: FeedFilter) -> Result<Feed> {
+        Feed::open(self.options().clone(), cursor, filter)
     }
 }

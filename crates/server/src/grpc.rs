@@ -144,6 +144,21 @@ impl Milliscale for Service {
         txn_unary!(self, req, Write)
     }
 
+    type ChangesStream = crate::changes::ChangesStream;
+
+    async fn changes(
+        &self,
+        req: Request<proto::ChangesRequest>,
+    ) -> Result<Response<Self::ChangesStream>, Status> {
+        let r = async {
+            self.caller(&req)?;
+            self.open_changes(req.into_inner()).await
+        }
+        .await;
+        count("Changes", r.as_ref().map_or_else(|s| s.code(), |_| tonic::Code::Ok));
+        r.map(Response::new)
+    }
+
     type ScanStream = ScanStream;
 
     async fn scan(&self, req: Request<proto::ScanRequest>) -> Result<Response<ScanStream>, Status> {

@@ -198,6 +198,8 @@ pub struct Service {
     pub(crate) standbys: Arc<crate::shard::standby::Standbys>,
     /// `ShardStream`s opened here since the server started.
     pub(crate) shard_streams: Arc<std::sync::atomic::AtomicU64>,
+    /// The change feeds this server may still run (`Changes`).
+    pub(crate) feeds: Arc<tokio::sync::Semaphore>,
 }
 
 pub(crate) type Caller = (Principal, Role);

@@ -12,6 +12,7 @@
 //! - `cluster_standby.rs`: a shard's standby as `Cluster::status` shows it;
 //! - `cluster_stream.rs`: a cluster client's calls to a shard on one stream;
 //! - `connections.rs`: connections, TLS, the standard services, shutdown;
+//! - `changes.rs`: the change feed (`Changes`);
 //! - `first_call.rs`: a transaction begun by its first call;
 //! - `fuzz.rs`: bad input, seeded.
 //!
@@ -20,6 +21,7 @@
 
 mod call_stream;
 mod calls;
+mod changes;
 mod cluster;
 mod cluster_batches;
 mod cluster_clients;

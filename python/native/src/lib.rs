@@ -14,6 +14,7 @@
 //! gRPC status code as a number, the server's message, the engine's error
 //! kind and whether running the whole transaction again may succeed.
 
+mod changes;
 mod cluster;
 
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
@@ -307,6 +308,22 @@ impl Connection {
         self.run(py, &o, timeout, o.client.wait_for(token, wait))
     }
 
+    /// The server's change feed after `after` (a CSN), of `tables` (none:
+    /// all) and keys starting with `prefix`.
+    #[pyo3(signature = (after, tables, prefix))]
+    fn changes(
+        &self,
+        py: Python<'_>,
+        after: Option<u64>,
+        tables: Vec<String>,
+        prefix: Option<Vec<u8>>,
+    ) -> PyResult<changes::NativeChanges> {
+        let o = self.open()?;
+        let filter = client::ChangeFilter { tables, prefix };
+        let feed = self.run(py, &o, None, o.client.changes(after, filter))?;
+        Ok(changes::NativeChanges { rt: Arc::clone(&o.rt), feed: Mutex::new(Some(feed)) })
+    }
+
     /// `(role, durable_token, open_transactions, version, cpu_seconds)`.
     fn status(&self, py: Python<'_>) -> PyResult<(String, u64, u32, String, f64)> {
         let o = self.open()?;
@@ -593,6 +610,7 @@ fn ended() -> PyErr {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Connection>()?;
     m.add_class::<NativeTransaction>()?;
+    m.add_class::<changes::NativeChanges>()?;
     m.add_class::<cluster::ClusterConnection>()?;
     m.add_class::<cluster::NativeClusterTransaction>()?;
     m.add("CallError", m.py().get_type::<CallError>())?;

@@ -187,6 +187,21 @@ impl Options {
         Ok(self)
     }
 
+    /// These options with `named` (the stores they name, opened, in
+    /// order) as their stores: another reader of the same database through
+    /// the same handles (a `memory://` store is one only through its
+    /// handle).
+    pub(crate) fn with_opened(
+        mut self,
+        named: &[(String, std::sync::Arc<dyn objstore::ObjectStore>)],
+    ) -> Options {
+        self.stores = named
+            .iter()
+            .map(|(name, store)| StoreSpec::Opened(name.clone(), std::sync::Arc::clone(store)))
+            .collect();
+        self
+    }
+
     /// The stores, in order.
     pub fn stores(&self) -> &[StoreSpec] {
         &self.stores

@@ -305,6 +305,11 @@ impl Replica {
         Ok((replica, base))
     }
 
+    /// The options it was opened with (its stores opened).
+    pub(crate) fn options(&self) -> &Options {
+        &self.db.inner.options
+    }
+
     /// Every commit below this CSN is visible to new transactions.
     pub fn applied_csn(&self) -> Csn {
         self.shared.progress.lock().applied

@@ -1,0 +1,108 @@
+//! `Changes`: the database's change feed as a server stream (design
+//! record 0014). Each call runs a feed (`milliscale::feed::Feed`) in the
+//! server process: a follower that reads the log from the server's own
+//! stores, as a replica does, so the writer's commit path is not touched;
+//! but it holds a replica's copy of the database in memory, so a server
+//! runs at most [`FEEDS_MAX`] at once.
+//!
+//! Invariants:
+//! - events go out in the feed's order: each transaction whole, then the
+//!   resolved points; a client that does not read holds the feed back
+//!   (a bounded channel, then the feed's own bounded tap), not memory;
+//! - the feed stops when the client goes away, when the server stops, or
+//!   on its first error, which is the stream's last message.
+
+use std::pin::Pin;
+use std::time::Duration;
+
+use milliscale::feed::{Feed, FeedEvent, FeedFilter};
+use milliscale_proto::v1 as proto;
+use tokio::sync::mpsc;
+use tokio_stream::Stream;
+use tonic::Status;
+
+use crate::errors::{engine, refuse};
+use crate::service::{Backend, Service};
+
+/// The feeds a server runs at once.
+pub const FEEDS_MAX: usize = 4;
+
+/// The stream of a `Changes` call.
+pub type ChangesStream = Pin<Box<dyn Stream<Item = Result<proto::ChangesResponse, Status>> + Send>>;
+
+/// Events a stream holds for a client that does not read them.
+const HELD: usize = 16;
+
+/// How often the feed's thread looks at whether the client or the server
+/// went away while nothing happens.
+const CHECK: Duration = Duration::from_millis(100);
+
+impl Service {
+    /// Start a feed for `r` and stream it.
+    pub(crate) async fn open_changes(
+        &self,
+        r: proto::ChangesRequest,
+    ) -> Result<ChangesStream, Status> {
+        self.new_work()?;
+        self.single_server("Changes")?;
+        let permit = std::sync::Arc::clone(&self.feeds).try_acquire_owned().map_err(|_| {
+            refuse::limit(format!(
+                "this server already runs {FEEDS_MAX} change feeds (each holds a replica's copy \
+                 of the database); read the feed from the store with `milliscale changes`, or \
+                 from a replica server"
+            ))
+        })?;
+        let filter = FeedFilter { tables: r.tables, prefix: r.prefix.map(Vec::from) };
+        let backend = self.backend.clone();
+        let feed = tokio::task::spawn_blocking(move || match backend {
+            Backend::Writer(db) => db.blocking().changes(r.after, filter),
+            Backend::Replica(rep) => rep.blocking().changes(r.after, filter),
+        })
+        .await
+        .map_err(|e| Status::internal(format!("opening the feed: {e}")))?
+        .map_err(|e| engine(&e))?;
+        let (tx, rx) = mpsc::channel(HELD);
+        let stop = self.stop.clone();
+        tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            run(feed, &tx, &stop);
+        });
+        Ok(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx)))
+    }
+}
+
+/// Send `feed`'s events on `tx` until the client goes away, the server
+/// stops, or the feed fails.
+fn run(
+    mut feed: Feed,
+    tx: &mpsc::Sender<Result<proto::ChangesResponse, Status>>,
+    stop: &tokio::sync::watch::Receiver<bool>,
+) {
+    use proto::changes_response::Event;
+    while !tx.is_closed() && !*stop.borrow() {
+        let event = match feed.next_timeout(CHECK) {
+            Ok(None) => continue,
+            Ok(Some(FeedEvent::Resolved(n))) => Event::Resolved(n),
+            Ok(Some(FeedEvent::Commit(t))) => Event::Commit(proto::ChangedTransaction {
+                csn: t.csn,
+                changes: t
+                    .changes
+                    .into_iter()
+                    .map(|c| proto::Change {
+                        table: c.table,
+                        key: c.key.into(),
+                        value: c.value.map(Into::into),
+                    })
+                    .collect(),
+            }),
+            Err(e) => {
+                let _ = tx.blocking_send(Err(engine(&e)));
+                return;
+            }
+        };
+        let msg = proto::ChangesResponse { event: Some(event) };
+        if tx.blocking_send(Ok(msg)).is_err() {
+            return;
+        }
+    }
+}
