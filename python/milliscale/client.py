@@ -455,7 +455,8 @@ class Client:
         given. With ``resolved``, also :class:`Resolved` points (every
         transaction below was delivered). It runs until the server ends it
         or, with ``until``, once every transaction up to that CSN has been
-        delivered. A cursor the log no longer reaches raises
+        delivered. A cursor below the server's retention window
+        (without one, its newest checkpoint) raises
         :class:`InvalidArgumentError` (kind ``cursor``) naming the oldest."""
         names = list(tables) + ([table] if table is not None else [])
         native = _native_call(

@@ -18,11 +18,16 @@
 //! below CSN `n` has been delivered; none will come below it. It moves
 //! as the database commits.
 //!
-//! **Limits of this version.** A feed starts at the database's newest
-//! checkpoint: a cursor below it is refused with
-//! [`Error::ChangesGone`] naming the oldest cursor it can resume from
-//! (the window's history is not read yet), and so is a follower that had
-//! to jump to a newer checkpoint (it fell behind the log's truncation).
+//! **Resuming.** The follower starts at the database's newest
+//! checkpoint. A cursor below it is served from the retention window's
+//! history (`Options::retention`): the log the window keeps is read from
+//! the cursor to the checkpoint, the deltas applied to the database as it
+//! was at the cursor (opened in the past, in memory), that range held in
+//! memory whole before the first event. A cursor below the window's oldest
+//! point (without a window: the newest checkpoint) is refused with
+//! [`Error::ChangesGone`] naming the oldest cursor it can resume from;
+//! so is a follower that had to jump to a newer checkpoint (it fell behind
+//! the log's truncation): never a silent gap.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -110,17 +115,30 @@ impl Feed {
                 "a change feed reads the database's log, and this one has no store".into(),
             ));
         }
+        let options = options.open_stores()?;
         let (tap, runs) = crossbeam_channel::bounded(TAP_RUNS);
-        let (replica, start) = Replica::open_tapped(options, replica, Some(tap))?;
+        let (replica, start) = Replica::open_tapped(options.clone(), replica, Some(tap))?;
         // The checkpoint holds every commit below `start`; the tap hands
-        // over every one from `start` on.
-        let oldest = start.saturating_sub(1);
-        let after = cursor.unwrap_or(oldest);
+        // over every one from `start` on. Before it, the window's history.
+        let (window, _) = crate::history::changes::oldest_point(&options)?;
+        let oldest = window.min(start.saturating_sub(1));
+        let after = cursor.unwrap_or(start.saturating_sub(1));
         if after < oldest {
             return Err(Error::ChangesGone { cursor: after, oldest });
         }
-        let ready = VecDeque::new();
-        Ok(Feed { runs, replica, after, filter, ready, resolved: start, oldest, ended: false })
+        let mut ready = VecDeque::new();
+        if after + 1 < start {
+            for t in history_gap(&options, after, start - 1)? {
+                let changes: Vec<_> = t.changes.into_iter().filter(|c| filter.keeps(c)).collect();
+                if !changes.is_empty() {
+                    ready.push_back(FeedEvent::Commit(FeedTxn { csn: t.csn, changes }));
+                }
+            }
+        }
+        // Everything below the follower's start is delivered once these are.
+        ready.push_back(FeedEvent::Resolved(start));
+        let resolved = start;
+        Ok(Feed { runs, replica, after, filter, ready, resolved, oldest, ended: false })
     }
 
     /// The next event, waiting at most `wait` for one: `None` if none came.
@@ -205,6 +223,40 @@ impl Iterator for Feed {
         }
         None
     }
+}
+
+/// The transactions of `(cursor, end]` from the window's history (the
+/// log the retention window keeps), each write as the row's whole value:
+/// a delta applied to the row as an earlier write in the range left it,
+/// else as the database at `cursor` holds it (opened in the past, in
+/// memory, for that). The range is held in memory whole.
+fn history_gap(options: &Options, cursor: Csn, end: Csn) -> Result<Vec<FeedTxn>> {
+    use crate::history::At;
+    use std::collections::HashMap;
+    let changes =
+        crate::history::changes::read_changes(options, At::Csn(cursor), Some(At::Csn(end)))?;
+    let past = crate::Database::open_at(options.clone(), At::Csn(cursor))?;
+    let mut rows: HashMap<(String, Vec<u8>), Option<Vec<u8>>> = HashMap::new();
+    let mut out: Vec<FeedTxn> = Vec::new();
+    for c in changes.iter() {
+        if out.last().is_none_or(|t| t.csn != c.csn) {
+            out.push(FeedTxn { csn: c.csn, changes: Vec::new() });
+        }
+        let id = (c.table.to_owned(), c.key.to_vec());
+        let before = match rows.get(&id) {
+            Some(v) => v.clone(),
+            // A table created after `cursor` has no rows there.
+            None => match past.open_table(c.table) {
+                Ok(t) => past.begin_with(crate::TxnOptions::read_only())?.get(&t, c.key)?,
+                Err(_) => None,
+            },
+        };
+        let value = c.op.apply(before.as_deref())?;
+        rows.insert(id, value.clone());
+        let change = FeedChange { table: c.table.to_owned(), key: c.key.to_vec(), value };
+        out.last_mut().expect("pushed above").changes.push(change);
+    }
+    Ok(out)
 }
 
 impl crate::Database {

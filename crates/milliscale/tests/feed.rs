@@ -251,3 +251,67 @@ fn a_feed_follows_a_new_writer_without_a_gap() {
     assert_eq!(applied(&got), db_rows(&db2));
     assert_eq!(feed.replica().metrics().epoch, 2);
 }
+
+/// With a retention window, a cursor the newest checkpoint covers is
+/// served from the window's history: the transactions after it, whole,
+/// their deltas applied to the rows as they were, then the live ones; a
+/// cursor below the window is refused naming its oldest point.
+#[test]
+fn a_cursor_the_checkpoint_covers_is_served_from_the_window() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let with_window = || writer(&store).retention(Some(Duration::from_secs(3600)));
+    let db = Database::open(with_window()).expect("open");
+    db.create_table("a").expect("a");
+    db.create_table("b").expect("b");
+    let (mut rows, mut rng) = (Rows::new(), Rng(23));
+    let mut expected = write(&db, &mut rows, &mut rng, 150);
+    db.checkpoint().expect("checkpoint");
+    expected.extend(write(&db, &mut rows, &mut rng, 100));
+    db.checkpoint().expect("checkpoint");
+    expected.extend(write(&db, &mut rows, &mut rng, 50));
+    let last = expected.last().expect("some").csn;
+    for from in [0, 40, 149, 200] {
+        let cursor = expected[from].csn;
+        let mut feed = Feed::open_with(with_window(), fast(), Some(cursor), FeedFilter::default())
+            .expect("from the window");
+        same(&read_until(&mut feed, last), &expected[from + 1..], &format!("after {cursor}"));
+    }
+    // Rows from before the first transaction the test wrote: all of them.
+    let mut all = Feed::open_with(with_window(), fast(), Some(0), FeedFilter::default())
+        .expect("the whole window");
+    let got = read_until(&mut all, last);
+    same(&got, &expected, "the whole window");
+    assert_eq!(applied(&got), db_rows(&db));
+}
+
+/// A cursor older than a short window is refused with the window's oldest
+/// point, which a feed after it then serves.
+#[test]
+fn a_cursor_below_the_window_is_refused_naming_its_oldest_point() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let short = || writer(&store).retention(Some(Duration::from_secs(1)));
+    let db = Database::open(short()).expect("open");
+    db.create_table("a").expect("a");
+    db.create_table("b").expect("b");
+    let (mut rows, mut rng) = (Rows::new(), Rng(29));
+    let mut expected = write(&db, &mut rows, &mut rng, 100);
+    std::thread::sleep(Duration::from_millis(1200));
+    db.checkpoint().expect("checkpoint");
+    expected.extend(write(&db, &mut rows, &mut rng, 50));
+    std::thread::sleep(Duration::from_millis(1200));
+    db.checkpoint().expect("checkpoint");
+    let last = expected.last().expect("some").csn;
+    let oldest =
+        match Feed::open_with(short(), fast(), Some(expected[0].csn), FeedFilter::default()) {
+            Err(Error::ChangesGone { cursor, oldest }) => {
+                assert_eq!(cursor, expected[0].csn);
+                assert!(oldest > cursor && oldest <= last, "oldest {oldest}");
+                oldest
+            }
+            other => panic!("expected ChangesGone, got {other:?}"),
+        };
+    let mut feed =
+        Feed::open_with(short(), fast(), Some(oldest), FeedFilter::default()).expect("feed");
+    let from = expected.iter().position(|t| t.csn > oldest).unwrap_or(expected.len());
+    same(&read_until(&mut feed, last), &expected[from..], "after the oldest point");
+}
