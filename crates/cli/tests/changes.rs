@@ -110,7 +110,8 @@ fn changes_prints_each_transaction_whole_and_resumes_after_a_cursor() {
     db.close().expect("close");
 }
 
-/// A consumer (`milliscale changes`) killed -9 ten times mid-feed and
+/// A consumer (`milliscale changes`) killed -9 ten times (or
+/// `MILLISCALE_FEED_KILL_TRIALS`) mid-feed and
 /// started again after the last transaction it printed whole, while the
 /// writer commits and, halfway, crashes and is recovered by a new one:
 /// every acknowledged transaction reaches the consumer exactly once, in
@@ -118,6 +119,13 @@ fn changes_prints_each_transaction_whole_and_resumes_after_a_cursor() {
 #[test]
 fn a_consumer_killed_and_resumed_from_its_cursor_misses_and_repeats_nothing() {
     use std::io::Read;
+    // 10 in CI; MILLISCALE_FEED_KILL_TRIALS sets more by hand. The writer
+    // writes for as long as the trials run.
+    let trials: u64 = std::env::var("MILLISCALE_FEED_KILL_TRIALS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
+    let n = 40 * trials as u32;
     let dir = tempfile::tempdir().expect("dir");
     let opts = || Options::new().store(url(dir.path()));
     let db = Database::open(opts()).expect("open");
@@ -127,8 +135,8 @@ fn a_consumer_killed_and_resumed_from_its_cursor_misses_and_repeats_nothing() {
         std::thread::spawn(move || {
             let mut expected = Vec::new();
             let mut db = db;
-            for i in 0..400u32 {
-                if i == 200 {
+            for i in 0..n {
+                if i == n / 2 {
                     // The writer crashes (its log stays as it was); a new
                     // one recovers.
                     std::mem::forget(db);
@@ -169,14 +177,14 @@ fn a_consumer_killed_and_resumed_from_its_cursor_misses_and_repeats_nothing() {
             *cursor = Some(csn);
         }
     };
-    for trial in 0..10u64 {
+    for trial in 0..trials {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_milliscale"));
         cmd.args(["changes", "--store", &url(dir.path()), "--poll-min-ms", "1"]);
         if let Some(c) = cursor {
             cmd.args(["--after", &c.to_string()]);
         }
         let mut child = cmd.stdout(std::process::Stdio::piped()).spawn().expect("spawn");
-        std::thread::sleep(std::time::Duration::from_millis(150 + 37 * trial));
+        std::thread::sleep(std::time::Duration::from_millis(150 + 37 * (trial % 10)));
         child.kill().expect("kill -9");
         let mut out = Vec::new();
         child.stdout.take().expect("stdout").read_to_end(&mut out).expect("read");
