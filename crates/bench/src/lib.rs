@@ -6,6 +6,7 @@
 
 pub mod emulator_bench;
 pub mod failover;
+pub mod feed_bench;
 pub mod harness;
 pub mod index_bench;
 pub mod keys;

@@ -91,11 +91,22 @@ fn run_here(cfg: &YcsbConfig) -> Result<Report, String> {
                 Some(rc) => Some(crate::replica_bench::ReplicaRun::open(&db, &opts, &rc)?),
                 None => None,
             };
+            let feeds = match cfg.feeds {
+                0 => None,
+                n => Some(crate::feed_bench::FeedRun::open(&db, n)?),
+            };
             let window = LogWindow::new(&db);
             // Checkpoint cost over the measured window: the background column.
             let background = parking_lot::Mutex::new(Vec::new());
             let offered = parking_lot::Mutex::new(None);
             let (stats, measured) = std::thread::scope(|s| {
+                let consumers: Vec<_> = match &feeds {
+                    Some(f) => {
+                        s.spawn(|| f.probe(&db));
+                        (0..f.len()).map(|i| s.spawn(move || f.consume(i))).collect()
+                    }
+                    None => Vec::new(),
+                };
                 if let Some(r) = &replica {
                     s.spawn(|| r.probe(&db));
                     if cfg.log.checkpoint_offload {
@@ -120,10 +131,19 @@ fn run_here(cfg: &YcsbConfig) -> Result<Report, String> {
                         if let Some(r) = &replica {
                             r.mark(&db, p == PHASE_MEASURE);
                         }
+                        if let Some(f) = &feeds {
+                            f.mark(p == PHASE_MEASURE);
+                        }
                     },
                 );
                 if let Some(r) = &replica {
                     r.stop();
+                }
+                if let Some(f) = &feeds {
+                    f.stop();
+                }
+                for c in consumers {
+                    c.join().map_err(|_| "a feed's consumer panicked".to_string())??;
                 }
                 out
             })?;
@@ -142,6 +162,11 @@ fn run_here(cfg: &YcsbConfig) -> Result<Report, String> {
                     None
                 };
                 let (x, note) = r.report(&db, reads);
+                extra.extend(x);
+                notes.push(note);
+            }
+            if let Some(f) = &feeds {
+                let (x, note) = f.report();
                 extra.extend(x);
                 notes.push(note);
             }

@@ -79,6 +79,9 @@ pub struct YcsbConfig {
     pub progress: bool,
     /// Run a read replica beside the writer (`replica_bench`).
     pub replica: Option<crate::replica_bench::ReplicaConfig>,
+    /// Run this many change feeds beside the writer, each consumed on a
+    /// thread of its own (`feed_bench`).
+    pub feeds: usize,
     /// Run the workers as tokio tasks through the async API (`ycsb_tasks`).
     pub tasks: Option<Tasks>,
 }

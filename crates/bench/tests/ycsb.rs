@@ -31,6 +31,7 @@ fn cfg(workload: Workload, dist: KeyDist) -> YcsbConfig {
         pacing: Pacing::Closed,
         progress: false,
         replica: None,
+        feeds: 0,
         tasks: None,
     }
 }

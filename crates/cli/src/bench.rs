@@ -206,6 +206,11 @@ pub(crate) struct YcsbArgs {
     /// With --replica: never send a slow read a second time.
     #[arg(long)]
     pub(crate) replica_no_hedge: bool,
+    /// Run this many change feeds beside the writer, each consumed on a
+    /// thread: report their catch-up rate and lag (writer gCSN to every
+    /// consumer's resolved point).
+    #[arg(long, default_value_t = 0)]
+    pub(crate) feeds: usize,
     /// Run the workers as this many tokio tasks through the async API, on
     /// a runtime of --threads threads (a service's tasks), instead of one
     /// thread per worker. Closed loop only.
@@ -509,6 +514,7 @@ pub(crate) fn bench_ycsb(a: YcsbArgs) -> Result<(), Failure> {
         } else {
             None
         },
+        feeds: a.feeds,
         tasks: match a.tasks {
             None => None,
             Some(tasks) if (1..=1_000_000).contains(&tasks) && a.ack_window >= 1 => {

@@ -64,6 +64,7 @@ fn small_config() -> YcsbConfig {
         pacing: milliscale_bench::harness::Pacing::Closed,
         progress: false,
         replica: None,
+        feeds: 0,
         tasks: None,
     }
 }
