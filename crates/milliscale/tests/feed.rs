@@ -13,28 +13,10 @@ use std::ops::Bound;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::common::{fast_polls as fast, followed_writer as writer};
 use milliscale::feed::{Feed, FeedChange, FeedEvent, FeedFilter, FeedTxn};
-use milliscale::{Database, Direction, Error, Options, ReplicaOptions};
+use milliscale::{Database, Direction, Error};
 use objstore::{MemoryStore, ObjectStore};
-
-fn writer(store: &Arc<dyn ObjectStore>) -> Options {
-    Options::new()
-        .add_store_handle(Arc::clone(store))
-        .workers(2)
-        .log_lanes(3)
-        .segment_parts_max(4)
-        .checkpoint_log_bytes(0)
-        .checkpoint_chunk_bytes(4096)
-}
-
-fn fast() -> ReplicaOptions {
-    ReplicaOptions {
-        poll_min: Duration::from_millis(1),
-        poll_max: Duration::from_millis(50),
-        manifest_every: Duration::from_millis(50),
-        ..ReplicaOptions::default()
-    }
-}
 
 /// A small seeded generator (xorshift64*).
 struct Rng(u64);

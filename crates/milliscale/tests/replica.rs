@@ -11,30 +11,12 @@ use std::time::{Duration, Instant};
 use crate::common;
 
 use common::switch::Switch;
+use common::{fast_polls as fast, followed_writer as writer};
 use milliscale::{CommitProtocol, Database, Direction, Error, Options, Replica, ReplicaOptions};
 use objstore::{MemoryStore, ObjectStore};
 
-fn writer(store: &Arc<dyn ObjectStore>) -> Options {
-    Options::new()
-        .add_store_handle(Arc::clone(store))
-        .workers(2)
-        .log_lanes(3)
-        .segment_parts_max(4)
-        .checkpoint_log_bytes(0)
-        .checkpoint_chunk_bytes(4096)
-}
-
 fn writer_with(p: CommitProtocol, store: &Arc<dyn ObjectStore>) -> Options {
     writer(store).commit_protocol(p)
-}
-
-fn fast() -> ReplicaOptions {
-    ReplicaOptions {
-        poll_min: Duration::from_millis(1),
-        poll_max: Duration::from_millis(50),
-        manifest_every: Duration::from_millis(50),
-        ..ReplicaOptions::default()
-    }
 }
 
 const WAIT: Duration = Duration::from_secs(10);

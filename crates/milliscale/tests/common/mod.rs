@@ -314,3 +314,27 @@ pub fn minio_bucket(bucket: &str, prefix: &str) -> Option<Arc<dyn ObjectStore>> 
     s.create_bucket().expect("bucket");
     Some(Arc::new(s))
 }
+
+/// A writer on `store` whose log a follower (a replica, a change feed)
+/// reads in tests: 2 workers, 3 lanes, segments of 4 parts, no automatic
+/// checkpoint.
+pub fn followed_writer(store: &Arc<dyn ObjectStore>) -> milliscale::Options {
+    milliscale::Options::new()
+        .add_store_handle(Arc::clone(store))
+        .workers(2)
+        .log_lanes(3)
+        .segment_parts_max(4)
+        .checkpoint_log_bytes(0)
+        .checkpoint_chunk_bytes(4096)
+}
+
+/// A follower's polling in tests: every millisecond while the database is
+/// active, at most 50 ms apart while it is idle.
+pub fn fast_polls() -> milliscale::ReplicaOptions {
+    milliscale::ReplicaOptions {
+        poll_min: Duration::from_millis(1),
+        poll_max: Duration::from_millis(50),
+        manifest_every: Duration::from_millis(50),
+        ..milliscale::ReplicaOptions::default()
+    }
+}
