@@ -22,6 +22,8 @@ use milliscale::Database;
 use milliscale::feed::{Feed, FeedEvent, FeedFilter};
 use parking_lot::Mutex;
 
+use crate::replica_bench::{REPLICA_CORE, pin_current};
+
 /// The consumers of `n` feeds and their lag probe.
 pub struct FeedRun {
     feeds: Vec<Mutex<Feed>>,
@@ -37,16 +39,29 @@ pub struct FeedRun {
     /// (transactions delivered by all consumers, instant) at the start and
     /// end of the measured phase.
     marks: Mutex<Vec<(u64, Instant)>>,
+    /// The feeds' threads (followers, consumers, probe) on the second core.
+    pin: bool,
 }
 
 impl FeedRun {
     /// Open `n` feeds of `db` (from its newest checkpoint on) and let the
-    /// first catch up with what is durable now.
-    pub fn open(db: &Database, n: usize) -> Result<FeedRun, String> {
-        let mut feeds = Vec::with_capacity(n);
-        for _ in 0..n {
-            feeds.push(db.changes(None, FeedFilter::default()).map_err(|e| e.to_string())?);
-        }
+    /// first catch up with what is durable now. With `pin`, every thread
+    /// of theirs runs on the second core (the writer's on the first).
+    pub fn open(db: &Database, n: usize, pin: bool) -> Result<FeedRun, String> {
+        // Opened on a thread of the feeds' core, so that their followers'
+        // threads inherit it.
+        let mut feeds = std::thread::scope(|s| {
+            s.spawn(|| {
+                if pin {
+                    pin_current(REPLICA_CORE)?;
+                }
+                (0..n)
+                    .map(|_| db.changes(None, FeedFilter::default()).map_err(|e| e.to_string()))
+                    .collect::<Result<Vec<Feed>, String>>()
+            })
+            .join()
+            .map_err(|_| "opening the feeds panicked".to_string())?
+        })?;
         let target = db.durable_csn();
         let started = Instant::now();
         let (mut changes, mut txns) = (0u64, 0u64);
@@ -77,6 +92,7 @@ impl FeedRun {
             stop: AtomicBool::new(false),
             catch_up,
             marks: Mutex::new(Vec::new()),
+            pin,
         })
     }
 
@@ -92,6 +108,9 @@ impl FeedRun {
 
     /// Consumer `i`'s loop; run it on its own thread until [`Self::stop`].
     pub fn consume(&self, i: usize) -> Result<(), String> {
+        if self.pin {
+            pin_current(REPLICA_CORE)?;
+        }
         let mut f = self.feeds[i].lock();
         while !self.stop.load(Ordering::Acquire) {
             match f.next_timeout(Duration::from_millis(20)).map_err(|e| e.to_string())? {
@@ -116,6 +135,11 @@ impl FeedRun {
         const EVERY: Duration = Duration::from_millis(1);
         let mut waiting: std::collections::VecDeque<(Instant, u64)> = Default::default();
         let mut next = Instant::now();
+        if self.pin
+            && let Err(e) = pin_current(REPLICA_CORE)
+        {
+            eprintln!("the feeds' lag probe runs unpinned: {e}");
+        }
         while !self.stop.load(Ordering::Acquire) {
             let now = Instant::now();
             if now >= next {
@@ -171,8 +195,9 @@ impl FeedRun {
             x.insert("feed_replica_lag_p50_ms".into(), m.lag_p50.as_secs_f64() * 1e3);
             x.insert("feed_replica_lag_p99_ms".into(), m.lag_p99.as_secs_f64() * 1e3);
         }
+        let cores = if self.pin { "on core 1, the writer on core 0" } else { "on these cores" };
         let note = format!(
-            "feeds: {} consumers (each a follower with a replica's copy, on these cores); the \
+            "feeds: {} consumers (each a follower with a replica's copy, {cores}); the \
              first caught up with the load's log ({changes} changes in {txns} transactions) in \
              {took:.2?}; {} lag probes (writer gCSN to every consumer's resolved point)",
             self.feeds.len(),

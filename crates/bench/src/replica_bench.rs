@@ -46,7 +46,7 @@ pub struct ReplicaConfig {
 
 /// The core the replica runs on when pinned: the second the process may
 /// use.
-const REPLICA_CORE: usize = 1;
+pub const REPLICA_CORE: usize = 1;
 /// The core the writer runs on when pinned: the first.
 pub const WRITER_CORE: usize = 0;
 

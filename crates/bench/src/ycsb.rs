@@ -17,7 +17,7 @@ pub use crate::ycsb_workload::*;
 
 /// Run the benchmark and produce its report.
 pub fn run(cfg: &YcsbConfig) -> Result<Report, String> {
-    if cfg.replica.is_some_and(|r| r.pin) {
+    if cfg.replica.is_some_and(|r| r.pin) || cfg.feeds_pin {
         crate::replica_bench::cores();
         // On a thread of its own, pinned to the writer's core: the
         // writer's threads inherit the pin and this thread's end drops it.
@@ -93,7 +93,7 @@ fn run_here(cfg: &YcsbConfig) -> Result<Report, String> {
             };
             let feeds = match cfg.feeds {
                 0 => None,
-                n => Some(crate::feed_bench::FeedRun::open(&db, n)?),
+                n => Some(crate::feed_bench::FeedRun::open(&db, n, cfg.feeds_pin)?),
             };
             let window = LogWindow::new(&db);
             // Checkpoint cost over the measured window: the background column.

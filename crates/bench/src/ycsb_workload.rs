@@ -82,6 +82,9 @@ pub struct YcsbConfig {
     /// Run this many change feeds beside the writer, each consumed on a
     /// thread of its own (`feed_bench`).
     pub feeds: usize,
+    /// The writer's threads on core 0 and the feeds' on core 1 (also with
+    /// no feed: the writer alone on core 0, to compare against).
+    pub feeds_pin: bool,
     /// Run the workers as tokio tasks through the async API (`ycsb_tasks`).
     pub tasks: Option<Tasks>,
 }

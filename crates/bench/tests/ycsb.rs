@@ -32,6 +32,7 @@ fn cfg(workload: Workload, dist: KeyDist) -> YcsbConfig {
         progress: false,
         replica: None,
         feeds: 0,
+        feeds_pin: false,
         tasks: None,
     }
 }

@@ -211,6 +211,11 @@ pub(crate) struct YcsbArgs {
     /// consumer's resolved point).
     #[arg(long, default_value_t = 0)]
     pub(crate) feeds: usize,
+    /// Run the writer's threads on core 0 and the feeds' on core 1, as a
+    /// writer and consumers on machines of their own sharing the store
+    /// (with --feeds 0: the writer alone on core 0).
+    #[arg(long)]
+    pub(crate) feeds_pin: bool,
     /// Run the workers as this many tokio tasks through the async API, on
     /// a runtime of --threads threads (a service's tasks), instead of one
     /// thread per worker. Closed loop only.
@@ -515,6 +520,7 @@ pub(crate) fn bench_ycsb(a: YcsbArgs) -> Result<(), Failure> {
             None
         },
         feeds: a.feeds,
+        feeds_pin: a.feeds_pin,
         tasks: match a.tasks {
             None => None,
             Some(tasks) if (1..=1_000_000).contains(&tasks) && a.ack_window >= 1 => {

@@ -65,6 +65,7 @@ fn small_config() -> YcsbConfig {
         progress: false,
         replica: None,
         feeds: 0,
+        feeds_pin: false,
         tasks: None,
     }
 }
