@@ -19,6 +19,7 @@
 //! - the tap is bounded: a consumer that does not take its runs stops the
 //!   follower, which stops reading the log (nothing more is held).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use crossbeam_channel::{SendError, Sender};
@@ -79,8 +80,13 @@ pub(crate) fn hand_over(
         .filter_map(|e| match e {
             Entry::Commit { csn, records, .. } => {
                 let mut changes: Vec<FeedChange> = Vec::with_capacity(records.len());
+                // Each row's latest write in the transaction so far (its
+                // position in `changes`), for the deltas that follow it.
+                let mut latest: HashMap<(u32, &[u8]), usize> = HashMap::new();
                 for r in records.refs() {
-                    let c = change(tables, txns, *csn, r, &changes);
+                    let earlier = latest.get(&(r.table, r.key)).map(|&i| &changes[i]);
+                    let c = change(tables, txns, *csn, r, earlier);
+                    latest.insert((r.table, r.key), changes.len());
                     changes.push(c);
                 }
                 Some(FeedTxn { csn: *csn, changes })
@@ -102,24 +108,24 @@ pub(crate) fn gap(tap: &mut Option<Tap>, from: Csn, to: Csn) {
     }
 }
 
-/// Record `r` of the transaction at `csn` as a change, `before` its
-/// earlier writes: a delta is applied to the row as the transaction's
-/// earlier write of it left it, else as the commits before `csn` did.
-/// (A delta on no row, or past its end, cannot be in a log the engine
-/// wrote; it is handed over as the row's value after the transaction.)
+/// Record `r` of the transaction at `csn` as a change; `earlier`, the
+/// transaction's latest write of the same row before it: a delta is
+/// applied to the row as that write left it, else as the commits before
+/// `csn` did. (A delta on no row, or past its end, cannot be in a log the
+/// engine wrote; it is handed over as the row's value after the
+/// transaction.)
 fn change(
     tables: &[Arc<TableInner>],
     txns: &TxnTable,
     csn: Csn,
     r: crate::log::record::RecordRef<'_>,
-    before: &[FeedChange],
+    earlier: Option<&FeedChange>,
 ) -> FeedChange {
     let t = &tables[r.table as usize];
     let value = match r.op {
         OpRef::Insert(v) | OpRef::Update(v) => Some(v.to_vec()),
         OpRef::Delete => None,
         OpRef::Delta { offset, bytes } => {
-            let earlier = before.iter().rev().find(|c| c.table == t.name && c.key == r.key);
             let base = match earlier {
                 Some(c) => c.value.clone(),
                 None => value_at(t, r.key, csn, txns),
