@@ -206,6 +206,10 @@ pub(crate) struct YcsbArgs {
     /// With --replica: never send a slow read a second time.
     #[arg(long)]
     pub(crate) replica_no_hedge: bool,
+    /// With --replica: the lag probe watches the applied CSN without
+    /// asking the replica to poll at once (as a feed's consumer watches).
+    #[arg(long)]
+    pub(crate) replica_passive_probe: bool,
     /// Run this many change feeds beside the writer, each consumed on a
     /// thread: report their catch-up rate and lag (writer gCSN to every
     /// consumer's resolved point).
@@ -515,6 +519,7 @@ pub(crate) fn bench_ycsb(a: YcsbArgs) -> Result<(), Failure> {
                 apply_threads: threads("replica-apply-threads", a.replica_apply_threads)?,
                 pin: a.replica_pin,
                 hedge_reads: !a.replica_no_hedge,
+                passive_probe: a.replica_passive_probe,
             })
         } else {
             None
