@@ -22,7 +22,7 @@ use milliscale::Database;
 use milliscale::feed::{Feed, FeedEvent, FeedFilter};
 use parking_lot::Mutex;
 
-use crate::replica_bench::{REPLICA_CORE, pin_current};
+use crate::replica_bench::{PASSIVE_CHECK, REPLICA_CORE, pin_current, probe_lag};
 
 /// The consumers of `n` feeds and their lag probe.
 pub struct FeedRun {
@@ -130,35 +130,21 @@ impl FeedRun {
         self.resolved.iter().map(|r| r.load(Ordering::Acquire)).min().unwrap_or(0)
     }
 
-    /// The probe loop; run it on its own thread until [`Self::stop`].
+    /// The probe loop (`replica_bench::probe_lag`, to every consumer's
+    /// resolved point); run it on its own thread until [`Self::stop`].
     pub fn probe(&self, db: &Database) {
-        const EVERY: Duration = Duration::from_millis(1);
-        let mut waiting: std::collections::VecDeque<(Instant, u64)> = Default::default();
-        let mut next = Instant::now();
         if self.pin
             && let Err(e) = pin_current(REPLICA_CORE)
         {
             eprintln!("the feeds' lag probe runs unpinned: {e}");
         }
-        while !self.stop.load(Ordering::Acquire) {
-            let now = Instant::now();
-            if now >= next {
-                next = now + EVERY;
-                let g = db.durable_csn();
-                if g > 1 && self.measuring.load(Ordering::Acquire) {
-                    waiting.push_back((now, g - 1));
-                }
+        probe_lag(db, &self.stop, &self.measuring, &self.lag_us, |csn, left| {
+            let passed = self.slowest() > csn;
+            if !passed {
+                std::thread::sleep(left.min(PASSIVE_CHECK));
             }
-            let slowest = self.slowest();
-            while let Some(&(at, csn)) = waiting.front() {
-                if slowest <= csn {
-                    break;
-                }
-                self.lag_us.lock().saturating_record(at.elapsed().as_micros().max(1) as u64);
-                waiting.pop_front();
-            }
-            std::thread::sleep(Duration::from_micros(200));
-        }
+            passed
+        });
     }
 
     /// Mark the start (`start = true`) or end of the measured phase.

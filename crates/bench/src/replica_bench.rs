@@ -77,6 +77,50 @@ pub fn pin_current(n: usize) -> Result<(), String> {
     }
 }
 
+/// How often a passive lag probe looks again at what it watches.
+pub(crate) const PASSIVE_CHECK: Duration = Duration::from_micros(200);
+
+/// Every millisecond while `measuring`, take the writer's gCSN (every CSN
+/// below it is durable) as a sample, and record in `lag` the time until
+/// `reached(csn, wait)` says the follower watched has passed it (waiting
+/// at most `wait`, until the next sample is due), until `stop`. So the lag
+/// is sampled at a steady rate however far behind the follower is, and a
+/// stall shows in as many samples as it lasted. Returns the samples
+/// recorded.
+pub(crate) fn probe_lag(
+    db: &Database,
+    stop: &AtomicBool,
+    measuring: &AtomicBool,
+    lag: &Mutex<Histogram<u64>>,
+    mut reached: impl FnMut(u64, Duration) -> bool,
+) -> u64 {
+    const EVERY: Duration = Duration::from_millis(1);
+    // Samples taken and not yet reached: (when, the CSN to wait for).
+    let mut waiting: std::collections::VecDeque<(Instant, u64)> = Default::default();
+    let (mut next, mut recorded) = (Instant::now(), 0);
+    while !stop.load(Ordering::Acquire) {
+        let now = Instant::now();
+        if now >= next {
+            next = now + EVERY;
+            let g = db.durable_csn();
+            if g > 1 && measuring.load(Ordering::Acquire) {
+                waiting.push_back((now, g - 1));
+            }
+        }
+        match waiting.front().copied() {
+            Some((at, csn)) => {
+                if reached(csn, next.saturating_duration_since(Instant::now())) {
+                    lag.lock().saturating_record(at.elapsed().as_micros().max(1) as u64);
+                    recorded += 1;
+                    waiting.pop_front();
+                }
+            }
+            None => std::thread::sleep(next.saturating_duration_since(Instant::now())),
+        }
+    }
+    recorded
+}
+
 /// A replica and its lag probe.
 pub struct ReplicaRun {
     pub replica: Replica,
@@ -144,10 +188,6 @@ impl ReplicaRun {
 
     /// The probe loop; run it on its own thread until [`ReplicaRun::stop`].
     pub fn probe(&self, db: &Database) {
-        const EVERY: Duration = Duration::from_millis(1);
-        // Samples taken and not yet applied: (when, the CSN to wait for).
-        let mut waiting: std::collections::VecDeque<(Instant, u64)> = Default::default();
-        let mut next = Instant::now();
         // On the replica's core: on the writer's saturated core the probe
         // itself would wait for CPU and add that to the lag.
         if self.pin
@@ -155,34 +195,18 @@ impl ReplicaRun {
         {
             eprintln!("the lag probe runs unpinned: {e}");
         }
-        while !self.stop.load(Ordering::Acquire) {
-            let now = Instant::now();
-            if now >= next {
-                next = now + EVERY;
-                let g = db.durable_csn();
-                if g > 1 && self.measuring.load(Ordering::Acquire) {
-                    waiting.push_back((now, g - 1));
+        let n = probe_lag(db, &self.stop, &self.measuring, &self.lag_us, |csn, left| {
+            if self.passive {
+                let applied = self.replica.applied_csn() > csn;
+                if !applied {
+                    std::thread::sleep(left.min(PASSIVE_CHECK));
                 }
+                applied
+            } else {
+                self.replica.wait_for(csn, left).is_ok()
             }
-            match waiting.front().copied() {
-                Some((at, csn)) => {
-                    let left = next.saturating_duration_since(Instant::now());
-                    let applied = if self.passive {
-                        std::thread::sleep(left.min(Duration::from_micros(200)));
-                        self.replica.applied_csn() > csn
-                    } else {
-                        self.replica.wait_for(csn, left).is_ok()
-                    };
-                    if applied {
-                        let us = at.elapsed().as_micros().max(1) as u64;
-                        self.lag_us.lock().saturating_record(us);
-                        self.probes.fetch_add(1, Ordering::Relaxed);
-                        waiting.pop_front();
-                    }
-                }
-                None => std::thread::sleep(next.saturating_duration_since(Instant::now())),
-            }
-        }
+        });
+        self.probes.fetch_add(n, Ordering::Relaxed);
     }
 
     /// Offer a checkpoint whenever the writer wants one (it marked its log
