@@ -108,6 +108,15 @@ fn same(got: &[FeedTxn], expected: &[FeedTxn], what: &str) {
     assert_eq!(got.len(), expected.len(), "{what}: as many transactions");
 }
 
+/// A database opened with `o`, with the tables `a` and `b` that
+/// [`write`] writes.
+fn with_two_tables(o: milliscale::Options) -> Database {
+    let db = Database::open(o).expect("open");
+    db.create_table("a").expect("a");
+    db.create_table("b").expect("b");
+    db
+}
+
 fn db_rows(db: &Database) -> Rows {
     let mut out = Rows::new();
     for name in ["a", "b"] {
@@ -141,9 +150,7 @@ fn applied(txns: &[FeedTxn]) -> Rows {
 fn the_feed_delivers_every_transaction_whole_with_whole_values() {
     for seed in [1u64, 2, 3] {
         let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
-        let db = Database::open(writer(&store)).expect("open");
-        db.create_table("a").expect("a");
-        db.create_table("b").expect("b");
+        let db = with_two_tables(writer(&store));
         let mut feed =
             Feed::open_with(writer(&store), fast(), None, FeedFilter::default()).expect("feed");
         let (mut rows, mut rng) = (Rows::new(), Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15)));
@@ -159,9 +166,7 @@ fn the_feed_delivers_every_transaction_whole_with_whole_values() {
 #[test]
 fn a_feed_resumes_after_its_cursor_and_refuses_one_the_checkpoint_covers() {
     let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
-    let db = Database::open(writer(&store)).expect("open");
-    db.create_table("a").expect("a");
-    db.create_table("b").expect("b");
+    let db = with_two_tables(writer(&store));
     let (mut rows, mut rng) = (Rows::new(), Rng(7));
     let expected = write(&db, &mut rows, &mut rng, 200);
     let last = expected.last().expect("some").csn;
@@ -216,9 +221,7 @@ fn a_feed_resumes_after_its_cursor_and_refuses_one_the_checkpoint_covers() {
 #[test]
 fn a_feed_follows_a_new_writer_without_a_gap() {
     let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
-    let db = Database::open(writer(&store)).expect("open");
-    db.create_table("a").expect("a");
-    db.create_table("b").expect("b");
+    let db = with_two_tables(writer(&store));
     let mut feed =
         Feed::open_with(writer(&store), fast(), None, FeedFilter::default()).expect("feed");
     let (mut rows, mut rng) = (Rows::new(), Rng(11));
@@ -242,9 +245,7 @@ fn a_feed_follows_a_new_writer_without_a_gap() {
 fn a_cursor_the_checkpoint_covers_is_served_from_the_window() {
     let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
     let with_window = || writer(&store).retention(Some(Duration::from_secs(3600)));
-    let db = Database::open(with_window()).expect("open");
-    db.create_table("a").expect("a");
-    db.create_table("b").expect("b");
+    let db = with_two_tables(with_window());
     let (mut rows, mut rng) = (Rows::new(), Rng(23));
     let mut expected = write(&db, &mut rows, &mut rng, 150);
     db.checkpoint().expect("checkpoint");
@@ -272,9 +273,7 @@ fn a_cursor_the_checkpoint_covers_is_served_from_the_window() {
 fn a_cursor_below_the_window_is_refused_naming_its_oldest_point() {
     let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
     let short = || writer(&store).retention(Some(Duration::from_secs(1)));
-    let db = Database::open(short()).expect("open");
-    db.create_table("a").expect("a");
-    db.create_table("b").expect("b");
+    let db = with_two_tables(short());
     let (mut rows, mut rng) = (Rows::new(), Rng(29));
     let mut expected = write(&db, &mut rows, &mut rng, 100);
     std::thread::sleep(Duration::from_millis(1200));
