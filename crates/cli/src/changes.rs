@@ -11,12 +11,21 @@
 //!
 //! A consumer saves the `csn` of the last transaction it handled and
 //! passes it as `--after` to resume exactly after it.
+//!
+//! With `--map`, a cluster's feed (`milliscale_server::shard::feed`): the
+//! shards' logs merged by commit timestamp. A transaction is
+//! `{"ts": N, "client": C, "changes": [...]}` (a cross-shard transaction
+//! once, whole); `{"resolved": T}` says every transaction at or below
+//! timestamp T was printed. A consumer saves the last resolved timestamp
+//! it handled everything below, and passes it as `--after`.
 
 use std::io::Write;
 use std::time::{Duration, Instant};
 
 use clap::Args;
 use milliscale::feed::{Feed, FeedEvent, FeedFilter};
+use milliscale_milana::shard_map::MapStore;
+use milliscale_server::shard::feed::{ClusterEvent, ClusterFeed};
 use serde_json::{Map, Value, json};
 
 use crate::args::{Failure, store_options};
@@ -25,11 +34,19 @@ use crate::args::{Failure, store_options};
 pub(crate) struct ChangesArgs {
     /// A store holding the database (repeat for replicas, in the writer's
     /// order).
-    #[arg(long)]
+    #[arg(long, required_unless_present = "map", conflicts_with = "map")]
     pub(crate) store: Vec<String>,
+    /// A cluster's map store: the feed of the cluster, its shards' logs
+    /// merged by commit timestamp.
+    #[arg(long)]
+    pub(crate) map: Option<String>,
+    /// The prefix of the map's objects on that store.
+    #[arg(long, default_value = "", requires = "map")]
+    pub(crate) map_prefix: String,
     /// Print the transactions after this CSN (a cursor: the last
-    /// transaction handled); default: from the newest checkpoint.
-    #[arg(long, value_name = "CSN")]
+    /// transaction handled; with `--map`, the last resolved timestamp);
+    /// default: from the newest checkpoint (a cluster: from now).
+    #[arg(long, value_name = "CSN|TS")]
     pub(crate) after: Option<u64>,
     /// Only these tables (repeat; default: every table).
     #[arg(long)]
@@ -40,9 +57,9 @@ pub(crate) struct ChangesArgs {
     /// The output format (only `jsonl`).
     #[arg(long, default_value = "jsonl")]
     pub(crate) format: String,
-    /// Stop once every transaction up to this CSN is printed (default: run
-    /// until killed).
-    #[arg(long, value_name = "CSN")]
+    /// Stop once every transaction up to this CSN (with `--map`: timestamp)
+    /// is printed (default: run until killed).
+    #[arg(long, value_name = "CSN|TS")]
     pub(crate) until: Option<u64>,
     /// Stop after this many seconds.
     #[arg(long = "for", value_name = "SECONDS")]
@@ -69,6 +86,14 @@ pub(crate) fn changes(a: ChangesArgs) -> Result<(), Failure> {
         ..milliscale::ReplicaOptions::default()
     };
     let filter = FeedFilter { tables: a.table, prefix: a.prefix.map(String::into_bytes) };
+    if let Some(map) = &a.map {
+        let store = milliscale::store::open(map)
+            .map_err(|e| Failure::Usage(format!("--map {map}: {e}")))?;
+        let maps = MapStore::new(store, &a.map_prefix);
+        let options_of = Box::new(|_, url: &str| Ok(milliscale::Options::new().store(url)));
+        let feed = ClusterFeed::open(maps, options_of, replica, a.after, filter)?;
+        return cluster_changes(feed, run_for, a.until);
+    }
     let mut feed = Feed::open_with(store_options(&a.store)?, replica, a.after, filter)
         .map_err(|e| e.to_string())?;
     let started = Instant::now();
@@ -97,22 +122,56 @@ pub(crate) fn changes(a: ChangesArgs) -> Result<(), Failure> {
     }
 }
 
+/// A cluster's feed, printed until `run_for` passes or its resolved
+/// timestamp reaches `until`.
+fn cluster_changes(
+    mut feed: ClusterFeed,
+    run_for: Option<Duration>,
+    until: Option<u64>,
+) -> Result<(), Failure> {
+    let started = Instant::now();
+    let out = std::io::stdout();
+    let mut out = out.lock();
+    while run_for.is_none_or(|d| started.elapsed() < d) {
+        let Some(event) = feed.next_timeout(Duration::from_millis(100))? else { continue };
+        let line = match &event {
+            ClusterEvent::Resolved(t) => json!({ "resolved": t }),
+            ClusterEvent::Commit(t) => {
+                let changes: Vec<Value> = t
+                    .changes
+                    .iter()
+                    .map(|c| change(&c.table, &c.key, c.value.as_deref()))
+                    .collect();
+                json!({ "ts": t.version.ts, "client": t.version.client, "changes": changes })
+            }
+        };
+        writeln!(out, "{line}").map_err(|e| format!("writing: {e}"))?;
+        if let ClusterEvent::Resolved(t) = event {
+            out.flush().map_err(|e| format!("writing: {e}"))?;
+            if until.is_some_and(|u| t >= u) {
+                return Ok(());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One change as a JSON object.
+fn change(table: &str, key: &[u8], value: Option<&[u8]>) -> Value {
+    let mut m = Map::new();
+    m.insert("table".into(), json!(table));
+    bytes(&mut m, "key", Some(key));
+    bytes(&mut m, "value", value);
+    Value::Object(m)
+}
+
 /// One event as a JSON line.
 fn line(e: &FeedEvent) -> Value {
     match e {
         FeedEvent::Resolved(n) => json!({ "resolved": n }),
         FeedEvent::Commit(t) => {
-            let changes: Vec<Value> = t
-                .changes
-                .iter()
-                .map(|c| {
-                    let mut m = Map::new();
-                    m.insert("table".into(), json!(c.table));
-                    bytes(&mut m, "key", Some(&c.key));
-                    bytes(&mut m, "value", c.value.as_deref());
-                    Value::Object(m)
-                })
-                .collect();
+            let changes: Vec<Value> =
+                t.changes.iter().map(|c| change(&c.table, &c.key, c.value.as_deref())).collect();
             json!({ "csn": t.csn, "changes": changes })
         }
     }

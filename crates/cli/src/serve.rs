@@ -118,6 +118,12 @@ pub(crate) struct ClusterServeArgs {
     /// this shard holds the map's lease (ms).
     #[arg(long, default_value_t = 1000, requires = "cluster")]
     rebalance_every_ms: u64,
+    /// With no decided transaction to forget, write the shard's forget
+    /// bound anyway this often while it rises, so that a cluster's change
+    /// feed sees its resolved timestamp move while this shard is idle
+    /// (ms; one log write each; 0: never).
+    #[arg(long, default_value_t = 1000, requires = "cluster")]
+    resolved_every_ms: u64,
     /// The bearer token this shard calls the other shards with (they
     /// check it as they check any caller's); or MILLISCALE_PEER_TOKEN.
     #[arg(long, env = "MILLISCALE_PEER_TOKEN", hide_env_values = true, requires = "cluster")]
@@ -169,6 +175,8 @@ fn server_options(a: &ServeArgs, listen: SocketAddr) -> Result<ServerOptions, Fa
         s.termination_timeout = Duration::from_millis(a.cluster.termination_timeout_ms.max(1));
         s.move_timeout = Duration::from_millis(a.cluster.move_timeout_ms.max(1));
         s.rebalance_every = Duration::from_millis(a.cluster.rebalance_every_ms.max(1));
+        s.resolved_every = (a.cluster.resolved_every_ms > 0)
+            .then(|| Duration::from_millis(a.cluster.resolved_every_ms));
         s.peer_token.clone_from(&a.cluster.peer_token);
         s.read_only = a.cluster.read_only;
         if let Some(ca) = &a.cluster.peer_tls_ca {

@@ -508,8 +508,9 @@ impl<V: Versions> Participant<V> {
     /// which no participant can still ask about a decision and no client
     /// sends a new prepare. From now on a prepare below the bound is
     /// refused. Returns the record to log (the rows to delete and the
-    /// bound), if any transaction was forgotten.
-    pub fn forget(&mut self, bound: Timestamp) -> Option<Record> {
+    /// bound), if any transaction was forgotten, or with `idle` if only the
+    /// bound rises (a change feed's resolved timestamp, design record 0014).
+    pub fn forget(&mut self, bound: Timestamp, idle: bool) -> Option<Record> {
         // Never past a prepare of this shard's own, whatever the caller says.
         let bound = self.oldest_undecided().map_or(bound, |t| t.min(bound));
         if bound <= self.forgotten {
@@ -526,8 +527,9 @@ impl<V: Versions> Participant<V> {
             }
             keep
         });
-        // Nothing forgotten, nothing to refuse later: the bound stays.
-        if txns.is_empty() {
+        // Nothing forgotten, nothing to refuse later: the bound stays,
+        // unless asked to rise alone.
+        if txns.is_empty() && !idle {
             return None;
         }
         self.forgotten = bound;

@@ -60,9 +60,10 @@ pub struct FeedFilter {
 }
 
 impl FeedFilter {
-    fn keeps(&self, c: &FeedChange) -> bool {
-        (self.tables.is_empty() || self.tables.contains(&c.table))
-            && self.prefix.as_ref().is_none_or(|p| c.key.starts_with(p))
+    /// Whether a change to `key` of `table` is delivered.
+    pub fn keeps(&self, table: &str, key: &[u8]) -> bool {
+        (self.tables.is_empty() || self.tables.iter().any(|t| t == table))
+            && self.prefix.as_ref().is_none_or(|p| key.starts_with(p))
     }
 }
 
@@ -129,7 +130,8 @@ impl Feed {
         let mut ready = VecDeque::new();
         if after + 1 < start {
             for t in history_gap(&options, after, start - 1)? {
-                let changes: Vec<_> = t.changes.into_iter().filter(|c| filter.keeps(c)).collect();
+                let changes: Vec<_> =
+                    t.changes.into_iter().filter(|c| filter.keeps(&c.table, &c.key)).collect();
                 if !changes.is_empty() {
                     ready.push_back(FeedEvent::Commit(FeedTxn { csn: t.csn, changes }));
                 }
@@ -166,8 +168,11 @@ impl Feed {
                     if t.csn <= self.after {
                         continue;
                     }
-                    let changes: Vec<_> =
-                        t.changes.into_iter().filter(|c| self.filter.keeps(c)).collect();
+                    let changes: Vec<_> = t
+                        .changes
+                        .into_iter()
+                        .filter(|c| self.filter.keeps(&c.table, &c.key))
+                        .collect();
                     if !changes.is_empty() {
                         self.ready.push_back(FeedEvent::Commit(FeedTxn { csn: t.csn, changes }));
                     }

@@ -27,28 +27,28 @@ use rand::{Rng, SeedableRng};
 use crate::cluster::{TABLE, account, free_addr, now_us, prepare, raw, three_shards_keeping};
 use milliscale_proto::v1 as proto;
 
-const ACCOUNTS: u32 = 12;
-const INITIAL: u64 = 100;
+pub(crate) const ACCOUNTS: u32 = 12;
+pub(crate) const INITIAL: u64 = 100;
 
 /// The lists: two keys on each shard (the map splits `bank` at `a04` and
 /// `a08`).
-fn list(i: usize) -> Vec<u8> {
+pub(crate) fn list(i: usize) -> Vec<u8> {
     ["a01l", "a02l", "a05l", "a06l", "a09l", "a10l"][i].as_bytes().to_vec()
 }
-const LISTS: usize = 6;
+pub(crate) const LISTS: usize = 6;
 
 /// An acknowledged commit: its timestamp and what it wrote (cluster keys).
 #[derive(Debug, Clone)]
-struct Acked {
-    ts: u64,
-    writes: Vec<(Vec<u8>, Vec<u8>)>,
+pub(crate) struct Acked {
+    pub(crate) ts: u64,
+    pub(crate) writes: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
 fn number(v: Option<Vec<u8>>) -> u64 {
     v.map_or(INITIAL, |v| String::from_utf8(v).expect("utf8").parse().expect("a number"))
 }
 
-async fn transfer(
+pub(crate) async fn transfer(
     c: &Cluster,
     from: u32,
     to: u32,
@@ -73,7 +73,12 @@ async fn transfer(
 }
 
 /// Append `id` to lists `a` and `b` in one transaction.
-async fn append(c: &Cluster, a: usize, b: usize, id: &str) -> milliscale_client::Result<Acked> {
+pub(crate) async fn append(
+    c: &Cluster,
+    a: usize,
+    b: usize,
+    id: &str,
+) -> milliscale_client::Result<Acked> {
     milliscale_client::retry(50, || async {
         let mut tx = c.begin();
         let mut writes = Vec::new();
@@ -90,7 +95,7 @@ async fn append(c: &Cluster, a: usize, b: usize, id: &str) -> milliscale_client:
 }
 
 /// The past's rows, all shards together: key to (version, value).
-fn rows_of(p: &ClusterPast) -> BTreeMap<Vec<u8>, (CommitTs, Vec<u8>)> {
+pub(crate) fn rows_of(p: &ClusterPast) -> BTreeMap<Vec<u8>, (CommitTs, Vec<u8>)> {
     let mut out = BTreeMap::new();
     for rows in p.shards.values() {
         for (k, row) in rows {

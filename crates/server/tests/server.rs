@@ -25,6 +25,7 @@ mod changes;
 mod cluster;
 mod cluster_batches;
 mod cluster_clients;
+mod cluster_feed;
 mod cluster_fixture;
 mod cluster_freeze;
 mod cluster_loads;

@@ -285,7 +285,7 @@ impl World {
             let watermark = self.watermark();
             self.collected += self.shards[s as usize].p.collect(watermark) as u64;
             if let Some(bound) = self.forget_bound(watermark)
-                && let Some(r) = self.shards[s as usize].p.forget(bound)
+                && let Some(r) = self.shards[s as usize].p.forget(bound, false)
             {
                 self.forgotten += match &r {
                     Record::Forget { txns, .. } => txns.len() as u64,

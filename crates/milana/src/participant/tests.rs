@@ -154,18 +154,28 @@ fn forgetting_keeps_undecided_and_undurable_decisions_and_refuses_late_prepares(
     p.decide(T1, true, 10);
     p.decide(T2, false, 20);
     assert_eq!(p.oldest_undecided(), Some(10), "T1's commit is not durable yet");
-    assert_eq!(p.forget(100), None, "nothing below 10 to forget");
+    assert_eq!(p.forget(100, false), None, "nothing below 10 to forget");
     p.decision_durable(T1);
     p.decision_durable(T2);
     assert_eq!(p.oldest_undecided(), Some(30), "t3 is still prepared");
     // Asked to forget below 100, it stops at its own prepare.
-    assert_eq!(p.forget(100), Some(Record::Forget { below: 30, txns: vec![T1, T2] }));
+    assert_eq!(p.forget(100, false), Some(Record::Forget { below: 30, txns: vec![T1, T2] }));
     assert_eq!((p.known(T1), p.known(t3)), (None, Some(TxnStatus::Prepared)));
     assert_eq!(p.forgotten(), 30);
     // A late copy of a prepare below the bound is refused (T2 was
     // aborted: it must not commit now).
     assert!(matches!(p.prepare(prep(T2, v(20, 2), &[], &["b"])).0, Vote::No(_)));
-    assert_eq!(p.forget(30), None, "the bound only rises");
+    assert_eq!(p.forget(30, false), None, "the bound only rises");
+    // Nothing left to forget: it rises alone only when asked, and never
+    // past t3's prepare.
+    assert_eq!(p.forget(100, false), None);
+    assert_eq!(p.forget(100, true), None, "t3 holds it at 30");
+    p.decide(t3, true, 30);
+    p.decision_durable(t3);
+    assert_eq!(p.forget(40, true), Some(Record::Forget { below: 40, txns: vec![t3] }));
+    assert_eq!(p.forget(50, false), None);
+    assert_eq!(p.forget(50, true), Some(Record::Forget { below: 50, txns: vec![] }));
+    assert_eq!(p.forgotten(), 50);
 }
 
 #[test]

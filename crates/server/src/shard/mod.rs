@@ -26,6 +26,7 @@
 
 mod catalog;
 mod execute;
+pub mod feed;
 mod handover;
 mod incoming;
 mod moves;
@@ -84,6 +85,11 @@ pub struct ShardOptions {
     pub collect_every: Duration,
     /// A client silent for this long no longer holds the watermark back.
     pub client_silence: Duration,
+    /// With nothing to forget, the forget bound is still written this
+    /// often while it rises (a change feed's resolved timestamp moves by
+    /// it, design record 0014; one log write each); `None`: only with
+    /// decisions forgotten.
+    pub resolved_every: Option<Duration>,
     /// A range frozen here for a move whose mover has been silent this
     /// long is moved no more: the move is aborted ([`moves`]).
     pub move_timeout: Duration,
@@ -134,6 +140,7 @@ impl ShardOptions {
             peer_timeout: Duration::from_millis(500),
             collect_every: Duration::from_millis(100),
             client_silence: Duration::from_secs(10),
+            resolved_every: Some(Duration::from_secs(1)),
             move_timeout: Duration::from_secs(10),
             rebalance_every: Duration::from_secs(1),
             peer_token: None,
@@ -175,6 +182,8 @@ struct State {
     /// The requests served on each range's keys since the start, by the
     /// range's first key (for the rebalancer's load; [`State::count`]).
     requests: BTreeMap<Key, u64>,
+    /// When the forget bound was last written.
+    forget_written: Instant,
 }
 
 impl State {

@@ -314,7 +314,7 @@ impl Forward {
 /// Step 1 of [`shard_at`]: the base (its CSN, the margin it was read at,
 /// its catalog and rows), the shard's past before `t` in which no row
 /// holds a version above `t`.
-fn base_at(
+pub(super) fn base_at(
     shard: ShardId,
     options: &Options,
     t: Timestamp,
@@ -350,7 +350,7 @@ fn base_at(
 
 /// A base's rows: its cluster tables' rows by table name, its
 /// transaction table and meta rows.
-struct BaseRows {
+pub(super) struct BaseRows {
     clusters: Vec<(String, Rows)>,
     txns: BTreeMap<Vec<u8>, Vec<u8>>,
     meta: BTreeMap<Vec<u8>, Vec<u8>>,

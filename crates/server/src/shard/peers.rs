@@ -14,6 +14,7 @@ use proto::milliscale_client::MilliscaleClient;
 use tokio::sync::watch;
 use tonic::transport::Channel;
 
+use super::start::now_us;
 use super::{Shard, latest_map, status_from, txn_to};
 
 impl Shard {
@@ -158,20 +159,34 @@ impl Shard {
 
     /// Collect versions below the clients' watermark, then forget the
     /// decisions below it and every shard's oldest undecided timestamp.
+    /// With no client heard from, nothing is collected, and the bound may
+    /// rise to the lease span before now: a client unknown here that
+    /// prepares below it is refused, as a silent client's prepare is.
     async fn collect_and_forget(&self) {
         let watermark = {
             let mut st = self.lock();
             let silence = self.opts.client_silence;
             st.clients.retain(|_, (_, heard)| heard.elapsed() < silence);
-            let Some(w) = st.clients.values().map(|(low, _)| *low).min() else { return };
-            st.p.collect_marks(w);
-            w
+            match st.clients.values().map(|(low, _)| *low).min() {
+                Some(w) => {
+                    st.p.collect_marks(w);
+                    Some(w)
+                }
+                None => None,
+            }
         };
         // The versions outside the lock, a part at a time: there may be
         // thousands (each commit replaces its keys' rows).
-        let dropped = self.tables.rows.collect(watermark);
-        self.lock().versions -= dropped as i64;
-        let mut bound = watermark;
+        if let Some(w) = watermark {
+            let dropped = self.tables.rows.collect(w);
+            self.lock().versions -= dropped as i64;
+        }
+        let idle =
+            self.opts.resolved_every.is_some_and(|e| self.lock().forget_written.elapsed() >= e);
+        if watermark.is_none() && !idle {
+            return;
+        }
+        let mut bound = watermark.unwrap_or_else(|| now_us().saturating_sub(self.opts.lease_span));
         let others: Vec<ShardId> =
             self.map.read().shards.keys().copied().filter(|s| *s != self.opts.shard).collect();
         for s in others {
@@ -190,9 +205,12 @@ impl Shard {
         }
         let wait = {
             let mut st = self.lock();
-            match st.p.forget(bound) {
+            match st.p.forget(bound, idle && !self.opts.read_only) {
                 Some(r) => match self.write(&mut st, &[r]) {
-                    Ok(ack) => ack,
+                    Ok(ack) => {
+                        st.forget_written = Instant::now();
+                        ack
+                    }
                     Err(_) => return,
                 },
                 None => return,

@@ -72,6 +72,7 @@ impl Shard {
             copies: Default::default(),
             incoming,
             requests: Default::default(),
+            forget_written: Instant::now(),
         };
         let (stop, _) = watch::channel(false);
         let shard = Arc::new(Shard {
@@ -107,9 +108,7 @@ impl Shard {
 /// own clocks, would miss them for as long (an acknowledged write not
 /// seen by a transaction that began after it).
 async fn wait_past(floor: Timestamp) {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as Timestamp);
+    let now = now_us();
     if floor > now {
         let wait = Duration::from_micros(floor - now);
         if wait > Duration::from_secs(5) {
@@ -117,4 +116,11 @@ async fn wait_past(floor: Timestamp) {
         }
         tokio::time::sleep(wait.min(Duration::from_secs(5))).await;
     }
+}
+
+/// The physical clock, in microseconds since the Unix epoch.
+pub(super) fn now_us() -> Timestamp {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as Timestamp)
 }
