@@ -6,6 +6,7 @@ mod bench_server;
 mod changes;
 mod cli_usage;
 mod cluster_change;
+mod cluster_changes;
 mod cluster_move;
 mod config_file;
 mod credentials;

@@ -29,8 +29,8 @@ use milliscale_client::Cluster;
 use milliscale_milana::shard_map::MapStore;
 
 pub(super) const BIN: &str = env!("CARGO_BIN_EXE_milliscale");
-const ACCOUNTS: u64 = 12;
-const INITIAL: i64 = 100;
+pub(super) const ACCOUNTS: u64 = 12;
+pub(super) const INITIAL: i64 = 100;
 const TERMINATION_MS: u64 = 300;
 
 /// A child process, killed (-9) when dropped.
@@ -127,9 +127,15 @@ pub(super) fn primary_with(dir: &Path, shard: u32, extra: &[&str]) -> Proc {
 
 /// Start a shard's standby on a fresh port.
 fn standby(dir: &Path, shard: u32) -> Proc {
+    standby_with(dir, shard, &[])
+}
+
+/// Start a shard's standby on a fresh port with `extra` arguments.
+pub(super) fn standby_with(dir: &Path, shard: u32, extra: &[&str]) -> Proc {
     let c = Command::new(BIN)
         .args(shard_args(dir, shard))
         .args(["--standby", "--listen", &free_port()])
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(log_file(dir, &format!("standby{shard}")))
         .spawn()
@@ -185,7 +191,7 @@ pub(super) fn cluster_with(dir: &Path, extra: &[&str]) -> Vec<Proc> {
 /// The oracle, in this process.
 pub(super) struct Oracle {
     maps: Arc<MapStore>,
-    client: Cluster,
+    pub(super) client: Cluster,
     dir: std::path::PathBuf,
     /// Acknowledged one-shot batches checked so far.
     pub(super) batches: std::sync::atomic::AtomicUsize,

@@ -24,8 +24,8 @@ use milliscale_milana::types::{CommitTs, cluster_key};
 use milliscale_server::shard::feed::{ClusterEvent, ClusterFeed};
 use milliscale_server::shard::past::cluster_at;
 
-use crate::cluster::{TABLE, account};
-use crate::cluster_fixture::{start_shard, three_shards_keeping};
+use crate::cluster::{TABLE, account, now_us};
+use crate::cluster_fixture::{Fixture, start_shard, three_shards_keeping};
 use crate::cluster_past::{ACCOUNTS, Acked, INITIAL, LISTS, append, list, rows_of, transfer};
 
 /// A store whose reads each take 50 ms more: shard 2's log read slowly,
@@ -71,12 +71,18 @@ impl ObjectStore for Slow {
 /// The consumer's map: cluster key to the version and value it holds.
 type State = BTreeMap<Vec<u8>, (CommitTs, Option<Vec<u8>>)>;
 
+/// A transaction's writes as delivered: cluster key, value.
+type Writes = Vec<(Vec<u8>, Option<Vec<u8>>)>;
+
 /// What the consumer saw: its map at each resolved timestamp, and each
-/// transaction delivered (version, writes).
+/// transaction delivered (version, writes); how far behind the clock each
+/// transaction was delivered, and each resolved timestamp was (µs).
 #[derive(Default)]
 struct Seen {
     points: Vec<(u64, State)>,
-    txns: Vec<(CommitTs, Vec<(Vec<u8>, Option<Vec<u8>>)>)>,
+    txns: Vec<(CommitTs, Writes)>,
+    delivery_lag: Vec<u64>,
+    resolved_lag: Vec<u64>,
 }
 
 /// Apply the feed until its resolved timestamp passes `until` (set once
@@ -94,9 +100,11 @@ fn consume(mut feed: ClusterFeed, until: Arc<AtomicU64>) -> Seen {
                     state.insert(k.clone(), (t.version, c.value.clone()));
                     writes.push((k, c.value));
                 }
+                seen.delivery_lag.push(now_us().saturating_sub(t.version.ts));
                 seen.txns.push((t.version, writes));
             }
             Some(ClusterEvent::Resolved(r)) => {
+                seen.resolved_lag.push(now_us().saturating_sub(r));
                 seen.points.push((r, state.clone()));
                 let u = until.load(Ordering::Relaxed);
                 if u > 0 && r >= u {
@@ -152,6 +160,48 @@ fn check(t: u64, state: &State, journal: &[Acked], finals: &[Vec<u8>]) {
     }
 }
 
+/// The delivered transactions and every resolved point against the
+/// journal.
+fn check_seen(seen: &Seen, journal: &[Acked], finals: &[Vec<u8>]) {
+    assert!(journal.len() > 100, "{} commits", journal.len());
+    assert!(seen.points.len() > 5, "{} resolved timestamps", seen.points.len());
+
+    // Delivered in version order, each version once.
+    for w in seen.txns.windows(2) {
+        assert!(w[0].0 < w[1].0, "out of order: {:?} then {:?}", w[0].0, w[1].0);
+    }
+    // Every acknowledged commit once, whole: all its writes, with its
+    // values, in one transaction.
+    // (The journal has a commit's timestamp, not its client: two
+    // transactions may share a timestamp.)
+    let mut by_ts: HashMap<u64, Vec<Writes>> = HashMap::new();
+    for (v, w) in &seen.txns {
+        let mut w = w.clone();
+        w.sort();
+        by_ts.entry(v.ts).or_default().push(w);
+    }
+    for a in journal {
+        let got = by_ts.get(&a.ts).unwrap_or_else(|| panic!("the commit at {} is missing", a.ts));
+        let mut want: Vec<_> = a.writes.iter().map(|(k, v)| (k.clone(), Some(v.clone()))).collect();
+        want.sort();
+        let keys = |w: &Writes| {
+            w.iter().map(|(k, _)| String::from_utf8_lossy(k).into_owned()).collect::<Vec<_>>()
+        };
+        assert!(
+            got.contains(&want),
+            "the commit at {} delivered as another: {:?} for {:?}",
+            a.ts,
+            got.iter().map(keys).collect::<Vec<_>>(),
+            keys(&want)
+        );
+    }
+    // Every resolved timestamp against the journal; some against the
+    // cluster read back at that point from the shards' logs.
+    for (t, state) in &seen.points {
+        check(*t, state, journal, finals);
+    }
+}
+
 /// One run: writers, two moves, a restart; the feed checked.
 async fn run(seed: u64) {
     let mut f = three_shards_keeping(
@@ -161,7 +211,8 @@ async fn run(seed: u64) {
         Duration::from_millis(300),
     )
     .await;
-    let maps = || MapStore::new(milliscale::store::open(&f.map_url).expect("map store"), "");
+    let map_url = f.map_url.clone();
+    let maps = || MapStore::new(milliscale::store::open(&map_url).expect("map store"), "");
     let options = |_: u32, url: &str| Ok(Options::new().store(url));
     // Opened on the empty cluster, before anything is written.
     let feed = tokio::task::block_in_place(|| {
@@ -186,6 +237,61 @@ async fn run(seed: u64) {
         let until = Arc::clone(&until);
         std::thread::spawn(move || consume(feed, until))
     };
+    let (journal, finals) = write(&mut f, seed).await;
+    until.store(journal.iter().map(|a| a.ts).max().expect("commits"), Ordering::Relaxed);
+    let seen = tokio::task::block_in_place(|| consumer.join()).expect("the consumer");
+    check_seen(&seen, &journal, &finals);
+    let m = maps();
+    let step = (seen.points.len() / 5).max(1);
+    for (t, state) in seen.points.iter().skip(1).step_by(step) {
+        let p = tokio::task::block_in_place(|| cluster_at(&m, *t, options, |_| {}))
+            .unwrap_or_else(|e| panic!("the cluster at {t}: {e}"));
+        let past: BTreeMap<_, _> =
+            rows_of(&p).into_iter().map(|(k, (v, value))| (k, (v, Some(value)))).collect();
+        assert_eq!(&past, state, "at {t}: the feed's map is not the cluster at that point");
+    }
+    // Resumed after a resolved timestamp in the middle: exactly the
+    // transactions above it, as the first feed delivered them (read back
+    // from the shards' retention windows where their newest checkpoint is
+    // past the cursor).
+    let cursor = seen.points[seen.points.len() / 2].0;
+    let again = tokio::task::block_in_place(|| {
+        let feed = ClusterFeed::open(
+            maps(),
+            Box::new(options),
+            ReplicaOptions::default(),
+            Some(cursor),
+            FeedFilter::default(),
+        )
+        .expect("the feed after a cursor");
+        consume(feed, Arc::clone(&until))
+    });
+    let after: Vec<_> = seen.txns.iter().filter(|(v, _)| v.ts > cursor).cloned().collect();
+    assert_eq!(again.txns.len(), after.len(), "resumed after {cursor}");
+    assert!(again.txns == after, "resumed after {cursor}: other transactions");
+    let pct = |v: &[u64], p: f64| {
+        let mut v = v.to_vec();
+        v.sort_unstable();
+        v[((v.len() - 1) as f64 * p) as usize] as f64 / 1000.0
+    };
+    eprintln!(
+        "seed {seed}: {} commits, {} delivered, {} resolved timestamps; delivered after its \
+         commit timestamp p50 {:.0} ms, p99 {:.0} ms; resolved behind the clock p50 {:.0} ms, \
+         p99 {:.0} ms",
+        journal.len(),
+        seen.txns.len(),
+        seen.points.len(),
+        pct(&seen.delivery_lag, 0.5),
+        pct(&seen.delivery_lag, 0.99),
+        pct(&seen.resolved_lag, 0.5),
+        pct(&seen.resolved_lag, 0.99),
+    );
+}
+
+/// The writers, two moves, a restart: the journal of acknowledged commits
+/// and the lists' final values.
+async fn write(f: &mut Fixture, seed: u64) -> (Vec<Acked>, Vec<Vec<u8>>) {
+    let maps = || MapStore::new(milliscale::store::open(&f.map_url).expect("map store"), "");
     let c = Cluster::connect(f.addrs[0].to_string()).await.expect("connect");
     c.create_table(TABLE).await.expect("create");
     // Cold rows on each shard, never written again: a move copies the
@@ -250,7 +356,7 @@ async fn run(seed: u64) {
     let (server, db) = f.servers[0].take().expect("shard 0");
     server.shutdown().await;
     db.close().await.expect("close");
-    f.servers[0] = Some(start_shard(&f, 0).await);
+    f.servers[0] = Some(start_shard(f, 0).await);
     let c = Cluster::connect(f.addrs[1].to_string()).await.expect("connect");
     for n in 0..20u32 {
         let acked = transfer(&c, n % ACCOUNTS, (n + 5) % ACCOUNTS, 3).await.expect("a commit");
@@ -261,79 +367,7 @@ async fn run(seed: u64) {
     for l in 0..LISTS {
         finals.push(c.get(TABLE, &list(l)).await.expect("a list").unwrap_or_default());
     }
-    until.store(journal.iter().map(|a| a.ts).max().expect("commits"), Ordering::Relaxed);
-    let seen = tokio::task::block_in_place(|| consumer.join()).expect("the consumer");
-    assert!(journal.len() > 100, "{} commits", journal.len());
-    assert!(seen.points.len() > 5, "{} resolved timestamps", seen.points.len());
-
-    // Delivered in version order, each version once.
-    for w in seen.txns.windows(2) {
-        assert!(w[0].0 < w[1].0, "out of order: {:?} then {:?}", w[0].0, w[1].0);
-    }
-    // Every acknowledged commit once, whole: all its writes, with its
-    // values, in one transaction.
-    // (The journal has a commit's timestamp, not its client: two
-    // transactions may share a timestamp.)
-    let mut by_ts: HashMap<u64, Vec<Vec<(Vec<u8>, Option<Vec<u8>>)>>> = HashMap::new();
-    for (v, w) in &seen.txns {
-        let mut w = w.clone();
-        w.sort();
-        by_ts.entry(v.ts).or_default().push(w);
-    }
-    for a in &journal {
-        let got = by_ts.get(&a.ts).unwrap_or_else(|| panic!("the commit at {} is missing", a.ts));
-        let mut want: Vec<_> = a.writes.iter().map(|(k, v)| (k.clone(), Some(v.clone()))).collect();
-        want.sort();
-        let keys = |w: &Vec<(Vec<u8>, Option<Vec<u8>>)>| {
-            w.iter().map(|(k, _)| String::from_utf8_lossy(k).into_owned()).collect::<Vec<_>>()
-        };
-        assert!(
-            got.contains(&want),
-            "the commit at {} delivered as another: {:?} for {:?}",
-            a.ts,
-            got.iter().map(keys).collect::<Vec<_>>(),
-            keys(&want)
-        );
-    }
-    // Every resolved timestamp against the journal; some against the
-    // cluster read back at that point from the shards' logs.
-    for (t, state) in &seen.points {
-        check(*t, state, &journal, &finals);
-    }
-    let m = maps();
-    let step = (seen.points.len() / 5).max(1);
-    for (t, state) in seen.points.iter().skip(1).step_by(step) {
-        let p = tokio::task::block_in_place(|| cluster_at(&m, *t, options, |_| {}))
-            .unwrap_or_else(|e| panic!("the cluster at {t}: {e}"));
-        let past: BTreeMap<_, _> =
-            rows_of(&p).into_iter().map(|(k, (v, value))| (k, (v, Some(value)))).collect();
-        assert_eq!(&past, state, "at {t}: the feed's map is not the cluster at that point");
-    }
-    // Resumed after a resolved timestamp in the middle: exactly the
-    // transactions above it, as the first feed delivered them (read back
-    // from the shards' retention windows where their newest checkpoint is
-    // past the cursor).
-    let cursor = seen.points[seen.points.len() / 2].0;
-    let again = tokio::task::block_in_place(|| {
-        let feed = ClusterFeed::open(
-            maps(),
-            Box::new(options),
-            ReplicaOptions::default(),
-            Some(cursor),
-            FeedFilter::default(),
-        )
-        .expect("the feed after a cursor");
-        consume(feed, Arc::clone(&until))
-    });
-    let after: Vec<_> = seen.txns.iter().filter(|(v, _)| v.ts > cursor).cloned().collect();
-    assert_eq!(again.txns.len(), after.len(), "resumed after {cursor}");
-    assert!(again.txns == after, "resumed after {cursor}: other transactions");
-    eprintln!(
-        "seed {seed}: {} commits, {} delivered, {} resolved timestamps",
-        journal.len(),
-        seen.txns.len(),
-        seen.points.len()
-    );
+    (journal, finals)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

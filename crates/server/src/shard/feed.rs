@@ -443,10 +443,12 @@ mod tests {
         read_txn(0, &mut pending, &mut b1, vec![row("z", v(10, 7), "2")]).expect("r");
         // A move's copy of `a` at the same version on the other shard.
         read_txn(0, &mut pending, &mut b1, vec![row("a", v(10, 7), "1"), bound(20)]).expect("r");
-        let (txns, low) = release(&mut pending, 0, b0.min(b1), &FeedFilter::default()).unwrap();
+        let (txns, low) =
+            release(&mut pending, 0, b0.min(b1), &FeedFilter::default()).expect("risen");
         assert_eq!((txns, low), (vec![], 4));
         read_txn(4, &mut pending, &mut b0, vec![bound(30)]).expect("r");
-        let (txns, low) = release(&mut pending, 4, b0.min(b1), &FeedFilter::default()).unwrap();
+        let (txns, low) =
+            release(&mut pending, 4, b0.min(b1), &FeedFilter::default()).expect("risen");
         assert_eq!(low, 19);
         assert_eq!(txns.len(), 1);
         assert_eq!(keys(&txns[0]), vec![&b"a"[..], &b"z"[..]]);

@@ -645,3 +645,10 @@ pub(crate) fn status_from(s: i32) -> Option<TxnStatus> {
         _ => None,
     }
 }
+
+/// The physical clock, in microseconds since the Unix epoch.
+fn now_us() -> Timestamp {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as Timestamp)
+}

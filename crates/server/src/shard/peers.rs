@@ -14,8 +14,7 @@ use proto::milliscale_client::MilliscaleClient;
 use tokio::sync::watch;
 use tonic::transport::Channel;
 
-use super::start::now_us;
-use super::{Shard, latest_map, status_from, txn_to};
+use super::{Shard, latest_map, now_us, status_from, txn_to};
 
 impl Shard {
     /// A client for shard `s`, from the current map: the one made before

@@ -108,7 +108,7 @@ impl Shard {
 /// own clocks, would miss them for as long (an acknowledged write not
 /// seen by a transaction that began after it).
 async fn wait_past(floor: Timestamp) {
-    let now = now_us();
+    let now = super::now_us();
     if floor > now {
         let wait = Duration::from_micros(floor - now);
         if wait > Duration::from_secs(5) {
@@ -116,11 +116,4 @@ async fn wait_past(floor: Timestamp) {
         }
         tokio::time::sleep(wait.min(Duration::from_secs(5))).await;
     }
-}
-
-/// The physical clock, in microseconds since the Unix epoch.
-pub(super) fn now_us() -> Timestamp {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as Timestamp)
 }
