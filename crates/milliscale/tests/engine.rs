@@ -15,6 +15,7 @@ mod commit_flush_target;
 mod commit_log_layout;
 mod drop_table;
 mod feed;
+mod feed_points;
 mod format_compatibility;
 mod fuzz_targets;
 mod history_disasters;

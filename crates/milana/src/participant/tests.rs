@@ -172,7 +172,8 @@ fn forgetting_keeps_undecided_and_undurable_decisions_and_refuses_late_prepares(
     assert_eq!(p.forget(100, true), None, "t3 holds it at 30");
     p.decide(t3, true, 30);
     p.decision_durable(t3);
-    assert_eq!(p.forget(40, true), Some(Record::Forget { below: 40, txns: vec![t3] }));
+    // (T2's late copy was refused as an abort, remembered again.)
+    assert_eq!(p.forget(40, true), Some(Record::Forget { below: 40, txns: vec![T2, t3] }));
     assert_eq!(p.forget(50, false), None);
     assert_eq!(p.forget(50, true), Some(Record::Forget { below: 50, txns: vec![] }));
     assert_eq!(p.forgotten(), 50);
