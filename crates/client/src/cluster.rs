@@ -68,6 +68,7 @@ pub struct ClusterBuilder {
     rpc_timeout: Duration,
     move_wait: Duration,
     local_validation: bool,
+    idle_leave: Option<Duration>,
 }
 
 /// A little over the least time between two reads of the map by a shard
@@ -143,6 +144,17 @@ impl ClusterBuilder {
         self
     }
 
+    /// With no transaction under way and no request for this long, tell
+    /// the shards this client left (`ShardLeave`, as [`Cluster::close`]),
+    /// so that its last mark does not hold their watermark (old versions,
+    /// forgotten decisions, a change feed's resolved timestamp) for the
+    /// shards' client silence; its next read marks it again. 1 s by
+    /// default; `None`: never.
+    pub fn idle_leave(mut self, idle: Option<Duration>) -> ClusterBuilder {
+        self.idle_leave = idle;
+        self
+    }
+
     /// Ask the shard at the builder's address for the map, and connect.
     pub async fn connect(self) -> Result<Cluster> {
         let first = self.client.clone().streamed_batches(false).connect().await?;
@@ -166,9 +178,15 @@ impl ClusterBuilder {
             // clock (µs), past any of its last run's.
             seq: AtomicU64::new(physical_now()),
             active: Mutex::new(BTreeSet::new()),
+            marked: AtomicU64::new(physical_now()),
+            left: std::sync::atomic::AtomicBool::new(false),
             first,
         };
-        Cluster { inner: Arc::new(inner) }
+        let inner = Arc::new(inner);
+        if let (Some(idle), Ok(rt)) = (self.idle_leave, tokio::runtime::Handle::try_current()) {
+            rt.spawn(close::leave_while_idle(Arc::downgrade(&inner), idle));
+        }
+        Cluster { inner }
     }
 }
 
@@ -207,6 +225,10 @@ struct Inner {
     seq: AtomicU64,
     /// The transactions under way: (begin, seq).
     active: Mutex<BTreeSet<(Timestamp, u64)>>,
+    /// When this client last sent its low-water mark (µs since the epoch),
+    /// and whether it has told its shards it left since.
+    marked: AtomicU64,
+    left: std::sync::atomic::AtomicBool,
 }
 
 /// A cluster (see the module's comment). Cheap to clone: clones share
@@ -250,6 +272,7 @@ impl Cluster {
             rpc_timeout: Duration::from_secs(2),
             move_wait: Duration::from_secs(15),
             local_validation: true,
+            idle_leave: Some(Duration::from_secs(1)),
         }
     }
 
@@ -504,6 +527,8 @@ impl Cluster {
     /// No transaction of this client will read below this: its oldest
     /// under way, or its clock if none is.
     fn low_water(&self) -> Timestamp {
+        self.inner.marked.store(physical_now(), Ordering::Relaxed);
+        self.inner.left.store(false, Ordering::Relaxed);
         let oldest = lock(&self.inner.active).first().map(|(ts, _)| *ts);
         oldest.unwrap_or_else(|| lock(&self.inner.clock).last())
     }

@@ -64,7 +64,11 @@ fn writer_run(db: &Database, seed: u64, w: u64, n: u64) -> u64 {
             } else {
                 for l in [la, lb] {
                     let old = tx.get(&lists, &list(l))?.unwrap_or_default();
-                    tx.put(&lists, &list(l), &[old, format!("{w}-{seed}-{i},").into_bytes()].concat())?;
+                    tx.put(
+                        &lists,
+                        &list(l),
+                        &[old, format!("{w}-{seed}-{i},").into_bytes()].concat(),
+                    )?;
                 }
             }
             Ok(tx.commit()?.wait()?.csn.unwrap_or(0))

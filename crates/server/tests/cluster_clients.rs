@@ -29,9 +29,11 @@ async fn remembered_after(addr: std::net::SocketAddr, reader: &Cluster, wait: Du
 async fn a_client_that_closes_stops_holding_the_shards_watermark() {
     let f = three_shards().await;
     let addr = f.addrs[0].to_string();
-    let gone = Cluster::builder(addr.clone()).client_id(1).connect().await.expect("connect");
-    let stays = Cluster::builder(addr.clone()).client_id(2).connect().await.expect("connect");
-    let silent = Cluster::builder(addr).client_id(3).connect().await.expect("connect");
+    // (None leaves by itself when idle: `idle_leave(None)`.)
+    let client = |id| Cluster::builder(addr.clone()).client_id(id).idle_leave(None).connect();
+    let gone = client(1).await.expect("connect");
+    let stays = client(2).await.expect("connect");
+    let silent = client(3).await.expect("connect");
     gone.create_table(TABLE).await.expect("create");
     // Each client is heard by shard 0 (account 0 is its key): a read
     // carries the client's mark (a blind write carries none).
@@ -57,4 +59,29 @@ async fn a_client_that_closes_stops_holding_the_shards_watermark() {
     // A client that left and comes back counts again, as a new client.
     gone.put(TABLE, &account(0), b"back").await.expect("a write after leaving");
     assert_eq!(stays.get(TABLE, &account(0)).await.expect("a read"), Some(b"back".to_vec()));
+}
+
+/// A client idle for its `idle_leave` leaves by itself, and one dropped
+/// leaves from a task: neither holds the watermark for the silence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_or_dropped_client_leaves_by_itself() {
+    let f = three_shards().await;
+    let addr = f.addrs[0].to_string();
+    let client = |id, idle| Cluster::builder(addr.clone()).client_id(id).idle_leave(idle).connect();
+    let stays = client(2, None).await.expect("connect");
+    let idle = client(3, Some(Duration::from_millis(300))).await.expect("connect");
+    let dropped = client(4, None).await.expect("connect");
+    stays.create_table(TABLE).await.expect("create");
+    stays.put(TABLE, &account(0), b"0").await.expect("a write");
+    for c in [&stays, &idle, &dropped] {
+        assert_eq!(c.get(TABLE, &account(0)).await.expect("a read"), Some(b"0".to_vec()));
+    }
+    drop(dropped);
+    for i in 0..40u32 {
+        stays.put(TABLE, &account(0), i.to_string().as_bytes()).await.expect("a write");
+    }
+    let left = remembered_after(f.addrs[0], &stays, Duration::from_secs(3)).await;
+    assert!(left < 10, "{left} decisions remembered with an idle and a dropped client");
+    // The idle client is heard again at its next read.
+    assert_eq!(idle.get(TABLE, &account(0)).await.expect("a read"), Some(b"39".to_vec()));
 }
