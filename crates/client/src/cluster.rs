@@ -148,8 +148,11 @@ impl ClusterBuilder {
     /// the shards this client left (`ShardLeave`, as [`Cluster::close`]),
     /// so that its last mark does not hold their watermark (old versions,
     /// forgotten decisions, a change feed's resolved timestamp) for the
-    /// shards' client silence; its next read marks it again. 1 s by
-    /// default; `None`: never.
+    /// shards' client silence; its next read marks it again. Off (`None`)
+    /// by default: a transaction that begins while the leave is on its way
+    /// can have its mark dropped with it, and a read-only transaction's
+    /// consistency rests on its marks (to fix: a leave that names the mark
+    /// it ends, ignored once a newer one is heard).
     pub fn idle_leave(mut self, idle: Option<Duration>) -> ClusterBuilder {
         self.idle_leave = idle;
         self
@@ -272,7 +275,7 @@ impl Cluster {
             rpc_timeout: Duration::from_secs(2),
             move_wait: Duration::from_secs(15),
             local_validation: true,
-            idle_leave: Some(Duration::from_secs(1)),
+            idle_leave: None,
         }
     }
 

@@ -50,9 +50,8 @@ impl Cluster {
 /// While the client lives: once it has had no transaction under way and
 /// sent no mark for `idle`, tell its shards it left, once until its next
 /// mark. (A transaction that begins while the leave is on its way may
-/// have its first mark dropped with it: its reads are then refused if
-/// the shard collected below them, and it is tried again; never a wrong
-/// answer.)
+/// have its mark dropped with it: so this is off by default, see
+/// `ClusterBuilder::idle_leave`.)
 pub(super) async fn leave_while_idle(inner: Weak<Inner>, idle: Duration) {
     loop {
         tokio::time::sleep(idle / 2).await;
