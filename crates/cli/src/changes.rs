@@ -89,7 +89,7 @@ pub(crate) fn changes(a: ChangesArgs) -> Result<(), Failure> {
     if let Some(map) = &a.map {
         let store = milliscale::store::open(map)
             .map_err(|e| Failure::Usage(format!("--map {map}: {e}")))?;
-        let maps = MapStore::new(store, &a.map_prefix);
+        let maps = std::sync::Arc::new(MapStore::new(store, &a.map_prefix));
         let options_of = Box::new(|_, url: &str| Ok(milliscale::Options::new().store(url)));
         let feed = ClusterFeed::open(maps, options_of, replica, a.after, filter)?;
         return cluster_changes(feed, run_for, a.until);

@@ -61,17 +61,68 @@ impl Changes {
             Event::Resolved(n) => Some(ChangeEvent::Resolved(n)),
             Event::Commit(t) => Some(ChangeEvent::Commit {
                 csn: t.csn,
-                changes: t
-                    .changes
-                    .into_iter()
-                    .map(|c| Change {
-                        table: c.table,
-                        key: c.key.into(),
-                        value: c.value.map(Vec::from),
-                    })
-                    .collect(),
+                changes: t.changes.into_iter().map(change).collect(),
             }),
         })
+    }
+}
+
+/// What a cluster's feed sends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClusterChangeEvent {
+    /// A committed transaction, whole (its writes on every shard).
+    Commit {
+        /// Its commit timestamp.
+        ts: u64,
+        /// Its client.
+        client: u32,
+        /// Its writes (those the filter keeps), by table and key.
+        changes: Vec<Change>,
+    },
+    /// Every transaction at or below this commit timestamp has been sent:
+    /// the cursor to save once everything before it is handled.
+    Resolved(u64),
+}
+
+/// A cluster's feed's events, as they come: call [`ClusterChanges::next`].
+#[derive(Debug)]
+pub struct ClusterChanges(Changes);
+
+impl ClusterChanges {
+    /// The next event; `None` once the shard ended the feed.
+    pub async fn next(&mut self) -> Result<Option<ClusterChangeEvent>> {
+        loop {
+            let Some(r) = self.0.stream.message().await? else { return Ok(None) };
+            match r.event {
+                Some(Event::Resolved(t)) => return Ok(Some(ClusterChangeEvent::Resolved(t))),
+                Some(Event::Commit(t)) => {
+                    return Ok(Some(ClusterChangeEvent::Commit {
+                        ts: t.ts,
+                        client: t.client,
+                        changes: t.changes.into_iter().map(change).collect(),
+                    }));
+                }
+                None => {}
+            }
+        }
+    }
+}
+
+fn change(c: proto::Change) -> Change {
+    Change { table: c.table, key: c.key.into(), value: c.value.map(Vec::from) }
+}
+
+impl crate::Cluster {
+    /// The cluster's change feed after `cursor` (the last resolved
+    /// timestamp handled; `None`: from now), merged by commit timestamp
+    /// from every shard's log (decision record 0014, "A cluster"), run by
+    /// the shard this cluster was opened through.
+    pub async fn changes(
+        &self,
+        cursor: Option<u64>,
+        filter: ChangeFilter,
+    ) -> Result<ClusterChanges> {
+        Ok(ClusterChanges(self.first_client().changes(cursor, filter).await?))
     }
 }
 

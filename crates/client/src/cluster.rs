@@ -148,11 +148,9 @@ impl ClusterBuilder {
     /// the shards this client left (`ShardLeave`, as [`Cluster::close`]),
     /// so that its last mark does not hold their watermark (old versions,
     /// forgotten decisions, a change feed's resolved timestamp) for the
-    /// shards' client silence; its next read marks it again. Off (`None`)
-    /// by default: a transaction that begins while the leave is on its way
-    /// can have its mark dropped with it, and a read-only transaction's
-    /// consistency rests on its marks (to fix: a leave that names the mark
-    /// it ends, ignored once a newer one is heard).
+    /// shards' client silence; its next read marks it again. Off by
+    /// default: a transaction begun while the leave is on its way can lose
+    /// its marks, on which a read-only transaction's consistency rests.
     pub fn idle_leave(mut self, idle: Option<Duration>) -> ClusterBuilder {
         self.idle_leave = idle;
         self
@@ -525,6 +523,11 @@ impl Cluster {
             Ok(existed)
         })
         .await
+    }
+
+    /// The connection the cluster was opened through.
+    pub(crate) fn first_client(&self) -> &Client {
+        &self.inner.first
     }
 
     /// No transaction of this client will read below this: its oldest

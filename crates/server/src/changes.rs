@@ -5,6 +5,10 @@
 //! but it holds a replica's copy of the database in memory, so a server
 //! runs at most [`FEEDS_MAX`] at once.
 //!
+//! On a cluster's shard, the call runs the cluster's feed
+//! (`shard::feed::ClusterFeed`): every shard's log, read from the stores
+//! the map names, merged by commit timestamp.
+//!
 //! Invariants:
 //! - events go out in the feed's order: each transaction whole, then the
 //!   resolved points; a client that does not read holds the feed back
@@ -15,7 +19,10 @@
 use std::pin::Pin;
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use milliscale::feed::{Feed, FeedEvent, FeedFilter};
+use milliscale_milana::shard_map::MapStore;
 use milliscale_proto::v1 as proto;
 use tokio::sync::mpsc;
 use tokio_stream::Stream;
@@ -23,6 +30,7 @@ use tonic::Status;
 
 use crate::errors::{engine, refuse};
 use crate::service::{Backend, Service};
+use crate::shard::feed::{ClusterEvent, ClusterFeed};
 
 /// The feeds a server runs at once.
 pub const FEEDS_MAX: usize = 4;
@@ -44,7 +52,6 @@ impl Service {
         r: proto::ChangesRequest,
     ) -> Result<ChangesStream, Status> {
         self.new_work()?;
-        self.single_server("Changes")?;
         let permit = std::sync::Arc::clone(&self.feeds).try_acquire_owned().map_err(|_| {
             refuse::limit(format!(
                 "this server already runs {FEEDS_MAX} change feeds (each holds a replica's copy \
@@ -53,6 +60,9 @@ impl Service {
             ))
         })?;
         let filter = FeedFilter { tables: r.tables, prefix: r.prefix.map(Vec::from) };
+        if let Some(shard) = &self.shard {
+            return self.open_cluster_changes(shard.map_store(), r.after, filter, permit).await;
+        }
         let backend = self.backend.clone();
         let feed = tokio::task::spawn_blocking(move || match backend {
             Backend::Writer(db) => db.blocking().changes(r.after, filter),
@@ -71,6 +81,71 @@ impl Service {
     }
 }
 
+impl Service {
+    /// A cluster's feed (`ClusterFeed`), read by this shard's process from
+    /// every shard's log in the stores the map names.
+    async fn open_cluster_changes(
+        &self,
+        maps: Arc<MapStore>,
+        after: Option<u64>,
+        filter: FeedFilter,
+        permit: tokio::sync::OwnedSemaphorePermit,
+    ) -> Result<ChangesStream, Status> {
+        let options_of = Box::new(|_, url: &str| Ok(milliscale::Options::new().store(url)));
+        let replica = milliscale::ReplicaOptions::default();
+        let feed = tokio::task::spawn_blocking(move || {
+            ClusterFeed::open(maps, options_of, replica, after, filter)
+        })
+        .await
+        .map_err(|e| Status::internal(format!("opening the feed: {e}")))?
+        .map_err(Status::unavailable)?;
+        let (tx, rx) = mpsc::channel(HELD);
+        let stop = self.stop.clone();
+        tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            run_cluster(feed, &tx, &stop);
+        });
+        Ok(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx)))
+    }
+}
+
+/// [`run`] for a cluster's feed.
+fn run_cluster(
+    mut feed: ClusterFeed,
+    tx: &mpsc::Sender<Result<proto::ChangesResponse, Status>>,
+    stop: &tokio::sync::watch::Receiver<bool>,
+) {
+    use proto::changes_response::Event;
+    while !tx.is_closed() && !*stop.borrow() {
+        let event = match feed.next_timeout(CHECK) {
+            Ok(None) => continue,
+            Ok(Some(ClusterEvent::Resolved(t))) => Event::Resolved(t),
+            Ok(Some(ClusterEvent::Commit(t))) => Event::Commit(proto::ChangedTransaction {
+                csn: 0,
+                ts: t.version.ts,
+                client: t.version.client,
+                changes: t
+                    .changes
+                    .into_iter()
+                    .map(|c| proto::Change {
+                        table: c.table,
+                        key: c.key.into(),
+                        value: c.value.map(Into::into),
+                    })
+                    .collect(),
+            }),
+            Err(e) => {
+                let _ = tx.blocking_send(Err(Status::unavailable(e)));
+                return;
+            }
+        };
+        let msg = proto::ChangesResponse { event: Some(event) };
+        if tx.blocking_send(Ok(msg)).is_err() {
+            return;
+        }
+    }
+}
+
 /// Send `feed`'s events on `tx` until the client goes away, the server
 /// stops, or the feed fails.
 fn run(
@@ -85,6 +160,8 @@ fn run(
             Ok(Some(FeedEvent::Resolved(n))) => Event::Resolved(n),
             Ok(Some(FeedEvent::Commit(t))) => Event::Commit(proto::ChangedTransaction {
                 csn: t.csn,
+                ts: 0,
+                client: 0,
                 changes: t
                     .changes
                     .into_iter()

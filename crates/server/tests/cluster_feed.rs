@@ -212,7 +212,8 @@ async fn run(seed: u64) {
     )
     .await;
     let map_url = f.map_url.clone();
-    let maps = || MapStore::new(milliscale::store::open(&map_url).expect("map store"), "");
+    let maps =
+        || Arc::new(MapStore::new(milliscale::store::open(&map_url).expect("map store"), ""));
     let options = |_: u32, url: &str| Ok(Options::new().store(url));
     // Opened on the empty cluster, before anything is written.
     let feed = tokio::task::block_in_place(|| {
@@ -244,7 +245,7 @@ async fn run(seed: u64) {
     let m = maps();
     let step = (seen.points.len() / 5).max(1);
     for (t, state) in seen.points.iter().skip(1).step_by(step) {
-        let p = tokio::task::block_in_place(|| cluster_at(&m, *t, options, |_| {}))
+        let p = tokio::task::block_in_place(|| cluster_at(m.as_ref(), *t, options, |_| {}))
             .unwrap_or_else(|e| panic!("the cluster at {t}: {e}"));
         let past: BTreeMap<_, _> =
             rows_of(&p).into_iter().map(|(k, (v, value))| (k, (v, Some(value)))).collect();
@@ -379,4 +380,69 @@ async fn a_cluster_feed_reproduces_the_cluster_at_every_resolved_timestamp() {
     for seed in 1..=seeds {
         run(seed).await;
     }
+}
+
+/// The cluster's feed over a shard's `Changes` call
+/// (`Cluster::changes`): opened before the writes, it sends every
+/// acknowledged transfer once, whole, in version order, then a resolved
+/// timestamp past the last; filtered to a key prefix, only those keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_feed_through_a_shards_changes_call() {
+    use milliscale_client::{ChangeFilter, ClusterChangeEvent};
+    let f = three_shards_keeping(
+        Duration::from_millis(200),
+        Duration::from_secs(30),
+        None,
+        Duration::from_millis(300),
+    )
+    .await;
+    let c = Cluster::connect(f.addrs[1].to_string()).await.expect("connect");
+    c.create_table(TABLE).await.expect("create");
+    let mut feed = c.changes(None, ChangeFilter::default()).await.expect("the feed");
+    let only_a01 = ChangeFilter { tables: vec![TABLE.into()], prefix: Some(b"a01".to_vec()) };
+    let mut filtered = c.changes(None, only_a01).await.expect("a filtered feed");
+    let mut journal = Vec::new();
+    for n in 0..30u32 {
+        journal
+            .push(transfer(&c, n % ACCOUNTS, (n * 5 + 1) % ACCOUNTS, 2).await.expect("a commit"));
+    }
+    let last = journal.iter().map(|a| a.ts).max().expect("commits");
+    let mut got: HashMap<u64, Writes> = HashMap::new();
+    let mut prev = (0, 0);
+    loop {
+        let e = tokio::time::timeout(Duration::from_secs(30), feed.next()).await;
+        match e.expect("an event in time").expect("the feed").expect("open") {
+            ClusterChangeEvent::Commit { ts, client, changes } => {
+                assert!((ts, client) > prev, "out of order");
+                prev = (ts, client);
+                let w = changes.into_iter().map(|c| (cluster_key(&c.table, &c.key), c.value));
+                assert!(got.insert(ts, w.collect()).is_none(), "{ts} twice");
+            }
+            ClusterChangeEvent::Resolved(t) if t >= last => break,
+            ClusterChangeEvent::Resolved(_) => {}
+        }
+    }
+    for a in &journal {
+        let mut w =
+            got.remove(&a.ts).unwrap_or_else(|| panic!("the commit at {} is missing", a.ts));
+        let mut want: Writes = a.writes.iter().map(|(k, v)| (k.clone(), Some(v.clone()))).collect();
+        w.sort();
+        want.sort();
+        assert_eq!(w, want, "the commit at {}", a.ts);
+    }
+    // The filtered feed: only account 1's writes.
+    let mut seen = 0;
+    loop {
+        let e = tokio::time::timeout(Duration::from_secs(30), filtered.next()).await;
+        match e.expect("an event in time").expect("the feed").expect("open") {
+            ClusterChangeEvent::Commit { changes, .. } => {
+                assert!(changes.iter().all(|c| c.key == account(1)), "{changes:?}");
+                seen += 1;
+            }
+            ClusterChangeEvent::Resolved(t) if t >= last => break,
+            ClusterChangeEvent::Resolved(_) => {}
+        }
+    }
+    let want = journal.iter().filter(|a| a.writes.iter().any(|(k, _)| k.ends_with(b"a01"))).count();
+    assert_eq!(seen, want, "account 1's transfers");
 }

@@ -41,6 +41,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::Bound;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use milliscale::feed::{Feed, FeedChange, FeedEvent, FeedFilter};
@@ -96,7 +97,7 @@ struct ShardFeed {
 
 /// A cluster's change feed; see the module docs.
 pub struct ClusterFeed {
-    maps: MapStore,
+    maps: Arc<MapStore>,
     options_of: OptionsOf,
     replica: ReplicaOptions,
     shards: BTreeMap<ShardId, ShardFeed>,
@@ -133,7 +134,7 @@ impl ClusterFeed {
     /// timestamp `cursor` (`None`: from now), each shard's log opened
     /// through `options_of` and followed with `replica`'s polling.
     pub fn open(
-        maps: MapStore,
+        maps: Arc<MapStore>,
         options_of: OptionsOf,
         replica: ReplicaOptions,
         cursor: Option<Timestamp>,

@@ -280,7 +280,12 @@ impl Shard {
         self.started
     }
 
-    /// This shard.
+    /// The store of the cluster's map.
+    pub(crate) fn map_store(&self) -> Arc<MapStore> {
+        Arc::clone(&self.maps)
+    }
+
+    /// This shard's id.
     pub fn id(&self) -> ShardId {
         self.opts.shard
     }
