@@ -24,6 +24,7 @@ use std::sync::Arc;
 use milliscale::feed::{Feed, FeedEvent, FeedFilter};
 use milliscale_milana::shard_map::MapStore;
 use milliscale_proto::v1 as proto;
+use proto::changes_response::Event;
 use tokio::sync::mpsc;
 use tokio_stream::Stream;
 use tonic::Status;
@@ -75,7 +76,8 @@ impl Service {
         let stop = self.stop.clone();
         tokio::task::spawn_blocking(move || {
             let _permit = permit;
-            run(feed, &tx, &stop);
+            let mut feed = feed;
+            run(|| feed_event(&mut feed), &tx, &stop);
         });
         Ok(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx)))
     }
@@ -103,77 +105,61 @@ impl Service {
         let stop = self.stop.clone();
         tokio::task::spawn_blocking(move || {
             let _permit = permit;
-            run_cluster(feed, &tx, &stop);
+            let mut feed = feed;
+            run(|| cluster_event(&mut feed), &tx, &stop);
         });
         Ok(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx)))
     }
 }
 
-/// [`run`] for a cluster's feed.
-fn run_cluster(
-    mut feed: ClusterFeed,
-    tx: &mpsc::Sender<Result<proto::ChangesResponse, Status>>,
-    stop: &tokio::sync::watch::Receiver<bool>,
-) {
-    use proto::changes_response::Event;
-    while !tx.is_closed() && !*stop.borrow() {
-        let event = match feed.next_timeout(CHECK) {
-            Ok(None) => continue,
-            Ok(Some(ClusterEvent::Resolved(t))) => Event::Resolved(t),
-            Ok(Some(ClusterEvent::Commit(t))) => Event::Commit(proto::ChangedTransaction {
-                csn: 0,
-                ts: t.version.ts,
-                client: t.version.client,
-                changes: t
-                    .changes
-                    .into_iter()
-                    .map(|c| proto::Change {
-                        table: c.table,
-                        key: c.key.into(),
-                        value: c.value.map(Into::into),
-                    })
-                    .collect(),
-            }),
-            Err(e) => {
-                let _ = tx.blocking_send(Err(Status::unavailable(e)));
-                return;
-            }
-        };
-        let msg = proto::ChangesResponse { event: Some(event) };
-        if tx.blocking_send(Ok(msg)).is_err() {
-            return;
-        }
-    }
+type Sender = mpsc::Sender<Result<proto::ChangesResponse, Status>>;
+
+/// A change as sent.
+fn change(table: String, key: Vec<u8>, value: Option<Vec<u8>>) -> proto::Change {
+    proto::Change { table, key: key.into(), value: value.map(Into::into) }
 }
 
-/// Send `feed`'s events on `tx` until the client goes away, the server
-/// stops, or the feed fails.
+/// A cluster's feed's next event, as sent.
+fn cluster_event(feed: &mut ClusterFeed) -> Result<Option<Event>, Status> {
+    Ok(match feed.next_timeout(CHECK).map_err(Status::unavailable)? {
+        None => None,
+        Some(ClusterEvent::Resolved(t)) => Some(Event::Resolved(t)),
+        Some(ClusterEvent::Commit(t)) => Some(Event::Commit(proto::ChangedTransaction {
+            csn: 0,
+            ts: t.version.ts,
+            client: t.version.client,
+            changes: t.changes.into_iter().map(|c| change(c.table, c.key, c.value)).collect(),
+        })),
+    })
+}
+
+/// A database's feed's next event, as sent.
+fn feed_event(feed: &mut Feed) -> Result<Option<Event>, Status> {
+    Ok(match feed.next_timeout(CHECK).map_err(|e| engine(&e))? {
+        None => None,
+        Some(FeedEvent::Resolved(n)) => Some(Event::Resolved(n)),
+        Some(FeedEvent::Commit(t)) => Some(Event::Commit(proto::ChangedTransaction {
+            csn: t.csn,
+            ts: 0,
+            client: 0,
+            changes: t.changes.into_iter().map(|c| change(c.table, c.key, c.value)).collect(),
+        })),
+    })
+}
+
+/// Send the events `next` gives on `tx` until the client goes away, the
+/// server stops, or the feed fails (its error the last message).
 fn run(
-    mut feed: Feed,
-    tx: &mpsc::Sender<Result<proto::ChangesResponse, Status>>,
+    mut next: impl FnMut() -> Result<Option<Event>, Status>,
+    tx: &Sender,
     stop: &tokio::sync::watch::Receiver<bool>,
 ) {
-    use proto::changes_response::Event;
     while !tx.is_closed() && !*stop.borrow() {
-        let event = match feed.next_timeout(CHECK) {
+        let event = match next() {
             Ok(None) => continue,
-            Ok(Some(FeedEvent::Resolved(n))) => Event::Resolved(n),
-            Ok(Some(FeedEvent::Commit(t))) => Event::Commit(proto::ChangedTransaction {
-                csn: t.csn,
-                ts: 0,
-                client: 0,
-                changes: t
-                    .changes
-                    .into_iter()
-                    .map(|c| proto::Change {
-                        table: c.table,
-                        key: c.key.into(),
-                        value: c.value.map(Into::into),
-                    })
-                    .collect(),
-            }),
+            Ok(Some(e)) => e,
             Err(e) => {
-                let _ = tx.blocking_send(Err(engine(&e)));
+                let _ = tx.blocking_send(Err(e));
                 return;
             }
         };
