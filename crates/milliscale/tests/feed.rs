@@ -30,7 +30,7 @@ impl Rng {
     }
 }
 
-type Rows = BTreeMap<(String, Vec<u8>), Vec<u8>>;
+pub(crate) type Rows = BTreeMap<(String, Vec<u8>), Vec<u8>>;
 
 /// Commit `n` random transactions, each 1-4 writes (a put, a patch of an
 /// existing row, or a delete) in tables `a` and `b`; the transactions as
@@ -118,8 +118,13 @@ fn with_two_tables(o: milliscale::Options) -> Database {
 }
 
 fn db_rows(db: &Database) -> Rows {
+    rows_in(db, &["a", "b"])
+}
+
+/// Every row of `tables` in `db`.
+pub(crate) fn rows_in(db: &Database, tables: &[&str]) -> Rows {
     let mut out = Rows::new();
-    for name in ["a", "b"] {
+    for &name in tables {
         let t = db.open_table(name).expect("table");
         let mut tx = db.begin().expect("begin");
         for (k, v) in tx

@@ -9,20 +9,18 @@
 //! Three seeds; the writer checkpoints halfway.
 
 use std::collections::BTreeMap;
-use std::ops::Bound;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::common::{fast_polls as fast, followed_writer as writer};
+use crate::feed::Rows;
 use milliscale::feed::{Feed, FeedEvent, FeedFilter};
-use milliscale::{At, Database, Direction};
+use milliscale::{At, Database};
 use objstore::{MemoryStore, ObjectStore};
 
 const ACCOUNTS: u64 = 10;
 const INITIAL: u64 = 100;
 const LISTS: u64 = 6;
-
-type Rows = BTreeMap<(String, Vec<u8>), Vec<u8>>;
 
 fn account(i: u64) -> Vec<u8> {
     format!("acct{i:02}").into_bytes()
@@ -91,18 +89,7 @@ fn writer_run(db: &Database, seed: u64, w: u64, n: u64) -> u64 {
 }
 
 fn rows_of(db: &Database) -> Rows {
-    let mut out = Rows::new();
-    for name in ["bank", "lists"] {
-        let t = db.open_table(name).expect("table");
-        let mut tx = db.begin().expect("begin");
-        for (k, v) in tx
-            .scan(&t, Bound::Unbounded, Bound::Unbounded, Direction::Forward, usize::MAX)
-            .expect("scan")
-        {
-            out.insert((name.to_owned(), k), v);
-        }
-    }
-    out
+    crate::feed::rows_in(db, &["bank", "lists"])
 }
 
 /// The bank's total and the appends' atomicity in `rows`.

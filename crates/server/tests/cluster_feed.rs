@@ -26,7 +26,7 @@ use milliscale_server::shard::past::cluster_at;
 
 use crate::cluster::{TABLE, account, now_us};
 use crate::cluster_fixture::{Fixture, start_shard, three_shards_keeping};
-use crate::cluster_past::{ACCOUNTS, Acked, INITIAL, LISTS, append, list, rows_of, transfer};
+use crate::cluster_past::{ACCOUNTS, Acked, LISTS, append, check_rows, list, rows_of, transfer};
 
 /// A store whose reads each take 50 ms more: shard 2's log read slowly,
 /// so that the feed reads the other shards' bounds well ahead of it.
@@ -117,47 +117,13 @@ fn consume(mut feed: ClusterFeed, until: Arc<AtomicU64>) -> Seen {
     panic!("the feed's resolved timestamp never passed the last commit: {feed:?}");
 }
 
-fn balance(v: Option<&(CommitTs, Option<Vec<u8>>)>) -> u64 {
-    v.and_then(|(_, v)| v.as_ref())
-        .map_or(INITIAL, |v| String::from_utf8_lossy(v).parse().expect("a balance"))
-}
-
-/// The consumer's map at `t` against the journal and the lists' finals.
+/// The consumer's map at `t` against the journal and the lists' finals,
+/// as `cluster_past` checks the cluster read back (a deletion as an
+/// empty value, as there).
 fn check(t: u64, state: &State, journal: &[Acked], finals: &[Vec<u8>]) {
-    let mut expect: BTreeMap<&[u8], (u64, &[u8])> = BTreeMap::new();
-    for a in journal.iter().filter(|a| a.ts <= t) {
-        for (k, v) in &a.writes {
-            let e = expect.entry(k).or_insert((0, &[]));
-            if a.ts > e.0 {
-                *e = (a.ts, v);
-            }
-        }
-    }
-    for (k, (ts, v)) in &expect {
-        let (got, value) = state.get(*k).unwrap_or_else(|| panic!("at {t}: {k:?} is missing"));
-        assert!(got.ts >= *ts, "at {t}: {k:?} lacks the acknowledged commit at {ts}");
-        if got.ts == *ts {
-            assert_eq!(value.as_deref(), Some(*v), "at {t}: {k:?}'s value at {ts}");
-        }
-    }
-    for (k, (v, _)) in state {
-        assert!(v.ts <= t, "at {t}: {k:?} holds a version above the point, {v:?}");
-    }
-    let total: u64 =
-        (0..ACCOUNTS).map(|i| balance(state.get(&cluster_key(TABLE, &account(i))))).sum();
-    assert_eq!(total, u64::from(ACCOUNTS) * INITIAL, "at {t}: the bank's total");
-    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
-    for (l, fin) in finals.iter().enumerate() {
-        let v = state.get(&cluster_key(TABLE, &list(l))).and_then(|(_, v)| v.clone());
-        let v = v.unwrap_or_default();
-        assert!(fin.starts_with(&v), "at {t}: list {l} is no prefix of its final value");
-        for id in String::from_utf8(v).expect("utf8").split(',').filter(|s| !s.is_empty()) {
-            *seen.entry(id.to_owned()).or_default() += 1;
-        }
-    }
-    for (id, n) in seen {
-        assert_eq!(n, 2, "at {t}: append {id} is in {n} of its 2 lists");
-    }
+    let rows =
+        state.iter().map(|(k, (v, value))| (k.clone(), (*v, value.clone().unwrap_or_default())));
+    check_rows(t, &rows.collect(), journal, finals);
 }
 
 /// The delivered transactions and every resolved point against the

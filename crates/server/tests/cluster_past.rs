@@ -108,7 +108,17 @@ pub(crate) fn rows_of(p: &ClusterPast) -> BTreeMap<Vec<u8>, (CommitTs, Vec<u8>)>
 
 /// Check the past at `t` against the journal and the lists' final values.
 fn check(t: u64, p: &ClusterPast, journal: &[Acked], finals: &[Vec<u8>]) {
-    let rows = rows_of(p);
+    check_rows(t, &rows_of(p), journal, finals);
+}
+
+/// Check the cluster's rows at `t` (key to version and value, a deletion
+/// as an empty value) against the journal and the lists' final values.
+pub(crate) fn check_rows(
+    t: u64,
+    rows: &BTreeMap<Vec<u8>, (CommitTs, Vec<u8>)>,
+    journal: &[Acked],
+    finals: &[Vec<u8>],
+) {
     // Every key: the newest journaled write at or below t, or a newer
     // write at or below t whose acknowledgment was lost (none here: the
     // journal has every commit that returned).
@@ -129,7 +139,7 @@ fn check(t: u64, p: &ClusterPast, journal: &[Acked], finals: &[Vec<u8>]) {
             assert_eq!(value.as_slice(), *v, "at {t}: {k:?}'s value at {ts}");
         }
     }
-    for (k, (v, _)) in &rows {
+    for (k, (v, _)) in rows {
         assert!(v.ts <= t, "at {t}: {k:?} holds a version above the point, {v:?}");
     }
     // The bank's total.
