@@ -45,13 +45,24 @@ use crate::table::TableInner;
 /// the writer (`mvcc::gc`).
 const FULL_WALK_EVERY: u64 = gc::FULL_WALK_EVERY;
 
+/// The whole value a delta record left, kept for a change feed's tap
+/// (`tap::hand_over`) so that it need not look the row up again: the
+/// `record`-th record of the `entry`-th entry of the run.
+#[derive(Debug)]
+pub(crate) struct Whole {
+    pub(crate) entry: u32,
+    pub(crate) record: u32,
+    pub(crate) value: Vec<u8>,
+}
+
 /// Apply `entries`, consecutive transactions in CSN order, on `threads`
 /// threads (the caller's and `threads - 1` more), partitioned by key; a
 /// run of fewer than `parallel_min` records on the calling thread alone.
-/// Returns the records applied; the records left holding the version they
-/// replaced go to `retrims`. On an error some records of the run may be
-/// in: the caller stops without moving its applied CSN past the run, so no
-/// reader sees them.
+/// Returns the records applied and, with `wholes`, the whole value each
+/// delta record left, in (entry, record) order; the records left holding
+/// the version they replaced go to `retrims`. On an error some records of
+/// the run may be in: the caller stops without moving its applied CSN past
+/// the run, so no reader sees them.
 pub(crate) fn apply_batch(
     tables: &[Arc<TableInner>],
     entries: &[Entry],
@@ -59,7 +70,8 @@ pub(crate) fn apply_batch(
     threads: usize,
     parallel_min: usize,
     retrims: &Retrims,
-) -> Result<u64> {
+    wholes: bool,
+) -> Result<(u64, Vec<Whole>)> {
     let records: usize = entries
         .iter()
         .map(|e| match e {
@@ -68,18 +80,53 @@ pub(crate) fn apply_batch(
         })
         .sum();
     let threads = threads.max(1);
-    let (n, again) = if threads == 1 || records < parallel_min {
-        let guard = crossbeam_epoch::pin();
-        let (mut n, mut again) = (0, Vec::new());
-        for e in entries {
-            n += apply_entry(tables, e, horizon, Partition::ALL, &mut again, &guard)?;
-        }
-        (n, again)
+    let mut out = if threads == 1 || records < parallel_min {
+        apply_part(tables, entries, horizon, Partition::ALL, wholes)?
     } else {
-        apply_partitioned(tables, entries, horizon, threads)?
+        apply_partitioned(tables, entries, horizon, threads, wholes)?
     };
-    retrims.cycle(&again, horizon, 0, &mut gc::Due::new());
-    Ok(n)
+    retrims.cycle(&out.again, horizon, 0, &mut gc::Due::new());
+    if let Some(w) = &mut out.wholes {
+        w.sort_unstable_by_key(|w| (w.entry, w.record));
+    }
+    Ok((out.n, out.wholes.unwrap_or_default()))
+}
+
+/// What applying (part of) a run did.
+#[derive(Debug)]
+struct Applied {
+    n: u64,
+    /// Records whose chain still holds the version they replaced.
+    again: Vec<Retrim>,
+    /// Deltas' whole values, if asked for.
+    wholes: Option<Vec<Whole>>,
+}
+
+impl Applied {
+    fn extend(&mut self, other: Applied) {
+        self.n += other.n;
+        self.again.extend(other.again);
+        if let (Some(w), Some(o)) = (&mut self.wholes, other.wholes) {
+            w.extend(o);
+        }
+    }
+}
+
+/// Apply the records of `entries` whose keys `part` owns, in order.
+fn apply_part(
+    tables: &[Arc<TableInner>],
+    entries: &[Entry],
+    horizon: Csn,
+    part: Partition,
+    wholes: bool,
+) -> Result<Applied> {
+    let guard = crossbeam_epoch::pin();
+    let mut out = Applied { n: 0, again: Vec::new(), wholes: wholes.then(Vec::new) };
+    for (i, e) in entries.iter().enumerate() {
+        let sink = out.wholes.as_mut().map(|w| (i as u32, w));
+        out.n += apply_entry(tables, e, horizon, part, &mut out.again, sink, &guard)?;
+    }
+    Ok(out)
 }
 
 /// [`apply_batch`] on `threads` threads whatever the run's size.
@@ -88,15 +135,10 @@ fn apply_partitioned(
     entries: &[Entry],
     horizon: Csn,
     threads: usize,
-) -> Result<(u64, Vec<Retrim>)> {
+    wholes: bool,
+) -> Result<Applied> {
     let part = |index: usize| {
-        let guard = crossbeam_epoch::pin();
-        let (mut n, mut again) = (0, Vec::new());
-        let part = Partition { index, of: threads };
-        for e in entries {
-            n += apply_entry(tables, e, horizon, part, &mut again, &guard)?;
-        }
-        Ok::<(u64, Vec<Retrim>), Error>((n, again))
+        apply_part(tables, entries, horizon, Partition { index, of: threads }, wholes)
     };
     std::thread::scope(|s| {
         // A partition whose thread cannot start is applied here.
@@ -108,16 +150,14 @@ fn apply_partitioned(
                     .map_err(|_| i)
             })
             .collect();
-        let (mut n, mut again) = part(0)?;
+        let mut out = part(0)?;
         for h in others {
-            let (m, more) = match h {
+            out.extend(match h {
                 Ok(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))?,
                 Err(i) => part(i)?,
-            };
-            n += m;
-            again.extend(more);
+            });
         }
-        Ok((n, again))
+        Ok(out)
     })
 }
 
@@ -139,20 +179,22 @@ impl Partition {
 
 /// Apply the records of one committed entry whose keys `part` owns, as
 /// versions at its CSN. Returns the records applied; those whose chain
-/// still holds the version replaced go to `again`. `horizon` is the
-/// readers' GC horizon.
+/// still holds the version replaced go to `again`; with `wholes` (the
+/// entry's place in its run and a sink), each delta's whole value goes to
+/// the sink. `horizon` is the readers' GC horizon.
 pub(crate) fn apply_entry(
     tables: &[Arc<TableInner>],
     entry: &Entry,
     horizon: Csn,
     part: Partition,
     again: &mut Vec<Retrim>,
+    mut wholes: Option<(u32, &mut Vec<Whole>)>,
     guard: &Guard,
 ) -> Result<u64> {
     let Entry::Commit { csn, records, .. } = entry else { return Ok(0) };
     let csn = *csn;
     let mut n = 0;
-    for r in records.refs() {
+    for (j, r) in records.refs().enumerate() {
         if !part.owns(r.key) {
             continue;
         }
@@ -194,8 +236,13 @@ pub(crate) fn apply_entry(
                         base.len()
                     ))
                 })?;
-                push_on(slot, Version::committed(csn, Some(&value)), horizon, full, guard)
-                    .then_some(rid)
+                let kept =
+                    push_on(slot, Version::committed(csn, Some(&value)), horizon, full, guard)
+                        .then_some(rid);
+                if let Some((entry, sink)) = &mut wholes {
+                    sink.push(Whole { entry: *entry, record: j as u32, value });
+                }
+                kept
             }
         };
         if let Some(rid) = kept {
@@ -369,8 +416,9 @@ mod tests {
 
     use super::*;
     use crate::index::OrderedIndex;
-    use crate::log::record::{Op, Record, Records};
+    use crate::log::record::{Op, Record, Records, patched};
     use crate::mvcc::oid_array::OidArray;
+    use std::collections::HashMap;
 
     fn tables(n: u32) -> Vec<Arc<TableInner>> {
         (0..n)
@@ -459,19 +507,58 @@ mod tests {
         for seed in 0..20 {
             let entries = workload(seed, 400);
             let one = tables(2);
-            apply_partitioned(&one, &entries, 0, 1).expect("one thread");
+            apply_partitioned(&one, &entries, 0, 1, false).expect("one thread");
             let many = tables(2);
             // In runs of varying length, as the follower applies them.
             let mut at = 0;
             let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
             while at < entries.len() {
                 let end = (at + rng.random_range(1..120)).min(entries.len());
-                apply_partitioned(&many, &entries[at..end], 0, 3).expect("three threads");
+                apply_partitioned(&many, &entries[at..end], 0, 3, false).expect("three threads");
                 at = end;
             }
             let (a, b) = (chains(&one), chains(&many));
             assert!(a.iter().any(|(_, _, c)| c.len() > 3), "seed {seed}: chains too short to test");
             assert_eq!(a, b, "seed {seed}");
+        }
+    }
+
+    /// The whole values kept for a feed's tap are, record by record, what
+    /// the deltas leave: checked against the rows rebuilt op by op.
+    #[test]
+    fn the_wholes_kept_for_a_tap_are_each_deltas_value_on_any_thread() {
+        for seed in 0..20 {
+            let entries = workload(seed, 400);
+            let mut rows: HashMap<(u32, Bytes), Vec<u8>> = HashMap::new();
+            let mut expected = Vec::new();
+            for (i, e) in entries.iter().enumerate() {
+                let Entry::Commit { records, .. } = e else { continue };
+                for (j, r) in records.refs().enumerate() {
+                    let id = (r.table, Bytes::copy_from_slice(r.key));
+                    match r.op {
+                        OpRef::Insert(v) | OpRef::Update(v) => {
+                            rows.insert(id, v.to_vec());
+                        }
+                        OpRef::Delete => {
+                            rows.remove(&id);
+                        }
+                        OpRef::Delta { offset, bytes } => {
+                            let v = patched(&rows[&id], offset, bytes).expect("in bounds");
+                            expected.push((i as u32, j as u32, v.clone()));
+                            rows.insert(id, v);
+                        }
+                    }
+                }
+            }
+            assert!(expected.len() > 50, "seed {seed}: too few deltas to test");
+            for threads in [1, 3] {
+                let (_, wholes) =
+                    apply_batch(&tables(2), &entries, 0, threads, 1, &Retrims::default(), true)
+                        .expect("applied");
+                let got: Vec<_> =
+                    wholes.into_iter().map(|w| (w.entry, w.record, w.value)).collect();
+                assert_eq!(got, expected, "seed {seed}, {threads} threads");
+            }
         }
     }
 
@@ -484,7 +571,8 @@ mod tests {
         };
         let entries = vec![Entry::Commit { csn: 1, dsn: 0, records: Records::new(&[delta]) }];
         for threads in [1, 3] {
-            let err = apply_partitioned(&tables(1), &entries, 0, threads).expect_err("corrupt");
+            let err =
+                apply_partitioned(&tables(1), &entries, 0, threads, true).expect_err("corrupt");
             assert!(matches!(err, Error::Corrupt(_)), "{err}");
         }
     }

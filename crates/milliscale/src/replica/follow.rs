@@ -379,16 +379,24 @@ impl Follower {
         if next == self.applied {
             return Ok(());
         }
-        let records = apply::apply_batch(
+        let (records, wholes) = apply::apply_batch(
             &self.tables,
             &run.entries,
             horizon,
             self.opts.apply_threads,
             self.opts.apply_parallel_min,
             &self.db.retrims,
+            self.tap.is_some(),
         )?;
         apply::queue_deletes(&self.tables, &run.entries, &self.db.reclaim);
-        super::tap::hand_over(&mut self.tap, &self.tables, &self.db.txns, &run.entries, next);
+        super::tap::hand_over(
+            &mut self.tap,
+            &self.tables,
+            &self.db.txns,
+            &run.entries,
+            wholes,
+            next,
+        );
         self.applied = next;
         // Counted before the readers are told, so that anyone woken by
         // the new applied CSN sees the counts that go with it.

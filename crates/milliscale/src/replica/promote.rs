@@ -229,6 +229,7 @@ impl Follower {
             self.opts.apply_threads,
             self.opts.apply_parallel_min,
             &self.db.retrims,
+            false,
         )?;
         super::apply::queue_deletes(&tables, &batch, &self.db.reclaim);
         self.applied = seal.max_csn + 1;

@@ -8,18 +8,19 @@
 //!   point that comes with a run says every commit below it was handed
 //!   over (or was a CSN without a commit: an abort, a CSN the seal left
 //!   out);
-//! - a delta record is handed over as the whole value it leaves: the
-//!   delta applied to the row as the transaction's earlier write of it
-//!   left it, or else as the commits before the transaction's CSN left it,
-//!   read from the chains the run was just applied to (the versions of
-//!   the run and the ones they replaced are at or above the readers'
-//!   horizon, taken before the run: none is trimmed before the next run);
+//! - a delta record is handed over as the whole value it leaves: the value
+//!   the apply built for the record's new version (`apply::Whole`; the
+//!   delta applied to the chain's head, which is the transaction's earlier
+//!   write of the row or else the commits before it), so no row is looked
+//!   up again. A record the apply skipped (its table dropped) falls back to
+//!   the chains the run was just applied to (the versions of the run and
+//!   the ones they replaced are at or above the readers' horizon, taken
+//!   before the run: none is trimmed before the next run);
 //! - the follower never jumps over changes silently: a catch-up to a
 //!   checkpoint is handed over as a gap;
 //! - the tap is bounded: a consumer that does not take its runs stops the
 //!   follower, which stops reading the log (nothing more is held).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use crossbeam_channel::{SendError, Sender};
@@ -27,6 +28,7 @@ use crossbeam_channel::{SendError, Sender};
 use crate::log::record::{Entry, OpRef, patched};
 use crate::mvcc::visibility::{self, View};
 use crate::mvcc::{Csn, txn_table::TxnTable};
+use crate::replica::apply::Whole;
 use crate::table::TableInner;
 
 /// One write of a committed transaction.
@@ -65,28 +67,31 @@ pub(crate) const TAP_RUNS: usize = 64;
 
 pub(crate) type Tap = Sender<TapMsg>;
 
-/// Hand `entries` (just applied, CSNs below `applied`) over on `tap`.
-/// A consumer that went away is not an error: the tap is taken off.
+/// Hand `entries` (just applied, CSNs below `applied`) over on `tap`,
+/// with `wholes`, the whole values the apply left for their delta records
+/// (`apply::apply_batch`, in (entry, record) order). A consumer that went
+/// away is not an error: the tap is taken off.
 pub(crate) fn hand_over(
     tap: &mut Option<Tap>,
     tables: &[Arc<TableInner>],
     txns: &TxnTable,
     entries: &[Entry],
+    wholes: Vec<Whole>,
     applied: Csn,
 ) {
     let Some(t) = tap else { return };
+    let mut wholes = wholes.into_iter().peekable();
     let run = entries
         .iter()
-        .filter_map(|e| match e {
+        .enumerate()
+        .filter_map(|(i, e)| match e {
             Entry::Commit { csn, records, .. } => {
                 let mut changes: Vec<FeedChange> = Vec::with_capacity(records.len());
-                // Each row's latest write in the transaction so far (its
-                // position in `changes`), for the deltas that follow it.
-                let mut latest: HashMap<(u32, &[u8]), usize> = HashMap::new();
-                for r in records.refs() {
-                    let earlier = latest.get(&(r.table, r.key)).map(|&i| &changes[i]);
-                    let c = change(tables, txns, *csn, r, earlier);
-                    latest.insert((r.table, r.key), changes.len());
+                for (j, r) in records.refs().enumerate() {
+                    let whole = wholes
+                        .next_if(|w| (w.entry, w.record) == (i as u32, j as u32))
+                        .map(|w| w.value);
+                    let c = change(tables, txns, *csn, r, whole, &changes);
                     changes.push(c);
                 }
                 Some(FeedTxn { csn: *csn, changes })
@@ -108,24 +113,28 @@ pub(crate) fn gap(tap: &mut Option<Tap>, from: Csn, to: Csn) {
     }
 }
 
-/// Record `r` of the transaction at `csn` as a change; `earlier`, the
-/// transaction's latest write of the same row before it: a delta is
-/// applied to the row as that write left it, else as the commits before
-/// `csn` did. (A delta on no row, or past its end, cannot be in a log the
-/// engine wrote; it is handed over as the row's value after the
-/// transaction.)
+/// Record `r` of the transaction at `csn` as a change; `whole`, the value
+/// the apply left for it if it is a delta; `before`, the transaction's
+/// changes before it. Without `whole` (the apply skipped the record), a
+/// delta is applied to the row as the transaction's latest earlier write
+/// of it left it, else as the commits before `csn` did. (A delta on no
+/// row, or past its end, cannot be in a log the engine wrote; it is
+/// handed over as the row's value after the transaction.)
 fn change(
     tables: &[Arc<TableInner>],
     txns: &TxnTable,
     csn: Csn,
     r: crate::log::record::RecordRef<'_>,
-    earlier: Option<&FeedChange>,
+    whole: Option<Vec<u8>>,
+    before: &[FeedChange],
 ) -> FeedChange {
     let t = &tables[r.table as usize];
     let value = match r.op {
         OpRef::Insert(v) | OpRef::Update(v) => Some(v.to_vec()),
         OpRef::Delete => None,
+        OpRef::Delta { .. } if whole.is_some() => whole,
         OpRef::Delta { offset, bytes } => {
+            let earlier = before.iter().rev().find(|c| c.table == t.name && c.key == r.key);
             let base = match earlier {
                 Some(c) => c.value.clone(),
                 None => value_at(t, r.key, csn, txns),
