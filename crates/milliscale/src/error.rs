@@ -96,6 +96,20 @@ pub enum Error {
         /// The oldest cursor the feed can resume from.
         oldest: u64,
     },
+    /// A change feed's consumer did not take its changes for `held` while
+    /// other feeds shared its follower and waited: the follower let it go.
+    /// Open it again after `cursor` (every transaction at or below it was
+    /// delivered).
+    #[error(
+        "this change feed's consumer held the follower it shares with other feeds back for \
+         {held:?} and was let go: open it again after CSN {cursor}"
+    )]
+    FeedTooSlow {
+        /// Every transaction at or below it was delivered.
+        cursor: u64,
+        /// How long it held the others back.
+        held: std::time::Duration,
+    },
 }
 
 /// What kind of conflict aborted a transaction.
@@ -131,7 +145,8 @@ impl fmt::Display for ConflictKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ErrorKind {
-    /// Run the transaction again (`Conflict`, `TooManyTransactions`).
+    /// Run the transaction again (`Conflict`, `TooManyTransactions`); for a
+    /// change feed let go (`FeedTooSlow`), open it again after its cursor.
     Retryable,
     /// The stores cannot make commits durable; the database accepts no
     /// more (`StoreUnavailable`): reopen it once they are back.
@@ -165,7 +180,9 @@ impl Error {
     /// What to do about this error.
     pub fn kind(&self) -> ErrorKind {
         match self {
-            Error::Conflict(_) | Error::TooManyTransactions(_) => ErrorKind::Retryable,
+            Error::Conflict(_) | Error::TooManyTransactions(_) | Error::FeedTooSlow { .. } => {
+                ErrorKind::Retryable
+            }
             Error::StoreUnavailable(_) => ErrorKind::Unavailable,
             Error::Fenced(_) => ErrorKind::Fenced,
             Error::Corrupt(_) => ErrorKind::Corruption,
@@ -200,6 +217,10 @@ mod tests {
             (Error::Closed, ErrorKind::Closed),
             (Error::Store("s".into()), ErrorKind::Store),
             (Error::ChangesGone { cursor: 1, oldest: 9 }, ErrorKind::InvalidInput),
+            (
+                Error::FeedTooSlow { cursor: 1, held: std::time::Duration::from_secs(1) },
+                ErrorKind::Retryable,
+            ),
         ];
         for (e, kind) in cases {
             assert_eq!(e.kind(), kind, "{e}");

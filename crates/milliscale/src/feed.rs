@@ -3,10 +3,20 @@
 //! transaction in CSN order, each as the row's whole new value (a delta
 //! record included) or its deletion.
 //!
-//! A [`Feed`] is a read replica whose follower hands over what it applies
-//! (`replica::tap`), so it shows exactly what a replica shows: only
-//! commits that no crash of the writer can take back, across a change of
-//! writer, without a request to the writer.
+//! A [`Feed`] reads from a read replica whose follower hands over what it
+//! applies (`replica::tap`), so it shows exactly what a replica shows:
+//! only commits that no crash of the writer can take back, across a change
+//! of writer, without a request to the writer.
+//!
+//! **One follower for many feeds.** The feeds of one `Database` (or
+//! `Replica`) object share one follower, a [`FeedSource`]: one reader of
+//! the log and one copy of the database, however many feeds (a server's
+//! `Changes` calls). Each run is built once and handed to every feed. The
+//! slowest consumer paces the others (each tap holds 64 runs); one that
+//! holds them back [`SHARED_FEED_STALL`] is let go with
+//! [`Error::FeedTooSlow`], naming the cursor to open it again after. A
+//! follower with one feed waits for it as long as it takes. [`Feed::open`]
+//! starts a follower of its own.
 //!
 //! **Cursor.** A transaction's CSN. A feed opened after cursor `c`
 //! delivers the transactions with a CSN above `c`; a consumer that saves
@@ -18,8 +28,10 @@
 //! below CSN `n` has been delivered; none will come below it. It moves
 //! as the database commits.
 //!
-//! **Resuming.** The follower starts at the database's newest
-//! checkpoint. A cursor below it is served from the retention window's
+//! **Resuming.** A new follower starts at the database's newest
+//! checkpoint; a feed that joins a running one starts where it is (a
+//! cursor that one has passed gets a follower of its own). A cursor below
+//! the start is served from the retention window's
 //! history (`Options::retention`): the log the window keeps is read from
 //! the cursor to the checkpoint, the deltas applied to the database as it
 //! was at the cursor (opened in the past, in memory), that range held in
@@ -30,15 +42,18 @@
 //! the log's truncation): never a silent gap.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
+use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
 use crate::mvcc::Csn;
 use crate::options::Options;
-pub use crate::replica::tap::{FeedChange, FeedTxn};
-use crate::replica::tap::{TAP_RUNS, TapMsg};
+pub use crate::replica::tap::{FeedChange, FeedTxn, SHARED_FEED_STALL};
+use crate::replica::tap::{TapMsg, Taps};
 use crate::replica::{Replica, ReplicaOptions};
 
 /// What a feed delivers.
@@ -67,14 +82,55 @@ impl FeedFilter {
     }
 }
 
+/// The follower change feeds read from: a replica whose follower hands
+/// every run it applies to the feeds attached ([`crate::replica::tap`]).
+/// Every feed of one [`crate::Database`] or [`Replica`] object shares
+/// one (`Database::changes`); [`Feed::open`] starts one of its own.
+pub struct FeedSource {
+    replica: Replica,
+    taps: Arc<Taps>,
+}
+
+impl std::fmt::Debug for FeedSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FeedSource").field("feeds", &self.taps.len()).finish()
+    }
+}
+
+impl FeedSource {
+    /// A follower of the database on `options`' (opened) stores.
+    fn open(options: Options, replica: ReplicaOptions) -> Result<FeedSource> {
+        let taps = Taps::new(SHARED_FEED_STALL);
+        let (replica, _) = Replica::open_tapped(options, replica, Some(Arc::clone(&taps)))?;
+        Ok(FeedSource { replica, taps })
+    }
+
+    /// The one in `slot` if it still runs, else a new one put there; and
+    /// whether it is new.
+    fn shared(
+        slot: &Mutex<Weak<FeedSource>>,
+        options: &Options,
+    ) -> Result<(Arc<FeedSource>, bool)> {
+        let mut s = slot.lock();
+        if let Some(f) = s.upgrade().filter(|f| f.replica.metrics().stopped.is_none()) {
+            return Ok((f, false));
+        }
+        let f = Arc::new(FeedSource::open(options.clone(), ReplicaOptions::default())?);
+        *s = Arc::downgrade(&f);
+        Ok((f, true))
+    }
+}
+
 /// A change feed; see the module docs. Iterate it (each item waits for
-/// the next event), or call [`Feed::next_timeout`]. Dropping it stops its
-/// follower.
+/// the next event), or call [`Feed::next_timeout`]. Dropping it detaches
+/// it from its follower (the last feed of a follower stops it).
 pub struct Feed {
-    // Dropped before the replica, so that a follower waiting on a full tap
+    // Dropped before the source, so that a follower waiting on a full tap
     // is let go.
     runs: Receiver<TapMsg>,
-    replica: Replica,
+    /// The follower let this feed go for holding the others back.
+    cut: Arc<AtomicBool>,
+    source: Arc<FeedSource>,
     /// Transactions at or below this are not delivered.
     after: Csn,
     filter: FeedFilter,
@@ -99,7 +155,7 @@ impl std::fmt::Debug for Feed {
 impl Feed {
     /// A feed of the database on `options`' stores, after `cursor` (`None`:
     /// from where the feed starts, its newest checkpoint), with a
-    /// replica's default polling.
+    /// replica's default polling, by a follower of its own.
     pub fn open(options: Options, cursor: Option<Csn>, filter: FeedFilter) -> Result<Feed> {
         Feed::open_with(options, ReplicaOptions::default(), cursor, filter)
     }
@@ -111,16 +167,56 @@ impl Feed {
         cursor: Option<Csn>,
         filter: FeedFilter,
     ) -> Result<Feed> {
+        let options = Feed::logged(options)?.open_stores()?;
+        let source = Arc::new(FeedSource::open(options, replica)?);
+        Ok(Feed::attach(source, cursor, filter, false)?.expect("not refused"))
+    }
+
+    /// A feed by the follower in `slot` (started if none runs), shared
+    /// with the other feeds there. A cursor the running follower has
+    /// passed is served by a follower of its own (from its newest
+    /// checkpoint, or the retention window).
+    fn shared(
+        slot: &Mutex<Weak<FeedSource>>,
+        options: Options,
+        cursor: Option<Csn>,
+        filter: FeedFilter,
+    ) -> Result<Feed> {
+        let options = Feed::logged(options)?;
+        let (source, new) = FeedSource::shared(slot, &options)?;
+        match Feed::attach(source, cursor, filter.clone(), !new)? {
+            Some(feed) => Ok(feed),
+            None => Feed::open_with(options, ReplicaOptions::default(), cursor, filter),
+        }
+    }
+
+    fn logged(options: Options) -> Result<Options> {
         if !options.is_logged() {
             return Err(Error::InvalidArgument(
                 "a change feed reads the database's log, and this one has no store".into(),
             ));
         }
-        let options = options.open_stores()?;
-        let (tap, runs) = crossbeam_channel::bounded(TAP_RUNS);
-        let (replica, start) = Replica::open_tapped(options.clone(), replica, Some(tap))?;
-        // The checkpoint holds every commit below `start`; the tap hands
-        // over every one from `start` on. Before it, the window's history.
+        Ok(options)
+    }
+
+    /// A feed on `source`'s follower from the point it has handed over
+    /// up to now; the window's history before it if `cursor` is older, or,
+    /// with `only_ahead`, `None` then.
+    fn attach(
+        source: Arc<FeedSource>,
+        cursor: Option<Csn>,
+        filter: FeedFilter,
+        only_ahead: bool,
+    ) -> Result<Option<Feed>> {
+        let tap = source.taps.attach();
+        let start = tap.start;
+        if only_ahead && cursor.is_some_and(|c| c + 1 < start) {
+            return Ok(None);
+        }
+        let options = source.replica.options().clone();
+        // Every commit below `start` was applied before this feed came;
+        // the tap hands over every one from `start` on. Before it, the
+        // window's history.
         let (window, _) = crate::history::changes::oldest_point(&options)?;
         let oldest = window.min(start.saturating_sub(1));
         let after = cursor.unwrap_or(start.saturating_sub(1));
@@ -140,7 +236,17 @@ impl Feed {
         // Everything below the follower's start is delivered once these are.
         ready.push_back(FeedEvent::Resolved(start));
         let resolved = start;
-        Ok(Feed { runs, replica, after, filter, ready, resolved, oldest, ended: false })
+        Ok(Some(Feed {
+            runs: tap.runs,
+            cut: tap.cut,
+            source,
+            after,
+            filter,
+            ready,
+            resolved,
+            oldest,
+            ended: false,
+        }))
     }
 
     /// The next event, waiting at most `wait` for one: `None` if none came.
@@ -154,6 +260,12 @@ impl Feed {
             Ok(m) => m,
             Err(RecvTimeoutError::Timeout) => return self.stopped().map(|()| None),
             Err(RecvTimeoutError::Disconnected) => {
+                if self.cut.load(Ordering::Acquire) {
+                    return Err(Error::FeedTooSlow {
+                        cursor: self.after.max(self.resolved.saturating_sub(1)),
+                        held: SHARED_FEED_STALL,
+                    });
+                }
                 self.stopped()?;
                 return Err(Error::Closed);
             }
@@ -188,7 +300,7 @@ impl Feed {
 
     /// The follower's error, if it stopped on one.
     fn stopped(&self) -> Result<()> {
-        match self.replica.metrics().stopped {
+        match self.source.replica.metrics().stopped {
             Some(e) => Err(Error::StoreUnavailable(format!("the feed's follower stopped: {e}"))),
             None => Ok(()),
         }
@@ -207,7 +319,13 @@ impl Feed {
 
     /// The replica under the feed: its lag, requests and cost.
     pub fn replica(&self) -> &Replica {
-        &self.replica
+        &self.source.replica
+    }
+
+    /// The feeds sharing this one's follower (this one included, and any
+    /// dropped since its last run).
+    pub fn sharing(&self) -> usize {
+        self.source.taps.len()
     }
 }
 
@@ -266,22 +384,28 @@ fn history_gap(options: &Options, cursor: Csn, end: Csn) -> Result<Vec<FeedTxn>>
 
 impl crate::Database {
     /// A change feed of this database ([`Feed`]), read from its log in its
-    /// stores as a replica reads it: the writer's memory is not touched,
-    /// and the feed holds a replica's copy of the database.
+    /// stores as a replica reads it: the writer's memory is not touched.
+    /// Every feed of this object shares one follower (one replica's copy
+    /// of the database, one reader of the log): the slowest consumer
+    /// paces them, and one that holds the others back
+    /// [`SHARED_FEED_STALL`] is let go ([`Error::FeedTooSlow`]). A cursor
+    /// the shared follower has passed gets a follower of its own.
     pub fn changes(&self, cursor: Option<Csn>, filter: FeedFilter) -> Result<Feed> {
         let Some(m) = &self.inner.manifest else {
             return Err(Error::InvalidArgument(
                 "a change feed reads the database's log, and this one has no store".into(),
             ));
         };
-        Feed::open(self.inner.options.clone().with_opened(&m.stores), cursor, filter)
+        let options = self.inner.options.clone().with_opened(&m.stores);
+        Feed::shared(&self.inner.feeds, options, cursor, filter)
     }
 }
 
 impl Replica {
     /// A change feed of the database this replica follows ([`Feed`]), by
-    /// a follower of its own.
+    /// a follower the feeds of this replica share (as
+    /// [`crate::Database::changes`]).
     pub fn changes(&self, cursor: Option<Csn>, filter: FeedFilter) -> Result<Feed> {
-        Feed::open(self.options().clone(), cursor, filter)
+        Feed::shared(self.feeds(), self.options().clone(), cursor, filter)
     }
 }

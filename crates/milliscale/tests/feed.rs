@@ -301,3 +301,117 @@ fn a_cursor_below_the_window_is_refused_naming_its_oldest_point() {
     let from = expected.iter().position(|t| t.csn > oldest).unwrap_or(expected.len());
     same(&read_until(&mut feed, last), &expected[from..], "after the oldest point");
 }
+
+/// Read `feed` until it ends with an error; the transactions before it.
+fn read_until_error(feed: &mut Feed) -> (Vec<FeedTxn>, Error) {
+    let mut got = Vec::new();
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        assert!(Instant::now() < until, "the feed did not end");
+        match feed.next_timeout(Duration::from_millis(50)) {
+            Ok(Some(FeedEvent::Commit(t))) => got.push(t),
+            Ok(_) => {}
+            Err(e) => return (got, e),
+        }
+    }
+}
+
+/// Read each of `feeds` on a thread of its own while `work` runs, until
+/// its resolved point passes the CSN `work` returns: what each delivered.
+fn reading<R: Send>(
+    feeds: Vec<&mut Feed>,
+    work: impl FnOnce() -> (u64, R) + Send,
+) -> (Vec<Vec<FeedTxn>>, R) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let last = AtomicU64::new(u64::MAX);
+    std::thread::scope(|s| {
+        let readers: Vec<_> = feeds
+            .into_iter()
+            .map(|feed| {
+                let last = &last;
+                s.spawn(move || {
+                    let (mut got, mut resolved) = (Vec::<FeedTxn>::new(), 0);
+                    let until = Instant::now() + Duration::from_secs(90);
+                    while last.load(Ordering::Acquire) == u64::MAX
+                        || resolved <= last.load(Ordering::Acquire)
+                    {
+                        assert!(Instant::now() < until, "resolved {resolved}");
+                        match feed.next_timeout(Duration::from_millis(50)).expect("feed") {
+                            Some(FeedEvent::Commit(t)) => got.push(t),
+                            Some(FeedEvent::Resolved(n)) => resolved = n,
+                            None => {}
+                        }
+                    }
+                    got
+                })
+            })
+            .collect();
+        let (csn, r) = work();
+        last.store(csn, Ordering::Release);
+        (readers.into_iter().map(|h| h.join().expect("reader")).collect(), r)
+    })
+}
+
+/// The feeds of one database share one follower: each delivers every
+/// transaction after its start, whole and in order; one that joins later
+/// starts where the follower is; a cursor the follower has passed gets a
+/// follower of its own; a consumer that stops reading holds the others
+/// back at most `SHARED_FEED_STALL`, is let go with `FeedTooSlow`, and
+/// opened again after the cursor it names, misses nothing.
+#[test]
+fn feeds_of_one_database_share_a_follower_and_a_stalled_one_is_let_go() {
+    use milliscale::feed::SHARED_FEED_STALL;
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let db = with_two_tables(writer(&store));
+    let all = FeedFilter::default;
+    let mut f1 = db.changes(None, all()).expect("feed 1");
+    let mut f2 = db.changes(None, all()).expect("feed 2");
+    assert_eq!((f1.sharing(), f2.sharing()), (2, 2), "one follower");
+    let (mut rows, mut rng) = (Rows::new(), Rng(11));
+    let (got, a) = reading(vec![&mut f1, &mut f2], || {
+        let a = write(&db, &mut rows, &mut rng, 300);
+        (a.last().expect("some").csn, a)
+    });
+    same(&got[0], &a, "feed 1, first part");
+    same(&got[1], &a, "feed 2, first part");
+
+    // Joins after the first part: starts where the follower is.
+    let mut f3 = db.changes(None, all()).expect("feed 3");
+    assert_eq!(f3.sharing(), 3);
+    let last_a = a.last().expect("some").csn;
+    assert!(f3.resolved() > last_a, "joined at {}, after {last_a}", f3.resolved());
+    // A cursor inside the first part: behind the follower, so its own.
+    let mut f4 = db.changes(Some(a[99].csn), all()).expect("feed 4");
+    assert_eq!(f4.sharing(), 1, "a follower of its own");
+    let (got, b) = reading(vec![&mut f1, &mut f2, &mut f3, &mut f4], || {
+        let b = write(&db, &mut rows, &mut rng, 300);
+        (b.last().expect("some").csn, b)
+    });
+    let ab: Vec<FeedTxn> = a.iter().chain(&b).cloned().collect();
+    same(&got[0], &b, "feed 1, second part");
+    same(&got[1], &b, "feed 2, second part");
+    same(&got[2], &b, "feed 3, from where it joined");
+    same(&got[3], &ab[100..], "feed 4, after its cursor");
+    drop((f2, f3, f4));
+
+    // Feed 5 is never read while feed 1 is, and the writer commits one
+    // transaction at a time (many runs) past the stall limit: the follower
+    // waits for feed 5, then lets it go, and feed 1 gets everything.
+    let mut f5 = db.changes(None, all()).expect("feed 5");
+    let started = Instant::now();
+    let (got, c) = reading(vec![&mut f1], || {
+        let mut c = Vec::new();
+        while c.len() < 150 || started.elapsed() < SHARED_FEED_STALL + Duration::from_secs(2) {
+            c.extend(write(&db, &mut rows, &mut rng, 1));
+        }
+        (c.last().expect("some").csn, c)
+    });
+    same(&got[0], &c, "feed 1 beside a stalled feed");
+    let (got5, e) = read_until_error(&mut f5);
+    let Error::FeedTooSlow { cursor, .. } = e else { panic!("expected FeedTooSlow, got {e:?}") };
+    assert!(cursor < c.last().expect("some").csn, "let go before the end");
+    let mut again = db.changes(Some(cursor), all()).expect("feed 5 again");
+    let mut got5: Vec<FeedTxn> = got5.into_iter().filter(|t| t.csn <= cursor).collect();
+    got5.extend(read_until(&mut again, c.last().expect("some").csn));
+    same(&got5, &c, "feed 5, let go and opened again");
+}

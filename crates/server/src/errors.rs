@@ -61,6 +61,8 @@ pub fn engine(e: &Error) -> Status {
         Error::Stale { .. } => status(Code::Unavailable, "stale", true, msg),
         Error::TableExists(_) => status(Code::AlreadyExists, "invalid_input", false, msg),
         Error::ChangesGone { .. } => status(Code::OutOfRange, "cursor", false, msg),
+        // Opened again after its cursor, the feed goes on.
+        Error::FeedTooSlow { .. } => status(Code::Aborted, "feed_too_slow", true, msg),
         _ => match e.kind() {
             ErrorKind::Unavailable => status(Code::Unavailable, "unavailable", false, msg),
             ErrorKind::Closed => status(Code::Unavailable, "closed", false, msg),

@@ -155,8 +155,9 @@ pub(crate) struct Follower {
     pub(super) checks: u64,
     /// Catch-ups in a row that found a checkpoint chunk missing.
     pub(super) catch_up_failures: u32,
-    /// A change feed's tap (design record 0014), if one follows.
-    pub(crate) tap: Option<super::tap::Tap>,
+    /// The change feeds this follower hands its runs to (design record
+    /// 0014), if it is a feed's.
+    pub(crate) tap: Option<Arc<super::tap::Taps>>,
 }
 
 impl Follower {
@@ -386,17 +387,10 @@ impl Follower {
             self.opts.apply_threads,
             self.opts.apply_parallel_min,
             &self.db.retrims,
-            self.tap.is_some(),
+            self.tap.as_ref().is_some_and(|t| t.len() > 0),
         )?;
         apply::queue_deletes(&self.tables, &run.entries, &self.db.reclaim);
-        super::tap::hand_over(
-            &mut self.tap,
-            &self.tables,
-            &self.db.txns,
-            &run.entries,
-            wholes,
-            next,
-        );
+        super::tap::hand_over(&self.tap, &self.tables, &self.db.txns, &run.entries, wholes, next);
         self.applied = next;
         // Counted before the readers are told, so that anyone woken by
         // the new applied CSN sees the counts that go with it.

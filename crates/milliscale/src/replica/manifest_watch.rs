@@ -273,7 +273,7 @@ impl Follower {
             done.changed,
             done.deleted
         );
-        super::tap::gap(&mut self.tap, self.applied, m.replay_from());
+        super::tap::gap(&self.tap, self.applied, m.replay_from());
         self.applied = m.replay_from();
         self.pending.retain(|csn, _| *csn >= self.applied);
         {

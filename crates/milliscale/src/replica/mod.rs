@@ -219,13 +219,13 @@ impl Replica {
         Replica::open_tapped(options, replica, None).map(|(r, _)| r)
     }
 
-    /// [`Replica::open_with`], its follower handing what it applies to
-    /// `tap` (a change feed's); and the CSN it starts at (its checkpoint
-    /// holds every commit below it).
+    /// [`Replica::open_with`], its follower handing what it applies to the
+    /// feeds on `tap` (change feeds'); and the CSN it starts at (its
+    /// checkpoint holds every commit below it).
     pub(crate) fn open_tapped(
         options: Options,
         replica: ReplicaOptions,
-        tap: Option<tap::Tap>,
+        tap: Option<Arc<tap::Taps>>,
     ) -> Result<(Replica, Csn)> {
         options.validate()?;
         if !options.is_logged() {
@@ -288,6 +288,9 @@ impl Replica {
             replica,
             m,
         );
+        if let Some(t) = &tap {
+            t.begin(base);
+        }
         follower.tap = tap;
         let handle = std::thread::Builder::new()
             .name("replica-follow".into())
@@ -308,6 +311,12 @@ impl Replica {
     /// The options it was opened with (its stores opened).
     pub(crate) fn options(&self) -> &Options {
         &self.db.inner.options
+    }
+
+    /// Where the change feeds of this replica find the follower they
+    /// share (`feed::Feed`).
+    pub(crate) fn feeds(&self) -> &parking_lot::Mutex<std::sync::Weak<crate::feed::FeedSource>> {
+        &self.db.inner.feeds
     }
 
     /// Every commit below this CSN is visible to new transactions.

@@ -19,11 +19,17 @@
 //! - the follower never jumps over changes silently: a catch-up to a
 //!   checkpoint is handed over as a gap;
 //! - the tap is bounded: a consumer that does not take its runs stops the
-//!   follower, which stops reading the log (nothing more is held).
+//!   follower, which stops reading the log (nothing more is held); a
+//!   follower shared by several feeds ([`Taps`]) waits for such a consumer
+//!   at most [`SHARED_FEED_STALL`], then lets it go (the feed ends with
+//!   `Error::FeedTooSlow`, naming the cursor to open it again after).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
-use crossbeam_channel::{SendError, Sender};
+use crossbeam_channel::{Receiver, SendTimeoutError, Sender};
+use parking_lot::Mutex;
 
 use crate::log::record::{Entry, OpRef, patched};
 use crate::mvcc::visibility::{self, View};
@@ -52,7 +58,7 @@ pub struct FeedTxn {
 }
 
 /// What the follower hands a feed.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) enum TapMsg {
     /// Transactions applied, in CSN order, and the applied point after
     /// them (every commit below it is in this run or an earlier one).
@@ -65,21 +71,141 @@ pub(crate) enum TapMsg {
 /// The runs a tap holds for a consumer before the follower waits.
 pub(crate) const TAP_RUNS: usize = 64;
 
-pub(crate) type Tap = Sender<TapMsg>;
+/// How long a follower shared by several feeds waits for one whose tap is
+/// full before it lets that feed go (`Error::FeedTooSlow`): a slow
+/// consumer holds the others back at most this long. A follower with one
+/// feed waits for it as long as it takes.
+pub const SHARED_FEED_STALL: Duration = Duration::from_secs(10);
 
-/// Hand `entries` (just applied, CSNs below `applied`) over on `tap`,
-/// with `wholes`, the whole values the apply left for their delta records
-/// (`apply::apply_batch`, in (entry, record) order). A consumer that went
-/// away is not an error: the tap is taken off.
+/// How often a wait on a full tap looks again at who shares the follower.
+const STALL_CHECK: Duration = Duration::from_millis(100);
+
+/// The feeds one follower hands its runs to: every feed of a database
+/// object shares one follower (`feed::Feed`), attached while it runs.
+///
+/// Invariant: a feed attached at `start` is handed every run after the
+/// one that made `handed == start`, and no earlier one: the follower
+/// moves `handed` and takes its list of feeds under one lock, then sends.
+#[derive(Debug)]
+pub(crate) struct Taps {
+    inner: Mutex<TapsInner>,
+    stall: Duration,
+}
+
+#[derive(Debug, Default)]
+struct TapsInner {
+    subs: Vec<Sub>,
+    /// Every commit below this was handed to the feeds attached then.
+    handed: Csn,
+    next_id: u64,
+}
+
+#[derive(Debug, Clone)]
+struct Sub {
+    id: u64,
+    tx: Sender<TapMsg>,
+    /// Set when the follower let this feed go for holding it back.
+    cut: Arc<AtomicBool>,
+}
+
+/// A feed's end of a tap.
+#[derive(Debug)]
+pub(crate) struct Attached {
+    pub(crate) runs: Receiver<TapMsg>,
+    /// The first CSN it is handed (every commit below was handed before).
+    pub(crate) start: Csn,
+    /// The follower let it go for holding the others back.
+    pub(crate) cut: Arc<AtomicBool>,
+}
+
+impl Taps {
+    /// No feed yet; a full tap holds the others back at most `stall`.
+    pub(crate) fn new(stall: Duration) -> Arc<Taps> {
+        Arc::new(Taps { inner: Mutex::new(TapsInner::default()), stall })
+    }
+
+    /// The follower starts at `csn` (before its thread runs).
+    pub(crate) fn begin(&self, csn: Csn) {
+        self.inner.lock().handed = csn;
+    }
+
+    /// A new feed, handed every run from now on.
+    pub(crate) fn attach(&self) -> Attached {
+        let (tx, runs) = crossbeam_channel::bounded(TAP_RUNS);
+        let cut = Arc::new(AtomicBool::new(false));
+        let mut t = self.inner.lock();
+        let id = t.next_id;
+        t.next_id += 1;
+        t.subs.push(Sub { id, tx, cut: Arc::clone(&cut) });
+        Attached { runs, start: t.handed, cut }
+    }
+
+    /// Feeds attached.
+    pub(crate) fn len(&self) -> usize {
+        self.inner.lock().subs.len()
+    }
+
+    /// The feeds to hand the run up to `applied` to; moves `handed`.
+    fn turn(&self, applied: Csn) -> Vec<Sub> {
+        let mut t = self.inner.lock();
+        t.handed = t.handed.max(applied);
+        t.subs.clone()
+    }
+
+    /// Send `msg` to each of `subs`; drop the ones gone, and the ones that
+    /// held the follower back `stall` while another feed shared it.
+    fn send(&self, subs: Vec<Sub>, msg: TapMsg) {
+        let mut gone = Vec::new();
+        let n = subs.len();
+        let mut msg = Some(msg);
+        for (i, s) in subs.iter().enumerate() {
+            let mut m = if i + 1 == n { msg.take() } else { msg.clone() }.expect("one per feed");
+            let mut waited = Duration::ZERO;
+            loop {
+                match s.tx.send_timeout(m, STALL_CHECK) {
+                    Ok(()) => break,
+                    Err(SendTimeoutError::Disconnected(_)) => {
+                        gone.push(s.id);
+                        break;
+                    }
+                    Err(SendTimeoutError::Timeout(back)) => {
+                        waited += STALL_CHECK;
+                        if waited >= self.stall && self.len() > 1 {
+                            s.cut.store(true, Ordering::Release);
+                            tracing::warn!(
+                                "a change feed held its shared follower back {waited:?}: let go"
+                            );
+                            gone.push(s.id);
+                            break;
+                        }
+                        m = back;
+                    }
+                }
+            }
+        }
+        if !gone.is_empty() {
+            self.inner.lock().subs.retain(|s| !gone.contains(&s.id));
+        }
+    }
+}
+
+/// Hand `entries` (just applied, CSNs below `applied`) over to the feeds
+/// on `taps`, with `wholes`, the whole values the apply left for their
+/// delta records (`apply::apply_batch`, in (entry, record) order). With
+/// no feed attached nothing is built.
 pub(crate) fn hand_over(
-    tap: &mut Option<Tap>,
+    taps: &Option<Arc<Taps>>,
     tables: &[Arc<TableInner>],
     txns: &TxnTable,
     entries: &[Entry],
     wholes: Vec<Whole>,
     applied: Csn,
 ) {
-    let Some(t) = tap else { return };
+    let Some(taps) = taps else { return };
+    let subs = taps.turn(applied);
+    if subs.is_empty() {
+        return;
+    }
     let mut wholes = wholes.into_iter().peekable();
     let run = entries
         .iter()
@@ -99,17 +225,14 @@ pub(crate) fn hand_over(
             Entry::Abort { .. } => None,
         })
         .collect();
-    if let Err(SendError(_)) = t.send(TapMsg::Run { txns: run, applied }) {
-        *tap = None;
-    }
+    taps.send(subs, TapMsg::Run { txns: run, applied });
 }
 
-/// Tell the consumer that the follower jumped from `from` to `to`.
-pub(crate) fn gap(tap: &mut Option<Tap>, from: Csn, to: Csn) {
-    if let Some(t) = tap
-        && t.send(TapMsg::Gap { from, to }).is_err()
-    {
-        *tap = None;
+/// Tell the feeds that the follower jumped from `from` to `to`.
+pub(crate) fn gap(taps: &Option<Arc<Taps>>, from: Csn, to: Csn) {
+    if let Some(taps) = taps {
+        let subs = taps.turn(to);
+        taps.send(subs, TapMsg::Gap { from, to });
     }
 }
 
@@ -154,4 +277,73 @@ fn value_at(t: &TableInner, key: &[u8], snapshot: Csn, txns: &TxnTable) -> Optio
     let view = View { snapshot, me: None };
     let (v, _) = visibility::find_visible(t.records.slot(rid), view, txns, &guard)?;
     v.value().map(<[u8]>::to_vec)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(applied: Csn) -> TapMsg {
+        TapMsg::Run { txns: vec![FeedTxn { csn: applied - 1, changes: vec![] }], applied }
+    }
+
+    fn hand(taps: &Taps, applied: Csn) {
+        let subs = taps.turn(applied);
+        taps.send(subs, run(applied));
+    }
+
+    fn applied(m: TapMsg) -> Csn {
+        match m {
+            TapMsg::Run { applied, .. } => applied,
+            TapMsg::Gap { .. } => panic!("a gap"),
+        }
+    }
+
+    /// A feed attached between two runs starts at the first one's end and
+    /// gets only the runs after it.
+    #[test]
+    fn a_feed_attached_between_runs_gets_the_later_ones() {
+        let taps = Taps::new(Duration::from_millis(200));
+        taps.begin(5);
+        let a = taps.attach();
+        assert_eq!(a.start, 5);
+        hand(&taps, 6);
+        hand(&taps, 7);
+        let b = taps.attach();
+        assert_eq!(b.start, 7);
+        hand(&taps, 9);
+        let got = |x: &Attached| x.runs.try_iter().map(applied).collect::<Vec<_>>();
+        assert_eq!(got(&a), [6, 7, 9]);
+        assert_eq!(got(&b), [9]);
+    }
+
+    /// A full tap is let go only while another feed shares the follower.
+    #[test]
+    fn a_full_tap_is_let_go_only_while_another_feed_waits() {
+        let taps = Taps::new(Duration::from_millis(300));
+        let slow = taps.attach();
+        for csn in 1..=TAP_RUNS as Csn {
+            hand(&taps, csn);
+        }
+        // Alone: the follower waits (longer than the stall) until it reads.
+        std::thread::scope(|s| {
+            let h = s.spawn(|| hand(&taps, 100));
+            std::thread::sleep(Duration::from_millis(800));
+            assert!(!h.is_finished(), "a lone feed's follower does not give up");
+            assert_eq!(applied(slow.runs.recv().expect("a run")), 1);
+            h.join().expect("handed");
+        });
+        assert!(!slow.cut.load(Ordering::Acquire));
+        // With another feed: let go after the stall, the other served.
+        let other = taps.attach();
+        let started = std::time::Instant::now();
+        hand(&taps, 101);
+        assert!(started.elapsed() >= Duration::from_millis(300));
+        assert!(slow.cut.load(Ordering::Acquire), "let go");
+        assert_eq!(taps.len(), 1);
+        assert_eq!(applied(other.runs.recv().expect("a run")), 101);
+        // The slow feed still holds what it was handed, then sees the end.
+        assert_eq!(slow.runs.try_iter().count(), TAP_RUNS);
+        assert!(slow.runs.recv().is_err());
+    }
 }
