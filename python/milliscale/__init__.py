@@ -12,7 +12,7 @@ of a cluster of them (:class:`Cluster`).
 See ``python/README.md``.
 """
 
-from milliscale.changes import Change, ChangedTransaction, Resolved
+from milliscale.changes import Change, ChangedTransaction, ClusterChangedTransaction, Resolved, ResolvedTs
 from milliscale.client import (
     Batch,
     BatchResult,
@@ -48,6 +48,7 @@ __all__ = [
     "BusyError",
     "Change",
     "ChangedTransaction",
+    "ClusterChangedTransaction",
     "Client",
     "Cluster",
     "ClusterTransaction",
@@ -61,6 +62,7 @@ __all__ = [
     "NotFoundError",
     "PermissionDeniedError",
     "Resolved",
+    "ResolvedTs",
     "StaleError",
     "ShardStatus",
     "StandbyHealth",

@@ -1,6 +1,8 @@
-"""A server's change feed: every committed transaction after a cursor,
-whole, in CSN order, each write as the row's whole new value (design record
-0014). ``Client.changes`` makes one."""
+"""Change feeds: a server's, every committed transaction after a cursor,
+whole, in CSN order, each write as the row's whole new value; and a
+cluster's, the same merged by commit timestamp across the shards, with
+resolved timestamps (design record 0014). ``Client.changes`` and
+``Cluster.changes`` make them."""
 
 from __future__ import annotations
 
@@ -42,6 +44,31 @@ class Resolved:
 Event = Union[ChangedTransaction, Resolved]
 
 
+@dataclass(frozen=True)
+class ClusterChangedTransaction:
+    """A committed transaction of a cluster, whole: its writes on every
+    shard."""
+
+    #: Its commit timestamp (µs of the cluster's hybrid clock).
+    ts: int
+    #: The client that committed it.
+    client: int
+    #: Its writes (those the filter keeps).
+    changes: list[Change]
+
+
+@dataclass(frozen=True)
+class ResolvedTs:
+    """Every transaction of the cluster at or below commit timestamp ``ts``
+    has been delivered, and none will come: the cursor to save once
+    everything before it is handled, and to pass as ``after``."""
+
+    ts: int
+
+
+ClusterEvent = Union[ClusterChangedTransaction, ResolvedTs]
+
+
 def iterate(native, resolved: bool, until: Optional[int]) -> Iterator[Event]:
     """The events of a native feed, as Python objects; the feed stops when
     the iteration does (a ``break``, the generator closed)."""
@@ -54,7 +81,7 @@ def iterate(native, resolved: bool, until: Optional[int]) -> Iterator[Event]:
                 raise from_call_error(*err.args) from None
             if e is None:
                 continue
-            csn, writes = e
+            csn, _, writes = e
             if writes is None:
                 if csn == 0:
                     return  # the server ended the feed
@@ -64,5 +91,30 @@ def iterate(native, resolved: bool, until: Optional[int]) -> Iterator[Event]:
                     return
                 continue
             yield ChangedTransaction(csn, [Change(t, k, v) for t, k, v in writes])
+    finally:
+        native.close()
+
+
+def iterate_cluster(native, resolved: bool, until: Optional[int]) -> Iterator[ClusterEvent]:
+    """The events of a native cluster feed, as Python objects; the feed
+    stops when the iteration does."""
+    try:
+        while True:
+            try:
+                e = native.next(0.2)
+            except _native.CallError as err:
+                raise from_call_error(*err.args) from None
+            if e is None:
+                continue
+            ts, client, writes = e
+            if writes is None:
+                if ts == 0:
+                    return  # the shard ended the feed
+                if resolved:
+                    yield ResolvedTs(ts)
+                if until is not None and ts >= until:
+                    return
+                continue
+            yield ClusterChangedTransaction(ts, client, [Change(t, k, v) for t, k, v in writes])
     finally:
         native.close()

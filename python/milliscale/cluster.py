@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterator, Optional, Sequence, TypeVar
+from typing import Callable, Iterator, Optional, Sequence, TypeVar, Union
 
 from milliscale import _native
+from milliscale.changes import ClusterChangedTransaction, ResolvedTs, iterate_cluster
 from milliscale.client import Batch, BatchResult, Bytes, Commit, Isolation, _b, _native_call, _opt, _retrying
 from milliscale.errors import (
     InvalidArgumentError,
@@ -336,6 +337,37 @@ class Cluster:
             lambda tx: list(tx.scan(table, start, end, prefix=prefix, reverse=reverse, limit=limit)),
             read_only=True,
         )
+
+    def changes(
+        self,
+        table: Optional[str] = None,
+        *,
+        tables: Sequence[str] = (),
+        prefix: Optional[Bytes] = None,
+        after: Optional[int] = None,
+        resolved: bool = False,
+        until: Optional[int] = None,
+    ) -> Iterator[Union[ClusterChangedTransaction, ResolvedTs]]:
+        """The cluster's change feed, merged by commit timestamp from every
+        shard's log and run by the shard this cluster was opened through:
+        each committed transaction with a timestamp above ``after`` (the
+        last resolved timestamp handled; ``None``: from now) as a
+        :class:`ClusterChangedTransaction`, whole (its writes on every
+        shard), once, in timestamp order, each write as the row's whole new
+        value (``None``: deleted). Only ``table`` (or ``tables``) and keys
+        starting with ``prefix``, if given. With ``resolved``, also
+        :class:`ResolvedTs` points (nothing at or below will come). It runs
+        until the shard ends it or, with ``until``, once a resolved
+        timestamp reaches it. Save the resolved timestamp as the cursor:
+        a transaction's own ``ts`` is not one (another at the same or a
+        lower timestamp on another shard may still come). A cursor older
+        than a shard's retention window raises :class:`InvalidArgumentError`
+        naming the shard."""
+        names = list(tables) + ([table] if table is not None else [])
+        native = _native_call(
+            self._conn.changes, after, names, None if prefix is None else _b(prefix)
+        )
+        return iterate_cluster(native, resolved, until)
 
     def shards(self) -> list[ShardStatus]:
         """Every shard's state, asked now."""

@@ -20,12 +20,14 @@ from conftest import ENV, Shards, binary, free_port
 from milliscale import (
     Batch,
     Cluster,
+    ClusterChangedTransaction,
     ConflictError,
     InvalidArgumentError,
     Isolation,
     MilliscaleError,
     NotFoundError,
     PermissionDeniedError,
+    ResolvedTs,
 )
 
 ACCOUNTS = 12
@@ -277,3 +279,62 @@ def test_a_value_over_its_limit_is_refused_before_it_is_sent(cluster):
             write()
         assert not e.value.retryable
     assert cluster.scan("limits") == []
+
+
+def test_the_cluster_feed_shows_each_transfer_whole_at_every_resolved_point(shards, cluster):
+    """``Cluster.changes``: a consumer applies the merged feed to a map while
+    transfers run across the shards; at every resolved timestamp the map's
+    bank total is whole (no transfer seen in part), timestamps never go
+    back, and in the end the map equals the bank read from the cluster."""
+    feed = cluster.changes("bank", resolved=True)
+    first = next(feed)  # the feed runs: everything after it comes
+    assert isinstance(first, ResolvedTs), first
+    done = threading.Event()
+    moved = []
+
+    def transfers():
+        import random
+
+        rng = random.Random(5)
+        with Cluster(shards.addrs[1]) as c:
+            for _ in range(60):
+                a, b = rng.sample(range(ACCOUNTS), 2)
+                amount = rng.randint(1, 20)
+
+                def move(tx, a=a, b=b, amount=amount):
+                    x, y = balance(tx.get("bank", account(a))), balance(tx.get("bank", account(b)))
+                    tx.put("bank", account(a), b"%d" % (x - amount))
+                    tx.put("bank", account(b), b"%d" % (y + amount))
+
+                c.run(move, attempts=100)
+                moved.append((a, b))
+        done.set()
+
+    t = threading.Thread(target=transfers)
+    t.start()
+    rows, last_ts, points, txns = {}, 0, 0, 0
+    end = None
+    deadline = time.monotonic() + 120
+    for e in feed:
+        assert time.monotonic() < deadline, "the feed did not catch up"
+        if isinstance(e, ClusterChangedTransaction):
+            assert e.ts >= last_ts, f"ts {e.ts} after {last_ts}"
+            last_ts = e.ts
+            assert len(e.changes) == 2 and all(c.table == "bank" for c in e.changes), e
+            for c in e.changes:
+                rows[c.key] = c.value
+            txns += 1
+            continue
+        assert e.ts >= first.ts
+        points += 1
+        assert sum(balance(rows.get(account(i))) for i in range(ACCOUNTS)) == ACCOUNTS * INITIAL
+        if done.is_set() and end is None:
+            end = cluster.run(lambda tx: {account(i): tx.get("bank", account(i)) for i in range(ACCOUNTS)})
+            end_ts = e.ts
+        if end is not None and e.ts > end_ts + 1_000_000 and txns >= len(moved):
+            break
+    t.join()
+    feed.close()
+    assert txns == len(moved) == 60, (txns, len(moved))
+    assert points > 2
+    assert {k: v for k, v in rows.items()} == {k: v for k, v in end.items() if v is not None}

@@ -328,6 +328,24 @@ impl ClusterConnection {
         }
     }
 
+    /// The cluster's change feed after `after` (a resolved commit
+    /// timestamp), of `tables` (none: all) and keys starting with `prefix`,
+    /// run by the shard this cluster was opened through.
+    #[pyo3(signature = (after, tables, prefix))]
+    fn changes(
+        &self,
+        py: Python<'_>,
+        after: Option<u64>,
+        tables: Vec<String>,
+        prefix: Option<Vec<u8>>,
+    ) -> PyResult<crate::changes::NativeChanges> {
+        let o = self.open()?;
+        let filter = client::ChangeFilter { tables, prefix };
+        let feed = self.run(py, &o, o.cluster.changes(after, filter))?;
+        let feed = Mutex::new(Some(crate::changes::Feed::Cluster(feed)));
+        Ok(crate::changes::NativeChanges { rt: Arc::clone(&o.rt), feed })
+    }
+
     /// Every shard's state: `(shard, address, error, prepared, remembered,
     /// versions, cpu_seconds, log_requests_per_s, log_usd_per_hour,
     /// standbys)`, the numbers `None` for a shard that did not answer;

@@ -321,7 +321,8 @@ impl Connection {
         let o = self.open()?;
         let filter = client::ChangeFilter { tables, prefix };
         let feed = self.run(py, &o, None, o.client.changes(after, filter))?;
-        Ok(changes::NativeChanges { rt: Arc::clone(&o.rt), feed: Mutex::new(Some(feed)) })
+        let feed = Mutex::new(Some(changes::Feed::One(feed)));
+        Ok(changes::NativeChanges { rt: Arc::clone(&o.rt), feed })
     }
 
     /// `(role, durable_token, open_transactions, version, cpu_seconds)`.
