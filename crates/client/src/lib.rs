@@ -44,7 +44,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use batch::{Batch, BatchResult};
-pub use changes::{Change, ChangeEvent, ChangeFilter, Changes, ClusterChangeEvent, ClusterChanges};
+pub use changes::{
+    BlockingChanges, BlockingClusterChanges, Change, ChangeEvent, ChangeFilter, Changes,
+    ClusterChangeEvent, ClusterChanges,
+};
 pub use cluster::{Cluster, ClusterBuilder, ClusterTransaction, ShardStatus};
 pub use error::{Error, Result, retry};
 pub use stream::CommitAck;

@@ -52,8 +52,8 @@ use parking_lot::Mutex;
 use crate::error::{Error, Result};
 use crate::mvcc::Csn;
 use crate::options::Options;
+use crate::replica::tap::{Attached, TapMsg, Taps};
 pub use crate::replica::tap::{FeedChange, FeedTxn, SHARED_FEED_STALL};
-use crate::replica::tap::{TapMsg, Taps};
 use crate::replica::{Replica, ReplicaOptions};
 
 /// What a feed delivers.
@@ -98,26 +98,31 @@ impl std::fmt::Debug for FeedSource {
 }
 
 impl FeedSource {
-    /// A follower of the database on `options`' (opened) stores.
-    fn open(options: Options, replica: ReplicaOptions) -> Result<FeedSource> {
+    /// A follower of the database on `options`' (opened) stores, and a
+    /// first feed's tap, attached before the follower runs (so it is
+    /// handed every run from the follower's start).
+    fn open(options: Options, replica: ReplicaOptions) -> Result<(FeedSource, Attached)> {
         let taps = Taps::new(SHARED_FEED_STALL);
-        let (replica, _) = Replica::open_tapped(options, replica, Some(Arc::clone(&taps)))?;
-        Ok(FeedSource { replica, taps })
+        let mut first = taps.attach();
+        let (replica, start) = Replica::open_tapped(options, replica, Some(Arc::clone(&taps)))?;
+        first.start = start;
+        Ok((FeedSource { replica, taps }, first))
     }
 
-    /// The one in `slot` if it still runs, else a new one put there; and
-    /// whether it is new.
+    /// The one in `slot` if it still runs, else a new one put there, with
+    /// its first feed's tap.
     fn shared(
         slot: &Mutex<Weak<FeedSource>>,
         options: &Options,
-    ) -> Result<(Arc<FeedSource>, bool)> {
+    ) -> Result<(Arc<FeedSource>, Option<Attached>)> {
         let mut s = slot.lock();
         if let Some(f) = s.upgrade().filter(|f| f.replica.metrics().stopped.is_none()) {
-            return Ok((f, false));
+            return Ok((f, None));
         }
-        let f = Arc::new(FeedSource::open(options.clone(), ReplicaOptions::default())?);
+        let (f, first) = FeedSource::open(options.clone(), ReplicaOptions::default())?;
+        let f = Arc::new(f);
         *s = Arc::downgrade(&f);
-        Ok((f, true))
+        Ok((f, Some(first)))
     }
 }
 
@@ -168,8 +173,8 @@ impl Feed {
         filter: FeedFilter,
     ) -> Result<Feed> {
         let options = Feed::logged(options)?.open_stores()?;
-        let source = Arc::new(FeedSource::open(options, replica)?);
-        Ok(Feed::attach(source, cursor, filter, false)?.expect("not refused"))
+        let (source, first) = FeedSource::open(options, replica)?;
+        Ok(Feed::attach(Arc::new(source), Some(first), cursor, filter)?.expect("not refused"))
     }
 
     /// A feed by the follower in `slot` (started if none runs), shared
@@ -183,8 +188,8 @@ impl Feed {
         filter: FeedFilter,
     ) -> Result<Feed> {
         let options = Feed::logged(options)?;
-        let (source, new) = FeedSource::shared(slot, &options)?;
-        match Feed::attach(source, cursor, filter.clone(), !new)? {
+        let (source, first) = FeedSource::shared(slot, &options)?;
+        match Feed::attach(source, first, cursor, filter.clone())? {
             Some(feed) => Ok(feed),
             None => Feed::open_with(options, ReplicaOptions::default(), cursor, filter),
         }
@@ -199,18 +204,21 @@ impl Feed {
         Ok(options)
     }
 
-    /// A feed on `source`'s follower from the point it has handed over
-    /// up to now; the window's history before it if `cursor` is older, or,
-    /// with `only_ahead`, `None` then.
+    /// A feed on `source`'s follower by `first`, the tap attached before
+    /// it ran, or else one attached now, from the point the follower has
+    /// handed over up to now; the window's history before it if `cursor`
+    /// is older (only by `first`: a follower already running answers
+    /// `None` then).
     fn attach(
         source: Arc<FeedSource>,
+        first: Option<Attached>,
         cursor: Option<Csn>,
         filter: FeedFilter,
-        only_ahead: bool,
     ) -> Result<Option<Feed>> {
-        let tap = source.taps.attach();
+        let running = first.is_none();
+        let tap = first.unwrap_or_else(|| source.taps.attach());
         let start = tap.start;
-        if only_ahead && cursor.is_some_and(|c| c + 1 < start) {
+        if running && cursor.is_some_and(|c| c + 1 < start) {
             return Ok(None);
         }
         let options = source.replica.options().clone();

@@ -57,7 +57,7 @@ mod table;
 mod telemetry;
 mod txn;
 
-pub use async_api::{AsyncDatabase, AsyncReplica, AsyncTransaction, WaitFor};
+pub use async_api::{AsyncDatabase, AsyncFeed, AsyncReplica, AsyncTransaction, WaitFor};
 pub use checkpoint::CheckpointStats;
 pub use commit::{CommitAck, CommitInfo, CommitMetrics, Durable};
 pub use db::restore::{RestoreReport, RestoreStep, restore};

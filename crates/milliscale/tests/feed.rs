@@ -415,3 +415,49 @@ fn feeds_of_one_database_share_a_follower_and_a_stalled_one_is_let_go() {
     got5.extend(read_until(&mut again, c.last().expect("some").csn));
     same(&got5, &c, "feed 5, let go and opened again");
 }
+
+/// The feed for async code: the same transactions through `AsyncFeed`,
+/// taken by `next` and as a `Stream` in turn, on a current-thread runtime
+/// while a thread writes.
+#[test]
+fn an_async_feed_delivers_the_same_transactions_as_a_stream() {
+    use futures_core::Stream;
+    use milliscale::AsyncDatabase;
+    let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let db = Arc::new(with_two_tables(writer(&store)));
+    let adb = AsyncDatabase::from(Arc::clone(&db));
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    rt.block_on(async {
+        let mut feed = adb.changes(None, FeedFilter::default()).await.expect("feed");
+        let mut writing = Some(std::thread::spawn(move || {
+            let (mut rows, mut rng) = (Rows::new(), Rng(21));
+            write(&db, &mut rows, &mut rng, 300)
+        }));
+        let (mut got, mut resolved, mut expected) = (Vec::<FeedTxn>::new(), 0, None);
+        let until = Instant::now() + Duration::from_secs(60);
+        for i in 0u64.. {
+            assert!(Instant::now() < until, "resolved {resolved}");
+            if writing.as_ref().is_some_and(|w| w.is_finished()) {
+                expected = writing.take().map(|w| w.join().expect("writer"));
+            }
+            if let Some(e) = &expected
+                && resolved > e.last().expect("some").csn
+            {
+                break;
+            }
+            let wait = Duration::from_millis(200);
+            let event = if i % 2 == 0 {
+                tokio::time::timeout(wait, feed.next()).await
+            } else {
+                let next = std::future::poll_fn(|cx| std::pin::Pin::new(&mut feed).poll_next(cx));
+                tokio::time::timeout(wait, next).await
+            };
+            match event.ok().flatten().transpose().expect("feed") {
+                Some(FeedEvent::Commit(t)) => got.push(t),
+                Some(FeedEvent::Resolved(n)) => resolved = n,
+                None => {}
+            }
+        }
+        same(&got, &expected.expect("written"), "async feed");
+    });
+}

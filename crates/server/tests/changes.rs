@@ -36,6 +36,25 @@ async fn read_until(feed: &mut Changes, last: u64) -> Vec<(u64, Vec<Change>)> {
     got
 }
 
+/// A feed after `cursor`, once the server has a place for it (a feed
+/// its client dropped frees its place when the server notices).
+async fn when_free(
+    c: &milliscale_client::Client,
+    cursor: Option<u64>,
+    filter: ChangeFilter,
+) -> Changes {
+    for _ in 0..200 {
+        match c.changes(cursor, filter.clone()).await {
+            Ok(f) => return f,
+            Err(e) if e.code() == Code::ResourceExhausted => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("feed: {e}"),
+        }
+    }
+    panic!("no place for a feed in 10 s")
+}
+
 fn put(table: &str, key: &str, value: Option<&str>) -> Change {
     Change {
         table: table.into(),
@@ -81,8 +100,36 @@ async fn the_servers_feed_sends_each_transaction_whole_and_resumes_after_a_curso
     let mut after = c.changes(Some(csns[9]), ChangeFilter::default()).await.expect("feed");
     assert_eq!(read_until(&mut after, last).await, all[10..]);
     drop(after);
+    // The same events as a Stream, and as a blocking iterator on a plain
+    // thread.
+    let mut stream = c.changes(Some(csns[14]), ChangeFilter::default()).await.expect("feed");
+    let mut by_stream = Vec::new();
+    while by_stream.len() < 5 {
+        match tokio_stream::StreamExt::next(&mut stream).await.expect("not ended").expect("feed") {
+            ChangeEvent::Commit { csn, changes } => by_stream.push((csn, changes)),
+            ChangeEvent::Resolved(_) => {}
+        }
+    }
+    assert_eq!(by_stream, all[15..]);
+    drop(stream);
+    let blocking = when_free(&c, Some(csns[16]), ChangeFilter::default()).await;
+    let rt = tokio::runtime::Handle::current();
+    let by_iterator = tokio::task::spawn_blocking(move || {
+        blocking
+            .blocking(rt)
+            .map(|e| e.expect("feed"))
+            .filter_map(|e| match e {
+                ChangeEvent::Commit { csn, changes } => Some((csn, changes)),
+                ChangeEvent::Resolved(_) => None,
+            })
+            .take(3)
+            .collect::<Vec<_>>()
+    })
+    .await
+    .expect("the iterator's thread");
+    assert_eq!(by_iterator, all[17..]);
     let only_u = ChangeFilter { tables: vec!["u".into()], prefix: None };
-    let mut u = c.changes(Some(csns[17]), only_u).await.expect("feed");
+    let mut u = when_free(&c, Some(csns[17]), only_u).await;
     let got = read_until(&mut u, last).await;
     assert_eq!(
         got,

@@ -26,11 +26,13 @@
 //! engine, so it is `Send + 'static`: it can be held across `.await` and
 //! moved into a spawned task.
 
+mod feed;
 mod replica;
 mod txn;
 
 use std::sync::Arc;
 
+pub use feed::AsyncFeed;
 pub use replica::{AsyncReplica, WaitFor};
 pub use txn::AsyncTransaction;
 

@@ -17,7 +17,7 @@ use crate::table::Table;
 /// clones share one replica, which stops when the last one is dropped.
 #[derive(Clone, Debug)]
 pub struct AsyncReplica {
-    replica: Arc<Replica>,
+    pub(super) replica: Arc<Replica>,
 }
 
 impl From<Replica> for AsyncReplica {
