@@ -283,20 +283,10 @@ impl Feed {
                 let cursor = self.after.max(from.saturating_sub(1));
                 return Err(Error::ChangesGone { cursor, oldest: to.saturating_sub(1) });
             }
-            TapMsg::Run { txns, applied } => {
-                for t in txns {
-                    if t.csn <= self.after {
-                        continue;
-                    }
-                    let changes: Vec<_> = t
-                        .changes
-                        .into_iter()
-                        .filter(|c| self.filter.keeps(&c.table, &c.key))
-                        .collect();
-                    if !changes.is_empty() {
-                        self.ready.push_back(FeedEvent::Commit(FeedTxn { csn: t.csn, changes }));
-                    }
-                }
+            TapMsg::Run { run, applied } => {
+                let filter = &self.filter;
+                let txns = run.txns(self.after, &|table, key| filter.keeps(table, key));
+                self.ready.extend(txns.into_iter().map(FeedEvent::Commit));
                 if applied > self.resolved {
                     self.resolved = applied;
                     self.ready.push_back(FeedEvent::Resolved(applied));

@@ -387,17 +387,26 @@ impl Follower {
             self.opts.apply_threads,
             self.opts.apply_parallel_min,
             &self.db.retrims,
-            self.tap.as_ref().is_some_and(|t| t.len() > 0),
+            self.tap.is_some(),
         )?;
         apply::queue_deletes(&self.tables, &run.entries, &self.db.reclaim);
-        super::tap::hand_over(&self.tap, &self.tables, &self.db.txns, &run.entries, wholes, next);
+        let entries = run.entries.len() as u64;
+        // (Takes the entries when a feed is attached.)
+        super::tap::hand_over(
+            &self.tap,
+            &self.tables,
+            &self.db.txns,
+            &mut run.entries,
+            wholes,
+            next,
+        );
         self.applied = next;
         // Counted before the readers are told, so that anyone woken by
         // the new applied CSN sees the counts that go with it.
         let now = Instant::now();
         {
             let mut c = self.shared.counters.lock();
-            c.entries += run.entries.len() as u64;
+            c.entries += entries;
             c.records += records;
             let lag_histogram = metrics::histogram!("milliscale_replica_lag_seconds");
             for since in run.since.drain(..) {

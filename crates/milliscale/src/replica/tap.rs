@@ -1,7 +1,13 @@
-//! The tap a change feed puts on a replica's follower (design record
+//! The tap change feeds put on a replica's follower (design record
 //! 0014): every run of transactions the follower applies, handed over in
 //! CSN order with each write as the row's whole new value, before the
 //! run's applied CSN is published.
+//!
+//! The follower hands over the run as it applied it ([`Run`]: its entries,
+//! whose records are slices of the log's parts, and each delta's whole
+//! value), once for every feed; each feed builds its own changes from it on
+//! its own thread, only those its filter keeps. So the follower, which a
+//! replica's pace is set by, copies nothing for its feeds.
 //!
 //! Invariants:
 //! - a transaction is handed over once, whole, in CSN order; the applied
@@ -12,8 +18,8 @@
 //!   the apply built for the record's new version (`apply::Whole`; the
 //!   delta applied to the chain's head, which is the transaction's earlier
 //!   write of the row or else the commits before it), so no row is looked
-//!   up again. A record the apply skipped (its table dropped) falls back to
-//!   the chains the run was just applied to (the versions of the run and
+//!   up again. A record the apply skipped (its table dropped) gets one at
+//!   the hand-over from the chains the run was just applied to (the versions of the run and
 //!   the ones they replaced are at or above the readers' horizon, taken
 //!   before the run: none is trimmed before the next run);
 //! - the follower never jumps over changes silently: a catch-up to a
@@ -62,7 +68,7 @@ pub struct FeedTxn {
 pub(crate) enum TapMsg {
     /// Transactions applied, in CSN order, and the applied point after
     /// them (every commit below it is in this run or an earlier one).
-    Run { txns: Vec<FeedTxn>, applied: Csn },
+    Run { run: Arc<Run>, applied: Csn },
     /// The follower moved from `from` to `to` by loading a checkpoint:
     /// the changes in between were not read.
     Gap { from: Csn, to: Csn },
@@ -189,15 +195,98 @@ impl Taps {
     }
 }
 
+/// A run as the follower hands it over: the entries it applied (their
+/// records are slices of the log's parts, not copies) and the whole value
+/// each delta record left. Each feed builds its own changes from it, on
+/// its own thread ([`Run::txns`]), keeping only what its filter keeps:
+/// the follower copies nothing, whatever the number of feeds.
+pub(crate) struct Run {
+    entries: Vec<Entry>,
+    /// Every delta record's whole value, in (entry, record) order.
+    wholes: Vec<Whole>,
+    /// The tables by id, for their names.
+    tables: Vec<Arc<TableInner>>,
+}
+
+impl Run {
+    /// The transactions above `after`, each with the changes `keep`
+    /// keeps (table name, key); those left with none are left out. The
+    /// last feed to hold the run moves the deltas' whole values out of it
+    /// instead of copying them.
+    pub(crate) fn txns(
+        self: Arc<Run>,
+        after: Csn,
+        keep: &dyn Fn(&str, &[u8]) -> bool,
+    ) -> Vec<FeedTxn> {
+        match Arc::try_unwrap(self) {
+            Ok(mut run) => {
+                let mut wholes = std::mem::take(&mut run.wholes).into_iter().peekable();
+                run.build(after, keep, &mut |at, want| {
+                    wholes.next_if(|w| (w.entry, w.record) == at).filter(|_| want).map(|w| w.value)
+                })
+            }
+            Err(run) => {
+                let mut wholes = run.wholes.iter().peekable();
+                run.build(after, keep, &mut |at, want| {
+                    let w = wholes.next_if(|w| (w.entry, w.record) == at)?;
+                    want.then(|| w.value.clone())
+                })
+            }
+        }
+    }
+
+    /// [`Run::txns`], a delta's whole value taken by `whole((entry,
+    /// record), wanted)`, called for every delta record in order.
+    fn build(
+        &self,
+        after: Csn,
+        keep: &dyn Fn(&str, &[u8]) -> bool,
+        whole: &mut dyn FnMut((u32, u32), bool) -> Option<Vec<u8>>,
+    ) -> Vec<FeedTxn> {
+        let mut txns = Vec::new();
+        for (i, e) in self.entries.iter().enumerate() {
+            let Entry::Commit { csn, records, .. } = e else { continue };
+            let mut changes = Vec::new();
+            for (j, r) in records.refs().enumerate() {
+                let name = self.tables.get(r.table as usize).map_or("", |t| t.name.as_str());
+                let want = *csn > after && keep(name, r.key);
+                let value = match r.op {
+                    OpRef::Delta { .. } => whole((i as u32, j as u32), want),
+                    OpRef::Insert(v) | OpRef::Update(v) if want => Some(v.to_vec()),
+                    _ => None,
+                };
+                if want {
+                    changes.push(FeedChange { table: name.to_owned(), key: r.key.to_vec(), value });
+                }
+            }
+            if !changes.is_empty() {
+                txns.push(FeedTxn { csn: *csn, changes });
+            }
+        }
+        txns
+    }
+}
+
+impl std::fmt::Debug for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Run")
+            .field("entries", &self.entries.len())
+            .field("wholes", &self.wholes.len())
+            .finish()
+    }
+}
+
 /// Hand `entries` (just applied, CSNs below `applied`) over to the feeds
 /// on `taps`, with `wholes`, the whole values the apply left for their
-/// delta records (`apply::apply_batch`, in (entry, record) order). With
-/// no feed attached nothing is built.
+/// delta records (`apply::apply_batch`, in (entry, record) order). A delta
+/// the apply left none for (its table dropped, or no feed attached when it
+/// ran) gets one here, from the chains the run was just applied to. With
+/// no feed attached nothing is done.
 pub(crate) fn hand_over(
     taps: &Option<Arc<Taps>>,
     tables: &[Arc<TableInner>],
     txns: &TxnTable,
-    entries: &[Entry],
+    entries: &mut Vec<Entry>,
     wholes: Vec<Whole>,
     applied: Csn,
 ) {
@@ -206,26 +295,54 @@ pub(crate) fn hand_over(
     if subs.is_empty() {
         return;
     }
+    let mut all = Vec::with_capacity(wholes.len());
     let mut wholes = wholes.into_iter().peekable();
-    let run = entries
-        .iter()
-        .enumerate()
-        .filter_map(|(i, e)| match e {
-            Entry::Commit { csn, records, .. } => {
-                let mut changes: Vec<FeedChange> = Vec::with_capacity(records.len());
-                for (j, r) in records.refs().enumerate() {
-                    let whole = wholes
-                        .next_if(|w| (w.entry, w.record) == (i as u32, j as u32))
-                        .map(|w| w.value);
-                    let c = change(tables, txns, *csn, r, whole, &changes);
-                    changes.push(c);
+    for (i, e) in entries.iter().enumerate() {
+        let Entry::Commit { csn, records, .. } = e else { continue };
+        let first = all.len();
+        for (j, r) in records.refs().enumerate() {
+            let OpRef::Delta { offset, bytes } = r.op else { continue };
+            let (entry, record) = (i as u32, j as u32);
+            let value = match wholes.next_if(|w| (w.entry, w.record) == (entry, record)) {
+                Some(w) => w.value,
+                None => {
+                    let earlier = before_in_txn(records, j, &all[first..], r.table, r.key);
+                    let t = &tables[r.table as usize];
+                    let base = earlier.unwrap_or_else(|| value_at(t, r.key, *csn, txns));
+                    // (A delta on no row, or past its end, cannot be in a
+                    // log the engine wrote: the row's value after the
+                    // transaction stands in.)
+                    base.and_then(|b| patched(&b, offset, bytes))
+                        .or_else(|| value_at(t, r.key, *csn + 1, txns))
+                        .unwrap_or_default()
                 }
-                Some(FeedTxn { csn: *csn, changes })
-            }
-            Entry::Abort { .. } => None,
-        })
-        .collect();
-    taps.send(subs, TapMsg::Run { txns: run, applied });
+            };
+            all.push(Whole { entry, record, value });
+        }
+    }
+    let run = Run { entries: std::mem::take(entries), wholes: all, tables: tables.to_vec() };
+    taps.send(subs, TapMsg::Run { run: Arc::new(run), applied });
+}
+
+/// The value the transaction's latest write of (`table`, `key`) before
+/// its `j`-th record left, if it wrote it before: `Some(None)` for a
+/// delete. `wholes`: its delta records' whole values so far.
+fn before_in_txn(
+    records: &crate::log::record::Records,
+    j: usize,
+    wholes: &[Whole],
+    table: u32,
+    key: &[u8],
+) -> Option<Option<Vec<u8>>> {
+    let earlier: Vec<_> = records.refs().take(j).enumerate().collect();
+    let (k, r) = earlier.into_iter().rev().find(|(_, r)| r.table == table && r.key == key)?;
+    Some(match r.op {
+        OpRef::Insert(v) | OpRef::Update(v) => Some(v.to_vec()),
+        OpRef::Delete => None,
+        OpRef::Delta { .. } => {
+            wholes.iter().find(|w| w.record as usize == k).map(|w| w.value.clone())
+        }
+    })
 }
 
 /// Tell the feeds that the follower jumped from `from` to `to`.
@@ -234,39 +351,6 @@ pub(crate) fn gap(taps: &Option<Arc<Taps>>, from: Csn, to: Csn) {
         let subs = taps.turn(to);
         taps.send(subs, TapMsg::Gap { from, to });
     }
-}
-
-/// Record `r` of the transaction at `csn` as a change; `whole`, the value
-/// the apply left for it if it is a delta; `before`, the transaction's
-/// changes before it. Without `whole` (the apply skipped the record), a
-/// delta is applied to the row as the transaction's latest earlier write
-/// of it left it, else as the commits before `csn` did. (A delta on no
-/// row, or past its end, cannot be in a log the engine wrote; it is
-/// handed over as the row's value after the transaction.)
-fn change(
-    tables: &[Arc<TableInner>],
-    txns: &TxnTable,
-    csn: Csn,
-    r: crate::log::record::RecordRef<'_>,
-    whole: Option<Vec<u8>>,
-    before: &[FeedChange],
-) -> FeedChange {
-    let t = &tables[r.table as usize];
-    let value = match r.op {
-        OpRef::Insert(v) | OpRef::Update(v) => Some(v.to_vec()),
-        OpRef::Delete => None,
-        OpRef::Delta { .. } if whole.is_some() => whole,
-        OpRef::Delta { offset, bytes } => {
-            let earlier = before.iter().rev().find(|c| c.table == t.name && c.key == r.key);
-            let base = match earlier {
-                Some(c) => c.value.clone(),
-                None => value_at(t, r.key, csn, txns),
-            };
-            base.and_then(|b| patched(&b, offset, bytes))
-                .or_else(|| value_at(t, r.key, csn + 1, txns))
-        }
-    };
-    FeedChange { table: t.name.clone(), key: r.key.to_vec(), value }
 }
 
 /// The value of `key` in `t` as a snapshot at `snapshot` sees it (the
@@ -284,7 +368,8 @@ mod tests {
     use super::*;
 
     fn run(applied: Csn) -> TapMsg {
-        TapMsg::Run { txns: vec![FeedTxn { csn: applied - 1, changes: vec![] }], applied }
+        let run = Run { entries: vec![], wholes: vec![], tables: vec![] };
+        TapMsg::Run { run: Arc::new(run), applied }
     }
 
     fn hand(taps: &Taps, applied: Csn) {
