@@ -1,13 +1,16 @@
 //! `Changes`: the database's change feed as a server stream (design
 //! record 0014). Each call runs a feed (`milliscale::feed::Feed`) in the
-//! server process: a follower that reads the log from the server's own
-//! stores, as a replica does, so the writer's commit path is not touched;
-//! but it holds a replica's copy of the database in memory, so a server
-//! runs at most [`FEEDS_MAX`] at once.
+//! server process, on the follower the server's feeds share: it reads the
+//! log from the server's own stores, as a replica does, so the writer's
+//! commit path is not touched, and holds one replica's copy of the
+//! database for all of them (a feed whose cursor that follower has passed
+//! starts one of its own). A server runs at most [`FEEDS_MAX`] at once.
 //!
 //! On a cluster's shard, the call runs the cluster's feed
 //! (`shard::feed::ClusterFeed`): every shard's log, read from the stores
-//! the map names, merged by commit timestamp.
+//! the map names, merged by commit timestamp, each feed by followers of
+//! its own (a copy of every shard's data): a shard runs at most
+//! [`CLUSTER_FEEDS_MAX`].
 //!
 //! Invariants:
 //! - events go out in the feed's order: each transaction whole, then the
@@ -33,8 +36,12 @@ use crate::errors::{engine, refuse};
 use crate::service::{Backend, Service};
 use crate::shard::feed::{ClusterEvent, ClusterFeed};
 
-/// The feeds a server runs at once.
-pub const FEEDS_MAX: usize = 4;
+/// The feeds a server runs at once (they share one follower).
+pub const FEEDS_MAX: usize = 16;
+
+/// The cluster feeds a shard runs at once (each with a follower of every
+/// shard).
+pub const CLUSTER_FEEDS_MAX: usize = 4;
 
 /// The stream of a `Changes` call.
 pub type ChangesStream = Pin<Box<dyn Stream<Item = Result<proto::ChangesResponse, Status>> + Send>>;
@@ -54,10 +61,13 @@ impl Service {
     ) -> Result<ChangesStream, Status> {
         self.new_work()?;
         let permit = std::sync::Arc::clone(&self.feeds).try_acquire_owned().map_err(|_| {
+            let (max, what) = match self.shard {
+                Some(_) => (CLUSTER_FEEDS_MAX, "cluster change feeds (each reads every shard)"),
+                None => (FEEDS_MAX, "change feeds"),
+            };
             refuse::limit(format!(
-                "this server already runs {FEEDS_MAX} change feeds (each holds a replica's copy \
-                 of the database); read the feed from the store with `milliscale changes`, or \
-                 from a replica server"
+                "this server already runs {max} {what}; read the feed from the store with \
+                 `milliscale changes`, or from a replica server"
             ))
         })?;
         let filter = FeedFilter { tables: r.tables, prefix: r.prefix.map(Vec::from) };

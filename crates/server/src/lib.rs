@@ -37,7 +37,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 pub use auth::{Role, Tokens};
-pub use changes::FEEDS_MAX;
+pub use changes::{CLUSTER_FEEDS_MAX, FEEDS_MAX};
 pub use errors::{KIND_KEY, RETRYABLE_KEY};
 pub use milliscale::{AsyncDatabase, AsyncReplica};
 pub use ops::{EXECUTE_SCAN_ROWS_MAX, SCAN_BATCH_BYTES, SCAN_BATCH_ROWS};
@@ -277,7 +277,10 @@ impl Server {
             },
             shutting_down: Arc::clone(&shutting_down),
             stop: stopped.clone(),
-            feeds: Arc::new(tokio::sync::Semaphore::new(changes::FEEDS_MAX)),
+            feeds: Arc::new(tokio::sync::Semaphore::new(match shard {
+                Some(_) => changes::CLUSTER_FEEDS_MAX,
+                None => changes::FEEDS_MAX,
+            })),
         };
         let grpc = MilliscaleServer::new(service)
             .max_decoding_message_size(options.max_message_bytes)
