@@ -83,7 +83,7 @@ impl FeedFilter {
 }
 
 /// The follower change feeds read from: a replica whose follower hands
-/// every run it applies to the feeds attached ([`crate::replica::tap`]).
+/// every run it applies to the feeds attached (`replica::tap`).
 /// Every feed of one [`crate::Database`] or [`Replica`] object shares
 /// one (`Database::changes`); [`Feed::open`] starts one of its own.
 pub struct FeedSource {
