@@ -85,9 +85,6 @@ pub(crate) struct Engine {
     pub(crate) checkpointer_wake: (Mutex<bool>, Condvar),
     /// The catalog holds dropped tables waiting to be freed.
     pub(crate) retired_waiting: AtomicBool,
-    /// The follower this database's change feeds share, while one runs
-    /// (`feed::FeedSource`).
-    pub(crate) feeds: Mutex<std::sync::Weak<crate::feed::FeedSource>>,
 }
 
 pub(crate) struct ManifestState {
@@ -147,7 +144,6 @@ impl Engine {
             checkpoint_stats: Mutex::new(CheckpointStats::default()),
             checkpointer_wake: (Mutex::new(false), Condvar::new()),
             retired_waiting: AtomicBool::new(false),
-            feeds: Mutex::new(std::sync::Weak::new()),
         }
     }
 

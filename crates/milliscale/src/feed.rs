@@ -47,7 +47,6 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
-use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
 use crate::mvcc::Csn;
@@ -82,6 +81,10 @@ impl FeedFilter {
     }
 }
 
+/// The followers the feeds of each database object share, by the id of
+/// its engine (unique in the process).
+static SOURCES: std::sync::Mutex<Vec<(u64, Weak<FeedSource>)>> = std::sync::Mutex::new(Vec::new());
+
 /// The follower change feeds read from: a replica whose follower hands
 /// every run it applies to the feeds attached (`replica::tap`).
 /// Every feed of one [`crate::Database`] or [`Replica`] object shares
@@ -109,19 +112,20 @@ impl FeedSource {
         Ok((FeedSource { replica, taps }, first))
     }
 
-    /// The one in `slot` if it still runs, else a new one put there, with
-    /// its first feed's tap.
-    fn shared(
-        slot: &Mutex<Weak<FeedSource>>,
-        options: &Options,
-    ) -> Result<(Arc<FeedSource>, Option<Attached>)> {
-        let mut s = slot.lock();
-        if let Some(f) = s.upgrade().filter(|f| f.replica.metrics().stopped.is_none()) {
+    /// The one the feeds of the database object `engine` share if it
+    /// still runs, else a new one, with its first feed's tap. (Opening
+    /// one holds the process's list, so two feeds opened at once share.)
+    fn shared(engine: u64, options: &Options) -> Result<(Arc<FeedSource>, Option<Attached>)> {
+        let mut sources = SOURCES.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        sources.retain(|(_, s)| s.strong_count() > 0);
+        let running = sources.iter().find(|(e, _)| *e == engine).and_then(|(_, s)| s.upgrade());
+        if let Some(f) = running.filter(|f| f.replica.metrics().stopped.is_none()) {
             return Ok((f, None));
         }
         let (f, first) = FeedSource::open(options.clone(), ReplicaOptions::default())?;
         let f = Arc::new(f);
-        *s = Arc::downgrade(&f);
+        sources.retain(|(e, _)| *e != engine);
+        sources.push((engine, Arc::downgrade(&f)));
         Ok((f, Some(first)))
     }
 }
@@ -177,18 +181,18 @@ impl Feed {
         Ok(Feed::attach(Arc::new(source), Some(first), cursor, filter)?.expect("not refused"))
     }
 
-    /// A feed by the follower in `slot` (started if none runs), shared
-    /// with the other feeds there. A cursor the running follower has
+    /// A feed by the follower of the database object `engine` (started if
+    /// none runs), shared with its other feeds. A cursor the running follower has
     /// passed is served by a follower of its own (from its newest
     /// checkpoint, or the retention window).
     fn shared(
-        slot: &Mutex<Weak<FeedSource>>,
+        engine: u64,
         options: Options,
         cursor: Option<Csn>,
         filter: FeedFilter,
     ) -> Result<Feed> {
         let options = Feed::logged(options)?;
-        let (source, first) = FeedSource::shared(slot, &options)?;
+        let (source, first) = FeedSource::shared(engine, &options)?;
         match Feed::attach(source, first, cursor, filter.clone())? {
             Some(feed) => Ok(feed),
             None => Feed::open_with(options, ReplicaOptions::default(), cursor, filter),
@@ -395,7 +399,7 @@ impl crate::Database {
             ));
         };
         let options = self.inner.options.clone().with_opened(&m.stores);
-        Feed::shared(&self.inner.feeds, options, cursor, filter)
+        Feed::shared(self.inner.id, options, cursor, filter)
     }
 }
 
@@ -404,6 +408,6 @@ impl Replica {
     /// a follower the feeds of this replica share (as
     /// [`crate::Database::changes`]).
     pub fn changes(&self, cursor: Option<Csn>, filter: FeedFilter) -> Result<Feed> {
-        Feed::shared(self.feeds(), self.options().clone(), cursor, filter)
+        Feed::shared(self.engine_id(), self.options().clone(), cursor, filter)
     }
 }

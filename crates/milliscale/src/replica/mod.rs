@@ -313,10 +313,10 @@ impl Replica {
         &self.db.inner.options
     }
 
-    /// Where the change feeds of this replica find the follower they
-    /// share (`feed::Feed`).
-    pub(crate) fn feeds(&self) -> &parking_lot::Mutex<std::sync::Weak<crate::feed::FeedSource>> {
-        &self.db.inner.feeds
+    /// Its engine's id, unique in the process (the change feeds of this
+    /// replica share a follower by it).
+    pub(crate) fn engine_id(&self) -> u64 {
+        self.db.inner.id
     }
 
     /// Every commit below this CSN is visible to new transactions.
