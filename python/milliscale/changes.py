@@ -69,9 +69,12 @@ class ResolvedTs:
 ClusterEvent = Union[ClusterChangedTransaction, ResolvedTs]
 
 
-def iterate(native, resolved: bool, until: Optional[int]) -> Iterator[Event]:
-    """The events of a native feed, as Python objects; the feed stops when
-    the iteration does (a ``break``, the generator closed)."""
+def _events(native, resolved: bool, until: Optional[int], past) -> Iterator[tuple]:
+    """A native feed's events as ``(at, client, changes)`` for a
+    transaction and ``(at, None, None)`` for a resolved point (only with
+    ``resolved``), until the server ends it or ``past(at)`` says a resolved
+    point reached ``until``; the feed stops when the iteration does (a
+    ``break``, the generator closed)."""
     try:
         while True:
             try:
@@ -81,40 +84,28 @@ def iterate(native, resolved: bool, until: Optional[int]) -> Iterator[Event]:
                 raise from_call_error(*err.args) from None
             if e is None:
                 continue
-            csn, _, writes = e
+            at, client, writes = e
             if writes is None:
-                if csn == 0:
+                if at == 0:
                     return  # the server ended the feed
                 if resolved:
-                    yield Resolved(csn)
-                if until is not None and csn > until:
+                    yield at, None, None
+                if until is not None and past(at, until):
                     return
                 continue
-            yield ChangedTransaction(csn, [Change(t, k, v) for t, k, v in writes])
+            yield at, client, [Change(t, k, v) for t, k, v in writes]
     finally:
         native.close()
+
+
+def iterate(native, resolved: bool, until: Optional[int]) -> Iterator[Event]:
+    """A server's feed: every transaction below a resolved CSN came."""
+    for csn, _, changes in _events(native, resolved, until, lambda at, u: at > u):
+        yield Resolved(csn) if changes is None else ChangedTransaction(csn, changes)
 
 
 def iterate_cluster(native, resolved: bool, until: Optional[int]) -> Iterator[ClusterEvent]:
-    """The events of a native cluster feed, as Python objects; the feed
-    stops when the iteration does."""
-    try:
-        while True:
-            try:
-                e = native.next(0.2)
-            except _native.CallError as err:
-                raise from_call_error(*err.args) from None
-            if e is None:
-                continue
-            ts, client, writes = e
-            if writes is None:
-                if ts == 0:
-                    return  # the shard ended the feed
-                if resolved:
-                    yield ResolvedTs(ts)
-                if until is not None and ts >= until:
-                    return
-                continue
-            yield ClusterChangedTransaction(ts, client, [Change(t, k, v) for t, k, v in writes])
-    finally:
-        native.close()
+    """A cluster's feed: every transaction at or below a resolved
+    timestamp came."""
+    for ts, client, changes in _events(native, resolved, until, lambda at, u: at >= u):
+        yield ResolvedTs(ts) if changes is None else ClusterChangedTransaction(ts, client, changes)
