@@ -411,7 +411,7 @@ pub(crate) fn catch_up(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use rand::{Rng, SeedableRng};
 
     use super::*;
@@ -420,7 +420,7 @@ mod tests {
     use crate::mvcc::oid_array::OidArray;
     use std::collections::HashMap;
 
-    fn tables(n: u32) -> Vec<Arc<TableInner>> {
+    pub(crate) fn tables(n: u32) -> Vec<Arc<TableInner>> {
         (0..n)
             .map(|id| {
                 Arc::new(TableInner {
@@ -465,7 +465,7 @@ mod tests {
 
     /// Random transactions over a few keys of two tables: inserts, whole
     /// updates, deltas on live values, deletes, aborts.
-    fn workload(seed: u64, n: u64) -> Vec<Entry> {
+    pub(crate) fn workload(seed: u64, n: u64) -> Vec<Entry> {
         let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
         let mut live: std::collections::HashMap<(u32, u8), usize> = Default::default();
         (1..=n)
