@@ -263,6 +263,10 @@ pub(crate) fn serve(
         .map_err(|e| Failure::Run(format!("cannot start the runtime: {e}")))?;
     let options_shard = options.cluster.as_ref().map(|c| c.shard);
     runtime.block_on(async move {
+        // Before anything else: a SIGTERM that comes once the address is
+        // printed (or while the database opens) shuts the server down
+        // gracefully, never by the signal's default action.
+        let signals = Signals::install();
         let started = std::time::Instant::now();
         let backend = if let Some(at) = &a.at {
             open_past(db_options.clone(), at).await?
@@ -326,7 +330,7 @@ pub(crate) fn serve(
         // The one line on stdout: the address, once the server takes calls.
         println!("listening on {}", server.local_addr());
         let _ = std::io::stdout().flush();
-        let signal = wait_for_signal().await;
+        let signal = signals.recv().await;
         eprintln!("milliscale serve: {signal}; shutting down");
         let report = server.shutdown().await;
         let closed = match &backend {
@@ -368,18 +372,30 @@ async fn open_past(options: milliscale::Options, at: &str) -> Result<Backend, Fa
     Ok(Backend::Writer(milliscale::AsyncDatabase::from(std::sync::Arc::new(past))))
 }
 
-pub(crate) async fn wait_for_signal() -> &'static str {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) =
-        (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
-    else {
-        // Without signal handlers, serve until killed.
-        std::future::pending::<()>().await;
-        return "killed";
-    };
-    tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
+/// SIGTERM and SIGINT, caught from the moment they are installed.
+struct Signals(Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>);
+
+impl Signals {
+    /// Catch them from now on (on the runtime this is called in).
+    fn install() -> Signals {
+        use tokio::signal::unix::{SignalKind, signal};
+        match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+            (Ok(term), Ok(int)) => Signals(Some((term, int))),
+            // Without signal handlers, serve until killed.
+            _ => Signals(None),
+        }
+    }
+
+    /// The first that came (or comes).
+    async fn recv(mut self) -> &'static str {
+        let Some((term, int)) = &mut self.0 else {
+            std::future::pending::<()>().await;
+            return "killed";
+        };
+        tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        }
     }
 }
 

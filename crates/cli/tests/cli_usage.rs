@@ -2,8 +2,9 @@
 //! over replicated stores, `dump | head`, read-only commands that do not
 //! create what they read, error messages in the flag's unit, exit codes
 //! (1 for a failure at run time, 2 for misuse), `--json` for `inspect`
-//! and `dump`, text where a dump's bytes are printable, and `cluster init`
-//! publishing a cluster's first map once.
+//! and `dump`, text where a dump's bytes are printable, `cluster init`
+//! publishing a cluster's first map once, and `serve` stopping gracefully
+//! on a SIGTERM sent as it starts.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -274,4 +275,31 @@ fn cluster_init_publishes_the_first_map_once_and_checks_its_arguments() {
         .collect();
     let want = [("", 0), ("t/c", 1), ("t/x", 0), ("u/m", 1)];
     assert_eq!(ranges, want.map(|(k, s)| (k.to_owned(), s)));
+}
+
+/// `serve` catches SIGTERM from its start: one sent while the database
+/// opens (before the address is printed: the window a client that reads
+/// the address and stops the server at once could hit) shuts it down
+/// gracefully once open, exit 0, rather than by the signal's default
+/// action (the process killed, status -15).
+#[test]
+fn serve_stops_gracefully_on_a_sigterm_sent_as_it_starts() {
+    let dir = tempfile::tempdir().expect("dir");
+    ycsb_database(&[dir.path()]);
+    for _ in 0..3 {
+        let mut child = bin()
+            .args(["serve", "--store", &url(dir.path()), "--listen", "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start serve");
+        // At once: recovery takes longer than this.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let sent = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+        assert!(sent.is_ok_and(|s| s.success()), "sending SIGTERM");
+        let out = child.wait_with_output().expect("serve ends");
+        let err = stderr(&out);
+        assert!(out.status.success(), "serve ended with {}: {err}", out.status);
+        assert!(err.contains("SIGTERM; shutting down"), "{err}");
+    }
 }
