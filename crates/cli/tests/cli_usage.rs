@@ -287,7 +287,7 @@ fn serve_stops_gracefully_on_a_sigterm_sent_as_it_starts() {
     let dir = tempfile::tempdir().expect("dir");
     ycsb_database(&[dir.path()]);
     for _ in 0..3 {
-        let mut child = bin()
+        let child = bin()
             .args(["serve", "--store", &url(dir.path()), "--listen", "127.0.0.1:0"])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
