@@ -501,11 +501,23 @@ fn bank(a: BankArgs) -> Result<(), Failure> {
                 Err(e) => return Err(Failure::Run(format!("connecting to {}: {e}", a.server))),
             }
         };
-        match c.create_table(BANK).await {
-            Err(e) if e.code() != Code::AlreadyExists => {
-                return Err(Failure::Run(format!("creating table {BANK}: {e}")));
+        // A shard failing over (its primary gone, its standby taking over)
+        // does not answer for a moment: asked again (the shards that have
+        // the table already say so, and that is no error).
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            match c.create_table(BANK).await {
+                Ok(()) => break,
+                Err(e) if e.code() == Code::AlreadyExists => break,
+                Err(e)
+                    if matches!(e.code(), Code::Unavailable | Code::Unknown)
+                        && std::time::Instant::now() < deadline =>
+                {
+                    eprintln!("creating table {BANK}: {e}; trying again");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(e) => return Err(Failure::Run(format!("creating table {BANK}: {e}"))),
             }
-            _ => {}
         }
         let n = a.accounts.max(2);
         let mut seq = 0u64;
