@@ -253,7 +253,7 @@ async fn a_moved_range_keeps_the_reads_its_old_owner_served_below_new_writes() {
 
 /// Wait until shard `r` holds no range frozen and no row of [a00, a04)
 /// (up to 5 s).
-async fn released(r: &mut crate::cluster::Raw) {
+pub(super) async fn released(r: &mut crate::cluster::Raw) {
     for _ in 0..100 {
         let info =
             r.shard_info(proto::ShardInfoRequest::default()).await.expect("info").into_inner();
@@ -267,7 +267,7 @@ async fn released(r: &mut crate::cluster::Raw) {
 
 /// Copy `[start, end)` from `from` to `to` as a mover does, with `floor`,
 /// for the move that publishes map version `version`.
-async fn copy(
+pub(super) async fn copy(
     from: &mut crate::cluster::Raw,
     to: &mut crate::cluster::Raw,
     (start, end): (&[u8], &[u8]),

@@ -11,6 +11,7 @@
 //! - `cluster_loads.rs`: each range's rows and requests, for the rebalancer;
 //! - `cluster_standby.rs`: a shard's standby as `Cluster::status` shows it;
 //! - `cluster_stream.rs`: a cluster client's calls to a shard on one stream;
+//! - `cluster_waited.rs`: a call that waited while its range moved away;
 //! - `connections.rs`: connections, TLS, the standard services, shutdown;
 //! - `changes.rs`: the change feed (`Changes`);
 //! - `first_call.rs`: a transaction begun by its first call;
@@ -32,6 +33,7 @@ mod cluster_loads;
 mod cluster_past;
 mod cluster_standby;
 mod cluster_stream;
+mod cluster_waited;
 mod common;
 mod connections;
 mod first_call;

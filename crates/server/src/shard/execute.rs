@@ -326,7 +326,7 @@ impl Shard {
         if keys.is_empty() {
             return Ok(Some((PreRead::new(), Vec::new(), false, HeldRead::none())));
         }
-        let marking = |st: &mut State| mark(st, &keys, at);
+        let marking = |st: &mut State| mark(self, st, &keys, at);
         let waiting = |m: &Result<Vec<Marked>, Status>| m.as_ref().is_ok_and(|m| pending(m));
         let marks = self.settled(at, client, low_water, marking, waiting).await??;
         if pending(&marks) {
@@ -456,11 +456,13 @@ impl Shard {
         rows: &Rows<'_>,
     ) -> Result<Run, Status> {
         let Batch { t, results, scanned } = batch;
-        // Under the lock: a range frozen since step 1 is served no more.
+        // Under the lock: a range frozen or moved away since step 1 is
+        // served no more.
         let keys = t.reads.keys().chain(t.writes.keys()).map(Vec::as_slice);
         let ranges = t.ranges.values().flatten().map(|(a, b)| (a.as_slice(), b.as_slice()));
-        st.refuse_frozen(keys.clone(), ranges)?;
-        st.count(&self.map.read(), keys);
+        let map = self.map.read();
+        self.refuse_moved(st, &map, keys.clone(), ranges)?;
+        st.count(&map, keys);
         if !t.locally_valid() {
             return Ok(Run::Pending);
         }
@@ -530,9 +532,14 @@ pub(super) type Marked = (Option<CommitTs>, bool, Option<RowHint>);
 /// Under the lock (`st`), the read marks at `at` of `keys` (the batch's
 /// `store_reads`): each key's version at `at` if known, whether a
 /// prepared write is at or below it, and where the engine last found its
-/// row if known. Refused in a range frozen for a move.
-pub(super) fn mark(st: &mut State, keys: &[&Key], at: u64) -> Result<Vec<Marked>, Status> {
-    st.refuse_frozen(keys.iter().map(|k| k.as_slice()), [])?;
+/// row if known. Refused in a range frozen for a move or moved away.
+pub(super) fn mark(
+    shard: &Shard,
+    st: &mut State,
+    keys: &[&Key],
+    at: u64,
+) -> Result<Vec<Marked>, Status> {
+    shard.refuse_moved(st, &shard.map.read(), keys.iter().map(|k| k.as_slice()), [])?;
     let marked = keys.iter().map(|k| {
         // The hint in the same lookup as the version.
         let (known, prepared_below) =

@@ -406,8 +406,9 @@ impl Shard {
             let p = p.and_then(|p| {
                 let keys = p.reads.iter().map(|(k, _)| k).chain(p.writes.iter().map(|(k, _)| k));
                 let ranges = p.ranges.iter().map(|(a, b, _)| (a.as_slice(), b.as_slice()));
-                st.refuse_frozen(keys.clone().map(Vec::as_slice), ranges)?;
-                st.count(&self.map.read(), keys.map(Vec::as_slice));
+                let map = self.map.read();
+                self.refuse_moved(&st, &map, keys.clone().map(Vec::as_slice), ranges)?;
+                st.count(&map, keys.map(Vec::as_slice));
                 Ok(p)
             });
             let p = match p {

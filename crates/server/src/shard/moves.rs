@@ -8,8 +8,11 @@
 //! writes are in the rows the new owner copies) or is refused after it,
 //! retryably, as a wrong shard naming the map version the move
 //! publishes. The check is made under the lock at each of those points
-//! ([`State::refuse_frozen`]), not only where a call's keys are first
-//! checked, since a call may wait between the two. Its record is written
+//! ([`Shard::refuse_moved`]), not only where a call's keys are first
+//! checked, since a call may wait between the two; and it checks the
+//! current map there too, since a call may wait through a whole move,
+//! past its release, which lifts the freeze (a release adopts the map
+//! that gives the range away first). Its record is written
 //! to `_milana.meta` (`frozen/START`) and read again at a restart, so a
 //! shard that crashes frozen stays frozen until the freeze is lifted.
 //! Decisions of transactions prepared before the freeze still commit:
@@ -409,6 +412,38 @@ impl Shard {
         };
         ack.await.map_err(|e| engine(&e))?;
         Ok(Settled::Lifted)
+    }
+
+    /// Under the lock (`st`), where a call is served: refuse, as a wrong
+    /// shard, what it touches in a range frozen here or that `map` (the
+    /// current map, read by the caller under the lock) gives another
+    /// shard. A call's keys are checked against the map when it arrives,
+    /// but it may wait before it is served (for the read lease, for a
+    /// prepared write's decision, for the lock) while its range is
+    /// frozen, moved and released: a release adopts the map that gives
+    /// the range away before it lifts the freeze under the lock, so at
+    /// every moment under the lock one of the two refuses the range.
+    /// Served anyway, a read would find the rows deleted and a write
+    /// would land where the new owner never sees it.
+    pub(super) fn refuse_moved<'k, K, R>(
+        &self,
+        st: &State,
+        map: &ShardMap,
+        keys: K,
+        ranges: R,
+    ) -> Result<(), Status>
+    where
+        K: IntoIterator<Item = &'k [u8]> + Clone,
+        R: IntoIterator<Item = (&'k [u8], &'k [u8])> + Clone,
+    {
+        st.refuse_frozen(keys.clone(), ranges.clone())?;
+        for k in keys {
+            self.own_in(map, k)?;
+        }
+        for (start, end) in ranges {
+            self.own_range_in(map, start, end)?;
+        }
+        Ok(())
     }
 
     /// Refuse a key that `map`, the current map read by the caller, does

@@ -30,8 +30,9 @@ impl Shard {
         let at = r.at;
         type Read = Result<(Vec<proto::ShardReadResult>, Option<u64>), Gone>;
         let read = |st: &mut State| -> Result<Read, Status> {
-            st.refuse_frozen(keys.iter().map(Vec::as_slice), [])?;
-            st.count(&self.map.read(), keys.iter().map(Vec::as_slice));
+            let map = self.map.read();
+            self.refuse_moved(st, &map, keys.iter().map(Vec::as_slice), [])?;
+            st.count(&map, keys.iter().map(Vec::as_slice));
             let replies: Vec<_> = match keys.iter().map(|k| st.p.read(k, at)).collect() {
                 Ok(r) => r,
                 Err(g) => return Ok(Err(g)),
@@ -76,8 +77,9 @@ impl Shard {
         let at = r.at;
         type Scan = Result<(ScanReply, Option<u64>), Gone>;
         let scan = |st: &mut State| -> Result<Scan, Status> {
-            st.refuse_frozen([], [(start.as_slice(), end.as_slice())])?;
-            st.count(&self.map.read(), [start.as_slice()]);
+            let map = self.map.read();
+            self.refuse_moved(st, &map, [], [(start.as_slice(), end.as_slice())])?;
+            st.count(&map, [start.as_slice()]);
             let reply = match st.p.scan(&start, &end, at, limit) {
                 Ok(r) => r,
                 Err(g) => return Ok(Err(g)),

@@ -99,7 +99,7 @@ impl Shard {
             Ok(false) => return None,
             Err(e) => return Some(Err(e)),
         }
-        match mark(st, &keys, b.at) {
+        match mark(self, st, &keys, b.at) {
             Ok(marks) if pending(&marks) => None,
             marks => Some(marks),
         }
