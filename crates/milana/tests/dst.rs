@@ -134,6 +134,15 @@ fn an_old_owner_that_still_validates_prepares_on_a_moved_range_is_caught() {
     eprintln!("caught at seed {seed}: {why}");
 }
 
+/// A shard that installs a prepared write's version before its decision:
+/// a reader sees a write that may abort, and an aborted one stays.
+#[test]
+fn installing_a_prepared_write_before_its_decision_is_caught() {
+    let m = Mutations { install_before_decision: true, ..Mutations::default() };
+    let (seed, why) = caught(m).expect("the bug is caught within the seeds");
+    eprintln!("caught at seed {seed}: {why}");
+}
+
 /// The configuration where a read's timestamp is far ahead of the
 /// writers': clocks up to 50 ms apart (ε), one client that only audits
 /// with its clock as far ahead as ε allows, half the transfers between

@@ -14,6 +14,10 @@ use crate::versions::MapVersions;
 
 use super::world::{Action, Event, Msg, Node, World};
 
+/// How often a read waiting for a prepared write's decision is served
+/// again (simulated µs).
+const READ_AGAIN_EVERY: Timestamp = 500;
+
 impl World {
     pub(super) fn append(&mut self, s: ShardId, rec: Record) -> usize {
         self.append_all(s, vec![rec])
@@ -77,20 +81,35 @@ impl World {
             {
                 self.send(Node::Shard(s), Node::Client(client), Msg::Refused { txn });
             }
-            Action::Read { client, txn, key, at } => {
+            Action::Read { client, txn, key, at, until } => {
                 let reply = self.shards[s as usize].p.read(&key, at);
+                if reply.as_ref().is_ok_and(|r| r.prepared_below) && self.now < until {
+                    return self.read_again(s, Action::Read { client, txn, key, at, until });
+                }
                 let read = reply.as_ref().ok().map(|r| r.version);
                 let msg = Msg::ReadReply { txn, key, reply };
                 self.answer_read(s, client, msg, read);
             }
-            Action::Scan { client, txn, start, end, at } => {
+            Action::Scan { client, txn, start, end, at, until } => {
                 let reply = self.shards[s as usize].p.scan(&start, &end, at, 0);
+                if reply.as_ref().is_ok_and(|r| r.prepared_below) && self.now < until {
+                    let scan = Action::Scan { client, txn, start, end, at, until };
+                    return self.read_again(s, scan);
+                }
                 let read: Vec<_> =
                     reply.iter().flat_map(|r| r.rows.iter().map(|(_, v, _)| *v)).collect();
                 let msg = Msg::ScanReply { txn, shard: s, start, end, reply };
                 self.answer_read(s, client, msg, read);
             }
         }
+    }
+
+    /// Serve a read or scan again a little later: it met a prepared write
+    /// below its timestamp, and waits for the decision (the server's
+    /// `Shard::settled`), checked again each time as after any wait.
+    fn read_again(&mut self, s: ShardId, action: Action) {
+        let epoch = self.shards[s as usize].epoch;
+        self.at(self.now + READ_AGAIN_EVERY, Event::ReadAgain { shard: s, epoch, action });
     }
 
     /// Whether shard `s` still serves what a read or scan asks.
@@ -128,7 +147,8 @@ impl World {
                 if !self.serves(s, &[&key], &[]) {
                     return self.send(Node::Shard(s), from, Msg::Refused { txn });
                 }
-                let read = Action::Read { client, txn, key, at };
+                let until = self.now + self.cfg.termination_timeout;
+                let read = Action::Read { client, txn, key, at, until };
                 match self.shards[s as usize].p.lease_needed(at) {
                     Some(Record::ReadLease(until)) => {
                         let idx = self.append(s, Record::ReadLease(until));
@@ -143,7 +163,8 @@ impl World {
                 if !self.serves(s, &[], &[(&start, &end)]) {
                     return self.send(Node::Shard(s), from, Msg::Refused { txn });
                 }
-                let scan = Action::Scan { client, txn, start, end, at };
+                let until = self.now + self.cfg.termination_timeout;
+                let scan = Action::Scan { client, txn, start, end, at, until };
                 match self.shards[s as usize].p.lease_needed(at) {
                     Some(Record::ReadLease(until)) => {
                         let idx = self.append(s, Record::ReadLease(until));
