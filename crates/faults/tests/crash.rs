@@ -46,7 +46,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use milliscale::options::LOG_STREAMS_PER_GROUP;
-use milliscale::{CommitProtocol, Database, Direction, Error, FlushPolicy, Options};
+use milliscale::{CommitProtocol, Database, DeliberateBug, Direction, Error, FlushPolicy, Options};
 use objstore::{MemoryStore, ObjectStore};
 use parking_lot::Mutex;
 use rand::rngs::SmallRng;
@@ -91,6 +91,7 @@ fn workload(
     store: Arc<CrashStore>,
     rng: &mut SmallRng,
     groups: usize,
+    bug: Option<DeliberateBug>,
 ) -> (BTreeSet<u64>, bool) {
     let lanes = [1, 2, 2, 3, 8][rng.random_range(0..5)];
     let opts = Options::new()
@@ -135,6 +136,10 @@ fn workload(
             .log_lanes(lanes)
     } else {
         opts
+    };
+    let opts = match bug {
+        Some(bug) => opts.deliberate_bug(bug),
+        None => opts,
     };
     // The process ends wherever the workload stops: at open or set-up
     // too (a store that keeps failing past the deadline makes open give
@@ -392,7 +397,9 @@ struct Tally {
     sent_acked: u64,
 }
 
-fn run_seed(seed: u64, tally: &mut Tally) {
+/// One seed: the workload (with `bug`, the engine's deliberate bug) until
+/// the crash, then the recovery and its checks.
+fn run_seed(seed: u64, tally: &mut Tally, bug: Option<DeliberateBug>) {
     let mut rng = SmallRng::seed_from_u64(seed);
     let inner = Arc::new(MemoryStore::new());
     let mode = match rng.random_range(0..5) {
@@ -422,7 +429,7 @@ fn run_seed(seed: u64, tally: &mut Tally) {
     });
     // `Overtaken` aims at lanes of one group.
     let groups = if matches!(mode, CrashMode::Overtaken) { 1 } else { rng.random_range(1..=2) };
-    let (acked, autonomous) = workload(seed, Arc::clone(&store), &mut rng, groups);
+    let (acked, autonomous) = workload(seed, Arc::clone(&store), &mut rng, groups, bug);
     if autonomous {
         tally.autonomous_acked += acked.len() as u64;
         if store.s.lock().asynchronous {
@@ -459,7 +466,7 @@ fn crashes_at_random_writes_lose_no_acknowledged_transfer() {
     let started = std::time::Instant::now();
     let mut tally = Tally::default();
     for seed in seeds {
-        run_seed(seed, &mut tally);
+        run_seed(seed, &mut tally, None);
         if (seed - first + 1).is_multiple_of(500) {
             eprintln!("{} seeds in {:.0?}", seed - first + 1, started.elapsed());
         }
@@ -490,4 +497,18 @@ fn crashes_at_random_writes_lose_no_acknowledged_transfer() {
         assert!(tally.sent_acked > 0, "no autonomous seed sent its appends asynchronously");
         assert!(tally.past_checked > 0, "no seed read the crashed epoch's past");
     }
+}
+
+/// Truncation past what the newest checkpoint covers (the engine's
+/// deliberate bug): the first seed of 0..20 whose recovery fails a check.
+#[test]
+fn truncating_past_the_checkpoint_is_caught() {
+    let caught = (0..20).find_map(|seed| {
+        let run =
+            || run_seed(seed, &mut Tally::default(), Some(DeliberateBug::TruncatePastCheckpoint));
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).err().map(|e| (seed, e))
+    });
+    let (seed, e) = caught.expect("the bug is caught within 20 seeds");
+    let why = e.downcast_ref::<String>().cloned().unwrap_or_default();
+    eprintln!("caught at seed {seed}: {why}");
 }

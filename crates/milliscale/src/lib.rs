@@ -32,6 +32,7 @@
 #![cfg_attr(not(feature = "internals"), allow(dead_code, unused_imports))]
 
 mod async_api;
+mod bugs;
 mod checkpoint;
 mod commit;
 mod db;
@@ -58,6 +59,8 @@ mod telemetry;
 mod txn;
 
 pub use async_api::{AsyncDatabase, AsyncFeed, AsyncReplica, AsyncTransaction, WaitFor};
+#[doc(hidden)]
+pub use bugs::DeliberateBug;
 pub use checkpoint::CheckpointStats;
 pub use commit::{CommitAck, CommitInfo, CommitMetrics, Durable};
 pub use db::restore::{RestoreReport, RestoreStep, restore};

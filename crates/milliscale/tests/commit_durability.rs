@@ -5,13 +5,15 @@
 
 use crate::common;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use common::Recorder;
-use milliscale::{CommitAck, Database, Error, Options, Quorum};
+use milliscale::{CommitAck, Database, DeliberateBug, Error, Options, Quorum};
 use objstore::sim::{Faults, SimStore};
+use parking_lot::Mutex;
 
 fn faulty(rec: &Arc<Recorder>, seed: u64) -> Arc<SimStore> {
     let faults = Faults { seed, throttle: 0.05, error: 0.03, ambiguous: 0.08, stalls: false };
@@ -25,8 +27,12 @@ fn copies(recs: &[Arc<Recorder>], csn: u64) -> usize {
 
 /// Workers commit random writes to 3 faulty stores; one of them goes down
 /// for good mid-run. Each time a worker sees an ack resolve, the CSN and
-/// every CSN up to its DSN must already be on `need` stores.
-fn run(quorum: Quorum, seed: u64) -> (u64, Option<Error>) {
+/// every CSN up to its DSN must already be on `need` stores, and so must
+/// the commit that wrote the value the transaction read (each value names
+/// its writer; a writer's CSN is known once its commit returns, so a read
+/// of a commit still returning is not checked). With `bug`, the engine
+/// runs with that deliberate bug.
+fn run(quorum: Quorum, seed: u64, bug: Option<DeliberateBug>) -> (u64, Option<Error>) {
     use rand::rngs::SmallRng;
     use rand::{Rng, SeedableRng};
     let recs: Vec<Arc<Recorder>> = (0..3).map(|_| Recorder::memory()).collect();
@@ -42,63 +48,79 @@ fn run(quorum: Quorum, seed: u64) -> (u64, Option<Error>) {
     for s in &sims {
         opts = opts.add_store_handle(s.clone());
     }
+    if let Some(bug) = bug {
+        opts = with_bug(opts, bug);
+    }
     let db = Database::open(opts).expect("open");
     let t = db.create_table("t").expect("table");
     let need = quorum.needed(3);
     let checked = AtomicU64::new(0);
     let down = AtomicBool::new(false);
+    // Each committed value's writer (worker, sequence) and its CSN.
+    let writers: Mutex<HashMap<[u8; 16], u64>> = Mutex::new(HashMap::new());
     let poisoned = std::thread::scope(|s| {
         let workers: Vec<_> = (0..4u64)
             .map(|w| {
-                let (db, t, recs, checked, down, sims) = (&db, &t, &recs, &checked, &down, &sims);
+                let (db, t, recs, checked, down, sims, writers) =
+                    (&db, &t, &recs, &checked, &down, &sims, &writers);
                 s.spawn(move || {
                     let mut rng = SmallRng::seed_from_u64(seed * 13 + w);
-                    let mut pending: Vec<CommitAck> = Vec::new();
-                    let check = |a: &CommitAck| {
-                        for c in a.csn().into_iter().chain(1..=a.dsn()) {
-                            let n = copies(recs, c);
-                            assert!(n >= need, "ack of {:?}: CSN {c} is on {n} stores", a.csn());
-                        }
-                        checked.fetch_add(1, Ordering::Relaxed);
-                    };
-                    let check_late = |csn: Option<u64>, dsn: u64| {
+                    // An ack, with the value its transaction read.
+                    let mut pending: Vec<(CommitAck, Option<Vec<u8>>)> = Vec::new();
+                    let check = |csn: Option<u64>, dsn: u64, read: &Option<Vec<u8>>| {
                         for c in csn.into_iter().chain(1..=dsn) {
                             let n = copies(recs, c);
                             assert!(n >= need, "ack of {csn:?}: CSN {c} is on {n} stores");
                         }
+                        let from = read.as_deref().and_then(|v| <[u8; 16]>::try_from(v).ok());
+                        if let Some(c) = from.and_then(|v| writers.lock().get(&v).copied()) {
+                            let n = copies(recs, c);
+                            assert!(
+                                n >= need,
+                                "ack of {csn:?}: CSN {c}, read by it, is on {n} stores"
+                            );
+                        }
                         checked.fetch_add(1, Ordering::Relaxed);
                     };
                     let mut error = None;
-                    for i in 0..400 {
+                    for i in 0..400u64 {
                         if w == 0 && i == 100 {
                             sims[2].set_unavailable_for(Duration::from_secs(3600));
                             down.store(true, Ordering::Relaxed);
                         }
                         let mut tx = db.begin().expect("begin");
                         let k = [rng.random_range(0..32u8)];
-                        let _ = tx.get(t, &k);
-                        if tx.put(t, &[rng.random_range(0..32u8)], &[w as u8; 16]).is_err() {
+                        let read = tx.get(t, &k).ok().flatten();
+                        let mut value = [0u8; 16];
+                        value[..8].copy_from_slice(&w.to_le_bytes());
+                        value[8..].copy_from_slice(&i.to_le_bytes());
+                        if tx.put(t, &[rng.random_range(0..32u8)], &value).is_err() {
                             continue;
                         }
                         match tx.commit() {
-                            Ok(a) => pending.push(a),
+                            Ok(a) => {
+                                if let Some(csn) = a.csn() {
+                                    writers.lock().insert(value, csn);
+                                }
+                                pending.push((a, read));
+                            }
                             Err(Error::Conflict(_)) => {}
                             Err(e) => {
                                 error = Some(e);
                                 break;
                             }
                         }
-                        pending.retain(|a| {
+                        pending.retain(|(a, read)| {
                             !a.is_acknowledged() || {
-                                check(a);
+                                check(a.csn(), a.dsn(), read);
                                 false
                             }
                         });
                     }
-                    for a in pending {
+                    for (a, read) in pending {
                         let (csn, dsn) = (a.csn(), a.dsn());
                         match a.wait() {
-                            Ok(_) => check_late(csn, dsn),
+                            Ok(_) => check(csn, dsn, &read),
                             Err(e) => assert!(db.poisoned().is_some(), "ack failed: {e}"),
                         }
                     }
@@ -106,7 +128,10 @@ fn run(quorum: Quorum, seed: u64) -> (u64, Option<Error>) {
                 })
             })
             .collect();
-        workers.into_iter().filter_map(|w| w.join().expect("worker")).next()
+        workers
+            .into_iter()
+            .filter_map(|w| w.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .next()
     });
     assert!(down.load(Ordering::Relaxed));
     if quorum == Quorum::Majority {
@@ -126,10 +151,47 @@ fn run(quorum: Quorum, seed: u64) -> (u64, Option<Error>) {
     (checked.load(Ordering::Relaxed), poisoned.or(db.poisoned()))
 }
 
+#[cfg(feature = "deliberate-bugs")]
+fn with_bug(o: Options, bug: DeliberateBug) -> Options {
+    o.deliberate_bug(bug)
+}
+
+#[cfg(not(feature = "deliberate-bugs"))]
+fn with_bug(_: Options, bug: DeliberateBug) -> Options {
+    panic!("{bug:?} needs the deliberate-bugs feature")
+}
+
+/// The first of `seeds` on which `bug` breaks the oracle of [`run`], and
+/// what the oracle said.
+#[cfg(feature = "deliberate-bugs")]
+fn caught(bug: DeliberateBug, seeds: std::ops::Range<u64>) -> Option<(u64, String)> {
+    seeds.into_iter().find_map(|seed| {
+        let r = std::panic::catch_unwind(|| run(Quorum::Majority, seed, Some(bug)));
+        r.err().map(|e| (seed, common::panic_text(&e)))
+    })
+}
+
+/// An acknowledgment once one store holds the part: caught within 3 seeds.
+#[test]
+#[cfg(feature = "deliberate-bugs")]
+fn acknowledging_before_the_quorum_is_caught() {
+    let (seed, why) = caught(DeliberateBug::AckBeforeQuorum, 0..3).expect("caught");
+    eprintln!("caught at seed {seed}: {why}");
+}
+
+/// A commit dependency not tracked for a version another transaction
+/// committed: caught within 3 seeds.
+#[test]
+#[cfg(feature = "deliberate-bugs")]
+fn an_untracked_dependency_is_caught() {
+    let (seed, why) = caught(DeliberateBug::UntrackedDependency, 0..3).expect("caught");
+    eprintln!("caught at seed {seed}: {why}");
+}
+
 #[test]
 fn majority_acknowledges_only_quorum_durable_commits_with_one_store_down() {
     for seed in 0..3 {
-        let (checked, poisoned) = run(Quorum::Majority, seed);
+        let (checked, poisoned) = run(Quorum::Majority, seed, None);
         assert!(poisoned.is_none(), "one store down must not stop a majority: {poisoned:?}");
         assert!(checked > 1000, "only {checked} acks were checked");
     }
@@ -137,7 +199,7 @@ fn majority_acknowledges_only_quorum_durable_commits_with_one_store_down() {
 
 #[test]
 fn all_quorum_with_a_store_down_poisons_instead_of_acknowledging() {
-    let (_, poisoned) = run(Quorum::All, 9);
+    let (_, poisoned) = run(Quorum::All, 9, None);
     assert!(
         matches!(poisoned, Some(Error::StoreUnavailable(_))),
         "quorum all with a store down must poison, got {poisoned:?}"

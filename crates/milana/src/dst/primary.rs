@@ -112,6 +112,15 @@ impl World {
         self.at(self.now + READ_AGAIN_EVERY, Event::ReadAgain { shard: s, epoch, action });
     }
 
+    /// A read or scan to serve again is due: served if its shard has not
+    /// crashed since (else its client times out).
+    pub(super) fn read_again_due(&mut self, s: ShardId, epoch: u64, action: Action) {
+        let shard = &self.shards[s as usize];
+        if shard.up && shard.epoch == epoch {
+            self.act(s, action);
+        }
+    }
+
     /// Whether shard `s` still serves what a read or scan asks.
     fn serves_action(&mut self, s: ShardId, action: &Action) -> bool {
         match action {

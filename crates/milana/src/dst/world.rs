@@ -334,77 +334,34 @@ pub(super) enum Msg {
     },
 }
 
+/// What happens next. `ReadAgain`: a read or scan that met a prepared
+/// write below it, served again.
 #[derive(Debug, Clone, Hash)]
 pub(super) enum Event {
-    Deliver {
-        from: Node,
-        to: Node,
-        msg: Msg,
-    },
-    Durable {
-        shard: ShardId,
-        epoch: u64,
-        upto: usize,
-    },
-    ClientNext {
-        client: ClientId,
-    },
-    ClientTimeout {
-        client: ClientId,
-        seq: u64,
-        stage: u8,
-    },
-    Tick {
-        shard: ShardId,
-    },
-    Crash {
-        shard: ShardId,
-    },
-    Restart {
-        shard: ShardId,
-    },
-    ClientCrash {
-        client: ClientId,
-    },
+    Deliver { from: Node, to: Node, msg: Msg },
+    Durable { shard: ShardId, epoch: u64, upto: usize },
+    ClientNext { client: ClientId },
+    ClientTimeout { client: ClientId, seq: u64, stage: u8 },
+    Tick { shard: ShardId },
+    Crash { shard: ShardId },
+    Restart { shard: ShardId },
+    ClientCrash { client: ClientId },
     Partition,
     MoverNext,
-    MoverTimeout {
-        job: u64,
-        step: u8,
-    },
-    MoverCrash {
-        job: u64,
-    },
-    /// A read or scan that met a prepared write below it, served again.
-    ReadAgain {
-        shard: ShardId,
-        epoch: u64,
-        action: Action,
-    },
+    MoverTimeout { job: u64, step: u8 },
+    MoverCrash { job: u64 },
+    ReadAgain { shard: ShardId, epoch: u64, action: Action },
 }
 
-/// What a primary does once a log record is durable.
+/// What a primary does once a log record is durable. A read's or scan's
+/// `until`: how long it waits for a prepared write below it to be decided
+/// (as the server's does, up to the termination timeout).
 #[derive(Debug, Clone, Hash)]
 pub(super) enum Action {
     Send(Node, Msg),
     Lease(Timestamp),
-    /// A read, and until when it waits for a prepared write below it to
-    /// be decided (as the server's does, up to the termination timeout).
-    Read {
-        client: ClientId,
-        txn: TxnId,
-        key: Key,
-        at: Timestamp,
-        until: Timestamp,
-    },
-    Scan {
-        client: ClientId,
-        txn: TxnId,
-        start: Key,
-        end: Key,
-        at: Timestamp,
-        until: Timestamp,
-    },
+    Read { client: ClientId, txn: TxnId, key: Key, at: Timestamp, until: Timestamp },
+    Scan { client: ClientId, txn: TxnId, start: Key, end: Key, at: Timestamp, until: Timestamp },
 }
 
 pub(super) struct Shard {
@@ -698,12 +655,7 @@ impl World {
             Event::MoverNext => self.mover_next(),
             Event::MoverTimeout { job, step } => self.mover_timeout(job, step),
             Event::MoverCrash { job } => self.mover_crash(job),
-            Event::ReadAgain { shard, epoch, action } => {
-                let sh = &self.shards[shard as usize];
-                if sh.up && sh.epoch == epoch {
-                    self.act(shard, action);
-                }
-            }
+            Event::ReadAgain { shard, epoch, action } => self.read_again_due(shard, epoch, action),
         }
     }
 }

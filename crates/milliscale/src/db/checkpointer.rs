@@ -166,7 +166,8 @@ impl Engine {
     ) {
         let Some(st) = self.manifest.as_ref() else { return };
         let current = st.current.lock().clone();
-        let (lists, deletes) = crate::history::truncate(&st.stores, st.needed, &current);
+        let (lists, deletes) =
+            crate::history::truncate(&st.stores, st.needed, &current, self.options.bugs);
         // The manifest put on each store, and the lists.
         let puts = st.stores.len() as u64 + lists + requests;
         let version = st.current.lock().version;

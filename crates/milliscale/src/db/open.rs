@@ -432,7 +432,8 @@ impl Database {
         // With a seal, the old log's segments stay: nothing covers them yet.
         let deleted = match (&seal, &inner.manifest) {
             (None, Some(st)) => {
-                crate::history::truncate(&named, needed, &st.current.lock().clone())
+                let current = st.current.lock().clone();
+                crate::history::truncate(&named, needed, &current, inner.options.bugs)
             }
             _ => (0, 0),
         };

@@ -167,8 +167,12 @@ pub fn backup(
             .expect("a marker serializes");
         retry(deadline, || d.put(BACKUP_MARKER, marker.clone().into()))
             .map_err(|e| Error::Store(format!("{name}: writing {BACKUP_MARKER}: {e}")))?;
-        let (_, deleted) =
-            super::truncate(std::slice::from_ref(&(name.clone(), Arc::clone(d))), 1, &m);
+        let (_, deleted) = super::truncate(
+            std::slice::from_ref(&(name.clone(), Arc::clone(d))),
+            1,
+            &m,
+            Default::default(),
+        );
         report.objects_deleted += deleted;
         if let Ok(list) = d.list(MANIFEST_PREFIX) {
             for o in list {

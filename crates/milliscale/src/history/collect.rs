@@ -171,9 +171,15 @@ pub(crate) fn truncate(
     stores: &[(String, Arc<dyn ObjectStore>)],
     quorum: usize,
     m: &Manifest,
+    bugs: crate::bugs::Bugs,
 ) -> (u64, u64) {
     match collection_needs(stores, quorum, m, times::now_ms()) {
-        (Some(needed), lists) => {
+        (Some(mut needed), lists) => {
+            if bugs.on(crate::DeliberateBug::TruncatePastCheckpoint) {
+                for start in needed.chains.values_mut() {
+                    *start += 1;
+                }
+            }
             let (more, deletes) = delete_unneeded(stores, &needed, m);
             (lists + more, deletes)
         }

@@ -220,7 +220,10 @@ impl Log {
             }),
             ..RetryPolicy::default()
         };
-        let needed = options.quorum.needed(stores.len());
+        let mut needed = options.quorum.needed(stores.len());
+        if options.bugs.on(crate::DeliberateBug::AckBeforeQuorum) {
+            needed = 1;
+        }
         for stream in &mut streams {
             let writers = (0..log.lanes)
                 .map(|lane| {

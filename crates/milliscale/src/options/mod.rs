@@ -79,6 +79,7 @@ pub struct Options {
     pub(crate) point_index: bool,
     pub(crate) retention: Option<Duration>,
     pub(crate) parent_stores: Vec<StoreSpec>,
+    pub(crate) bugs: crate::bugs::Bugs,
 }
 
 impl Default for Options {
@@ -125,6 +126,7 @@ impl Default for Options {
             point_index: true,
             retention: None,
             parent_stores: Vec::new(),
+            bugs: crate::bugs::Bugs::default(),
         }
     }
 }
@@ -205,6 +207,16 @@ impl Options {
     /// The stores, in order.
     pub fn stores(&self) -> &[StoreSpec] {
         &self.stores
+    }
+
+    /// Run with a deliberate bug (module `bugs`): for this repository's
+    /// tests, which show that their oracles catch it. Only with the
+    /// `deliberate-bugs` feature.
+    #[cfg(feature = "deliberate-bugs")]
+    #[doc(hidden)]
+    pub fn deliberate_bug(mut self, bug: crate::DeliberateBug) -> Options {
+        self.bugs.bug = Some(bug);
+        self
     }
 
     /// How many stores must hold a part. Default majority.

@@ -467,6 +467,9 @@ impl<'db> Transaction<'db> {
 
     fn note_dependency(&mut self, creator: Creator) {
         if let Creator::Committed(c) = creator {
+            if self.db.options.bugs.on(crate::DeliberateBug::UntrackedDependency) {
+                return;
+            }
             self.dsn = self.dsn.max(c);
         }
     }

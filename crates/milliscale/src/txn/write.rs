@@ -176,7 +176,9 @@ impl<'db> Transaction<'db> {
                 unsafe { guard.defer_destroy(old_head) };
             }
             WriteCheck::Overwrite(c) => {
-                self.dsn = self.dsn.max(c);
+                if !self.db.options.bugs.on(crate::DeliberateBug::UntrackedDependency) {
+                    self.dsn = self.dsn.max(c);
+                }
                 self.writes.push(WriteEntry { table: t, rid, version });
             }
             WriteCheck::Empty => self.writes.push(WriteEntry { table: t, rid, version }),

@@ -338,3 +338,12 @@ pub fn fast_polls() -> milliscale::ReplicaOptions {
         ..milliscale::ReplicaOptions::default()
     }
 }
+
+/// The text of a caught panic's payload.
+#[allow(dead_code)]
+pub fn panic_text(e: &Box<dyn std::any::Any + Send>) -> String {
+    e.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "a panic without a message".into())
+}
