@@ -61,9 +61,14 @@ impl World {
         } else {
             (reads.into_iter().map(account_key).collect(), Vec::new())
         };
-        let sends: Vec<(ShardId, Msg)> = keys
-            .iter()
-            .map(|key| (map.owner(key), Msg::Read { txn: id, key: key.clone(), at: begin }))
+        // A shard's keys in one read, as the server's client sends them.
+        let mut by_shard: BTreeMap<ShardId, Vec<Key>> = BTreeMap::new();
+        for key in &keys {
+            by_shard.entry(map.owner(key)).or_default().push(key.clone());
+        }
+        let sends: Vec<(ShardId, Msg)> = by_shard
+            .into_iter()
+            .map(|(shard, keys)| (shard, Msg::Read { txn: id, keys, at: begin }))
             .chain(scans.iter().map(|(start, end, owner)| {
                 let (start, end) = (start.clone(), end.clone());
                 (*owner, Msg::Scan { txn: id, start, end, at: begin })

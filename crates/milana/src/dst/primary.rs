@@ -8,9 +8,9 @@ use crate::coordinator::terminate;
 use crate::fresh::Fresh;
 use crate::log::{Prepare, Record};
 use crate::participant::{Participant, Vote};
-use crate::tables::ShardTables;
+use crate::tables::{ShardTables, overlap};
 use crate::types::{ClientId, CommitTs, ShardId, Timestamp, TxnId, TxnStatus};
-use crate::versions::MapVersions;
+use crate::versions::{MapVersions, in_range};
 
 use super::world::{Action, Event, Msg, Node, World};
 
@@ -81,14 +81,18 @@ impl World {
             {
                 self.send(Node::Shard(s), Node::Client(client), Msg::Refused { txn });
             }
-            Action::Read { client, txn, key, at, until } => {
-                let reply = self.shards[s as usize].p.read(&key, at);
-                if reply.as_ref().is_ok_and(|r| r.prepared_below) && self.now < until {
-                    return self.read_again(s, Action::Read { client, txn, key, at, until });
+            Action::Read { client, txn, keys, at, until } => {
+                let p = &mut self.shards[s as usize].p;
+                let replies: Vec<_> = keys.iter().map(|k| p.read(k, at)).collect();
+                let pending = replies.iter().any(|r| r.as_ref().is_ok_and(|r| r.prepared_below));
+                if pending && self.now < until {
+                    return self.read_again(s, Action::Read { client, txn, keys, at, until });
                 }
-                let read = reply.as_ref().ok().map(|r| r.version);
-                let msg = Msg::ReadReply { txn, key, reply };
-                self.answer_read(s, client, msg, read);
+                for (key, reply) in keys.into_iter().zip(replies) {
+                    let read = reply.as_ref().ok().map(|r| r.version);
+                    let msg = Msg::ReadReply { txn, key, reply };
+                    self.answer_read(s, client, msg, read);
+                }
             }
             Action::Scan { client, txn, start, end, at, until } => {
                 let reply = self.shards[s as usize].p.scan(&start, &end, at, 0);
@@ -123,8 +127,25 @@ impl World {
 
     /// Whether shard `s` still serves what a read or scan asks.
     fn serves_action(&mut self, s: ShardId, action: &Action) -> bool {
+        if self.cfg.mutations.waited_reads_skip_the_map {
+            let frozen = &self.shards[s as usize].frozen;
+            let hit = |a: &[u8], b: &[u8]| {
+                frozen.iter().any(|(f, _)| match b.is_empty() && !a.is_empty() {
+                    true => in_range(a, &f.start, &f.end),
+                    false => overlap(&f.start, &f.end, a, b),
+                })
+            };
+            return match action {
+                Action::Read { keys, .. } => !keys.iter().any(|k| hit(k, &[])),
+                Action::Scan { start, end, .. } => !hit(start, end),
+                _ => true,
+            };
+        }
         match action {
-            Action::Read { key, .. } => self.serves(s, &[key], &[]),
+            Action::Read { keys, .. } => {
+                let keys: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+                self.serves(s, &keys, &[])
+            }
             Action::Scan { start, end, .. } => self.serves(s, &[], &[(start, end)]),
             _ => true,
         }
@@ -151,13 +172,14 @@ impl World {
 
     pub(super) fn on_shard(&mut self, s: ShardId, from: Node, msg: Msg) {
         match msg {
-            Msg::Read { txn, key, at } => {
+            Msg::Read { txn, keys, at } => {
                 let Node::Client(client) = from else { return };
-                if !self.serves(s, &[&key], &[]) {
+                let slices: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+                if !self.serves(s, &slices, &[]) {
                     return self.send(Node::Shard(s), from, Msg::Refused { txn });
                 }
                 let until = self.now + self.cfg.termination_timeout;
-                let read = Action::Read { client, txn, key, at, until };
+                let read = Action::Read { client, txn, keys, at, until };
                 match self.shards[s as usize].p.lease_needed(at) {
                     Some(Record::ReadLease(until)) => {
                         let idx = self.append(s, Record::ReadLease(until));

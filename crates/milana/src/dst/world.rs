@@ -246,9 +246,11 @@ pub(super) enum Node {
 
 #[derive(Debug, Clone, Hash)]
 pub(super) enum Msg {
+    /// A shard's keys read at `at`, in one call (as the server's
+    /// `ShardRead`); answered with a `ReadReply` per key.
     Read {
         txn: TxnId,
-        key: Key,
+        keys: Vec<Key>,
         at: Timestamp,
     },
     ReadReply {
@@ -360,7 +362,7 @@ pub(super) enum Event {
 pub(super) enum Action {
     Send(Node, Msg),
     Lease(Timestamp),
-    Read { client: ClientId, txn: TxnId, key: Key, at: Timestamp, until: Timestamp },
+    Read { client: ClientId, txn: TxnId, keys: Vec<Key>, at: Timestamp, until: Timestamp },
     Scan { client: ClientId, txn: TxnId, start: Key, end: Key, at: Timestamp, until: Timestamp },
 }
 

@@ -46,4 +46,10 @@ pub struct Mutations {
     /// yes, before its decision (a plausible shortcut: "the commit only
     /// flips a flag"), and leave them if it aborts.
     pub install_before_decision: bool,
+    /// A read or scan that waited (for its read lease, or a prepared
+    /// write's decision) is checked again against the freezes alone, not
+    /// the map (the caller's business; the server did so until
+    /// `Shard::refuse_moved`): one that waited through a whole move and
+    /// its release is served by the old owner from the rows it deleted.
+    pub waited_reads_skip_the_map: bool,
 }
