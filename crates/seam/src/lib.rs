@@ -1,0 +1,164 @@
+//! The seam through which a program's threads and time go (design record
+//! 0015): [`spawn`], [`now`], [`sleep`], [`yield_now`] and the timed waits
+//! [`wait_until`] and [`recv_timeout`].
+//!
+//! Outside a simulation each is the operating system's call. Inside one
+//! ([`sim::run`], with the `sim` feature), every thread started through
+//! [`spawn`] is a task of one seeded scheduler that runs one task at a
+//! time, on simulated time: a seed replays the same interleaving, the same
+//! waits and the same clock readings, and [`trace`] hashes what happened,
+//! in order, so that two runs of a seed can be compared.
+//!
+//! The rule a program under simulation keeps: it reaches a seam call only
+//! while it holds no lock that another task may need before it runs again
+//! (the task holding the scheduler's turn would wait for it forever).
+
+#![deny(clippy::unwrap_used, rust_2018_idioms)]
+
+use std::time::{Duration, Instant};
+
+#[cfg(feature = "sim")]
+pub mod sim;
+
+/// A thread started by [`spawn`].
+pub struct JoinHandle<T> {
+    inner: std::thread::JoinHandle<T>,
+    #[cfg(feature = "sim")]
+    task: Option<sim::TaskRef>,
+}
+
+impl<T> JoinHandle<T> {
+    /// Wait for the thread to finish (in a simulation, a wait of the
+    /// scheduler's).
+    pub fn join(self) -> std::thread::Result<T> {
+        #[cfg(feature = "sim")]
+        if let Some(task) = &self.task {
+            task.wait_done();
+        }
+        self.inner.join()
+    }
+
+    /// Whether the thread has finished.
+    pub fn is_finished(&self) -> bool {
+        self.inner.is_finished()
+    }
+}
+
+/// Start a thread named `name` running `f`.
+pub fn spawn<F, T>(name: String, f: F) -> std::io::Result<JoinHandle<T>>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    #[cfg(feature = "sim")]
+    if let Some(s) = sim::current() {
+        return s.spawn(name, f);
+    }
+    let inner = std::thread::Builder::new().name(name).spawn(f)?;
+    Ok(JoinHandle {
+        inner,
+        #[cfg(feature = "sim")]
+        task: None,
+    })
+}
+
+/// The time now.
+#[inline]
+pub fn now() -> Instant {
+    #[cfg(feature = "sim")]
+    if let Some(s) = sim::current() {
+        return s.now();
+    }
+    Instant::now()
+}
+
+/// Sleep for `d`.
+#[inline]
+pub fn sleep(d: Duration) {
+    #[cfg(feature = "sim")]
+    if let Some(s) = sim::current() {
+        return s.sleep(d);
+    }
+    std::thread::sleep(d);
+}
+
+/// Let another thread run.
+#[inline]
+pub fn yield_now() {
+    #[cfg(feature = "sim")]
+    if let Some(s) = sim::current() {
+        return s.yield_now();
+    }
+    std::thread::yield_now();
+}
+
+/// Wait until `ready()` holds or `deadline` passes (none: no deadline);
+/// whether it holds. Outside a simulation it checks every `poll` of real
+/// time; in one, at the scheduler's points, on simulated time.
+pub fn wait_until(
+    deadline: Option<Instant>,
+    poll: Duration,
+    ready: impl FnMut() -> bool,
+) -> bool {
+    #[cfg(feature = "sim")]
+    if let Some(s) = sim::current() {
+        return s.wait_until(deadline, ready);
+    }
+    wait_until_os(deadline, poll, ready)
+}
+
+/// [`wait_until`] on the operating system's clock.
+fn wait_until_os(
+    deadline: Option<Instant>,
+    poll: Duration,
+    mut ready: impl FnMut() -> bool,
+) -> bool {
+    loop {
+        if ready() {
+            return true;
+        }
+        let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        if left.is_some_and(|l| l.is_zero()) {
+            return false;
+        }
+        std::thread::sleep(left.map_or(poll, |l| l.min(poll)));
+    }
+}
+
+/// A message from `rx` within `timeout`: the channel's own timed receive
+/// outside a simulation; in one, a wait of the scheduler's.
+pub fn recv_timeout<T>(
+    rx: &std::sync::mpsc::Receiver<T>,
+    timeout: Duration,
+) -> Result<T, std::sync::mpsc::RecvTimeoutError> {
+    #[cfg(feature = "sim")]
+    if let Some(s) = sim::current() {
+        use std::sync::mpsc::{RecvTimeoutError, TryRecvError};
+        let mut got = None;
+        let deadline = s.now() + timeout;
+        s.wait_until(Some(deadline), || match rx.try_recv() {
+            Ok(v) => {
+                got = Some(Ok(v));
+                true
+            }
+            Err(TryRecvError::Disconnected) => {
+                got = Some(Err(RecvTimeoutError::Disconnected));
+                true
+            }
+            Err(TryRecvError::Empty) => false,
+        });
+        return got.unwrap_or(Err(RecvTimeoutError::Timeout));
+    }
+    rx.recv_timeout(timeout)
+}
+
+/// Mix `event` into the running simulation's trace hash (nothing outside
+/// one).
+#[inline]
+pub fn trace(event: &[u8]) {
+    #[cfg(feature = "sim")]
+    if let Some(s) = sim::current() {
+        s.trace(event);
+    }
+    let _ = event;
+}
