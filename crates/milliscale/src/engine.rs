@@ -4,6 +4,7 @@
 //! facade over it (`db`); a transaction holds `&Engine`; a read replica
 //! applies the log to one (`replica::follow`).
 
+use milliscale_seam::Elapsed as _;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -281,7 +282,7 @@ impl Engine {
         f: impl FnOnce(&mut Manifest),
     ) -> Result<()> {
         let st = self.manifest.as_ref().ok_or_else(|| Error::InvalidArgument("no log".into()))?;
-        let mut cur = st.current.lock();
+        let mut cur = milliscale_seam::lock(&st.current);
         let mut next = cur.clone();
         f(&mut next);
         // A base published now is reached by any time from `now` on: the
@@ -302,6 +303,8 @@ impl Engine {
         next.version += 1;
         match st.store.create(&next) {
             Ok(()) => {
+                // A manifest version written, for a simulation's trace.
+                milliscale_seam::trace(&[&b"manifest"[..], &next.version.to_le_bytes()].concat());
                 *cur = next;
                 Ok(())
             }
@@ -333,13 +336,13 @@ impl Engine {
     ) -> Result<()> {
         let threads = self.options.recovery_threads;
         let tables = self.tables.read().by_id.clone();
-        let started = Instant::now();
+        let started = milliscale_seam::now();
         // The plan is folded first, so that the load merges each row with
         // what the plan does to its key; the replay's time is the rest.
         let (mut rows, mut loading) = (0, Duration::ZERO);
         let load = checkpoint.map(|c| {
             |folded: &recovery::replay::Folded<'_>| {
-                let at = Instant::now();
+                let at = milliscale_seam::now();
                 rows = checkpoint::load(
                     named,
                     c,
@@ -348,14 +351,14 @@ impl Engine {
                     self.options.store_deadline,
                     folded,
                 )?;
-                loading = at.elapsed();
+                loading = at.elapsed_now();
                 Ok(())
             }
         });
         let stats = recovery::replay::apply(plan, &tables, threads, load)?;
         report.checkpoint_rows_loaded = rows;
         report.timings.load_checkpoint = loading;
-        report.timings.replay = started.elapsed() - loading;
+        report.timings.replay = started.elapsed_now() - loading;
         report.records_applied = stats.records;
         report.keys_installed = stats.keys;
         Ok(())

@@ -54,7 +54,7 @@ mod tests {
 
     #[test]
     fn the_rate_follows_the_events() {
-        let t0 = Instant::now();
+        let t0 = milliscale_seam::now();
         let mut r = EventRate::new(Duration::from_millis(500));
         assert_eq!(r.at(t0), 0.0);
         // 5,000 events a second, in batches of 20 every 4 ms, for 3 s.
@@ -69,7 +69,7 @@ mod tests {
 
     #[test]
     fn a_rise_seen_at_once_is_taken_at_once() {
-        let t0 = Instant::now();
+        let t0 = milliscale_seam::now();
         let mut r = EventRate::new(Duration::from_secs(1));
         // 40 events found by one look 200 ms after the last: 200 a second.
         r.add_over(t0, 40, Duration::from_millis(200));

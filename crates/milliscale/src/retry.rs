@@ -10,12 +10,15 @@ pub(crate) fn retry<T>(
     deadline: std::time::Duration,
     mut f: impl FnMut() -> objstore::Result<T>,
 ) -> objstore::Result<T> {
-    let started = std::time::Instant::now();
+    let started = milliscale_seam::now();
     let mut pause = std::time::Duration::from_millis(5);
     loop {
         match f() {
-            Err(e) if e.is_retryable() && started.elapsed() < deadline => {
-                std::thread::sleep(pause);
+            Err(e)
+                if e.is_retryable()
+                    && milliscale_seam::Elapsed::elapsed_now(&started) < deadline =>
+            {
+                milliscale_seam::sleep(pause);
                 pause = (pause * 2).min(std::time::Duration::from_millis(500));
             }
             r => return r,

@@ -30,6 +30,8 @@ mod mvcc_reclaims_deleted_keys;
 mod quorum_recovery;
 mod recovery_corruption;
 mod recovery_log;
+#[cfg(feature = "sim")]
+mod replay;
 mod replica;
 mod replica_tail;
 mod txn_bank_transfers_keep_total;

@@ -94,8 +94,12 @@ impl MemoryStore {
 
     fn store(&self, map: &mut BTreeMap<String, Object>, key: &str, body: Bytes) -> ObjectMeta {
         let size = body.len() as u64;
-        let o =
-            Object { etag: self.etag(size), parts: vec![body], size, modified: SystemTime::now() };
+        let o = Object {
+            etag: self.etag(size),
+            parts: vec![body],
+            size,
+            modified: milliscale_seam::system_now(),
+        };
         let m = MemoryStore::meta(key, &o);
         map.insert(key.to_owned(), o);
         m
@@ -157,7 +161,7 @@ impl ObjectStore for MemoryStore {
         o.size += body.len() as u64;
         o.parts.push(body);
         o.etag = self.etag(o.size);
-        o.modified = SystemTime::now();
+        o.modified = milliscale_seam::system_now();
         Ok(MemoryStore::meta(key, o))
     }
 

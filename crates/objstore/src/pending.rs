@@ -81,7 +81,7 @@ impl PendingAppend {
         loop {
             match self.stage.take()? {
                 Stage::Done(answer) => return Some(answer),
-                Stage::At(at, step) if Instant::now() >= at => self.stage = Some(step()),
+                Stage::At(at, step) if milliscale_seam::now() >= at => self.stage = Some(step()),
                 Stage::Ask(mut ask) => {
                     let answer = ask(false);
                     if answer.is_none() {
@@ -115,7 +115,9 @@ impl PendingAppend {
             match self.stage.take().expect("an append is answered once") {
                 Stage::Done(answer) => return answer,
                 Stage::At(at, step) => {
-                    crate::sleep::latency_sleep(at.saturating_duration_since(Instant::now()));
+                    crate::sleep::latency_sleep(
+                        at.saturating_duration_since(milliscale_seam::now()),
+                    );
                     self.stage = Some(step());
                 }
                 Stage::Ask(mut ask) => return ask(true).expect("a blocking ask answers"),

@@ -12,7 +12,9 @@ use std::time::Duration;
 pub fn latency_sleep(d: Duration) {
     if !d.is_zero() {
         precise_timers();
-        std::thread::sleep(d);
+        // The seam's: simulated time under its scheduler (design record
+        // 0015), the OS's sleep otherwise.
+        milliscale_seam::sleep(d);
     }
 }
 

@@ -1,6 +1,7 @@
 //! The seam through which a program's threads and time go (design record
-//! 0015): [`spawn`], [`now`], [`sleep`], [`yield_now`] and the timed waits
-//! [`wait_until`] and [`recv_timeout`].
+//! 0015): [`spawn`], [`now`], [`sleep`], [`yield_now`], [`snooze`], the
+//! waits [`wait_until`], [`recv_timeout`], [`recv`], [`cv_wait`],
+//! [`cv_wait_for`] and [`cv_wait_until`].
 //!
 //! Outside a simulation each is the operating system's call. Inside one
 //! ([`sim::run`], with the `sim` feature), every thread started through
@@ -72,6 +73,31 @@ pub fn now() -> Instant {
     Instant::now()
 }
 
+/// The time since an instant, on the seam's clock ([`now`]): for
+/// `instant.elapsed()`, which reads the operating system's.
+pub trait Elapsed {
+    /// How long ago this instant was (zero if it is ahead).
+    fn elapsed_now(&self) -> Duration;
+}
+
+impl Elapsed for Instant {
+    #[inline]
+    fn elapsed_now(&self) -> Duration {
+        now().saturating_duration_since(*self)
+    }
+}
+
+/// The wall clock now. In a simulation: a fixed day (2026-01-01) plus the
+/// simulated time elapsed.
+#[inline]
+pub fn system_now() -> std::time::SystemTime {
+    #[cfg(feature = "sim")]
+    if let Some(s) = sim::current() {
+        return s.system_now();
+    }
+    std::time::SystemTime::now()
+}
+
 /// Sleep for `d`.
 #[inline]
 pub fn sleep(d: Duration) {
@@ -95,11 +121,7 @@ pub fn yield_now() {
 /// Wait until `ready()` holds or `deadline` passes (none: no deadline);
 /// whether it holds. Outside a simulation it checks every `poll` of real
 /// time; in one, at the scheduler's points, on simulated time.
-pub fn wait_until(
-    deadline: Option<Instant>,
-    poll: Duration,
-    ready: impl FnMut() -> bool,
-) -> bool {
+pub fn wait_until(deadline: Option<Instant>, poll: Duration, ready: impl FnMut() -> bool) -> bool {
     #[cfg(feature = "sim")]
     if let Some(s) = sim::current() {
         return s.wait_until(deadline, ready);
@@ -161,4 +183,132 @@ pub fn trace(event: &[u8]) {
         s.trace(event);
     }
     let _ = event;
+}
+
+/// A spin-wait's pause (`backoff.snooze()`); in a simulation, a turn
+/// given up for a simulated microsecond: the task waited for must run,
+/// and may be asleep.
+#[inline]
+pub fn snooze(backoff: &crossbeam_utils::Backoff) {
+    #[cfg(feature = "sim")]
+    if let Some(s) = sim::current() {
+        return s.sleep(Duration::from_micros(1));
+    }
+    backoff.snooze();
+}
+
+/// One turn of a spin loop (`std::hint::spin_loop()`); in a simulation,
+/// as [`snooze`].
+#[inline]
+pub fn spin_loop() {
+    #[cfg(feature = "sim")]
+    if let Some(s) = sim::current() {
+        return s.sleep(Duration::from_micros(1));
+    }
+    std::hint::spin_loop();
+}
+
+/// A message from `rx` (a crossbeam channel), waiting as long as it takes.
+pub fn recv<T>(rx: &crossbeam_channel::Receiver<T>) -> Result<T, crossbeam_channel::RecvError> {
+    #[cfg(feature = "sim")]
+    if let Some(s) = sim::current() {
+        let mut got = None;
+        s.wait_until(None, || match rx.try_recv() {
+            Ok(v) => {
+                got = Some(Ok(v));
+                true
+            }
+            Err(crossbeam_channel::TryRecvError::Disconnected) => {
+                got = Some(Err(crossbeam_channel::RecvError));
+                true
+            }
+            Err(crossbeam_channel::TryRecvError::Empty) => false,
+        });
+        return got.unwrap_or(Err(crossbeam_channel::RecvError));
+    }
+    rx.recv()
+}
+
+/// A message from `rx` (a crossbeam channel) within `timeout`.
+pub fn recv_timeout_cb<T>(
+    rx: &crossbeam_channel::Receiver<T>,
+    timeout: Duration,
+) -> Result<T, crossbeam_channel::RecvTimeoutError> {
+    #[cfg(feature = "sim")]
+    if let Some(s) = sim::current() {
+        use crossbeam_channel::{RecvTimeoutError, TryRecvError};
+        let mut got = None;
+        let deadline = s.now() + timeout;
+        s.wait_until(Some(deadline), || match rx.try_recv() {
+            Ok(v) => {
+                got = Some(Ok(v));
+                true
+            }
+            Err(TryRecvError::Disconnected) => {
+                got = Some(Err(RecvTimeoutError::Disconnected));
+                true
+            }
+            Err(TryRecvError::Empty) => false,
+        });
+        return got.unwrap_or(Err(RecvTimeoutError::Timeout));
+    }
+    rx.recv_timeout(timeout)
+}
+
+/// Wait on `cv`, giving `guard`'s lock up meanwhile. In a simulation the
+/// lock is given up for a short simulated sleep and taken again: a
+/// spurious wakeup, which a condition variable's caller handles already.
+pub fn cv_wait<T>(cv: &parking_lot::Condvar, guard: &mut parking_lot::MutexGuard<'_, T>) {
+    #[cfg(feature = "sim")]
+    if let Some(s) = sim::current() {
+        return parking_lot::MutexGuard::unlocked(guard, || s.sleep(sim::CV_NAP));
+    }
+    cv.wait(guard);
+}
+
+/// [`cv_wait`] for at most `timeout`; whether it timed out.
+pub fn cv_wait_for<T>(
+    cv: &parking_lot::Condvar,
+    guard: &mut parking_lot::MutexGuard<'_, T>,
+    timeout: Duration,
+) -> bool {
+    #[cfg(feature = "sim")]
+    if let Some(s) = sim::current() {
+        let deadline = s.now() + timeout;
+        parking_lot::MutexGuard::unlocked(guard, || s.sleep(sim::CV_NAP.min(timeout)));
+        return s.now() >= deadline;
+    }
+    cv.wait_for(guard, timeout).timed_out()
+}
+
+/// [`cv_wait`] until `deadline` at the latest; whether it timed out.
+pub fn cv_wait_until<T>(
+    cv: &parking_lot::Condvar,
+    guard: &mut parking_lot::MutexGuard<'_, T>,
+    deadline: Instant,
+) -> bool {
+    #[cfg(feature = "sim")]
+    if let Some(s) = sim::current() {
+        let left = deadline.saturating_duration_since(s.now());
+        parking_lot::MutexGuard::unlocked(guard, || s.sleep(sim::CV_NAP.min(left)));
+        return s.now() >= deadline;
+    }
+    cv.wait_until(guard, deadline).timed_out()
+}
+
+/// Lock `m`, for a lock that may be held across a seam call (a store
+/// request, a sleep): in a simulation a task that finds it held gives its
+/// turn up until the holder lets it go, instead of blocking the scheduler.
+#[inline]
+pub fn lock<T>(m: &parking_lot::Mutex<T>) -> parking_lot::MutexGuard<'_, T> {
+    #[cfg(feature = "sim")]
+    if let Some(s) = sim::current() {
+        loop {
+            if let Some(g) = m.try_lock() {
+                return g;
+            }
+            s.sleep(Duration::from_micros(1));
+        }
+    }
+    m.lock()
 }

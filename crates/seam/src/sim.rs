@@ -28,6 +28,10 @@ use crate::JoinHandle;
 /// The longest sleep between two checks of a waited condition.
 const POLL_MAX: Duration = Duration::from_millis(1);
 
+/// How long a condition variable's wait sleeps before it wakes
+/// (spuriously) to check its caller's condition again.
+pub(crate) const CV_NAP: Duration = Duration::from_micros(100);
+
 /// What one run did.
 #[derive(Debug)]
 pub struct Report<T> {
@@ -59,14 +63,14 @@ pub fn run<T>(seed: u64, main: impl FnOnce() -> T) -> Report<T> {
             switches: 0,
             over: false,
         }),
-        turn: Condvar::new(),
+        turns: parking_lot::RwLock::new(vec![Arc::new(Condvar::new())]),
     });
     CURRENT.with(|c| *c.borrow_mut() = Some((Arc::clone(&sim), 0)));
     let value = main();
     CURRENT.with(|c| *c.borrow_mut() = None);
     let mut st = sim.st.lock();
     st.over = true;
-    sim.turn.notify_all();
+    sim.wake_all();
     Report {
         value,
         trace: st.trace,
@@ -79,7 +83,8 @@ pub fn run<T>(seed: u64, main: impl FnOnce() -> T) -> Report<T> {
 /// A running simulation.
 pub struct Sim {
     st: Mutex<State>,
-    turn: Condvar,
+    /// Per task, what it waits on for its turn (with `st`'s lock).
+    turns: parking_lot::RwLock<Vec<Arc<Condvar>>>,
 }
 
 struct State {
@@ -186,6 +191,7 @@ impl Sim {
     /// Hand the turn on (this task now in state `task`) and wait for it to
     /// come back.
     fn switch(&self, me: usize, task: Task) {
+        let mine = self.turn_of(me);
         let mut st = self.st.lock();
         if st.over {
             return;
@@ -193,9 +199,28 @@ impl Sim {
         st.tasks.insert(me, task);
         st.switches += 1;
         st.running = st.pick();
-        self.turn.notify_all();
-        while st.running != Some(me) && !st.over {
-            self.turn.wait(&mut st);
+        if st.running != Some(me) {
+            self.wake(st.running);
+            while st.running != Some(me) && !st.over {
+                mine.wait(&mut st);
+            }
+        }
+    }
+
+    fn turn_of(&self, id: usize) -> Arc<Condvar> {
+        Arc::clone(&self.turns.read()[id])
+    }
+
+    /// Wake the task given the turn.
+    fn wake(&self, running: Option<usize>) {
+        if let Some(id) = running {
+            self.turns.read()[id].notify_one();
+        }
+    }
+
+    fn wake_all(&self) {
+        for c in self.turns.read().iter() {
+            c.notify_all();
         }
     }
 }
@@ -204,6 +229,12 @@ impl Current {
     pub(crate) fn now(&self) -> Instant {
         let st = self.sim.st.lock();
         st.base + st.elapsed
+    }
+
+    pub(crate) fn system_now(&self) -> std::time::SystemTime {
+        // 2026-01-01T00:00:00Z.
+        let day = std::time::UNIX_EPOCH + Duration::from_secs(1_767_225_600);
+        day + self.sim.st.lock().elapsed
     }
 
     fn free(&self) -> bool {
@@ -262,15 +293,17 @@ impl Current {
             let id = st.names.len();
             st.names.push(name.clone());
             st.tasks.insert(id, Task::Runnable);
+            self.sim.turns.write().push(Arc::new(Condvar::new()));
             id
         };
         let sim = Arc::clone(&self.sim);
         let body = move || {
             CURRENT.with(|c| *c.borrow_mut() = Some((Arc::clone(&sim), id)));
             {
+                let mine = sim.turn_of(id);
                 let mut st = sim.st.lock();
                 while st.running != Some(id) && !st.over {
-                    sim.turn.wait(&mut st);
+                    mine.wait(&mut st);
                 }
             }
             let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
@@ -279,7 +312,7 @@ impl Current {
             if !st.over {
                 st.switches += 1;
                 st.running = st.pick();
-                sim.turn.notify_all();
+                sim.wake(st.running);
             }
             drop(st);
             CURRENT.with(|c| *c.borrow_mut() = None);

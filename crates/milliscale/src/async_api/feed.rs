@@ -39,9 +39,8 @@ impl AsyncFeed {
         let (tx, events) = mpsc::channel(HELD);
         let stop = Arc::new(AtomicBool::new(false));
         let halt = Arc::clone(&stop);
-        let spawned = std::thread::Builder::new()
-            .name("milliscale-feed".into())
-            .spawn(move || read(feed, &tx, &halt));
+        let spawned =
+            milliscale_seam::spawn("milliscale-feed".into(), move || read(feed, &tx, &halt));
         if let Err(e) = spawned {
             let (tx, events) = mpsc::channel(1);
             let _ = tx

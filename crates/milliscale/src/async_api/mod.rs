@@ -171,13 +171,11 @@ where
     F: FnOnce() -> T + Send + 'static,
 {
     let (tx, rx) = tokio::sync::oneshot::channel();
-    std::thread::Builder::new()
-        .name(name.to_owned())
-        .spawn(move || {
-            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
-            let _ = tx.send(r);
-        })
-        .map_err(|e| Error::InvalidArgument(format!("cannot start a thread: {e}")))?;
+    milliscale_seam::spawn(name.to_owned(), move || {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        let _ = tx.send(r);
+    })
+    .map_err(|e| Error::InvalidArgument(format!("cannot start a thread: {e}")))?;
     match rx.await {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(panic)) => std::panic::resume_unwind(panic),

@@ -1,5 +1,6 @@
 //! A read replica for async code.
 
+use milliscale_seam::Elapsed as _;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -73,7 +74,11 @@ impl AsyncReplica {
     /// stopped on one, and with `Stale` if the replica was closed first.
     /// It waits as long as it takes: bound it with the runtime's timeout.
     pub fn wait_for(&self, token: Csn) -> WaitFor {
-        WaitFor { shared: Arc::clone(self.replica.shared()), token, started: Instant::now() }
+        WaitFor {
+            shared: Arc::clone(self.replica.shared()),
+            token,
+            started: milliscale_seam::now(),
+        }
     }
 }
 
@@ -107,7 +112,7 @@ impl Future for WaitFor {
                 token: self.token,
                 applied: p.applied,
                 seen: p.seen,
-                waited: self.started.elapsed(),
+                waited: self.started.elapsed_now(),
             }));
         }
         if p.seen <= self.token {

@@ -45,7 +45,11 @@ pub(crate) fn publish_gcsn(marks: &CommitMarks) -> Csn {
         .iter()
         .map(|g| g.oldest_not_durable().unwrap_or(counter))
         .fold(counter, Csn::min);
-    marks.gcsn.fetch_max(gcsn, Ordering::SeqCst);
+    let before = marks.gcsn.fetch_max(gcsn, Ordering::SeqCst);
+    if gcsn > before {
+        // gCSN moved: acknowledgments follow, for a simulation's trace.
+        milliscale_seam::trace(&[&b"gcsn"[..], &gcsn.to_le_bytes()].concat());
+    }
     marks.gcsn.load(Ordering::SeqCst)
 }
 
@@ -87,7 +91,7 @@ impl Committer {
     /// Compute gCSN, release what it allows, wake the waiters.
     pub(crate) fn round(&mut self) {
         let gcsn = publish_gcsn(&self.marks);
-        let now = Instant::now();
+        let now = milliscale_seam::now();
         let tracking = self.marks.tracking;
         let releasable = |p: &Pending| match tracking {
             Tracking::Record => p.dsn < gcsn,

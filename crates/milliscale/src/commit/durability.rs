@@ -207,7 +207,7 @@ mod tests {
     use super::*;
 
     fn txn(csn: Csn, part: u64) -> Pending {
-        Pending { csn, dsn: 0, part, at: Instant::now() }
+        Pending { csn, dsn: 0, part, at: milliscale_seam::now() }
     }
 
     #[test]

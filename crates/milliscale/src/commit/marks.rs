@@ -233,7 +233,7 @@ impl CommitMarks {
         // A waiter with a deadline has work at the deadline: it must not
         // be held past it by the flush, and one whose deadline has passed
         // does not idle at all (no force commit).
-        let idle = deadline.saturating_duration_since(std::time::Instant::now());
+        let idle = deadline.saturating_duration_since(milliscale_seam::now());
         if csn.is_some()
             && !idle.is_zero()
             && let Some(flush) = self.force_flush.get()
@@ -249,14 +249,16 @@ impl CommitMarks {
             if let Some(e) = self.poison_error() {
                 break Some(Err(e));
             }
-            let now = std::time::Instant::now();
+            let now = milliscale_seam::now();
             if now >= deadline {
                 break None;
             }
             // Spurious or unrelated wake-ups go round the loop again.
-            let _ = self
-                .acked_cv
-                .wait_for(&mut round, (deadline - now).min(Duration::from_millis(100)));
+            let _ = milliscale_seam::cv_wait_for(
+                &self.acked_cv,
+                &mut round,
+                (deadline - now).min(Duration::from_millis(100)),
+            );
         };
         self.waiters.fetch_sub(1, Ordering::SeqCst);
         result
@@ -267,7 +269,7 @@ impl CommitMarks {
             if self.is_acknowledged(csn, dsn, own) {
                 return Ok(());
             }
-            std::hint::spin_loop();
+            milliscale_seam::spin_loop();
         }
         if csn.is_some()
             && let Some(flush) = self.force_flush.get()
@@ -293,7 +295,11 @@ impl CommitMarks {
             // cannot be missed; the timeout is a second safety net.
             let seen = *round;
             while *round == seen {
-                if self.acked_cv.wait_for(&mut round, Duration::from_millis(100)).timed_out() {
+                if milliscale_seam::cv_wait_for(
+                    &self.acked_cv,
+                    &mut round,
+                    Duration::from_millis(100),
+                ) {
                     break;
                 }
             }
@@ -375,7 +381,7 @@ impl CommitMarks {
     pub(crate) fn sleep(&self, timeout: Duration) {
         let mut w = self.wake.lock();
         if !*w {
-            self.wake_cv.wait_for(&mut w, timeout);
+            milliscale_seam::cv_wait_for(&self.wake_cv, &mut w, timeout);
         }
         *w = false;
     }

@@ -2,6 +2,7 @@
 //! volume or interval; adopting the checkpoints read replicas offer; and
 //! what a checkpoint makes obsolete.
 
+use milliscale_seam::Elapsed as _;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -33,10 +34,9 @@ impl Database {
         let db = Database::wrap(inner);
         if db.inner.time_index.get().is_some() {
             let inner = Arc::clone(&db.inner);
-            let handle = std::thread::Builder::new()
-                .name("ms-time-index".into())
-                .spawn(move || inner.run_time_flusher())
-                .ok();
+            let handle =
+                milliscale_seam::spawn("ms-time-index".into(), move || inner.run_time_flusher())
+                    .ok();
             *db.time_flusher.lock() = handle;
         }
         let o = &db.inner.options;
@@ -45,10 +45,9 @@ impl Database {
             || o.metrics_interval.is_some()
         {
             let inner = Arc::clone(&db.inner);
-            let handle = std::thread::Builder::new()
-                .name("ms-checkpointer".into())
-                .spawn(move || inner.run_checkpointer())
-                .ok();
+            let handle =
+                milliscale_seam::spawn("ms-checkpointer".into(), move || inner.run_checkpointer())
+                    .ok();
             *db.checkpointer.lock() = handle;
         }
         db
@@ -104,28 +103,28 @@ impl Engine {
         if self.manifest.is_none() {
             return Err(Error::InvalidArgument("no log".into()));
         }
-        let _one = self.checkpoint_lock.lock();
+        let _one = milliscale_seam::lock(&self.checkpoint_lock);
         let _span = tracing::info_span!("checkpoint").entered();
-        let started = Instant::now();
+        let started = milliscale_seam::now();
         let log_bytes = log.bytes_written();
         // 1. Fresh segments from here on, and the CSN bound they give.
         let marks: Vec<(Vec<u64>, Csn)> =
             log.streams().iter().map(|s| s.mark_checkpoint()).collect();
         let bound = marks.iter().map(|m| m.1).max().unwrap_or(0);
         // 2. Wait until everything below the bound is durable.
-        let deadline = Instant::now() + self.options.store_deadline;
+        let deadline = milliscale_seam::now() + self.options.store_deadline;
         while self.commit.gcsn.load(Ordering::SeqCst) < bound {
             if let Some(e) = self.commit.poison_error() {
                 return Err(e);
             }
-            if Instant::now() > deadline {
+            if milliscale_seam::now() > deadline {
                 return Err(Error::StoreUnavailable(format!(
                     "checkpoint: gCSN did not reach {bound} within {:?}",
                     self.options.store_deadline
                 )));
             }
             self.commit.wake_committer();
-            std::thread::sleep(Duration::from_millis(1));
+            milliscale_seam::sleep(Duration::from_millis(1));
         }
         // 3. The snapshot, in chunks.
         let cref = self.write_checkpoint()?;
@@ -141,12 +140,13 @@ impl Engine {
             m.log.group_start = starts.clone();
             m.checkpoint_wanted = None;
         })?;
+        milliscale_seam::trace(&[&b"checkpoint"[..], &cref.csn.to_le_bytes()].concat());
         self.after_checkpoint(&cref, 0, started, log_bytes, false);
         tracing::info!(
             csn = cref.csn,
             rows = cref.rows,
             bytes = cref.bytes,
-            ms = started.elapsed().as_secs_f64() * 1e3,
+            ms = started.elapsed_now().as_secs_f64() * 1e3,
             "checkpoint written and published"
         );
         Ok(cref.csn)
@@ -165,12 +165,12 @@ impl Engine {
         adopted: bool,
     ) {
         let Some(st) = self.manifest.as_ref() else { return };
-        let current = st.current.lock().clone();
+        let current = milliscale_seam::lock(&st.current).clone();
         let (lists, deletes) =
             crate::history::truncate(&st.stores, st.needed, &current, self.options.bugs);
         // The manifest put on each store, and the lists.
         let puts = st.stores.len() as u64 + lists + requests;
-        let version = st.current.lock().version;
+        let version = milliscale_seam::lock(&st.current).version;
         st.store.delete_below(version.saturating_sub(1));
         let mut stats = self.checkpoint_stats.lock();
         stats.checkpoints += 1;
@@ -183,7 +183,7 @@ impl Engine {
         if let Some(c) = price(&st.stores, puts, 0) {
             *stats.cost_usd.get_or_insert(0.0) += c;
         }
-        stats.busy += started.elapsed();
+        stats.busy += started.elapsed_now();
         stats.log_bytes_at_last = log_bytes;
     }
 
@@ -197,8 +197,8 @@ impl Engine {
     fn adopt_offered(&self) -> Result<Option<Csn>> {
         let log = self.log.as_ref().ok_or_else(|| Error::InvalidArgument("no log".into()))?;
         let st = self.manifest.as_ref().ok_or_else(|| Error::InvalidArgument("no log".into()))?;
-        let _one = self.checkpoint_lock.lock();
-        let started = Instant::now();
+        let _one = milliscale_seam::lock(&self.checkpoint_lock);
+        let started = milliscale_seam::now();
         let deadline = self.options.store_deadline;
         let want = {
             let mut marks = self.checkpoint_marks.lock();
@@ -212,13 +212,13 @@ impl Engine {
         };
         // Tell replicas (again, if a publish failed): they offer once they
         // have applied the oldest mark's bound.
-        if st.current.lock().checkpoint_wanted != want {
+        if milliscale_seam::lock(&st.current).checkpoint_wanted != want {
             self.publish(|m| m.checkpoint_wanted = want)?;
         }
         let (offers, mut requests) = checkpoint::list_offers(&st.stores, deadline);
         let durable = self.commit.gcsn.load(Ordering::SeqCst);
         let (current, current_starts) = {
-            let m = st.current.lock();
+            let m = milliscale_seam::lock(&st.current);
             (m.checkpoint.as_ref().map_or(0, |c| c.csn), m.log.group_start.clone())
         };
         let marks = self.checkpoint_marks.lock().clone();
@@ -256,7 +256,7 @@ impl Engine {
         }
         let mut stats = self.checkpoint_stats.lock();
         stats.put_requests += requests;
-        stats.busy += started.elapsed();
+        stats.busy += started.elapsed_now();
         Ok(None)
     }
 
@@ -286,7 +286,7 @@ impl Engine {
             {
                 let mut stop = stop.lock();
                 if !*stop {
-                    cv.wait_for(&mut stop, Duration::from_millis(100));
+                    milliscale_seam::cv_wait_for(cv, &mut stop, Duration::from_millis(100));
                 }
                 if *stop {
                     return;
@@ -301,24 +301,24 @@ impl Engine {
     fn run_checkpointer(&self) {
         let Some(log) = &self.log else { return };
         let (stop, cv) = &self.checkpointer_wake;
-        let mut last = Instant::now();
-        let mut published = Instant::now();
+        let mut last = milliscale_seam::now();
+        let mut published = milliscale_seam::now();
         let o = &self.options;
         let checkpoints = o.checkpoints_in_background();
         loop {
             {
                 let mut stop = stop.lock();
                 if !*stop {
-                    cv.wait_for(&mut stop, Duration::from_millis(100));
+                    milliscale_seam::cv_wait_for(cv, &mut stop, Duration::from_millis(100));
                 }
                 if *stop {
                     crate::telemetry::publish_database(self);
                     return;
                 }
             }
-            if o.metrics_interval.is_some_and(|d| published.elapsed() >= d) {
+            if o.metrics_interval.is_some_and(|d| published.elapsed_now() >= d) {
                 crate::telemetry::publish_database(self);
-                published = Instant::now();
+                published = milliscale_seam::now();
             }
             if !checkpoints {
                 continue;
@@ -330,7 +330,7 @@ impl Engine {
             let soon = self.checkpoint_soon.swap(false, Ordering::SeqCst);
             let due = (o.checkpoint_log_bytes > 0 && since >= o.checkpoint_log_bytes)
                 || past_ratio(since, last_bytes, o.checkpoint_log_ratio)
-                || o.checkpoint_interval.is_some_and(|d| last.elapsed() >= d && since > 0)
+                || o.checkpoint_interval.is_some_and(|d| last.elapsed_now() >= d && since > 0)
                 || soon;
             if !due {
                 continue;
@@ -338,13 +338,13 @@ impl Engine {
             if o.checkpoint_offload && !soon {
                 // Look for offers at most once a second (a LIST per store).
                 let mut checked = self.offers_checked.lock();
-                if checked.is_some_and(|t| t.elapsed() < Duration::from_secs(1)) {
+                if checked.is_some_and(|t| t.elapsed_now() < Duration::from_secs(1)) {
                     continue;
                 }
-                *checked = Some(Instant::now());
+                *checked = Some(milliscale_seam::now());
                 drop(checked);
                 match self.adopt_offered() {
-                    Ok(Some(_)) => last = Instant::now(),
+                    Ok(Some(_)) => last = milliscale_seam::now(),
                     Ok(None) => {}
                     Err(e) => {
                         if self.commit.is_poisoned() || self.check_open().is_err() {
@@ -356,13 +356,13 @@ impl Engine {
                 continue;
             }
             match self.checkpoint_now() {
-                Ok(_) => last = Instant::now(),
+                Ok(_) => last = milliscale_seam::now(),
                 Err(e) => {
                     if self.commit.is_poisoned() || self.check_open().is_err() {
                         return;
                     }
                     tracing::warn!("background checkpoint failed, will retry: {e}");
-                    last = Instant::now();
+                    last = milliscale_seam::now();
                 }
             }
         }

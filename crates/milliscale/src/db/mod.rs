@@ -10,9 +10,9 @@ mod open;
 mod promote;
 pub mod restore;
 
+use milliscale_seam::JoinHandle;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::thread::JoinHandle;
 
 use parking_lot::Mutex;
 
@@ -74,7 +74,7 @@ impl Database {
 
     /// The current manifest; `None` without a log.
     pub fn manifest(&self) -> Option<Manifest> {
-        self.inner.manifest.as_ref().map(|m| m.current.lock().clone())
+        self.inner.manifest.as_ref().map(|m| milliscale_seam::lock(&m.current).clone())
     }
 
     /// Create a table. Fails with `TableExists` if the name is taken.

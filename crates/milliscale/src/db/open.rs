@@ -2,9 +2,9 @@
 //! stores (read the manifest, fence the previous writer, read and merge
 //! the log, replay it on the last checkpoint; see `recovery`).
 
+use milliscale_seam::Elapsed as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
 
 use objstore::ObjectStore;
 use parking_lot::Mutex;
@@ -186,7 +186,7 @@ impl Database {
         let needed = options.quorum.needed(stores.len());
         let ms = ManifestStore::new(named.clone(), needed, options.store_deadline);
         let _span = tracing::info_span!("open", stores = %describe(&named)).entered();
-        let started = Instant::now();
+        let started = milliscale_seam::now();
         let db = match ms.read_latest()? {
             None if !options.create_if_missing => Err(Error::NoDatabase(describe(&named))),
             None => Database::create(id, options, stores, named, ms),
@@ -195,7 +195,7 @@ impl Database {
                 Database::recover(id, options, stores, named, ms, old)
             }
         }?;
-        let ms_open = started.elapsed().as_secs_f64() * 1e3;
+        let ms_open = started.elapsed_now().as_secs_f64() * 1e3;
         match db.recovery_report() {
             None => tracing::info!(ms = ms_open, "created a new database"),
             Some(r) => tracing::info!(
@@ -337,7 +337,7 @@ impl Database {
         ms: ManifestStore,
         old: Manifest,
     ) -> Result<Database> {
-        let started = Instant::now();
+        let started = milliscale_seam::now();
         let needed = options.quorum.needed(named.len());
         // 1. Take over: the next version, with the next epoch. Its create
         //    is the moment this writer owns the database.
@@ -355,10 +355,10 @@ impl Database {
             claim.epoch,
             options.store_deadline,
         )?;
-        let fenced_at = started.elapsed();
+        let fenced_at = started.elapsed_now();
         // 3. Read the log and plan.
         let (plan, mut report) = read_log(&named, needed, &old, &claim, &options)?;
-        let scanned_at = started.elapsed();
+        let scanned_at = started.elapsed_now();
         // 4. Rebuild: the tables, the checkpoint, then the log on top.
         let base = old.log_from().max(plan.max_csn + 1);
         let first_segment = recovery::next_free_segment(&named, &old.log, options.store_deadline);
@@ -378,7 +378,7 @@ impl Database {
         }
         let (from, loaded) = checkpoint_of(&inner.options, &named, &old)?;
         inner.rebuild(&from, loaded.as_ref(), &plan, &mut report)?;
-        let rebuilt_at = started.elapsed();
+        let rebuilt_at = started.elapsed_now();
         // 5. Pin what this recovery included, and the new epoch's log:
         //    a checkpoint of the result (when the log held anything); or,
         //    for a writer whose checkpoints come later anyway (its own
@@ -414,7 +414,7 @@ impl Database {
             m.log = new_log.clone();
             m.checkpoint_wanted = None;
         })?;
-        let published_at = started.elapsed();
+        let published_at = started.elapsed_now();
         // The clone is on its own now: withdraw its registration in the
         // parent (best effort: a registration left behind keeps the
         // parent's objects until it is deleted by hand).
@@ -432,19 +432,19 @@ impl Database {
         // With a seal, the old log's segments stay: nothing covers them yet.
         let deleted = match (&seal, &inner.manifest) {
             (None, Some(st)) => {
-                let current = st.current.lock().clone();
+                let current = milliscale_seam::lock(&st.current).clone();
                 crate::history::truncate(&named, needed, &current, inner.options.bugs)
             }
             _ => (0, 0),
         };
         if let Some(st) = &inner.manifest {
-            st.store.delete_below(st.current.lock().version.saturating_sub(1));
+            st.store.delete_below(milliscale_seam::lock(&st.current).version.saturating_sub(1));
         }
         let t = &mut report.timings;
         t.fence = fenced_at;
         t.scan = scanned_at - fenced_at;
         t.checkpoint_and_publish = published_at - rebuilt_at;
-        t.total = started.elapsed();
+        t.total = started.elapsed_now();
         report.cleanup_requests = deleted.0 + deleted.1;
         report.new_epoch = new_log.epoch;
         report.new_checkpoint_csn =

@@ -1,6 +1,7 @@
 //! Promotion: a read replica becomes the writer (see `replica::promote`
 //! for the steps; this builds the database it hands over).
 
+use milliscale_seam::Elapsed as _;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -59,14 +60,14 @@ impl Database {
                 cat.by_id.push(t);
             }
         }
-        let published = Instant::now();
+        let published = milliscale_seam::now();
         inner.publish(|m| {
             m.sealed.push(seal.clone());
             m.log = new_log.clone();
             m.checkpoint_wanted = None;
         })?;
-        report.timings.publish = published.elapsed();
-        report.timings.total = started.elapsed();
+        report.timings.publish = published.elapsed_now();
+        report.timings.total = started.elapsed_now();
         inner.checkpoint_soon.store(true, Ordering::SeqCst);
         inner.promotion = Some(report);
         Ok(Database::start_checkpointer(inner))

@@ -2,8 +2,9 @@
 //! window (`Database::open_at`, `crate::history::past`), written to empty
 //! stores as a new database that a writer opens. The source is only read.
 
+use milliscale_seam::Elapsed as _;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use objstore::ObjectStore;
 
@@ -74,12 +75,12 @@ pub fn restore(
         .collect::<Result<Vec<_>>>()?;
     // Refuse a target that holds a database before reading anything.
     crate::history::clone::ensure_empty(&named, target.store_deadline, "restore")?;
-    let started = Instant::now();
+    let started = milliscale_seam::now();
     progress(RestoreStep::Reading);
     let past = Database::open_at(source, at)?;
     let report = past.past_report().cloned().unwrap_or_default();
-    let read = started.elapsed();
-    let written_at = Instant::now();
+    let read = started.elapsed_now();
+    let written_at = milliscale_seam::now();
     let csn = report.csn + 1;
     let needed = target.quorum.needed(named.len());
     let inner = &past.inner;
@@ -131,6 +132,6 @@ pub fn restore(
         rows: cref.rows,
         bytes: cref.bytes,
         read,
-        write: written_at.elapsed(),
+        write: written_at.elapsed_now(),
     })
 }

@@ -11,9 +11,10 @@
 //! source; a pass refuses a target whose manifest was written by anyone
 //! else (a writer that opened the backup makes it a database of its own).
 
+use milliscale_seam::Elapsed as _;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use objstore::{ObjectStore, StoreError};
 use serde::{Deserialize, Serialize};
@@ -76,7 +77,7 @@ pub fn backup(
     target: &Options,
     progress: &dyn Fn(u64, u64),
 ) -> Result<BackupReport> {
-    let started = Instant::now();
+    let started = milliscale_seam::now();
     let deadline = source.store_deadline;
     let src = open_stores(source)?;
     let needed = source.quorum.needed(src.len());
@@ -182,7 +183,7 @@ pub fn backup(
             }
         }
     }
-    report.elapsed = started.elapsed();
+    report.elapsed = started.elapsed_now();
     Ok(report)
 }
 

@@ -10,8 +10,9 @@
 //! loads no checkpoint and builds no tables: the changes are handed over
 //! as the log's records, a delta as its bytes and offset.
 
+use milliscale_seam::Elapsed as _;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use objstore::ObjectStore;
 
@@ -176,7 +177,7 @@ pub fn read_changes(options: &Options, from: At, to: Option<At>) -> Result<Chang
     if !options.is_logged() {
         return Err(Error::InvalidArgument("read_changes needs a store".into()));
     }
-    let started = Instant::now();
+    let started = milliscale_seam::now();
     let (named, needed, m0) = crate::manifest::read_manifest_unprobed(options)?;
     let deadline: Duration = options.store_deadline;
     let stores: &[(String, Arc<dyn ObjectStore>)] = &named;
@@ -226,7 +227,7 @@ pub fn read_changes(options: &Options, from: At, to: Option<At>) -> Result<Chang
     entries.sort_by_key(Entry::csn);
     report.csn = to_csn;
     report.replayed = entries.len();
-    report.elapsed = started.elapsed();
+    report.elapsed = started.elapsed_now();
     let h = history_of(&m);
     Ok(Changes {
         from: from_csn,

@@ -12,8 +12,9 @@
 //! chunk list, and writes one registration and one manifest: its cost does
 //! not grow with the database.
 
+use milliscale_seam::Elapsed as _;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use objstore::ObjectStore;
 
@@ -93,7 +94,7 @@ pub fn clone_with(
     target: &Options,
     overlay: &[OverlayWrite],
 ) -> Result<CloneReport> {
-    let started = Instant::now();
+    let started = milliscale_seam::now();
     target.validate()?;
     let deadline = source.store_deadline;
     if source.stores.iter().any(|s| matches!(s, StoreSpec::Handle(_)))
@@ -195,7 +196,7 @@ pub fn clone_with(
     });
     requests += dst.len() as u64;
     ManifestStore::new(dst, dst_needed, target.store_deadline).create(&clone).map_err(withdraw)?;
-    Ok(CloneReport { csn: n, base_csn: choice.base.csn, requests, elapsed: started.elapsed() })
+    Ok(CloneReport { csn: n, base_csn: choice.base.csn, requests, elapsed: started.elapsed_now() })
 }
 
 /// The parent's logs a clone at `choice` replays, each cut at the point
@@ -346,7 +347,7 @@ fn durable_below(
     deadline: Duration,
 ) -> (Result<Csn>, u64) {
     let mut requests = 0;
-    let until = Instant::now() + Duration::from_secs(3);
+    let until = milliscale_seam::now() + Duration::from_secs(3);
     loop {
         requests += 2;
         let durable = src
@@ -356,10 +357,10 @@ fn durable_below(
         if durable > n {
             return (Ok(durable), requests);
         }
-        if Instant::now() >= until {
+        if milliscale_seam::now() >= until {
             break;
         }
-        std::thread::sleep(Duration::from_millis(200));
+        milliscale_seam::sleep(Duration::from_millis(200));
     }
     // No index (a database without a window), or an idle writer: read the
     // live log.

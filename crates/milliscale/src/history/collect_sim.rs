@@ -10,6 +10,7 @@
 //! `MILLISCALE_COLLECT_SEEDS` seeds (default 1,000; 20,000 by hand) from
 //! `MILLISCALE_COLLECT_FIRST_SEED` (default 0).
 
+use milliscale_seam::Elapsed as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -300,13 +301,13 @@ fn seeds() -> std::ops::Range<u64> {
 fn collection_never_deletes_what_a_registered_reader_reads() {
     let seeds = seeds();
     let n = seeds.end - seeds.start;
-    let started = std::time::Instant::now();
+    let started = milliscale_seam::now();
     for seed in seeds {
         if let Err(e) = run(seed, false) {
             panic!("seed {seed}: {e}");
         }
     }
-    eprintln!("{n} seeds in {:.1?}, no missing object", started.elapsed());
+    eprintln!("{n} seeds in {:.1?}, no missing object", started.elapsed_now());
 }
 
 #[test]

@@ -22,6 +22,7 @@
 //! reader's registration (step 2, before step 3) is listed. So no reader
 //! that passed step 3 loses an object while its lease lasts.
 
+use milliscale_seam::Elapsed as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -66,7 +67,7 @@ pub struct Lease {
     key: String,
     stores: Vec<(String, Arc<dyn ObjectStore>)>,
     stop: Arc<AtomicBool>,
-    renewer: Option<std::thread::JoinHandle<()>>,
+    renewer: Option<milliscale_seam::JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for Lease {
@@ -140,22 +141,20 @@ fn renewed(
     let stop = Arc::new(AtomicBool::new(false));
     let renewer = expiring.then(|| {
         let (stores, key, stop) = (stores.to_vec(), key.clone(), Arc::clone(&stop));
-        std::thread::Builder::new()
-            .name("ms-lease".into())
-            .spawn(move || {
-                let mut last = std::time::Instant::now();
-                while !stop.load(Ordering::SeqCst) {
-                    std::thread::sleep(Duration::from_millis(100));
-                    if last.elapsed() >= RENEW_EVERY {
-                        r.expires_ms = Some(super::times::now_ms() + LEASE.as_millis() as u64);
-                        if let Err(e) = put(&stores, needed, deadline, &key, &r) {
-                            tracing::warn!("renewing the lease {key}: {e}");
-                        }
-                        last = std::time::Instant::now();
+        milliscale_seam::spawn("ms-lease".into(), move || {
+            let mut last = milliscale_seam::now();
+            while !stop.load(Ordering::SeqCst) {
+                milliscale_seam::sleep(Duration::from_millis(100));
+                if last.elapsed_now() >= RENEW_EVERY {
+                    r.expires_ms = Some(super::times::now_ms() + LEASE.as_millis() as u64);
+                    if let Err(e) = put(&stores, needed, deadline, &key, &r) {
+                        tracing::warn!("renewing the lease {key}: {e}");
                     }
+                    last = milliscale_seam::now();
                 }
-            })
-            .expect("a thread")
+            }
+        })
+        .expect("a thread")
     });
     Lease { key, stores: stores.to_vec(), stop, renewer }
 }

@@ -2,6 +2,7 @@
 //! at CSN n"): the newest base at or below the point, then every epoch's
 //! log from there as its decision says, up to the point.
 
+use milliscale_seam::Elapsed as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
@@ -101,7 +102,7 @@ fn resolve_time(
         )));
     }
     if now < settled {
-        std::thread::sleep(Duration::from_millis(settled - now));
+        milliscale_seam::sleep(Duration::from_millis(settled - now));
     }
     let ms = t
         .duration_since(UNIX_EPOCH)
@@ -244,7 +245,7 @@ pub(crate) fn plan(
     threads: usize,
     deadline: Duration,
 ) -> Result<PastPlan> {
-    let started = Instant::now();
+    let started = milliscale_seam::now();
     let (m, choice, lease) =
         hold(stores, needed, deadline, at, |m| choose(stores, m, at, deadline))?;
     read(stores, needed, &m, at, choice, lease, threads, deadline, started)
@@ -372,7 +373,7 @@ fn read(
         (None, _) => None,
     };
     let h = history_of(m);
-    report.elapsed = started.elapsed();
+    report.elapsed = started.elapsed_now();
     Ok(PastPlan {
         checkpoint,
         plan,

@@ -28,9 +28,10 @@
 //! (4); then each further sample as two LEB128 varints, the growth in ms
 //! and in CSN.
 
+use milliscale_seam::Elapsed as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 use bytes::{BufMut, Bytes};
 use objstore::ObjectStore;
@@ -67,7 +68,7 @@ pub struct Sample {
 
 /// Now, in milliseconds since the Unix epoch.
 pub fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+    milliscale_seam::system_now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 /// The object key of a time index object of writer epoch `epoch` whose
@@ -161,7 +162,7 @@ impl TimeIndex {
         durable: Csn,
     ) -> u64 {
         let mut st = self.state.lock();
-        let due = now || st.last_flush.is_none_or(|t| t.elapsed() >= FLUSH_EVERY);
+        let due = now || st.last_flush.is_none_or(|t| t.elapsed_now() >= FLUSH_EVERY);
         // New samples; or none, but the log became durable further than
         // the index says (what a clone checks), with the last sample again.
         let durable_moved = durable > st.durable_written;
@@ -178,7 +179,7 @@ impl TimeIndex {
         let body = encode(self.epoch, durable, &new);
         let key = time_key(first, self.epoch);
         let (mut requests, all) = put_everywhere(stores, deadline, &key, &body);
-        st.last_flush = Some(std::time::Instant::now());
+        st.last_flush = Some(milliscale_seam::now());
         if !all {
             // The next flush writes the same key again, with more samples:
             // a reader of any store finds every sample once one succeeds.
@@ -189,8 +190,9 @@ impl TimeIndex {
         if st.objects.last() != Some(&first) {
             st.objects.push(first);
         }
-        let fold_due =
-            st.last_fold.get_or_insert_with(std::time::Instant::now).elapsed() >= FOLD_EVERY || now;
+        let fold_due = st.last_fold.get_or_insert_with(milliscale_seam::now).elapsed_now()
+            >= FOLD_EVERY
+            || now;
         if fold_due && st.objects.len() > 1 {
             requests += fold(&mut st, self.epoch, durable, stores, deadline);
         }
@@ -242,7 +244,7 @@ fn fold(
     st.samples.clear();
     st.written = 0;
     st.objects.clear();
-    st.last_fold = Some(std::time::Instant::now());
+    st.last_fold = Some(milliscale_seam::now());
     requests
 }
 

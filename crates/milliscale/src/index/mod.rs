@@ -159,7 +159,7 @@ impl OrderedIndex {
                 if self.tree_get(key) != Some(theirs) {
                     break;
                 }
-                backoff.snooze();
+                milliscale_seam::snooze(&backoff);
             }
         }
     }
@@ -383,7 +383,7 @@ mod tests {
         std::thread::scope(|s| {
             let winner = s.spawn(|| {
                 BETWEEN_STEPS
-                    .with(|h| h.set(Some(|| std::thread::sleep(Duration::from_millis(200)))));
+                    .with(|h| h.set(Some(|| milliscale_seam::sleep(Duration::from_millis(200)))));
                 ix.insert(key, Rid(1))
             });
             while ix.tree_get(key).is_none() {
@@ -408,7 +408,7 @@ mod tests {
         std::thread::scope(|s| {
             let remover = s.spawn(|| {
                 BETWEEN_STEPS
-                    .with(|h| h.set(Some(|| std::thread::sleep(Duration::from_millis(200)))));
+                    .with(|h| h.set(Some(|| milliscale_seam::sleep(Duration::from_millis(200)))));
                 ix.remove_if(key, Rid(1))
             });
             while ix.tree_get(key).is_some() {

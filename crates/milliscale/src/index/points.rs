@@ -111,7 +111,7 @@ impl PointIndex {
     fn finish_resize_soon(&self) {
         let s = &self.shared;
         if !s.queued.load(Ordering::Relaxed) && !s.queued.swap(true, Ordering::AcqRel) {
-            finisher(Arc::clone(s), Instant::now() + FINISH_AFTER);
+            finisher(Arc::clone(s), std::time::Instant::now() + FINISH_AFTER);
         }
     }
 
@@ -144,6 +144,8 @@ fn finisher(index: Arc<Shared>, due: Instant) {
     static QUEUE: OnceLock<Option<Mutex<Sender<Job>>>> = OnceLock::new();
     let queue = QUEUE.get_or_init(|| {
         let (tx, rx) = std::sync::mpsc::channel();
+        // One thread for the process, outside any simulation (design
+        // record 0015): finishing a resize changes no lookup's answer.
         std::thread::Builder::new()
             .name("milliscale-points".into())
             .spawn(move || finish_resizes(&rx))
@@ -163,7 +165,7 @@ fn finisher(index: Arc<Shared>, due: Instant) {
 /// (their times grow in that order).
 fn finish_resizes(rx: &Receiver<Job>) {
     for (due, index) in rx {
-        std::thread::sleep(due.saturating_duration_since(Instant::now()));
+        std::thread::sleep(due.saturating_duration_since(std::time::Instant::now()));
         index.finish_resize();
     }
 }
@@ -199,10 +201,10 @@ mod tests {
         for i in 0..100_000u64 {
             p.put(&i.to_be_bytes(), Rid(i));
         }
-        let t0 = Instant::now();
+        let t0 = milliscale_seam::now();
         while p.shared.queued.load(Ordering::Acquire) || p.finished() == 0 {
             assert!(t0.elapsed() < Duration::from_secs(10), "the finisher never ran");
-            std::thread::sleep(Duration::from_millis(5));
+            milliscale_seam::sleep(Duration::from_millis(5));
         }
         for i in (0..100_000u64).step_by(97) {
             assert_eq!(p.get(&i.to_be_bytes()), Some(Rid(i)));

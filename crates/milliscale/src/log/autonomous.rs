@@ -21,6 +21,7 @@
 //!   acks decide by the CSN marks (`commit::marks`), and the buffers are
 //!   the groups' (`group`).
 
+use milliscale_seam::Elapsed as _;
 use std::cell::Cell;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -77,7 +78,7 @@ impl Autonomous {
     pub(crate) fn note_begin(&self) {
         let mut c = IDLE.get();
         if let Some(at) = c.last_commit.take() {
-            let gap = at.elapsed().as_nanos().min(u128::from(u64::MAX / 8)) as u64;
+            let gap = at.elapsed_now().as_nanos().min(u128::from(u64::MAX / 8)) as u64;
             c.avg_idle_ns = c.avg_idle_ns - c.avg_idle_ns / 8 + gap / 8;
             IDLE.set(c);
         }
@@ -113,7 +114,7 @@ impl Autonomous {
         {
             c.round();
         }
-        clock.last_commit = Some(Instant::now());
+        clock.last_commit = Some(milliscale_seam::now());
         IDLE.set(clock);
     }
 }

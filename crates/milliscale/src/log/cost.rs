@@ -2,6 +2,7 @@
 //! stores' prices, per hour, per month and per transaction
 //! ([`LogCost`], in [`super::LogMetrics`]).
 
+use milliscale_seam::Elapsed as _;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -68,7 +69,7 @@ impl Pricing {
                 Some((request, table.map_or(0.0, |p| p.upload_per_gb / 1e9)))
             })
             .collect();
-        Pricing { stores, since: Mutex::new(Instant::now()) }
+        Pricing { stores, since: Mutex::new(milliscale_seam::now()) }
     }
 
     /// The dollars of one flush: one request to each store (a store
@@ -86,7 +87,7 @@ impl Pricing {
             self.stores.iter().flatten().map(|(r, b)| flushes as f64 * r + bytes as f64 * b).sum()
         });
         LogCost {
-            elapsed: self.since.lock().elapsed(),
+            elapsed: self.since.lock().elapsed_now(),
             requests: flushes * n,
             bytes: bytes * n,
             transactions,
@@ -96,7 +97,7 @@ impl Pricing {
 
     /// Open a new window (with the metrics' reset).
     pub(super) fn reset(&self) {
-        *self.since.lock() = Instant::now();
+        *self.since.lock() = milliscale_seam::now();
     }
 }
 

@@ -236,7 +236,7 @@ impl LogGroup {
             }
             st.full = true;
             self.signal.full();
-            self.room.wait_for(&mut st, Duration::from_millis(100));
+            milliscale_seam::cv_wait_for(&self.room, &mut st, Duration::from_millis(100));
         }
         Ok(Reservation { group: self, st, csn: None })
     }
@@ -409,7 +409,7 @@ impl Reservation<'_> {
         if first {
             st.active_first = csn;
             self.group.durability().buffer_pending(csn);
-            st.active_since = Some(Instant::now());
+            st.active_since = Some(milliscale_seam::now());
         }
         st.active_entries += 1;
         st.active_last = csn;
@@ -440,7 +440,7 @@ impl Reservation<'_> {
         record::encode_entry_header(&mut self.st.active, EntryKind::Commit, records, csn, dsn);
         self.st.active.extend_from_slice(redo);
         let first = self.push_entry(csn);
-        let p = Pending { csn, dsn, part: self.st.active_part, at: Instant::now() };
+        let p = Pending { csn, dsn, part: self.st.active_part, at: milliscale_seam::now() };
         let buffered = self.st.active.len() - PART_HEADER_BYTES;
         self.st.txns.push(p);
         self.release(first);
@@ -481,14 +481,14 @@ mod tests {
         // A worker holds the buffer lock (as if the scheduler took it off
         // its core there): the lane does not wait, and gCSN is known.
         let held = g.state.lock();
-        assert!(matches!(g.cut(Instant::now(), false), CutResult::Skipped));
+        assert!(matches!(g.cut(milliscale_seam::now(), false), CutResult::Skipped));
         assert_eq!(g.durability().oldest_not_durable(), Some(csn));
         drop(held);
-        let CutResult::Part(cut) = g.cut(Instant::now(), false) else {
+        let CutResult::Part(cut) = g.cut(milliscale_seam::now(), false) else {
             panic!("the buffer holds an entry")
         };
         assert_eq!((cut.first, cut.entries), (csn, 1));
-        assert!(matches!(g.cut(Instant::now(), false), CutResult::Empty));
+        assert!(matches!(g.cut(milliscale_seam::now(), false), CutResult::Empty));
         // In flight now, not in the buffer: still the oldest not durable.
         assert_eq!(g.durability().oldest_not_durable(), Some(csn));
         assert_eq!(cut.txns.iter().map(|p| p.csn).collect::<Vec<_>>(), [csn]);

@@ -99,9 +99,9 @@ impl AppendPool {
         use std::sync::atomic::Ordering;
         if self.idle.load(Ordering::Acquire) == 0 && self.threads < Self::MAX {
             let (idle, rx) = (Arc::clone(&self.idle), self.queue.clone());
-            let spawned = std::thread::Builder::new().name("log-append".into()).spawn(move || {
+            let spawned = milliscale_seam::spawn("log-append".into(), move || {
                 idle.fetch_add(1, Ordering::AcqRel);
-                while let Ok(job) = rx.recv() {
+                while let Ok(job) = milliscale_seam::recv(&rx) {
                     idle.fetch_sub(1, Ordering::AcqRel);
                     job();
                     idle.fetch_add(1, Ordering::AcqRel);

@@ -31,9 +31,9 @@ pub mod segment;
 pub(crate) mod signal;
 pub(crate) mod stream;
 
+use milliscale_seam::JoinHandle;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use objstore::ObjectStore;
@@ -393,29 +393,25 @@ fn start_threads(
             let all = groups.to_vec();
             let committer = Arc::clone(committer);
             threads.push(
-                std::thread::Builder::new()
-                    .name(format!("ms-flusher-s{}-l{lane}", stream.id))
-                    .spawn(move || {
-                        crate::sched::request_slice(slice);
-                        stream.run_lane(lane as usize, &committer);
-                        // A poisoned stream wakes every group's workers.
-                        for other in &all {
-                            other.wake_all();
-                        }
-                    })
-                    .map_err(|e| Error::Store(format!("cannot start a flusher thread: {e}")))?,
+                milliscale_seam::spawn(format!("ms-flusher-s{}-l{lane}", stream.id), move || {
+                    crate::sched::request_slice(slice);
+                    stream.run_lane(lane as usize, &committer);
+                    // A poisoned stream wakes every group's workers.
+                    for other in &all {
+                        other.wake_all();
+                    }
+                })
+                .map_err(|e| Error::Store(format!("cannot start a flusher thread: {e}")))?,
             );
         }
     }
     let run = Arc::clone(committer);
     threads.push(
-        std::thread::Builder::new()
-            .name("ms-committer".into())
-            .spawn(move || {
-                crate::sched::request_slice(slice);
-                Committer::run(run)
-            })
-            .map_err(|e| Error::Store(format!("cannot start the committer thread: {e}")))?,
+        milliscale_seam::spawn("ms-committer".into(), move || {
+            crate::sched::request_slice(slice);
+            Committer::run(run)
+        })
+        .map_err(|e| Error::Store(format!("cannot start the committer thread: {e}")))?,
     );
     Ok(threads)
 }

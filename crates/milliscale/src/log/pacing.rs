@@ -102,13 +102,13 @@ impl RequestBudget {
     pub(crate) fn new(per_s: u32) -> RequestBudget {
         let per_s = f64::from(per_s.max(1));
         let burst = (per_s / 10.0).max(1.0);
-        RequestBudget { per_s, burst, state: Mutex::new((burst, Instant::now())) }
+        RequestBudget { per_s, burst, state: Mutex::new((burst, milliscale_seam::now())) }
     }
 
     /// Take one token, or say how long until one is there.
     pub(super) fn take(&self) -> std::result::Result<(), Duration> {
         let mut st = self.state.lock();
-        let now = Instant::now();
+        let now = milliscale_seam::now();
         let (tokens, at) = *st;
         let tokens = (tokens + now.duration_since(at).as_secs_f64() * self.per_s).min(self.burst);
         if tokens >= 1.0 {

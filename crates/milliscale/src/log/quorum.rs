@@ -12,9 +12,9 @@
 //! remain than a quorum needs, the write fails and the database is
 //! poisoned: nothing more is acknowledged.
 
+use milliscale_seam::JoinHandle;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::thread::JoinHandle;
 
 use bytes::Bytes;
 use crossbeam_channel::{Receiver, Sender, TrySendError};
@@ -220,9 +220,9 @@ impl StoreWriters {
                 let result_tx = result_tx.clone();
                 let health = Arc::clone(&c.health);
                 let slice = c.slice;
-                let thread = std::thread::Builder::new()
-                    .name(format!("ms-log-g{}-l{}-s{index}", chain.group, chain.lane))
-                    .spawn(move || {
+                let thread = milliscale_seam::spawn(
+                    format!("ms-log-g{}-l{}-s{index}", chain.group, chain.lane),
+                    move || {
                         crate::sched::request_slice(slice);
                         for (seq, segment, part) in rx {
                             let r = w.write_at(segment, &part).map(|_| ());
@@ -240,12 +240,25 @@ impl StoreWriters {
                                 Err(e) => health.gave_up(chain, e),
                             }
                             let failed = r.is_err();
+                            // A part on a store, for a simulation's trace.
+                            milliscale_seam::trace(
+                                &[
+                                    &b"part"[..],
+                                    &chain.group.to_le_bytes(),
+                                    &chain.lane.to_le_bytes(),
+                                    &(index as u32).to_le_bytes(),
+                                    &seq.to_le_bytes(),
+                                    &[u8::from(failed)],
+                                ]
+                                .concat(),
+                            );
                             if result_tx.send((index, seq, r)).is_err() || failed {
                                 return;
                             }
                         }
-                    })
-                    .expect("spawn a log writer thread");
+                    },
+                )
+                .expect("spawn a log writer thread");
                 StoreWriter { to_writer: Some(tx), thread: Some(thread), done: 0, health: c.health }
             })
             .collect();
@@ -355,7 +368,7 @@ impl StoreWriters {
             if let Some(r) = self.outcome(seq) {
                 return r;
             }
-            let Ok(report) = self.results.recv() else {
+            let Ok(report) = milliscale_seam::recv(&self.results) else {
                 return Err(Error::StoreUnavailable("every log writer stopped".into()));
             };
             self.absorb(report);

@@ -53,6 +53,7 @@
 //! wake-ups per append, which show in the median when the cores are busy;
 //! `Hedging::Always` turns it on.
 
+use milliscale_seam::Elapsed as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -209,10 +210,10 @@ impl SegmentWriter {
     /// One append, hedged if it is slow (see the module docs). Returns the
     /// first answer.
     fn append_once(&mut self, key: &str, part: &Bytes) -> Result<objstore::ObjectMeta, StoreError> {
-        let started = Instant::now();
+        let started = milliscale_seam::now();
         let r = self.append_maybe_hedged(key, part);
         if r.is_ok() {
-            self.hedger.record(started.elapsed());
+            self.hedger.record(started.elapsed_now());
         }
         r
     }
@@ -253,7 +254,7 @@ impl SegmentWriter {
         let first = if delay.is_zero() {
             Err(crossbeam_channel::RecvTimeoutError::Timeout)
         } else {
-            rx.recv_timeout(delay)
+            milliscale_seam::recv_timeout_cb(&rx, delay)
         };
         match first {
             Ok(r) => return r,
@@ -266,7 +267,7 @@ impl SegmentWriter {
         // If the hedge cannot be queued, the first request is still ours
         // to wait for.
         let _ = self.pool.run(request(tx));
-        rx.recv().expect("an append thread answers")
+        milliscale_seam::recv(&rx).expect("an append thread answers")
     }
 
     /// The chain it writes.
@@ -327,7 +328,7 @@ impl SegmentWriter {
             if let Some(pending) =
                 Arc::clone(&self.store).start_append(&key, self.offset, part.clone(), hedge)
             {
-                return StartedPart::Sent { pending, sent: Instant::now() };
+                return StartedPart::Sent { pending, sent: milliscale_seam::now() };
             }
         }
         StartedPart::Written(self.write_here(part, false))
@@ -344,7 +345,7 @@ impl SegmentWriter {
     ) -> Result<PartLocation, SegmentError> {
         self.hedger.count(hedge);
         if answer.is_ok() {
-            self.hedger.record(sent.elapsed());
+            self.hedger.record(sent.elapsed_now());
         }
         let key = segment_key(self.chain, self.segment);
         match self.append_outcome(&key, part, answer) {
@@ -362,7 +363,7 @@ impl SegmentWriter {
     }
 
     fn write_here(&mut self, part: &Bytes, may_roll: bool) -> Result<PartLocation, SegmentError> {
-        let started = Instant::now();
+        let started = milliscale_seam::now();
         let mut attempt = 0u32;
         loop {
             let key = match self.mode {
@@ -389,8 +390,8 @@ impl SegmentWriter {
                 Err(Step::Fail(e)) => return Err(e),
                 Err(Step::Retry(last)) => last,
             };
-            if started.elapsed() >= self.retry.deadline {
-                return Err(SegmentError::Unavailable { waited: started.elapsed(), last });
+            if started.elapsed_now() >= self.retry.deadline {
+                return Err(SegmentError::Unavailable { waited: started.elapsed_now(), last });
             }
             attempt += 1;
             self.back_off(attempt);
@@ -400,7 +401,7 @@ impl SegmentWriter {
     fn back_off(&mut self, attempt: u32) {
         let ceiling = self.retry.base.saturating_mul(1 << attempt.min(16)).min(self.retry.cap);
         let nanos = self.rng.random_range(0..=ceiling.as_nanos() as u64);
-        std::thread::sleep(Duration::from_nanos(nanos));
+        milliscale_seam::sleep(Duration::from_nanos(nanos));
     }
 
     fn landed(&mut self, part: &Bytes) -> PartLocation {

@@ -106,7 +106,7 @@ impl FlushSignal {
     /// An entry went into an empty buffer.
     pub(crate) fn data(&self) {
         let mut st = self.state.lock();
-        st.data_since.get_or_insert_with(Instant::now);
+        st.data_since.get_or_insert_with(milliscale_seam::now);
         if !self.quiet {
             self.work.notify_one();
         }
@@ -115,7 +115,7 @@ impl FlushSignal {
     /// A worker found no room in its buffer.
     pub(crate) fn full(&self) {
         let mut st = self.state.lock();
-        st.data_since.get_or_insert_with(Instant::now);
+        st.data_since.get_or_insert_with(milliscale_seam::now);
         st.full = true;
         self.work.notify_one();
     }

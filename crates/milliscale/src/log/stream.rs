@@ -77,6 +77,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use milliscale_seam::{Elapsed as _, cv_wait, cv_wait_for};
 use parking_lot::Mutex;
 
 use super::group::{Cut, CutResult, LogGroup};
@@ -248,7 +249,7 @@ impl LogStream {
     pub(crate) fn metrics(&self) -> StreamMetrics {
         let (interval, txn_per_s) = {
             let st = self.signal.state.lock();
-            (st.gap.unwrap_or(st.interval), st.txn_rate.at(Instant::now()))
+            (st.gap.unwrap_or(st.interval), st.txn_rate.at(milliscale_seam::now()))
         };
         StreamMetrics {
             stream: self.id,
@@ -353,17 +354,16 @@ impl LogStream {
                 }
                 if self.flush.reap {
                     // Timed: a worker sends without waking anyone.
-                    let timed_out =
-                        self.signal.work.wait_for(&mut st, self.flush.timeout).timed_out();
+                    let timed_out = cv_wait_for(&self.signal.work, &mut st, self.flush.timeout);
                     if timed_out && st.data_since.is_none() && self.out.load(Ordering::SeqCst) > 0 {
                         return Some(Due::Reap);
                     }
                 } else {
-                    self.signal.work.wait(&mut st);
+                    cv_wait(&self.signal.work, &mut st);
                 }
                 continue;
             };
-            let now = Instant::now();
+            let now = milliscale_seam::now();
             let age = now.saturating_duration_since(since);
             let due = match self.flush.policy {
                 FlushPolicy::Timeout => self.flush.timeout.saturating_sub(age),
@@ -398,13 +398,13 @@ impl LogStream {
             // it sleeps, so it never sleeps untimed with it.
             if st.pacer.is_some() {
                 if self.flush.reap {
-                    self.signal.work.wait_for(&mut st, self.flush.timeout);
+                    cv_wait_for(&self.signal.work, &mut st, self.flush.timeout);
                 } else {
-                    self.signal.work.wait(&mut st);
+                    cv_wait(&self.signal.work, &mut st);
                 }
             } else {
                 st.pacer = Some(lane);
-                self.signal.work.wait_for(&mut st, wait);
+                cv_wait_for(&self.signal.work, &mut st, wait);
                 st.pacer = None;
             }
         }
@@ -415,7 +415,7 @@ impl LogStream {
     /// to cut. Unless `wait`, a group whose buffer lock is busy is left
     /// for the next flush.
     fn cut_for(&self, lane: usize, wait: bool) -> Option<Flush> {
-        let now = Instant::now();
+        let now = milliscale_seam::now();
         let mut skipped = false;
         let mut cuts: Vec<(Arc<LogGroup>, Cut)> = Vec::new();
         for g in &self.groups {
@@ -435,7 +435,7 @@ impl LogStream {
         if cuts.is_empty() {
             if skipped {
                 // Do not spin on a lock whose holder waits for a core.
-                self.signal.work.wait_for(&mut st, SKIPPED_RETRY);
+                cv_wait_for(&self.signal.work, &mut st, SKIPPED_RETRY);
             }
             // Else another lane took it all.
             return None;
@@ -508,7 +508,7 @@ impl LogStream {
                 let median = self.signal.state.lock().recent.quantile(0.5);
                 let budget = spin_budget(median);
                 if !budget.is_zero() && expected >= budget {
-                    self.finish_all(committer, Wait::Spin(Instant::now() + budget));
+                    self.finish_all(committer, Wait::Spin(milliscale_seam::now() + budget));
                 }
                 // Back before its appends land, the worker finishes them
                 // itself; else a lane's thread waits for them.
@@ -595,7 +595,7 @@ impl LogStream {
             let stale = all
                 || l.out
                     .as_ref()
-                    .is_some_and(|(_, landing)| landing.sent.elapsed() >= self.flush.timeout);
+                    .is_some_and(|(_, landing)| landing.sent.elapsed_now() >= self.flush.timeout);
             self.complete(l, committer, if stale { Wait::Block } else { Wait::No });
         }
     }
@@ -630,7 +630,7 @@ impl LogStream {
         };
         let txns = cuts.iter().map(|(_, c)| c.txns.len()).sum();
         let span = super::signal::flush_span(segment, bytes.len(), cuts.len(), txns);
-        let sent = Instant::now();
+        let sent = milliscale_seam::now();
         let part = span.in_scope(|| lane.writer.send(segment, Bytes::from(bytes)));
         lane.out = Some((part, Landing { cuts, sizes, sent, span }));
         self.out.fetch_add(1, Ordering::SeqCst);
@@ -652,8 +652,8 @@ impl LogStream {
                 break r;
             }
             match (wait, spin_until) {
-                (Wait::Spin(_), Some(until)) if Instant::now() < until => {
-                    std::hint::spin_loop();
+                (Wait::Spin(_), Some(until)) if milliscale_seam::now() < until => {
+                    milliscale_seam::spin_loop();
                 }
                 (Wait::No | Wait::Spin(_), _) => {
                     lane.out = Some((part, landing));
@@ -674,7 +674,7 @@ impl LogStream {
             self.wake_all();
             return true;
         }
-        let took = sent.elapsed();
+        let took = sent.elapsed_now();
         {
             let mut st = self.signal.state.lock();
             st.writing -= 1;

@@ -233,7 +233,7 @@ impl TxnTable {
             if !pending(state) {
                 return Some(state);
             }
-            backoff.snooze();
+            milliscale_seam::snooze(&backoff);
         }
     }
 

@@ -24,8 +24,9 @@
 //! part. Every lane of every group is fenced: a lane left open would let
 //! the old writer land (and acknowledge) parts recovery never read.
 
+use milliscale_seam::Elapsed as _;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use objstore::{ObjectStore, StoreError};
 
@@ -65,10 +66,10 @@ fn fence_chain(
     deadline: Duration,
 ) -> Result<()> {
     let fence = fence_part(chain.group, epoch);
-    let started = Instant::now();
+    let started = milliscale_seam::now();
     let err = |e: StoreError| Error::Store(format!("fencing log {chain}: {e}"));
     loop {
-        if started.elapsed() > deadline {
+        if started.elapsed_now() > deadline {
             return Err(Error::StoreUnavailable(format!(
                 "fencing log {chain}: the old writer kept moving or the store kept \
                  failing for {deadline:?}"

@@ -51,10 +51,10 @@
 //!   prefix is never below `P`: the promoter counted a quorum's entries,
 //!   as the follower does, with all of them in.
 
+use milliscale_seam::JoinHandle;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
@@ -195,7 +195,7 @@ impl Follower {
             tx,
             rx,
             tails: None,
-            next_manifest_check: Instant::now(),
+            next_manifest_check: milliscale_seam::now(),
             check_manifest: false,
             manifest_reads: 0,
             missing_table: None,
@@ -232,13 +232,15 @@ impl Follower {
         while !self.shared.stop.load(Ordering::SeqCst)
             && !self.shared.handover.load(Ordering::SeqCst)
         {
-            let wait = self.next_manifest_check.saturating_duration_since(Instant::now());
-            if let Ok(m) = self.rx.recv_timeout(wait.min(Duration::from_millis(100))) {
+            let wait = self.next_manifest_check.saturating_duration_since(milliscale_seam::now());
+            if let Ok(m) =
+                milliscale_seam::recv_timeout_cb(&self.rx, wait.min(Duration::from_millis(100)))
+            {
                 self.handle(m)?;
                 self.drain()?;
             }
             self.advance()?;
-            if self.check_manifest || Instant::now() >= self.next_manifest_check {
+            if self.check_manifest || milliscale_seam::now() >= self.next_manifest_check {
                 // A scheduled check while idle (not one a tail asked for):
                 // idle tails skip as many polls as it cost.
                 let idle = !self.check_manifest && !self.fenced && !self.shared.active();
@@ -403,7 +405,7 @@ impl Follower {
         self.applied = next;
         // Counted before the readers are told, so that anyone woken by
         // the new applied CSN sees the counts that go with it.
-        let now = Instant::now();
+        let now = milliscale_seam::now();
         {
             let mut c = self.shared.counters.lock();
             c.entries += entries;
@@ -436,7 +438,7 @@ impl Follower {
     /// Take in what the tails send within `wait` (all that is queued, if
     /// anything came).
     pub(super) fn receive(&mut self, wait: Duration) -> Result<()> {
-        if let Ok(m) = self.rx.recv_timeout(wait) {
+        if let Ok(m) = milliscale_seam::recv_timeout_cb(&self.rx, wait) {
             self.handle(m)?;
             self.drain()?;
         }
@@ -499,10 +501,11 @@ impl Follower {
                     tx: self.tx.clone(),
                     opts: self.opts.clone(),
                 };
-                std::thread::Builder::new()
-                    .name(format!("tail-{store}-{}-{}", tail.chain().group, tail.chain().lane))
-                    .spawn(move || ctx.run(tail))
-                    .expect("spawn a replica tail thread")
+                milliscale_seam::spawn(
+                    format!("tail-{store}-{}-{}", tail.chain().group, tail.chain().lane),
+                    move || ctx.run(tail),
+                )
+                .expect("spawn a replica tail thread")
             })
             .collect();
         self.tails = Some(Tails { stop, threads });

@@ -4,7 +4,7 @@
 //! checkpoint when the log it needs is gone. The rules are in `follow`'s
 //! module docs, "The manifest".
 
-use std::time::Instant;
+use milliscale_seam::Elapsed as _;
 
 use objstore::StoreError;
 
@@ -55,7 +55,7 @@ impl Follower {
         } else {
             self.opts.manifest_every.max(self.opts.poll_max * IDLE_MANIFEST_POLLS)
         };
-        self.next_manifest_check = Instant::now() + every;
+        self.next_manifest_check = milliscale_seam::now() + every;
         if !forced && !self.manifest_changed() {
             return Ok(());
         }
@@ -245,7 +245,7 @@ impl Follower {
                 self.applied
             )));
         };
-        let started = Instant::now();
+        let started = milliscale_seam::now();
         let threads = self.db.options.recovery_threads;
         let chunks = crate::parallel::parallel_map(&cref.chunks, threads, |c| {
             crate::checkpoint::fetch_chunk(&self.stores, c, self.deadline)
@@ -268,7 +268,7 @@ impl Follower {
             "replica caught up to checkpoint {} from CSN {} in {:?}: {} rows, {} changed, {} deleted",
             cref.csn,
             self.applied,
-            started.elapsed(),
+            started.elapsed_now(),
             done.rows,
             done.changed,
             done.deleted

@@ -30,8 +30,9 @@ mod shared;
 pub mod tail;
 pub(crate) mod tap;
 
+use milliscale_seam::Elapsed as _;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::db::{Database, read_manifest_unprobed};
 use crate::error::{Error, Result};
@@ -194,7 +195,7 @@ pub(crate) const DEMAND_RETRY: Duration = Duration::from_millis(50);
 pub struct Replica {
     db: Database,
     shared: Arc<Shared>,
-    follower: parking_lot::Mutex<Option<std::thread::JoinHandle<Option<Follower>>>>,
+    follower: parking_lot::Mutex<Option<milliscale_seam::JoinHandle<Option<Follower>>>>,
     stores: Vec<Arc<dyn objstore::ObjectStore>>,
     /// The stores by name, and the writer's quorum: where offered
     /// checkpoints go.
@@ -292,9 +293,7 @@ impl Replica {
             t.begin(base);
         }
         follower.tap = tap;
-        let handle = std::thread::Builder::new()
-            .name("replica-follow".into())
-            .spawn(move || follower.run())
+        let handle = milliscale_seam::spawn("replica-follow".into(), move || follower.run())
             .map_err(|e| Error::InvalidArgument(format!("starting the follower thread: {e}")))?;
         let replica = Replica {
             db,
@@ -344,7 +343,7 @@ impl Replica {
     /// `Stale` after `deadline`; if the follower has stopped on an error,
     /// fail with that error.
     pub fn wait_for(&self, token: Csn, deadline: Duration) -> Result<()> {
-        let started = Instant::now();
+        let started = milliscale_seam::now();
         let until = started + deadline;
         let mut p = self.shared.progress.lock();
         loop {
@@ -360,10 +359,10 @@ impl Replica {
                 // again every `DEMAND_RETRY` while it stays unseen.
                 self.shared.poll_now();
             }
-            let step = until.min(Instant::now() + DEMAND_RETRY);
+            let step = until.min(milliscale_seam::now() + DEMAND_RETRY);
             if p.stopped
-                || (self.shared.progressed.wait_until(&mut p, step).timed_out()
-                    && Instant::now() >= until)
+                || (milliscale_seam::cv_wait_until(&self.shared.progressed, &mut p, step)
+                    && milliscale_seam::now() >= until)
             {
                 if p.applied > token {
                     return Ok(());
@@ -372,7 +371,7 @@ impl Replica {
                     token,
                     applied: p.applied,
                     seen: p.seen,
-                    waited: started.elapsed(),
+                    waited: started.elapsed_now(),
                 });
             }
         }
@@ -445,7 +444,7 @@ impl Replica {
             seen_csn: p.seen,
             epoch: p.epoch,
             manifest_version: p.manifest_version,
-            elapsed: c.started.elapsed(),
+            elapsed: c.started.elapsed_now(),
             entries_applied: c.entries,
             records_applied: c.records,
             lag_p50: if lagged { q(0.5) } else { Duration::ZERO },

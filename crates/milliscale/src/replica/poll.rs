@@ -60,7 +60,7 @@ impl TailCtx {
             {
                 tail.assume_mode(m);
             }
-            let started = Instant::now();
+            let started = milliscale_seam::now();
             let demand = self.shared.demand();
             let asked = demand != served;
             served = demand;
@@ -140,7 +140,7 @@ impl TailCtx {
                 self.shared.mark_active();
             }
             interval = if found || self.shared.active() {
-                let now = Instant::now();
+                let now = milliscale_seam::now();
                 self.active_interval(rate.at(now).max(self.shared.txns_per_tail(now)))
             } else {
                 (interval * 2).clamp(self.opts.poll_min, self.opts.poll_max)
@@ -196,7 +196,7 @@ impl Shared {
             return;
         }
         if !self.stop.load(Ordering::SeqCst) && !stop.load(Ordering::SeqCst) {
-            self.sleep.1.wait_for(&mut g, d);
+            milliscale_seam::cv_wait_for(&self.sleep.1, &mut g, d);
         }
     }
 }

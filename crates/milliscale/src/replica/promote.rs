@@ -28,7 +28,8 @@
 //! claim, the fence, the last polls, the publish) plus applying what the
 //! replica had not applied yet, whatever the size of the database.
 
-use std::time::{Duration, Instant};
+use milliscale_seam::Elapsed as _;
+use std::time::Duration;
 
 use super::follow::Follower;
 use crate::db::Database;
@@ -45,7 +46,7 @@ const CLAIM_TRIES: u32 = 4;
 impl Follower {
     /// Make this replica's database the writer; see the module docs.
     pub(crate) fn promote(mut self) -> Result<Database> {
-        let started = Instant::now();
+        let started = milliscale_seam::now();
         let options = self.db.options.clone();
         let mut report = PromotionReport { applied_before: self.applied, ..Default::default() };
         let ms = ManifestStore::new(self.stores.clone(), self.needed, self.deadline);
@@ -55,7 +56,7 @@ impl Follower {
         let mut tries = 0;
         let claim = loop {
             self.catch_up_with_manifest(&ms)?;
-            report.timings.catch_up = started.elapsed();
+            report.timings.catch_up = started.elapsed_now();
             let mut claim = self.manifest.clone();
             claim.version += 1;
             claim.epoch += 1;
@@ -70,11 +71,11 @@ impl Follower {
                 Err(e) => return Err(e),
             }
         };
-        report.timings.claim = started.elapsed() - report.timings.catch_up;
+        report.timings.claim = started.elapsed_now() - report.timings.catch_up;
         report.old_epoch = self.log.epoch;
         report.new_epoch = claim.epoch;
         // 3. Fence.
-        let fenced_at = Instant::now();
+        let fenced_at = milliscale_seam::now();
         crate::recovery::fence_stores(
             &self.stores,
             &modes,
@@ -83,15 +84,15 @@ impl Follower {
             claim.epoch,
             self.deadline,
         )?;
-        report.timings.fence = fenced_at.elapsed();
+        report.timings.fence = fenced_at.elapsed_now();
         // 4. Drain every chain to its fence.
-        let drained_at = Instant::now();
+        let drained_at = milliscale_seam::now();
         self.drain_to_fences()?;
         let first_segment =
             crate::recovery::next_free_segment(&self.stores, &self.log, self.deadline);
-        report.timings.drain = drained_at.elapsed();
+        report.timings.drain = drained_at.elapsed_now();
         // 5. Decide and apply.
-        let applied_at = Instant::now();
+        let applied_at = milliscale_seam::now();
         let seal = self.decide(first_segment);
         report.prefix = seal.prefix;
         report.above = seal.above.len();
@@ -101,7 +102,7 @@ impl Follower {
             .filter(|(c, (e, _, _))| matches!(e, Entry::Commit { .. }) && !seal.includes(**c))
             .count();
         report.applied = self.apply_sealed(&seal)?;
-        report.timings.apply = applied_at.elapsed();
+        report.timings.apply = applied_at.elapsed_now();
         report.base_csn = seal.max_csn + 1;
         // 6. The new log, above every CSN seen; publish and go.
         let new_log = crate::db::fresh_log(&options, claim.epoch, seal.max_csn + 1, first_segment);
@@ -124,7 +125,7 @@ impl Follower {
     /// Follow the manifest until the replica follows its current log with
     /// no seal pending.
     fn catch_up_with_manifest(&mut self, ms: &ManifestStore) -> Result<()> {
-        let until = Instant::now() + self.deadline;
+        let until = milliscale_seam::now() + self.deadline;
         loop {
             self.drain()?;
             self.advance()?;
@@ -135,7 +136,7 @@ impl Follower {
             if current && self.seal.is_none() {
                 return Ok(());
             }
-            if Instant::now() > until {
+            if milliscale_seam::now() > until {
                 return Err(Error::StoreUnavailable(format!(
                     "promotion: the replica did not reach the current log (epoch {}) within {:?}",
                     m.log.epoch, self.deadline
@@ -155,7 +156,7 @@ impl Follower {
     /// Wait until every chain's tail on every store met its fence part; or,
     /// once the store deadline has passed, on a quorum of stores.
     fn drain_to_fences(&mut self) -> Result<()> {
-        let started = Instant::now();
+        let started = milliscale_seam::now();
         let chains: Vec<_> = self.log.chains().collect();
         let n = self.stores.len();
         loop {
@@ -163,10 +164,10 @@ impl Follower {
             self.drain()?;
             let fenced = |c| (0..n).filter(|s| self.fenced_tails.contains(&(*s, c))).count();
             let least = chains.iter().map(|c| fenced(*c)).min().unwrap_or(n);
-            if least == n || (least >= self.needed && started.elapsed() > self.deadline) {
+            if least == n || (least >= self.needed && started.elapsed_now() > self.deadline) {
                 return Ok(());
             }
-            if started.elapsed() > self.deadline * 2 {
+            if started.elapsed_now() > self.deadline * 2 {
                 return Err(Error::StoreUnavailable(format!(
                     "promotion: the old log's fence was read on {least} of {n} stores, \
                      {} needed",

@@ -2,6 +2,7 @@
 //! progress and counters, the sleep they wake from, the writer's
 //! transaction rate the tails pace by, and the messages tails send.
 
+use milliscale_seam::Elapsed as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -81,7 +82,7 @@ pub(crate) struct Counters {
 impl Counters {
     pub(crate) fn new() -> Counters {
         Counters {
-            started: Instant::now(),
+            started: milliscale_seam::now(),
             lag_us: Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds"),
             entries: 0,
             records: 0,
@@ -143,7 +144,7 @@ impl Shared {
             counters: Mutex::new(Counters::new()),
             sleep: (Mutex::new(()), Condvar::new()),
             last_activity: AtomicU64::new(0),
-            origin: Instant::now(),
+            origin: milliscale_seam::now(),
             txns: Mutex::new(EventRate::new(TXN_RATE_TAU)),
             tails: AtomicUsize::new(0),
             owed: AtomicU64::new(0),
@@ -163,17 +164,19 @@ impl Shared {
     pub(super) fn sleep(&self, d: Duration, stop: &AtomicBool) {
         let mut g = self.sleep.0.lock();
         if !self.stop.load(Ordering::SeqCst) && !stop.load(Ordering::SeqCst) {
-            self.sleep.1.wait_for(&mut g, d);
+            milliscale_seam::cv_wait_for(&self.sleep.1, &mut g, d);
         }
     }
 
     pub(super) fn active(&self) -> bool {
         let last = self.last_activity.load(Ordering::Relaxed);
-        last > 0 && self.origin.elapsed().as_nanos() as u64 - last < ACTIVE_WINDOW.as_nanos() as u64
+        last > 0
+            && self.origin.elapsed_now().as_nanos() as u64 - last < ACTIVE_WINDOW.as_nanos() as u64
     }
 
     pub(super) fn mark_active(&self) {
-        self.last_activity.store(self.origin.elapsed().as_nanos().max(1) as u64, Ordering::Relaxed);
+        self.last_activity
+            .store(self.origin.elapsed_now().as_nanos().max(1) as u64, Ordering::Relaxed);
     }
 
     /// Take one request the idle manifest checks are owed, if any.

@@ -32,9 +32,9 @@
 //! (`ObjectStore::get_range_hedged`, `head_hedged`), within the same 10%
 //! budget as the writer's appends (`log::hedge::HedgePolicy::READS`).
 
+use milliscale_seam::Elapsed as _;
 use std::ops::Range;
 use std::sync::Arc;
-use std::time::Instant;
 
 use bytes::Bytes;
 use objstore::{ObjectStore, StoreError};
@@ -149,7 +149,7 @@ impl ChainTail {
         raced: impl FnOnce(std::time::Duration) -> Option<(objstore::Result<T>, objstore::Hedge)>,
         plain: impl FnOnce() -> objstore::Result<T>,
     ) -> objstore::Result<T> {
-        let started = Instant::now();
+        let started = milliscale_seam::now();
         let r = match self.hedger.delay().and_then(raced) {
             Some((r, hedge)) => {
                 self.hedger.count(hedge);
@@ -165,7 +165,7 @@ impl ChainTail {
             None => plain(),
         };
         if !r.as_ref().is_err_and(StoreError::is_retryable) {
-            self.hedger.record(started.elapsed());
+            self.hedger.record(started.elapsed_now());
         }
         r
     }

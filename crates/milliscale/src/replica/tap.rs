@@ -413,7 +413,7 @@ mod tests {
         // Alone: the follower waits (longer than the stall) until it reads.
         std::thread::scope(|s| {
             let h = s.spawn(|| hand(&taps, 100));
-            std::thread::sleep(Duration::from_millis(800));
+            milliscale_seam::sleep(Duration::from_millis(800));
             assert!(!h.is_finished(), "a lone feed's follower does not give up");
             assert_eq!(applied(slow.runs.recv().expect("a run")), 1);
             h.join().expect("handed");
@@ -421,7 +421,7 @@ mod tests {
         assert!(!slow.cut.load(Ordering::Acquire));
         // With another feed: let go after the stall, the other served.
         let other = taps.attach();
-        let started = std::time::Instant::now();
+        let started = milliscale_seam::now();
         hand(&taps, 101);
         assert!(started.elapsed() >= Duration::from_millis(300));
         assert!(slow.cut.load(Ordering::Acquire), "let go");

@@ -41,7 +41,7 @@ impl<'db> Transaction<'db> {
                 // (until the reclaimer has removed the entry, it finds
                 // this RID again).
                 self.last_lookup = None;
-                backoff.snooze();
+                milliscale_seam::snooze(&backoff);
                 match self.resolve(t, key, m)? {
                     Some(r) => rid = r,
                     None => return self.nothing_to_write(t, key, m),
@@ -59,7 +59,7 @@ impl<'db> Transaction<'db> {
             let head_ref = unsafe { head.as_ref() };
             let (base, next) = match check {
                 WriteCheck::Retry => {
-                    backoff.snooze();
+                    milliscale_seam::snooze(&backoff);
                     continue;
                 }
                 WriteCheck::Empty => (None, Shared::null()),

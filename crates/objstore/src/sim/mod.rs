@@ -135,7 +135,7 @@ impl SimStore {
             faults,
             accounting: Accounting::default(),
             unavailable_until: AtomicU64::new(0),
-            born: Instant::now(),
+            born: milliscale_seam::now(),
         })
     }
 
@@ -191,7 +191,8 @@ impl SimStore {
 
     /// Fail every request with `Transient` for `d` from now.
     pub fn set_unavailable_for(&self, d: Duration) {
-        let until = self.born.elapsed().saturating_add(d).as_nanos().max(1);
+        let until =
+            milliscale_seam::Elapsed::elapsed_now(&self.born).saturating_add(d).as_nanos().max(1);
         self.unavailable_until.store(u64::try_from(until).unwrap_or(u64::MAX), Ordering::SeqCst);
     }
 
@@ -216,7 +217,9 @@ impl SimStore {
 
     fn check_available(&self) -> Result<()> {
         let until = self.unavailable_until.load(Ordering::SeqCst);
-        if until != 0 && self.born.elapsed().as_nanos() < u128::from(until) {
+        if until != 0
+            && milliscale_seam::Elapsed::elapsed_now(&self.born).as_nanos() < u128::from(until)
+        {
             self.accounting.fault();
             return Err(StoreError::Transient(format!(
                 "sim://{}: store unavailable (injected outage)",
@@ -518,7 +521,7 @@ impl ObjectStore for SimStore {
         body: Bytes,
         hedge_after: Option<Duration>,
     ) -> Option<PendingAppend> {
-        let sent = Instant::now();
+        let sent = milliscale_seam::now();
         Some(match self.send_append(body.len() as u64, hedge_after) {
             Ok(arrivals) => PendingAppend::new(append_stage(
                 Arc::clone(&self),
