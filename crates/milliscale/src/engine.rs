@@ -304,7 +304,7 @@ impl Engine {
         match st.store.create(&next) {
             Ok(()) => {
                 // A manifest version written, for a simulation's trace.
-                milliscale_seam::trace(&[&b"manifest"[..], &next.version.to_le_bytes()].concat());
+                milliscale_seam::trace(&[&b"manifest"[..], &next.version.to_le_bytes()]);
                 *cur = next;
                 Ok(())
             }

@@ -174,15 +174,18 @@ pub fn recv_timeout<T>(
     rx.recv_timeout(timeout)
 }
 
-/// Mix `event` into the running simulation's trace hash (nothing outside
-/// one).
+/// Mix an event, the concatenation of `parts`, into the running
+/// simulation's trace hash (nothing outside one, and nothing at all
+/// without the `sim` feature: no allocation, no check).
 #[inline]
-pub fn trace(event: &[u8]) {
+pub fn trace(parts: &[&[u8]]) {
     #[cfg(feature = "sim")]
     if let Some(s) = sim::current() {
-        s.trace(event);
+        for p in parts {
+            s.trace(p);
+        }
     }
-    let _ = event;
+    let _ = parts;
 }
 
 /// A spin-wait's pause (`backoff.snooze()`); in a simulation, a turn

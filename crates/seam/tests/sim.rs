@@ -22,7 +22,7 @@ fn program() -> Vec<String> {
             seam::spawn(format!("worker-{t}"), move || {
                 for i in 0..30u32 {
                     let step = format!("{t}.{i}");
-                    seam::trace(step.as_bytes());
+                    seam::trace(&[step.as_bytes()]);
                     log.lock().expect("log").push(step);
                     tx.send((t, i)).expect("send");
                     if i % 7 == t {

@@ -48,7 +48,7 @@ pub(crate) fn publish_gcsn(marks: &CommitMarks) -> Csn {
     let before = marks.gcsn.fetch_max(gcsn, Ordering::SeqCst);
     if gcsn > before {
         // gCSN moved: acknowledgments follow, for a simulation's trace.
-        milliscale_seam::trace(&[&b"gcsn"[..], &gcsn.to_le_bytes()].concat());
+        milliscale_seam::trace(&[&b"gcsn"[..], &gcsn.to_le_bytes()]);
     }
     marks.gcsn.load(Ordering::SeqCst)
 }

@@ -140,7 +140,7 @@ impl Engine {
             m.log.group_start = starts.clone();
             m.checkpoint_wanted = None;
         })?;
-        milliscale_seam::trace(&[&b"checkpoint"[..], &cref.csn.to_le_bytes()].concat());
+        milliscale_seam::trace(&[&b"checkpoint"[..], &cref.csn.to_le_bytes()]);
         self.after_checkpoint(&cref, 0, started, log_bytes, false);
         tracing::info!(
             csn = cref.csn,

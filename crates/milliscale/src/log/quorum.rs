@@ -241,17 +241,14 @@ impl StoreWriters {
                             }
                             let failed = r.is_err();
                             // A part on a store, for a simulation's trace.
-                            milliscale_seam::trace(
-                                &[
-                                    &b"part"[..],
-                                    &chain.group.to_le_bytes(),
-                                    &chain.lane.to_le_bytes(),
-                                    &(index as u32).to_le_bytes(),
-                                    &seq.to_le_bytes(),
-                                    &[u8::from(failed)],
-                                ]
-                                .concat(),
-                            );
+                            milliscale_seam::trace(&[
+                                &b"part"[..],
+                                &chain.group.to_le_bytes(),
+                                &chain.lane.to_le_bytes(),
+                                &(index as u32).to_le_bytes(),
+                                &seq.to_le_bytes(),
+                                &[u8::from(failed)],
+                            ]);
                             if result_tx.send((index, seq, r)).is_err() || failed {
                                 return;
                             }
