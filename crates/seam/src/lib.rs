@@ -156,18 +156,10 @@ pub fn recv_timeout<T>(
     #[cfg(feature = "sim")]
     if let Some(s) = sim::current() {
         use std::sync::mpsc::{RecvTimeoutError, TryRecvError};
-        let mut got = None;
-        let deadline = s.now() + timeout;
-        s.wait_until(Some(deadline), || match rx.try_recv() {
-            Ok(v) => {
-                got = Some(Ok(v));
-                true
-            }
-            Err(TryRecvError::Disconnected) => {
-                got = Some(Err(RecvTimeoutError::Disconnected));
-                true
-            }
-            Err(TryRecvError::Empty) => false,
+        let got = s.take(Some(s.now() + timeout), || match rx.try_recv() {
+            Ok(v) => Some(Ok(v)),
+            Err(TryRecvError::Disconnected) => Some(Err(RecvTimeoutError::Disconnected)),
+            Err(TryRecvError::Empty) => None,
         });
         return got.unwrap_or(Err(RecvTimeoutError::Timeout));
     }
@@ -215,19 +207,13 @@ pub fn spin_loop() {
 pub fn recv<T>(rx: &crossbeam_channel::Receiver<T>) -> Result<T, crossbeam_channel::RecvError> {
     #[cfg(feature = "sim")]
     if let Some(s) = sim::current() {
-        let mut got = None;
-        s.wait_until(None, || match rx.try_recv() {
-            Ok(v) => {
-                got = Some(Ok(v));
-                true
-            }
-            Err(crossbeam_channel::TryRecvError::Disconnected) => {
-                got = Some(Err(crossbeam_channel::RecvError));
-                true
-            }
-            Err(crossbeam_channel::TryRecvError::Empty) => false,
+        use crossbeam_channel::{RecvError, TryRecvError};
+        let got = s.take(None, || match rx.try_recv() {
+            Ok(v) => Some(Ok(v)),
+            Err(TryRecvError::Disconnected) => Some(Err(RecvError)),
+            Err(TryRecvError::Empty) => None,
         });
-        return got.unwrap_or(Err(crossbeam_channel::RecvError));
+        return got.unwrap_or(Err(RecvError));
     }
     rx.recv()
 }
@@ -240,18 +226,10 @@ pub fn recv_timeout_cb<T>(
     #[cfg(feature = "sim")]
     if let Some(s) = sim::current() {
         use crossbeam_channel::{RecvTimeoutError, TryRecvError};
-        let mut got = None;
-        let deadline = s.now() + timeout;
-        s.wait_until(Some(deadline), || match rx.try_recv() {
-            Ok(v) => {
-                got = Some(Ok(v));
-                true
-            }
-            Err(TryRecvError::Disconnected) => {
-                got = Some(Err(RecvTimeoutError::Disconnected));
-                true
-            }
-            Err(TryRecvError::Empty) => false,
+        let got = s.take(Some(s.now() + timeout), || match rx.try_recv() {
+            Ok(v) => Some(Ok(v)),
+            Err(TryRecvError::Disconnected) => Some(Err(RecvTimeoutError::Disconnected)),
+            Err(TryRecvError::Empty) => None,
         });
         return got.unwrap_or(Err(RecvTimeoutError::Timeout));
     }

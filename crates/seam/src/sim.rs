@@ -276,6 +276,21 @@ impl Current {
         }
     }
 
+    /// Wait until `try_take` gives something (a message, or the end of
+    /// its channel) or `deadline` passes (`None` then).
+    pub(crate) fn take<R>(
+        &self,
+        deadline: Option<Instant>,
+        mut try_take: impl FnMut() -> Option<R>,
+    ) -> Option<R> {
+        let mut got = None;
+        self.wait_until(deadline, || {
+            got = try_take();
+            got.is_some()
+        });
+        got
+    }
+
     pub(crate) fn trace(&self, event: &[u8]) {
         let mut st = self.sim.st.lock();
         st.trace = fnv(st.trace, event);

@@ -16,7 +16,9 @@ use crate::cluster::{
     TABLE, account, now_us, prepare, raw, start_shard, three_shards, three_shards_with, txn,
 };
 
-fn freeze(start: u32, end: u32, unfreeze: bool) -> proto::ShardFreezeRequest {
+/// A freeze of `[a<start>, a<end>)` on its shard, for its move to shard 1
+/// by map version 2 (or, `unfreeze`, the move given up).
+pub(super) fn freeze(start: u32, end: u32, unfreeze: bool) -> proto::ShardFreezeRequest {
     proto::ShardFreezeRequest {
         start: cluster_key(TABLE, &account(start)).into(),
         end: cluster_key(TABLE, &account(end)).into(),

@@ -19,21 +19,14 @@ use milliscale_proto::v1 as proto;
 
 use crate::cluster::{Raw, TABLE, account, now_us, prepare, raw, txn};
 use crate::cluster_fixture::three_shards_keeping;
-use crate::cluster_freeze::{client_with, copy, released};
+use crate::cluster_freeze::{client_with, copy, freeze, released};
 
 /// Move `[a02, a04)` from shard 0 to shard 1 as `cluster move` does
 /// (freeze, copy, publish map version 2, release), while shard 0 is
 /// asked to serve other calls.
 async fn move_a02_a04(map_url: &str, r0: &mut Raw, r1: &mut Raw) {
     let (start, end) = (cluster_key(TABLE, &account(2)), cluster_key(TABLE, &account(4)));
-    let freeze = proto::ShardFreezeRequest {
-        start: start.clone().into(),
-        end: end.clone().into(),
-        to: 1,
-        map_version: 2,
-        unfreeze: false,
-    };
-    let floor = r0.shard_freeze(freeze).await.expect("freeze").into_inner().floor;
+    let floor = r0.shard_freeze(freeze(2, 4, false)).await.expect("freeze").into_inner().floor;
     assert_eq!(copy(r0, r1, (&start, &end), floor, 2).await, 1, "a02's row copied");
     let maps = MapStore::new(milliscale::store::open(map_url).expect("the map's store"), "");
     let mut next = maps.latest().expect("map").expect("a map");
