@@ -268,7 +268,7 @@ impl Feed {
         if let Some(e) = self.ready.pop_front() {
             return Ok(Some(e));
         }
-        let msg = match milliscale_seam::recv_timeout_cb(&self.runs, wait) {
+        let msg = match milliscale_seam::recv_timeout(&self.runs, wait) {
             Ok(m) => m,
             Err(RecvTimeoutError::Timeout) => return self.stopped().map(|()| None),
             Err(RecvTimeoutError::Disconnected) => {

@@ -147,25 +147,6 @@ fn wait_until_os(
     }
 }
 
-/// A message from `rx` within `timeout`: the channel's own timed receive
-/// outside a simulation; in one, a wait of the scheduler's.
-pub fn recv_timeout<T>(
-    rx: &std::sync::mpsc::Receiver<T>,
-    timeout: Duration,
-) -> Result<T, std::sync::mpsc::RecvTimeoutError> {
-    #[cfg(feature = "sim")]
-    if let Some(s) = sim::current() {
-        use std::sync::mpsc::{RecvTimeoutError, TryRecvError};
-        let got = s.take(Some(s.now() + timeout), || match rx.try_recv() {
-            Ok(v) => Some(Ok(v)),
-            Err(TryRecvError::Disconnected) => Some(Err(RecvTimeoutError::Disconnected)),
-            Err(TryRecvError::Empty) => None,
-        });
-        return got.unwrap_or(Err(RecvTimeoutError::Timeout));
-    }
-    rx.recv_timeout(timeout)
-}
-
 /// Mix an event, the concatenation of `parts`, into the running
 /// simulation's trace hash (nothing outside one, and nothing at all
 /// without the `sim` feature: no allocation, no check).
@@ -218,8 +199,10 @@ pub fn recv<T>(rx: &crossbeam_channel::Receiver<T>) -> Result<T, crossbeam_chann
     rx.recv()
 }
 
-/// A message from `rx` (a crossbeam channel) within `timeout`.
-pub fn recv_timeout_cb<T>(
+/// A message from `rx` (a crossbeam channel) within `timeout`: the
+/// channel's own timed receive outside a simulation; in one, a wait of the
+/// scheduler's.
+pub fn recv_timeout<T>(
     rx: &crossbeam_channel::Receiver<T>,
     timeout: Duration,
 ) -> Result<T, crossbeam_channel::RecvTimeoutError> {

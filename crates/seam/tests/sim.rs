@@ -4,7 +4,6 @@
 
 #![cfg(feature = "sim")]
 
-use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -15,7 +14,7 @@ use milliscale_seam::{self as seam, sim};
 /// Returns the log, in the order the steps ran.
 fn program() -> Vec<String> {
     let log = Arc::new(Mutex::new(Vec::new()));
-    let (tx, rx) = mpsc::channel::<(u32, u32)>();
+    let (tx, rx) = crossbeam_channel::unbounded::<(u32, u32)>();
     let workers: Vec<_> = (0..4u32)
         .map(|t| {
             let (log, tx) = (Arc::clone(&log), tx.clone());
@@ -123,7 +122,7 @@ fn outside_a_simulation_every_call_is_the_systems() {
     assert!(seam::now() >= t0 + Duration::from_millis(20));
     let h = seam::spawn("plain".into(), || 7).expect("spawn");
     assert_eq!(h.join().expect("join"), 7);
-    let (tx, rx) = mpsc::channel::<u8>();
+    let (tx, rx) = crossbeam_channel::unbounded::<u8>();
     assert!(seam::recv_timeout(&rx, Duration::from_millis(10)).is_err());
     tx.send(1).expect("send");
     assert_eq!(seam::recv_timeout(&rx, Duration::from_millis(10)).expect("recv"), 1);

@@ -254,7 +254,7 @@ impl SegmentWriter {
         let first = if delay.is_zero() {
             Err(crossbeam_channel::RecvTimeoutError::Timeout)
         } else {
-            milliscale_seam::recv_timeout_cb(&rx, delay)
+            milliscale_seam::recv_timeout(&rx, delay)
         };
         match first {
             Ok(r) => return r,

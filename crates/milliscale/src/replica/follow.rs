@@ -234,7 +234,7 @@ impl Follower {
         {
             let wait = self.next_manifest_check.saturating_duration_since(milliscale_seam::now());
             if let Ok(m) =
-                milliscale_seam::recv_timeout_cb(&self.rx, wait.min(Duration::from_millis(100)))
+                milliscale_seam::recv_timeout(&self.rx, wait.min(Duration::from_millis(100)))
             {
                 self.handle(m)?;
                 self.drain()?;
@@ -438,7 +438,7 @@ impl Follower {
     /// Take in what the tails send within `wait` (all that is queued, if
     /// anything came).
     pub(super) fn receive(&mut self, wait: Duration) -> Result<()> {
-        if let Ok(m) = milliscale_seam::recv_timeout_cb(&self.rx, wait) {
+        if let Ok(m) = milliscale_seam::recv_timeout(&self.rx, wait) {
             self.handle(m)?;
             self.drain()?;
         }
